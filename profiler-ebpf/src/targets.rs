@@ -1,0 +1,104 @@
+//! Which processes are profiled: the target set, kept current as targets fork, exec and exit.
+//!
+//! User space seeds `TARGETS` with the `-p` pids or the command it starts; from then on the kernel
+//! follows descendants itself, so a child that lives for a millisecond is still profiled.
+use aya_ebpf::{
+    helpers::bpf_get_current_pid_tgid,
+    macros::{map, tracepoint},
+    maps::HashMap,
+    programs::TracePointContext,
+};
+use profiler_common::{Counter, ExitOffsets, ForkOffsets, TARGET_MAP_ENTRIES};
+
+use crate::{counters::bump, sampling::SEEN};
+
+/// Set by the loader: 0 = profile everything (`-a`), 1 = only processes in `TARGETS`.
+#[unsafe(no_mangle)]
+static FILTER_BY_TARGET: u32 = 0;
+#[unsafe(no_mangle)]
+static FORK_OFFSETS: ForkOffsets = ForkOffsets { parent_pid: 12, child_pid: 20 };
+#[unsafe(no_mangle)]
+static EXIT_OFFSETS: ExitOffsets = ExitOffsets { pid: 24, group_dead: 32 };
+
+/// Target tgids (and, transiently, tids of targets' new threads: see `try_follow_fork`).
+#[map(name = "TARGETS")]
+pub static TARGETS: HashMap<u32, u8> = HashMap::with_max_entries(TARGET_MAP_ENTRIES, 0);
+
+#[inline(always)]
+fn filtering() -> bool {
+    unsafe { core::ptr::read_volatile(&FILTER_BY_TARGET) != 0 }
+}
+
+/// Whether samples of this process are wanted.
+#[inline(always)]
+pub fn is_target(tgid: u32) -> bool {
+    !filtering() || TARGETS.get_ptr(tgid).is_some()
+}
+
+#[tracepoint]
+pub fn follow_fork(ctx: TracePointContext) -> u32 {
+    match try_follow_fork(&ctx) {
+        Ok(()) => 0,
+        Err(_) => 1,
+    }
+}
+
+/// A target's clone adds the child. The tracepoint does not say whether the child is a thread
+/// or a process; a thread's tid in the set is harmless (tids are looked up as tgids only) and is
+/// removed again when the thread exits.
+fn try_follow_fork(ctx: &TracePointContext) -> Result<(), i64> {
+    if !filtering() {
+        return Ok(());
+    }
+    let parent_tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if TARGETS.get_ptr(parent_tgid).is_none() {
+        return Ok(());
+    }
+    let offsets = unsafe { core::ptr::read_volatile(&FORK_OFFSETS) };
+    let child: i32 = unsafe { ctx.read_at(offsets.child_pid as usize) }.map_err(|e| e as i64)?;
+    match TARGETS.insert(child as u32, 1, 0) {
+        Ok(()) => bump(Counter::TargetsFollowed),
+        Err(_) => bump(Counter::TargetMapFull),
+    }
+    Ok(())
+}
+
+#[tracepoint]
+pub fn forget_exit(ctx: TracePointContext) -> u32 {
+    match try_forget_exit(&ctx) {
+        Ok(()) => 0,
+        Err(_) => 1,
+    }
+}
+
+/// Drop exited threads' tids, so that a reused pid does not inherit target status. The tgid of a
+/// process stays until the whole group is dead, because its other threads are still targets.
+fn try_forget_exit(ctx: &TracePointContext) -> Result<(), i64> {
+    if !filtering() {
+        return Ok(());
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    let offsets = unsafe { core::ptr::read_volatile(&EXIT_OFFSETS) };
+    if tid != tgid {
+        let _ = TARGETS.remove(tid);
+        return Ok(());
+    }
+    if offsets.group_dead != u32::MAX {
+        let group_dead: u8 =
+            unsafe { ctx.read_at(offsets.group_dead as usize) }.map_err(|e| e as i64)?;
+        if group_dead != 0 {
+            let _ = TARGETS.remove(tgid);
+        }
+    }
+    Ok(())
+}
+
+/// After exec the old memory map is gone and the new one is not built yet (the loader has not
+/// mapped the libraries): forget the process, so its next sample announces it again.
+#[tracepoint]
+pub fn announce_exec(_ctx: TracePointContext) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let _ = SEEN.remove(tgid);
+    0
+}

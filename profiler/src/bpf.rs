@@ -1,0 +1,125 @@
+//! Loading the embedded kernel programs, setting their globals and attaching them. Everything
+//! attached belongs to [`Loaded`]; dropping it detaches and unloads, on every exit path.
+use std::path::Path;
+
+use anyhow::Context as _;
+use aya::{
+    maps::{HashMap as BpfHashMap, MapData},
+    programs::{
+        perf_event::{HardwareEvent, PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        PerfEvent, ProgramError, TracePoint,
+    },
+    util::online_cpus,
+    Ebpf, EbpfLoader,
+};
+use profiler_common::{names, ExitOffsets, ForkOffsets};
+
+use crate::{cli::Event, error::UserError, preflight::tracepoint_field_offset};
+
+static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
+
+pub struct Loaded {
+    pub ebpf: Ebpf,
+    targets: BpfHashMap<MapData, u32, u8>,
+}
+
+/// Field offsets of the sched tracepoints on the running kernel.
+pub fn tracepoint_offsets(tracefs: &Path) -> anyhow::Result<(ForkOffsets, ExitOffsets)> {
+    let field = |event: &str, name: &str| {
+        tracepoint_field_offset(tracefs, "sched", event, name)
+            .with_context(|| format!("sched:{event} has no field `{name}` in its tracefs format"))
+    };
+    let fork = ForkOffsets {
+        parent_pid: field("sched_process_fork", "parent_pid")?,
+        child_pid: field("sched_process_fork", "child_pid")?,
+    };
+    let exit = ExitOffsets {
+        pid: field("sched_process_exit", "pid")?,
+        group_dead: tracepoint_field_offset(tracefs, "sched", "sched_process_exit", "group_dead")
+            .unwrap_or(u32::MAX),
+    };
+    Ok((fork, exit))
+}
+
+impl Loaded {
+    /// Load the programs. With `filter`, samples are kept only for processes in the target set.
+    pub fn load(filter: bool, tracefs: &Path) -> anyhow::Result<Loaded> {
+        let (fork, exit) = tracepoint_offsets(tracefs)?;
+        let filter = u32::from(filter);
+        let mut ebpf = EbpfLoader::new()
+            .override_global(names::G_FILTER, &filter, true)
+            .override_global(names::G_FORK, &fork, true)
+            .override_global(names::G_EXIT, &exit, true)
+            .load(BPF_OBJECT)
+            .context("loading the BPF programs into the kernel")?;
+        let targets = ebpf.take_map(names::TARGETS).context("map TARGETS missing")?;
+        let targets = BpfHashMap::try_from(targets)?;
+        Ok(Loaded { ebpf, targets })
+    }
+
+    pub fn add_target(&mut self, pid: u32) -> anyhow::Result<()> {
+        self.targets.insert(pid, 1, 0).with_context(|| format!("adding pid {pid} to the targets"))
+    }
+
+    /// Follow targets' children, forget exited threads, re-announce processes that exec.
+    pub fn attach_process_tracking(&mut self) -> anyhow::Result<()> {
+        for (prog, event) in [
+            (names::PROG_FORK, "sched_process_fork"),
+            (names::PROG_EXIT, "sched_process_exit"),
+            (names::PROG_EXEC, "sched_process_exec"),
+        ] {
+            let program: &mut TracePoint = self
+                .ebpf
+                .program_mut(prog)
+                .with_context(|| format!("program {prog} missing"))?
+                .try_into()?;
+            program.load().with_context(|| format!("loading {prog}"))?;
+            program.attach("sched", event).with_context(|| format!("attaching to sched:{event}"))?;
+        }
+        Ok(())
+    }
+
+    /// One sampling event per online CPU. Returns the number of CPUs.
+    pub fn attach_sampling(&mut self, event: Event, frequency_hz: u64) -> anyhow::Result<u32> {
+        let (config, policy) = match event {
+            // The software clock counts nanoseconds: a fixed period is exact and needs no warm-up.
+            Event::CpuClock => (
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                SamplePolicy::Period(1_000_000_000 / frequency_hz),
+            ),
+            Event::Cycles => (
+                PerfEventConfig::Hardware(HardwareEvent::CpuCycles),
+                SamplePolicy::Frequency(frequency_hz),
+            ),
+            Event::Instructions => (
+                PerfEventConfig::Hardware(HardwareEvent::Instructions),
+                SamplePolicy::Frequency(frequency_hz),
+            ),
+        };
+        let program: &mut PerfEvent = self
+            .ebpf
+            .program_mut(names::PROG_SAMPLE)
+            .context("program sample_stack missing")?
+            .try_into()?;
+        program.load().context("loading the sampling program")?;
+        let cpus = online_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
+        for &cpu in &cpus {
+            if let Err(err) = program.attach(config, PerfEventScope::AllProcessesOneCpu { cpu }, policy, false) {
+                if event != Event::CpuClock && is_missing_pmu(&err) {
+                    return Err(UserError::NoPmu { event: event.name().to_string() }.into());
+                }
+                return Err(err).with_context(|| format!("opening the {} event on CPU {cpu}", event.name()));
+            }
+        }
+        Ok(cpus.len() as u32)
+    }
+}
+
+/// perf_event_open's answers when there is no hardware PMU for the event.
+fn is_missing_pmu(err: &ProgramError) -> bool {
+    let ProgramError::SyscallError(syscall) = err else { return false };
+    matches!(
+        syscall.io_error.raw_os_error(),
+        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) | Some(libc::EINVAL)
+    )
+}

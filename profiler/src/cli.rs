@@ -1,0 +1,172 @@
+//! The command line: a contract later modes and users rely on.
+use std::{ffi::OsString, path::PathBuf};
+
+use clap::{Parser, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "bpfprof",
+    version,
+    about = "eBPF profiler: hotspots, topdown, locks and scheduling latency",
+    after_help = "Examples:\n  sudo bpfprof -a -d 10                      system-wide hotspots for 10 s\n  sudo bpfprof -p 1234 -o flame.svg          flamegraph of a running process (Ctrl-C stops)\n  sudo bpfprof -F 999 -- ./my-program args   profile a command from its first instruction"
+)]
+pub struct Cli {
+    /// What to measure.
+    #[arg(long, value_enum, default_value_t = Mode::Hotspot)]
+    pub mode: Mode,
+    /// Profile these processes (all their threads, and children they start during the run).
+    #[arg(short = 'p', long = "pid", value_delimiter = ',', value_name = "PID[,PID...]",
+          conflicts_with = "command")]
+    pub pids: Vec<u32>,
+    /// Profile the whole system (the default when neither -p nor a command is given).
+    #[arg(short = 'a', long = "all-cpus", conflicts_with = "pids")]
+    pub system_wide: bool,
+    /// Sampling frequency per CPU, in Hz.
+    #[arg(short = 'F', long = "freq", default_value_t = 99, value_name = "HZ")]
+    pub frequency: u64,
+    /// Stop after this many seconds (default: at Ctrl-C, or when the command or targets exit).
+    #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_seconds)]
+    pub duration: Option<f64>,
+    /// Sampling event.
+    #[arg(short = 'e', long = "event", value_enum, default_value_t = Event::CpuClock)]
+    pub event: Event,
+    /// Report format (default: from the -o extension, else text).
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// Write the report here instead of standard output.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Command to start and profile; bpfprof attaches first, so its first samples are captured.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    Hotspot,
+    Topdown,
+    Lock,
+    Sched,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Hotspot => "hotspot",
+            Mode::Topdown => "topdown",
+            Mode::Lock => "lock",
+            Mode::Sched => "sched",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Event {
+    /// Software timer (works everywhere, including VMs without a PMU).
+    CpuClock,
+    /// CPU cycles (needs a hardware PMU).
+    Cycles,
+    /// Retired instructions (needs a hardware PMU).
+    Instructions,
+}
+
+impl Event {
+    pub fn name(self) -> &'static str {
+        match self {
+            Event::CpuClock => "cpu-clock",
+            Event::Cycles => "cycles",
+            Event::Instructions => "instructions",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+    Folded,
+    Svg,
+    Pprof,
+}
+
+impl Format {
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Text => "text",
+            Format::Json => "json",
+            Format::Folded => "folded",
+            Format::Svg => "svg",
+            Format::Pprof => "pprof",
+        }
+    }
+
+    /// The format an output path asks for by its extension.
+    pub fn from_path(path: &std::path::Path) -> Option<Format> {
+        let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+        [
+            (".svg", Format::Svg),
+            (".folded", Format::Folded),
+            (".json", Format::Json),
+            (".pb.gz", Format::Pprof),
+            (".pprof", Format::Pprof),
+            (".txt", Format::Text),
+        ]
+        .into_iter()
+        .find(|(ext, _)| name.ends_with(ext))
+        .map(|(_, format)| format)
+    }
+}
+
+impl Cli {
+    /// The format the report will be written in.
+    pub fn resolved_format(&self) -> Format {
+        self.format
+            .or_else(|| self.output.as_deref().and_then(Format::from_path))
+            .unwrap_or(Format::Text)
+    }
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    let trimmed = s.strip_suffix('s').unwrap_or(s);
+    match trimmed.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 366.0 * 86400.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a duration in seconds (a positive number, e.g. 10 or 0.5)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn command_line_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn format_follows_output_extension_unless_given() {
+        let cli = Cli::parse_from(["bpfprof", "-o", "out.pb.gz"]);
+        assert_eq!(cli.resolved_format(), Format::Pprof);
+        let cli = Cli::parse_from(["bpfprof", "-o", "Flame.SVG"]);
+        assert_eq!(cli.resolved_format(), Format::Svg);
+        let cli = Cli::parse_from(["bpfprof", "-o", "x.svg", "--format", "json"]);
+        assert_eq!(cli.resolved_format(), Format::Json);
+        let cli = Cli::parse_from(["bpfprof", "-o", "report"]);
+        assert_eq!(cli.resolved_format(), Format::Text);
+    }
+
+    #[test]
+    fn pids_command_and_mode_parse() {
+        let cli = Cli::parse_from(["bpfprof", "-p", "1,2,3", "--mode", "topdown", "-d", "2.5"]);
+        assert_eq!(cli.pids, vec![1, 2, 3]);
+        assert_eq!(cli.mode, Mode::Topdown);
+        assert_eq!(cli.duration, Some(2.5));
+        let cli = Cli::parse_from(["bpfprof", "-F", "999", "--", "ls", "-l"]);
+        assert_eq!(cli.command, vec![OsString::from("ls"), OsString::from("-l")]);
+        assert!(Cli::try_parse_from(["bpfprof", "-p", "1", "--", "ls"]).is_err());
+        assert!(Cli::try_parse_from(["bpfprof", "-p", "1", "-a"]).is_err());
+        assert!(Cli::try_parse_from(["bpfprof", "-d", "0"]).is_err());
+        assert!(Cli::try_parse_from(["bpfprof", "-d", "-3"]).is_err());
+    }
+}

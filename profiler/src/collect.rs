@@ -1,0 +1,206 @@
+//! Draining kernel maps into plain Rust values. The kernel writes into one epoch slot while we
+//! drain the other, so nothing is read while it is being incremented and no map fills up on a
+//! long run. A replay source with the same interface makes the later stages testable without BPF.
+use std::time::Duration;
+
+use anyhow::Context as _;
+use aya::{
+    maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
+    Ebpf,
+};
+use profiler_common::{names, Counter, SampleKey};
+
+use crate::{
+    process::Processes,
+    profile::{Health, RawProfile, RawSample, StackRead},
+};
+
+const EFAULT: i32 = 14;
+const EEXIST: i32 = 17;
+
+/// Where drained samples come from.
+pub trait SampleSource {
+    /// Everything recorded since the last drain.
+    fn drain(&mut self) -> anyhow::Result<Vec<RawSample>>;
+    /// The kernel's counters of lost and damaged samples, cumulative.
+    fn health(&self) -> anyhow::Result<Health>;
+}
+
+/// The kernel maps of the sampling program.
+pub struct KernelSource {
+    epoch: Array<MapData, u32>,
+    samples: [BpfHashMap<MapData, SampleKey, u64>; 2],
+    stacks: [StackTraceMap<MapData>; 2],
+    counters: PerCpuArray<MapData, u64>,
+    active: u32,
+}
+
+impl KernelSource {
+    pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
+        let mut take = |name: &str| ebpf.take_map(name).with_context(|| format!("map {name} missing"));
+        let epoch = Array::try_from(take(names::EPOCH)?)?;
+        let samples = [
+            BpfHashMap::try_from(take(names::SAMPLES[0])?)?,
+            BpfHashMap::try_from(take(names::SAMPLES[1])?)?,
+        ];
+        let stacks = [
+            StackTraceMap::try_from(take(names::STACKS[0])?)?,
+            StackTraceMap::try_from(take(names::STACKS[1])?)?,
+        ];
+        let counters = PerCpuArray::try_from(take(names::COUNTERS)?)?;
+        Ok(Self { epoch, samples, stacks, counters, active: 0 })
+    }
+
+    fn drain_slot(&mut self, slot: usize) -> anyhow::Result<Vec<RawSample>> {
+        let keys: Vec<SampleKey> = self.samples[slot].keys().collect::<Result<_, _>>()?;
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            let Ok(count) = self.samples[slot].get(&key, 0) else { continue };
+            let _ = self.samples[slot].remove(&key);
+            out.push(RawSample {
+                pid: key.tgid,
+                tid: key.tid,
+                comm: comm_string(&key.comm),
+                user: read_stack(&self.stacks[slot], key.user_stack_id),
+                kernel: read_stack(&self.stacks[slot], key.kernel_stack_id),
+                count,
+            });
+        }
+        let ids: Vec<u32> = self.stacks[slot].stack_ids().filter_map(Result::ok).collect();
+        for id in ids {
+            let _ = self.stacks[slot].remove(&id);
+        }
+        Ok(out)
+    }
+}
+
+impl SampleSource for KernelSource {
+    fn drain(&mut self) -> anyhow::Result<Vec<RawSample>> {
+        let old = self.active as usize;
+        self.active ^= 1;
+        self.epoch.set(0, self.active, 0).context("switching the epoch")?;
+        // A sample that read the old epoch just before the switch may still be writing into it;
+        // the program runs for microseconds, so this wait is generous.
+        std::thread::sleep(Duration::from_millis(2));
+        self.drain_slot(old)
+    }
+
+    fn health(&self) -> anyhow::Result<Health> {
+        let read = |c: Counter| -> anyhow::Result<u64> {
+            Ok(self.counters.get(&(c as u32), 0)?.iter().sum())
+        };
+        Ok(Health {
+            samples: read(Counter::Samples)?,
+            idle: read(Counter::Idle)?,
+            lost_map_full: read(Counter::SampleMapFull)?,
+            user_stack_collisions: read(Counter::UserStackCollision)?,
+            kernel_stack_collisions: read(Counter::KernelStackCollision)?,
+            user_stack_errors: read(Counter::UserStackError)?,
+            kernel_stack_errors: read(Counter::KernelStackError)?,
+            process_events_lost: read(Counter::EventLost)?,
+            target_map_full: read(Counter::TargetMapFull)?,
+            ..Health::default()
+        })
+    }
+}
+
+fn read_stack(map: &StackTraceMap<MapData>, id: i32) -> StackRead {
+    match id {
+        id if id >= 0 => match map.get(&(id as u32), 0) {
+            Ok(trace) => StackRead::Frames(trace.frames().iter().map(|f| f.ip).filter(|&ip| ip != 0).collect()),
+            Err(_) => StackRead::Error(id),
+        },
+        id if id == -EFAULT => StackRead::Absent,
+        id if id == -EEXIST => StackRead::Collision,
+        id => StackRead::Error(id),
+    }
+}
+
+fn comm_string(comm: &[u8]) -> String {
+    let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
+    String::from_utf8_lossy(&comm[..end]).into_owned()
+}
+
+/// Recorded batches played back, for tests of everything after collection.
+pub struct ReplaySource {
+    batches: std::collections::VecDeque<Vec<RawSample>>,
+    health: Health,
+}
+
+impl ReplaySource {
+    pub fn new(batches: Vec<Vec<RawSample>>, health: Health) -> Self {
+        Self { batches: batches.into(), health }
+    }
+}
+
+impl SampleSource for ReplaySource {
+    fn drain(&mut self) -> anyhow::Result<Vec<RawSample>> {
+        Ok(self.batches.pop_front().unwrap_or_default())
+    }
+
+    fn health(&self) -> anyhow::Result<Health> {
+        Ok(self.health.clone())
+    }
+}
+
+/// Drain `source` into `profile`, capturing the memory map of any process whose addresses are
+/// not covered yet (new process, exec, dlopen) while it is still alive.
+pub fn drain_into(
+    source: &mut dyn SampleSource,
+    profile: &mut RawProfile,
+    procs: &mut Processes,
+    not_captured: &mut std::collections::HashSet<u32>,
+) -> anyhow::Result<()> {
+    let batch = source.drain()?;
+    for sample in batch {
+        if let StackRead::Frames(ips) = &sample.user {
+            if !procs.covers(sample.pid, ips) && procs.capture(sample.pid).is_err() && !procs.is_known(sample.pid) {
+                not_captured.insert(sample.pid);
+            }
+        }
+        profile.add(sample, procs);
+    }
+    profile.health.drains += 1;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::parse_maps;
+
+    #[test]
+    fn replayed_batches_aggregate_and_unknown_processes_are_counted() {
+        let sample = |pid, ips: Vec<u64>, count| RawSample {
+            pid,
+            tid: pid,
+            comm: "w".into(),
+            user: StackRead::Frames(ips),
+            kernel: StackRead::Absent,
+            count,
+        };
+        let mut source = ReplaySource::new(
+            vec![
+                vec![sample(7, vec![0x1010], 2)],
+                vec![sample(7, vec![0x1010], 3), sample(u32::MAX - 3, vec![0x5], 1)],
+            ],
+            Health::default(),
+        );
+        let mut procs = Processes::new();
+        procs.insert_maps(7, parse_maps("1000-2000 r-xp 00000000 fd:01 5 /bin/w\n"));
+        let mut profile = RawProfile::new();
+        let mut not_captured = Default::default();
+        drain_into(&mut source, &mut profile, &mut procs, &mut not_captured).unwrap();
+        drain_into(&mut source, &mut profile, &mut procs, &mut not_captured).unwrap();
+        assert_eq!(profile.total_samples(), 6);
+        assert_eq!(profile.stacks.len(), 2);
+        assert_eq!(profile.health.drains, 2);
+        assert!(not_captured.contains(&(u32::MAX - 3)), "a vanished process is reported");
+    }
+
+    #[test]
+    fn comm_stops_at_nul() {
+        assert_eq!(comm_string(b"worker\0\0\0garbage"), "worker");
+        assert_eq!(comm_string(b"0123456789abcdef"), "0123456789abcdef");
+    }
+}

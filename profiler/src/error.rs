@@ -1,0 +1,50 @@
+//! Errors a user sees: each says what went wrong and what to do next. Printed once, by `main`.
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UserError {
+    #[error("bpfprof needs root (or CAP_BPF and CAP_PERFMON) to load BPF programs: run it with sudo")]
+    NotPrivileged,
+    #[error("no process with pid {0}: check the pid with `ps -p {0}`")]
+    NoSuchProcess(u32),
+    #[error("command not found: {0}")]
+    CommandNotFound(String),
+    #[error("cannot run {command}: {reason}")]
+    CommandFailed { command: String, reason: String },
+    #[error("-F {given}: the sampling frequency must be between 1 and {max} Hz (kernel.perf_event_max_sample_rate)")]
+    BadFrequency { given: u64, max: u64 },
+    #[error("event `{event}` needs a hardware PMU, and this machine has none (typical of VMs without a virtual PMU): use `-e cpu-clock`")]
+    NoPmu { event: String },
+    #[error("cannot write the report to {}: {reason}", path.display())]
+    Output { path: PathBuf, reason: String },
+    #[error("tracefs is not mounted and could not be mounted at /sys/kernel/tracing ({0}): run `mount -t tracefs nodev /sys/kernel/tracing`")]
+    NoTracefs(String),
+    #[error("mode `{0}` is not available in this version of bpfprof yet; use --mode hotspot")]
+    ModeUnavailable(&'static str),
+    #[error("format `{format}` is not available for mode {mode}")]
+    FormatUnavailable { format: &'static str, mode: &'static str },
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// Process exit codes, for scripts.
+pub mod exit {
+    pub const OK: i32 = 0;
+    pub const FAILURE: i32 = 1;
+    pub const USAGE: i32 = 2;
+    pub const COMMAND_NOT_FOUND: i32 = 127;
+}
+
+impl UserError {
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            UserError::CommandNotFound(_) => exit::COMMAND_NOT_FOUND,
+            UserError::BadFrequency { .. }
+            | UserError::Usage(_)
+            | UserError::ModeUnavailable(_)
+            | UserError::FormatUnavailable { .. } => exit::USAGE,
+            _ => exit::FAILURE,
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! bpfprof: an eBPF profiler. The data path is the architecture:
+//! kernel maps → `collect` → `profile` (aggregate) → `symbolize` → `modes::*` (fold) → `report`.
+pub mod bpf;
+pub mod cli;
+pub mod collect;
+pub mod error;
+pub mod launcher;
+pub mod modes;
+pub mod output;
+pub mod preflight;
+pub mod process;
+pub mod profile;
+pub mod report;
+pub mod session;
+pub mod symbolize;
+
+pub use session::run;

@@ -1,0 +1,163 @@
+//! Hotspot mode: sampled call stacks, folded into stacks and per-function self/total counts.
+use std::collections::{HashMap, HashSet};
+
+use serde::Serialize;
+
+use crate::{
+    profile::{Health, LostStack, RawProfile},
+    report::RunMeta,
+    symbolize::{Frame, Symbols},
+};
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Stack {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub count: u64,
+    /// Outermost first, leaf last.
+    pub frames: Vec<Frame>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FunctionStat {
+    pub function: String,
+    pub module: String,
+    #[serde(rename = "self")]
+    pub self_samples: u64,
+    #[serde(rename = "total")]
+    pub total_samples: u64,
+}
+
+#[derive(Clone, Debug)]
+pub struct HotspotReport {
+    pub meta: RunMeta,
+    pub health: Health,
+    /// Samples in the stacks below (the sum of their counts).
+    pub samples: u64,
+    /// Most samples first.
+    pub stacks: Vec<Stack>,
+    /// Most self samples first.
+    pub functions: Vec<FunctionStat>,
+}
+
+/// Fold a symbolized profile into the hotspot report.
+pub fn build(meta: RunMeta, raw: &RawProfile, symbols: &Symbols) -> HotspotReport {
+    let mut stacks: Vec<Stack> = raw
+        .stacks
+        .iter()
+        .map(|(key, &count)| {
+            let mut frames = Vec::with_capacity(key.user.len() + key.kernel.len() + 2);
+            if let Some(lost) = key.user_lost {
+                frames.push(Frame::marker(lost_label(lost, "user"), false));
+            }
+            for addr in key.user.iter().rev() {
+                frames.extend(symbols.user(addr));
+            }
+            if let Some(lost) = key.kernel_lost {
+                frames.push(Frame::marker(lost_label(lost, "kernel"), true));
+            }
+            for &addr in key.kernel.iter().rev() {
+                frames.extend(symbols.kernel(addr));
+            }
+            if frames.is_empty() {
+                frames.push(Frame::marker("no stack", false));
+            }
+            Stack { pid: key.pid, tid: key.tid, comm: key.comm.clone(), count, frames }
+        })
+        .collect();
+    stacks.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.frames.cmp(&b.frames)));
+
+    let functions = function_stats(&stacks);
+    let samples = stacks.iter().map(|s| s.count).sum();
+    HotspotReport { meta, health: raw.health.clone(), samples, stacks, functions }
+}
+
+fn lost_label(lost: LostStack, side: &str) -> &'static str {
+    match (lost, side) {
+        (LostStack::Collision, "user") => "lost user stack: collision",
+        (LostStack::Collision, _) => "lost kernel stack: collision",
+        (LostStack::Error, "user") => "lost user stack",
+        (LostStack::Error, _) => "lost kernel stack",
+    }
+}
+
+/// Self = samples where the function is the leaf; total = samples where it is anywhere on the
+/// stack (once per stack, so recursion does not count twice).
+pub fn function_stats(stacks: &[Stack]) -> Vec<FunctionStat> {
+    let mut stats: HashMap<(&str, &str), (u64, u64)> = HashMap::new();
+    for stack in stacks {
+        let mut seen = HashSet::new();
+        for frame in &stack.frames {
+            let key = (frame.function.as_str(), frame.module.as_str());
+            if seen.insert(key) {
+                stats.entry(key).or_default().1 += stack.count;
+            }
+        }
+        if let Some(leaf) = stack.frames.last() {
+            stats.entry((leaf.function.as_str(), leaf.module.as_str())).or_default().0 += stack.count;
+        }
+    }
+    let mut out: Vec<FunctionStat> = stats
+        .into_iter()
+        .map(|((function, module), (self_samples, total_samples))| FunctionStat {
+            function: function.to_string(),
+            module: module.to_string(),
+            self_samples,
+            total_samples,
+        })
+        .collect();
+    out.sort_by(|a, b| {
+        b.self_samples
+            .cmp(&a.self_samples)
+            .then(b.total_samples.cmp(&a.total_samples))
+            .then_with(|| a.function.cmp(&b.function))
+    });
+    out
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub fn frame(name: &str) -> Frame {
+        Frame {
+            function: name.into(),
+            module: "/bin/w".into(),
+            file: None,
+            line: None,
+            kernel: false,
+            inlined: false,
+            address: 0,
+        }
+    }
+
+    pub fn stack(names: &[&str], count: u64) -> Stack {
+        Stack {
+            pid: 1,
+            tid: 1,
+            comm: "w".into(),
+            count,
+            frames: names.iter().map(|n| frame(n)).collect(),
+        }
+    }
+
+    #[test]
+    fn self_and_total_counts() {
+        let stacks = vec![
+            stack(&["main", "a", "leaf"], 6),
+            stack(&["main", "b", "leaf"], 3),
+            stack(&["main", "b"], 1),
+            stack(&["main", "rec", "rec", "rec"], 2),
+        ];
+        let stats = function_stats(&stacks);
+        let get = |n: &str| stats.iter().find(|s| s.function == n).unwrap().clone();
+        assert_eq!((get("leaf").self_samples, get("leaf").total_samples), (9, 9));
+        assert_eq!((get("main").self_samples, get("main").total_samples), (0, 12));
+        assert_eq!((get("b").self_samples, get("b").total_samples), (1, 4));
+        assert_eq!((get("rec").self_samples, get("rec").total_samples), (2, 2));
+        assert_eq!(stats[0].function, "leaf");
+        let self_sum: u64 = stats.iter().map(|s| s.self_samples).sum();
+        assert_eq!(self_sum, 12, "every sample has exactly one leaf");
+    }
+}

@@ -1,0 +1,3 @@
+//! One module per report mode: what it asks of the kernel and how it folds records into its
+//! profile type.
+pub mod hotspot;

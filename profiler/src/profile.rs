@@ -1,0 +1,232 @@
+//! The stages' data, from raw kernel records to an aggregated, not yet symbolized profile:
+//! `RawSample` (collect) → `StackKey` + count in `RawProfile` (aggregate).
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::process::{Processes, UserAddr};
+
+/// One stack as read from a stack map.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum StackRead {
+    /// Instruction pointers, leaf first, as the kernel records them.
+    Frames(Vec<u64>),
+    /// No such stack: a kernel thread has no user stack, a sample in user mode no kernel stack.
+    Absent,
+    /// The stack was lost to a hash collision in the stack map.
+    Collision,
+    /// The kernel returned another error (e.g. stack map full).
+    Error(i32),
+}
+
+/// One entry of a drained sample map: a thread, its two stacks, and how often they were seen.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RawSample {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub user: StackRead,
+    pub kernel: StackRead,
+    pub count: u64,
+}
+
+/// Why frames are missing from a stack; shown as a frame so the sample is never misattributed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LostStack {
+    Collision,
+    Error,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct StackKey {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    /// Leaf first. Callers' addresses are already moved back into the call instruction.
+    pub user: Vec<UserAddr>,
+    pub user_lost: Option<LostStack>,
+    /// Leaf first, adjusted like `user`.
+    pub kernel: Vec<u64>,
+    pub kernel_lost: Option<LostStack>,
+}
+
+/// Health of the run: everything lost or damaged, so the report can say so.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Health {
+    /// Samples recorded (before symbolization).
+    pub samples: u64,
+    /// Samples that found the CPU idle.
+    pub idle: u64,
+    /// Samples dropped because the sample map was full.
+    pub lost_map_full: u64,
+    pub user_stack_collisions: u64,
+    pub kernel_stack_collisions: u64,
+    pub user_stack_errors: u64,
+    pub kernel_stack_errors: u64,
+    /// New-process notifications dropped (those processes may symbolize as `[unknown]`).
+    pub process_events_lost: u64,
+    pub target_map_full: u64,
+    /// Processes with samples whose memory map could not be captured before they exited.
+    pub processes_not_captured: u64,
+    /// How many times the kernel maps were drained.
+    pub drains: u64,
+}
+
+impl Health {
+    pub fn lost(&self) -> u64 {
+        self.lost_map_full
+    }
+
+    pub fn collisions(&self) -> u64 {
+        self.user_stack_collisions + self.kernel_stack_collisions
+    }
+
+    /// Sentences for the top of a report, one per problem; empty when all is well.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let total = self.samples + self.lost_map_full;
+        let pct = |n: u64| if total == 0 { 0.0 } else { 100.0 * n as f64 / total as f64 };
+        if self.lost_map_full > 0 {
+            out.push(format!(
+                "{} samples lost ({:.1}%): the sample map was full between drains",
+                self.lost_map_full,
+                pct(self.lost_map_full)
+            ));
+        }
+        if self.collisions() > 0 {
+            out.push(format!(
+                "{} stacks lost to stack-map collisions ({} user, {} kernel; shown as [lost stack])",
+                self.collisions(),
+                self.user_stack_collisions,
+                self.kernel_stack_collisions
+            ));
+        }
+        if self.user_stack_errors + self.kernel_stack_errors > 0 {
+            out.push(format!(
+                "{} stacks could not be read ({} user, {} kernel; shown as [lost stack])",
+                self.user_stack_errors + self.kernel_stack_errors,
+                self.user_stack_errors,
+                self.kernel_stack_errors
+            ));
+        }
+        if self.process_events_lost > 0 {
+            out.push(format!(
+                "{} new-process notifications lost: some processes may show [unknown] frames",
+                self.process_events_lost
+            ));
+        }
+        if self.processes_not_captured > 0 {
+            out.push(format!(
+                "{} processes exited before their memory map could be read: their user frames are [unknown]",
+                self.processes_not_captured
+            ));
+        }
+        if self.target_map_full > 0 {
+            out.push(format!(
+                "{} child processes of the targets were not followed: the target map was full",
+                self.target_map_full
+            ));
+        }
+        out
+    }
+}
+
+/// Samples aggregated by stack, with user addresses resolved to files (not yet to symbols).
+#[derive(Debug, Default)]
+pub struct RawProfile {
+    pub stacks: HashMap<StackKey, u64>,
+    pub health: Health,
+}
+
+impl RawProfile {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Fold one drained sample in. `procs` must already hold the process's memory map if it
+    /// could be captured; addresses are resolved against it now, because it may change later
+    /// (exec, dlopen).
+    pub fn add(&mut self, sample: RawSample, procs: &Processes) {
+        let (user, user_lost) = match sample.user {
+            StackRead::Frames(ips) => {
+                (adjust_callers(&ips).map(|ip| procs.normalize(sample.pid, ip)).collect(), None)
+            }
+            StackRead::Absent => (Vec::new(), None),
+            StackRead::Collision => (Vec::new(), Some(LostStack::Collision)),
+            StackRead::Error(_) => (Vec::new(), Some(LostStack::Error)),
+        };
+        let (kernel, kernel_lost) = match sample.kernel {
+            StackRead::Frames(ips) => (adjust_callers(&ips).collect(), None),
+            StackRead::Absent => (Vec::new(), None),
+            StackRead::Collision => (Vec::new(), Some(LostStack::Collision)),
+            StackRead::Error(_) => (Vec::new(), Some(LostStack::Error)),
+        };
+        let key = StackKey {
+            pid: sample.pid,
+            tid: sample.tid,
+            comm: sample.comm,
+            user,
+            user_lost,
+            kernel,
+            kernel_lost,
+        };
+        *self.stacks.entry(key).or_default() += sample.count;
+    }
+
+    pub fn total_samples(&self) -> u64 {
+        self.stacks.values().sum()
+    }
+}
+
+/// Every frame but the leaf holds a return address, which points after the call: step back
+/// one byte so it resolves to the calling line (and the right function after a noreturn call).
+fn adjust_callers(ips: &[u64]) -> impl Iterator<Item = u64> + '_ {
+    ips.iter().enumerate().map(|(i, &ip)| if i == 0 { ip } else { ip.saturating_sub(1) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::parse_maps;
+
+    fn sample(user: StackRead, kernel: StackRead, count: u64) -> RawSample {
+        RawSample { pid: 7, tid: 8, comm: "w".into(), user, kernel, count }
+    }
+
+    #[test]
+    fn merges_equal_stacks_and_adjusts_return_addresses() {
+        let mut procs = Processes::new();
+        procs.insert_maps(7, parse_maps("1000-2000 r-xp 00000000 fd:01 5 /bin/w\n"));
+        let mut profile = RawProfile::new();
+        let user = StackRead::Frames(vec![0x1100, 0x1200]);
+        profile.add(sample(user.clone(), StackRead::Absent, 3), &procs);
+        profile.add(sample(user, StackRead::Absent, 4), &procs);
+        assert_eq!(profile.stacks.len(), 1);
+        assert_eq!(profile.total_samples(), 7);
+        let key = profile.stacks.keys().next().unwrap();
+        assert_eq!(key.user[0], UserAddr::File { file: 0, offset: 0x100, addr: 0x1100 });
+        assert_eq!(key.user[1], UserAddr::File { file: 0, offset: 0x1ff, addr: 0x11ff });
+    }
+
+    #[test]
+    fn lost_stacks_are_kept_and_marked() {
+        let procs = Processes::new();
+        let mut profile = RawProfile::new();
+        profile.add(sample(StackRead::Collision, StackRead::Frames(vec![0xffff_ffff_8100_0000]), 2), &procs);
+        let key = profile.stacks.keys().next().unwrap();
+        assert_eq!(key.user_lost, Some(LostStack::Collision));
+        assert_eq!(key.kernel, vec![0xffff_ffff_8100_0000]);
+        assert_eq!(profile.total_samples(), 2);
+    }
+
+    #[test]
+    fn health_warns_only_about_real_problems() {
+        let mut health = Health { samples: 1000, ..Default::default() };
+        assert!(health.warnings().is_empty());
+        health.lost_map_full = 10;
+        health.user_stack_collisions = 2;
+        let warnings = health.warnings();
+        assert_eq!(warnings.len(), 2);
+        assert!(warnings[0].contains("10 samples lost (1.0%)"), "{warnings:?}");
+    }
+}

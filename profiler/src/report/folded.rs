@@ -1,0 +1,69 @@
+//! Folded stacks (`comm;outer;...;leaf count`), the input of flamegraph tools.
+use std::{
+    collections::BTreeMap,
+    io::{self, Write},
+};
+
+use super::Renderer;
+use crate::{modes::hotspot::HotspotReport, symbolize::Frame};
+
+pub struct Folded;
+
+impl Renderer for Folded {
+    fn hotspot(&self, report: &HotspotReport, out: &mut dyn Write) -> io::Result<()> {
+        for line in folded_lines(report) {
+            writeln!(out, "{line}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One line per distinct stack (threads of a process with the same name merge), sorted.
+pub fn folded_lines(report: &HotspotReport) -> Vec<String> {
+    let mut merged: BTreeMap<String, u64> = BTreeMap::new();
+    for stack in &report.stacks {
+        let mut line = clean(&stack.comm);
+        for frame in &stack.frames {
+            line.push(';');
+            line.push_str(&frame_name(frame));
+        }
+        *merged.entry(line).or_default() += stack.count;
+    }
+    merged.into_iter().map(|(stack, count)| format!("{stack} {count}")).collect()
+}
+
+/// Kernel frames get perf's `_[k]` suffix so flamegraphs can colour them apart.
+fn frame_name(frame: &Frame) -> String {
+    let mut name = clean(&frame.function);
+    if frame.kernel {
+        name.push_str("_[k]");
+    }
+    name
+}
+
+/// `;` separates frames and the last space separates the count: neither may appear in a name.
+fn clean(name: &str) -> String {
+    name.chars()
+        .map(|c| match c {
+            ';' => ':',
+            '\n' | '\r' => ' ',
+            c => c,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{cli::Format, report::tests::*};
+
+    #[test]
+    fn folded_lines_carry_every_sample() {
+        let text = String::from_utf8(render(Format::Folded, &sample_report())).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines.contains(&"w;main;run;hot_a 60"), "{lines:?}");
+        assert!(lines.contains(&"w;main;hot_c;ksys_read_[k] 10"), "{lines:?}");
+        let total: u64 = lines.iter().map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap()).sum();
+        assert_eq!(total, 100);
+    }
+}

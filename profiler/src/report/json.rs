@@ -1,0 +1,78 @@
+//! JSON for scripts; the schema is documented in docs/json.md and kept stable.
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use super::Renderer;
+use crate::{
+    modes::hotspot::{FunctionStat, HotspotReport, Stack},
+    profile::Health,
+};
+
+pub struct Json;
+
+#[derive(Serialize)]
+struct HotspotJson<'a> {
+    mode: &'static str,
+    event: &'static str,
+    frequency_hz: u64,
+    duration_s: f64,
+    target: &'a str,
+    cpus: u32,
+    samples: u64,
+    lost: u64,
+    stack_collisions: u64,
+    idle_samples: u64,
+    notes: &'a [String],
+    warnings: Vec<String>,
+    health: &'a Health,
+    stacks: &'a [Stack],
+    functions: &'a [FunctionStat],
+}
+
+impl Renderer for Json {
+    fn hotspot(&self, r: &HotspotReport, out: &mut dyn Write) -> io::Result<()> {
+        let doc = HotspotJson {
+            mode: r.meta.mode,
+            event: r.meta.event,
+            frequency_hz: r.meta.frequency_hz,
+            duration_s: r.meta.duration_s,
+            target: &r.meta.target,
+            cpus: r.meta.cpus,
+            samples: r.samples,
+            lost: r.health.lost(),
+            stack_collisions: r.health.collisions(),
+            idle_samples: r.health.idle,
+            notes: &r.meta.notes,
+            warnings: r.health.warnings(),
+            health: &r.health,
+            stacks: &r.stacks,
+            functions: &r.functions,
+        };
+        serde_json::to_writer(&mut *out, &doc).map_err(io::Error::other)?;
+        writeln!(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{cli::Format, report::tests::*};
+
+    #[test]
+    fn json_matches_documented_shape_and_adds_up() {
+        let v: serde_json::Value = serde_json::from_slice(&render(Format::Json, &sample_report())).unwrap();
+        assert_eq!(v["mode"], "hotspot");
+        assert_eq!(v["samples"], 100);
+        assert_eq!(v["lost"], 0);
+        let stacks = v["stacks"].as_array().unwrap();
+        let sum: u64 = stacks.iter().map(|s| s["count"].as_u64().unwrap()).sum();
+        assert_eq!(sum, 100);
+        let frame = &stacks[0]["frames"][0];
+        for key in ["function", "module", "file", "line", "kernel"] {
+            assert!(frame.get(key).is_some(), "frame lacks {key}: {frame}");
+        }
+        let self_sum: u64 = v["functions"].as_array().unwrap().iter().map(|f| f["self"].as_u64().unwrap()).sum();
+        assert_eq!(self_sum, 100);
+        assert_eq!(stacks[0]["frames"].as_array().unwrap().last().unwrap()["function"], "hot_a");
+    }
+}

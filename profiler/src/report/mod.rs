@@ -1,0 +1,96 @@
+//! Renderers: one per output format behind one trait, each writing to any `Write`.
+use std::io::{self, Write};
+
+use serde::Serialize;
+
+use crate::{cli::Format, modes::hotspot::HotspotReport};
+
+mod folded;
+mod json;
+mod pprof;
+mod svg;
+mod text;
+
+pub use folded::folded_lines;
+pub use pprof::proto as pprof_proto;
+
+/// What was measured, how, and for how long: the header of every report.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunMeta {
+    pub mode: &'static str,
+    pub event: &'static str,
+    pub frequency_hz: u64,
+    pub duration_s: f64,
+    /// What was profiled, in words ("system-wide", "pid 1234", "command ./w").
+    pub target: String,
+    pub cpus: u32,
+    /// Things the user should know about the run (e.g. a target exited early).
+    pub notes: Vec<String>,
+}
+
+pub trait Renderer {
+    fn hotspot(&self, report: &HotspotReport, out: &mut dyn Write) -> io::Result<()>;
+}
+
+pub fn renderer(format: Format) -> Box<dyn Renderer> {
+    match format {
+        Format::Text => Box::new(text::Text),
+        Format::Json => Box::new(json::Json),
+        Format::Folded => Box::new(folded::Folded),
+        Format::Svg => Box::new(svg::Svg),
+        Format::Pprof => Box::new(pprof::Pprof),
+    }
+}
+
+/// `a / b` as a percentage, 0 when `b` is 0.
+pub(crate) fn percent(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        0.0
+    } else {
+        100.0 * a as f64 / b as f64
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::{
+        modes::hotspot::{function_stats, tests::stack},
+        profile::Health,
+    };
+
+    pub fn sample_report() -> HotspotReport {
+        let mut stacks = vec![
+            stack(&["main", "run", "hot_a"], 60),
+            stack(&["main", "run", "hot_b"], 30),
+            stack(&["main", "hot_c"], 10),
+        ];
+        stacks[2].pid = 2;
+        stacks[2].frames.push(crate::symbolize::Frame {
+            kernel: true,
+            module: "[kernel.kallsyms]".into(),
+            ..crate::modes::hotspot::tests::frame("ksys_read")
+        });
+        HotspotReport {
+            meta: RunMeta {
+                mode: "hotspot",
+                event: "cpu-clock",
+                frequency_hz: 99,
+                duration_s: 1.0,
+                target: "system-wide".into(),
+                cpus: 2,
+                notes: vec![],
+            },
+            health: Health { samples: 100, idle: 5, ..Default::default() },
+            samples: 100,
+            functions: function_stats(&stacks),
+            stacks,
+        }
+    }
+
+    pub fn render(format: Format, report: &HotspotReport) -> Vec<u8> {
+        let mut out = Vec::new();
+        renderer(format).hotspot(report, &mut out).unwrap();
+        out
+    }
+}

@@ -1,0 +1,277 @@
+//! pprof (`profile.proto`, gzipped), as read by `go tool pprof`, speedscope, Parca and Pyroscope.
+use std::{
+    collections::HashMap,
+    io::{self, Write},
+};
+
+use flate2::{write::GzEncoder, Compression};
+use prost::Message;
+
+use super::Renderer;
+use crate::{modes::hotspot::HotspotReport, symbolize::Frame};
+
+/// The messages of pprof's `profile.proto` that bpfprof writes (field numbers from that schema).
+pub mod proto {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Profile {
+        #[prost(message, repeated, tag = "1")]
+        pub sample_type: Vec<ValueType>,
+        #[prost(message, repeated, tag = "2")]
+        pub sample: Vec<Sample>,
+        #[prost(message, repeated, tag = "3")]
+        pub mapping: Vec<Mapping>,
+        #[prost(message, repeated, tag = "4")]
+        pub location: Vec<Location>,
+        #[prost(message, repeated, tag = "5")]
+        pub function: Vec<Function>,
+        #[prost(string, repeated, tag = "6")]
+        pub string_table: Vec<String>,
+        #[prost(int64, tag = "9")]
+        pub time_nanos: i64,
+        #[prost(int64, tag = "10")]
+        pub duration_nanos: i64,
+        #[prost(message, optional, tag = "11")]
+        pub period_type: Option<ValueType>,
+        #[prost(int64, tag = "12")]
+        pub period: i64,
+        #[prost(int64, repeated, tag = "13")]
+        pub comment: Vec<i64>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ValueType {
+        #[prost(int64, tag = "1")]
+        pub r#type: i64,
+        #[prost(int64, tag = "2")]
+        pub unit: i64,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Sample {
+        #[prost(uint64, repeated, tag = "1")]
+        pub location_id: Vec<u64>,
+        #[prost(int64, repeated, tag = "2")]
+        pub value: Vec<i64>,
+        #[prost(message, repeated, tag = "3")]
+        pub label: Vec<Label>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Label {
+        #[prost(int64, tag = "1")]
+        pub key: i64,
+        #[prost(int64, tag = "2")]
+        pub str: i64,
+        #[prost(int64, tag = "3")]
+        pub num: i64,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Mapping {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(int64, tag = "5")]
+        pub filename: i64,
+        #[prost(bool, tag = "7")]
+        pub has_functions: bool,
+        #[prost(bool, tag = "8")]
+        pub has_filenames: bool,
+        #[prost(bool, tag = "9")]
+        pub has_line_numbers: bool,
+        #[prost(bool, tag = "10")]
+        pub has_inline_frames: bool,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Location {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(uint64, tag = "2")]
+        pub mapping_id: u64,
+        #[prost(uint64, tag = "3")]
+        pub address: u64,
+        #[prost(message, repeated, tag = "4")]
+        pub line: Vec<Line>,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Line {
+        #[prost(uint64, tag = "1")]
+        pub function_id: u64,
+        #[prost(int64, tag = "2")]
+        pub line: i64,
+    }
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Function {
+        #[prost(uint64, tag = "1")]
+        pub id: u64,
+        #[prost(int64, tag = "2")]
+        pub name: i64,
+        #[prost(int64, tag = "3")]
+        pub system_name: i64,
+        #[prost(int64, tag = "4")]
+        pub filename: i64,
+    }
+}
+
+pub struct Pprof;
+
+impl Renderer for Pprof {
+    fn hotspot(&self, report: &HotspotReport, out: &mut dyn Write) -> io::Result<()> {
+        let profile = hotspot_profile(report);
+        let mut gz = GzEncoder::new(out, Compression::default());
+        gz.write_all(&profile.encode_to_vec())?;
+        gz.finish()?;
+        Ok(())
+    }
+}
+
+/// Interns strings, functions, mappings and locations; index 0 of the string table is "".
+#[derive(Default)]
+struct Builder {
+    profile: proto::Profile,
+    strings: HashMap<String, i64>,
+    functions: HashMap<(String, Option<String>), u64>,
+    mappings: HashMap<String, u64>,
+    locations: HashMap<Frame, u64>,
+}
+
+impl Builder {
+    fn new() -> Self {
+        let mut b = Self::default();
+        b.string("");
+        b
+    }
+
+    fn string(&mut self, s: &str) -> i64 {
+        if let Some(&i) = self.strings.get(s) {
+            return i;
+        }
+        let i = self.profile.string_table.len() as i64;
+        self.profile.string_table.push(s.to_string());
+        self.strings.insert(s.to_string(), i);
+        i
+    }
+
+    fn value_type(&mut self, kind: &str, unit: &str) -> proto::ValueType {
+        proto::ValueType { r#type: self.string(kind), unit: self.string(unit) }
+    }
+
+    fn mapping(&mut self, module: &str) -> u64 {
+        if let Some(&id) = self.mappings.get(module) {
+            return id;
+        }
+        let id = self.profile.mapping.len() as u64 + 1;
+        let filename = self.string(module);
+        self.profile.mapping.push(proto::Mapping {
+            id,
+            filename,
+            has_functions: true,
+            has_filenames: true,
+            has_line_numbers: true,
+            has_inline_frames: true,
+        });
+        self.mappings.insert(module.to_string(), id);
+        id
+    }
+
+    fn function(&mut self, frame: &Frame) -> u64 {
+        let key = (frame.function.clone(), frame.file.clone());
+        if let Some(&id) = self.functions.get(&key) {
+            return id;
+        }
+        let id = self.profile.function.len() as u64 + 1;
+        let name = self.string(&frame.function);
+        let filename = self.string(frame.file.as_deref().unwrap_or(""));
+        self.profile.function.push(proto::Function { id, name, system_name: name, filename });
+        self.functions.insert(key, id);
+        id
+    }
+
+    /// One location per distinct frame; an inlined frame is its own location at the same address.
+    fn location(&mut self, frame: &Frame) -> u64 {
+        if let Some(&id) = self.locations.get(frame) {
+            return id;
+        }
+        let id = self.profile.location.len() as u64 + 1;
+        let mapping_id = self.mapping(&frame.module);
+        let function_id = self.function(frame);
+        self.profile.location.push(proto::Location {
+            id,
+            mapping_id,
+            address: frame.address,
+            line: vec![proto::Line { function_id, line: frame.line.unwrap_or(0) as i64 }],
+        });
+        self.locations.insert(frame.clone(), id);
+        id
+    }
+}
+
+pub fn hotspot_profile(report: &HotspotReport) -> proto::Profile {
+    let mut b = Builder::new();
+    let cpu_clock = report.meta.event == "cpu-clock";
+    let period_ns = 1_000_000_000 / report.meta.frequency_hz.max(1) as i64;
+    let samples = b.value_type("samples", "count");
+    b.profile.sample_type.push(samples.clone());
+    if cpu_clock {
+        let cpu = b.value_type("cpu", "nanoseconds");
+        b.profile.sample_type.push(cpu.clone());
+        b.profile.period_type = Some(cpu);
+        b.profile.period = period_ns;
+    } else {
+        b.profile.period_type = Some(samples);
+        b.profile.period = 1;
+    }
+    let (pid_key, tid_key, comm_key) = (b.string("pid"), b.string("tid"), b.string("comm"));
+    for stack in &report.stacks {
+        let location_id = stack.frames.iter().rev().map(|f| b.location(f)).collect();
+        let mut value = vec![stack.count as i64];
+        if cpu_clock {
+            value.push(stack.count as i64 * period_ns);
+        }
+        let comm = b.string(&stack.comm);
+        b.profile.sample.push(proto::Sample {
+            location_id,
+            value,
+            label: vec![
+                proto::Label { key: pid_key, num: stack.pid as i64, ..Default::default() },
+                proto::Label { key: tid_key, num: stack.tid as i64, ..Default::default() },
+                proto::Label { key: comm_key, str: comm, ..Default::default() },
+            ],
+        });
+    }
+    b.profile.duration_nanos = (report.meta.duration_s * 1e9) as i64;
+    b.profile.time_nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64 - b.profile.duration_nanos)
+        .unwrap_or(0);
+    let comment = b.string(&format!("bpfprof hotspot: {}", report.meta.target));
+    b.profile.comment.push(comment);
+    b.profile
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use flate2::read::GzDecoder;
+    use prost::Message;
+
+    use super::proto;
+    use crate::{cli::Format, report::tests::*};
+
+    #[test]
+    fn pprof_decodes_and_keeps_counts_and_leaves() {
+        let bytes = render(Format::Pprof, &sample_report());
+        let mut raw = Vec::new();
+        GzDecoder::new(&bytes[..]).read_to_end(&mut raw).unwrap();
+        let p = proto::Profile::decode(&raw[..]).unwrap();
+        assert_eq!(p.string_table[0], "");
+        assert_eq!(p.sample.len(), 3);
+        let total: i64 = p.sample.iter().map(|s| s.value[0]).sum();
+        assert_eq!(total, 100);
+        let name_of_location = |id: u64| {
+            let loc = p.location.iter().find(|l| l.id == id).unwrap();
+            let f = p.function.iter().find(|f| f.id == loc.line[0].function_id).unwrap();
+            p.string_table[f.name as usize].clone()
+        };
+        let hottest = p.sample.iter().max_by_key(|s| s.value[0]).unwrap();
+        assert_eq!(name_of_location(hottest.location_id[0]), "hot_a", "leaf comes first");
+        assert_eq!(name_of_location(*hottest.location_id.last().unwrap()), "main");
+        assert_eq!(hottest.value[1], 60 * (1_000_000_000 / 99));
+    }
+}

@@ -1,0 +1,141 @@
+//! The terminal report: health first, then top functions by self and total, then hot stacks.
+use std::io::{self, Write};
+
+use super::{percent, Renderer};
+use crate::{modes::hotspot::HotspotReport, symbolize::Frame};
+
+pub struct Text;
+
+const TOP_FUNCTIONS: usize = 25;
+const TOP_STACKS: usize = 10;
+const MAX_FRAMES_SHOWN: usize = 48;
+
+impl Renderer for Text {
+    fn hotspot(&self, r: &HotspotReport, out: &mut dyn Write) -> io::Result<()> {
+        let m = &r.meta;
+        writeln!(
+            out,
+            "bpfprof hotspot: {} | {} at {} Hz | {:.1} s | {} CPUs",
+            m.target, m.event, m.frequency_hz, m.duration_s, m.cpus
+        )?;
+        write!(out, "{} samples", r.samples)?;
+        if r.health.idle > 0 {
+            write!(out, " (plus {} samples on idle CPUs, not shown)", r.health.idle)?;
+        }
+        writeln!(out, ", {} lost, {} stack collisions", r.health.lost(), r.health.collisions())?;
+        for note in &m.notes {
+            writeln!(out, "note: {note}")?;
+        }
+        for warning in r.health.warnings() {
+            writeln!(out, "warning: {warning}")?;
+        }
+        if r.samples == 0 {
+            writeln!(out, "\nNo samples: the targets did not run on a CPU while bpfprof was sampling.")?;
+            return Ok(());
+        }
+
+        writeln!(out, "\nTop functions by self samples")?;
+        function_table(out, r, |f| f.self_samples)?;
+
+        writeln!(out, "\nTop functions by total samples (self + callees)")?;
+        let mut by_total: Vec<_> = r.functions.iter().collect();
+        by_total.sort_by(|a, b| b.total_samples.cmp(&a.total_samples).then(b.self_samples.cmp(&a.self_samples)));
+        writeln!(out, "{:>7} {:>9} {:>7}  {:<40} {}", "total%", "samples", "self%", "function", "module")?;
+        for f in by_total.iter().take(TOP_FUNCTIONS) {
+            writeln!(
+                out,
+                "{:>6.2}% {:>9} {:>6.2}%  {:<40} {}",
+                percent(f.total_samples, r.samples),
+                f.total_samples,
+                percent(f.self_samples, r.samples),
+                f.function,
+                short_module(&f.module)
+            )?;
+        }
+
+        writeln!(out, "\nHottest stacks (leaf first)")?;
+        for (i, stack) in r.stacks.iter().take(TOP_STACKS).enumerate() {
+            writeln!(
+                out,
+                "[{}] {} samples ({:.2}%)  pid {} tid {} {}",
+                i + 1,
+                stack.count,
+                percent(stack.count, r.samples),
+                stack.pid,
+                stack.tid,
+                stack.comm
+            )?;
+            for frame in stack.frames.iter().rev().take(MAX_FRAMES_SHOWN) {
+                writeln!(out, "      {}", describe(frame))?;
+            }
+            if stack.frames.len() > MAX_FRAMES_SHOWN {
+                writeln!(out, "      ... {} more frames", stack.frames.len() - MAX_FRAMES_SHOWN)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn function_table(
+    out: &mut dyn Write,
+    r: &HotspotReport,
+    key: impl Fn(&crate::modes::hotspot::FunctionStat) -> u64,
+) -> io::Result<()> {
+    writeln!(out, "{:>7} {:>9} {:>7}  {:<40} {}", "self%", "samples", "total%", "function", "module")?;
+    for f in r.functions.iter().filter(|f| key(f) > 0).take(TOP_FUNCTIONS) {
+        writeln!(
+            out,
+            "{:>6.2}% {:>9} {:>6.2}%  {:<40} {}",
+            percent(f.self_samples, r.samples),
+            f.self_samples,
+            percent(f.total_samples, r.samples),
+            f.function,
+            short_module(&f.module)
+        )?;
+    }
+    Ok(())
+}
+
+fn short_module(module: &str) -> &str {
+    module.rsplit('/').next().unwrap_or(module)
+}
+
+fn describe(frame: &Frame) -> String {
+    let mut s = frame.function.clone();
+    if frame.inlined {
+        s.push_str(" (inlined)");
+    }
+    match (&frame.file, frame.line) {
+        (Some(file), Some(line)) => s.push_str(&format!("  {}:{line}", short_module(file))),
+        _ if frame.is_unknown() => {
+            s.push_str(&format!("  {} {:#x}", short_module(&frame.module), frame.address))
+        }
+        _ if !frame.module.is_empty() => s.push_str(&format!("  [{}]", short_module(&frame.module))),
+        _ => {}
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{cli::Format, report::tests::*};
+
+    #[test]
+    fn text_leads_with_counts_and_the_hottest_function() {
+        let text = String::from_utf8(render(Format::Text, &sample_report())).unwrap();
+        assert!(text.contains("100 samples (plus 5 samples on idle CPUs"), "{text}");
+        let self_section = text.split("Top functions by self").nth(1).unwrap();
+        let first_row = self_section.lines().nth(2).unwrap();
+        assert!(first_row.contains("hot_a") && first_row.contains("60.00%"), "{first_row}");
+        assert!(!text.contains("warning:"));
+    }
+
+    #[test]
+    fn text_states_losses() {
+        let mut report = sample_report();
+        report.health.lost_map_full = 3;
+        let text = String::from_utf8(render(Format::Text, &report)).unwrap();
+        assert!(text.contains("3 lost"), "{text}");
+        assert!(text.contains("warning: 3 samples lost"), "{text}");
+    }
+}

@@ -1,0 +1,315 @@
+//! The order of things for one run: check → load → attach → start the command → sample until a
+//! stop condition → final drain → detach → symbolize → render. The only place that knows it.
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use anyhow::Context as _;
+use aya::maps::RingBuf;
+use profiler_common::{names, ProcessEvent};
+use tokio::{
+    io::unix::AsyncFd,
+    signal::unix::{signal, SignalKind},
+    time::{interval, sleep_until, Instant, MissedTickBehavior},
+};
+
+use crate::{
+    bpf::Loaded,
+    cli::{Cli, Event, Format, Mode},
+    collect::{drain_into, KernelSource, SampleSource},
+    error::UserError,
+    launcher::{self, RunningCommand},
+    modes::hotspot,
+    output, preflight,
+    process::Processes,
+    profile::RawProfile,
+    report::{self, RunMeta},
+    symbolize::Symbolizer,
+};
+
+/// How often the kernel maps are drained: often enough that a map never fills, rarely enough
+/// to cost nothing.
+const DRAIN_EVERY: Duration = Duration::from_secs(1);
+/// How often stop conditions (targets alive, command exited) are checked.
+const TICK: Duration = Duration::from_millis(100);
+
+/// A validated command line.
+pub struct Plan {
+    pub mode: Mode,
+    pub event: Event,
+    pub frequency_hz: u64,
+    pub duration: Option<Duration>,
+    pub system_wide: bool,
+    pub pids: Vec<u32>,
+    pub command: Vec<OsString>,
+    pub format: Format,
+    pub output: Option<PathBuf>,
+}
+
+impl Plan {
+    /// Every check that needs no privileges, so usage mistakes are reported first.
+    pub fn from_cli(cli: Cli) -> Result<Plan, UserError> {
+        if cli.mode != Mode::Hotspot {
+            return Err(UserError::ModeUnavailable(cli.mode.name()));
+        }
+        let format = cli.resolved_format();
+        preflight::check_frequency(cli.frequency)?;
+        preflight::check_pids(&cli.pids)?;
+        if let Some(program) = cli.command.first() {
+            launcher::resolve(program)?;
+        }
+        if let Some(path) = &cli.output {
+            output::check_writable(path)?;
+        }
+        Ok(Plan {
+            mode: cli.mode,
+            event: cli.event,
+            frequency_hz: cli.frequency,
+            duration: cli.duration.map(Duration::from_secs_f64),
+            system_wide: cli.system_wide || (cli.pids.is_empty() && cli.command.is_empty()),
+            pids: cli.pids,
+            command: cli.command,
+            format,
+            output: cli.output,
+        })
+    }
+
+    fn target_description(&self) -> String {
+        let mut parts = Vec::new();
+        if self.system_wide {
+            parts.push("system-wide".to_string());
+        }
+        if !self.pids.is_empty() {
+            let pids: Vec<String> = self.pids.iter().map(u32::to_string).collect();
+            parts.push(format!("pid {}", pids.join(",")));
+        }
+        if !self.command.is_empty() {
+            parts.push(format!("command `{}`", launcher::display(&self.command)));
+        }
+        parts.join(", ")
+    }
+}
+
+/// Run bpfprof; the result is the process exit code.
+pub fn run(cli: Cli) -> anyhow::Result<i32> {
+    let plan = Plan::from_cli(cli)?;
+    preflight::check_privileges()?;
+    let tracefs = preflight::ensure_tracefs()?;
+    preflight::raise_limits();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the event loop")?;
+    let recording = runtime.block_on(record(&plan, tracefs))?;
+
+    let symbols = Symbolizer::new().symbolize(&recording.profile, &recording.procs);
+    for failure in &symbols.failures {
+        log::warn!("symbolization: {failure}");
+    }
+    let report = hotspot::build(recording.meta, &recording.profile, &symbols);
+    let renderer = report::renderer(plan.format);
+    output::write_report(plan.output.as_deref(), &|out| renderer.hotspot(&report, out))?;
+    if let Some(path) = &plan.output {
+        eprintln!("bpfprof: wrote {} ({} samples)", path.display(), report.samples);
+    }
+    Ok(recording.exit_code)
+}
+
+pub struct Recording {
+    pub profile: RawProfile,
+    pub procs: Processes,
+    pub meta: RunMeta,
+    pub exit_code: i32,
+}
+
+#[derive(Debug, PartialEq)]
+enum Stop {
+    Duration,
+    Interrupted,
+    Terminated,
+    CommandExited(i32),
+    TargetsExited,
+}
+
+/// A process identity that survives pid reuse: (pid, start time in clock ticks).
+#[derive(Clone, Copy)]
+struct Watched {
+    pid: u32,
+    start_time: Option<u64>,
+}
+
+impl Watched {
+    fn new(pid: u32) -> Self {
+        Watched { pid, start_time: start_time(pid) }
+    }
+
+    fn alive(&self) -> bool {
+        start_time(self.pid).is_some() && start_time(self.pid) == self.start_time
+    }
+}
+
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22; the command name (field 2) may contain spaces, so count after its ')'.
+    let after = &stat[stat.rfind(')')? + 2..];
+    after.split(' ').nth(19)?.parse().ok()
+}
+
+async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
+    let paused = match plan.command.is_empty() {
+        true => None,
+        false => Some(launcher::spawn_paused(&plan.command)?),
+    };
+    let mut loaded = Loaded::load(!plan.system_wide, tracefs)?;
+    let mut procs = Processes::new();
+    let watched: Vec<Watched> = plan.pids.iter().map(|&pid| Watched::new(pid)).collect();
+    for &pid in &plan.pids {
+        loaded.add_target(pid)?;
+        let _ = procs.capture(pid);
+    }
+    if let Some(paused) = &paused {
+        loaded.add_target(paused.pid())?;
+    }
+    loaded.attach_process_tracking()?;
+    let mut source = KernelSource::take(&mut loaded.ebpf)?;
+    let events = loaded.ebpf.take_map(names::EVENTS).context("map EVENTS missing")?;
+    // SAFETY: the ring buffer owns its descriptor and outlives the registration (both dropped
+    // together below).
+    let mut events = unsafe { AsyncFd::register(RingBuf::try_from(events)?) }
+        .map_err(|e| anyhow::anyhow!("watching the event ring: {e}"))?;
+    let cpus = loaded.attach_sampling(plan.event, plan.frequency_hz)?;
+    let mut command = paused.map(|p| p.release()).transpose()?;
+
+    eprintln!(
+        "bpfprof: sampling {} at {} Hz ({}) on {cpus} CPUs; Ctrl-C to stop",
+        plan.target_description(),
+        plan.frequency_hz,
+        plan.event.name()
+    );
+    let started = Instant::now();
+    let mut profile = RawProfile::new();
+    let mut not_captured = std::collections::HashSet::new();
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sigchld = signal(SignalKind::child())?;
+    let mut tick = interval(TICK);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut last_drain = Instant::now();
+    let deadline = plan.duration.map(|d| started + d);
+    let until_deadline = async {
+        match deadline {
+            Some(deadline) => sleep_until(deadline).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(until_deadline);
+
+    let stop = loop {
+        tokio::select! {
+            _ = &mut until_deadline => break Stop::Duration,
+            _ = sigint.recv() => break Stop::Interrupted,
+            _ = sigterm.recv() => break Stop::Terminated,
+            _ = sigchld.recv() => {
+                if let Some(code) = command.as_mut().and_then(RunningCommand::try_wait) {
+                    break Stop::CommandExited(code);
+                }
+            }
+            guard = events.readable_mut() => {
+                let mut guard = guard?;
+                capture_announced(guard.get_inner_mut(), &mut procs);
+                guard.clear_ready();
+            }
+            _ = tick.tick() => {
+                if let Some(code) = command.as_mut().and_then(RunningCommand::try_wait) {
+                    break Stop::CommandExited(code);
+                }
+                if !watched.is_empty() && command.is_none() && !plan.system_wide
+                    && watched.iter().all(|w| !w.alive()) {
+                    break Stop::TargetsExited;
+                }
+                if last_drain.elapsed() >= DRAIN_EVERY {
+                    drain_into(&mut source, &mut profile, &mut procs, &mut not_captured)?;
+                    last_drain = Instant::now();
+                }
+            }
+        }
+    };
+    let elapsed = started.elapsed();
+
+    // Both epoch slots, so nothing recorded is left behind.
+    capture_announced(events.get_mut(), &mut procs);
+    drain_into(&mut source, &mut profile, &mut procs, &mut not_captured)?;
+    drain_into(&mut source, &mut profile, &mut procs, &mut not_captured)?;
+    let drains = profile.health.drains;
+    profile.health = source.health()?;
+    profile.health.drains = drains;
+    profile.health.processes_not_captured = not_captured.len() as u64;
+    drop(events);
+    drop(source);
+    drop(loaded); // detaches every program and closes every perf event
+
+    let mut notes = Vec::new();
+    let secs = elapsed.as_secs_f64();
+    match stop {
+        Stop::Interrupted => notes.push(format!("interrupted after {secs:.1} s: partial profile")),
+        Stop::Terminated => notes.push(format!("terminated (SIGTERM) after {secs:.1} s: partial profile")),
+        Stop::TargetsExited => notes.push(format!(
+            "every target process exited after {secs:.1} s: this is what was collected until then"
+        )),
+        Stop::CommandExited(code) if code != 0 => notes.push(format!("the command exited with status {code}")),
+        Stop::CommandExited(_) | Stop::Duration => {}
+    }
+    let exit_code = match (stop, command.as_mut()) {
+        (Stop::CommandExited(code), _) => code,
+        (stop, Some(command)) => {
+            if stop != Stop::Interrupted {
+                // We stopped first (-d or SIGTERM): the command does not outlive the profile.
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(command.pid() as i32),
+                    nix::sys::signal::Signal::SIGTERM,
+                );
+                notes.push(format!("the command was stopped (SIGTERM) after {secs:.1} s"));
+            }
+            command.wait()
+        }
+        (_, None) => 0,
+    };
+
+    let meta = RunMeta {
+        mode: plan.mode.name(),
+        event: plan.event.name(),
+        frequency_hz: plan.frequency_hz,
+        duration_s: secs,
+        target: plan.target_description(),
+        cpus,
+        notes,
+    };
+    Ok(Recording { profile, procs, meta, exit_code })
+}
+
+/// Capture the memory map of every process the kernel announced, while it is alive.
+fn capture_announced(ring: &mut RingBuf<aya::maps::MapData>, procs: &mut Processes) {
+    while let Some(item) = ring.next() {
+        if item.len() < std::mem::size_of::<ProcessEvent>() {
+            continue;
+        }
+        // SAFETY: the ring carries only `ProcessEvent`s, checked for length above.
+        let event: ProcessEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+        let _ = procs.capture(event.tgid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_time_identifies_a_live_process() {
+        let me = Watched::new(std::process::id());
+        assert!(me.start_time.is_some());
+        assert!(me.alive());
+        assert!(!Watched::new(u32::MAX - 1).alive());
+    }
+}
