@@ -145,16 +145,23 @@ impl Watched {
         Watched { pid, start_time: start_time(pid) }
     }
 
+    /// Still running: same process (not a reused pid) and not a zombie waiting to be reaped.
     fn alive(&self) -> bool {
-        start_time(self.pid).is_some() && start_time(self.pid) == self.start_time
+        let Some((state, start)) = stat_fields(self.pid) else { return false };
+        Some(start) == self.start_time && state != 'Z' && state != 'X'
     }
 }
 
 fn start_time(pid: u32) -> Option<u64> {
+    stat_fields(pid).map(|(_, start)| start)
+}
+
+/// (state, start time) from `/proc/<pid>/stat`.
+fn stat_fields(pid: u32) -> Option<(char, u64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Field 22; the command name (field 2) may contain spaces, so count after its ')'.
-    let after = &stat[stat.rfind(')')? + 2..];
-    after.split(' ').nth(19)?.parse().ok()
+    // Fields 3 and 22; the command name (field 2) may contain spaces, so count after its ')'.
+    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split(' ').collect();
+    Some((fields.first()?.chars().next()?, fields.get(19)?.parse().ok()?))
 }
 
 async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
@@ -311,5 +318,14 @@ mod tests {
         assert!(me.start_time.is_some());
         assert!(me.alive());
         assert!(!Watched::new(u32::MAX - 1).alive());
+    }
+
+    #[test]
+    fn a_zombie_is_not_alive() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let watched = Watched::new(child.id());
+        std::thread::sleep(Duration::from_millis(200)); // exited, not reaped yet
+        assert!(!watched.alive());
+        child.wait().unwrap();
     }
 }

@@ -1,1 +1,175 @@
+//! Helpers for bpfprof's privileged end-to-end tests: find the binaries, run workloads that are
+//! killed on drop, read their ground truth, query a JSON report, check nothing stays attached.
+use std::{
+    collections::HashMap,
+    path::PathBuf,
+    process::{Child, Command, Output, Stdio},
+};
 
+use serde_json::Value;
+
+/// The bpfprof binary under test: `BPFPROF_BIN`, else the workspace's release build.
+/// `cargo xtask test` builds it first; a missing binary fails the test, it never skips it.
+pub fn bpfprof_bin() -> PathBuf {
+    let path = std::env::var_os("BPFPROF_BIN").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/bpfprof")
+    });
+    assert!(path.is_file(), "{} not found: run the tests with `cargo xtask test`", path.display());
+    path
+}
+
+pub fn workload(name: &str) -> PathBuf {
+    PathBuf::from(env!("BPFPROF_WORKLOADS")).join(name)
+}
+
+pub fn bpfprof() -> Command {
+    let mut cmd = Command::new(bpfprof_bin());
+    cmd.env("RUST_LOG", "warn");
+    cmd
+}
+
+/// Run bpfprof to completion.
+pub fn run(args: &[&str]) -> Output {
+    let out = bpfprof().args(args).output().expect("starting bpfprof");
+    assert_no_programs_left();
+    out
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A child process that is killed and reaped when dropped, whatever the test did.
+pub struct Running(pub Child);
+
+impl Running {
+    pub fn spawn(cmd: &mut Command) -> Running {
+        Running(cmd.spawn().expect("starting a workload"))
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Wait for the process and return its standard output.
+    pub fn finish(mut self) -> String {
+        let mut out = String::new();
+        if let Some(mut stdout) = self.0.stdout.take() {
+            std::io::Read::read_to_string(&mut stdout, &mut out).unwrap();
+        }
+        self.0.wait().unwrap();
+        out
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Start a workload whose stdout (its ground truth) is captured.
+pub fn start_workload(name: &str, args: &[&str]) -> Running {
+    Running::spawn(Command::new(workload(name)).args(args).stdout(Stdio::piped()))
+}
+
+/// The `TRUTH key=value ...` line a workload prints at exit.
+pub fn truth(stdout: &str) -> HashMap<String, f64> {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("TRUTH "))
+        .unwrap_or_else(|| panic!("no TRUTH line in workload output: {stdout:?}"));
+    line["TRUTH ".len()..]
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap()))
+        .collect()
+}
+
+/// Shares of `names` in the ground truth (each value over the sum of all of them).
+pub fn truth_shares(truth: &HashMap<String, f64>, names: &[&str]) -> HashMap<String, f64> {
+    let total: f64 = names.iter().map(|n| truth[*n]).sum();
+    names.iter().map(|n| (n.to_string(), truth[*n] / total)).collect()
+}
+
+/// A hotspot JSON report.
+pub struct Report(pub Value);
+
+impl Report {
+    pub fn read(path: &std::path::Path) -> Report {
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        Report(serde_json::from_str(&text).expect("the JSON report parses"))
+    }
+
+    pub fn stacks(&self) -> &Vec<Value> {
+        self.0["stacks"].as_array().expect("stacks array")
+    }
+
+    pub fn stacks_of(&self, pid: u32) -> Vec<&Value> {
+        self.stacks().iter().filter(|s| s["pid"] == pid).collect()
+    }
+
+    pub fn samples_of(&self, pid: u32) -> u64 {
+        self.stacks_of(pid).iter().map(|s| s["count"].as_u64().unwrap()).sum()
+    }
+
+    pub fn frames(stack: &Value) -> Vec<&str> {
+        stack["frames"].as_array().unwrap().iter().map(|f| f["function"].as_str().unwrap()).collect()
+    }
+
+    /// Share of `pid`'s samples whose leaf frame is `function`.
+    pub fn self_share(&self, pid: u32, function: &str) -> f64 {
+        let total = self.samples_of(pid) as f64;
+        let hits: u64 = self
+            .stacks_of(pid)
+            .iter()
+            .filter(|s| Report::frames(s).last() == Some(&function))
+            .map(|s| s["count"].as_u64().unwrap())
+            .sum();
+        hits as f64 / total
+    }
+
+    /// Whether some stack of `pid` contains `chain` as consecutive frames, outermost first.
+    pub fn has_chain(&self, pid: u32, chain: &[&str]) -> bool {
+        self.stacks_of(pid).iter().any(|s| Report::frames(s).windows(chain.len()).any(|w| w == chain))
+    }
+
+    /// The report's own totals agree with each other.
+    pub fn assert_consistent(&self) {
+        let v = &self.0;
+        let samples = v["samples"].as_u64().unwrap();
+        let in_stacks: u64 = self.stacks().iter().map(|s| s["count"].as_u64().unwrap()).sum();
+        assert_eq!(samples, in_stacks, "samples == sum of stack counts");
+        let self_sum: u64 = v["functions"].as_array().unwrap().iter().map(|f| f["self"].as_u64().unwrap()).sum();
+        assert_eq!(samples, self_sum, "samples == sum of functions' self");
+        for f in v["functions"].as_array().unwrap() {
+            assert!(f["total"].as_u64() >= f["self"].as_u64(), "total >= self: {f}");
+        }
+        assert_eq!(v["mode"], "hotspot");
+        assert!(v["lost"].is_u64() && v["frequency_hz"].is_u64() && v["duration_s"].is_f64());
+    }
+}
+
+/// Names of bpfprof's kernel programs (as the kernel shows them, at most 15 characters).
+const PROGRAMS: [&str; 4] = ["sample_stack", "follow_fork", "forget_exit", "announce_exec"];
+
+/// No bpfprof program is still loaded in the kernel.
+pub fn assert_no_programs_left() {
+    let left: Vec<String> = aya::programs::loaded_programs()
+        .filter_map(Result::ok)
+        .filter_map(|p| p.name_as_str().map(str::to_string))
+        .filter(|name| PROGRAMS.contains(&name.as_str()))
+        .collect();
+    assert!(left.is_empty(), "bpfprof programs still loaded after it exited: {left:?}");
+}
+
+pub fn temp_path(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("bpfprof-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}

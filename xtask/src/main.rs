@@ -1,1 +1,128 @@
-fn main(){}
+//! Project tasks: the only place that knows about toolchains, system packages and privileges.
+//!
+//!   cargo xtask setup            install what the build and tests need (idempotent, fast when done)
+//!   cargo xtask build            release binary at target/release/bpfprof
+//!   cargo xtask run -- ARGS      build, then run bpfprof ARGS (as root)
+//!   cargo xtask test             unit tests, then privileged end-to-end tests
+//!   cargo xtask bench [MODE]     overhead benchmarks (hotspot)
+use std::{
+    path::{Path, PathBuf},
+    process::{exit, Command},
+};
+
+use anyhow::{bail, Context as _, Result};
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod setup;
+
+#[derive(Parser)]
+#[command(about = "bpfprof project tasks")]
+struct Args {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install the nightly rust-src, bpf-linker, test tools; mount tracefs.
+    Setup,
+    /// Build the release binary (target/release/bpfprof).
+    Build,
+    /// Build and run bpfprof with the given arguments.
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run every test: unit tests and the privileged end-to-end tests.
+    Test {
+        /// Extra arguments for the test harness (e.g. a test name filter).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Measure overhead against the workload alone and against perf.
+    Bench {
+        #[arg(default_value = "hotspot")]
+        mode: String,
+    },
+}
+
+fn main() {
+    let args = Args::parse();
+    let result = match args.task {
+        Task::Setup => setup::run(setup::Needs::Test),
+        Task::Build => setup::run(setup::Needs::Build).and_then(|()| build()),
+        Task::Run { args } => setup::run(setup::Needs::Build).and_then(|()| build()).and_then(|()| run_bpfprof(&args)),
+        Task::Test { args } => setup::run(setup::Needs::Test).and_then(|()| test(&args)),
+        Task::Bench { mode } => setup::run(setup::Needs::Test).and_then(|()| build()).and_then(|()| bench::run(&mode)),
+    };
+    if let Err(err) = result {
+        eprintln!("xtask: {err:#}");
+        exit(1);
+    }
+}
+
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+pub fn bpfprof_bin() -> PathBuf {
+    workspace_root().join("target/release/bpfprof")
+}
+
+/// Run a command, failing with its description if it does not succeed.
+pub fn sh(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("starting {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed ({status})");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(workspace_root());
+    cmd
+}
+
+fn build() -> Result<()> {
+    sh(cargo().args(["build", "--release", "-p", "profiler"]))
+}
+
+/// BPF needs root; re-run through sudo when we are not.
+fn privileged(program: &Path) -> Command {
+    if nix_is_root() {
+        Command::new(program)
+    } else {
+        let mut cmd = Command::new("sudo");
+        cmd.arg("--preserve-env=PATH,RUST_LOG").arg(program);
+        cmd
+    }
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Uid:").map(|r| r.split_whitespace().nth(1) == Some("0"))))
+        .unwrap_or(false)
+}
+
+fn run_bpfprof(args: &[String]) -> Result<()> {
+    let status = privileged(&bpfprof_bin()).args(args).status().context("starting bpfprof")?;
+    exit(status.code().unwrap_or(1));
+}
+
+fn test(extra: &[String]) -> Result<()> {
+    // One profile for everything: the release build of bpfprof is what the end-to-end tests run,
+    // and sharing it avoids compiling the BPF object twice.
+    sh(cargo().args(["build", "--release", "--workspace"]))?;
+    sh(cargo().args(["test", "--release", "--workspace", "--exclude", "bpfprof-tests", "--"]).args(extra))?;
+    if !nix_is_root() {
+        bail!("the end-to-end tests load BPF programs and must run as root: sudo -E cargo xtask test");
+    }
+    // Tests that load BPF share kernel state (the CPUs they sample): one at a time.
+    let mut cmd = cargo();
+    cmd.args(["test", "--release", "-p", "bpfprof-tests", "--", "--test-threads=1"]).args(extra);
+    cmd.env("BPFPROF_BIN", bpfprof_bin());
+    sh(&mut cmd)
+}

@@ -1,0 +1,117 @@
+//! Every bad input gets one clear line, the right exit code, and leaves nothing attached.
+use std::{os::unix::process::ExitStatusExt as _, process::Stdio, time::Duration};
+
+use bpfprof_tests::*;
+use nix::{sys::signal::{kill, Signal}, unistd::Pid};
+
+fn assert_fails(out: &std::process::Output, code: i32, message: &str) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(code), "exit status for {message:?}; stderr: {err}");
+    assert!(err.contains(message), "expected {message:?} in: {err}");
+    let error_lines = err.lines().filter(|l| l.starts_with("bpfprof: ")).count();
+    assert_eq!(error_lines, 1, "one error line: {err}");
+    assert!(!err.contains("bpfprof: sampling "), "must fail before sampling starts: {err}");
+}
+
+#[test]
+fn not_root_is_refused_with_a_next_step() {
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(bpfprof_bin())
+        .args(["-a", "-d", "1"])
+        .output()
+        .expect("setpriv (util-linux)");
+    assert_fails(&out, 1, "needs root");
+    assert!(stderr(&out).contains("sudo"));
+}
+
+#[test]
+fn missing_pid() {
+    let out = run(&["-p", "999999999", "-d", "1"]);
+    assert_fails(&out, 1, "no process with pid 999999999");
+}
+
+#[test]
+fn absurd_frequencies() {
+    assert_fails(&run(&["-F", "0", "-d", "1"]), 2, "sampling frequency must be between 1 and");
+    assert_fails(&run(&["-F", "100000000", "-d", "1"]), 2, "sampling frequency must be between 1 and");
+}
+
+#[test]
+fn unwritable_output_fails_before_profiling() {
+    let out = run(&["-a", "-d", "1", "-o", "/nonexistent-dir/flame.svg"]);
+    assert_fails(&out, 1, "cannot write the report to /nonexistent-dir/flame.svg");
+}
+
+#[test]
+fn command_that_does_not_exist() {
+    let out = run(&["--", "no-such-command-bpfprof"]);
+    assert_fails(&out, 127, "command not found: no-such-command-bpfprof");
+}
+
+#[test]
+fn hardware_event_without_pmu_is_explained() {
+    // This VM has no PMU; where one exists the run must succeed instead.
+    let has_pmu = std::path::Path::new("/sys/bus/event_source/devices/cpu/events/cpu-cycles").exists()
+        || std::path::Path::new("/sys/bus/event_source/devices/cpu_core").exists();
+    let out = run(&["-e", "cycles", "-d", "1", "-a", "-o", temp_path("pmu.json").to_str().unwrap()]);
+    if has_pmu {
+        assert!(out.status.success(), "{}", stderr(&out));
+    } else {
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        assert!(stderr(&out).contains("needs a hardware PMU"), "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn command_exit_status_is_passed_on() {
+    let out = run(&["-F", "99", "-o", temp_path("status.json").to_str().unwrap(), "--", "sh", "-c", "exit 3"]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+}
+
+#[test]
+fn target_exiting_mid_run_reports_what_was_collected() {
+    let workload = start_workload("hotspot", &["split", "1.5"]);
+    let json = temp_path("exited.json");
+    let pid = workload.pid();
+    let out = run(&["-p", &pid.to_string(), "-F", "499", "-o", json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    drop(workload);
+    let report = Report::read(&json);
+    report.assert_consistent();
+    assert!(report.samples_of(pid) > 200, "samples before the exit: {}", report.samples_of(pid));
+    let notes = report.0["notes"].to_string();
+    assert!(notes.contains("exited"), "{notes}");
+    assert!(report.self_share(pid, "burn_a") > 0.5, "symbolized although it exited");
+}
+
+fn stop_with(signal: Signal, note: &str) {
+    let workload = start_workload("hotspot", &["split", "30"]);
+    let json = temp_path(&format!("{signal:?}.json"));
+    let child = bpfprof()
+        .args(["-p", &workload.pid().to_string(), "-F", "499", "-o", json.to_str().unwrap()])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let bpfprof = Running(child);
+    std::thread::sleep(Duration::from_millis(1500));
+    kill(Pid::from_raw(bpfprof.pid() as i32), signal).unwrap();
+    let mut child = bpfprof;
+    let status = child.0.wait().unwrap();
+    assert!(status.success(), "{signal:?} gave {status:?} (signal {:?})", status.signal());
+    assert_no_programs_left();
+    let report = Report::read(&json);
+    report.assert_consistent();
+    assert!(report.samples_of(workload.pid()) > 200);
+    assert!(report.0["notes"].to_string().contains(note), "{}", report.0["notes"]);
+}
+
+#[test]
+fn ctrl_c_gives_a_partial_report_and_detaches() {
+    stop_with(Signal::SIGINT, "interrupted");
+}
+
+#[test]
+fn sigterm_gives_a_partial_report_and_detaches() {
+    stop_with(Signal::SIGTERM, "terminated");
+}

@@ -1,0 +1,191 @@
+//! Hotspot mode end to end, against workloads with a known split of CPU time. These load BPF
+//! for real: run as root (`cargo xtask test`); without privileges they fail, never skip.
+use std::{process::Stdio, time::Duration};
+
+use bpfprof_tests::*;
+
+/// Self shares must match the workload's own measurement within this many percentage points.
+const TOLERANCE_PP: f64 = 3.0;
+
+fn assert_shares(report: &Report, pid: u32, truth: &std::collections::HashMap<String, f64>, names: &[&str]) {
+    let expected = truth_shares(truth, names);
+    for name in names {
+        let got = report.self_share(pid, name) * 100.0;
+        let want = expected[*name] * 100.0;
+        assert!(
+            (got - want).abs() <= TOLERANCE_PP,
+            "{name}: reported {got:.2}% self, workload measured {want:.2}% (samples of pid {pid}: {})",
+            report.samples_of(pid)
+        );
+    }
+}
+
+fn workload_pid(truth: &std::collections::HashMap<String, f64>) -> u32 {
+    truth["pid"] as u32
+}
+
+#[test]
+fn c_command_split_matches_ground_truth_and_caller_chain() {
+    let json = temp_path("c-split.json");
+    let hotspot = workload("hotspot");
+    let out = run(&["-F", "997", "-o", json.to_str().unwrap(), "--", hotspot.to_str().unwrap(), "split", "3"]);
+    assert!(out.status.success(), "bpfprof failed: {}", stderr(&out));
+    let truth = truth(&stdout(&out)); // the command's stdout passes through bpfprof
+    let report = Report::read(&json);
+    report.assert_consistent();
+    let pid = workload_pid(&truth);
+    assert!(report.samples_of(pid) > 2000, "too few samples: {}", report.samples_of(pid));
+    assert_shares(&report, pid, &truth, &["burn_a", "burn_b", "burn_c"]);
+    assert!(report.has_chain(pid, &["main", "run_split", "phase_ab", "burn_a"]), "caller chain of burn_a missing");
+    assert!(report.has_chain(pid, &["main", "run_split", "burn_c"]), "caller chain of burn_c missing");
+    let leaf = &report.stacks_of(pid)[0]["frames"].as_array().unwrap().last().unwrap().clone();
+    assert!(leaf["file"].as_str().unwrap_or("").ends_with("hotspot.c"), "line info: {leaf}");
+    assert!(leaf["line"].as_u64().is_some(), "line info: {leaf}");
+}
+
+#[test]
+fn rust_command_split_matches_ground_truth() {
+    let json = temp_path("rust-split.json");
+    let spin = workload("spin");
+    let out = run(&["-F", "997", "-o", json.to_str().unwrap(), "--", spin.to_str().unwrap(), "3"]);
+    assert!(out.status.success(), "bpfprof failed: {}", stderr(&out));
+    let truth = truth(&stdout(&out));
+    let report = Report::read(&json);
+    report.assert_consistent();
+    let pid = workload_pid(&truth);
+    let mut renamed = truth.clone();
+    renamed.insert("spin::burn_x".into(), truth["burn_x"]);
+    renamed.insert("spin::burn_y".into(), truth["burn_y"]);
+    assert_shares(&report, pid, &renamed, &["spin::burn_x", "spin::burn_y"]);
+    assert!(report.has_chain(pid, &["spin::main", "spin::run", "spin::burn_x"]), "demangled caller chain missing");
+}
+
+#[test]
+fn syscall_heavy_workload_shows_kernel_frames_under_its_caller() {
+    let json = temp_path("syscalls.json");
+    let hotspot = workload("hotspot");
+    let out = run(&["-F", "499", "-o", json.to_str().unwrap(), "--", hotspot.to_str().unwrap(), "syscalls", "2"]);
+    assert!(out.status.success(), "bpfprof failed: {}", stderr(&out));
+    let truth = truth(&stdout(&out));
+    let report = Report::read(&json);
+    report.assert_consistent();
+    let pid = workload_pid(&truth);
+    let stacks = report.stacks_of(pid);
+    let kernel_samples: u64 = stacks
+        .iter()
+        .filter(|s| s["frames"].as_array().unwrap().iter().any(|f| f["kernel"] == true))
+        .map(|s| s["count"].as_u64().unwrap())
+        .sum();
+    let share = kernel_samples as f64 / report.samples_of(pid) as f64;
+    assert!(share > 0.5, "a read(2) loop spends most time in the kernel; kernel frames in {:.0}%", share * 100.0);
+    // Debian's libc `read` has no frame pointer, so a frame-pointer walk from inside it skips its
+    // caller `do_reads` and resumes at `run_syscalls` (the unwinding issue recovers it).
+    let read_in_kernel = stacks.iter().any(|s| {
+        let frames = s["frames"].as_array().unwrap();
+        frames.iter().any(|f| f["kernel"] == true && f["function"].as_str().unwrap().contains("read"))
+            && Report::frames(s).windows(2).any(|w| w == ["main", "run_syscalls"])
+    });
+    assert!(read_in_kernel, "no stack with a kernel read function under main -> run_syscalls");
+}
+
+#[test]
+fn short_lived_child_of_the_command_is_symbolized() {
+    let json = temp_path("child.json");
+    let hotspot = workload("hotspot");
+    let script = format!("{} split 0.6; sleep 0.4", hotspot.display());
+    let out = run(&["-F", "997", "-o", json.to_str().unwrap(), "--", "sh", "-c", &script]);
+    assert!(out.status.success(), "bpfprof failed: {}", stderr(&out));
+    let truth = truth(&stdout(&out));
+    let pid = workload_pid(&truth);
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "the child has exited");
+    let report = Report::read(&json);
+    report.assert_consistent();
+    assert!(report.samples_of(pid) > 300, "child samples: {}", report.samples_of(pid));
+    assert!(report.self_share(pid, "burn_a") > 0.5, "the exited child's frames are symbolized");
+}
+
+#[test]
+fn attaches_to_a_running_pid() {
+    let workload = start_workload("hotspot", &["split", "5"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let json = temp_path("pid.json");
+    let pid = workload.pid().to_string();
+    let out = run(&["-p", &pid, "-F", "997", "-d", "3", "-o", json.to_str().unwrap()]);
+    assert!(out.status.success(), "bpfprof failed: {}", stderr(&out));
+    let truth = truth(&workload.finish());
+    let report = Report::read(&json);
+    report.assert_consistent();
+    let pid = workload_pid(&truth);
+    let other: Vec<u64> = report.stacks().iter().filter(|s| s["pid"] != pid).map(|s| s["pid"].as_u64().unwrap()).collect();
+    assert!(other.is_empty(), "-p must profile only the target; also saw pids {other:?}");
+    assert_shares(&report, pid, &truth, &["burn_a", "burn_b", "burn_c"]);
+}
+
+#[test]
+fn system_wide_sees_the_workload_among_others() {
+    let workload = start_workload("hotspot", &["split", "4"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let json = temp_path("all.json");
+    let out = run(&["-a", "-F", "499", "-d", "2", "-o", json.to_str().unwrap()]);
+    assert!(out.status.success(), "bpfprof failed: {}", stderr(&out));
+    let pid = workload.pid();
+    let report = Report::read(&json);
+    report.assert_consistent();
+    assert!(report.samples_of(pid) > 500, "workload samples: {}", report.samples_of(pid));
+    assert!(report.self_share(pid, "burn_a") > 0.45);
+    assert!(report.0["idle_samples"].is_u64());
+    assert!(report.0["target"].as_str().unwrap().contains("system-wide"));
+}
+
+#[test]
+fn svg_folded_and_pprof_outputs() {
+    let hotspot = workload("hotspot");
+    let svg = temp_path("flame.svg");
+    let out = run(&["-F", "499", "-o", svg.to_str().unwrap(), "--", hotspot.to_str().unwrap(), "split", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("<svg") && text.contains("burn_a") && text.trim_end().ends_with("</svg>"));
+
+    let folded = temp_path("stacks.folded");
+    let out = run(&["-F", "499", "-o", folded.to_str().unwrap(), "--", hotspot.to_str().unwrap(), "split", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = std::fs::read_to_string(&folded).unwrap();
+    assert!(text.lines().any(|l| l.contains(";main;run_split;phase_ab;burn_a ")), "{text}");
+
+    let pprof = temp_path("profile.pb.gz");
+    let out = run(&["-F", "499", "-o", pprof.to_str().unwrap(), "--", hotspot.to_str().unwrap(), "split", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let bytes = std::fs::read(&pprof).unwrap();
+    let mut raw = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut raw).unwrap();
+    use prost::Message as _;
+    let profile = profiler::report::pprof_proto::Profile::decode(&raw[..]).expect("pprof decodes");
+    assert!(profile.sample.len() > 1);
+    let names: Vec<&str> = profile.function.iter().map(|f| profile.string_table[f.name as usize].as_str()).collect();
+    assert!(names.contains(&"burn_a"), "{names:?}");
+    for sample in &profile.sample {
+        for id in &sample.location_id {
+            assert!(profile.location.iter().any(|l| l.id == *id), "dangling location id {id}");
+        }
+    }
+    // An independent reader, where the Go toolchain is installed (`cargo xtask setup` installs it).
+    let go = std::process::Command::new("go").args(["tool", "pprof", "-top", pprof.to_str().unwrap()]).output();
+    let go = go.expect("`go` not found: run `cargo xtask setup` (installs golang-go for the pprof check)");
+    assert!(go.status.success(), "go tool pprof rejected the profile: {}", stderr(&go));
+    assert!(stdout(&go).contains("burn_a"), "{}", stdout(&go));
+}
+
+#[test]
+fn text_report_to_a_closed_pipe_is_not_an_error() {
+    let hotspot = workload("hotspot");
+    let mut child = bpfprof()
+        .args(["-F", "499", "--", hotspot.to_str().unwrap(), "split", "0.5"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // like `| head -0`
+    let status = child.wait().unwrap();
+    assert_no_programs_left();
+    assert!(status.success(), "broken pipe gave {status}");
+}

@@ -1,0 +1,151 @@
+//! Installs what the build needs on a fresh machine, idempotently. When everything is there it
+//! only looks (well under 2 s); it notices a bpf-linker built for an older nightly and rebuilds it.
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::sh;
+
+const BPF_LINKER_VERSION: &str = "0.13.0";
+const TRACEFS: &str = "/sys/kernel/tracing";
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Needs {
+    /// Toolchain for building bpfprof.
+    Build,
+    /// Also the tools the tests and benchmarks compare against or read with.
+    Test,
+}
+
+pub fn run(needs: Needs) -> Result<()> {
+    let nightly = nightly_version()?;
+    ensure_rust_src()?;
+    ensure_bpf_linker(&nightly)?;
+    ensure_tracefs();
+    if needs >= Needs::Test {
+        // perf: the overhead baseline; go: an independent pprof reader; setpriv: the not-root test.
+        ensure_packages(&[("perf", "linux-perf"), ("go", "golang-go"), ("setpriv", "util-linux")])?;
+    }
+    Ok(())
+}
+
+fn output(cmd: &mut Command) -> Result<String> {
+    let out = cmd.output().with_context(|| format!("starting {cmd:?}"))?;
+    if !out.status.success() {
+        bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `rustc +nightly -vV`: identifies the exact nightly (and its LLVM) bpf-linker must match.
+fn nightly_version() -> Result<String> {
+    output(Command::new("rustc").args(["+nightly", "-vV"]))
+        .context("the nightly toolchain is missing: rustup toolchain install nightly")
+}
+
+fn nightly_sysroot() -> Result<PathBuf> {
+    Ok(PathBuf::from(output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))?.trim()))
+}
+
+fn ensure_rust_src() -> Result<()> {
+    let core = nightly_sysroot()?.join("lib/rustlib/src/rust/library/core");
+    if core.is_dir() {
+        return Ok(());
+    }
+    eprintln!("xtask setup: installing rust-src for nightly");
+    sh(Command::new("rustup").args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+}
+
+fn home() -> PathBuf {
+    PathBuf::from(std::env::var_os("HOME").unwrap_or_else(|| "/root".into()))
+}
+
+fn stamp_path() -> PathBuf {
+    home().join(".cache/bpfprof/bpf-linker.stamp")
+}
+
+/// bpf-linker is linked against the nightly's own libLLVM: the stamp records which nightly.
+fn ensure_bpf_linker(nightly: &str) -> Result<()> {
+    let wanted = format!("bpf-linker {BPF_LINKER_VERSION}\n{nightly}");
+    let works = Command::new("bpf-linker").arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
+    let stamp = std::fs::read_to_string(stamp_path()).unwrap_or_default();
+    if works && stamp == wanted {
+        return Ok(());
+    }
+    if works && stamp.is_empty() {
+        eprintln!("xtask setup: bpf-linker found but not built by this setup; rebuilding against the nightly's LLVM");
+    } else if works {
+        eprintln!("xtask setup: the nightly toolchain changed since bpf-linker was built; rebuilding it");
+    } else {
+        eprintln!("xtask setup: building bpf-linker {BPF_LINKER_VERSION} against the nightly's LLVM (about 2 minutes)");
+    }
+    let sysroot = nightly_sysroot()?;
+    let llvm_major = nightly
+        .lines()
+        .find_map(|l| l.strip_prefix("LLVM version: "))
+        .and_then(|v| v.split('.').next())
+        .context("no LLVM version in rustc +nightly -vV")?
+        .to_string();
+    let lib = sysroot.join("lib");
+    let llvm_so = std::fs::read_dir(&lib)?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .find(|n| n.starts_with("libLLVM.so") || n.starts_with("libLLVM-"))
+        .context("no libLLVM in the nightly sysroot")?;
+    // bpf-linker's build looks for the unversioned name under LLVM_PREFIX/lib.
+    let shim = home().join(".cache/bpf-linker-llvm-shim");
+    std::fs::create_dir_all(shim.join("lib"))?;
+    let link = shim.join("lib/libLLVM.so");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(lib.join(&llvm_so), &link)?;
+    sh(Command::new("cargo")
+        .args(["install", &format!("bpf-linker@{BPF_LINKER_VERSION}"), "--locked", "--force"])
+        .args(["--no-default-features", "--features", &format!("llvm-{llvm_major}")])
+        .env("LLVM_PREFIX", &shim)
+        // Lets the installed binary find the versioned library without rustup's environment.
+        .env("RUSTFLAGS", format!("-C link-arg=-Wl,-rpath,{}", lib.display())))?;
+    std::fs::create_dir_all(stamp_path().parent().unwrap())?;
+    std::fs::write(stamp_path(), wanted)?;
+    Ok(())
+}
+
+fn ensure_tracefs() {
+    if Path::new(TRACEFS).join("events").is_dir() || Path::new("/sys/kernel/debug/tracing/events").is_dir() {
+        return;
+    }
+    let mounted = Command::new("mount").args(["-t", "tracefs", "nodev", TRACEFS]).status();
+    if !matches!(mounted, Ok(s) if s.success()) {
+        eprintln!("xtask setup: could not mount tracefs at {TRACEFS} (bpfprof will try again as root)");
+    }
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
+        .unwrap_or(false)
+}
+
+/// Debian packages for the tools that are missing (by command name).
+fn ensure_packages(tools: &[(&str, &str)]) -> Result<()> {
+    let missing: Vec<&str> = tools.iter().filter(|(cmd, _)| !on_path(cmd)).map(|(_, pkg)| *pkg).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    eprintln!("xtask setup: installing {}", missing.join(" "));
+    let root = std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+        .unwrap_or(false);
+    let apt = |args: &[&str]| {
+        let mut cmd = if root { Command::new("apt-get") } else { Command::new("sudo") };
+        if !root {
+            cmd.arg("apt-get");
+        }
+        cmd.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        cmd
+    };
+    sh(&mut apt(&["update", "-qq"]))?;
+    sh(apt(&["install", "-y", "-qq"]).args(&missing))
+}
