@@ -69,13 +69,24 @@ fn field_offset(format: &str, field: &str) -> Option<u32> {
     })
 }
 
-pub fn check_pids(pids: &[u32]) -> Result<(), UserError> {
+/// Each pid's process id (a thread id given by mistake becomes its process), in order, once.
+pub fn resolve_pids(pids: &[u32]) -> Result<Vec<u32>, UserError> {
+    let mut out: Vec<u32> = Vec::with_capacity(pids.len());
     for &pid in pids {
-        if pid == 0 || !Path::new(&format!("/proc/{pid}/stat")).exists() {
-            return Err(UserError::NoSuchProcess(pid));
+        let status = match pid {
+            0 => None,
+            pid => std::fs::read_to_string(format!("/proc/{pid}/status")).ok(),
+        };
+        let tgid = status
+            .as_deref()
+            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:")))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or(UserError::NoSuchProcess(pid))?;
+        if !out.contains(&tgid) {
+            out.push(tgid);
         }
     }
-    Ok(())
+    Ok(out)
 }
 
 /// The kernel's ceiling for sampling rates (it lowers it itself when sampling gets too costly).
@@ -127,6 +138,16 @@ mod tests {
         assert_eq!(field_offset(format, "child_comm"), Some(16));
         assert_eq!(field_offset(format, "parent_comm"), Some(8));
         assert_eq!(field_offset(format, "missing"), None);
+    }
+
+    #[test]
+    fn thread_ids_resolve_to_their_process() {
+        let me = std::process::id();
+        // Test threads are not the main thread: this id is a thread id, not a process id.
+        let tid = unsafe { libc::gettid() } as u32;
+        assert_eq!(resolve_pids(&[tid, me]).unwrap(), vec![me]);
+        assert!(matches!(resolve_pids(&[0]), Err(UserError::NoSuchProcess(0))));
+        assert!(matches!(resolve_pids(&[u32::MAX >> 2]), Err(UserError::NoSuchProcess(_))));
     }
 
     #[test]

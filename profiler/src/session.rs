@@ -2,6 +2,7 @@
 //! stop condition → final drain → detach → symbolize → render. The only place that knows it.
 use std::{
     ffi::OsString,
+    os::fd::{FromRawFd as _, OwnedFd, RawFd},
     path::{Path, PathBuf},
     time::Duration,
 };
@@ -32,8 +33,6 @@ use crate::{
 /// How often the kernel maps are drained: often enough that a map never fills, rarely enough
 /// to cost nothing.
 const DRAIN_EVERY: Duration = Duration::from_secs(1);
-/// How often stop conditions (targets alive, command exited) are checked.
-const TICK: Duration = Duration::from_millis(100);
 
 /// A validated command line.
 pub struct Plan {
@@ -56,7 +55,7 @@ impl Plan {
         }
         let format = cli.resolved_format();
         preflight::check_frequency(cli.frequency)?;
-        preflight::check_pids(&cli.pids)?;
+        let pids = preflight::resolve_pids(&cli.pids)?;
         if let Some(program) = cli.command.first() {
             launcher::resolve(program)?;
         }
@@ -69,7 +68,7 @@ impl Plan {
             frequency_hz: cli.frequency,
             duration: cli.duration.map(Duration::from_secs_f64),
             system_wide: cli.system_wide || (cli.pids.is_empty() && cli.command.is_empty()),
-            pids: cli.pids,
+            pids,
             command: cli.command,
             format,
             output: cli.output,
@@ -103,6 +102,13 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         .build()
         .context("starting the event loop")?;
     let recording = runtime.block_on(record(&plan, tracefs))?;
+    // Sampling is over and everything is detached: a further Ctrl-C should end bpfprof at once
+    // rather than be swallowed by the event loop's handler.
+    // SAFETY: restoring the default disposition of a signal.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+        libc::signal(libc::SIGTERM, libc::SIG_DFL);
+    }
 
     let symbols = Symbolizer::new().symbolize(&recording.profile, &recording.procs);
     for failure in &symbols.failures {
@@ -133,35 +139,28 @@ enum Stop {
     TargetsExited,
 }
 
-/// A process identity that survives pid reuse: (pid, start time in clock ticks).
-#[derive(Clone, Copy)]
-struct Watched {
-    pid: u32,
-    start_time: Option<u64>,
-}
-
-impl Watched {
-    fn new(pid: u32) -> Self {
-        Watched { pid, start_time: start_time(pid) }
+/// A descriptor that becomes readable when the process exits (a zombie counts as exited), and
+/// that keeps naming the same process even if its pid is reused.
+fn pidfd(pid: u32) -> std::io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    // SAFETY: a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    // SAFETY: the AsyncFd owns the descriptor it watches.
+    unsafe { AsyncFd::register(fd) }.map_err(|e| std::io::Error::other(e.to_string()))
+}
 
-    /// Still running: same process (not a reused pid) and not a zombie waiting to be reaped.
-    fn alive(&self) -> bool {
-        let Some((state, start)) = stat_fields(self.pid) else { return false };
-        Some(start) == self.start_time && state != 'Z' && state != 'X'
+/// Resolves once every process behind `fds` has exited; never, for an empty list.
+async fn all_exited(fds: &[AsyncFd<OwnedFd>]) {
+    if fds.is_empty() {
+        return std::future::pending().await;
     }
-}
-
-fn start_time(pid: u32) -> Option<u64> {
-    stat_fields(pid).map(|(_, start)| start)
-}
-
-/// (state, start time) from `/proc/<pid>/stat`.
-fn stat_fields(pid: u32) -> Option<(char, u64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields 3 and 22; the command name (field 2) may contain spaces, so count after its ')'.
-    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split(' ').collect();
-    Some((fields.first()?.chars().next()?, fields.get(19)?.parse().ok()?))
+    for fd in fds {
+        let _ = fd.readable().await;
+    }
 }
 
 async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
@@ -171,7 +170,12 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     };
     let mut loaded = Loaded::load(!plan.system_wide, tracefs)?;
     let mut procs = Processes::new();
-    let watched: Vec<Watched> = plan.pids.iter().map(|&pid| Watched::new(pid)).collect();
+    // Only -p targets end a run by exiting; a command ends it through SIGCHLD instead.
+    let exits = match plan.system_wide || paused.is_some() {
+        true => Vec::new(),
+        false => plan.pids.iter().map(|&pid| pidfd(pid)).collect::<std::io::Result<_>>()
+            .map_err(|_| UserError::NoSuchProcess(plan.pids[0]))?,
+    };
     for &pid in &plan.pids {
         loaded.add_target(pid)?;
         let _ = procs.capture(pid);
@@ -201,9 +205,12 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigchld = signal(SignalKind::child())?;
-    let mut tick = interval(TICK);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut last_drain = Instant::now();
+    // The only periodic wake-up: everything else (signals, exits, new processes) wakes us itself.
+    let mut drain_timer = interval(DRAIN_EVERY);
+    drain_timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    drain_timer.tick().await;
+    let targets_exited = all_exited(&exits);
+    tokio::pin!(targets_exited);
     let deadline = plan.duration.map(|d| started + d);
     let until_deadline = async {
         match deadline {
@@ -228,18 +235,13 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
                 capture_announced(guard.get_inner_mut(), &mut procs);
                 guard.clear_ready();
             }
-            _ = tick.tick() => {
+            _ = &mut targets_exited => break Stop::TargetsExited,
+            _ = drain_timer.tick() => {
+                // Also a safety net for a SIGCHLD that raced the handler's registration.
                 if let Some(code) = command.as_mut().and_then(RunningCommand::try_wait) {
                     break Stop::CommandExited(code);
                 }
-                if !watched.is_empty() && command.is_none() && !plan.system_wide
-                    && watched.iter().all(|w| !w.alive()) {
-                    break Stop::TargetsExited;
-                }
-                if last_drain.elapsed() >= DRAIN_EVERY {
-                    drain_into(&mut source, &mut profile, &mut procs, &mut not_captured)?;
-                    last_drain = Instant::now();
-                }
+                drain_into(&mut source, &mut profile, &mut procs, &mut not_captured)?;
             }
         }
     };
@@ -313,19 +315,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn start_time_identifies_a_live_process() {
-        let me = Watched::new(std::process::id());
-        assert!(me.start_time.is_some());
-        assert!(me.alive());
-        assert!(!Watched::new(u32::MAX - 1).alive());
-    }
-
-    #[test]
-    fn a_zombie_is_not_alive() {
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let watched = Watched::new(child.id());
-        std::thread::sleep(Duration::from_millis(200)); // exited, not reaped yet
-        assert!(!watched.alive());
-        child.wait().unwrap();
+    fn pidfds_report_exit_including_zombies() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let mut child = std::process::Command::new("sleep").arg("0.2").spawn().unwrap();
+            let fds = vec![pidfd(child.id()).unwrap()];
+            let started = Instant::now();
+            all_exited(&fds).await; // the child is a zombie here: not reaped yet
+            assert!(started.elapsed() >= Duration::from_millis(150));
+            child.wait().unwrap();
+            assert!(pidfd(u32::MAX >> 2).is_err());
+        });
     }
 }

@@ -12,7 +12,7 @@ use anyhow::{bail, Context as _, Result};
 
 use crate::{bpfprof_bin, sh, workspace_root};
 
-const ROUNDS: usize = 7;
+const ROUNDS: usize = 9;
 const THREADS: &str = "2";
 
 pub fn run(mode: &str) -> Result<()> {
@@ -46,19 +46,52 @@ fn workload_seconds(bin: &Path, iterations: u64) -> Result<f64> {
     Ok(ns / 1e9)
 }
 
-/// CPU time (user + system) a process has used so far, in seconds.
+/// On-CPU time of all a process's threads so far, in seconds (schedstat: nanoseconds, not ticks).
 fn cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat[stat.rfind(')')? + 2..].split(' ').collect();
-    let ticks: f64 = fields[11].parse::<f64>().ok()? + fields[12].parse::<f64>().ok()?;
-    Some(ticks / 100.0)
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let ns: u64 = tasks
+        .filter_map(|t| t.ok())
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    Some(ns as f64 / 1e9)
 }
+
+/// (run time ns, runs) of a process's perf-event BPF programs, from their fdinfo; needs
+/// kernel.bpf_stats_enabled=1.
+fn bpf_program_stats(pid: u32) -> (u64, u64) {
+    const BPF_PROG_TYPE_PERF_EVENT: &str = "7";
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else { return (0, 0) };
+    let mut total = (0, 0);
+    for info in fds.filter_map(|f| f.ok()).filter_map(|f| std::fs::read_to_string(f.path()).ok()) {
+        let field = |name: &str| {
+            info.lines().find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
+        };
+        if field("prog_type:").as_deref() != Some(BPF_PROG_TYPE_PERF_EVENT) {
+            continue;
+        }
+        total.0 += field("run_time_ns:").and_then(|v| v.parse().ok()).unwrap_or(0);
+        total.1 += field("run_cnt:").and_then(|v| v.parse().ok()).unwrap_or(0);
+    }
+    total
+}
+
+const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
 /// A profiler running in the background, stopped with SIGINT like a user would.
 struct Profiler {
     child: Child,
     cpu_at_ready: f64,
     ready_at: Instant,
+}
+
+/// What a profiler cost while it was ready.
+struct Cost {
+    /// Its own threads' CPU time, as a fraction of one core.
+    cpu: f64,
+    /// Its BPF sampling program: total run time and runs (zero for perf).
+    bpf_ns: u64,
+    bpf_runs: u64,
 }
 
 impl Profiler {
@@ -97,13 +130,14 @@ impl Profiler {
         Profiler { child, cpu_at_ready, ready_at: Instant::now() }
     }
 
-    /// Stop it; returns its CPU use while ready, as a fraction of one core.
-    fn stop(mut self) -> Result<f64> {
+    /// Stop it and say what it cost while it was ready.
+    fn stop(mut self) -> Result<Cost> {
         let cpu = cpu_seconds(self.child.id()).unwrap_or(0.0) - self.cpu_at_ready;
         let wall = self.ready_at.elapsed().as_secs_f64();
+        let (bpf_ns, bpf_runs) = bpf_program_stats(self.child.id());
         nix_kill(self.child.id(), libc_sigint())?;
         self.child.wait()?;
-        Ok(cpu / wall)
+        Ok(Cost { cpu: cpu / wall, bpf_ns, bpf_runs })
     }
 }
 
@@ -123,18 +157,20 @@ fn hotspot() -> Result<()> {
     let iterations = (probe as f64 * 1.5 / t) as u64;
     eprintln!("bench hotspot: {ROUNDS} interleaved rounds of a fixed workload ({iterations} iterations x {THREADS} threads)");
 
+    let stats_before = std::fs::read_to_string(BPF_STATS).unwrap_or_else(|_| "0".into());
+    let _ = std::fs::write(BPF_STATS, "1");
     let (mut alone, mut under_bpfprof, mut under_perf) = (Vec::new(), Vec::new(), Vec::new());
-    let (mut bpfprof_cpu, mut perf_cpu) = (Vec::new(), Vec::new());
+    let (mut bpfprof_cost, mut perf_cost) = (Vec::new(), Vec::new());
     for round in 1..=ROUNDS {
         alone.push(workload_seconds(&bin, iterations)?);
 
         let profiler = Profiler::start_bpfprof()?;
         under_bpfprof.push(workload_seconds(&bin, iterations)?);
-        bpfprof_cpu.push(profiler.stop()?);
+        bpfprof_cost.push(profiler.stop()?);
 
         let profiler = Profiler::start_perf()?;
         under_perf.push(workload_seconds(&bin, iterations)?);
-        perf_cpu.push(profiler.stop()?);
+        perf_cost.push(profiler.stop()?);
         eprintln!(
             "  round {round}: alone {:.4} s, bpfprof {:.4} s, perf {:.4} s",
             alone[round - 1],
@@ -142,6 +178,10 @@ fn hotspot() -> Result<()> {
             under_perf[round - 1]
         );
     }
+    let _ = std::fs::write(BPF_STATS, stats_before.trim());
+    let bpfprof_cpu: Vec<f64> = bpfprof_cost.iter().map(|c| c.cpu).collect();
+    let perf_cpu: Vec<f64> = perf_cost.iter().map(|c| c.cpu).collect();
+    let (bpf_ns, bpf_runs) = bpfprof_cost.iter().fold((0, 0), |(n, r), c| (n + c.bpf_ns, r + c.bpf_runs));
     let min = |v: &[f64]| v.iter().cloned().fold(f64::INFINITY, f64::min);
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let (a, b, p) = (min(&alone), min(&under_bpfprof), min(&under_perf));
@@ -155,11 +195,18 @@ fn hotspot() -> Result<()> {
         100.0 * mean(&bpfprof_cpu)
     );
     println!(
-        "  under perf record -F 99 -g -a {p:.4} s  ratio {:.4}x  added {:+.4} s  perf CPU {:.2}% of one core",
+        "  under perf record -F 99 -g -a {p:.4} s  ratio {:.4}x  added {:+.4} s  perf CPU {:.2}% of one core (perf writes its buffers out at exit)",
         p / a,
         p_added,
         100.0 * mean(&perf_cpu)
     );
+    if bpf_runs > 0 {
+        println!(
+            "  bpfprof sampling program: {:.0} ns per sample over {bpf_runs} samples (kernel BPF stats) = {:.3}% of the CPUs at 99 Hz",
+            bpf_ns as f64 / bpf_runs as f64,
+            100.0 * 99.0 * bpf_ns as f64 / bpf_runs as f64 / 1e9
+        );
+    }
     let share = if p_added > 0.0 { b_added.max(0.0) / p_added } else { f64::NAN };
     println!(
         "  bpfprof ratio {:.4}x (target <= 1.005x): {}; bpfprof added time / perf added time {share:.2} (target <= 0.5): {}",
