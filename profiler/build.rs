@@ -17,7 +17,11 @@ fn main() -> anyhow::Result<()> {
         .parent()
         .ok_or_else(|| anyhow!("no parent for {}", ebpf.manifest_path))?;
     aya_build::build_ebpf(
-        [Package { name: ebpf.name.as_str(), root_dir: root_dir.as_str(), ..Default::default() }],
+        [Package {
+            name: ebpf.name.as_str(),
+            root_dir: root_dir.as_str(),
+            ..Default::default()
+        }],
         Toolchain::default(),
     )
 }

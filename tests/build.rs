@@ -10,7 +10,14 @@ fn main() {
     let compiler = cc::Build::new().get_compiler();
     let status = compiler
         .to_command()
-        .args(["-O2", "-g", "-pthread", "-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer", "-o"])
+        .args([
+            "-O2",
+            "-g",
+            "-pthread",
+            "-fno-omit-frame-pointer",
+            "-mno-omit-leaf-frame-pointer",
+            "-o",
+        ])
         .arg(out.join("hotspot"))
         .arg("workloads/hotspot.c")
         .status()
@@ -19,7 +26,15 @@ fn main() {
 
     let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let status = Command::new(rustc)
-        .args(["--edition", "2021", "-O", "-g", "-C", "force-frame-pointers=yes", "-o"])
+        .args([
+            "--edition",
+            "2021",
+            "-O",
+            "-g",
+            "-C",
+            "force-frame-pointers=yes",
+            "-o",
+        ])
         .arg(out.join("spin"))
         .arg("workloads/spin.rs")
         .status()

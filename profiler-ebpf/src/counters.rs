@@ -19,9 +19,7 @@ pub fn bump(counter: Counter) {
 pub fn atomic_add(dst: *mut u64, value: u64) {
     #[cfg(target_arch = "bpf")]
     unsafe {
-        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
-            dst, value,
-        );
+        core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(dst, value);
     }
     #[cfg(not(target_arch = "bpf"))]
     unsafe {

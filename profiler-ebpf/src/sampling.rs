@@ -85,11 +85,11 @@ fn record(
         kernel_stack_id,
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
     };
-    if let Some(count) = samples.get_ptr_mut(&key) {
+    if let Some(count) = samples.get_ptr_mut(key) {
         atomic_add(count, 1);
-    } else if samples.insert(&key, &1, 0).is_err() {
+    } else if samples.insert(key, 1, 0).is_err() {
         // Either the map is full, or another CPU inserted the same key first: retry once.
-        match samples.get_ptr_mut(&key) {
+        match samples.get_ptr_mut(key) {
             Some(count) => atomic_add(count, 1),
             None => {
                 bump(Counter::SampleMapFull);
@@ -110,9 +110,17 @@ fn stack_id(ctx: &PerfEventContext, stacks: &StackTrace, flags: u64, user: bool)
         Err(err) => {
             let err = err as i64;
             if err == -EEXIST {
-                bump(if user { Counter::UserStackCollision } else { Counter::KernelStackCollision });
+                bump(if user {
+                    Counter::UserStackCollision
+                } else {
+                    Counter::KernelStackCollision
+                });
             } else if err != -EFAULT {
-                bump(if user { Counter::UserStackError } else { Counter::KernelStackError });
+                bump(if user {
+                    Counter::UserStackError
+                } else {
+                    Counter::KernelStackError
+                });
             }
             err as i32
         }
@@ -122,7 +130,10 @@ fn stack_id(ctx: &PerfEventContext, stacks: &StackTrace, flags: u64, user: bool)
 /// Tell user space about a process while it is alive, so its memory map can be captured.
 #[inline(always)]
 pub fn announce(tgid: u32, kind: ProcessEventKind) {
-    let event = ProcessEvent { tgid, kind: kind as u32 };
+    let event = ProcessEvent {
+        tgid,
+        kind: kind as u32,
+    };
     if EVENTS.output::<ProcessEvent>(&event, 0).is_err() {
         bump(Counter::EventLost);
     }

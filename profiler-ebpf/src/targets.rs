@@ -16,9 +16,15 @@ use crate::{counters::bump, sampling::SEEN};
 #[unsafe(no_mangle)]
 static FILTER_BY_TARGET: u32 = 0;
 #[unsafe(no_mangle)]
-static FORK_OFFSETS: ForkOffsets = ForkOffsets { parent_pid: 12, child_pid: 20 };
+static FORK_OFFSETS: ForkOffsets = ForkOffsets {
+    parent_pid: 12,
+    child_pid: 20,
+};
 #[unsafe(no_mangle)]
-static EXIT_OFFSETS: ExitOffsets = ExitOffsets { pid: 24, group_dead: 32 };
+static EXIT_OFFSETS: ExitOffsets = ExitOffsets {
+    pid: 24,
+    group_dead: 32,
+};
 
 /// Target tgids (and, transiently, tids of targets' new threads: see `try_follow_fork`).
 #[map(name = "TARGETS")]
@@ -85,8 +91,7 @@ fn try_forget_exit(ctx: &TracePointContext) -> Result<(), i64> {
         return Ok(());
     }
     if offsets.group_dead != u32::MAX {
-        let group_dead: u8 =
-            unsafe { ctx.read_at(offsets.group_dead as usize) }.map_err(|e| e as i64)?;
+        let group_dead: u8 = unsafe { ctx.read_at(offsets.group_dead as usize) }.map_err(|e| e as i64)?;
         if group_dead != 0 {
             let _ = TARGETS.remove(tgid);
         }

@@ -58,7 +58,9 @@ impl Loaded {
     }
 
     pub fn add_target(&mut self, pid: u32) -> anyhow::Result<()> {
-        self.targets.insert(pid, 1, 0).with_context(|| format!("adding pid {pid} to the targets"))
+        self.targets
+            .insert(pid, 1, 0)
+            .with_context(|| format!("adding pid {pid} to the targets"))
     }
 
     /// Follow targets' children, forget exited threads, re-announce processes that exec.
@@ -74,7 +76,9 @@ impl Loaded {
                 .with_context(|| format!("program {prog} missing"))?
                 .try_into()?;
             program.load().with_context(|| format!("loading {prog}"))?;
-            program.attach("sched", event).with_context(|| format!("attaching to sched:{event}"))?;
+            program
+                .attach("sched", event)
+                .with_context(|| format!("attaching to sched:{event}"))?;
         }
         Ok(())
     }
@@ -104,9 +108,14 @@ impl Loaded {
         program.load().context("loading the sampling program")?;
         let cpus = online_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
         for &cpu in &cpus {
-            if let Err(err) = program.attach(config, PerfEventScope::AllProcessesOneCpu { cpu }, policy, false) {
+            if let Err(err) =
+                program.attach(config, PerfEventScope::AllProcessesOneCpu { cpu }, policy, false)
+            {
                 if event != Event::CpuClock && is_missing_pmu(&err) {
-                    return Err(UserError::NoPmu { event: event.name().to_string() }.into());
+                    return Err(UserError::NoPmu {
+                        event: event.name().to_string(),
+                    }
+                    .into());
                 }
                 return Err(err).with_context(|| format!("opening the {} event on CPU {cpu}", event.name()));
             }
@@ -117,7 +126,9 @@ impl Loaded {
 
 /// perf_event_open's answers when there is no hardware PMU for the event.
 fn is_missing_pmu(err: &ProgramError) -> bool {
-    let ProgramError::SyscallError(syscall) = err else { return false };
+    let ProgramError::SyscallError(syscall) = err else {
+        return false;
+    };
     matches!(
         syscall.io_error.raw_os_error(),
         Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) | Some(libc::EINVAL)

@@ -15,8 +15,13 @@ pub struct Cli {
     #[arg(long, value_enum, default_value_t = Mode::Hotspot)]
     pub mode: Mode,
     /// Profile these processes (all their threads, and children they start during the run).
-    #[arg(short = 'p', long = "pid", value_delimiter = ',', value_name = "PID[,PID...]",
-          conflicts_with = "command")]
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_delimiter = ',',
+        value_name = "PID[,PID...]",
+        conflicts_with = "command"
+    )]
     pub pids: Vec<u32>,
     /// Profile the whole system (the default when neither -p nor a command is given).
     #[arg(short = 'a', long = "all-cpus", conflicts_with = "pids")]
@@ -130,7 +135,9 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
     let trimmed = s.strip_suffix('s').unwrap_or(s);
     match trimmed.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 366.0 * 86400.0 => Ok(v),
-        _ => Err(format!("`{s}` is not a duration in seconds (a positive number, e.g. 10 or 0.5)")),
+        _ => Err(format!(
+            "`{s}` is not a duration in seconds (a positive number, e.g. 10 or 0.5)"
+        )),
     }
 }
 

@@ -48,14 +48,22 @@ impl KernelSource {
             StackTraceMap::try_from(take(names::STACKS[1])?)?,
         ];
         let counters = PerCpuArray::try_from(take(names::COUNTERS)?)?;
-        Ok(Self { epoch, samples, stacks, counters, active: 0 })
+        Ok(Self {
+            epoch,
+            samples,
+            stacks,
+            counters,
+            active: 0,
+        })
     }
 
     fn drain_slot(&mut self, slot: usize) -> anyhow::Result<Vec<RawSample>> {
         let keys: Vec<SampleKey> = self.samples[slot].keys().collect::<Result<_, _>>()?;
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
-            let Ok(count) = self.samples[slot].get(&key, 0) else { continue };
+            let Ok(count) = self.samples[slot].get(&key, 0) else {
+                continue;
+            };
             let _ = self.samples[slot].remove(&key);
             out.push(RawSample {
                 pid: key.tgid,
@@ -86,9 +94,8 @@ impl SampleSource for KernelSource {
     }
 
     fn health(&self) -> anyhow::Result<Health> {
-        let read = |c: Counter| -> anyhow::Result<u64> {
-            Ok(self.counters.get(&(c as u32), 0)?.iter().sum())
-        };
+        let read =
+            |c: Counter| -> anyhow::Result<u64> { Ok(self.counters.get(&(c as u32), 0)?.iter().sum()) };
         Ok(Health {
             samples: read(Counter::Samples)?,
             idle: read(Counter::Idle)?,
@@ -107,7 +114,14 @@ impl SampleSource for KernelSource {
 fn read_stack(map: &StackTraceMap<MapData>, id: i32) -> StackRead {
     match id {
         id if id >= 0 => match map.get(&(id as u32), 0) {
-            Ok(trace) => StackRead::Frames(trace.frames().iter().map(|f| f.ip).filter(|&ip| ip != 0).collect()),
+            Ok(trace) => StackRead::Frames(
+                trace
+                    .frames()
+                    .iter()
+                    .map(|f| f.ip)
+                    .filter(|&ip| ip != 0)
+                    .collect(),
+            ),
             Err(_) => StackRead::Error(id),
         },
         id if id == -EFAULT => StackRead::Absent,
@@ -129,7 +143,10 @@ pub struct ReplaySource {
 
 impl ReplaySource {
     pub fn new(batches: Vec<Vec<RawSample>>, health: Health) -> Self {
-        Self { batches: batches.into(), health }
+        Self {
+            batches: batches.into(),
+            health,
+        }
     }
 }
 
@@ -154,7 +171,10 @@ pub fn drain_into(
     let batch = source.drain()?;
     for sample in batch {
         if let StackRead::Frames(ips) = &sample.user {
-            if !procs.covers(sample.pid, ips) && procs.capture(sample.pid).is_err() && !procs.is_known(sample.pid) {
+            if !procs.covers(sample.pid, ips)
+                && procs.capture(sample.pid).is_err()
+                && !procs.is_known(sample.pid)
+            {
                 not_captured.insert(sample.pid);
             }
         }
@@ -195,7 +215,10 @@ mod tests {
         assert_eq!(profile.total_samples(), 6);
         assert_eq!(profile.stacks.len(), 2);
         assert_eq!(profile.health.drains, 2);
-        assert!(not_captured.contains(&(u32::MAX - 3)), "a vanished process is reported");
+        assert!(
+            not_captured.contains(&(u32::MAX - 3)),
+            "a vanished process is reported"
+        );
     }
 
     #[test]

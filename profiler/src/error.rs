@@ -23,7 +23,10 @@ pub enum UserError {
     #[error("mode `{0}` is not available in this version of bpfprof yet; use --mode hotspot")]
     ModeUnavailable(&'static str),
     #[error("format `{format}` is not available for mode {mode}")]
-    FormatUnavailable { format: &'static str, mode: &'static str },
+    FormatUnavailable {
+        format: &'static str,
+        mode: &'static str,
+    },
     #[error("{0}")]
     Usage(String),
 }

@@ -34,7 +34,11 @@ pub fn resolve(program: &OsString) -> Result<PathBuf, UserError> {
     let path = Path::new(program);
     let display = program.to_string_lossy().into_owned();
     if program.as_bytes().contains(&b'/') {
-        return if path.is_file() { Ok(path.to_path_buf()) } else { Err(UserError::CommandNotFound(display)) };
+        return if path.is_file() {
+            Ok(path.to_path_buf())
+        } else {
+            Err(UserError::CommandNotFound(display))
+        };
     }
     std::env::var_os("PATH")
         .iter()
@@ -46,17 +50,25 @@ pub fn resolve(program: &OsString) -> Result<PathBuf, UserError> {
 
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    path.metadata().map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+    path.metadata()
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
 }
 
 pub fn display(argv: &[OsString]) -> String {
-    argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ")
+    argv.iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 pub fn spawn_paused(argv: &[OsString]) -> Result<PausedCommand, UserError> {
     let display = display(argv);
     let program = resolve(&argv[0])?;
-    let failed = |reason: String| UserError::CommandFailed { command: display.clone(), reason };
+    let failed = |reason: String| UserError::CommandFailed {
+        command: display.clone(),
+        reason,
+    };
     let c_program = CString::new(program.as_os_str().as_bytes()).map_err(|e| failed(e.to_string()))?;
     let c_args: Vec<CString> = argv
         .iter()
@@ -109,9 +121,15 @@ impl PausedCommand {
         if n == 4 {
             let _ = waitpid(self.pid, None);
             let reason = std::io::Error::from_raw_os_error(i32::from_ne_bytes(errno)).to_string();
-            return Err(UserError::CommandFailed { command: std::mem::take(&mut self.display), reason });
+            return Err(UserError::CommandFailed {
+                command: std::mem::take(&mut self.display),
+                reason,
+            });
         }
-        Ok(RunningCommand { pid: self.pid, status: None })
+        Ok(RunningCommand {
+            pid: self.pid,
+            status: None,
+        })
     }
 }
 
@@ -161,8 +179,14 @@ mod tests {
     #[test]
     fn resolves_like_a_shell() {
         assert!(resolve(&"sh".into()).unwrap().is_absolute());
-        assert!(matches!(resolve(&"no-such-command-xyz".into()), Err(UserError::CommandNotFound(_))));
-        assert!(matches!(resolve(&"./no/such".into()), Err(UserError::CommandNotFound(_))));
+        assert!(matches!(
+            resolve(&"no-such-command-xyz".into()),
+            Err(UserError::CommandNotFound(_))
+        ));
+        assert!(matches!(
+            resolve(&"./no/such".into()),
+            Err(UserError::CommandNotFound(_))
+        ));
     }
 
     #[test]

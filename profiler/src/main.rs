@@ -8,7 +8,9 @@ fn main() {
     let code = match profiler::run(Cli::parse()) {
         Ok(code) => code,
         Err(err) => {
-            let code = err.downcast_ref::<UserError>().map_or(profiler::error::exit::FAILURE, UserError::exit_code);
+            let code = err
+                .downcast_ref::<UserError>()
+                .map_or(profiler::error::exit::FAILURE, UserError::exit_code);
             eprintln!("bpfprof: {err:#}");
             code
         }

@@ -10,7 +10,10 @@ use crate::error::UserError;
 
 /// Fail before profiling, not after, when the report could not be written.
 pub fn check_writable(path: &Path) -> Result<(), UserError> {
-    let err = |reason: String| UserError::Output { path: path.to_path_buf(), reason };
+    let err = |reason: String| UserError::Output {
+        path: path.to_path_buf(),
+        reason,
+    };
     if path.is_dir() {
         return Err(err("it is a directory".into()));
     }
@@ -21,7 +24,10 @@ pub fn check_writable(path: &Path) -> Result<(), UserError> {
 }
 
 fn temp_path(path: &Path) -> PathBuf {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     path.with_file_name(format!(".{name}.bpfprof-{}", std::process::id()))
 }
 
@@ -36,20 +42,29 @@ pub fn write_report(
         let mut out = BufWriter::new(stdout.lock());
         return match render(&mut out).and_then(|()| out.flush()) {
             Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
-            Err(e) => Err(UserError::Output { path: "standard output".into(), reason: e.to_string() }),
+            Err(e) => Err(UserError::Output {
+                path: "standard output".into(),
+                reason: e.to_string(),
+            }),
             Ok(()) => Ok(()),
         };
     };
     match write_atomically(path, render) {
         Ok(()) => Ok(()),
         Err(e) => {
-            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
             let fallback = std::env::temp_dir().join(format!("bpfprof-{}-{name}", std::process::id()));
             let saved = match write_atomically(&fallback, render) {
                 Ok(()) => format!("; the report was saved to {} instead", fallback.display()),
                 Err(_) => String::new(),
             };
-            Err(UserError::Output { path: path.to_path_buf(), reason: format!("{e}{saved}") })
+            Err(UserError::Output {
+                path: path.to_path_buf(),
+                reason: format!("{e}{saved}"),
+            })
         }
     }
 }
@@ -84,7 +99,9 @@ mod tests {
         let missing = dir.join("no/such/dir/r.txt");
         let err = check_writable(&missing).unwrap_err().to_string();
         assert!(err.contains("cannot write the report"), "{err}");
-        let failed = write_report(Some(&missing), &|w| w.write_all(b"kept")).unwrap_err().to_string();
+        let failed = write_report(Some(&missing), &|w| w.write_all(b"kept"))
+            .unwrap_err()
+            .to_string();
         assert!(failed.contains("saved to"), "{failed}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -52,7 +52,8 @@ pub fn ensure_tracefs() -> Result<&'static Path, UserError> {
 
 /// Byte offset of `field` in a tracepoint's record, from its tracefs format file.
 pub fn tracepoint_field_offset(tracefs: &Path, group: &str, event: &str, field: &str) -> Option<u32> {
-    let format = std::fs::read_to_string(tracefs.join("events").join(group).join(event).join("format")).ok()?;
+    let format =
+        std::fs::read_to_string(tracefs.join("events").join(group).join(event).join("format")).ok()?;
     field_offset(&format, field)
 }
 
@@ -60,12 +61,13 @@ fn field_offset(format: &str, field: &str) -> Option<u32> {
     format.lines().find_map(|line| {
         let decl = line.trim().strip_prefix("field:")?;
         let (decl, rest) = decl.split_once(';')?;
-        let name = decl.rsplit(|c: char| c == ' ' || c == '*').next()?;
+        let name = decl.rsplit([' ', '*']).next()?;
         let name = name.split('[').next()?;
         if name != field {
             return None;
         }
-        rest.split(';').find_map(|kv| kv.trim().strip_prefix("offset:")?.parse().ok())
+        rest.split(';')
+            .find_map(|kv| kv.trim().strip_prefix("offset:")?.parse().ok())
     })
 }
 
@@ -147,13 +149,19 @@ mod tests {
         let tid = unsafe { libc::gettid() } as u32;
         assert_eq!(resolve_pids(&[tid, me]).unwrap(), vec![me]);
         assert!(matches!(resolve_pids(&[0]), Err(UserError::NoSuchProcess(0))));
-        assert!(matches!(resolve_pids(&[u32::MAX >> 2]), Err(UserError::NoSuchProcess(_))));
+        assert!(matches!(
+            resolve_pids(&[u32::MAX >> 2]),
+            Err(UserError::NoSuchProcess(_))
+        ));
     }
 
     #[test]
     fn rejects_absurd_frequencies() {
         assert!(matches!(check_frequency(0), Err(UserError::BadFrequency { .. })));
-        assert!(matches!(check_frequency(u64::MAX), Err(UserError::BadFrequency { .. })));
+        assert!(matches!(
+            check_frequency(u64::MAX),
+            Err(UserError::BadFrequency { .. })
+        ));
         assert!(check_frequency(99).is_ok());
     }
 }

@@ -1,13 +1,7 @@
 //! What symbolization needs from a process, captured while it is alive: its executable mappings,
 //! and an open handle on every mapped file (so a process that exits, or a binary that is
 //! replaced on disk, still symbolizes). Files are shared by (device, inode), not per pid.
-use std::{
-    collections::HashMap,
-    fs::File,
-    io,
-    os::fd::AsRawFd,
-    path::PathBuf,
-};
+use std::{collections::HashMap, fs::File, io, os::fd::AsRawFd, path::PathBuf};
 
 /// Index into [`Processes::files`].
 pub type FileId = u32;
@@ -133,7 +127,12 @@ impl Processes {
             .into_iter()
             .map(|line| {
                 let region = self.region_for(pid, &line);
-                Mapping { start: line.start, end: line.end, file_offset: line.file_offset, region }
+                Mapping {
+                    start: line.start,
+                    end: line.end,
+                    file_offset: line.file_offset,
+                    region,
+                }
             })
             .collect();
         self.maps.insert(pid, mappings);
@@ -146,7 +145,12 @@ impl Processes {
             .into_iter()
             .map(|line| {
                 let region = self.region_for_path(&line, None);
-                Mapping { start: line.start, end: line.end, file_offset: line.file_offset, region }
+                Mapping {
+                    start: line.start,
+                    end: line.end,
+                    file_offset: line.file_offset,
+                    region,
+                }
             })
             .collect();
         self.maps.insert(pid, mappings);
@@ -157,11 +161,7 @@ impl Processes {
         self.region_for_path(line, Some(&opener))
     }
 
-    fn region_for_path(
-        &mut self,
-        line: &MapsLine,
-        open: Option<&dyn Fn() -> io::Result<File>>,
-    ) -> Region {
+    fn region_for_path(&mut self, line: &MapsLine, open: Option<&dyn Fn() -> io::Result<File>>) -> Region {
         if line.path == "[vdso]" {
             return Region::Vdso;
         }
@@ -174,7 +174,10 @@ impl Processes {
         }
         let handle = open.and_then(|open| open().ok());
         let id = self.files.len() as FileId;
-        self.files.push(MappedFile { path: line.path.clone(), handle });
+        self.files.push(MappedFile {
+            path: line.path.clone(),
+            handle,
+        });
         self.file_ids.insert(key, id);
         Region::File(id)
     }
@@ -209,9 +212,11 @@ impl Processes {
             return UserAddr::Unmapped { addr };
         };
         match mapping.region {
-            Region::File(file) => {
-                UserAddr::File { file, offset: addr - mapping.start + mapping.file_offset, addr }
-            }
+            Region::File(file) => UserAddr::File {
+                file,
+                offset: addr - mapping.start + mapping.file_offset,
+                addr,
+            },
             Region::Vdso => UserAddr::Vdso { addr },
             Region::Anon => UserAddr::Anon { addr },
         }
@@ -263,10 +268,19 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(procs.normalize(10, 0x7f0000200010), UserAddr::Anon { addr: 0x7f0000200010 });
-        assert_eq!(procs.normalize(10, 0x7ffd00000010), UserAddr::Vdso { addr: 0x7ffd00000010 });
+        assert_eq!(
+            procs.normalize(10, 0x7f0000200010),
+            UserAddr::Anon { addr: 0x7f0000200010 }
+        );
+        assert_eq!(
+            procs.normalize(10, 0x7ffd00000010),
+            UserAddr::Vdso { addr: 0x7ffd00000010 }
+        );
         assert_eq!(procs.normalize(10, 0x1000), UserAddr::Unmapped { addr: 0x1000 });
-        assert_eq!(procs.normalize(99, 0x55d0c0a01234), UserAddr::Unmapped { addr: 0x55d0c0a01234 });
+        assert_eq!(
+            procs.normalize(99, 0x55d0c0a01234),
+            UserAddr::Unmapped { addr: 0x55d0c0a01234 }
+        );
         assert!(procs.covers(10, &[0x55d0c0a01234, 0x7f0000000010]));
         assert!(!procs.covers(10, &[0x1000]));
     }
@@ -275,8 +289,11 @@ mod tests {
     fn captures_own_process() {
         let mut procs = Processes::new();
         procs.capture(std::process::id()).unwrap();
-        let here = captures_own_process as usize as u64;
-        assert!(matches!(procs.normalize(std::process::id(), here), UserAddr::File { .. }));
+        let here = captures_own_process as *const () as u64;
+        assert!(matches!(
+            procs.normalize(std::process::id(), here),
+            UserAddr::File { .. }
+        ));
         assert!(procs.capture(u32::MAX - 1).is_err());
     }
 }

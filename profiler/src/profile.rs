@@ -85,7 +85,13 @@ impl Health {
     pub fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         let total = self.samples + self.lost_map_full;
-        let pct = |n: u64| if total == 0 { 0.0 } else { 100.0 * n as f64 / total as f64 };
+        let pct = |n: u64| {
+            if total == 0 {
+                0.0
+            } else {
+                100.0 * n as f64 / total as f64
+            }
+        };
         if self.lost_map_full > 0 {
             out.push(format!(
                 "{} samples lost ({:.1}%): the sample map was full between drains",
@@ -148,9 +154,12 @@ impl RawProfile {
     /// (exec, dlopen).
     pub fn add(&mut self, sample: RawSample, procs: &Processes) {
         let (user, user_lost) = match sample.user {
-            StackRead::Frames(ips) => {
-                (adjust_callers(&ips).map(|ip| procs.normalize(sample.pid, ip)).collect(), None)
-            }
+            StackRead::Frames(ips) => (
+                adjust_callers(&ips)
+                    .map(|ip| procs.normalize(sample.pid, ip))
+                    .collect(),
+                None,
+            ),
             StackRead::Absent => (Vec::new(), None),
             StackRead::Collision => (Vec::new(), Some(LostStack::Collision)),
             StackRead::Error(_) => (Vec::new(), Some(LostStack::Error)),
@@ -181,7 +190,9 @@ impl RawProfile {
 /// Every frame but the leaf holds a return address, which points after the call: step back
 /// one byte so it resolves to the calling line (and the right function after a noreturn call).
 fn adjust_callers(ips: &[u64]) -> impl Iterator<Item = u64> + '_ {
-    ips.iter().enumerate().map(|(i, &ip)| if i == 0 { ip } else { ip.saturating_sub(1) })
+    ips.iter()
+        .enumerate()
+        .map(|(i, &ip)| if i == 0 { ip } else { ip.saturating_sub(1) })
 }
 
 #[cfg(test)]
@@ -190,7 +201,14 @@ mod tests {
     use crate::process::parse_maps;
 
     fn sample(user: StackRead, kernel: StackRead, count: u64) -> RawSample {
-        RawSample { pid: 7, tid: 8, comm: "w".into(), user, kernel, count }
+        RawSample {
+            pid: 7,
+            tid: 8,
+            comm: "w".into(),
+            user,
+            kernel,
+            count,
+        }
     }
 
     #[test]
@@ -204,15 +222,36 @@ mod tests {
         assert_eq!(profile.stacks.len(), 1);
         assert_eq!(profile.total_samples(), 7);
         let key = profile.stacks.keys().next().unwrap();
-        assert_eq!(key.user[0], UserAddr::File { file: 0, offset: 0x100, addr: 0x1100 });
-        assert_eq!(key.user[1], UserAddr::File { file: 0, offset: 0x1ff, addr: 0x11ff });
+        assert_eq!(
+            key.user[0],
+            UserAddr::File {
+                file: 0,
+                offset: 0x100,
+                addr: 0x1100
+            }
+        );
+        assert_eq!(
+            key.user[1],
+            UserAddr::File {
+                file: 0,
+                offset: 0x1ff,
+                addr: 0x11ff
+            }
+        );
     }
 
     #[test]
     fn lost_stacks_are_kept_and_marked() {
         let procs = Processes::new();
         let mut profile = RawProfile::new();
-        profile.add(sample(StackRead::Collision, StackRead::Frames(vec![0xffff_ffff_8100_0000]), 2), &procs);
+        profile.add(
+            sample(
+                StackRead::Collision,
+                StackRead::Frames(vec![0xffff_ffff_8100_0000]),
+                2,
+            ),
+            &procs,
+        );
         let key = profile.stacks.keys().next().unwrap();
         assert_eq!(key.user_lost, Some(LostStack::Collision));
         assert_eq!(key.kernel, vec![0xffff_ffff_8100_0000]);
@@ -221,7 +260,10 @@ mod tests {
 
     #[test]
     fn health_warns_only_about_real_problems() {
-        let mut health = Health { samples: 1000, ..Default::default() };
+        let mut health = Health {
+            samples: 1000,
+            ..Default::default()
+        };
         assert!(health.warnings().is_empty());
         health.lost_map_full = 10;
         health.user_stack_collisions = 2;

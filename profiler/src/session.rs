@@ -173,7 +173,11 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     // Only -p targets end a run by exiting; a command ends it through SIGCHLD instead.
     let exits = match plan.system_wide || paused.is_some() {
         true => Vec::new(),
-        false => plan.pids.iter().map(|&pid| pidfd(pid)).collect::<std::io::Result<_>>()
+        false => plan
+            .pids
+            .iter()
+            .map(|&pid| pidfd(pid))
+            .collect::<std::io::Result<_>>()
             .map_err(|_| UserError::NoSuchProcess(plan.pids[0]))?,
     };
     for &pid in &plan.pids {
@@ -185,7 +189,10 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     }
     loaded.attach_process_tracking()?;
     let mut source = KernelSource::take(&mut loaded.ebpf)?;
-    let events = loaded.ebpf.take_map(names::EVENTS).context("map EVENTS missing")?;
+    let events = loaded
+        .ebpf
+        .take_map(names::EVENTS)
+        .context("map EVENTS missing")?;
     // SAFETY: the ring buffer owns its descriptor and outlives the registration (both dropped
     // together below).
     let mut events = unsafe { AsyncFd::register(RingBuf::try_from(events)?) }
@@ -267,7 +274,9 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         Stop::TargetsExited => notes.push(format!(
             "every target process exited after {secs:.1} s: this is what was collected until then"
         )),
-        Stop::CommandExited(code) if code != 0 => notes.push(format!("the command exited with status {code}")),
+        Stop::CommandExited(code) if code != 0 => {
+            notes.push(format!("the command exited with status {code}"))
+        }
         Stop::CommandExited(_) | Stop::Duration => {}
     }
     let exit_code = match (stop, command.as_mut()) {
@@ -295,7 +304,12 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         cpus,
         notes,
     };
-    Ok(Recording { profile, procs, meta, exit_code })
+    Ok(Recording {
+        profile,
+        procs,
+        meta,
+        exit_code,
+    })
 }
 
 /// Capture the memory map of every process the kernel announced, while it is alive.
@@ -316,7 +330,10 @@ mod tests {
 
     #[test]
     fn pidfds_report_exit_including_zombies() {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         runtime.block_on(async {
             let mut child = std::process::Command::new("sleep").arg("0.2").spawn().unwrap();
             let fds = vec![pidfd(child.id()).unwrap()];

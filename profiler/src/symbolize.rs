@@ -79,7 +79,10 @@ pub struct Symbols {
 
 impl Symbols {
     pub fn user(&self, addr: &UserAddr) -> Vec<Frame> {
-        self.user.get(addr).cloned().unwrap_or_else(|| vec![Frame::unknown("", addr.addr(), false)])
+        self.user
+            .get(addr)
+            .cloned()
+            .unwrap_or_else(|| vec![Frame::unknown("", addr.addr(), false)])
     }
 
     pub fn kernel(&self, addr: u64) -> Vec<Frame> {
@@ -121,13 +124,19 @@ impl Symbolizer {
                         by_file.entry(file).or_default().insert(*addr);
                     }
                     UserAddr::Vdso { addr: a } => {
-                        symbols.user.insert(*addr, vec![Frame::unknown("[vdso]", a, false)]);
+                        symbols
+                            .user
+                            .insert(*addr, vec![Frame::unknown("[vdso]", a, false)]);
                     }
                     UserAddr::Anon { addr: a } => {
-                        symbols.user.insert(*addr, vec![Frame::unknown("[anon]", a, false)]);
+                        symbols
+                            .user
+                            .insert(*addr, vec![Frame::unknown("[anon]", a, false)]);
                     }
                     UserAddr::Unmapped { addr: a } => {
-                        symbols.user.insert(*addr, vec![Frame::unknown("[unmapped]", a, false)]);
+                        symbols
+                            .user
+                            .insert(*addr, vec![Frame::unknown("[unmapped]", a, false)]);
                     }
                 }
             }
@@ -165,12 +174,12 @@ impl Symbolizer {
                 Ok(results) => {
                     for (addr, result) in kernel.iter().zip(&results) {
                         let module = match result {
-                            Symbolized::Sym(Sym { module: Some(m), .. }) => {
-                                module_name(&m.to_string_lossy())
-                            }
+                            Symbolized::Sym(Sym { module: Some(m), .. }) => module_name(&m.to_string_lossy()),
                             _ => KERNEL_MODULE.to_string(),
                         };
-                        symbols.kernel.insert(*addr, frames_of(result, &module, *addr, true));
+                        symbols
+                            .kernel
+                            .insert(*addr, frames_of(result, &module, *addr, true));
                     }
                 }
                 Err(err) => symbols.failures.push(format!("kernel: {err}")),
@@ -247,7 +256,7 @@ mod tests {
         let pid = std::process::id();
         let mut procs = Processes::new();
         procs.capture(pid).unwrap();
-        let here = known_function_for_symbolizer_test as usize as u64;
+        let here = known_function_for_symbolizer_test as *const () as u64;
         let mut profile = RawProfile::new();
         profile.add(
             RawSample {
@@ -265,7 +274,8 @@ mod tests {
         let key = profile.stacks.keys().next().unwrap();
         let leaf = symbols.user(&key.user[0]);
         assert!(
-            leaf.iter().any(|f| f.function.ends_with("known_function_for_symbolizer_test")),
+            leaf.iter()
+                .any(|f| f.function.ends_with("known_function_for_symbolizer_test")),
             "{leaf:?}"
         );
         assert!(leaf[0].module.contains("profiler"), "{leaf:?}");

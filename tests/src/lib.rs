@@ -11,10 +11,14 @@ use serde_json::Value;
 /// The bpfprof binary under test: `BPFPROF_BIN`, else the workspace's release build.
 /// `cargo xtask test` builds it first; a missing binary fails the test, it never skips it.
 pub fn bpfprof_bin() -> PathBuf {
-    let path = std::env::var_os("BPFPROF_BIN").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/bpfprof")
-    });
-    assert!(path.is_file(), "{} not found: run the tests with `cargo xtask test`", path.display());
+    let path = std::env::var_os("BPFPROF_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/bpfprof"));
+    assert!(
+        path.is_file(),
+        "{} not found: run the tests with `cargo xtask test`",
+        path.display()
+    );
     path
 }
 
@@ -115,11 +119,19 @@ impl Report {
     }
 
     pub fn samples_of(&self, pid: u32) -> u64 {
-        self.stacks_of(pid).iter().map(|s| s["count"].as_u64().unwrap()).sum()
+        self.stacks_of(pid)
+            .iter()
+            .map(|s| s["count"].as_u64().unwrap())
+            .sum()
     }
 
     pub fn frames(stack: &Value) -> Vec<&str> {
-        stack["frames"].as_array().unwrap().iter().map(|f| f["function"].as_str().unwrap()).collect()
+        stack["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["function"].as_str().unwrap())
+            .collect()
     }
 
     /// Share of `pid`'s samples whose leaf frame is `function`.
@@ -136,7 +148,9 @@ impl Report {
 
     /// Whether some stack of `pid` contains `chain` as consecutive frames, outermost first.
     pub fn has_chain(&self, pid: u32, chain: &[&str]) -> bool {
-        self.stacks_of(pid).iter().any(|s| Report::frames(s).windows(chain.len()).any(|w| w == chain))
+        self.stacks_of(pid)
+            .iter()
+            .any(|s| Report::frames(s).windows(chain.len()).any(|w| w == chain))
     }
 
     /// The report's own totals agree with each other.
@@ -145,7 +159,12 @@ impl Report {
         let samples = v["samples"].as_u64().unwrap();
         let in_stacks: u64 = self.stacks().iter().map(|s| s["count"].as_u64().unwrap()).sum();
         assert_eq!(samples, in_stacks, "samples == sum of stack counts");
-        let self_sum: u64 = v["functions"].as_array().unwrap().iter().map(|f| f["self"].as_u64().unwrap()).sum();
+        let self_sum: u64 = v["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["self"].as_u64().unwrap())
+            .sum();
         assert_eq!(samples, self_sum, "samples == sum of functions' self");
         for f in v["functions"].as_array().unwrap() {
             assert!(f["total"].as_u64() >= f["self"].as_u64(), "total >= self: {f}");
@@ -165,7 +184,10 @@ pub fn assert_no_programs_left() {
         .filter_map(|p| p.name_as_str().map(str::to_string))
         .filter(|name| PROGRAMS.contains(&name.as_str()))
         .collect();
-    assert!(left.is_empty(), "bpfprof programs still loaded after it exited: {left:?}");
+    assert!(
+        left.is_empty(),
+        "bpfprof programs still loaded after it exited: {left:?}"
+    );
 }
 
 pub fn temp_path(name: &str) -> PathBuf {

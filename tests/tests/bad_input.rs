@@ -2,15 +2,25 @@
 use std::{os::unix::process::ExitStatusExt as _, process::Stdio, time::Duration};
 
 use bpfprof_tests::*;
-use nix::{sys::signal::{kill, Signal}, unistd::Pid};
+use nix::{
+    sys::signal::{kill, Signal},
+    unistd::Pid,
+};
 
 fn assert_fails(out: &std::process::Output, code: i32, message: &str) {
     let err = stderr(out);
-    assert_eq!(out.status.code(), Some(code), "exit status for {message:?}; stderr: {err}");
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "exit status for {message:?}; stderr: {err}"
+    );
     assert!(err.contains(message), "expected {message:?} in: {err}");
     let error_lines = err.lines().filter(|l| l.starts_with("bpfprof: ")).count();
     assert_eq!(error_lines, 1, "one error line: {err}");
-    assert!(!err.contains("bpfprof: sampling "), "must fail before sampling starts: {err}");
+    assert!(
+        !err.contains("bpfprof: sampling "),
+        "must fail before sampling starts: {err}"
+    );
 }
 
 #[test]
@@ -33,8 +43,16 @@ fn missing_pid() {
 
 #[test]
 fn absurd_frequencies() {
-    assert_fails(&run(&["-F", "0", "-d", "1"]), 2, "sampling frequency must be between 1 and");
-    assert_fails(&run(&["-F", "100000000", "-d", "1"]), 2, "sampling frequency must be between 1 and");
+    assert_fails(
+        &run(&["-F", "0", "-d", "1"]),
+        2,
+        "sampling frequency must be between 1 and",
+    );
+    assert_fails(
+        &run(&["-F", "100000000", "-d", "1"]),
+        2,
+        "sampling frequency must be between 1 and",
+    );
 }
 
 #[test]
@@ -54,7 +72,15 @@ fn hardware_event_without_pmu_is_explained() {
     // This VM has no PMU; where one exists the run must succeed instead.
     let has_pmu = std::path::Path::new("/sys/bus/event_source/devices/cpu/events/cpu-cycles").exists()
         || std::path::Path::new("/sys/bus/event_source/devices/cpu_core").exists();
-    let out = run(&["-e", "cycles", "-d", "1", "-a", "-o", temp_path("pmu.json").to_str().unwrap()]);
+    let out = run(&[
+        "-e",
+        "cycles",
+        "-d",
+        "1",
+        "-a",
+        "-o",
+        temp_path("pmu.json").to_str().unwrap(),
+    ]);
     if has_pmu {
         assert!(out.status.success(), "{}", stderr(&out));
     } else {
@@ -65,7 +91,16 @@ fn hardware_event_without_pmu_is_explained() {
 
 #[test]
 fn command_exit_status_is_passed_on() {
-    let out = run(&["-F", "99", "-o", temp_path("status.json").to_str().unwrap(), "--", "sh", "-c", "exit 3"]);
+    let out = run(&[
+        "-F",
+        "99",
+        "-o",
+        temp_path("status.json").to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "exit 3",
+    ]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
 }
 
@@ -79,17 +114,31 @@ fn target_exiting_mid_run_reports_what_was_collected() {
     drop(workload);
     let report = Report::read(&json);
     report.assert_consistent();
-    assert!(report.samples_of(pid) > 200, "samples before the exit: {}", report.samples_of(pid));
+    assert!(
+        report.samples_of(pid) > 200,
+        "samples before the exit: {}",
+        report.samples_of(pid)
+    );
     let notes = report.0["notes"].to_string();
     assert!(notes.contains("exited"), "{notes}");
-    assert!(report.self_share(pid, "burn_a") > 0.5, "symbolized although it exited");
+    assert!(
+        report.self_share(pid, "burn_a") > 0.5,
+        "symbolized although it exited"
+    );
 }
 
 fn stop_with(signal: Signal, note: &str) {
     let workload = start_workload("hotspot", &["split", "30"]);
     let json = temp_path(&format!("{signal:?}.json"));
     let child = bpfprof()
-        .args(["-p", &workload.pid().to_string(), "-F", "499", "-o", json.to_str().unwrap()])
+        .args([
+            "-p",
+            &workload.pid().to_string(),
+            "-F",
+            "499",
+            "-o",
+            json.to_str().unwrap(),
+        ])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -98,12 +147,20 @@ fn stop_with(signal: Signal, note: &str) {
     kill(Pid::from_raw(bpfprof.pid() as i32), signal).unwrap();
     let mut child = bpfprof;
     let status = child.0.wait().unwrap();
-    assert!(status.success(), "{signal:?} gave {status:?} (signal {:?})", status.signal());
+    assert!(
+        status.success(),
+        "{signal:?} gave {status:?} (signal {:?})",
+        status.signal()
+    );
     assert_no_programs_left();
     let report = Report::read(&json);
     report.assert_consistent();
     assert!(report.samples_of(workload.pid()) > 200);
-    assert!(report.0["notes"].to_string().contains(note), "{}", report.0["notes"]);
+    assert!(
+        report.0["notes"].to_string().contains(note),
+        "{}",
+        report.0["notes"]
+    );
 }
 
 #[test]

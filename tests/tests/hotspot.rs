@@ -28,18 +28,45 @@ fn workload_pid(truth: &std::collections::HashMap<String, f64>) -> u32 {
 fn c_command_split_matches_ground_truth_and_caller_chain() {
     let json = temp_path("c-split.json");
     let hotspot = workload("hotspot");
-    let out = run(&["-F", "997", "-o", json.to_str().unwrap(), "--", hotspot.to_str().unwrap(), "split", "3"]);
+    let out = run(&[
+        "-F",
+        "997",
+        "-o",
+        json.to_str().unwrap(),
+        "--",
+        hotspot.to_str().unwrap(),
+        "split",
+        "3",
+    ]);
     assert!(out.status.success(), "bpfprof failed: {}", stderr(&out));
     let truth = truth(&stdout(&out)); // the command's stdout passes through bpfprof
     let report = Report::read(&json);
     report.assert_consistent();
     let pid = workload_pid(&truth);
-    assert!(report.samples_of(pid) > 2000, "too few samples: {}", report.samples_of(pid));
+    assert!(
+        report.samples_of(pid) > 2000,
+        "too few samples: {}",
+        report.samples_of(pid)
+    );
     assert_shares(&report, pid, &truth, &["burn_a", "burn_b", "burn_c"]);
-    assert!(report.has_chain(pid, &["main", "run_split", "phase_ab", "burn_a"]), "caller chain of burn_a missing");
-    assert!(report.has_chain(pid, &["main", "run_split", "burn_c"]), "caller chain of burn_c missing");
-    let leaf = &report.stacks_of(pid)[0]["frames"].as_array().unwrap().last().unwrap().clone();
-    assert!(leaf["file"].as_str().unwrap_or("").ends_with("hotspot.c"), "line info: {leaf}");
+    assert!(
+        report.has_chain(pid, &["main", "run_split", "phase_ab", "burn_a"]),
+        "caller chain of burn_a missing"
+    );
+    assert!(
+        report.has_chain(pid, &["main", "run_split", "burn_c"]),
+        "caller chain of burn_c missing"
+    );
+    let leaf = &report.stacks_of(pid)[0]["frames"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(
+        leaf["file"].as_str().unwrap_or("").ends_with("hotspot.c"),
+        "line info: {leaf}"
+    );
     assert!(leaf["line"].as_u64().is_some(), "line info: {leaf}");
 }
 
@@ -47,7 +74,15 @@ fn c_command_split_matches_ground_truth_and_caller_chain() {
 fn rust_command_split_matches_ground_truth() {
     let json = temp_path("rust-split.json");
     let spin = workload("spin");
-    let out = run(&["-F", "997", "-o", json.to_str().unwrap(), "--", spin.to_str().unwrap(), "3"]);
+    let out = run(&[
+        "-F",
+        "997",
+        "-o",
+        json.to_str().unwrap(),
+        "--",
+        spin.to_str().unwrap(),
+        "3",
+    ]);
     assert!(out.status.success(), "bpfprof failed: {}", stderr(&out));
     let truth = truth(&stdout(&out));
     let report = Report::read(&json);
@@ -57,14 +92,26 @@ fn rust_command_split_matches_ground_truth() {
     renamed.insert("spin::burn_x".into(), truth["burn_x"]);
     renamed.insert("spin::burn_y".into(), truth["burn_y"]);
     assert_shares(&report, pid, &renamed, &["spin::burn_x", "spin::burn_y"]);
-    assert!(report.has_chain(pid, &["spin::main", "spin::run", "spin::burn_x"]), "demangled caller chain missing");
+    assert!(
+        report.has_chain(pid, &["spin::main", "spin::run", "spin::burn_x"]),
+        "demangled caller chain missing"
+    );
 }
 
 #[test]
 fn syscall_heavy_workload_shows_kernel_frames_under_its_caller() {
     let json = temp_path("syscalls.json");
     let hotspot = workload("hotspot");
-    let out = run(&["-F", "499", "-o", json.to_str().unwrap(), "--", hotspot.to_str().unwrap(), "syscalls", "2"]);
+    let out = run(&[
+        "-F",
+        "499",
+        "-o",
+        json.to_str().unwrap(),
+        "--",
+        hotspot.to_str().unwrap(),
+        "syscalls",
+        "2",
+    ]);
     assert!(out.status.success(), "bpfprof failed: {}", stderr(&out));
     let truth = truth(&stdout(&out));
     let report = Report::read(&json);
@@ -73,19 +120,36 @@ fn syscall_heavy_workload_shows_kernel_frames_under_its_caller() {
     let stacks = report.stacks_of(pid);
     let kernel_samples: u64 = stacks
         .iter()
-        .filter(|s| s["frames"].as_array().unwrap().iter().any(|f| f["kernel"] == true))
+        .filter(|s| {
+            s["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| f["kernel"] == true)
+        })
         .map(|s| s["count"].as_u64().unwrap())
         .sum();
     let share = kernel_samples as f64 / report.samples_of(pid) as f64;
-    assert!(share > 0.5, "a read(2) loop spends most time in the kernel; kernel frames in {:.0}%", share * 100.0);
+    assert!(
+        share > 0.5,
+        "a read(2) loop spends most time in the kernel; kernel frames in {:.0}%",
+        share * 100.0
+    );
     // Debian's libc `read` has no frame pointer, so a frame-pointer walk from inside it skips its
     // caller `do_reads` and resumes at `run_syscalls` (the unwinding issue recovers it).
     let read_in_kernel = stacks.iter().any(|s| {
         let frames = s["frames"].as_array().unwrap();
-        frames.iter().any(|f| f["kernel"] == true && f["function"].as_str().unwrap().contains("read"))
-            && Report::frames(s).windows(2).any(|w| w == ["main", "run_syscalls"])
+        frames
+            .iter()
+            .any(|f| f["kernel"] == true && f["function"].as_str().unwrap().contains("read"))
+            && Report::frames(s)
+                .windows(2)
+                .any(|w| w == ["main", "run_syscalls"])
     });
-    assert!(read_in_kernel, "no stack with a kernel read function under main -> run_syscalls");
+    assert!(
+        read_in_kernel,
+        "no stack with a kernel read function under main -> run_syscalls"
+    );
 }
 
 #[test]
@@ -93,15 +157,34 @@ fn short_lived_child_of_the_command_is_symbolized() {
     let json = temp_path("child.json");
     let hotspot = workload("hotspot");
     let script = format!("{} split 0.6; sleep 0.4", hotspot.display());
-    let out = run(&["-F", "997", "-o", json.to_str().unwrap(), "--", "sh", "-c", &script]);
+    let out = run(&[
+        "-F",
+        "997",
+        "-o",
+        json.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
     assert!(out.status.success(), "bpfprof failed: {}", stderr(&out));
     let truth = truth(&stdout(&out));
     let pid = workload_pid(&truth);
-    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "the child has exited");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the child has exited"
+    );
     let report = Report::read(&json);
     report.assert_consistent();
-    assert!(report.samples_of(pid) > 300, "child samples: {}", report.samples_of(pid));
-    assert!(report.self_share(pid, "burn_a") > 0.5, "the exited child's frames are symbolized");
+    assert!(
+        report.samples_of(pid) > 300,
+        "child samples: {}",
+        report.samples_of(pid)
+    );
+    assert!(
+        report.self_share(pid, "burn_a") > 0.5,
+        "the exited child's frames are symbolized"
+    );
 }
 
 #[test]
@@ -116,8 +199,16 @@ fn attaches_to_a_running_pid() {
     let report = Report::read(&json);
     report.assert_consistent();
     let pid = workload_pid(&truth);
-    let other: Vec<u64> = report.stacks().iter().filter(|s| s["pid"] != pid).map(|s| s["pid"].as_u64().unwrap()).collect();
-    assert!(other.is_empty(), "-p must profile only the target; also saw pids {other:?}");
+    let other: Vec<u64> = report
+        .stacks()
+        .iter()
+        .filter(|s| s["pid"] != pid)
+        .map(|s| s["pid"].as_u64().unwrap())
+        .collect();
+    assert!(
+        other.is_empty(),
+        "-p must profile only the target; also saw pids {other:?}"
+    );
     assert_shares(&report, pid, &truth, &["burn_a", "burn_b", "burn_c"]);
 }
 
@@ -131,7 +222,11 @@ fn system_wide_sees_the_workload_among_others() {
     let pid = workload.pid();
     let report = Report::read(&json);
     report.assert_consistent();
-    assert!(report.samples_of(pid) > 500, "workload samples: {}", report.samples_of(pid));
+    assert!(
+        report.samples_of(pid) > 500,
+        "workload samples: {}",
+        report.samples_of(pid)
+    );
     assert!(report.self_share(pid, "burn_a") > 0.45);
     assert!(report.0["idle_samples"].is_u64());
     assert!(report.0["target"].as_str().unwrap().contains("system-wide"));
@@ -141,19 +236,50 @@ fn system_wide_sees_the_workload_among_others() {
 fn svg_folded_and_pprof_outputs() {
     let hotspot = workload("hotspot");
     let svg = temp_path("flame.svg");
-    let out = run(&["-F", "499", "-o", svg.to_str().unwrap(), "--", hotspot.to_str().unwrap(), "split", "1"]);
+    let out = run(&[
+        "-F",
+        "499",
+        "-o",
+        svg.to_str().unwrap(),
+        "--",
+        hotspot.to_str().unwrap(),
+        "split",
+        "1",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.contains("<svg") && text.contains("burn_a") && text.trim_end().ends_with("</svg>"));
 
     let folded = temp_path("stacks.folded");
-    let out = run(&["-F", "499", "-o", folded.to_str().unwrap(), "--", hotspot.to_str().unwrap(), "split", "1"]);
+    let out = run(&[
+        "-F",
+        "499",
+        "-o",
+        folded.to_str().unwrap(),
+        "--",
+        hotspot.to_str().unwrap(),
+        "split",
+        "1",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = std::fs::read_to_string(&folded).unwrap();
-    assert!(text.lines().any(|l| l.contains(";main;run_split;phase_ab;burn_a ")), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains(";main;run_split;phase_ab;burn_a ")),
+        "{text}"
+    );
 
     let pprof = temp_path("profile.pb.gz");
-    let out = run(&["-F", "499", "-o", pprof.to_str().unwrap(), "--", hotspot.to_str().unwrap(), "split", "1"]);
+    let out = run(&[
+        "-F",
+        "499",
+        "-o",
+        pprof.to_str().unwrap(),
+        "--",
+        hotspot.to_str().unwrap(),
+        "split",
+        "1",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let bytes = std::fs::read(&pprof).unwrap();
     let mut raw = Vec::new();
@@ -161,17 +287,30 @@ fn svg_folded_and_pprof_outputs() {
     use prost::Message as _;
     let profile = profiler::report::pprof_proto::Profile::decode(&raw[..]).expect("pprof decodes");
     assert!(profile.sample.len() > 1);
-    let names: Vec<&str> = profile.function.iter().map(|f| profile.string_table[f.name as usize].as_str()).collect();
+    let names: Vec<&str> = profile
+        .function
+        .iter()
+        .map(|f| profile.string_table[f.name as usize].as_str())
+        .collect();
     assert!(names.contains(&"burn_a"), "{names:?}");
     for sample in &profile.sample {
         for id in &sample.location_id {
-            assert!(profile.location.iter().any(|l| l.id == *id), "dangling location id {id}");
+            assert!(
+                profile.location.iter().any(|l| l.id == *id),
+                "dangling location id {id}"
+            );
         }
     }
     // An independent reader, where the Go toolchain is installed (`cargo xtask setup` installs it).
-    let go = std::process::Command::new("go").args(["tool", "pprof", "-top", pprof.to_str().unwrap()]).output();
+    let go = std::process::Command::new("go")
+        .args(["tool", "pprof", "-top", pprof.to_str().unwrap()])
+        .output();
     let go = go.expect("`go` not found: run `cargo xtask setup` (installs golang-go for the pprof check)");
-    assert!(go.status.success(), "go tool pprof rejected the profile: {}", stderr(&go));
+    assert!(
+        go.status.success(),
+        "go tool pprof rejected the profile: {}",
+        stderr(&go)
+    );
     assert!(stdout(&go).contains("burn_a"), "{}", stdout(&go));
 }
 

@@ -35,7 +35,9 @@ fn build_workload() -> Result<PathBuf> {
 
 /// Runs the fixed workload once; its own elapsed time in seconds.
 fn workload_seconds(bin: &Path, iterations: u64) -> Result<f64> {
-    let out = Command::new(bin).args(["fixed", &iterations.to_string(), THREADS]).output()?;
+    let out = Command::new(bin)
+        .args(["fixed", &iterations.to_string(), THREADS])
+        .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let ns: f64 = text
         .lines()
@@ -61,11 +63,17 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
 /// kernel.bpf_stats_enabled=1.
 fn bpf_program_stats(pid: u32) -> (u64, u64) {
     const BPF_PROG_TYPE_PERF_EVENT: &str = "7";
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else { return (0, 0) };
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fdinfo")) else {
+        return (0, 0);
+    };
     let mut total = (0, 0);
-    for info in fds.filter_map(|f| f.ok()).filter_map(|f| std::fs::read_to_string(f.path()).ok()) {
+    for info in fds
+        .filter_map(|f| f.ok())
+        .filter_map(|f| std::fs::read_to_string(f.path()).ok())
+    {
         let field = |name: &str| {
-            info.lines().find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
+            info.lines()
+                .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
         };
         if field("prog_type:").as_deref() != Some(BPF_PROG_TYPE_PERF_EVENT) {
             continue;
@@ -116,7 +124,16 @@ impl Profiler {
 
     fn start_perf() -> Result<Profiler> {
         let child = Command::new("perf")
-            .args(["record", "-F", "99", "-g", "-a", "-q", "-o", "/tmp/bpfprof-bench-perf.data"])
+            .args([
+                "record",
+                "-F",
+                "99",
+                "-g",
+                "-a",
+                "-q",
+                "-o",
+                "/tmp/bpfprof-bench-perf.data",
+            ])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()?;
@@ -127,7 +144,11 @@ impl Profiler {
 
     fn ready(child: Child) -> Profiler {
         let cpu_at_ready = cpu_seconds(child.id()).unwrap_or(0.0);
-        Profiler { child, cpu_at_ready, ready_at: Instant::now() }
+        Profiler {
+            child,
+            cpu_at_ready,
+            ready_at: Instant::now(),
+        }
     }
 
     /// Stop it and say what it cost while it was ready.
@@ -137,7 +158,11 @@ impl Profiler {
         let (bpf_ns, bpf_runs) = bpf_program_stats(self.child.id());
         nix_kill(self.child.id(), libc_sigint())?;
         self.child.wait()?;
-        Ok(Cost { cpu: cpu / wall, bpf_ns, bpf_runs })
+        Ok(Cost {
+            cpu: cpu / wall,
+            bpf_ns,
+            bpf_runs,
+        })
     }
 }
 
@@ -146,7 +171,9 @@ fn libc_sigint() -> i32 {
 }
 
 fn nix_kill(pid: u32, signal: i32) -> Result<()> {
-    sh(Command::new("kill").arg(format!("-{signal}")).arg(pid.to_string()))
+    sh(Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string()))
 }
 
 fn hotspot() -> Result<()> {
@@ -181,7 +208,9 @@ fn hotspot() -> Result<()> {
     let _ = std::fs::write(BPF_STATS, stats_before.trim());
     let bpfprof_cpu: Vec<f64> = bpfprof_cost.iter().map(|c| c.cpu).collect();
     let perf_cpu: Vec<f64> = perf_cost.iter().map(|c| c.cpu).collect();
-    let (bpf_ns, bpf_runs) = bpfprof_cost.iter().fold((0, 0), |(n, r), c| (n + c.bpf_ns, r + c.bpf_runs));
+    let (bpf_ns, bpf_runs) = bpfprof_cost
+        .iter()
+        .fold((0, 0), |(n, r), c| (n + c.bpf_ns, r + c.bpf_runs));
     let min = |v: &[f64]| v.iter().cloned().fold(f64::INFINITY, f64::min);
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let (a, b, p) = (min(&alone), min(&under_bpfprof), min(&under_perf));
@@ -207,7 +236,11 @@ fn hotspot() -> Result<()> {
             100.0 * 99.0 * bpf_ns as f64 / bpf_runs as f64 / 1e9
         );
     }
-    let share = if p_added > 0.0 { b_added.max(0.0) / p_added } else { f64::NAN };
+    let share = if p_added > 0.0 {
+        b_added.max(0.0) / p_added
+    } else {
+        f64::NAN
+    };
     println!(
         "  bpfprof ratio {:.4}x (target <= 1.005x): {}; bpfprof added time / perf added time {share:.2} (target <= 0.5): {}",
         b / a,

@@ -52,9 +52,13 @@ fn main() {
     let result = match args.task {
         Task::Setup => setup::run(setup::Needs::Test),
         Task::Build => setup::run(setup::Needs::Build).and_then(|()| build()),
-        Task::Run { args } => setup::run(setup::Needs::Build).and_then(|()| build()).and_then(|()| run_bpfprof(&args)),
+        Task::Run { args } => setup::run(setup::Needs::Build)
+            .and_then(|()| build())
+            .and_then(|()| run_bpfprof(&args)),
         Task::Test { args } => setup::run(setup::Needs::Test).and_then(|()| test(&args)),
-        Task::Bench { mode } => setup::run(setup::Needs::Test).and_then(|()| build()).and_then(|()| bench::run(&mode)),
+        Task::Bench { mode } => setup::run(setup::Needs::Test)
+            .and_then(|()| build())
+            .and_then(|()| bench::run(&mode)),
     };
     if let Err(err) = result {
         eprintln!("xtask: {err:#}");
@@ -63,7 +67,10 @@ fn main() {
 }
 
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
 }
 
 pub fn bpfprof_bin() -> PathBuf {
@@ -103,12 +110,20 @@ fn privileged(program: &Path) -> Command {
 fn nix_is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Uid:").map(|r| r.split_whitespace().nth(1) == Some("0"))))
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("Uid:")
+                    .map(|r| r.split_whitespace().nth(1) == Some("0"))
+            })
+        })
         .unwrap_or(false)
 }
 
 fn run_bpfprof(args: &[String]) -> Result<()> {
-    let status = privileged(&bpfprof_bin()).args(args).status().context("starting bpfprof")?;
+    let status = privileged(&bpfprof_bin())
+        .args(args)
+        .status()
+        .context("starting bpfprof")?;
     exit(status.code().unwrap_or(1));
 }
 
@@ -117,13 +132,33 @@ fn test(extra: &[String]) -> Result<()> {
     // and sharing it avoids compiling the BPF object twice.
     // Default members only: the BPF crate is never built for the host.
     sh(cargo().args(["build", "--release"]))?;
-    sh(cargo().args(["test", "--release", "-p", "profiler", "-p", "profiler-common", "-p", "xtask", "--"]).args(extra))?;
+    sh(cargo()
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "profiler",
+            "-p",
+            "profiler-common",
+            "-p",
+            "xtask",
+            "--",
+        ])
+        .args(extra))?;
     if !nix_is_root() {
         bail!("the end-to-end tests load BPF programs and must run as root: sudo -E cargo xtask test");
     }
     // Tests that load BPF share kernel state (the CPUs they sample): one at a time.
     let mut cmd = cargo();
-    cmd.args(["test", "--release", "-p", "bpfprof-tests", "--", "--test-threads=1"]).args(extra);
+    cmd.args([
+        "test",
+        "--release",
+        "-p",
+        "bpfprof-tests",
+        "--",
+        "--test-threads=1",
+    ])
+    .args(extra);
     cmd.env("BPFPROF_BIN", bpfprof_bin());
     sh(&mut cmd)
 }

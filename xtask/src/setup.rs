@@ -27,7 +27,11 @@ pub fn run(needs: Needs) -> Result<()> {
     ensure_tracefs();
     if needs >= Needs::Test {
         // perf: the overhead baseline; go: an independent pprof reader; setpriv: the not-root test.
-        ensure_packages(&[("perf", "linux-perf"), ("go", "golang-go"), ("setpriv", "util-linux")])?;
+        ensure_packages(&[
+            ("perf", "linux-perf"),
+            ("go", "golang-go"),
+            ("setpriv", "util-linux"),
+        ])?;
     }
     Ok(())
 }
@@ -47,7 +51,9 @@ fn nightly_version() -> Result<String> {
 }
 
 fn nightly_sysroot() -> Result<PathBuf> {
-    Ok(PathBuf::from(output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))?.trim()))
+    Ok(PathBuf::from(
+        output(Command::new("rustc").args(["+nightly", "--print", "sysroot"]))?.trim(),
+    ))
 }
 
 fn ensure_rust_src() -> Result<()> {
@@ -70,7 +76,11 @@ fn stamp_path() -> PathBuf {
 /// bpf-linker is linked against the nightly's own libLLVM: the stamp records which nightly.
 fn ensure_bpf_linker(nightly: &str) -> Result<()> {
     let wanted = format!("bpf-linker {BPF_LINKER_VERSION}\n{nightly}");
-    let works = Command::new("bpf-linker").arg("--version").output().map(|o| o.status.success()).unwrap_or(false);
+    let works = Command::new("bpf-linker")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
     let stamp = std::fs::read_to_string(stamp_path()).unwrap_or_default();
     if works && stamp == wanted {
         return Ok(());
@@ -102,8 +112,17 @@ fn ensure_bpf_linker(nightly: &str) -> Result<()> {
     let _ = std::fs::remove_file(&link);
     std::os::unix::fs::symlink(lib.join(&llvm_so), &link)?;
     sh(Command::new("cargo")
-        .args(["install", &format!("bpf-linker@{BPF_LINKER_VERSION}"), "--locked", "--force"])
-        .args(["--no-default-features", "--features", &format!("llvm-{llvm_major}")])
+        .args([
+            "install",
+            &format!("bpf-linker@{BPF_LINKER_VERSION}"),
+            "--locked",
+            "--force",
+        ])
+        .args([
+            "--no-default-features",
+            "--features",
+            &format!("llvm-{llvm_major}"),
+        ])
         .env("LLVM_PREFIX", &shim)
         // Lets the installed binary find the versioned library without rustup's environment.
         .env("RUSTFLAGS", format!("-C link-arg=-Wl,-rpath,{}", lib.display())))?;
@@ -116,7 +135,9 @@ fn ensure_tracefs() {
     if Path::new(TRACEFS).join("events").is_dir() || Path::new("/sys/kernel/debug/tracing/events").is_dir() {
         return;
     }
-    let mounted = Command::new("mount").args(["-t", "tracefs", "nodev", TRACEFS]).status();
+    let mounted = Command::new("mount")
+        .args(["-t", "tracefs", "nodev", TRACEFS])
+        .status();
     if !matches!(mounted, Ok(s) if s.success()) {
         eprintln!("xtask setup: could not mount tracefs at {TRACEFS} (bpfprof will try again as root)");
     }
@@ -130,16 +151,27 @@ fn on_path(program: &str) -> bool {
 
 /// Debian packages for the tools that are missing (by command name).
 fn ensure_packages(tools: &[(&str, &str)]) -> Result<()> {
-    let missing: Vec<&str> = tools.iter().filter(|(cmd, _)| !on_path(cmd)).map(|(_, pkg)| *pkg).collect();
+    let missing: Vec<&str> = tools
+        .iter()
+        .filter(|(cmd, _)| !on_path(cmd))
+        .map(|(_, pkg)| *pkg)
+        .collect();
     if missing.is_empty() {
         return Ok(());
     }
     eprintln!("xtask setup: installing {}", missing.join(" "));
     let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| s.lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0")))
+        .map(|s| {
+            s.lines()
+                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+        })
         .unwrap_or(false);
     let apt = |args: &[&str]| {
-        let mut cmd = if root { Command::new("apt-get") } else { Command::new("sudo") };
+        let mut cmd = if root {
+            Command::new("apt-get")
+        } else {
+            Command::new("sudo")
+        };
         if !root {
             cmd.arg("apt-get");
         }

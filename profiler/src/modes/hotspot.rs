@@ -63,14 +63,26 @@ pub fn build(meta: RunMeta, raw: &RawProfile, symbols: &Symbols) -> HotspotRepor
             if frames.is_empty() {
                 frames.push(Frame::marker("no stack", false));
             }
-            Stack { pid: key.pid, tid: key.tid, comm: key.comm.clone(), count, frames }
+            Stack {
+                pid: key.pid,
+                tid: key.tid,
+                comm: key.comm.clone(),
+                count,
+                frames,
+            }
         })
         .collect();
     stacks.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.frames.cmp(&b.frames)));
 
     let functions = function_stats(&stacks);
     let samples = stacks.iter().map(|s| s.count).sum();
-    HotspotReport { meta, health: raw.health.clone(), samples, stacks, functions }
+    HotspotReport {
+        meta,
+        health: raw.health.clone(),
+        samples,
+        stacks,
+        functions,
+    }
 }
 
 fn lost_label(lost: LostStack, side: &str) -> &'static str {
@@ -95,17 +107,22 @@ pub fn function_stats(stacks: &[Stack]) -> Vec<FunctionStat> {
             }
         }
         if let Some(leaf) = stack.frames.last() {
-            stats.entry((leaf.function.as_str(), leaf.module.as_str())).or_default().0 += stack.count;
+            stats
+                .entry((leaf.function.as_str(), leaf.module.as_str()))
+                .or_default()
+                .0 += stack.count;
         }
     }
     let mut out: Vec<FunctionStat> = stats
         .into_iter()
-        .map(|((function, module), (self_samples, total_samples))| FunctionStat {
-            function: function.to_string(),
-            module: module.to_string(),
-            self_samples,
-            total_samples,
-        })
+        .map(
+            |((function, module), (self_samples, total_samples))| FunctionStat {
+                function: function.to_string(),
+                module: module.to_string(),
+                self_samples,
+                total_samples,
+            },
+        )
         .collect();
     out.sort_by(|a, b| {
         b.self_samples

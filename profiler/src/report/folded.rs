@@ -29,7 +29,10 @@ pub fn folded_lines(report: &HotspotReport) -> Vec<String> {
         }
         *merged.entry(line).or_default() += stack.count;
     }
-    merged.into_iter().map(|(stack, count)| format!("{stack} {count}")).collect()
+    merged
+        .into_iter()
+        .map(|(stack, count)| format!("{stack} {count}"))
+        .collect()
 }
 
 /// Kernel frames get perf's `_[k]` suffix so flamegraphs can colour them apart.
@@ -63,7 +66,10 @@ mod tests {
         assert_eq!(lines.len(), 3);
         assert!(lines.contains(&"w;main;run;hot_a 60"), "{lines:?}");
         assert!(lines.contains(&"w;main;hot_c;ksys_read_[k] 10"), "{lines:?}");
-        let total: u64 = lines.iter().map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap()).sum();
+        let total: u64 = lines
+            .iter()
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum();
         assert_eq!(total, 100);
     }
 }

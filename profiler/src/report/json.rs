@@ -71,8 +71,16 @@ mod tests {
         for key in ["function", "module", "file", "line", "kernel"] {
             assert!(frame.get(key).is_some(), "frame lacks {key}: {frame}");
         }
-        let self_sum: u64 = v["functions"].as_array().unwrap().iter().map(|f| f["self"].as_u64().unwrap()).sum();
+        let self_sum: u64 = v["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["self"].as_u64().unwrap())
+            .sum();
         assert_eq!(self_sum, 100);
-        assert_eq!(stacks[0]["frames"].as_array().unwrap().last().unwrap()["function"], "hot_a");
+        assert_eq!(
+            stacks[0]["frames"].as_array().unwrap().last().unwrap()["function"],
+            "hot_a"
+        );
     }
 }

@@ -81,7 +81,11 @@ pub(crate) mod tests {
                 cpus: 2,
                 notes: vec![],
             },
-            health: Health { samples: 100, idle: 5, ..Default::default() },
+            health: Health {
+                samples: 100,
+                idle: 5,
+                ..Default::default()
+            },
             samples: 100,
             functions: function_stats(&stacks),
             stacks,

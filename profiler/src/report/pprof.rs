@@ -148,7 +148,10 @@ impl Builder {
     }
 
     fn value_type(&mut self, kind: &str, unit: &str) -> proto::ValueType {
-        proto::ValueType { r#type: self.string(kind), unit: self.string(unit) }
+        proto::ValueType {
+            r#type: self.string(kind),
+            unit: self.string(unit),
+        }
     }
 
     fn mapping(&mut self, module: &str) -> u64 {
@@ -177,7 +180,12 @@ impl Builder {
         let id = self.profile.function.len() as u64 + 1;
         let name = self.string(&frame.function);
         let filename = self.string(frame.file.as_deref().unwrap_or(""));
-        self.profile.function.push(proto::Function { id, name, system_name: name, filename });
+        self.profile.function.push(proto::Function {
+            id,
+            name,
+            system_name: name,
+            filename,
+        });
         self.functions.insert(key, id);
         id
     }
@@ -194,7 +202,10 @@ impl Builder {
             id,
             mapping_id,
             address: frame.address,
-            line: vec![proto::Line { function_id, line: frame.line.unwrap_or(0) as i64 }],
+            line: vec![proto::Line {
+                function_id,
+                line: frame.line.unwrap_or(0) as i64,
+            }],
         });
         self.locations.insert(frame.clone(), id);
         id
@@ -228,9 +239,21 @@ pub fn hotspot_profile(report: &HotspotReport) -> proto::Profile {
             location_id,
             value,
             label: vec![
-                proto::Label { key: pid_key, num: stack.pid as i64, ..Default::default() },
-                proto::Label { key: tid_key, num: stack.tid as i64, ..Default::default() },
-                proto::Label { key: comm_key, str: comm, ..Default::default() },
+                proto::Label {
+                    key: pid_key,
+                    num: stack.pid as i64,
+                    ..Default::default()
+                },
+                proto::Label {
+                    key: tid_key,
+                    num: stack.tid as i64,
+                    ..Default::default()
+                },
+                proto::Label {
+                    key: comm_key,
+                    str: comm,
+                    ..Default::default()
+                },
             ],
         });
     }
@@ -266,11 +289,19 @@ mod tests {
         assert_eq!(total, 100);
         let name_of_location = |id: u64| {
             let loc = p.location.iter().find(|l| l.id == id).unwrap();
-            let f = p.function.iter().find(|f| f.id == loc.line[0].function_id).unwrap();
+            let f = p
+                .function
+                .iter()
+                .find(|f| f.id == loc.line[0].function_id)
+                .unwrap();
             p.string_table[f.name as usize].clone()
         };
         let hottest = p.sample.iter().max_by_key(|s| s.value[0]).unwrap();
-        assert_eq!(name_of_location(hottest.location_id[0]), "hot_a", "leaf comes first");
+        assert_eq!(
+            name_of_location(hottest.location_id[0]),
+            "hot_a",
+            "leaf comes first"
+        );
         assert_eq!(name_of_location(*hottest.location_id.last().unwrap()), "main");
         assert_eq!(hottest.value[1], 60 * (1_000_000_000 / 99));
     }

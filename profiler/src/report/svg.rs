@@ -20,11 +20,9 @@ impl Renderer for Svg {
         if lines.is_empty() {
             // inferno refuses empty input; an empty profile is still a valid answer.
             options.subtitle = Some("no samples were collected".to_string());
-            return flamegraph::from_lines(&mut options, ["[no samples] 1"], out)
-                .map_err(io::Error::other);
+            return flamegraph::from_lines(&mut options, ["[no samples] 1"], out).map_err(io::Error::other);
         }
-        flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), out)
-            .map_err(io::Error::other)
+        flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), out).map_err(io::Error::other)
     }
 }
 

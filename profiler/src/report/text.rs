@@ -2,7 +2,10 @@
 use std::io::{self, Write};
 
 use super::{percent, Renderer};
-use crate::{modes::hotspot::HotspotReport, symbolize::Frame};
+use crate::{
+    modes::hotspot::{FunctionStat, HotspotReport},
+    symbolize::Frame,
+};
 
 pub struct Text;
 
@@ -22,7 +25,12 @@ impl Renderer for Text {
         if r.health.idle > 0 {
             write!(out, " (plus {} samples on idle CPUs, not shown)", r.health.idle)?;
         }
-        writeln!(out, ", {} lost, {} stack collisions", r.health.lost(), r.health.collisions())?;
+        writeln!(
+            out,
+            ", {} lost, {} stack collisions",
+            r.health.lost(),
+            r.health.collisions()
+        )?;
         for note in &m.notes {
             writeln!(out, "note: {note}")?;
         }
@@ -30,28 +38,30 @@ impl Renderer for Text {
             writeln!(out, "warning: {warning}")?;
         }
         if r.samples == 0 {
-            writeln!(out, "\nNo samples: the targets did not run on a CPU while bpfprof was sampling.")?;
+            writeln!(
+                out,
+                "\nNo samples: the targets did not run on a CPU while bpfprof was sampling."
+            )?;
             return Ok(());
         }
 
+        let mut by_self: Vec<&FunctionStat> = r.functions.iter().filter(|f| f.self_samples > 0).collect();
+        by_self.sort_by(|a, b| {
+            b.self_samples
+                .cmp(&a.self_samples)
+                .then(b.total_samples.cmp(&a.total_samples))
+        });
         writeln!(out, "\nTop functions by self samples")?;
-        function_table(out, r, |f| f.self_samples)?;
+        function_table(out, r, &by_self, Column::SelfFirst)?;
 
+        let mut by_total: Vec<&FunctionStat> = r.functions.iter().collect();
+        by_total.sort_by(|a, b| {
+            b.total_samples
+                .cmp(&a.total_samples)
+                .then(b.self_samples.cmp(&a.self_samples))
+        });
         writeln!(out, "\nTop functions by total samples (self + callees)")?;
-        let mut by_total: Vec<_> = r.functions.iter().collect();
-        by_total.sort_by(|a, b| b.total_samples.cmp(&a.total_samples).then(b.self_samples.cmp(&a.self_samples)));
-        writeln!(out, "{:>7} {:>9} {:>7}  {:<40} {}", "total%", "samples", "self%", "function", "module")?;
-        for f in by_total.iter().take(TOP_FUNCTIONS) {
-            writeln!(
-                out,
-                "{:>6.2}% {:>9} {:>6.2}%  {:<40} {}",
-                percent(f.total_samples, r.samples),
-                f.total_samples,
-                percent(f.self_samples, r.samples),
-                f.function,
-                short_module(&f.module)
-            )?;
-        }
+        function_table(out, r, &by_total, Column::TotalFirst)?;
 
         writeln!(out, "\nHottest stacks (leaf first)")?;
         for (i, stack) in r.stacks.iter().take(TOP_STACKS).enumerate() {
@@ -69,26 +79,48 @@ impl Renderer for Text {
                 writeln!(out, "      {}", describe(frame))?;
             }
             if stack.frames.len() > MAX_FRAMES_SHOWN {
-                writeln!(out, "      ... {} more frames", stack.frames.len() - MAX_FRAMES_SHOWN)?;
+                writeln!(
+                    out,
+                    "      ... {} more frames",
+                    stack.frames.len() - MAX_FRAMES_SHOWN
+                )?;
             }
         }
         Ok(())
     }
 }
 
+#[derive(Clone, Copy, PartialEq)]
+enum Column {
+    SelfFirst,
+    TotalFirst,
+}
+
 fn function_table(
     out: &mut dyn Write,
     r: &HotspotReport,
-    key: impl Fn(&crate::modes::hotspot::FunctionStat) -> u64,
+    rows: &[&FunctionStat],
+    order: Column,
 ) -> io::Result<()> {
-    writeln!(out, "{:>7} {:>9} {:>7}  {:<40} {}", "self%", "samples", "total%", "function", "module")?;
-    for f in r.functions.iter().filter(|f| key(f) > 0).take(TOP_FUNCTIONS) {
+    let (first, second) = match order {
+        Column::SelfFirst => ("self%", "total%"),
+        Column::TotalFirst => ("total%", "self%"),
+    };
+    writeln!(
+        out,
+        "{first:>7} {:>9} {second:>7}  {:<40} module",
+        "samples", "function"
+    )?;
+    for f in rows.iter().take(TOP_FUNCTIONS) {
+        let (lead, other) = match order {
+            Column::SelfFirst => (f.self_samples, f.total_samples),
+            Column::TotalFirst => (f.total_samples, f.self_samples),
+        };
         writeln!(
             out,
-            "{:>6.2}% {:>9} {:>6.2}%  {:<40} {}",
-            percent(f.self_samples, r.samples),
-            f.self_samples,
-            percent(f.total_samples, r.samples),
+            "{:>6.2}% {lead:>9} {:>6.2}%  {:<40} {}",
+            percent(lead, r.samples),
+            percent(other, r.samples),
             f.function,
             short_module(&f.module)
         )?;
@@ -123,10 +155,16 @@ mod tests {
     #[test]
     fn text_leads_with_counts_and_the_hottest_function() {
         let text = String::from_utf8(render(Format::Text, &sample_report())).unwrap();
-        assert!(text.contains("100 samples (plus 5 samples on idle CPUs"), "{text}");
+        assert!(
+            text.contains("100 samples (plus 5 samples on idle CPUs"),
+            "{text}"
+        );
         let self_section = text.split("Top functions by self").nth(1).unwrap();
         let first_row = self_section.lines().nth(2).unwrap();
-        assert!(first_row.contains("hot_a") && first_row.contains("60.00%"), "{first_row}");
+        assert!(
+            first_row.contains("hot_a") && first_row.contains("60.00%"),
+            "{first_row}"
+        );
         assert!(!text.contains("warning:"));
     }
 
