@@ -122,29 +122,24 @@ impl Processes {
         if let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
             self.names.insert(pid, comm.trim_end().to_string());
         }
-        let lines = parse_maps(&text);
-        let mappings = lines
-            .into_iter()
-            .map(|line| {
-                let region = self.region_for(pid, &line);
-                Mapping {
-                    start: line.start,
-                    end: line.end,
-                    file_offset: line.file_offset,
-                    region,
-                }
-            })
-            .collect();
-        self.maps.insert(pid, mappings);
+        self.install(pid, parse_maps(&text), true);
         Ok(())
     }
 
     /// Install a memory map without reading `/proc` (replay and tests).
     pub fn insert_maps(&mut self, pid: u32, lines: Vec<MapsLine>) {
+        self.install(pid, lines, false);
+    }
+
+    /// Record `pid`'s mappings; with `open_files`, open each new file through the process.
+    fn install(&mut self, pid: u32, lines: Vec<MapsLine>, open_files: bool) {
         let mappings = lines
             .into_iter()
             .map(|line| {
-                let region = self.region_for_path(&line, None);
+                let region = match open_files {
+                    true => self.region_for(pid, &line),
+                    false => self.region_for_path(&line, None),
+                };
                 Mapping {
                     start: line.start,
                     end: line.end,

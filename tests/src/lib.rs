@@ -190,6 +190,17 @@ pub fn assert_no_programs_left() {
     );
 }
 
+/// Profile a workload started as `-- COMMAND` at `hz`, writing the report to a fresh file named
+/// `output` (its extension picks the format). Fails the test if bpfprof fails.
+pub fn profile_workload(hz: &str, output: &str, command: &[&str]) -> (Output, PathBuf) {
+    let path = temp_path(output);
+    let mut args = vec!["-F", hz, "-o", path.to_str().unwrap(), "--"];
+    args.extend_from_slice(command);
+    let out = run(&args);
+    assert!(out.status.success(), "bpfprof {args:?} failed: {}", stderr(&out));
+    (out, path)
+}
+
 pub fn temp_path(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("bpfprof-e2e-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

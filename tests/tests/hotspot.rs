@@ -1,13 +1,13 @@
 //! Hotspot mode end to end, against workloads with a known split of CPU time. These load BPF
 //! for real: run as root (`cargo xtask test`); without privileges they fail, never skip.
-use std::{process::Stdio, time::Duration};
+use std::{collections::HashMap, process::Stdio, time::Duration};
 
 use bpfprof_tests::*;
 
 /// Self shares must match the workload's own measurement within this many percentage points.
 const TOLERANCE_PP: f64 = 3.0;
 
-fn assert_shares(report: &Report, pid: u32, truth: &std::collections::HashMap<String, f64>, names: &[&str]) {
+fn assert_shares(report: &Report, pid: u32, truth: &HashMap<String, f64>, names: &[&str]) {
     let expected = truth_shares(truth, names);
     for name in names {
         let got = report.self_share(pid, name) * 100.0;
@@ -20,25 +20,17 @@ fn assert_shares(report: &Report, pid: u32, truth: &std::collections::HashMap<St
     }
 }
 
-fn workload_pid(truth: &std::collections::HashMap<String, f64>) -> u32 {
+fn workload_pid(truth: &HashMap<String, f64>) -> u32 {
     truth["pid"] as u32
+}
+
+fn hotspot_bin() -> String {
+    workload("hotspot").to_str().unwrap().to_string()
 }
 
 #[test]
 fn c_command_split_matches_ground_truth_and_caller_chain() {
-    let json = temp_path("c-split.json");
-    let hotspot = workload("hotspot");
-    let out = run(&[
-        "-F",
-        "997",
-        "-o",
-        json.to_str().unwrap(),
-        "--",
-        hotspot.to_str().unwrap(),
-        "split",
-        "3",
-    ]);
-    assert!(out.status.success(), "bpfprof failed: {}", stderr(&out));
+    let (out, json) = profile_workload("997", "c-split.json", &[&hotspot_bin(), "split", "3"]);
     let truth = truth(&stdout(&out)); // the command's stdout passes through bpfprof
     let report = Report::read(&json);
     report.assert_consistent();
@@ -51,13 +43,13 @@ fn c_command_split_matches_ground_truth_and_caller_chain() {
     assert_shares(&report, pid, &truth, &["burn_a", "burn_b", "burn_c"]);
     assert!(
         report.has_chain(pid, &["main", "run_split", "phase_ab", "burn_a"]),
-        "caller chain of burn_a missing"
+        "burn_a's callers missing"
     );
     assert!(
         report.has_chain(pid, &["main", "run_split", "burn_c"]),
-        "caller chain of burn_c missing"
+        "burn_c's callers missing"
     );
-    let leaf = &report.stacks_of(pid)[0]["frames"]
+    let leaf = report.stacks_of(pid)[0]["frames"]
         .as_array()
         .unwrap()
         .last()
@@ -72,18 +64,8 @@ fn c_command_split_matches_ground_truth_and_caller_chain() {
 
 #[test]
 fn rust_command_split_matches_ground_truth() {
-    let json = temp_path("rust-split.json");
     let spin = workload("spin");
-    let out = run(&[
-        "-F",
-        "997",
-        "-o",
-        json.to_str().unwrap(),
-        "--",
-        spin.to_str().unwrap(),
-        "3",
-    ]);
-    assert!(out.status.success(), "bpfprof failed: {}", stderr(&out));
+    let (out, json) = profile_workload("997", "rust-split.json", &[spin.to_str().unwrap(), "3"]);
     let truth = truth(&stdout(&out));
     let report = Report::read(&json);
     report.assert_consistent();
@@ -94,39 +76,28 @@ fn rust_command_split_matches_ground_truth() {
     assert_shares(&report, pid, &renamed, &["spin::burn_x", "spin::burn_y"]);
     assert!(
         report.has_chain(pid, &["spin::main", "spin::run", "spin::burn_x"]),
-        "demangled caller chain missing"
+        "demangled callers missing"
     );
 }
 
 #[test]
 fn syscall_heavy_workload_shows_kernel_frames_under_its_caller() {
-    let json = temp_path("syscalls.json");
-    let hotspot = workload("hotspot");
-    let out = run(&[
-        "-F",
-        "499",
-        "-o",
-        json.to_str().unwrap(),
-        "--",
-        hotspot.to_str().unwrap(),
-        "syscalls",
-        "2",
-    ]);
-    assert!(out.status.success(), "bpfprof failed: {}", stderr(&out));
+    let (out, json) = profile_workload("499", "syscalls.json", &[&hotspot_bin(), "syscalls", "2"]);
     let truth = truth(&stdout(&out));
     let report = Report::read(&json);
     report.assert_consistent();
     let pid = workload_pid(&truth);
     let stacks = report.stacks_of(pid);
+    let in_kernel = |s: &&&serde_json::Value| {
+        s["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["kernel"] == true)
+    };
     let kernel_samples: u64 = stacks
         .iter()
-        .filter(|s| {
-            s["frames"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|f| f["kernel"] == true)
-        })
+        .filter(in_kernel)
         .map(|s| s["count"].as_u64().unwrap())
         .sum();
     let share = kernel_samples as f64 / report.samples_of(pid) as f64;
@@ -154,20 +125,8 @@ fn syscall_heavy_workload_shows_kernel_frames_under_its_caller() {
 
 #[test]
 fn short_lived_child_of_the_command_is_symbolized() {
-    let json = temp_path("child.json");
-    let hotspot = workload("hotspot");
-    let script = format!("{} split 0.6; sleep 0.4", hotspot.display());
-    let out = run(&[
-        "-F",
-        "997",
-        "-o",
-        json.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
-    assert!(out.status.success(), "bpfprof failed: {}", stderr(&out));
+    let script = format!("{} split 0.6; sleep 0.4", hotspot_bin());
+    let (out, json) = profile_workload("997", "child.json", &["sh", "-c", &script]);
     let truth = truth(&stdout(&out));
     let pid = workload_pid(&truth);
     assert!(
@@ -199,15 +158,11 @@ fn attaches_to_a_running_pid() {
     let report = Report::read(&json);
     report.assert_consistent();
     let pid = workload_pid(&truth);
-    let other: Vec<u64> = report
-        .stacks()
-        .iter()
-        .filter(|s| s["pid"] != pid)
-        .map(|s| s["pid"].as_u64().unwrap())
-        .collect();
+    let others: Vec<&serde_json::Value> = report.stacks().iter().filter(|s| s["pid"] != pid).collect();
     assert!(
-        other.is_empty(),
-        "-p must profile only the target; also saw pids {other:?}"
+        others.is_empty(),
+        "-p must profile only the target; also saw {} other stacks",
+        others.len()
     );
     assert_shares(&report, pid, &truth, &["burn_a", "burn_b", "burn_c"]);
 }
@@ -234,34 +189,14 @@ fn system_wide_sees_the_workload_among_others() {
 
 #[test]
 fn svg_folded_and_pprof_outputs() {
-    let hotspot = workload("hotspot");
-    let svg = temp_path("flame.svg");
-    let out = run(&[
-        "-F",
-        "499",
-        "-o",
-        svg.to_str().unwrap(),
-        "--",
-        hotspot.to_str().unwrap(),
-        "split",
-        "1",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let command = [hotspot_bin(), "split".into(), "1".into()];
+    let command: Vec<&str> = command.iter().map(String::as_str).collect();
+
+    let (_, svg) = profile_workload("499", "flame.svg", &command);
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.contains("<svg") && text.contains("burn_a") && text.trim_end().ends_with("</svg>"));
 
-    let folded = temp_path("stacks.folded");
-    let out = run(&[
-        "-F",
-        "499",
-        "-o",
-        folded.to_str().unwrap(),
-        "--",
-        hotspot.to_str().unwrap(),
-        "split",
-        "1",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let (_, folded) = profile_workload("499", "stacks.folded", &command);
     let text = std::fs::read_to_string(&folded).unwrap();
     assert!(
         text.lines()
@@ -269,18 +204,7 @@ fn svg_folded_and_pprof_outputs() {
         "{text}"
     );
 
-    let pprof = temp_path("profile.pb.gz");
-    let out = run(&[
-        "-F",
-        "499",
-        "-o",
-        pprof.to_str().unwrap(),
-        "--",
-        hotspot.to_str().unwrap(),
-        "split",
-        "1",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let (_, pprof) = profile_workload("499", "profile.pb.gz", &command);
     let bytes = std::fs::read(&pprof).unwrap();
     let mut raw = Vec::new();
     std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut raw).unwrap();
@@ -301,7 +225,7 @@ fn svg_folded_and_pprof_outputs() {
             );
         }
     }
-    // An independent reader, where the Go toolchain is installed (`cargo xtask setup` installs it).
+    // An independent reader (`cargo xtask setup` installs the Go toolchain for it).
     let go = std::process::Command::new("go")
         .args(["tool", "pprof", "-top", pprof.to_str().unwrap()])
         .output();
@@ -316,9 +240,8 @@ fn svg_folded_and_pprof_outputs() {
 
 #[test]
 fn text_report_to_a_closed_pipe_is_not_an_error() {
-    let hotspot = workload("hotspot");
     let mut child = bpfprof()
-        .args(["-F", "499", "--", hotspot.to_str().unwrap(), "split", "0.5"])
+        .args(["-F", "499", "--", &hotspot_bin(), "split", "0.5"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
