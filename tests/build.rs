@@ -24,6 +24,22 @@ fn main() {
         .expect("running the C compiler");
     assert!(status.success(), "building workloads/hotspot.c failed");
 
+    let status = compiler
+        .to_command()
+        .args([
+            "-O2",
+            "-g",
+            "-pthread",
+            "-fno-omit-frame-pointer",
+            "-mno-omit-leaf-frame-pointer",
+            "-o",
+        ])
+        .arg(out.join("schedload"))
+        .arg("workloads/schedload.c")
+        .status()
+        .expect("running the C compiler");
+    assert!(status.success(), "building workloads/schedload.c failed");
+
     let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let status = Command::new(rustc)
         .args([

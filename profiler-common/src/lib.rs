@@ -4,6 +4,9 @@
 //! sides read the same bytes out of BPF maps. Map sizes and stack depth live here once.
 #![no_std]
 
+#[cfg(test)]
+extern crate std;
+
 use core::mem::size_of;
 
 /// Deepest stack `bpf_get_stackid` records (the kernel's `PERF_MAX_STACK_DEPTH`).
@@ -82,8 +85,20 @@ pub enum Counter {
     TargetsFollowed = 8,
     /// Descendants of targets that could not be added because the target map was full.
     TargetMapFull = 9,
+    /// Context switches seen by the sched programs (all tasks, before filtering).
+    SchedSwitches = 10,
+    /// Tasks not tracked because the per-task map was full.
+    TaskMapFull = 11,
+    /// Wake-ups not timed because the enqueue map was full.
+    EnqueueMapFull = 12,
+    /// Slow scheduling events dropped because their ring buffer was full.
+    SlowEventLost = 13,
+    /// Off-CPU intervals not recorded because the off-CPU map was full.
+    OffCpuMapFull = 14,
+    /// Switch-ins of a reused tid whose previous task's stats were not drained yet.
+    TidReused = 15,
 }
-pub const COUNTER_COUNT: u32 = 10;
+pub const COUNTER_COUNT: u32 = 16;
 
 impl Counter {
     pub const ALL: [Counter; COUNTER_COUNT as usize] = [
@@ -97,8 +112,174 @@ impl Counter {
         Counter::EventLost,
         Counter::TargetsFollowed,
         Counter::TargetMapFull,
+        Counter::SchedSwitches,
+        Counter::TaskMapFull,
+        Counter::EnqueueMapFull,
+        Counter::SlowEventLost,
+        Counter::OffCpuMapFull,
+        Counter::TidReused,
     ];
 }
+
+/// Latency histograms: log-linear, 2^HIST_SUB_BITS sub-buckets per power of two, so a bucket is
+/// at most 1/16 (6.25%) wide relative to its values: fine enough for honest p50/p99.
+pub const HIST_SUB_BITS: u32 = 4;
+const HIST_SUB: u64 = 1 << HIST_SUB_BITS;
+/// Covers 0 ns .. 2^40 ns (18 minutes); larger values land in the last bucket.
+pub const HIST_BUCKETS: usize = 37 * 16;
+
+/// The histogram bucket of a value (nanoseconds). Branch-light and loop-free for the verifier.
+#[inline(always)]
+pub fn hist_bucket(value: u64) -> usize {
+    if value < HIST_SUB {
+        return value as usize;
+    }
+    let exp = 63 - value.leading_zeros() as u64; // >= HIST_SUB_BITS
+    let sub = (value >> (exp - HIST_SUB_BITS as u64)) & (HIST_SUB - 1);
+    let index = ((exp - HIST_SUB_BITS as u64 + 1) * HIST_SUB + sub) as usize;
+    if index < HIST_BUCKETS {
+        index
+    } else {
+        HIST_BUCKETS - 1
+    }
+}
+
+/// The smallest value in a bucket; the bucket holds values up to the next bucket's lower bound.
+pub fn hist_lower_bound(index: usize) -> u64 {
+    let index = index as u64;
+    if index < HIST_SUB {
+        return index;
+    }
+    let exp = index / HIST_SUB - 1 + HIST_SUB_BITS as u64;
+    let sub = index % HIST_SUB;
+    (HIST_SUB + sub) << (exp - HIST_SUB_BITS as u64)
+}
+
+/// Coarse buckets of the heatmap: 2 per power of two (every 8th histogram bucket).
+pub const HEAT_BUCKETS: usize = HIST_BUCKETS / 8;
+
+/// Per-task scheduling statistics, keyed by tid in `TASK_STATS`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct TaskSched {
+    pub tgid: u32,
+    pub tid: u32,
+    pub comm: [u8; COMM_LEN],
+    /// Times the task was switched in (its timeslices).
+    pub runs: u64,
+    /// Run-queue waits measured (switch-ins after a wake-up or preemption seen by bpfprof).
+    pub delays: u64,
+    pub total_delay_ns: u64,
+    pub max_delay_ns: u64,
+    /// `bpf_ktime_get_ns()` when the longest wait ended.
+    pub max_at_ns: u64,
+    /// Time spent switched out while sleeping (S) and blocked (D).
+    pub sleeping_ns: u64,
+    pub blocked_ns: u64,
+    /// Time on a CPU, from switch-in to switch-out.
+    pub running_ns: u64,
+    /// When it was last switched in.
+    pub last_in_ns: u64,
+    /// Set by the exit tracepoint; user space removes the entry after reading it.
+    pub exited: u32,
+    pub _pad: u32,
+    pub hist: [u32; HIST_BUCKETS],
+}
+const _: () = assert!(size_of::<TaskSched>() == 104 + 4 * HIST_BUCKETS);
+
+/// When and why a task became runnable.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Enqueued {
+    pub at_ns: u64,
+    /// The task that woke it; 0 when it was preempted (still runnable).
+    pub waker_tid: u32,
+    pub waker_tgid: u32,
+    pub waker_comm: [u8; COMM_LEN],
+}
+const _: () = assert!(size_of::<Enqueued>() == 32);
+
+/// When a task went to sleep, and where.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OffCpuStart {
+    pub at_ns: u64,
+    pub user_stack_id: i32,
+    pub kernel_stack_id: i32,
+    /// The `prev_state` bits at switch-out (1 = S, 2 = D, ...).
+    pub state: u32,
+    pub tgid: u32,
+}
+const _: () = assert!(size_of::<OffCpuStart>() == 24);
+
+/// Total blocked time per (thread, stacks): the value of `OFFCPU`, keyed by `SampleKey`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OffCpuTime {
+    pub total_ns: u64,
+    pub count: u64,
+}
+const _: () = assert!(size_of::<OffCpuTime>() == 16);
+
+/// One stretch of a CPU's time held by one task.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuRun {
+    pub tid: u32,
+    pub tgid_unused: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub comm: [u8; COMM_LEN],
+}
+const _: () = assert!(size_of::<CpuRun>() == 40);
+
+/// Recent tasks on one CPU (a small ring), to name who held the CPU while a task waited.
+pub const CPU_HISTORY: usize = 8;
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CpuHistory {
+    pub next: u64,
+    pub last_switch_ns: u64,
+    pub runs: [CpuRun; CPU_HISTORY],
+}
+const _: () = assert!(size_of::<CpuHistory>() == 16 + 40 * CPU_HISTORY);
+
+/// How many CPU holders a slow event names.
+pub const SLOW_CULPRITS: usize = 4;
+
+/// A run-queue wait longer than the threshold, sent to user space as it happens.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SlowEvent {
+    pub tid: u32,
+    pub tgid: u32,
+    pub cpu: u32,
+    pub culprit_count: u32,
+    pub delay_ns: u64,
+    pub at_ns: u64,
+    pub comm: [u8; COMM_LEN],
+    pub waker: Enqueued,
+    pub culprits: [CpuRun; SLOW_CULPRITS],
+}
+const _: () = assert!(size_of::<SlowEvent>() == 48 + 32 + 40 * SLOW_CULPRITS);
+
+/// Offsets of the sched tracepoint fields, read from tracefs at start-up.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedOffsets {
+    pub switch_prev_comm: u32,
+    pub switch_prev_pid: u32,
+    pub switch_prev_state: u32,
+    pub switch_next_comm: u32,
+    pub switch_next_pid: u32,
+    pub wakeup_pid: u32,
+}
+const _: () = assert!(size_of::<SchedOffsets>() == 24);
+
+/// `prev_state` bits that mean the task left the CPU to sleep; none set = still runnable.
+pub const TASK_SLEEP_STATES: u64 = 0xff;
+pub const TASK_INTERRUPTIBLE: u64 = 0x1;
+pub const TASK_UNINTERRUPTIBLE: u64 = 0x2;
 
 /// Offsets of the `sched:sched_process_fork` fields we read, taken at start-up from the tracefs
 /// format file because they differ between kernels (`parent_comm` became `__data_loc` in 6.x).
@@ -133,6 +314,16 @@ pub mod names {
     pub const PROG_FORK: &str = "follow_fork";
     pub const PROG_EXIT: &str = "forget_exit";
     pub const PROG_EXEC: &str = "announce_exec";
+    pub const PROG_SWITCH: &str = "sched_switch";
+    pub const PROG_WAKEUP: &str = "sched_wakeup";
+    pub const PROG_WAKEUP_NEW: &str = "sched_wakeup_new";
+    pub const TASK_STATS: &str = "TASK_STATS";
+    pub const OFFCPU: &str = "OFFCPU";
+    pub const OFFCPU_STACKS: &str = "OFFCPU_STACKS";
+    pub const HEAT: &str = "HEAT";
+    pub const SLOW_EVENTS: &str = "SLOW_EVENTS";
+    pub const G_SCHED: &str = "SCHED_OFFSETS";
+    pub const G_SLOW_NS: &str = "SLOW_THRESHOLD_NS";
     /// Globals set by the loader.
     pub const G_FILTER: &str = "FILTER_BY_TARGET";
     pub const G_FORK: &str = "FORK_OFFSETS";
@@ -147,4 +338,52 @@ mod pod {
     unsafe impl aya::Pod for ProcessEvent {}
     unsafe impl aya::Pod for ForkOffsets {}
     unsafe impl aya::Pod for ExitOffsets {}
+    unsafe impl aya::Pod for TaskSched {}
+    unsafe impl aya::Pod for OffCpuTime {}
+    unsafe impl aya::Pod for SchedOffsets {}
+    unsafe impl aya::Pod for SlowEvent {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_monotonic_and_narrow() {
+        let mut last = 0;
+        for v in [
+            0u64,
+            1,
+            15,
+            16,
+            17,
+            31,
+            32,
+            100,
+            1_000,
+            65_535,
+            1_000_000,
+            123_456_789,
+            1 << 39,
+        ] {
+            let b = hist_bucket(v);
+            assert!(b >= last, "bucket of {v} went backwards");
+            last = b;
+            let lo = hist_lower_bound(b);
+            let hi = hist_lower_bound(b + 1);
+            assert!(lo <= v && v < hi, "{v} not in [{lo}, {hi}) of bucket {b}");
+            assert!(
+                (hi - lo) as f64 <= (lo as f64 / 16.0).max(1.0),
+                "bucket {b} too wide: [{lo}, {hi})"
+            );
+        }
+        assert_eq!(hist_bucket(u64::MAX), HIST_BUCKETS - 1);
+        for b in 0..HIST_BUCKETS - 1 {
+            assert_eq!(
+                hist_bucket(hist_lower_bound(b)),
+                b,
+                "lower bound of {b} maps back"
+            );
+        }
+    }
 }

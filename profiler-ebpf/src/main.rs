@@ -7,6 +7,7 @@
 
 mod counters;
 mod sampling;
+mod sched;
 mod targets;
 
 #[cfg(not(test))]

@@ -23,7 +23,7 @@ const EFAULT: i64 = 14;
 const EEXIST: i64 = 17;
 
 #[map(name = "EPOCH")]
-static EPOCH: Array<u32> = Array::with_max_entries(1, 0);
+pub(crate) static EPOCH: Array<u32> = Array::with_max_entries(1, 0);
 #[map(name = "SAMPLES_0")]
 static SAMPLES_0: HashMap<SampleKey, u64> = HashMap::with_max_entries(SAMPLE_MAP_ENTRIES, 0);
 #[map(name = "SAMPLES_1")]
@@ -56,10 +56,7 @@ fn try_sample_stack(ctx: &PerfEventContext) -> Result<(), i64> {
     if !is_target(tgid) {
         return Ok(());
     }
-    if SEEN.get_ptr(tgid).is_none() {
-        let _ = SEEN.insert(tgid, 1, 0);
-        announce(tgid, ProcessEventKind::FirstSample);
-    }
+    announce_once(tgid);
     let slot = EPOCH.get(0).copied().unwrap_or(0);
     if slot == 0 {
         record(ctx, tgid, tid, &STACKS_0, &SAMPLES_0)
@@ -127,9 +124,18 @@ fn stack_id(ctx: &PerfEventContext, stacks: &StackTrace, flags: u64, user: bool)
     }
 }
 
+/// Announce a process the first time it is seen (again after an exec).
+#[inline(always)]
+pub fn announce_once(tgid: u32) {
+    if SEEN.get_ptr(tgid).is_none() {
+        let _ = SEEN.insert(tgid, 1, 0);
+        announce(tgid, ProcessEventKind::FirstSample);
+    }
+}
+
 /// Tell user space about a process while it is alive, so its memory map can be captured.
 #[inline(always)]
-pub fn announce(tgid: u32, kind: ProcessEventKind) {
+fn announce(tgid: u32, kind: ProcessEventKind) {
     let event = ProcessEvent {
         tgid,
         kind: kind as u32,

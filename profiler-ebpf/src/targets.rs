@@ -80,11 +80,12 @@ pub fn forget_exit(ctx: TracePointContext) -> u32 {
 /// Drop exited threads' tids, so that a reused pid does not inherit target status. The tgid of a
 /// process stays until the whole group is dead, because its other threads are still targets.
 fn try_forget_exit(ctx: &TracePointContext) -> Result<(), i64> {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    crate::sched::forget_task(tid);
     if !filtering() {
         return Ok(());
     }
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     let offsets = unsafe { core::ptr::read_volatile(&EXIT_OFFSETS) };
     if tid != tgid {
         let _ = TARGETS.remove(tid);

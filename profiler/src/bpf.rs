@@ -12,9 +12,13 @@ use aya::{
     util::online_cpus,
     Ebpf, EbpfLoader,
 };
-use profiler_common::{names, ExitOffsets, ForkOffsets};
+use profiler_common::{names, ExitOffsets, ForkOffsets, SchedOffsets};
 
-use crate::{cli::Event, error::UserError, preflight::tracepoint_field_offset};
+use crate::{
+    cli::{Event, Mode},
+    error::UserError,
+    preflight::tracepoint_field_offset,
+};
 
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
@@ -41,15 +45,62 @@ pub fn tracepoint_offsets(tracefs: &Path) -> anyhow::Result<(ForkOffsets, ExitOf
     Ok((fork, exit))
 }
 
+/// Field offsets of `sched_switch` and `sched_wakeup` on the running kernel.
+pub fn sched_offsets(tracefs: &Path) -> anyhow::Result<SchedOffsets> {
+    let field = |event: &str, name: &str| {
+        tracepoint_field_offset(tracefs, "sched", event, name)
+            .with_context(|| format!("sched:{event} has no field `{name}` in its tracefs format"))
+    };
+    Ok(SchedOffsets {
+        switch_prev_comm: field("sched_switch", "prev_comm")?,
+        switch_prev_pid: field("sched_switch", "prev_pid")?,
+        switch_prev_state: field("sched_switch", "prev_state")?,
+        switch_next_comm: field("sched_switch", "next_comm")?,
+        switch_next_pid: field("sched_switch", "next_pid")?,
+        wakeup_pid: field("sched_wakeup", "pid")?,
+    })
+}
+
+/// What to load for a run.
+pub struct LoadOptions<'a> {
+    pub mode: Mode,
+    /// Keep only processes in the target set (else: the whole system).
+    pub filter: bool,
+    /// Sched mode: waits at least this long are reported one by one.
+    pub slow_threshold_ns: u64,
+    pub tracefs: &'a Path,
+}
+
+/// Maps a mode does not use shrink to one entry, so they cost (almost) no kernel memory.
+fn unused_maps(mode: Mode) -> &'static [&'static str] {
+    match mode {
+        Mode::Sched => &["SAMPLES_0", "SAMPLES_1", "STACKS_0", "STACKS_1"],
+        _ => &[
+            "TASK_STATS",
+            "ENQUEUED",
+            "OFFCPU_START",
+            "OFFCPU",
+            "OFFCPU_STACKS",
+        ],
+    }
+}
+
 impl Loaded {
-    /// Load the programs. With `filter`, samples are kept only for processes in the target set.
-    pub fn load(filter: bool, tracefs: &Path) -> anyhow::Result<Loaded> {
-        let (fork, exit) = tracepoint_offsets(tracefs)?;
-        let filter = u32::from(filter);
-        let mut ebpf = EbpfLoader::new()
+    pub fn load(options: &LoadOptions<'_>) -> anyhow::Result<Loaded> {
+        let (fork, exit) = tracepoint_offsets(options.tracefs)?;
+        let sched = sched_offsets(options.tracefs)?;
+        let filter = u32::from(options.filter);
+        let mut loader = EbpfLoader::new();
+        loader
             .override_global(names::G_FILTER, &filter, true)
             .override_global(names::G_FORK, &fork, true)
             .override_global(names::G_EXIT, &exit, true)
+            .override_global(names::G_SCHED, &sched, true)
+            .override_global(names::G_SLOW_NS, &options.slow_threshold_ns, true);
+        for map in unused_maps(options.mode) {
+            loader.map_max_entries(map, 1);
+        }
+        let mut ebpf = loader
             .load(BPF_OBJECT)
             .context("loading the BPF programs into the kernel")?;
         let targets = ebpf.take_map(names::TARGETS).context("map TARGETS missing")?;
@@ -65,11 +116,24 @@ impl Loaded {
 
     /// Follow targets' children, forget exited threads, re-announce processes that exec.
     pub fn attach_process_tracking(&mut self) -> anyhow::Result<()> {
-        for (prog, event) in [
+        self.attach_tracepoints(&[
             (names::PROG_FORK, "sched_process_fork"),
             (names::PROG_EXIT, "sched_process_exit"),
             (names::PROG_EXEC, "sched_process_exec"),
-        ] {
+        ])
+    }
+
+    /// Time run-queue waits and off-CPU intervals.
+    pub fn attach_sched(&mut self) -> anyhow::Result<()> {
+        self.attach_tracepoints(&[
+            (names::PROG_WAKEUP, "sched_wakeup"),
+            (names::PROG_WAKEUP_NEW, "sched_wakeup_new"),
+            (names::PROG_SWITCH, "sched_switch"),
+        ])
+    }
+
+    fn attach_tracepoints(&mut self, programs: &[(&str, &str)]) -> anyhow::Result<()> {
+        for &(prog, event) in programs {
             let program: &mut TracePoint = self
                 .ebpf
                 .program_mut(prog)

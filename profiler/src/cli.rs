@@ -41,6 +41,9 @@ pub struct Cli {
     /// Write the report here instead of standard output.
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Sched mode: list each run-queue wait at least this long (milliseconds) with its culprits.
+    #[arg(long = "slow-threshold", value_name = "MS", default_value_t = 10.0, value_parser = parse_millis)]
+    pub slow_threshold_ms: f64,
     /// Command to start and profile; bpfprof attaches first, so its first samples are captured.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -92,6 +95,8 @@ pub enum Format {
     Folded,
     Svg,
     Pprof,
+    /// Sched mode: latency heatmap (time across, wait buckets up).
+    Heatmap,
 }
 
 impl Format {
@@ -102,6 +107,7 @@ impl Format {
             Format::Folded => "folded",
             Format::Svg => "svg",
             Format::Pprof => "pprof",
+            Format::Heatmap => "heatmap",
         }
     }
 
@@ -109,6 +115,7 @@ impl Format {
     pub fn from_path(path: &std::path::Path) -> Option<Format> {
         let name = path.file_name()?.to_str()?.to_ascii_lowercase();
         [
+            (".heatmap.svg", Format::Heatmap),
             (".svg", Format::Svg),
             (".folded", Format::Folded),
             (".json", Format::Json),
@@ -128,6 +135,13 @@ impl Cli {
         self.format
             .or_else(|| self.output.as_deref().and_then(Format::from_path))
             .unwrap_or(Format::Text)
+    }
+}
+
+fn parse_millis(s: &str) -> Result<f64, String> {
+    match s.trim_end_matches("ms").parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a duration in milliseconds")),
     }
 }
 

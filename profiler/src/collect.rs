@@ -82,14 +82,22 @@ impl KernelSource {
     }
 }
 
-impl SampleSource for KernelSource {
-    fn drain(&mut self) -> anyhow::Result<Vec<RawSample>> {
+impl KernelSource {
+    /// Switch the kernel to the other epoch slot; returns the slot to drain. A program that read
+    /// the old epoch just before the switch may still be writing into it: it runs for
+    /// microseconds, so the wait here is generous.
+    pub fn flip(&mut self) -> anyhow::Result<usize> {
         let old = self.active as usize;
         self.active ^= 1;
         self.epoch.set(0, self.active, 0).context("switching the epoch")?;
-        // A sample that read the old epoch just before the switch may still be writing into it;
-        // the program runs for microseconds, so this wait is generous.
         std::thread::sleep(Duration::from_millis(2));
+        Ok(old)
+    }
+}
+
+impl SampleSource for KernelSource {
+    fn drain(&mut self) -> anyhow::Result<Vec<RawSample>> {
+        let old = self.flip()?;
         self.drain_slot(old)
     }
 
@@ -106,12 +114,18 @@ impl SampleSource for KernelSource {
             kernel_stack_errors: read(Counter::KernelStackError)?,
             process_events_lost: read(Counter::EventLost)?,
             target_map_full: read(Counter::TargetMapFull)?,
+            sched_switches: read(Counter::SchedSwitches)?,
+            task_map_full: read(Counter::TaskMapFull)?,
+            enqueue_map_full: read(Counter::EnqueueMapFull)?,
+            slow_events_lost: read(Counter::SlowEventLost)?,
+            offcpu_map_full: read(Counter::OffCpuMapFull)?,
+            tid_reused: read(Counter::TidReused)?,
             ..Health::default()
         })
     }
 }
 
-fn read_stack(map: &StackTraceMap<MapData>, id: i32) -> StackRead {
+pub(crate) fn read_stack(map: &StackTraceMap<MapData>, id: i32) -> StackRead {
     match id {
         id if id >= 0 => match map.get(&(id as u32), 0) {
             Ok(trace) => StackRead::Frames(
@@ -130,7 +144,7 @@ fn read_stack(map: &StackTraceMap<MapData>, id: i32) -> StackRead {
     }
 }
 
-fn comm_string(comm: &[u8]) -> String {
+pub(crate) fn comm_string(comm: &[u8]) -> String {
     let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
     String::from_utf8_lossy(&comm[..end]).into_owned()
 }

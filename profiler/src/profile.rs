@@ -70,6 +70,14 @@ pub struct Health {
     pub processes_not_captured: u64,
     /// How many times the kernel maps were drained.
     pub drains: u64,
+    /// Sched mode: context switches seen, and what could not be recorded.
+    pub sched_switches: u64,
+    pub task_map_full: u64,
+    pub enqueue_map_full: u64,
+    pub slow_events: u64,
+    pub slow_events_lost: u64,
+    pub offcpu_map_full: u64,
+    pub tid_reused: u64,
 }
 
 impl Health {
@@ -125,6 +133,30 @@ impl Health {
             out.push(format!(
                 "{} processes exited before their memory map could be read: their user frames are [unknown]",
                 self.processes_not_captured
+            ));
+        }
+        if self.task_map_full > 0 {
+            out.push(format!(
+                "{} tasks were not tracked: the per-task map was full",
+                self.task_map_full
+            ));
+        }
+        if self.enqueue_map_full + self.offcpu_map_full > 0 {
+            out.push(format!(
+                "{} waits and {} off-CPU intervals were not timed: their maps were full",
+                self.enqueue_map_full, self.offcpu_map_full
+            ));
+        }
+        if self.slow_events_lost > 0 {
+            out.push(format!(
+                "{} slow waits were not reported individually: their ring buffer was full",
+                self.slow_events_lost
+            ));
+        }
+        if self.tid_reused > 0 {
+            out.push(format!(
+                "{} switch-ins of reused thread ids were not counted",
+                self.tid_reused
             ));
         }
         if self.target_map_full > 0 {

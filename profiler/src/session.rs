@@ -1,6 +1,7 @@
-//! The order of things for one run: check → load → attach → start the command → sample until a
+//! The order of things for one run: check → load → attach → start the command → collect until a
 //! stop condition → final drain → detach → symbolize → render. The only place that knows it.
 use std::{
+    collections::HashSet,
     ffi::OsString,
     os::fd::{FromRawFd as _, OwnedFd, RawFd},
     path::{Path, PathBuf},
@@ -8,7 +9,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use aya::maps::RingBuf;
+use aya::maps::{MapData, RingBuf};
 use profiler_common::{names, ProcessEvent};
 use tokio::{
     io::unix::AsyncFd,
@@ -17,12 +18,15 @@ use tokio::{
 };
 
 use crate::{
-    bpf::Loaded,
+    bpf::{LoadOptions, Loaded},
     cli::{Cli, Event, Format, Mode},
     collect::{drain_into, KernelSource, SampleSource},
     error::UserError,
     launcher::{self, RunningCommand},
-    modes::hotspot,
+    modes::{
+        hotspot,
+        sched::{self, SchedCollection, SchedSource},
+    },
     output, preflight,
     process::Processes,
     profile::RawProfile,
@@ -45,16 +49,25 @@ pub struct Plan {
     pub command: Vec<OsString>,
     pub format: Format,
     pub output: Option<PathBuf>,
+    pub slow_threshold_ns: u64,
 }
 
 impl Plan {
     /// Every check that needs no privileges, so usage mistakes are reported first.
     pub fn from_cli(cli: Cli) -> Result<Plan, UserError> {
-        if cli.mode != Mode::Hotspot {
+        if matches!(cli.mode, Mode::Topdown | Mode::Lock) {
             return Err(UserError::ModeUnavailable(cli.mode.name()));
         }
         let format = cli.resolved_format();
-        preflight::check_frequency(cli.frequency)?;
+        if format == Format::Heatmap && cli.mode != Mode::Sched {
+            return Err(UserError::FormatUnavailable {
+                format: format.name(),
+                mode: cli.mode.name(),
+            });
+        }
+        if cli.mode == Mode::Hotspot {
+            preflight::check_frequency(cli.frequency)?;
+        }
         let pids = preflight::resolve_pids(&cli.pids)?;
         if let Some(program) = cli.command.first() {
             launcher::resolve(program)?;
@@ -72,6 +85,7 @@ impl Plan {
             command: cli.command,
             format,
             output: cli.output,
+            slow_threshold_ns: (cli.slow_threshold_ms * 1e6) as u64,
         })
     }
 
@@ -102,7 +116,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         .build()
         .context("starting the event loop")?;
     let recording = runtime.block_on(record(&plan, tracefs))?;
-    // Sampling is over and everything is detached: a further Ctrl-C should end bpfprof at once
+    // Collection is over and everything is detached: a further Ctrl-C should end bpfprof at once
     // rather than be swallowed by the event loop's handler.
     // SAFETY: restoring the default disposition of a signal.
     unsafe {
@@ -110,24 +124,103 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         libc::signal(libc::SIGTERM, libc::SIG_DFL);
     }
 
-    let symbols = Symbolizer::new().symbolize(&recording.profile, &recording.procs);
-    for failure in &symbols.failures {
+    let symbolizer = Symbolizer::new();
+    let renderer = report::renderer(plan.format);
+    let Recording {
+        collected,
+        procs,
+        meta,
+        exit_code,
+    } = recording;
+    let described = match collected {
+        Collected::Hotspot(profile) => {
+            let symbols = symbolizer.symbolize(&profile, &procs);
+            warn_failures(&symbols.failures);
+            let report = hotspot::build(meta, &profile, &symbols);
+            output::write_report(plan.output.as_deref(), &|out| renderer.hotspot(&report, out))?;
+            format!("{} samples", report.samples)
+        }
+        Collected::Sched(collection, health) => {
+            let symbols = symbolizer.symbolize(&collection.offcpu_ns, &procs);
+            warn_failures(&symbols.failures);
+            let report = sched::build(meta, health, &collection, &symbols, plan.slow_threshold_ns);
+            output::write_report(plan.output.as_deref(), &|out| renderer.sched(&report, out))?;
+            format!("{} tasks", report.tasks.len())
+        }
+    };
+    if let Some(path) = &plan.output {
+        eprintln!("bpfprof: wrote {} ({described})", path.display());
+    }
+    Ok(exit_code)
+}
+
+fn warn_failures(failures: &[String]) {
+    for failure in failures {
         log::warn!("symbolization: {failure}");
     }
-    let report = hotspot::build(recording.meta, &recording.profile, &symbols);
-    let renderer = report::renderer(plan.format);
-    output::write_report(plan.output.as_deref(), &|out| renderer.hotspot(&report, out))?;
-    if let Some(path) = &plan.output {
-        eprintln!("bpfprof: wrote {} ({} samples)", path.display(), report.samples);
-    }
-    Ok(recording.exit_code)
+}
+
+pub enum Collected {
+    Hotspot(RawProfile),
+    Sched(SchedCollection, crate::profile::Health),
 }
 
 pub struct Recording {
-    pub profile: RawProfile,
+    pub collected: Collected,
     pub procs: Processes,
     pub meta: RunMeta,
     pub exit_code: i32,
+}
+
+/// What a mode drains from the kernel while it runs.
+enum Collector {
+    Hotspot {
+        profile: RawProfile,
+        not_captured: HashSet<u32>,
+    },
+    Sched {
+        sched: SchedSource,
+        collection: SchedCollection,
+    },
+}
+
+impl Collector {
+    fn drain(&mut self, kernel: &mut KernelSource, procs: &mut Processes) -> anyhow::Result<()> {
+        match self {
+            Collector::Hotspot {
+                profile,
+                not_captured,
+            } => drain_into(kernel, profile, procs, not_captured),
+            Collector::Sched { sched, collection } => {
+                let old = kernel.flip()?;
+                sched.read_slow(collection);
+                sched.drain(old, collection)
+            }
+        }
+    }
+
+    fn finish(self, kernel: &mut KernelSource, procs: &mut Processes) -> anyhow::Result<Collected> {
+        let mut health = kernel.health()?;
+        match self {
+            Collector::Hotspot {
+                mut profile,
+                not_captured,
+            } => {
+                health.drains = profile.health.drains;
+                health.processes_not_captured = not_captured.len() as u64;
+                profile.health = health;
+                Ok(Collected::Hotspot(profile))
+            }
+            Collector::Sched {
+                mut sched,
+                mut collection,
+            } => {
+                sched.finish(&mut collection, procs)?;
+                health.slow_events = collection.slow_seen;
+                Ok(Collected::Sched(collection, health))
+            }
+        }
+    }
 }
 
 #[derive(Debug, PartialEq)]
@@ -163,12 +256,38 @@ async fn all_exited(fds: &[AsyncFd<OwnedFd>]) {
     }
 }
 
+/// The threads of a process, so per-thread programs (sched) see those started before the run.
+fn threads_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// CLOCK_MONOTONIC, the clock of `bpf_ktime_get_ns()`.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     let paused = match plan.command.is_empty() {
         true => None,
         false => Some(launcher::spawn_paused(&plan.command)?),
     };
-    let mut loaded = Loaded::load(!plan.system_wide, tracefs)?;
+    let mut loaded = Loaded::load(&LoadOptions {
+        mode: plan.mode,
+        filter: !plan.system_wide,
+        slow_threshold_ns: plan.slow_threshold_ns,
+        tracefs,
+    })?;
     let mut procs = Processes::new();
     // Only -p targets end a run by exiting; a command ends it through SIGCHLD instead.
     let exits = match plan.system_wide || paused.is_some() {
@@ -182,13 +301,16 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     };
     for &pid in &plan.pids {
         loaded.add_target(pid)?;
+        for tid in threads_of(pid) {
+            loaded.add_target(tid)?;
+        }
         let _ = procs.capture(pid);
     }
     if let Some(paused) = &paused {
         loaded.add_target(paused.pid())?;
     }
     loaded.attach_process_tracking()?;
-    let mut source = KernelSource::take(&mut loaded.ebpf)?;
+    let mut kernel = KernelSource::take(&mut loaded.ebpf)?;
     let events = loaded
         .ebpf
         .take_map(names::EVENTS)
@@ -197,18 +319,45 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     // together below).
     let mut events = unsafe { AsyncFd::register(RingBuf::try_from(events)?) }
         .map_err(|e| anyhow::anyhow!("watching the event ring: {e}"))?;
-    let cpus = loaded.attach_sampling(plan.event, plan.frequency_hz)?;
+    let (mut collector, cpus, what) = match plan.mode {
+        Mode::Sched => {
+            let sched = SchedSource::take(&mut loaded.ebpf)?;
+            loaded.attach_sched()?;
+            let cpus = aya::util::online_cpus().map(|c| c.len() as u32).unwrap_or(1);
+            let collection = SchedCollection {
+                started_ns: monotonic_ns(),
+                ..Default::default()
+            };
+            (
+                Collector::Sched { sched, collection },
+                cpus,
+                "tracing the scheduler for".to_string(),
+            )
+        }
+        _ => {
+            let cpus = loaded.attach_sampling(plan.event, plan.frequency_hz)?;
+            let collector = Collector::Hotspot {
+                profile: RawProfile::new(),
+                not_captured: HashSet::new(),
+            };
+            (collector, cpus, "sampling".to_string())
+        }
+    };
     let mut command = paused.map(|p| p.release()).transpose()?;
 
-    eprintln!(
-        "bpfprof: sampling {} at {} Hz ({}) on {cpus} CPUs; Ctrl-C to stop",
-        plan.target_description(),
-        plan.frequency_hz,
-        plan.event.name()
-    );
+    match plan.mode {
+        Mode::Sched => eprintln!(
+            "bpfprof: {what} {} on {cpus} CPUs; Ctrl-C to stop",
+            plan.target_description()
+        ),
+        _ => eprintln!(
+            "bpfprof: {what} {} at {} Hz ({}) on {cpus} CPUs; Ctrl-C to stop",
+            plan.target_description(),
+            plan.frequency_hz,
+            plan.event.name()
+        ),
+    }
     let started = Instant::now();
-    let mut profile = RawProfile::new();
-    let mut not_captured = std::collections::HashSet::new();
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigchld = signal(SignalKind::child())?;
@@ -248,7 +397,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
                 if let Some(code) = command.as_mut().and_then(RunningCommand::try_wait) {
                     break Stop::CommandExited(code);
                 }
-                drain_into(&mut source, &mut profile, &mut procs, &mut not_captured)?;
+                collector.drain(&mut kernel, &mut procs)?;
             }
         }
     };
@@ -256,14 +405,11 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
 
     // Both epoch slots, so nothing recorded is left behind.
     capture_announced(events.get_mut(), &mut procs);
-    drain_into(&mut source, &mut profile, &mut procs, &mut not_captured)?;
-    drain_into(&mut source, &mut profile, &mut procs, &mut not_captured)?;
-    let drains = profile.health.drains;
-    profile.health = source.health()?;
-    profile.health.drains = drains;
-    profile.health.processes_not_captured = not_captured.len() as u64;
+    collector.drain(&mut kernel, &mut procs)?;
+    collector.drain(&mut kernel, &mut procs)?;
+    let collected = collector.finish(&mut kernel, &mut procs)?;
     drop(events);
-    drop(source);
+    drop(kernel);
     drop(loaded); // detaches every program and closes every perf event
 
     let mut notes = Vec::new();
@@ -305,7 +451,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         notes,
     };
     Ok(Recording {
-        profile,
+        collected,
         procs,
         meta,
         exit_code,
@@ -313,7 +459,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
 }
 
 /// Capture the memory map of every process the kernel announced, while it is alive.
-fn capture_announced(ring: &mut RingBuf<aya::maps::MapData>, procs: &mut Processes) {
+fn capture_announced(ring: &mut RingBuf<MapData>, procs: &mut Processes) {
     while let Some(item) = ring.next() {
         if item.len() < std::mem::size_of::<ProcessEvent>() {
             continue;

@@ -41,7 +41,11 @@ fn c_command_split_matches_ground_truth_and_caller_chain() {
         report.samples_of(pid)
     );
     // The kernel maps were drained while sampling (1 s epochs), and nothing was lost across them.
-    assert!(report.0["health"]["drains"].as_u64().unwrap() >= 4, "{}", report.0["health"]);
+    assert!(
+        report.0["health"]["drains"].as_u64().unwrap() >= 4,
+        "{}",
+        report.0["health"]
+    );
     assert_eq!(report.0["lost"], 0);
     assert_shares(&report, pid, &truth, &["burn_a", "burn_b", "burn_c"]);
     assert!(

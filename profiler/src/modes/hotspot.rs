@@ -29,9 +29,19 @@ pub struct FunctionStat {
     pub total_samples: u64,
 }
 
+/// What a stack's count measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Weight {
+    /// Sampled on CPU: one per sample.
+    Samples,
+    /// Off CPU: nanoseconds blocked.
+    OffCpuNanoseconds,
+}
+
 #[derive(Clone, Debug)]
 pub struct HotspotReport {
     pub meta: RunMeta,
+    pub weight: Weight,
     pub health: Health,
     /// Samples in the stacks below (the sum of their counts).
     pub samples: u64,
@@ -78,6 +88,7 @@ pub fn build(meta: RunMeta, raw: &RawProfile, symbols: &Symbols) -> HotspotRepor
     let samples = stacks.iter().map(|s| s.count).sum();
     HotspotReport {
         meta,
+        weight: Weight::Samples,
         health: raw.health.clone(),
         samples,
         stacks,

@@ -1,3 +1,4 @@
 //! One module per report mode: what it asks of the kernel and how it folds records into its
 //! profile type.
 pub mod hotspot;
+pub mod sched;

@@ -5,7 +5,10 @@ use serde::Serialize;
 
 use super::Renderer;
 use crate::{
-    modes::hotspot::{FunctionStat, HotspotReport, Stack},
+    modes::{
+        hotspot::{FunctionStat, HotspotReport, Stack},
+        sched::{OffCpuStack, SchedReport, SlowWait, TaskLatency},
+    },
     profile::Health,
 };
 
@@ -30,7 +33,44 @@ struct HotspotJson<'a> {
     functions: &'a [FunctionStat],
 }
 
+#[derive(Serialize)]
+struct SchedJson<'a> {
+    mode: &'static str,
+    target: &'a str,
+    duration_s: f64,
+    cpus: u32,
+    context_switches: u64,
+    slow_threshold_ns: u64,
+    slow_total: u64,
+    notes: &'a [String],
+    warnings: Vec<String>,
+    health: &'a Health,
+    tasks: &'a [TaskLatency],
+    offcpu: &'a [OffCpuStack],
+    slow_events: &'a [SlowWait],
+}
+
 impl Renderer for Json {
+    fn sched(&self, r: &SchedReport, out: &mut dyn Write) -> io::Result<()> {
+        let doc = SchedJson {
+            mode: "sched",
+            target: &r.meta.target,
+            duration_s: r.meta.duration_s,
+            cpus: r.meta.cpus,
+            context_switches: r.health.sched_switches,
+            slow_threshold_ns: r.slow_threshold_ns,
+            slow_total: r.slow_total,
+            notes: &r.meta.notes,
+            warnings: r.health.warnings(),
+            health: &r.health,
+            tasks: &r.tasks,
+            offcpu: &r.offcpu_stacks,
+            slow_events: &r.slow,
+        };
+        serde_json::to_writer(&mut *out, &doc).map_err(io::Error::other)?;
+        writeln!(out)
+    }
+
     fn hotspot(&self, r: &HotspotReport, out: &mut dyn Write) -> io::Result<()> {
         let doc = HotspotJson {
             mode: r.meta.mode,

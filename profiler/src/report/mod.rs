@@ -3,9 +3,13 @@ use std::io::{self, Write};
 
 use serde::Serialize;
 
-use crate::{cli::Format, modes::hotspot::HotspotReport};
+use crate::{
+    cli::Format,
+    modes::{hotspot::HotspotReport, sched::SchedReport},
+};
 
 mod folded;
+mod heatmap;
 mod json;
 mod pprof;
 mod svg;
@@ -30,6 +34,11 @@ pub struct RunMeta {
 
 pub trait Renderer {
     fn hotspot(&self, report: &HotspotReport, out: &mut dyn Write) -> io::Result<()>;
+
+    /// Stack formats (folded, flamegraph, pprof) show the off-CPU stacks, weighted by time.
+    fn sched(&self, report: &SchedReport, out: &mut dyn Write) -> io::Result<()> {
+        self.hotspot(&report.offcpu, out)
+    }
 }
 
 pub fn renderer(format: Format) -> Box<dyn Renderer> {
@@ -39,6 +48,21 @@ pub fn renderer(format: Format) -> Box<dyn Renderer> {
         Format::Folded => Box::new(folded::Folded),
         Format::Svg => Box::new(svg::Svg),
         Format::Pprof => Box::new(pprof::Pprof),
+        Format::Heatmap => Box::new(heatmap::Heatmap),
+    }
+}
+
+/// A duration for people: 850 ns, 12.3 us, 4.56 ms, 1.23 s.
+pub(crate) fn human_ns(ns: u64) -> String {
+    let ns = ns as f64;
+    if ns < 1e3 {
+        format!("{ns:.0} ns")
+    } else if ns < 1e6 {
+        format!("{:.1} us", ns / 1e3)
+    } else if ns < 1e9 {
+        format!("{:.2} ms", ns / 1e6)
+    } else {
+        format!("{:.2} s", ns / 1e9)
     }
 }
 
@@ -72,6 +96,7 @@ pub(crate) mod tests {
             ..crate::modes::hotspot::tests::frame("ksys_read")
         });
         HotspotReport {
+            weight: crate::modes::hotspot::Weight::Samples,
             meta: RunMeta {
                 mode: "hotspot",
                 event: "cpu-clock",

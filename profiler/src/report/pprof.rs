@@ -8,7 +8,10 @@ use flate2::{write::GzEncoder, Compression};
 use prost::Message;
 
 use super::Renderer;
-use crate::{modes::hotspot::HotspotReport, symbolize::Frame};
+use crate::{
+    modes::hotspot::{HotspotReport, Weight},
+    symbolize::Frame,
+};
 
 /// The messages of pprof's `profile.proto` that bpfprof writes (field numbers from that schema).
 pub mod proto {
@@ -214,9 +217,13 @@ impl Builder {
 
 pub fn hotspot_profile(report: &HotspotReport) -> proto::Profile {
     let mut b = Builder::new();
-    let cpu_clock = report.meta.event == "cpu-clock";
+    let off_cpu = report.weight == Weight::OffCpuNanoseconds;
+    let cpu_clock = report.meta.event == "cpu-clock" && !off_cpu;
     let period_ns = 1_000_000_000 / report.meta.frequency_hz.max(1) as i64;
-    let samples = b.value_type("samples", "count");
+    let samples = match off_cpu {
+        true => b.value_type("off-cpu", "nanoseconds"),
+        false => b.value_type("samples", "count"),
+    };
     b.profile.sample_type.push(samples.clone());
     if cpu_clock {
         let cpu = b.value_type("cpu", "nanoseconds");
@@ -262,7 +269,7 @@ pub fn hotspot_profile(report: &HotspotReport) -> proto::Profile {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64 - b.profile.duration_nanos)
         .unwrap_or(0);
-    let comment = b.string(&format!("bpfprof hotspot: {}", report.meta.target));
+    let comment = b.string(&format!("bpfprof {}: {}", report.meta.mode, report.meta.target));
     b.profile.comment.push(comment);
     b.profile
 }

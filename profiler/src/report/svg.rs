@@ -4,7 +4,7 @@ use std::io::{self, Write};
 use inferno::flamegraph::{self, Options};
 
 use super::{folded_lines, Renderer};
-use crate::modes::hotspot::HotspotReport;
+use crate::modes::hotspot::{HotspotReport, Weight};
 
 pub struct Svg;
 
@@ -12,11 +12,22 @@ impl Renderer for Svg {
     fn hotspot(&self, report: &HotspotReport, out: &mut dyn Write) -> io::Result<()> {
         let lines = folded_lines(report);
         let mut options = Options::default();
-        options.title = format!(
-            "bpfprof hotspot: {} ({} at {} Hz, {:.1} s)",
-            report.meta.target, report.meta.event, report.meta.frequency_hz, report.meta.duration_s
-        );
-        options.count_name = "samples".to_string();
+        options.title = match report.weight {
+            Weight::Samples => format!(
+                "bpfprof hotspot: {} ({} at {} Hz, {:.1} s)",
+                report.meta.target, report.meta.event, report.meta.frequency_hz, report.meta.duration_s
+            ),
+            Weight::OffCpuNanoseconds => {
+                format!(
+                    "bpfprof off-CPU time: {} ({:.1} s)",
+                    report.meta.target, report.meta.duration_s
+                )
+            }
+        };
+        options.count_name = match report.weight {
+            Weight::Samples => "samples".to_string(),
+            Weight::OffCpuNanoseconds => "ns".to_string(),
+        };
         if lines.is_empty() {
             // inferno refuses empty input; an empty profile is still a valid answer.
             options.subtitle = Some("no samples were collected".to_string());

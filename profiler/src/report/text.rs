@@ -1,9 +1,12 @@
 //! The terminal report: health first, then top functions by self and total, then hot stacks.
 use std::io::{self, Write};
 
-use super::{percent, Renderer};
+use super::{human_ns, percent, Renderer};
 use crate::{
-    modes::hotspot::{FunctionStat, HotspotReport},
+    modes::{
+        hotspot::{FunctionStat, HotspotReport},
+        sched::SchedReport,
+    },
     symbolize::Frame,
 };
 
@@ -13,7 +16,133 @@ const TOP_FUNCTIONS: usize = 25;
 const TOP_STACKS: usize = 10;
 const MAX_FRAMES_SHOWN: usize = 48;
 
+const TOP_TASKS: usize = 30;
+const HISTOGRAM_TASKS: usize = 3;
+const TOP_OFFCPU: usize = 10;
+const TOP_SLOW: usize = 15;
+
 impl Renderer for Text {
+    fn sched(&self, r: &SchedReport, out: &mut dyn Write) -> io::Result<()> {
+        let m = &r.meta;
+        writeln!(
+            out,
+            "bpfprof sched: {} | {:.1} s | {} CPUs | {} context switches",
+            m.target, m.duration_s, m.cpus, r.health.sched_switches
+        )?;
+        for note in &m.notes {
+            writeln!(out, "note: {note}")?;
+        }
+        for warning in r.health.warnings() {
+            writeln!(out, "warning: {warning}")?;
+        }
+        writeln!(
+            out,
+            "\nRun-queue delay per task (time runnable but waiting for a CPU), most total delay first"
+        )?;
+        writeln!(
+            out,
+            "{:<16} {:>7} {:>7} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}",
+            "task", "pid", "tid", "runs", "total", "avg", "p50", "p99", "max", "max at"
+        )?;
+        for t in r.tasks.iter().take(TOP_TASKS) {
+            writeln!(
+                out,
+                "{:<16} {:>7} {:>7} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7.2}s",
+                t.comm,
+                t.pid,
+                t.tid,
+                t.runs,
+                human_ns(t.total_delay_ns),
+                human_ns(t.avg_delay_ns),
+                human_ns(t.p50_delay_ns),
+                human_ns(t.p99_delay_ns),
+                human_ns(t.max_delay_ns),
+                t.max_at_s
+            )?;
+        }
+        if r.tasks.len() > TOP_TASKS {
+            writeln!(
+                out,
+                "... {} more tasks (all of them in --format json)",
+                r.tasks.len() - TOP_TASKS
+            )?;
+        }
+
+        for t in r.tasks.iter().filter(|t| t.waits > 0).take(HISTOGRAM_TASKS) {
+            writeln!(
+                out,
+                "\nWait histogram: {} (tid {}), {} waits",
+                t.comm, t.tid, t.waits
+            )?;
+            let max = t.histogram.iter().map(|b| b.count).max().unwrap_or(1);
+            for b in &t.histogram {
+                let bar = "#".repeat(((b.count * 40).div_ceil(max)) as usize);
+                writeln!(out, "  <= {:>10} {:>8} {bar}", human_ns(b.le_ns), b.count)?;
+            }
+        }
+
+        writeln!(
+            out,
+            "\nOff-CPU: where tasks blocked (sleeping or waiting for I/O), leaf first"
+        )?;
+        if r.offcpu_stacks.is_empty() {
+            writeln!(out, "  (no blocking observed)")?;
+        }
+        for (i, s) in r.offcpu_stacks.iter().take(TOP_OFFCPU).enumerate() {
+            writeln!(
+                out,
+                "[{}] {} in {} blocks  pid {} tid {} {}",
+                i + 1,
+                human_ns(s.total_ns),
+                s.count,
+                s.pid,
+                s.tid,
+                s.comm
+            )?;
+            for frame in s.frames.iter().rev().take(MAX_FRAMES_SHOWN) {
+                writeln!(out, "      {}", describe(frame))?;
+            }
+        }
+
+        writeln!(
+            out,
+            "\nSlowest waits (>= {}): {} in total{}",
+            human_ns(r.slow_threshold_ns),
+            r.slow_total,
+            if r.slow_total as usize > r.slow.len() {
+                format!(", the {} longest listed", r.slow.len())
+            } else {
+                String::new()
+            }
+        )?;
+        for e in r.slow.iter().take(TOP_SLOW) {
+            let waker = match &e.waker {
+                Some(w) => format!("woken by {} (tid {})", w.comm, w.tid),
+                None => "preempted".to_string(),
+            };
+            let holders: Vec<String> = e
+                .cpu_holders
+                .iter()
+                .map(|h| format!("{} (tid {}) {}", h.comm, h.tid, human_ns(h.held_ns)))
+                .collect();
+            writeln!(
+                out,
+                "  {:>10}  {} (tid {}) on CPU {} at {:.2}s; {waker}; CPU held by: {}",
+                human_ns(e.delay_ns),
+                e.comm,
+                e.tid,
+                e.cpu,
+                e.at_s,
+                if holders.is_empty() {
+                    "-".to_string()
+                } else {
+                    holders.join(", ")
+                }
+            )?;
+        }
+        Ok(())
+    }
+
     fn hotspot(&self, r: &HotspotReport, out: &mut dyn Write) -> io::Result<()> {
         let m = &r.meta;
         writeln!(

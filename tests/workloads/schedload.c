@@ -1,0 +1,95 @@
+/* Scheduling test workload with its own ground truth from the kernel.
+ *
+ *   schedload SECONDS BUSY_THREADS
+ *
+ * Starts BUSY_THREADS threads that spin (more than there are CPUs, so they wait in the run
+ * queue) and one thread that sleeps 2 ms at a time in sleep_known(). Before exiting, every thread
+ * reads its own /proc/self/task/<tid>/schedstat and prints:
+ *   TASK tid=<tid> role=busy|sleeper run_delay=<ns> pcount=<n> oncpu=<ns> slept=<ns>
+ */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static double seconds;
+static volatile unsigned long sink;
+
+/* Filled by each thread as its last act and printed by main after the joins: anything a thread
+ * did after reading its schedstat (a contended print lock, a pipe write) would add waits that the
+ * reading does not contain. */
+struct result {
+    const char *role;
+    long long tid, slept;
+    unsigned long long oncpu, delay, pcount;
+};
+static struct result results[65];
+/* Everyone stops working before anyone reads: a read taken while others still compete for the
+ * CPUs would miss waits the thread still has ahead of it (its exit). */
+static pthread_barrier_t done;
+
+static long long wall_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void report(struct result *r, const char *role, long long slept) {
+    char path[96], buf[128];
+    r->role = role;
+    r->slept = slept;
+    r->tid = syscall(SYS_gettid);
+    snprintf(path, sizeof path, "/proc/self/task/%lld/schedstat", r->tid);
+    FILE *f = fopen(path, "r");
+    if (f && fgets(buf, sizeof buf, f)) sscanf(buf, "%llu %llu %llu", &r->oncpu, &r->delay, &r->pcount);
+    if (f) fclose(f);
+}
+
+static void *busy(void *arg) {
+    long long end = wall_ns() + (long long)(seconds * 1e9);
+    while (wall_ns() < end)
+        for (int i = 0; i < 100000; i++) sink += i;
+    pthread_barrier_wait(&done);
+    report(arg, "busy", 0);
+    return NULL;
+}
+
+/* The nanosleep system call made from this function itself (not through libc, which has no frame
+ * pointers), so the off-CPU stack's innermost user frame is this function. */
+__attribute__((noinline)) long long sleep_known(long long ns) {
+    struct timespec ts = {0, ns};
+    long long t0 = wall_ns();
+    long ret;
+    __asm__ volatile("syscall" : "=a"(ret) : "0"(SYS_nanosleep), "D"(&ts), "S"(0) : "rcx", "r11", "memory");
+    return wall_ns() - t0;
+}
+
+static void *sleeper(void *arg) {
+    long long end = wall_ns() + (long long)(seconds * 1e9), slept = 0;
+    while (wall_ns() < end) slept += sleep_known(2000000);
+    pthread_barrier_wait(&done);
+    report(arg, "sleeper", slept);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s SECONDS BUSY_THREADS\n", argv[0]);
+        return 2;
+    }
+    seconds = atof(argv[1]);
+    int n = atoi(argv[2]);
+    pthread_t tids[65];
+    if (n < 1 || n > 64) return 2;
+    pthread_barrier_init(&done, NULL, n + 1);
+    for (int i = 0; i < n; i++) pthread_create(&tids[i], NULL, busy, &results[i]);
+    pthread_create(&tids[n], NULL, sleeper, &results[n]);
+    for (int i = 0; i <= n; i++) pthread_join(tids[i], NULL);
+    for (int i = 0; i <= n; i++)
+        printf("TASK tid=%lld role=%s run_delay=%llu pcount=%llu oncpu=%llu slept=%lld\n", results[i].tid,
+               results[i].role, results[i].delay, results[i].pcount, results[i].oncpu, results[i].slept);
+    return 0;
+}
