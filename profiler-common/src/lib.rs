@@ -324,6 +324,7 @@ pub mod names {
     pub const SLOW_EVENTS: &str = "SLOW_EVENTS";
     pub const G_SCHED: &str = "SCHED_OFFSETS";
     pub const G_SLOW_NS: &str = "SLOW_THRESHOLD_NS";
+    pub const G_OFFCPU_STACKS: &str = "OFFCPU_STACKS_ENABLED";
     /// Globals set by the loader.
     pub const G_FILTER: &str = "FILTER_BY_TARGET";
     pub const G_FORK: &str = "FORK_OFFSETS";

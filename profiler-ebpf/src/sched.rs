@@ -25,6 +25,9 @@ static SCHED_OFFSETS: SchedOffsets = SchedOffsets {
     switch_next_pid: 56,
     wakeup_pid: 24,
 };
+/// 0: do not walk stacks at switch-out (off-CPU time is still timed, per task).
+#[unsafe(no_mangle)]
+static OFFCPU_STACKS_ENABLED: u32 = 1;
 /// Waits at least this long are sent to user space as slow events.
 #[unsafe(no_mangle)]
 static SLOW_THRESHOLD_NS: u64 = 10_000_000;
@@ -186,6 +189,9 @@ fn switch_out(ctx: &TracePointContext, prev: u32, prev_state: u64, now: u64) {
 
 #[inline(always)]
 fn stack_id(ctx: &TracePointContext, flags: u64) -> i32 {
+    if unsafe { core::ptr::read_volatile(&OFFCPU_STACKS_ENABLED) } == 0 {
+        return -14; // -EFAULT: "no stack", as for a kernel thread's user stack
+    }
     match ctx.get_stackid(&OFFCPU_STACKS, flags) {
         Ok(id) => id as i32,
         Err(err) => err,

@@ -68,6 +68,8 @@ pub struct LoadOptions<'a> {
     pub filter: bool,
     /// Sched mode: waits at least this long are reported one by one.
     pub slow_threshold_ns: u64,
+    /// Sched mode: record where tasks block (two stack walks per sleep).
+    pub offcpu_stacks: bool,
     pub tracefs: &'a Path,
 }
 
@@ -90,13 +92,15 @@ impl Loaded {
         let (fork, exit) = tracepoint_offsets(options.tracefs)?;
         let sched = sched_offsets(options.tracefs)?;
         let filter = u32::from(options.filter);
+        let stacks = u32::from(options.offcpu_stacks);
         let mut loader = EbpfLoader::new();
         loader
             .override_global(names::G_FILTER, &filter, true)
             .override_global(names::G_FORK, &fork, true)
             .override_global(names::G_EXIT, &exit, true)
             .override_global(names::G_SCHED, &sched, true)
-            .override_global(names::G_SLOW_NS, &options.slow_threshold_ns, true);
+            .override_global(names::G_SLOW_NS, &options.slow_threshold_ns, true)
+            .override_global(names::G_OFFCPU_STACKS, &stacks, true);
         for map in unused_maps(options.mode) {
             loader.map_max_entries(map, 1);
         }

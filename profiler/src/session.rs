@@ -50,6 +50,7 @@ pub struct Plan {
     pub format: Format,
     pub output: Option<PathBuf>,
     pub slow_threshold_ns: u64,
+    pub offcpu_stacks: bool,
 }
 
 impl Plan {
@@ -86,6 +87,7 @@ impl Plan {
             format,
             output: cli.output,
             slow_threshold_ns: (cli.slow_threshold_ms * 1e6) as u64,
+            offcpu_stacks: !cli.no_offcpu_stacks,
         })
     }
 
@@ -286,6 +288,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         mode: plan.mode,
         filter: !plan.system_wide,
         slow_threshold_ns: plan.slow_threshold_ns,
+        offcpu_stacks: plan.offcpu_stacks,
         tracefs,
     })?;
     let mut procs = Processes::new();

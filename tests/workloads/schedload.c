@@ -6,6 +6,11 @@
  * queue) and one thread that sleeps 2 ms at a time in sleep_known(). Before exiting, every thread
  * reads its own /proc/self/task/<tid>/schedstat and prints:
  *   TASK tid=<tid> role=busy|sleeper run_delay=<ns> pcount=<n> oncpu=<ns> slept=<ns>
+ *
+ *   schedload pingpong ROUND_TRIPS
+ *
+ * Two threads pass a byte back and forth over two pipes (two context switches per round trip);
+ * prints ELAPSED=<ns>. The switch-heavy workload of the sched benchmark.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -75,7 +80,36 @@ static void *sleeper(void *arg) {
     return NULL;
 }
 
+static int pipes[2][2];
+static long round_trips;
+
+static void *pong(void *arg) {
+    (void)arg;
+    char c;
+    for (long i = 0; i < round_trips; i++) {
+        if (read(pipes[0][0], &c, 1) != 1 || write(pipes[1][1], &c, 1) != 1) break;
+    }
+    return NULL;
+}
+
+static int pingpong(long n) {
+    pthread_t t;
+    char c = 'x';
+    round_trips = n;
+    if (pipe(pipes[0]) || pipe(pipes[1])) return 1;
+    pthread_create(&t, NULL, pong, NULL);
+    long long t0 = wall_ns();
+    for (long i = 0; i < n; i++) {
+        if (write(pipes[0][1], &c, 1) != 1 || read(pipes[1][0], &c, 1) != 1) return 1;
+    }
+    long long elapsed = wall_ns() - t0;
+    pthread_join(t, NULL);
+    printf("ELAPSED=%lld\n", elapsed);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 3 && argv[1][0] == 'p') return pingpong(atol(argv[2]));
     if (argc != 3) {
         fprintf(stderr, "usage: %s SECONDS BUSY_THREADS\n", argv[0]);
         return 2;
