@@ -89,16 +89,14 @@ pub enum Counter {
     SchedSwitches = 10,
     /// Tasks not tracked because the per-task map was full.
     TaskMapFull = 11,
-    /// Wake-ups not timed because the enqueue map was full.
-    EnqueueMapFull = 12,
     /// Slow scheduling events dropped because their ring buffer was full.
-    SlowEventLost = 13,
+    SlowEventLost = 12,
     /// Off-CPU intervals not recorded because the off-CPU map was full.
-    OffCpuMapFull = 14,
+    OffCpuMapFull = 13,
     /// Switch-ins of a reused tid whose previous task's stats were not drained yet.
-    TidReused = 15,
+    TidReused = 14,
 }
-pub const COUNTER_COUNT: u32 = 16;
+pub const COUNTER_COUNT: u32 = 15;
 
 impl Counter {
     pub const ALL: [Counter; COUNTER_COUNT as usize] = [
@@ -114,7 +112,6 @@ impl Counter {
         Counter::TargetMapFull,
         Counter::SchedSwitches,
         Counter::TaskMapFull,
-        Counter::EnqueueMapFull,
         Counter::SlowEventLost,
         Counter::OffCpuMapFull,
         Counter::TidReused,
@@ -158,6 +155,31 @@ pub fn hist_lower_bound(index: usize) -> u64 {
 /// Coarse buckets of the heatmap: 2 per power of two (every 8th histogram bucket).
 pub const HEAT_BUCKETS: usize = HIST_BUCKETS / 8;
 
+/// When and why a task became runnable.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Enqueued {
+    pub at_ns: u64,
+    /// The task that woke it; 0 when it was preempted (still runnable).
+    pub waker_tid: u32,
+    pub waker_tgid: u32,
+    pub waker_comm: [u8; COMM_LEN],
+}
+const _: () = assert!(size_of::<Enqueued>() == 32);
+
+/// When a task went to sleep, and where.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OffCpuStart {
+    pub at_ns: u64,
+    pub user_stack_id: i32,
+    pub kernel_stack_id: i32,
+    /// The `prev_state` bits at switch-out (1 = S, 2 = D, ...).
+    pub state: u32,
+    pub tgid: u32,
+}
+const _: () = assert!(size_of::<OffCpuStart>() == 24);
+
 /// Per-task scheduling statistics, keyed by tid in `TASK_STATS`.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -183,34 +205,15 @@ pub struct TaskSched {
     /// Set by the exit tracepoint; user space removes the entry after reading it.
     pub exited: u32,
     pub _pad: u32,
+    /// Runnable since (0: not waiting for a CPU). Kept in the task's own entry, not a map of its
+    /// own: wake-up, switch and exit of one task are serialized by its run-queue lock, so plain
+    /// field writes replace hash-map inserts and deletes on the hottest path of the kernel.
+    pub enqueued: Enqueued,
+    /// Blocked since (0: not off CPU).
+    pub offcpu: OffCpuStart,
     pub hist: [u32; HIST_BUCKETS],
 }
-const _: () = assert!(size_of::<TaskSched>() == 104 + 4 * HIST_BUCKETS);
-
-/// When and why a task became runnable.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Enqueued {
-    pub at_ns: u64,
-    /// The task that woke it; 0 when it was preempted (still runnable).
-    pub waker_tid: u32,
-    pub waker_tgid: u32,
-    pub waker_comm: [u8; COMM_LEN],
-}
-const _: () = assert!(size_of::<Enqueued>() == 32);
-
-/// When a task went to sleep, and where.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct OffCpuStart {
-    pub at_ns: u64,
-    pub user_stack_id: i32,
-    pub kernel_stack_id: i32,
-    /// The `prev_state` bits at switch-out (1 = S, 2 = D, ...).
-    pub state: u32,
-    pub tgid: u32,
-}
-const _: () = assert!(size_of::<OffCpuStart>() == 24);
+const _: () = assert!(size_of::<TaskSched>() == 104 + 32 + 24 + 4 * HIST_BUCKETS);
 
 /// Total blocked time per (thread, stacks): the value of `OFFCPU`, keyed by `SampleKey`.
 #[repr(C)]
@@ -273,8 +276,10 @@ pub struct SchedOffsets {
     pub switch_next_comm: u32,
     pub switch_next_pid: u32,
     pub wakeup_pid: u32,
+    pub wakeup_comm: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(size_of::<SchedOffsets>() == 24);
+const _: () = assert!(size_of::<SchedOffsets>() == 32);
 
 /// `prev_state` bits that mean the task left the CPU to sleep; none set = still runnable.
 pub const TASK_SLEEP_STATES: u64 = 0xff;

@@ -24,6 +24,8 @@ static SCHED_OFFSETS: SchedOffsets = SchedOffsets {
     switch_next_comm: 40,
     switch_next_pid: 56,
     wakeup_pid: 24,
+    wakeup_comm: 8,
+    _pad: 0,
 };
 /// 0: do not walk stacks at switch-out (off-CPU time is still timed, per task).
 #[unsafe(no_mangle)]
@@ -37,10 +39,6 @@ static TASK_STATS: HashMap<u32, TaskSched> = HashMap::with_max_entries(4096, 0);
 /// A zeroed `TaskSched` to insert from: the value is too large for the BPF stack.
 #[map(name = "TASK_TEMPLATE")]
 static TASK_TEMPLATE: PerCpuArray<TaskSched> = PerCpuArray::with_max_entries(1, 0);
-#[map(name = "ENQUEUED")]
-pub(crate) static ENQUEUED: HashMap<u32, Enqueued> = HashMap::with_max_entries(16384, 0);
-#[map(name = "OFFCPU_START")]
-pub(crate) static OFFCPU_START: HashMap<u32, OffCpuStart> = HashMap::with_max_entries(16384, 0);
 #[map(name = "OFFCPU")]
 static OFFCPU: HashMap<SampleKey, OffCpuTime> = HashMap::with_max_entries(16384, 0);
 #[map(name = "OFFCPU_STACKS")]
@@ -80,23 +78,25 @@ pub fn sched_wakeup_new(ctx: TracePointContext) -> u32 {
 }
 
 fn try_wakeup(ctx: &TracePointContext) -> Result<(), i64> {
-    let tid: i32 = unsafe { ctx.read_at(offsets().wakeup_pid as usize) }.map_err(|e| e as i64)?;
+    let off = offsets();
+    let tid: i32 = unsafe { ctx.read_at(off.wakeup_pid as usize) }.map_err(|e| e as i64)?;
     let tid = tid as u32;
     if !tracked(tid) {
         return Ok(());
     }
-    let waker = bpf_get_current_pid_tgid();
-    let enqueued = Enqueued {
-        at_ns: unsafe { bpf_ktime_get_ns() },
-        waker_tid: waker as u32,
-        waker_tgid: (waker >> 32) as u32,
-        waker_comm: bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
+    let Some(stats) = task_stats(ctx, tid, off.wakeup_comm) else {
+        return Ok(());
     };
-    // BPF_NOEXIST: a task woken again while still queued keeps the time it first became runnable.
-    if let Err(err) = ENQUEUED.insert(tid, enqueued, 1) {
-        if err != -17 {
-            bump(Counter::EnqueueMapFull);
-        }
+    let stats = unsafe { &mut *stats };
+    // A task woken again while still queued keeps the time it first became runnable.
+    if stats.enqueued.at_ns == 0 && stats.exited == 0 {
+        let waker = bpf_get_current_pid_tgid();
+        stats.enqueued = Enqueued {
+            at_ns: unsafe { bpf_ktime_get_ns() },
+            waker_tid: waker as u32,
+            waker_tgid: (waker >> 32) as u32,
+            waker_comm: bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
+        };
     }
     Ok(())
 }
@@ -119,7 +119,7 @@ fn try_switch(ctx: &TracePointContext) -> Result<(), i64> {
     let now = unsafe { bpf_ktime_get_ns() };
     let history_start = remember_cpu_holder(ctx, &off, prev, now);
     if tracked(prev) {
-        switch_out(ctx, prev, prev_state, now);
+        switch_out(ctx, &off, prev, prev_state, now);
     }
     if tracked(next) {
         switch_in(ctx, &off, next, now, history_start);
@@ -150,40 +150,38 @@ fn remember_cpu_holder(
 }
 
 #[inline(always)]
-fn switch_out(ctx: &TracePointContext, prev: u32, prev_state: u64, now: u64) {
-    // Any enqueue record of a task that was running is stale (a wake-up of a running task).
-    let _ = ENQUEUED.remove(prev);
-    if let Some(stats) = TASK_STATS.get_ptr_mut(prev) {
-        let stats = unsafe { &mut *stats };
-        if stats.last_in_ns != 0 && now > stats.last_in_ns {
-            stats.running_ns += now - stats.last_in_ns;
-        }
-        // The switch tracepoint runs in the outgoing task's context: its tgid is current.
-        stats.tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+fn switch_out(ctx: &TracePointContext, off: &SchedOffsets, prev: u32, prev_state: u64, now: u64) {
+    let Some(stats) = task_stats(ctx, prev, off.switch_prev_comm) else {
+        return;
+    };
+    let stats = unsafe { &mut *stats };
+    if stats.exited != 0 {
+        return;
     }
+    if stats.last_in_ns != 0 && now > stats.last_in_ns {
+        stats.running_ns += now - stats.last_in_ns;
+    }
+    // The switch tracepoint runs in the outgoing task's context: its tgid is current.
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    stats.tgid = tgid;
     if prev_state & TASK_SLEEP_STATES == 0 {
-        // Preempted: still runnable, waiting for a CPU from now on.
-        let enqueued = Enqueued {
+        // Preempted: still runnable, waiting for a CPU from now on. (Any earlier enqueue time
+        // is stale: a wake-up that found the task still running.)
+        stats.enqueued = Enqueued {
             at_ns: now,
             ..Default::default()
         };
-        if ENQUEUED.insert(prev, enqueued, 0).is_err() {
-            bump(Counter::EnqueueMapFull);
-        }
     } else {
-        let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+        stats.enqueued.at_ns = 0;
         // Its blocked stacks will need its memory map: have user space capture it now.
         crate::sampling::announce_once(tgid);
-        let start = OffCpuStart {
+        stats.offcpu = OffCpuStart {
             at_ns: now,
             user_stack_id: stack_id(ctx, BPF_F_USER_STACK as u64),
             kernel_stack_id: stack_id(ctx, 0),
             state: prev_state as u32,
             tgid,
         };
-        if OFFCPU_START.insert(prev, start, 0).is_err() {
-            bump(Counter::OffCpuMapFull);
-        }
     }
 }
 
@@ -198,17 +196,17 @@ fn stack_id(ctx: &TracePointContext, flags: u64) -> i32 {
     }
 }
 
+/// The task's entry, created on first sight with its name read from the tracepoint at
+/// `comm_offset`.
 #[inline(always)]
-fn task_stats(ctx: &TracePointContext, off: &SchedOffsets, tid: u32) -> Option<*mut TaskSched> {
+fn task_stats(ctx: &TracePointContext, tid: u32, comm_offset: u32) -> Option<*mut TaskSched> {
     if let Some(stats) = TASK_STATS.get_ptr_mut(tid) {
         return Some(stats);
     }
     let template = TASK_TEMPLATE.get_ptr_mut(0)?;
     unsafe {
         (*template).tid = tid;
-        (*template).comm = ctx
-            .read_at(off.switch_next_comm as usize)
-            .unwrap_or([0; COMM_LEN]);
+        (*template).comm = ctx.read_at(comm_offset as usize).unwrap_or([0; COMM_LEN]);
     }
     if TASK_STATS.insert(tid, unsafe { &*template }, 1).is_err() {
         bump(Counter::TaskMapFull);
@@ -224,7 +222,7 @@ fn switch_in(
     now: u64,
     history: Option<*mut CpuHistory>,
 ) {
-    let Some(stats) = task_stats(ctx, off, next) else {
+    let Some(stats) = task_stats(ctx, next, off.switch_next_comm) else {
         return;
     };
     let stats = unsafe { &mut *stats };
@@ -235,8 +233,9 @@ fn switch_in(
     stats.runs += 1;
     stats.last_in_ns = now;
 
-    if let Some(enqueued) = unsafe { ENQUEUED.get(next) }.copied() {
-        let _ = ENQUEUED.remove(next);
+    let enqueued = stats.enqueued;
+    if enqueued.at_ns != 0 {
+        stats.enqueued.at_ns = 0;
         let delay = now.saturating_sub(enqueued.at_ns);
         stats.delays += 1;
         stats.total_delay_ns += delay;
@@ -261,8 +260,9 @@ fn switch_in(
         }
     }
 
-    if let Some(start) = unsafe { OFFCPU_START.get(next) }.copied() {
-        let _ = OFFCPU_START.remove(next);
+    let start = stats.offcpu;
+    if start.at_ns != 0 {
+        stats.offcpu.at_ns = 0;
         let blocked = now.saturating_sub(start.at_ns);
         if start.state as u64 & TASK_UNINTERRUPTIBLE != 0 {
             stats.blocked_ns += blocked;
@@ -346,12 +346,14 @@ fn report_slow(
     entry.submit(0);
 }
 
-/// A task exited: its pending records go, its stats are marked for user space to collect.
+/// A task exited: its stats are marked for user space to collect (and the tid to be reusable).
 #[inline(always)]
 pub fn forget_task(tid: u32) {
-    let _ = ENQUEUED.remove(tid);
-    let _ = OFFCPU_START.remove(tid);
     if let Some(stats) = TASK_STATS.get_ptr_mut(tid) {
-        unsafe { (*stats).exited = 1 };
+        unsafe {
+            (*stats).exited = 1;
+            (*stats).enqueued.at_ns = 0;
+            (*stats).offcpu.at_ns = 0;
+        }
     }
 }

@@ -58,6 +58,8 @@ pub fn sched_offsets(tracefs: &Path) -> anyhow::Result<SchedOffsets> {
         switch_next_comm: field("sched_switch", "next_comm")?,
         switch_next_pid: field("sched_switch", "next_pid")?,
         wakeup_pid: field("sched_wakeup", "pid")?,
+        wakeup_comm: field("sched_wakeup", "comm")?,
+        _pad: 0,
     })
 }
 
@@ -77,13 +79,7 @@ pub struct LoadOptions<'a> {
 fn unused_maps(mode: Mode) -> &'static [&'static str] {
     match mode {
         Mode::Sched => &["SAMPLES_0", "SAMPLES_1", "STACKS_0", "STACKS_1"],
-        _ => &[
-            "TASK_STATS",
-            "ENQUEUED",
-            "OFFCPU_START",
-            "OFFCPU",
-            "OFFCPU_STACKS",
-        ],
+        _ => &["TASK_STATS", "OFFCPU", "OFFCPU_STACKS"],
     }
 }
 

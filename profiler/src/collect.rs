@@ -116,7 +116,6 @@ impl SampleSource for KernelSource {
             target_map_full: read(Counter::TargetMapFull)?,
             sched_switches: read(Counter::SchedSwitches)?,
             task_map_full: read(Counter::TaskMapFull)?,
-            enqueue_map_full: read(Counter::EnqueueMapFull)?,
             slow_events_lost: read(Counter::SlowEventLost)?,
             offcpu_map_full: read(Counter::OffCpuMapFull)?,
             tid_reused: read(Counter::TidReused)?,

@@ -73,7 +73,6 @@ pub struct Health {
     /// Sched mode: context switches seen, and what could not be recorded.
     pub sched_switches: u64,
     pub task_map_full: u64,
-    pub enqueue_map_full: u64,
     pub slow_events: u64,
     pub slow_events_lost: u64,
     pub offcpu_map_full: u64,
@@ -141,10 +140,10 @@ impl Health {
                 self.task_map_full
             ));
         }
-        if self.enqueue_map_full + self.offcpu_map_full > 0 {
+        if self.offcpu_map_full > 0 {
             out.push(format!(
-                "{} waits and {} off-CPU intervals were not timed: their maps were full",
-                self.enqueue_map_full, self.offcpu_map_full
+                "{} off-CPU intervals were not recorded: the off-CPU map was full",
+                self.offcpu_map_full
             ));
         }
         if self.slow_events_lost > 0 {
