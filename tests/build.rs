@@ -7,38 +7,9 @@ fn main() {
     println!("cargo:rerun-if-changed=workloads");
     println!("cargo:rustc-env=BPFPROF_WORKLOADS={}", out.display());
 
-    let compiler = cc::Build::new().get_compiler();
-    let status = compiler
-        .to_command()
-        .args([
-            "-O2",
-            "-g",
-            "-pthread",
-            "-fno-omit-frame-pointer",
-            "-mno-omit-leaf-frame-pointer",
-            "-o",
-        ])
-        .arg(out.join("hotspot"))
-        .arg("workloads/hotspot.c")
-        .status()
-        .expect("running the C compiler");
-    assert!(status.success(), "building workloads/hotspot.c failed");
-
-    let status = compiler
-        .to_command()
-        .args([
-            "-O2",
-            "-g",
-            "-pthread",
-            "-fno-omit-frame-pointer",
-            "-mno-omit-leaf-frame-pointer",
-            "-o",
-        ])
-        .arg(out.join("schedload"))
-        .arg("workloads/schedload.c")
-        .status()
-        .expect("running the C compiler");
-    assert!(status.success(), "building workloads/schedload.c failed");
+    for name in ["hotspot", "schedload"] {
+        compile_c(&out, name);
+    }
 
     let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let status = Command::new(rustc)
@@ -56,4 +27,24 @@ fn main() {
         .status()
         .expect("running rustc");
     assert!(status.success(), "building workloads/spin.rs failed");
+}
+
+/// A C workload, with frame pointers everywhere (leaves included) and debug info.
+fn compile_c(out: &std::path::Path, name: &str) {
+    let status = cc::Build::new()
+        .get_compiler()
+        .to_command()
+        .args([
+            "-O2",
+            "-g",
+            "-pthread",
+            "-fno-omit-frame-pointer",
+            "-mno-omit-leaf-frame-pointer",
+            "-o",
+        ])
+        .arg(out.join(name))
+        .arg(format!("workloads/{name}.c"))
+        .status()
+        .expect("running the C compiler");
+    assert!(status.success(), "building workloads/{name}.c failed");
 }

@@ -208,6 +208,8 @@ fn task_stats(ctx: &TracePointContext, tid: u32, comm_offset: u32) -> Option<*mu
         (*template).tid = tid;
         (*template).comm = ctx.read_at(comm_offset as usize).unwrap_or([0; COMM_LEN]);
     }
+    // By reference: a copy of the 2.5 KB value would not fit on the 512-byte BPF stack.
+    #[allow(clippy::needless_borrows_for_generic_args)]
     if TASK_STATS.insert(tid, unsafe { &*template }, 1).is_err() {
         bump(Counter::TaskMapFull);
     }

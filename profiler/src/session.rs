@@ -164,7 +164,7 @@ fn warn_failures(failures: &[String]) {
 
 pub enum Collected {
     Hotspot(RawProfile),
-    Sched(SchedCollection, crate::profile::Health),
+    Sched(Box<SchedCollection>, crate::profile::Health),
 }
 
 pub struct Recording {
@@ -175,14 +175,15 @@ pub struct Recording {
 }
 
 /// What a mode drains from the kernel while it runs.
+#[allow(clippy::large_enum_variant, reason = "one per run, never moved in a loop")]
 enum Collector {
     Hotspot {
         profile: RawProfile,
         not_captured: HashSet<u32>,
     },
     Sched {
-        sched: SchedSource,
-        collection: SchedCollection,
+        sched: Box<SchedSource>,
+        collection: Box<SchedCollection>,
     },
 }
 
@@ -324,13 +325,13 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         .map_err(|e| anyhow::anyhow!("watching the event ring: {e}"))?;
     let (mut collector, cpus, what) = match plan.mode {
         Mode::Sched => {
-            let sched = SchedSource::take(&mut loaded.ebpf)?;
+            let sched = Box::new(SchedSource::take(&mut loaded.ebpf)?);
             loaded.attach_sched()?;
             let cpus = aya::util::online_cpus().map(|c| c.len() as u32).unwrap_or(1);
-            let collection = SchedCollection {
+            let collection = Box::new(SchedCollection {
                 started_ns: monotonic_ns(),
                 ..Default::default()
-            };
+            });
             (
                 Collector::Sched { sched, collection },
                 cpus,

@@ -43,7 +43,7 @@ fn tasks(stdout: &str) -> Vec<Task> {
     tasks
 }
 
-fn task<'a>(report: &'a Value, tid: u32) -> &'a Value {
+fn task(report: &Value, tid: u32) -> &Value {
     report["tasks"]
         .as_array()
         .unwrap()
@@ -56,14 +56,21 @@ fn schedload() -> String {
     workload("schedload").to_str().unwrap().to_string()
 }
 
-fn profile_sched(output: &str, command: &[&str]) -> (String, Value) {
+/// Run sched mode on a command, writing `output` (its extension picks the format); the command's
+/// stdout and the report's path.
+fn sched_run(output: &str, command: &[&str]) -> (String, std::path::PathBuf) {
     let path = temp_path(output);
     let mut args = vec!["--mode", "sched", "-o", path.to_str().unwrap(), "--"];
     args.extend_from_slice(command);
     let out = run(&args);
     assert!(out.status.success(), "bpfprof {args:?} failed: {}", stderr(&out));
+    (stdout(&out), path)
+}
+
+fn profile_sched(output: &str, command: &[&str]) -> (String, Value) {
+    let (stdout, path) = sched_run(output, command);
     let report = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).expect("sched JSON parses");
-    (stdout(&out), report)
+    (stdout, report)
 }
 
 #[test]
@@ -229,33 +236,11 @@ fn running_process_threads_started_before_the_run_are_seen() {
 
 #[test]
 fn heatmap_flamegraph_and_text_outputs() {
-    let heat = temp_path("latency.heatmap.svg");
-    let out = run(&[
-        "--mode",
-        "sched",
-        "-o",
-        heat.to_str().unwrap(),
-        "--",
-        &schedload(),
-        "2",
-        "3",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let (_, heat) = sched_run("latency.heatmap.svg", &[&schedload(), "2", "3"]);
     let svg = std::fs::read_to_string(&heat).unwrap();
     assert!(svg.contains("<svg") && svg.contains("latency heatmap") && svg.matches("<rect").count() > 5);
 
-    let folded = temp_path("offcpu.folded");
-    let out = run(&[
-        "--mode",
-        "sched",
-        "-o",
-        folded.to_str().unwrap(),
-        "--",
-        &schedload(),
-        "1",
-        "1",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let (_, folded) = sched_run("offcpu.folded", &[&schedload(), "1", "1"]);
     let text = std::fs::read_to_string(&folded).unwrap();
     let sleeping: u64 = text
         .lines()

@@ -19,7 +19,7 @@ use crate::{
     process::Processes,
     profile::{Health, RawProfile, RawSample},
     report::RunMeta,
-    symbolize::Symbols,
+    symbolize::{Frame, Symbols},
 };
 
 /// How many slow waits a report keeps (the longest).
@@ -205,7 +205,7 @@ impl SchedSource {
 }
 
 fn keep_longest(slow: &mut Vec<SlowRecord>) {
-    slow.sort_by(|a, b| b.delay_ns.cmp(&a.delay_ns));
+    slow.sort_by_key(|e| std::cmp::Reverse(e.delay_ns));
     slow.truncate(SLOW_EVENTS_KEPT);
 }
 
@@ -370,21 +370,13 @@ pub fn build(
 
     let mut offcpu = hotspot::build(meta.clone(), &collection.offcpu_ns, symbols);
     offcpu.weight = hotspot::Weight::OffCpuNanoseconds;
-    let counts: HashMap<(u32, u32, Vec<String>), u64> =
-        hotspot::build(meta.clone(), &collection.offcpu_count, symbols)
-            .stacks
-            .into_iter()
-            .map(|s| {
-                (
-                    (
-                        s.pid,
-                        s.tid,
-                        s.frames.iter().map(|f| f.function.clone()).collect(),
-                    ),
-                    s.count,
-                )
-            })
-            .collect();
+    // Same keys, counted in blocks instead of nanoseconds.
+    let counts: HashMap<(u32, u32, &[Frame]), u64> = HashMap::new();
+    let by_count = hotspot::build(meta.clone(), &collection.offcpu_count, symbols);
+    let counts = by_count.stacks.iter().fold(counts, |mut counts, s| {
+        counts.insert((s.pid, s.tid, &s.frames[..]), s.count);
+        counts
+    });
     let offcpu_stacks = offcpu
         .stacks
         .iter()
@@ -393,14 +385,7 @@ pub fn build(
             tid: s.tid,
             comm: s.comm.clone(),
             total_ns: s.count,
-            count: counts
-                .get(&(
-                    s.pid,
-                    s.tid,
-                    s.frames.iter().map(|f| f.function.clone()).collect(),
-                ))
-                .copied()
-                .unwrap_or(0),
+            count: counts.get(&(s.pid, s.tid, &s.frames[..])).copied().unwrap_or(0),
             frames: s.frames.clone(),
         })
         .collect();
@@ -452,7 +437,7 @@ pub fn build(
     }
 }
 
-const _: () = assert!(HIST_BUCKETS % 8 == 0 && COMM_LEN == 16);
+const _: () = assert!(HIST_BUCKETS.is_multiple_of(8) && COMM_LEN == 16);
 
 #[cfg(test)]
 mod tests {

@@ -42,8 +42,7 @@ impl Renderer for Heatmap {
             escape(&r.meta.target)
         )?;
         for (t, column) in h.columns.iter().enumerate() {
-            for row in low..=high {
-                let count = column[row];
+            for (row, &count) in column.iter().enumerate().take(high + 1).skip(low) {
                 if count == 0 {
                     continue;
                 }
