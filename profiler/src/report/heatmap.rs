@@ -26,9 +26,11 @@ impl Renderer for Heatmap {
             _ => (0, 0),
         };
         let columns = h.columns.len().max(1);
-        let cell_w = (900 / columns).clamp(4, 40);
+        let cell_w = (900 / columns).clamp(4, 120);
         let n_rows = high - low + 1;
-        let (width, height) = (LEFT + columns * cell_w + 20, TOP + n_rows * CELL_H + 40);
+        // Wide enough for the title and the axis caption however short the run.
+        let width = (LEFT + columns * cell_w + 20).max(760);
+        let height = TOP + n_rows * CELL_H + 40;
         let max = h.columns.iter().flatten().copied().max().unwrap_or(0).max(1) as f64;
         writeln!(
             out,
@@ -39,7 +41,7 @@ impl Renderer for Heatmap {
             out,
             r#"<text x="{}" y="20" text-anchor="middle" font-size="15">bpfprof run-queue latency heatmap: {}</text>"#,
             width / 2,
-            escape(&r.meta.target)
+            escape(&shorten(&r.meta.target, 70))
         )?;
         for (t, column) in h.columns.iter().enumerate() {
             for (row, &count) in column.iter().enumerate().take(high + 1).skip(low) {
@@ -84,6 +86,13 @@ impl Renderer for Heatmap {
             width / 2,
             height - 6
         )
+    }
+}
+
+fn shorten(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}...", &s[..cut]),
+        None => s.to_string(),
     }
 }
 
