@@ -78,7 +78,7 @@ pub struct LoadOptions<'a> {
 /// Maps a mode does not use shrink to one entry, so they cost (almost) no kernel memory.
 fn unused_maps(mode: Mode) -> &'static [&'static str] {
     match mode {
-        Mode::Sched => &["SAMPLES_0", "SAMPLES_1", "STACKS_0", "STACKS_1"],
+        Mode::Sched | Mode::Topdown => &["SAMPLES_0", "SAMPLES_1", "STACKS_0", "STACKS_1"],
         _ => &["TASK_STATS", "OFFCPU", "OFFCPU_STACKS"],
     }
 }

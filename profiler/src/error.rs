@@ -20,7 +20,9 @@ pub enum UserError {
     Output { path: PathBuf, reason: String },
     #[error("tracefs is not mounted and could not be mounted at /sys/kernel/tracing ({0}): run `mount -t tracefs nodev /sys/kernel/tracing`")]
     NoTracefs(String),
-    #[error("mode `{0}` is not available in this version of bpfprof yet; use --mode hotspot")]
+    #[error(
+        "mode `{0}` is not available in this version of bpfprof yet; use --mode hotspot, sched or topdown"
+    )]
     ModeUnavailable(&'static str),
     #[error("format `{format}` is not available for mode {mode}")]
     FormatUnavailable {

@@ -7,6 +7,7 @@ pub mod error;
 pub mod launcher;
 pub mod modes;
 pub mod output;
+pub mod pmu;
 pub mod preflight;
 pub mod process;
 pub mod profile;

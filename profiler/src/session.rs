@@ -26,6 +26,7 @@ use crate::{
     modes::{
         hotspot,
         sched::{self, SchedCollection, SchedSource},
+        topdown,
     },
     output, preflight,
     process::Processes,
@@ -56,11 +57,16 @@ pub struct Plan {
 impl Plan {
     /// Every check that needs no privileges, so usage mistakes are reported first.
     pub fn from_cli(cli: Cli) -> Result<Plan, UserError> {
-        if matches!(cli.mode, Mode::Topdown | Mode::Lock) {
+        if cli.mode == Mode::Lock {
             return Err(UserError::ModeUnavailable(cli.mode.name()));
         }
         let format = cli.resolved_format();
-        if format == Format::Heatmap && cli.mode != Mode::Sched {
+        let format_fits = match cli.mode {
+            Mode::Topdown => matches!(format, Format::Text | Format::Json),
+            Mode::Sched => true,
+            _ => format != Format::Heatmap,
+        };
+        if !format_fits {
             return Err(UserError::FormatUnavailable {
                 format: format.name(),
                 mode: cli.mode.name(),
@@ -86,8 +92,12 @@ impl Plan {
             command: cli.command,
             format,
             output: cli.output,
-            slow_threshold_ns: (cli.slow_threshold_ms * 1e6) as u64,
-            offcpu_stacks: !cli.no_offcpu_stacks,
+            // Topdown's thread states need neither stacks nor slow-wait events: the cheapest path.
+            slow_threshold_ns: match cli.mode {
+                Mode::Topdown => u64::MAX,
+                _ => (cli.slow_threshold_ms * 1e6) as u64,
+            },
+            offcpu_stacks: !cli.no_offcpu_stacks && cli.mode != Mode::Topdown,
         })
     }
 
@@ -142,6 +152,12 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             output::write_report(plan.output.as_deref(), &|out| renderer.hotspot(&report, out))?;
             format!("{} samples", report.samples)
         }
+        Collected::Sched(collection, health) if plan.mode == Mode::Topdown => {
+            let reason = topdown_reason();
+            let report = topdown::thread_states(meta, health, &collection, reason);
+            output::write_report(plan.output.as_deref(), &|out| renderer.topdown(&report, out))?;
+            format!("{} threads", report.threads.len())
+        }
         Collected::Sched(collection, health) => {
             let symbols = symbolizer.symbolize(&collection.offcpu_ns, &procs);
             warn_failures(&symbols.failures);
@@ -154,6 +170,13 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         eprintln!("bpfprof: wrote {} ({described})", path.display());
     }
     Ok(exit_code)
+}
+
+/// Why topdown shows thread states: the missing PMU, or (where one exists) this version's limit.
+fn topdown_reason() -> String {
+    crate::pmu::missing_reason().unwrap_or_else(|| {
+        "topdown from hardware counters is not implemented in this version of bpfprof".to_string()
+    })
 }
 
 fn warn_failures(failures: &[String]) {
@@ -218,7 +241,7 @@ impl Collector {
                 mut sched,
                 mut collection,
             } => {
-                sched.finish(&mut collection, procs)?;
+                sched.finish(&mut collection, procs, monotonic_ns())?;
                 health.slow_events = collection.slow_seen;
                 Ok(Collected::Sched(collection, health))
             }
@@ -323,8 +346,14 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     // together below).
     let mut events = unsafe { AsyncFd::register(RingBuf::try_from(events)?) }
         .map_err(|e| anyhow::anyhow!("watching the event ring: {e}"))?;
+    if plan.mode == Mode::Topdown {
+        eprintln!(
+            "bpfprof: topdown: {}. Showing where each thread's time went instead (thread states from the scheduler).",
+            topdown_reason()
+        );
+    }
     let (mut collector, cpus, what) = match plan.mode {
-        Mode::Sched => {
+        Mode::Sched | Mode::Topdown => {
             let sched = Box::new(SchedSource::take(&mut loaded.ebpf)?);
             loaded.attach_sched()?;
             let cpus = aya::util::online_cpus().map(|c| c.len() as u32).unwrap_or(1);
@@ -350,7 +379,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     let mut command = paused.map(|p| p.release()).transpose()?;
 
     match plan.mode {
-        Mode::Sched => eprintln!(
+        Mode::Sched | Mode::Topdown => eprintln!(
             "bpfprof: {what} {} on {cpus} CPUs; Ctrl-C to stop",
             plan.target_description()
         ),

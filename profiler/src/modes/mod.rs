@@ -2,3 +2,4 @@
 //! profile type.
 pub mod hotspot;
 pub mod sched;
+pub mod topdown;

@@ -9,7 +9,7 @@ use aya::{
 };
 use profiler_common::{
     hist_lower_bound, names, CpuRun, OffCpuTime, SampleKey, SlowEvent, TaskSched, COMM_LEN, HEAT_BUCKETS,
-    HIST_BUCKETS,
+    HIST_BUCKETS, TASK_UNINTERRUPTIBLE,
 };
 use serde::Serialize;
 
@@ -40,12 +40,56 @@ pub struct TaskRecord {
     pub sleeping_ns: u64,
     pub blocked_ns: u64,
     pub hist: Vec<u32>,
+    /// The state a task was still in when the run ended, and for how long so far.
+    pub open: Option<(OpenState, u64)>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenState {
+    Running,
+    Runnable,
+    Sleeping,
+    Blocked,
+}
+
+impl TaskRecord {
+    /// A task still alive at `now`: what it was doing, since when.
+    fn with_open_interval(mut self, t: &TaskSched, now: u64) -> Self {
+        let since = |at: u64| now.saturating_sub(at);
+        self.open = if t.enqueued.at_ns != 0 {
+            Some((OpenState::Runnable, since(t.enqueued.at_ns)))
+        } else if t.offcpu.at_ns != 0 {
+            let state = match t.offcpu.state as u64 & TASK_UNINTERRUPTIBLE {
+                0 => OpenState::Sleeping,
+                _ => OpenState::Blocked,
+            };
+            Some((state, since(t.offcpu.at_ns)))
+        } else if t.last_in_ns != 0 {
+            Some((OpenState::Running, since(t.last_in_ns)))
+        } else {
+            None
+        };
+        self
+    }
+}
+
+/// The process of a thread that never switched out under bpfprof (the kernel side learns a tgid
+/// only then), while it is still alive.
+fn tgid_of(tid: u32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Tgid:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 impl From<&TaskSched> for TaskRecord {
     fn from(t: &TaskSched) -> Self {
         TaskRecord {
-            pid: t.tgid,
+            pid: if t.tgid != 0 { t.tgid } else { tgid_of(t.tid) },
             tid: t.tid,
             comm: comm_string(&t.comm),
             runs: t.runs,
@@ -57,6 +101,7 @@ impl From<&TaskSched> for TaskRecord {
             sleeping_ns: t.sleeping_ns,
             blocked_ns: t.blocked_ns,
             hist: t.hist.to_vec(),
+            open: None,
         }
     }
 }
@@ -177,9 +222,15 @@ impl SchedSource {
     }
 
     /// At the end: the tasks still alive, and every off-CPU stack.
-    pub fn finish(&mut self, into: &mut SchedCollection, procs: &mut Processes) -> anyhow::Result<()> {
+    pub fn finish(
+        &mut self,
+        into: &mut SchedCollection,
+        procs: &mut Processes,
+        now_ns: u64,
+    ) -> anyhow::Result<()> {
         for (_, task) in self.tasks.iter().filter_map(Result::ok) {
-            into.tasks.push(TaskRecord::from(&task));
+            into.tasks
+                .push(TaskRecord::from(&task).with_open_interval(&task, now_ns));
         }
         for (key, time) in self.offcpu.iter().filter_map(Result::ok) {
             let sample = |count| RawSample {
@@ -478,6 +529,7 @@ mod tests {
             sleeping_ns: 0,
             blocked_ns: 0,
             hist: hist_of(&[500, 500, 500, 2_500]),
+            open: None,
         };
         let row = task_latency(&record, 1_000_000_000);
         assert_eq!(row.avg_delay_ns, 1_000);

@@ -8,6 +8,7 @@ use crate::{
     modes::{
         hotspot::{FunctionStat, HotspotReport, Stack},
         sched::{OffCpuStack, SchedReport, SlowWait, TaskLatency},
+        topdown::{ThreadState, TopdownReport},
     },
     profile::Health,
 };
@@ -50,7 +51,46 @@ struct SchedJson<'a> {
     slow_events: &'a [SlowWait],
 }
 
+#[derive(Serialize)]
+struct TopdownJson<'a> {
+    mode: &'static str,
+    source: &'static str,
+    reason: &'a str,
+    target: &'a str,
+    duration_s: f64,
+    cpus: u32,
+    level1: Option<()>,
+    ipc: Option<f64>,
+    metrics: serde_json::Map<String, serde_json::Value>,
+    functions: [(); 0],
+    notes: &'a [String],
+    warnings: Vec<String>,
+    threads: &'a [ThreadState],
+    processes: &'a [ThreadState],
+}
+
 impl Renderer for Json {
+    fn topdown(&self, r: &TopdownReport, out: &mut dyn Write) -> io::Result<()> {
+        let doc = TopdownJson {
+            mode: "topdown",
+            source: r.source,
+            reason: &r.reason,
+            target: &r.meta.target,
+            duration_s: r.meta.duration_s,
+            cpus: r.meta.cpus,
+            level1: None,
+            ipc: None,
+            metrics: serde_json::Map::new(),
+            functions: [],
+            notes: &r.meta.notes,
+            warnings: r.health.warnings(),
+            threads: &r.threads,
+            processes: &r.processes,
+        };
+        serde_json::to_writer(&mut *out, &doc).map_err(io::Error::other)?;
+        writeln!(out)
+    }
+
     fn sched(&self, r: &SchedReport, out: &mut dyn Write) -> io::Result<()> {
         let doc = SchedJson {
             mode: "sched",

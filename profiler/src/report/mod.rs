@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::{
     cli::Format,
-    modes::{hotspot::HotspotReport, sched::SchedReport},
+    modes::{hotspot::HotspotReport, sched::SchedReport, topdown::TopdownReport},
 };
 
 mod folded;
@@ -38,6 +38,13 @@ pub trait Renderer {
     /// Stack formats (folded, flamegraph, pprof) show the off-CPU stacks, weighted by time.
     fn sched(&self, report: &SchedReport, out: &mut dyn Write) -> io::Result<()> {
         self.hotspot(&report.offcpu, out)
+    }
+
+    /// Topdown has no stacks: only text and JSON render it (the command line checks this first).
+    fn topdown(&self, _: &TopdownReport, _: &mut dyn Write) -> io::Result<()> {
+        Err(io::Error::other(
+            "this format is not available for --mode topdown",
+        ))
     }
 }
 

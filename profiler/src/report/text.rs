@@ -6,6 +6,7 @@ use crate::{
     modes::{
         hotspot::{FunctionStat, HotspotReport},
         sched::SchedReport,
+        topdown::TopdownReport,
     },
     symbolize::Frame,
 };
@@ -22,6 +23,58 @@ const TOP_OFFCPU: usize = 10;
 const TOP_SLOW: usize = 15;
 
 impl Renderer for Text {
+    fn topdown(&self, r: &TopdownReport, out: &mut dyn Write) -> io::Result<()> {
+        let m = &r.meta;
+        writeln!(
+            out,
+            "bpfprof topdown: {} | {:.1} s | {} CPUs",
+            m.target, m.duration_s, m.cpus
+        )?;
+        writeln!(out, "No pipeline-slot breakdown: {}.", r.reason)?;
+        writeln!(
+            out,
+            "Instead, where each thread's time went (thread states from the scheduler, not PMU counters):"
+        )?;
+        for note in &m.notes {
+            writeln!(out, "note: {note}")?;
+        }
+        for warning in r.health.warnings() {
+            writeln!(out, "warning: {warning}")?;
+        }
+        for (title, rows) in [("Per process", &r.processes), ("Per thread", &r.threads)] {
+            writeln!(out, "\n{title}")?;
+            writeln!(
+                out,
+                "{:<16} {:>7} {:>7} {:>17} {:>17} {:>17} {:>17}",
+                "task", "pid", "tid", "running", "runnable", "sleeping", "blocked (D)"
+            )?;
+            for t in rows.iter().take(TOP_TASKS) {
+                let total = t.total_ns();
+                let cell = |ns: u64| format!("{} {:>5.1}%", human_ns(ns), percent(ns, total));
+                let tid = if t.tid == 0 {
+                    "-".to_string()
+                } else {
+                    t.tid.to_string()
+                };
+                writeln!(
+                    out,
+                    "{:<16} {:>7} {:>7} {:>17} {:>17} {:>17} {:>17}",
+                    t.comm,
+                    t.pid,
+                    tid,
+                    cell(t.running_ns),
+                    cell(t.runnable_ns),
+                    cell(t.sleeping_ns),
+                    cell(t.blocked_ns)
+                )?;
+            }
+        }
+        writeln!(
+            out,
+            "\nrunnable = ready but waiting for a CPU (CPU contention); blocked = uninterruptible sleep, usually I/O."
+        )
+    }
+
     fn sched(&self, r: &SchedReport, out: &mut dyn Write) -> io::Result<()> {
         let m = &r.meta;
         writeln!(
