@@ -48,6 +48,13 @@ pub struct Cli {
     /// of the cost on switch-heavy loads); off-CPU time is still reported per task.
     #[arg(long = "no-offcpu-stacks")]
     pub no_offcpu_stacks: bool,
+    /// Topdown mode: compute the report from a `perf stat -x,` CSV taken elsewhere (no BPF, no root).
+    #[arg(long, value_name = "FILE")]
+    pub counters: Option<PathBuf>,
+    /// Topdown from counters: pipeline slots per cycle where the events do not say (Arm: the PMU's
+    /// caps/slots; AMD Zen 5: 8).
+    #[arg(long, value_name = "N")]
+    pub slots: Option<u32>,
     /// Command to start and profile; bpfprof attaches first, so its first samples are captured.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,

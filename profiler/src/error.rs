@@ -31,6 +31,8 @@ pub enum UserError {
     },
     #[error("{0}")]
     Usage(String),
+    #[error("cannot use the counters in {}: {reason}", path.display())]
+    Counters { path: PathBuf, reason: String },
 }
 
 /// Process exit codes, for scripts.

@@ -14,5 +14,6 @@ pub mod profile;
 pub mod report;
 pub mod session;
 pub mod symbolize;
+pub mod tma;
 
 pub use session::run;

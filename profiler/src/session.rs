@@ -119,6 +119,9 @@ impl Plan {
 
 /// Run bpfprof; the result is the process exit code.
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
+    if let Some(path) = cli.counters.clone() {
+        return topdown_from_counters(&cli, &path);
+    }
     let plan = Plan::from_cli(cli)?;
     preflight::check_privileges()?;
     let tracefs = preflight::ensure_tracefs()?;
@@ -170,6 +173,48 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         eprintln!("bpfprof: wrote {} ({described})", path.display());
     }
     Ok(exit_code)
+}
+
+/// `--mode topdown --counters FILE`: the analysis of counts taken elsewhere. No BPF, no root.
+fn topdown_from_counters(cli: &Cli, path: &Path) -> anyhow::Result<i32> {
+    if cli.mode != Mode::Topdown {
+        return Err(UserError::Usage("--counters goes with --mode topdown".into()).into());
+    }
+    let format = cli.resolved_format();
+    if !matches!(format, Format::Text | Format::Json) {
+        return Err(UserError::FormatUnavailable {
+            format: format.name(),
+            mode: "topdown",
+        }
+        .into());
+    }
+    if let Some(output) = &cli.output {
+        output::check_writable(output)?;
+    }
+    let fail = |reason: String| UserError::Counters {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let counts = crate::tma::parse_perf_csv(&text).map_err(|e| fail(e.to_string()))?;
+    let tma = crate::tma::analyze(&counts, cli.slots).map_err(|e| fail(e.to_string()))?;
+    let meta = RunMeta {
+        mode: "topdown",
+        event: "counters",
+        frequency_hz: 0,
+        duration_s: 0.0,
+        target: format!("counters from {}", path.display()),
+        cpus: 0,
+        notes: counts
+            .not_counted
+            .iter()
+            .map(|e| format!("{e}: not counted by perf"))
+            .collect(),
+    };
+    let report = topdown::from_counters(meta, tma);
+    let renderer = report::renderer(format);
+    output::write_report(cli.output.as_deref(), &|out| renderer.topdown(&report, out))?;
+    Ok(0)
 }
 
 /// Why topdown shows thread states: the missing PMU, or (where one exists) this version's limit.

@@ -126,3 +126,93 @@ fn the_missions_own_command_works_verbatim() {
         "the target's thread is listed: {text}"
     );
 }
+
+/// perf stat -x, output of a Skylake-class run, multiplexed (topdown events ran half the time).
+const SKYLAKE_CSV: &str = "\
+4000000000,,cpu_clk_unhalted.thread,1000000000,50.00,,
+4000000000,,idq_uops_not_delivered.core,1000000000,50.00,,
+9600000000,,uops_issued.any,1000000000,50.00,,
+8800000000,,uops_retired.retire_slots,1000000000,50.00,,
+200000000,,int_misc.recovery_cycles,1000000000,50.00,,
+8000000000,,instructions:u,1000000000,100.00,2.00,insn per cycle
+4000000000,,cycles:u,1000000000,100.00,,
+";
+
+#[test]
+fn counters_file_gives_level1_without_privileges() {
+    let csv = temp_path("skl.csv");
+    std::fs::write(&csv, SKYLAKE_CSV).unwrap();
+    std::fs::set_permissions(
+        csv.parent().unwrap(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let out = std::process::Command::new("setpriv")
+        .args(["--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"])
+        .arg(bpfprof_bin())
+        .args([
+            "--mode",
+            "topdown",
+            "--format",
+            "json",
+            "--counters",
+            csv.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["source"], "pmu");
+    let l = &v["level1"];
+    for (key, want) in [
+        ("retiring", 0.55),
+        ("bad_speculation", 0.10),
+        ("frontend_bound", 0.25),
+        ("backend_bound", 0.10),
+    ] {
+        assert!((l[key].as_f64().unwrap() - want).abs() < 1e-9, "{key}: {l}");
+    }
+    assert!((v["ipc"].as_f64().unwrap() - 2.0).abs() < 1e-9);
+    assert_eq!(v["multiplexed"]["uops_issued.any"], 0.5);
+}
+
+#[test]
+fn counters_from_real_perf_stat_output_are_read_and_the_gap_named() {
+    let csv = temp_path("real.csv");
+    let perf = std::process::Command::new("perf")
+        .args([
+            "stat",
+            "-x,",
+            "-o",
+            csv.to_str().unwrap(),
+            "-e",
+            "task-clock,context-switches,cycles",
+            "--",
+            "true",
+        ])
+        .output()
+        .expect("perf (linux-perf) is installed by cargo xtask setup");
+    assert!(perf.status.success(), "{}", stderr(&perf));
+    let out = run(&["--mode", "topdown", "--counters", csv.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("no topdown events found"),
+        "perf's own CSV must parse; the missing events are named: {err}"
+    );
+    assert!(!err.contains("not `perf stat -x,` output"), "{err}");
+}
+
+#[test]
+fn counters_need_topdown_and_perf_csv() {
+    let out = run(&["--counters", "/etc/hostname"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--counters goes with --mode topdown"));
+    let out = run(&["--mode", "topdown", "--counters", "/etc/passwd"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("not `perf stat -x,` output"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::sched::{OpenState, SchedCollection};
-use crate::{profile::Health, report::RunMeta};
+use crate::{profile::Health, report::RunMeta, tma::Tma};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ThreadState {
@@ -39,8 +39,10 @@ pub struct TopdownReport {
     pub health: Health,
     /// "thread-state" (no PMU) — "pmu" once hardware topdown exists.
     pub source: &'static str,
-    /// Why the PMU split is not shown.
+    /// Why the PMU split is not shown (empty when it is).
     pub reason: String,
+    /// The PMU analysis, when counters were available.
+    pub tma: Option<Tma>,
     /// Most running time first.
     pub threads: Vec<ThreadState>,
     /// Per process (tid = 0, comm of its first thread), most running time first.
@@ -91,8 +93,22 @@ pub fn thread_states(meta: RunMeta, health: Health, c: &SchedCollection, reason:
         health,
         source: "thread-state",
         reason,
+        tma: None,
         threads,
         processes,
+    }
+}
+
+/// The report for counts read from a `perf stat -x,` file.
+pub fn from_counters(meta: RunMeta, tma: Tma) -> TopdownReport {
+    TopdownReport {
+        meta,
+        health: Health::default(),
+        source: "pmu",
+        reason: String::new(),
+        tma: Some(tma),
+        threads: Vec::new(),
+        processes: Vec::new(),
     }
 }
 

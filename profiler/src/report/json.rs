@@ -11,6 +11,7 @@ use crate::{
         topdown::{ThreadState, TopdownReport},
     },
     profile::Health,
+    tma::Level1,
 };
 
 pub struct Json;
@@ -59,14 +60,24 @@ struct TopdownJson<'a> {
     target: &'a str,
     duration_s: f64,
     cpus: u32,
-    level1: Option<()>,
+    family: Option<&'a str>,
+    level1: Option<Level1>,
     ipc: Option<f64>,
     metrics: serde_json::Map<String, serde_json::Value>,
+    /// Counter name -> share of the time it was running, for those multiplexed.
+    multiplexed: serde_json::Map<String, serde_json::Value>,
     functions: [(); 0],
     notes: &'a [String],
     warnings: Vec<String>,
     threads: &'a [ThreadState],
     processes: &'a [ThreadState],
+}
+
+fn pairs(items: &[(String, f64)]) -> serde_json::Map<String, serde_json::Value> {
+    items
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::from(*v)))
+        .collect()
 }
 
 impl Renderer for Json {
@@ -78,9 +89,11 @@ impl Renderer for Json {
             target: &r.meta.target,
             duration_s: r.meta.duration_s,
             cpus: r.meta.cpus,
-            level1: None,
-            ipc: None,
-            metrics: serde_json::Map::new(),
+            family: r.tma.as_ref().map(|t| t.family.as_str()),
+            level1: r.tma.as_ref().and_then(|t| t.level1),
+            ipc: r.tma.as_ref().and_then(|t| t.ipc),
+            metrics: pairs(r.tma.as_ref().map(|t| &t.metrics[..]).unwrap_or(&[])),
+            multiplexed: pairs(r.tma.as_ref().map(|t| &t.multiplexed[..]).unwrap_or(&[])),
             functions: [],
             notes: &r.meta.notes,
             warnings: r.health.warnings(),

@@ -24,6 +24,9 @@ const TOP_SLOW: usize = 15;
 
 impl Renderer for Text {
     fn topdown(&self, r: &TopdownReport, out: &mut dyn Write) -> io::Result<()> {
+        if let Some(tma) = &r.tma {
+            return tma_text(r, tma, out);
+        }
         let m = &r.meta;
         writeln!(
             out,
@@ -358,4 +361,59 @@ mod tests {
         assert!(text.contains("3 lost"), "{text}");
         assert!(text.contains("warning: 3 samples lost"), "{text}");
     }
+}
+
+fn tma_text(r: &TopdownReport, tma: &crate::tma::Tma, out: &mut dyn Write) -> io::Result<()> {
+    use crate::tma::assess;
+    writeln!(out, "bpfprof topdown: {} | {}", r.meta.target, tma.family)?;
+    for note in &r.meta.notes {
+        writeln!(out, "note: {note}")?;
+    }
+    match &tma.level1 {
+        Some(l) => {
+            writeln!(out, "\nLevel 1: where the pipeline slots went")?;
+            for (name, label, value) in [
+                ("retiring", "retiring", l.retiring),
+                ("bad_speculation", "bad speculation", l.bad_speculation),
+                ("frontend_bound", "frontend bound", l.frontend_bound),
+                ("backend_bound", "backend bound", l.backend_bound),
+            ] {
+                let bar = "#".repeat((value * 40.0).round() as usize);
+                writeln!(
+                    out,
+                    "  {label:<16} {:>6.1}%  {:<11} {bar}",
+                    value * 100.0,
+                    assess(name, value)
+                )?;
+            }
+        }
+        None => writeln!(
+            out,
+            "\nNo level-1 split: this CPU family has no slot events (stall cycles below)."
+        )?,
+    }
+    if let Some(ipc) = tma.ipc {
+        writeln!(out, "\nIPC {ipc:.2}  {}", assess("ipc", ipc))?;
+    }
+    if !tma.metrics.is_empty() {
+        writeln!(out, "\nDerived metrics")?;
+        for (name, value) in &tma.metrics {
+            writeln!(
+                out,
+                "  {name:<24} {:>7.2}%  {}",
+                value * 100.0,
+                assess(name, *value)
+            )?;
+        }
+    }
+    if !tma.multiplexed.is_empty() {
+        writeln!(
+            out,
+            "\nMultiplexed counters (values scaled by perf; share of the time each was counting):"
+        )?;
+        for (name, running) in &tma.multiplexed {
+            writeln!(out, "  {name:<40} {:>5.1}%", running * 100.0)?;
+        }
+    }
+    Ok(())
 }

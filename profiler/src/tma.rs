@@ -1,0 +1,559 @@
+//! Top-down microarchitecture analysis, level 1, from counter values: the formulas per CPU family
+//! (../shared/TOPDOWN.md, after pmu-tools and the kernel's perf events), and the reader for
+//! `perf stat -x,` output, so a report can be computed from counts taken on another machine.
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+/// One counter as perf reports it: already scaled by time_enabled / time_running.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Count {
+    pub value: f64,
+    /// Share of the measurement the counter was actually running (1.0 without multiplexing).
+    pub running: f64,
+}
+
+/// Counter values by normalized event name (lower case, no PMU prefix or modifiers).
+#[derive(Clone, Debug, Default)]
+pub struct Counts {
+    pub events: HashMap<String, Count>,
+    /// Events perf listed but could not count ("<not counted>", "<not supported>").
+    pub not_counted: Vec<String>,
+}
+
+impl Counts {
+    fn get(&self, name: &str) -> Option<f64> {
+        self.events.get(name).filter(|c| c.running > 0.0).map(|c| c.value)
+    }
+
+    fn need(&self, names: &[&str]) -> Result<Vec<f64>, TmaError> {
+        let missing: Vec<String> = names
+            .iter()
+            .filter(|n| self.get(n).is_none())
+            .map(|n| n.to_string())
+            .collect();
+        if !missing.is_empty() {
+            return Err(TmaError::Missing(missing));
+        }
+        Ok(names.iter().map(|n| self.get(n).unwrap()).collect())
+    }
+}
+
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum TmaError {
+    #[error("the counters needed for topdown are missing or never ran: {}", .0.join(", "))]
+    Missing(Vec<String>),
+    #[error("{0}")]
+    Unsupported(String),
+    #[error("line {line}: not `perf stat -x,` output: {text}")]
+    NotPerfCsv { line: usize, text: String },
+}
+
+/// The CPU families with a level-1 method, each with the events it needs.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum Family {
+    /// Skylake/Cascade Lake and older big cores: 4 slots per cycle.
+    IntelPreIcl,
+    /// Ice Lake and later: the `slots` fixed counter and the topdown metric events.
+    IntelIcl,
+    /// Zen 4 (6 slots) and Zen 5 (8 slots).
+    AmdZen { slots: u32 },
+    /// Neoverse N2/V2 and later: slot-based stall events.
+    ArmSlots { slots: u32 },
+    /// Neoverse N1/V1: stall cycles only, no four-way split.
+    ArmCycles,
+}
+
+impl Family {
+    /// The family whose events a set of counts holds.
+    pub fn detect(counts: &Counts, slots: Option<u32>) -> Result<Family, TmaError> {
+        let has = |n: &str| counts.events.contains_key(n);
+        if has("topdown-retiring") || has("topdown-fe-bound") {
+            Ok(Family::IntelIcl)
+        } else if has("idq_uops_not_delivered.core") {
+            Ok(Family::IntelPreIcl)
+        } else if has("de_no_dispatch_per_slot.no_ops_from_frontend") {
+            Ok(Family::AmdZen {
+                slots: slots.unwrap_or(6),
+            })
+        } else if has("stall_slot_frontend") {
+            match slots {
+                Some(slots) if slots > 0 => Ok(Family::ArmSlots { slots }),
+                _ => Err(TmaError::Unsupported(
+                    "Arm slot events need the core's slot count (caps/slots of the armv8 PMU): pass --slots N".into(),
+                )),
+            }
+        } else if has("stall_frontend") && has("stall_backend") {
+            Ok(Family::ArmCycles)
+        } else {
+            Err(TmaError::Unsupported(
+                "no topdown events found (expected Intel topdown-*/idq_uops_not_delivered, AMD de_no_dispatch_per_slot, or Arm stall_slot_* events)".into(),
+            ))
+        }
+    }
+
+    pub fn name(self) -> String {
+        match self {
+            Family::IntelPreIcl => "Intel (Skylake-class, 4 slots)".into(),
+            Family::IntelIcl => "Intel (Ice Lake and later)".into(),
+            Family::AmdZen { slots } => format!("AMD Zen ({slots} slots)"),
+            Family::ArmSlots { slots } => format!("Arm Neoverse ({slots} slots)"),
+            Family::ArmCycles => "Arm Neoverse N1/V1 (stall cycles)".into(),
+        }
+    }
+}
+
+/// Fractions of pipeline slots, 0..1, summing to 1.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Level1 {
+    pub retiring: f64,
+    pub bad_speculation: f64,
+    pub frontend_bound: f64,
+    pub backend_bound: f64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Tma {
+    pub family: String,
+    pub level1: Option<Level1>,
+    pub ipc: Option<f64>,
+    /// Derived metrics (fractions), by name.
+    pub metrics: Vec<(String, f64)>,
+    /// Counters that ran less than the whole time (multiplexed), with their running share.
+    pub multiplexed: Vec<(String, f64)>,
+}
+
+fn clamp(x: f64) -> f64 {
+    x.clamp(0.0, 1.0)
+}
+
+pub fn level1(family: Family, c: &Counts) -> Result<Option<Level1>, TmaError> {
+    Ok(Some(match family {
+        Family::IntelPreIcl => {
+            let v = c.need(&[
+                "cpu_clk_unhalted.thread",
+                "idq_uops_not_delivered.core",
+                "uops_issued.any",
+                "uops_retired.retire_slots",
+                "int_misc.recovery_cycles",
+            ])?;
+            let slots = 4.0 * v[0];
+            let frontend_bound = clamp(v[1] / slots);
+            let bad_speculation = clamp((v[2] - v[3] + 4.0 * v[4]) / slots);
+            let retiring = clamp(v[3] / slots);
+            Level1 {
+                retiring,
+                bad_speculation,
+                frontend_bound,
+                backend_bound: clamp(1.0 - frontend_bound - bad_speculation - retiring),
+            }
+        }
+        Family::IntelIcl => {
+            let v = c.need(&[
+                "slots",
+                "topdown-retiring",
+                "topdown-bad-spec",
+                "topdown-fe-bound",
+                "topdown-be-bound",
+            ])?;
+            let (slots, ret, fe, be) = (v[0], v[1], v[3], v[4]);
+            let n = v[1] + v[2] + v[3] + v[4];
+            let dropping = c.get("int_misc.uop_dropping").unwrap_or(0.0);
+            let clears = c.get("int_misc.clears_count").unwrap_or(0.0);
+            let frontend_bound = clamp(fe / n - dropping / slots);
+            let backend_bound = clamp(be / n + 5.0 * clears / slots);
+            let retiring = clamp(ret / n);
+            Level1 {
+                retiring,
+                frontend_bound,
+                backend_bound,
+                bad_speculation: clamp(1.0 - frontend_bound - backend_bound - retiring),
+            }
+        }
+        Family::AmdZen { slots } => {
+            let v = c.need(&[
+                "ls_not_halted_cyc",
+                "de_no_dispatch_per_slot.no_ops_from_frontend",
+                "de_no_dispatch_per_slot.backend_stalls",
+                "de_src_op_disp.all",
+                "ex_ret_ops",
+            ])?;
+            let total = slots as f64 * v[0];
+            Level1 {
+                frontend_bound: clamp(v[1] / total),
+                backend_bound: clamp(v[2] / total),
+                bad_speculation: clamp((v[3] - v[4]) / total),
+                retiring: clamp(v[4] / total),
+            }
+        }
+        Family::ArmSlots { slots } => {
+            let v = c.need(&[
+                "cpu_cycles",
+                "stall_slot_frontend",
+                "stall_slot_backend",
+                "stall_slot",
+                "op_retired",
+                "op_spec",
+            ])?;
+            let (cycles, mut fe_stall, be_stall, mut stall, retired, spec) =
+                (v[0], v[1], v[2], v[3], v[4], v[5]);
+            if slots == 5 {
+                // Neoverse N2/V2 erratum: these count one extra slot per cycle.
+                fe_stall -= cycles;
+                stall -= cycles;
+            }
+            let total = slots as f64 * cycles;
+            let issued = 1.0 - stall / total;
+            Level1 {
+                frontend_bound: clamp(fe_stall / total),
+                backend_bound: clamp(be_stall / total),
+                bad_speculation: clamp((1.0 - retired / spec) * issued),
+                retiring: clamp(retired / spec * issued),
+            }
+        }
+        Family::ArmCycles => return Ok(None),
+    }))
+}
+
+/// (metric name, numerator event, denominator event)
+const RATIOS: &[(&str, &str, &str)] = &[
+    ("branch_mispredict_rate", "branch-misses", "branches"),
+    ("l1d_miss_rate", "l1-dcache-load-misses", "l1-dcache-loads"),
+    ("l2_miss_rate", "l2_rqsts.miss", "l2_rqsts.references"),
+    ("llc_miss_rate", "llc-load-misses", "llc-loads"),
+    ("dtlb_miss_rate", "dtlb-load-misses", "dtlb-loads"),
+    ("itlb_miss_rate", "itlb-load-misses", "itlb-loads"),
+    ("frontend_stall_cycles", "stall_frontend", "cpu_cycles"),
+    ("backend_stall_cycles", "stall_backend", "cpu_cycles"),
+];
+
+pub fn analyze(counts: &Counts, slots: Option<u32>) -> Result<Tma, TmaError> {
+    let family = Family::detect(counts, slots)?;
+    let level1 = level1(family, counts)?;
+    let cycles = [
+        "cycles",
+        "cpu-cycles",
+        "cpu_cycles",
+        "cpu_clk_unhalted.thread",
+        "ls_not_halted_cyc",
+    ]
+    .iter()
+    .find_map(|n| counts.get(n));
+    let instructions = ["instructions", "inst_retired.any", "inst_retired"]
+        .iter()
+        .find_map(|n| counts.get(n));
+    let ipc = match (instructions, cycles) {
+        (Some(i), Some(c)) if c > 0.0 => Some(i / c),
+        _ => None,
+    };
+    let metrics = RATIOS
+        .iter()
+        .filter_map(|(name, num, den)| match (counts.get(num), counts.get(den)) {
+            (Some(n), Some(d)) if d > 0.0 => Some((name.to_string(), n / d)),
+            _ => None,
+        })
+        .collect();
+    let mut multiplexed: Vec<(String, f64)> = counts
+        .events
+        .iter()
+        .filter(|(_, c)| c.running < 0.999)
+        .map(|(n, c)| (n.clone(), c.running))
+        .collect();
+    multiplexed.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(Tma {
+        family: family.name(),
+        level1,
+        ipc,
+        metrics,
+        multiplexed,
+    })
+}
+
+/// Healthy or worth investigating, by the usual level-1 rules of thumb (pmu-tools flags a node
+/// when its share passes these; retiring is the one to maximize).
+pub fn assess(name: &str, value: f64) -> &'static str {
+    let investigate = match name {
+        "frontend_bound" => value > 0.20,
+        "bad_speculation" => value > 0.10,
+        "backend_bound" => value > 0.30,
+        "retiring" => value < 0.30,
+        "ipc" => value < 1.0,
+        "branch_mispredict_rate" => value > 0.02,
+        "l1d_miss_rate" => value > 0.05,
+        "llc_miss_rate" => value > 0.30,
+        "dtlb_miss_rate" | "itlb_miss_rate" => value > 0.01,
+        _ => false,
+    };
+    if investigate {
+        "investigate"
+    } else {
+        "ok"
+    }
+}
+
+/// Read `perf stat -x,` output: `value,unit,event,run time,running %,metric,metric unit` per line
+/// (a leading `CPUn` column, from -A, is accepted; counts of one event are then summed).
+pub fn parse_perf_csv(text: &str) -> Result<Counts, TmaError> {
+    let mut counts = Counts::default();
+    let mut seen_any = false;
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let mut fields: Vec<&str> = line.split(',').collect();
+        if fields
+            .first()
+            .is_some_and(|f| f.starts_with("CPU") || f.starts_with("S") && f.contains("-D"))
+        {
+            fields.remove(0);
+        }
+        let not_perf = || TmaError::NotPerfCsv {
+            line: i + 1,
+            text: line.chars().take(80).collect(),
+        };
+        if fields.len() < 5 {
+            return Err(not_perf());
+        }
+        let event = normalize(fields[2]);
+        if event.is_empty() {
+            return Err(not_perf());
+        }
+        if fields[0].starts_with('<') {
+            counts.not_counted.push(event);
+            seen_any = true;
+            continue;
+        }
+        let value: f64 = fields[0].parse().map_err(|_| not_perf())?;
+        let running = match fields[4].trim() {
+            "" => 1.0,
+            pct => pct.parse::<f64>().map_err(|_| not_perf())? / 100.0,
+        };
+        let entry = counts
+            .events
+            .entry(event)
+            .or_insert(Count { value: 0.0, running });
+        entry.value += value;
+        entry.running = entry.running.min(running);
+        seen_any = true;
+    }
+    if !seen_any {
+        return Err(TmaError::NotPerfCsv {
+            line: 1,
+            text: "no counter lines".into(),
+        });
+    }
+    Ok(counts)
+}
+
+/// `cpu_core/topdown-retiring/u` → `topdown-retiring`; `INST_RETIRED.ANY:k` → `inst_retired.any`.
+fn normalize(event: &str) -> String {
+    let event = event.trim();
+    let event = match (event.find('/'), event.rfind('/')) {
+        (Some(a), Some(b)) if b > a => &event[a + 1..b],
+        _ => event,
+    };
+    let event = event.split(':').next().unwrap_or(event);
+    event.to_ascii_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(pairs: &[(&str, f64)]) -> Counts {
+        Counts {
+            events: pairs
+                .iter()
+                .map(|(n, v)| {
+                    (
+                        n.to_string(),
+                        Count {
+                            value: *v,
+                            running: 1.0,
+                        },
+                    )
+                })
+                .collect(),
+            not_counted: vec![],
+        }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    fn sums_to_one(l: &Level1) -> bool {
+        close(
+            l.retiring + l.bad_speculation + l.frontend_bound + l.backend_bound,
+            1.0,
+        )
+    }
+
+    #[test]
+    fn intel_skylake_class() {
+        // 1e9 cycles = 4e9 slots: 1e9 not delivered (25%), 2.2e9 retired (55%),
+        // issued 2.4e9 + 4 x 0.05e9 recovery = (2.4 - 2.2 + 0.2) / 4 = 10% bad speculation.
+        let c = counts(&[
+            ("cpu_clk_unhalted.thread", 1e9),
+            ("idq_uops_not_delivered.core", 1e9),
+            ("uops_issued.any", 2.4e9),
+            ("uops_retired.retire_slots", 2.2e9),
+            ("int_misc.recovery_cycles", 0.05e9),
+        ]);
+        let l = level1(Family::detect(&c, None).unwrap(), &c).unwrap().unwrap();
+        assert!(close(l.frontend_bound, 0.25) && close(l.retiring, 0.55) && close(l.bad_speculation, 0.10));
+        assert!(close(l.backend_bound, 0.10) && sums_to_one(&l));
+    }
+
+    #[test]
+    fn intel_ice_lake_metric_events() {
+        let c = counts(&[
+            ("slots", 5e9),
+            ("topdown-retiring", 2e9),
+            ("topdown-bad-spec", 0.5e9),
+            ("topdown-fe-bound", 1e9),
+            ("topdown-be-bound", 1.5e9),
+            ("int_misc.uop_dropping", 0.25e9),
+        ]);
+        assert_eq!(Family::detect(&c, None).unwrap(), Family::IntelIcl);
+        let l = level1(Family::IntelIcl, &c).unwrap().unwrap();
+        assert!(close(l.retiring, 0.4) && close(l.backend_bound, 0.3));
+        assert!(
+            close(l.frontend_bound, 0.2 - 0.05),
+            "uop dropping moves out of frontend: {l:?}"
+        );
+        assert!(close(l.bad_speculation, 0.15) && sums_to_one(&l));
+    }
+
+    #[test]
+    fn amd_zen4_and_zen5() {
+        let c = counts(&[
+            ("ls_not_halted_cyc", 1e9),
+            ("de_no_dispatch_per_slot.no_ops_from_frontend", 1.2e9),
+            ("de_no_dispatch_per_slot.backend_stalls", 1.8e9),
+            ("de_src_op_disp.all", 3.0e9),
+            ("ex_ret_ops", 2.4e9),
+        ]);
+        let l = level1(Family::detect(&c, None).unwrap(), &c).unwrap().unwrap();
+        assert!(close(l.frontend_bound, 0.2) && close(l.backend_bound, 0.3));
+        assert!(close(l.bad_speculation, 0.1) && close(l.retiring, 0.4) && sums_to_one(&l));
+        let zen5 = level1(Family::AmdZen { slots: 8 }, &c).unwrap().unwrap();
+        assert!(close(zen5.retiring, 0.3));
+    }
+
+    #[test]
+    fn arm_neoverse_slots_with_the_five_slot_erratum() {
+        let c = counts(&[
+            ("cpu_cycles", 1e9),
+            ("stall_slot_frontend", 1.0e9 + 1e9), // includes the erratum's extra slot per cycle
+            ("stall_slot_backend", 1.5e9),
+            ("stall_slot", 2.5e9 + 1e9),
+            ("op_retired", 2.25e9),
+            ("op_spec", 2.5e9),
+        ]);
+        assert!(
+            matches!(Family::detect(&c, None), Err(TmaError::Unsupported(_))),
+            "slots must be given"
+        );
+        let family = Family::detect(&c, Some(5)).unwrap();
+        let l = level1(family, &c).unwrap().unwrap();
+        // 5e9 slots: FE 1.0/5 = 20%, BE 1.5/5 = 30%, issued 1 - 2.5/5 = 50%, of which 90% retire.
+        assert!(close(l.frontend_bound, 0.2) && close(l.backend_bound, 0.3));
+        assert!(close(l.retiring, 0.45) && close(l.bad_speculation, 0.05) && sums_to_one(&l));
+    }
+
+    #[test]
+    fn arm_n1_has_no_four_way_split_only_stall_shares() {
+        let c = counts(&[
+            ("cpu_cycles", 1e9),
+            ("stall_frontend", 2e8),
+            ("stall_backend", 4e8),
+            ("instructions", 1.5e9),
+        ]);
+        let tma = analyze(&c, None).unwrap();
+        assert_eq!(tma.level1, None);
+        assert!(close(tma.ipc.unwrap(), 1.5));
+        assert!(tma.metrics.contains(&("backend_stall_cycles".to_string(), 0.4)));
+    }
+
+    #[test]
+    fn missing_and_never_running_counters_are_named() {
+        let mut c = counts(&[
+            ("slots", 5e9),
+            ("topdown-retiring", 2e9),
+            ("topdown-fe-bound", 1e9),
+            ("topdown-be-bound", 1e9),
+        ]);
+        c.events.insert(
+            "topdown-bad-spec".into(),
+            Count {
+                value: 0.0,
+                running: 0.0,
+            },
+        );
+        let err = level1(Family::IntelIcl, &c).unwrap_err();
+        assert_eq!(err, TmaError::Missing(vec!["topdown-bad-spec".into()]));
+        assert!(err.to_string().contains("never ran"));
+    }
+
+    const PERF_CSV: &str = "\
+# started on Sat Nov 21 10:00:00 2026
+
+4000000000,,cpu_clk_unhalted.thread,1000000000,50.00,,
+4000000000,,idq_uops_not_delivered.core,1000000000,50.00,,
+9600000000,,uops_issued.any,1000000000,50.00,,
+8800000000,,uops_retired.retire_slots,1000000000,50.00,,
+200000000,,int_misc.recovery_cycles,1000000000,50.00,,
+8000000000,,instructions:u,1000000000,100.00,2.00,insn per cycle
+4000000000,,cycles:u,1000000000,100.00,,
+10000,,branch-misses,1000000000,100.00,1.00,of all branches
+1000000,,branches,1000000000,100.00,,
+<not supported>,,topdown-heavy-ops,0,100.00,,
+";
+
+    #[test]
+    fn perf_stat_csv_with_multiplexing() {
+        let c = parse_perf_csv(PERF_CSV).unwrap();
+        assert_eq!(c.not_counted, vec!["topdown-heavy-ops".to_string()]);
+        let tma = analyze(&c, None).unwrap();
+        let l = tma.level1.unwrap();
+        assert!(close(l.frontend_bound, 0.25) && close(l.retiring, 0.55) && close(l.bad_speculation, 0.10));
+        assert!(close(tma.ipc.unwrap(), 2.0));
+        assert_eq!(tma.metrics, vec![("branch_mispredict_rate".to_string(), 0.01)]);
+        assert_eq!(
+            tma.multiplexed.len(),
+            5,
+            "the five topdown events ran half the time: {:?}",
+            tma.multiplexed
+        );
+        assert!(tma.multiplexed.iter().all(|(_, r)| close(*r, 0.5)));
+    }
+
+    #[test]
+    fn per_cpu_rows_are_summed_and_prefixes_stripped() {
+        let csv = "CPU0,100,,cpu_core/cycles/,10,100.00,,\nCPU1,300,,cpu_core/cycles/,10,100.00,,\n";
+        let c = parse_perf_csv(csv).unwrap();
+        assert_eq!(c.events["cycles"].value, 400.0);
+    }
+
+    #[test]
+    fn not_perf_csv_is_refused_with_the_line() {
+        assert!(matches!(
+            parse_perf_csv("hello world\n"),
+            Err(TmaError::NotPerfCsv { line: 1, .. })
+        ));
+        assert!(matches!(
+            parse_perf_csv("12,,cycles,1,abc,,\n"),
+            Err(TmaError::NotPerfCsv { line: 1, .. })
+        ));
+        assert!(matches!(parse_perf_csv(""), Err(TmaError::NotPerfCsv { .. })));
+    }
+
+    #[test]
+    fn assessments() {
+        assert_eq!(assess("frontend_bound", 0.25), "investigate");
+        assert_eq!(assess("retiring", 0.6), "ok");
+        assert_eq!(assess("ipc", 0.5), "investigate");
+    }
+}
