@@ -333,36 +333,6 @@ fn describe(frame: &Frame) -> String {
     s
 }
 
-#[cfg(test)]
-mod tests {
-    use crate::{cli::Format, report::tests::*};
-
-    #[test]
-    fn text_leads_with_counts_and_the_hottest_function() {
-        let text = String::from_utf8(render(Format::Text, &sample_report())).unwrap();
-        assert!(
-            text.contains("100 samples (plus 5 samples on idle CPUs"),
-            "{text}"
-        );
-        let self_section = text.split("Top functions by self").nth(1).unwrap();
-        let first_row = self_section.lines().nth(2).unwrap();
-        assert!(
-            first_row.contains("hot_a") && first_row.contains("60.00%"),
-            "{first_row}"
-        );
-        assert!(!text.contains("warning:"));
-    }
-
-    #[test]
-    fn text_states_losses() {
-        let mut report = sample_report();
-        report.health.lost_map_full = 3;
-        let text = String::from_utf8(render(Format::Text, &report)).unwrap();
-        assert!(text.contains("3 lost"), "{text}");
-        assert!(text.contains("warning: 3 samples lost"), "{text}");
-    }
-}
-
 fn tma_text(r: &TopdownReport, tma: &crate::tma::Tma, out: &mut dyn Write) -> io::Result<()> {
     use crate::tma::assess;
     writeln!(out, "bpfprof topdown: {} | {}", r.meta.target, tma.family)?;
@@ -416,4 +386,34 @@ fn tma_text(r: &TopdownReport, tma: &crate::tma::Tma, out: &mut dyn Write) -> io
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{cli::Format, report::tests::*};
+
+    #[test]
+    fn text_leads_with_counts_and_the_hottest_function() {
+        let text = String::from_utf8(render(Format::Text, &sample_report())).unwrap();
+        assert!(
+            text.contains("100 samples (plus 5 samples on idle CPUs"),
+            "{text}"
+        );
+        let self_section = text.split("Top functions by self").nth(1).unwrap();
+        let first_row = self_section.lines().nth(2).unwrap();
+        assert!(
+            first_row.contains("hot_a") && first_row.contains("60.00%"),
+            "{first_row}"
+        );
+        assert!(!text.contains("warning:"));
+    }
+
+    #[test]
+    fn text_states_losses() {
+        let mut report = sample_report();
+        report.health.lost_map_full = 3;
+        let text = String::from_utf8(render(Format::Text, &report)).unwrap();
+        assert!(text.contains("3 lost"), "{text}");
+        assert!(text.contains("warning: 3 samples lost"), "{text}");
+    }
 }
