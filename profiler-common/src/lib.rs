@@ -42,6 +42,29 @@ pub struct SampleKey {
 }
 const _: () = assert!(size_of::<SampleKey>() == 32);
 
+/// Counters whose deltas the sampling program attributes to the sampled stack.
+pub const MAX_COUNTERS: usize = 4;
+
+/// Value of the sample maps: how often a stack was sampled, and how much each counter advanced
+/// on that CPU since its previous sample of the same thread.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleValue {
+    pub count: u64,
+    pub deltas: [u64; MAX_COUNTERS],
+}
+const _: () = assert!(size_of::<SampleValue>() == 8 + 8 * MAX_COUNTERS);
+
+/// Per CPU: the counter values at the previous sample, and whose sample it was.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CounterBaseline {
+    pub tid: u32,
+    pub _pad: u32,
+    pub values: [u64; MAX_COUNTERS],
+}
+const _: () = assert!(size_of::<CounterBaseline>() == 8 + 8 * MAX_COUNTERS);
+
 /// Why user space should look at a process now, while it is alive.
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -330,6 +353,8 @@ pub mod names {
     pub const G_SCHED: &str = "SCHED_OFFSETS";
     pub const G_SLOW_NS: &str = "SLOW_THRESHOLD_NS";
     pub const G_OFFCPU_STACKS: &str = "OFFCPU_STACKS_ENABLED";
+    pub const G_COUNTERS: &str = "COUNTERS_IN_USE";
+    pub const COUNTER_READERS: [&str; 4] = ["COUNTER_0", "COUNTER_1", "COUNTER_2", "COUNTER_3"];
     /// Globals set by the loader.
     pub const G_FILTER: &str = "FILTER_BY_TARGET";
     pub const G_FORK: &str = "FORK_OFFSETS";
@@ -341,6 +366,7 @@ mod pod {
     use super::*;
     // SAFETY: plain old data, `#[repr(C)]`, no padding bytes (sizes asserted above).
     unsafe impl aya::Pod for SampleKey {}
+    unsafe impl aya::Pod for SampleValue {}
     unsafe impl aya::Pod for ProcessEvent {}
     unsafe impl aya::Pod for ForkOffsets {}
     unsafe impl aya::Pod for ExitOffsets {}

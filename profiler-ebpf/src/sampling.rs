@@ -3,15 +3,15 @@
 //! Maps come in two epoch slots. User space flips `EPOCH` and drains the idle slot, so a long run
 //! never fills a map and never races a read against an increment.
 use aya_ebpf::{
-    bindings::BPF_F_USER_STACK,
+    bindings::{bpf_perf_event_value, BPF_F_CURRENT_CPU, BPF_F_USER_STACK},
     helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
     macros::{map, perf_event},
-    maps::{Array, HashMap, LruHashMap, RingBuf, StackTrace},
+    maps::{Array, HashMap, LruHashMap, PerCpuArray, PerfEventArray, RingBuf, StackTrace},
     programs::{tracing::StackIdContext as _, PerfEventContext},
 };
 use profiler_common::{
-    Counter, ProcessEvent, ProcessEventKind, SampleKey, EVENT_RING_BYTES, SAMPLE_MAP_ENTRIES,
-    SEEN_MAP_ENTRIES, STACK_MAP_ENTRIES,
+    Counter, CounterBaseline, ProcessEvent, ProcessEventKind, SampleKey, SampleValue, EVENT_RING_BYTES,
+    MAX_COUNTERS, SAMPLE_MAP_ENTRIES, SEEN_MAP_ENTRIES, STACK_MAP_ENTRIES,
 };
 
 use crate::{
@@ -25,9 +25,24 @@ const EEXIST: i64 = 17;
 #[map(name = "EPOCH")]
 pub(crate) static EPOCH: Array<u32> = Array::with_max_entries(1, 0);
 #[map(name = "SAMPLES_0")]
-static SAMPLES_0: HashMap<SampleKey, u64> = HashMap::with_max_entries(SAMPLE_MAP_ENTRIES, 0);
+static SAMPLES_0: HashMap<SampleKey, SampleValue> = HashMap::with_max_entries(SAMPLE_MAP_ENTRIES, 0);
 #[map(name = "SAMPLES_1")]
-static SAMPLES_1: HashMap<SampleKey, u64> = HashMap::with_max_entries(SAMPLE_MAP_ENTRIES, 0);
+static SAMPLES_1: HashMap<SampleKey, SampleValue> = HashMap::with_max_entries(SAMPLE_MAP_ENTRIES, 0);
+
+/// How many of the COUNTER_n arrays user space filled (0: no counter deltas).
+#[unsafe(no_mangle)]
+static COUNTERS_IN_USE: u32 = 0;
+/// Per-CPU counting events, one array per counter, read with bpf_perf_event_read_value.
+#[map(name = "COUNTER_0")]
+static COUNTER_0: PerfEventArray<u32> = PerfEventArray::new(0);
+#[map(name = "COUNTER_1")]
+static COUNTER_1: PerfEventArray<u32> = PerfEventArray::new(0);
+#[map(name = "COUNTER_2")]
+static COUNTER_2: PerfEventArray<u32> = PerfEventArray::new(0);
+#[map(name = "COUNTER_3")]
+static COUNTER_3: PerfEventArray<u32> = PerfEventArray::new(0);
+#[map(name = "COUNTER_BASELINE")]
+static COUNTER_BASELINE: PerCpuArray<CounterBaseline> = PerCpuArray::with_max_entries(1, 0);
 #[map(name = "STACKS_0")]
 static STACKS_0: StackTrace = StackTrace::with_max_entries(STACK_MAP_ENTRIES, 0);
 #[map(name = "STACKS_1")]
@@ -71,7 +86,7 @@ fn record(
     tgid: u32,
     tid: u32,
     stacks: &StackTrace,
-    samples: &HashMap<SampleKey, u64>,
+    samples: &HashMap<SampleKey, SampleValue>,
 ) -> Result<(), i64> {
     let user_stack_id = stack_id(ctx, stacks, BPF_F_USER_STACK as u64, true);
     let kernel_stack_id = stack_id(ctx, stacks, 0, false);
@@ -82,20 +97,73 @@ fn record(
         kernel_stack_id,
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
     };
-    if let Some(count) = samples.get_ptr_mut(key) {
-        atomic_add(count, 1);
-    } else if samples.insert(key, 1, 0).is_err() {
-        // Either the map is full, or another CPU inserted the same key first: retry once.
-        match samples.get_ptr_mut(key) {
-            Some(count) => atomic_add(count, 1),
-            None => {
-                bump(Counter::SampleMapFull);
-                return Ok(());
-            }
-        }
+    let mut value = samples.get_ptr_mut(key);
+    if value.is_none() {
+        // Either new, or another CPU inserted the same key first: insert-if-absent, then look again.
+        let _ = samples.insert(key, SampleValue::default(), 1);
+        value = samples.get_ptr_mut(key);
     }
+    let Some(value) = value else {
+        bump(Counter::SampleMapFull);
+        return Ok(());
+    };
+    unsafe { atomic_add(&mut (*value).count, 1) };
+    add_counter_deltas(tid, value);
     bump(Counter::Samples);
     Ok(())
+}
+
+/// Add to the sample what each counter advanced on this CPU since the previous sample here, when
+/// that sample was of the same thread (otherwise the interval belongs to someone else).
+#[inline(always)]
+fn add_counter_deltas(tid: u32, value: *mut SampleValue) {
+    let in_use = unsafe { core::ptr::read_volatile(&COUNTERS_IN_USE) } as usize;
+    if in_use == 0 {
+        return;
+    }
+    let Some(base) = COUNTER_BASELINE.get_ptr_mut(0) else {
+        return;
+    };
+    let base = unsafe { &mut *base };
+    let same_thread = base.tid == tid;
+    base.tid = tid;
+    let readers: [*const PerfEventArray<u32>; MAX_COUNTERS] =
+        [&COUNTER_0, &COUNTER_1, &COUNTER_2, &COUNTER_3];
+    for (k, reader) in readers.iter().enumerate() {
+        if k >= in_use {
+            break;
+        }
+        let Some(now) = read_counter(*reader) else {
+            continue;
+        };
+        let Some(previous) = base.values.get_mut(k) else {
+            continue;
+        };
+        if same_thread && now >= *previous {
+            if let Some(delta) = unsafe { (*value).deltas.get_mut(k) } {
+                atomic_add(delta, now - *previous);
+            }
+        }
+        *previous = now;
+    }
+}
+
+#[inline(always)]
+fn read_counter(reader: *const PerfEventArray<u32>) -> Option<u64> {
+    let mut v = bpf_perf_event_value {
+        counter: 0,
+        enabled: 0,
+        running: 0,
+    };
+    let ret = unsafe {
+        aya_ebpf::helpers::bpf_perf_event_read_value(
+            reader as *mut core::ffi::c_void,
+            BPF_F_CURRENT_CPU,
+            &mut v,
+            core::mem::size_of::<bpf_perf_event_value>() as u32,
+        )
+    };
+    (ret == 0).then_some(v.counter)
 }
 
 /// The stack id, or the negative error, counted when it is a real failure. `-EFAULT` is normal:

@@ -14,8 +14,10 @@ use aya::{
 };
 use profiler_common::{names, ExitOffsets, ForkOffsets, SchedOffsets};
 
+use std::os::fd::{AsFd as _, AsRawFd as _};
+
 use crate::{
-    cli::{Event, Mode},
+    cli::{CounterEvent, Event, Mode},
     error::UserError,
     preflight::tracepoint_field_offset,
 };
@@ -25,6 +27,8 @@ static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), 
 pub struct Loaded {
     pub ebpf: Ebpf,
     targets: BpfHashMap<MapData, u32, u8>,
+    /// Per-CPU counting events the sampling program reads; closed with everything else.
+    counter_fds: Vec<std::os::fd::OwnedFd>,
 }
 
 /// Field offsets of the sched tracepoints on the running kernel.
@@ -72,6 +76,8 @@ pub struct LoadOptions<'a> {
     pub slow_threshold_ns: u64,
     /// Sched mode: record where tasks block (two stack walks per sleep).
     pub offcpu_stacks: bool,
+    /// Hotspot: how many counters' deltas the sampling program reads.
+    pub counters: u32,
     pub tracefs: &'a Path,
 }
 
@@ -96,7 +102,8 @@ impl Loaded {
             .override_global(names::G_EXIT, &exit, true)
             .override_global(names::G_SCHED, &sched, true)
             .override_global(names::G_SLOW_NS, &options.slow_threshold_ns, true)
-            .override_global(names::G_OFFCPU_STACKS, &stacks, true);
+            .override_global(names::G_OFFCPU_STACKS, &stacks, true)
+            .override_global(names::G_COUNTERS, &options.counters, true);
         for map in unused_maps(options.mode) {
             loader.map_max_entries(map, 1);
         }
@@ -105,7 +112,11 @@ impl Loaded {
             .context("loading the BPF programs into the kernel")?;
         let targets = ebpf.take_map(names::TARGETS).context("map TARGETS missing")?;
         let targets = BpfHashMap::try_from(targets)?;
-        Ok(Loaded { ebpf, targets })
+        Ok(Loaded {
+            ebpf,
+            targets,
+            counter_fds: Vec::new(),
+        })
     }
 
     pub fn add_target(&mut self, pid: u32) -> anyhow::Result<()> {
@@ -143,6 +154,48 @@ impl Loaded {
             program
                 .attach("sched", event)
                 .with_context(|| format!("attaching to sched:{event}"))?;
+        }
+        Ok(())
+    }
+
+    /// Open one counting event per CPU for each counter and hand them to the sampling program.
+    pub fn open_counters(&mut self, counters: &[CounterEvent]) -> anyhow::Result<()> {
+        let cpus = online_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
+        for (slot, counter) in counters.iter().enumerate() {
+            let name = names::COUNTER_READERS[slot];
+            let map = self
+                .ebpf
+                .map(name)
+                .with_context(|| format!("map {name} missing"))?;
+            let aya::maps::Map::PerfEventArray(data) = map else {
+                anyhow::bail!("map {name} is not a perf event array");
+            };
+            let map_fd = data.fd().as_fd().as_raw_fd();
+            let (kind, config) = counter.perf_type_config();
+            for &cpu in &cpus {
+                let fd = match crate::pmu::open_counter(kind, config, -1, cpu as i32) {
+                    Ok(fd) => fd,
+                    Err(e)
+                        if kind == 0
+                            && matches!(
+                                e.raw_os_error(),
+                                Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV)
+                            ) =>
+                    {
+                        return Err(UserError::NoPmu {
+                            event: counter.name().to_string(),
+                        }
+                        .into());
+                    }
+                    Err(e) => {
+                        return Err(e)
+                            .with_context(|| format!("opening the {} counter on CPU {cpu}", counter.name()))
+                    }
+                };
+                map_update(map_fd, cpu, fd.as_raw_fd() as u32)
+                    .with_context(|| format!("handing the {} counter of CPU {cpu} to BPF", counter.name()))?;
+                self.counter_fds.push(fd);
+            }
         }
         Ok(())
     }
@@ -197,4 +250,37 @@ fn is_missing_pmu(err: &ProgramError) -> bool {
         syscall.io_error.raw_os_error(),
         Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) | Some(libc::EINVAL)
     )
+}
+
+/// `bpf(BPF_MAP_UPDATE_ELEM)` for a perf event array: aya's own type for it only opens ring buffers.
+fn map_update(map_fd: std::os::fd::RawFd, key: u32, value: u32) -> std::io::Result<()> {
+    #[repr(C)]
+    struct Update {
+        map_fd: u32,
+        _pad: u32,
+        key: u64,
+        value: u64,
+        flags: u64,
+    }
+    let attr = Update {
+        map_fd: map_fd as u32,
+        _pad: 0,
+        key: &key as *const u32 as u64,
+        value: &value as *const u32 as u64,
+        flags: 0,
+    };
+    const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+    // SAFETY: the attribute points at live key and value for the duration of the call.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_MAP_UPDATE_ELEM,
+            &attr as *const Update,
+            std::mem::size_of::<Update>(),
+        )
+    };
+    if ret < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -48,6 +48,10 @@ pub struct Cli {
     /// of the cost on switch-heavy loads); off-CPU time is still reported per task.
     #[arg(long = "no-offcpu-stacks")]
     pub no_offcpu_stacks: bool,
+    /// Hotspot: also attribute this counter's increments to the sampled stacks (repeatable, up to
+    /// 4): software events work everywhere, hardware ones need a PMU.
+    #[arg(long = "counter", value_enum, value_name = "EVENT")]
+    pub counters_events: Vec<CounterEvent>,
     /// Topdown mode: compute the report from a `perf stat -x,` CSV taken elsewhere (no BPF, no root).
     #[arg(long, value_name = "FILE")]
     pub counters: Option<PathBuf>,
@@ -95,6 +99,56 @@ impl Event {
             Event::CpuClock => "cpu-clock",
             Event::Cycles => "cycles",
             Event::Instructions => "instructions",
+        }
+    }
+}
+
+/// Counting events whose deltas can be attributed to stacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CounterEvent {
+    PageFaults,
+    MinorFaults,
+    MajorFaults,
+    ContextSwitches,
+    CpuMigrations,
+    Cycles,
+    Instructions,
+    Branches,
+    BranchMisses,
+    CacheMisses,
+}
+
+impl CounterEvent {
+    pub fn name(self) -> &'static str {
+        match self {
+            CounterEvent::PageFaults => "page-faults",
+            CounterEvent::MinorFaults => "minor-faults",
+            CounterEvent::MajorFaults => "major-faults",
+            CounterEvent::ContextSwitches => "context-switches",
+            CounterEvent::CpuMigrations => "cpu-migrations",
+            CounterEvent::Cycles => "cycles",
+            CounterEvent::Instructions => "instructions",
+            CounterEvent::Branches => "branches",
+            CounterEvent::BranchMisses => "branch-misses",
+            CounterEvent::CacheMisses => "cache-misses",
+        }
+    }
+
+    /// perf_event_attr (type, config).
+    pub fn perf_type_config(self) -> (u32, u64) {
+        const HARDWARE: u32 = 0;
+        const SOFTWARE: u32 = 1;
+        match self {
+            CounterEvent::PageFaults => (SOFTWARE, 2),
+            CounterEvent::ContextSwitches => (SOFTWARE, 3),
+            CounterEvent::CpuMigrations => (SOFTWARE, 4),
+            CounterEvent::MinorFaults => (SOFTWARE, 5),
+            CounterEvent::MajorFaults => (SOFTWARE, 6),
+            CounterEvent::Cycles => (HARDWARE, 0),
+            CounterEvent::Instructions => (HARDWARE, 1),
+            CounterEvent::CacheMisses => (HARDWARE, 3),
+            CounterEvent::Branches => (HARDWARE, 4),
+            CounterEvent::BranchMisses => (HARDWARE, 5),
         }
     }
 }

@@ -8,7 +8,7 @@ use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
     Ebpf,
 };
-use profiler_common::{names, Counter, SampleKey};
+use profiler_common::{names, Counter, SampleKey, SampleValue};
 
 use crate::{
     process::Processes,
@@ -29,7 +29,7 @@ pub trait SampleSource {
 /// The kernel maps of the sampling program.
 pub struct KernelSource {
     epoch: Array<MapData, u32>,
-    samples: [BpfHashMap<MapData, SampleKey, u64>; 2],
+    samples: [BpfHashMap<MapData, SampleKey, SampleValue>; 2],
     stacks: [StackTraceMap<MapData>; 2],
     counters: PerCpuArray<MapData, u64>,
     active: u32,
@@ -61,7 +61,7 @@ impl KernelSource {
         let keys: Vec<SampleKey> = self.samples[slot].keys().collect::<Result<_, _>>()?;
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
-            let Ok(count) = self.samples[slot].get(&key, 0) else {
+            let Ok(value) = self.samples[slot].get(&key, 0) else {
                 continue;
             };
             let _ = self.samples[slot].remove(&key);
@@ -71,7 +71,8 @@ impl KernelSource {
                 comm: comm_string(&key.comm),
                 user: read_stack(&self.stacks[slot], key.user_stack_id),
                 kernel: read_stack(&self.stacks[slot], key.kernel_stack_id),
-                count,
+                count: value.count,
+                deltas: value.deltas,
             });
         }
         let ids: Vec<u32> = self.stacks[slot].stack_ids().filter_map(Result::ok).collect();
@@ -211,6 +212,7 @@ mod tests {
             user: StackRead::Frames(ips),
             kernel: StackRead::Absent,
             count,
+            deltas: [0; profiler_common::MAX_COUNTERS],
         };
         let mut source = ReplaySource::new(
             vec![

@@ -1,5 +1,8 @@
 //! Is there a hardware PMU? Asked the way it will be used: by opening a cycles counter.
-use std::io;
+use std::{
+    io,
+    os::fd::{FromRawFd as _, OwnedFd},
+};
 
 /// Why hardware counters cannot be used here, or `None` when they can.
 pub fn missing_reason() -> Option<String> {
@@ -19,7 +22,13 @@ pub fn missing_reason() -> Option<String> {
 }
 
 fn open_cycles_counter() -> io::Result<()> {
-    // perf_event_attr with only the fields a counting cycles event needs; the kernel accepts the
+    open_counter(0 /* PERF_TYPE_HARDWARE */, 0 /* CPU_CYCLES */, 0, -1).map(drop)
+}
+
+/// A counting (not sampling) perf event: of process `pid` on any CPU, or of every process on
+/// `cpu` with pid -1.
+pub fn open_counter(kind: u32, config: u64, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
+    // perf_event_attr with only the fields a counting event needs; the kernel accepts the
     // version-0 size (64 bytes).
     #[repr(C)]
     struct Attr {
@@ -28,21 +37,30 @@ fn open_cycles_counter() -> io::Result<()> {
         config: u64,
         rest: [u64; 6],
     }
+    const _: () = assert!(std::mem::size_of::<Attr>() == 64);
     let attr = Attr {
-        kind: 0, /* PERF_TYPE_HARDWARE */
+        kind,
         size: 64,
-        config: 0, /* CPU_CYCLES */
+        config,
         rest: [0; 6],
     };
-    const _: () = assert!(std::mem::size_of::<Attr>() == 64);
+    const PERF_FLAG_FD_CLOEXEC: u64 = 8;
     // SAFETY: perf_event_open reads `size` bytes of the attribute; it returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const Attr, 0, -1, -1, 0) };
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            &attr as *const Attr,
+            pid,
+            cpu,
+            -1,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
     if fd < 0 {
         return Err(io::Error::last_os_error());
     }
-    // SAFETY: a descriptor we own.
-    unsafe { libc::close(fd as i32) };
-    Ok(())
+    // SAFETY: a fresh descriptor that we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 #[cfg(test)]

@@ -4,6 +4,8 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
+use profiler_common::MAX_COUNTERS;
+
 use crate::process::{Processes, UserAddr};
 
 /// One stack as read from a stack map.
@@ -28,6 +30,8 @@ pub struct RawSample {
     pub user: StackRead,
     pub kernel: StackRead,
     pub count: u64,
+    /// What each requested counter advanced while this stack was sampled (see `--counter`).
+    pub deltas: [u64; MAX_COUNTERS],
 }
 
 /// Why frames are missing from a stack; shown as a frame so the sample is never misattributed.
@@ -172,6 +176,8 @@ impl Health {
 #[derive(Debug, Default)]
 pub struct RawProfile {
     pub stacks: HashMap<StackKey, u64>,
+    /// Counter deltas per stack, for the stacks that have any.
+    pub counters: HashMap<StackKey, [u64; MAX_COUNTERS]>,
     pub health: Health,
 }
 
@@ -210,6 +216,12 @@ impl RawProfile {
             kernel,
             kernel_lost,
         };
+        if sample.deltas.iter().any(|&d| d > 0) {
+            let totals = self.counters.entry(key.clone()).or_default();
+            for (total, delta) in totals.iter_mut().zip(sample.deltas) {
+                *total += delta;
+            }
+        }
         *self.stacks.entry(key).or_default() += sample.count;
     }
 
@@ -239,6 +251,7 @@ mod tests {
             user,
             kernel,
             count,
+            deltas: [0; MAX_COUNTERS],
         }
     }
 

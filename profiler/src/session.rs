@@ -19,7 +19,7 @@ use tokio::{
 
 use crate::{
     bpf::{LoadOptions, Loaded},
-    cli::{Cli, Event, Format, Mode},
+    cli::{Cli, CounterEvent, Event, Format, Mode},
     collect::{drain_into, KernelSource, SampleSource},
     error::UserError,
     launcher::{self, RunningCommand},
@@ -52,6 +52,8 @@ pub struct Plan {
     pub output: Option<PathBuf>,
     pub slow_threshold_ns: u64,
     pub offcpu_stacks: bool,
+    /// Hotspot: counters whose deltas are attributed to the sampled stacks.
+    pub counters: Vec<CounterEvent>,
 }
 
 impl Plan {
@@ -79,6 +81,15 @@ impl Plan {
         if let Some(program) = cli.command.first() {
             launcher::resolve(program)?;
         }
+        if !cli.counters_events.is_empty() && cli.mode != Mode::Hotspot {
+            return Err(UserError::Usage("--counter goes with --mode hotspot".into()));
+        }
+        if cli.counters_events.len() > profiler_common::MAX_COUNTERS {
+            return Err(UserError::Usage(format!(
+                "at most {} --counter events",
+                profiler_common::MAX_COUNTERS
+            )));
+        }
         if let Some(path) = &cli.output {
             output::check_writable(path)?;
         }
@@ -98,6 +109,7 @@ impl Plan {
                 _ => (cli.slow_threshold_ms * 1e6) as u64,
             },
             offcpu_stacks: !cli.no_offcpu_stacks && cli.mode != Mode::Topdown,
+            counters: cli.counters_events.clone(),
         })
     }
 
@@ -210,6 +222,7 @@ fn topdown_from_counters(cli: &Cli, path: &Path) -> anyhow::Result<i32> {
             .iter()
             .map(|e| format!("{e}: not counted by perf"))
             .collect(),
+        counters: Vec::new(),
     };
     let report = topdown::from_counters(meta, tma);
     let renderer = report::renderer(format);
@@ -358,6 +371,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         filter: !plan.system_wide,
         slow_threshold_ns: plan.slow_threshold_ns,
         offcpu_stacks: plan.offcpu_stacks,
+        counters: plan.counters.len() as u32,
         tracefs,
     })?;
     let mut procs = Processes::new();
@@ -413,6 +427,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
             )
         }
         _ => {
+            loaded.open_counters(&plan.counters)?;
             let cpus = loaded.attach_sampling(plan.event, plan.frequency_hz)?;
             let collector = Collector::Hotspot {
                 profile: RawProfile::new(),
@@ -527,6 +542,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         target: plan.target_description(),
         cpus,
         notes,
+        counters: plan.counters.iter().map(|c| c.name()).collect(),
     };
     Ok(Recording {
         collected,

@@ -258,3 +258,55 @@ fn text_report_to_a_closed_pipe_is_not_an_error() {
     assert_no_programs_left();
     assert!(status.success(), "broken pipe gave {status}");
 }
+
+#[test]
+fn counter_deltas_land_on_the_function_that_causes_them() {
+    // Without --counter, reports carry no counters at all.
+    let (_, plain) = profile_workload("499", "faults.json", &[&hotspot_bin(), "faults", "0.5"]);
+    assert!(
+        Report::read(&plain).0["functions"][0].get("counters").is_none(),
+        "no counters unless asked"
+    );
+
+    let json2 = temp_path("faults-counted.json");
+    let out = run(&[
+        "-F",
+        "499",
+        "--counter",
+        "page-faults",
+        "--counter",
+        "context-switches",
+        "-o",
+        json2.to_str().unwrap(),
+        "--",
+        &hotspot_bin(),
+        "faults",
+        "2",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let truth = truth(&stdout(&out));
+    let report = Report::read(&json2);
+    report.assert_consistent();
+    let pid = workload_pid(&truth);
+    let stacks = report.stacks_of(pid);
+    let faults = |s: &&serde_json::Value| s["counters"][0].as_u64().unwrap();
+    let total: u64 = stacks.iter().map(faults).sum();
+    let in_touch: u64 = stacks
+        .iter()
+        .filter(|s| Report::frames(s).contains(&"touch_pages"))
+        .map(faults)
+        .sum();
+    let caused = truth["faults"];
+    assert!(
+        (total as f64) >= 0.9 * caused,
+        "{total} page faults attributed, the workload caused {caused}"
+    );
+    assert!(
+        in_touch as f64 >= 0.9 * total as f64,
+        "{in_touch} of {total} attributed page faults are in touch_pages"
+    );
+    let functions = report.0["functions"].as_array().unwrap();
+    assert!(functions
+        .iter()
+        .all(|f| f["counters"].as_array().is_some_and(|c| c.len() == 2)));
+}

@@ -15,6 +15,9 @@ pub struct Stack {
     pub tid: u32,
     pub comm: String,
     pub count: u64,
+    /// Counter deltas attributed to this stack, in `RunMeta::counters` order (empty without).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub counters: Vec<u64>,
     /// Outermost first, leaf last.
     pub frames: Vec<Frame>,
 }
@@ -27,6 +30,9 @@ pub struct FunctionStat {
     pub self_samples: u64,
     #[serde(rename = "total")]
     pub total_samples: u64,
+    /// Counter deltas of the samples where it is the leaf, in `RunMeta::counters` order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub counters: Vec<u64>,
 }
 
 /// What a stack's count measures.
@@ -73,11 +79,20 @@ pub fn build(meta: RunMeta, raw: &RawProfile, symbols: &Symbols) -> HotspotRepor
             if frames.is_empty() {
                 frames.push(Frame::marker("no stack", false));
             }
+            let counters = match meta.counters.len() {
+                0 => Vec::new(),
+                n => raw
+                    .counters
+                    .get(key)
+                    .map(|c| c[..n].to_vec())
+                    .unwrap_or_else(|| vec![0; n]),
+            };
             Stack {
                 pid: key.pid,
                 tid: key.tid,
                 comm: key.comm.clone(),
                 count,
+                counters,
                 frames,
             }
         })
@@ -108,7 +123,7 @@ fn lost_label(lost: LostStack, side: &str) -> &'static str {
 /// Self = samples where the function is the leaf; total = samples where it is anywhere on the
 /// stack (once per stack, so recursion does not count twice).
 pub fn function_stats(stacks: &[Stack]) -> Vec<FunctionStat> {
-    let mut stats: HashMap<(&str, &str), (u64, u64)> = HashMap::new();
+    let mut stats: HashMap<(&str, &str), (u64, u64, Vec<u64>)> = HashMap::new();
     for stack in stacks {
         let mut seen = HashSet::new();
         for frame in &stack.frames {
@@ -118,20 +133,30 @@ pub fn function_stats(stacks: &[Stack]) -> Vec<FunctionStat> {
             }
         }
         if let Some(leaf) = stack.frames.last() {
-            stats
+            let entry = stats
                 .entry((leaf.function.as_str(), leaf.module.as_str()))
-                .or_default()
-                .0 += stack.count;
+                .or_default();
+            entry.0 += stack.count;
+            entry.2.resize(stack.counters.len(), 0);
+            for (total, delta) in entry.2.iter_mut().zip(&stack.counters) {
+                *total += delta;
+            }
         }
     }
+    // Every function carries one value per counter, zeros where it is never the leaf.
+    let width = stacks.iter().map(|s| s.counters.len()).max().unwrap_or(0);
     let mut out: Vec<FunctionStat> = stats
         .into_iter()
         .map(
-            |((function, module), (self_samples, total_samples))| FunctionStat {
-                function: function.to_string(),
-                module: module.to_string(),
-                self_samples,
-                total_samples,
+            |((function, module), (self_samples, total_samples, mut counters))| {
+                counters.resize(width, 0);
+                FunctionStat {
+                    function: function.to_string(),
+                    module: module.to_string(),
+                    self_samples,
+                    total_samples,
+                    counters,
+                }
             },
         )
         .collect();
@@ -166,6 +191,7 @@ pub(crate) mod tests {
             tid: 1,
             comm: "w".into(),
             count,
+            counters: vec![],
             frames: names.iter().map(|n| frame(n)).collect(),
         }
     }

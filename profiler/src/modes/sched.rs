@@ -240,6 +240,7 @@ impl SchedSource {
                 user: read_stack(&self.stacks, key.user_stack_id),
                 kernel: read_stack(&self.stacks, key.kernel_stack_id),
                 count,
+                deltas: [0; profiler_common::MAX_COUNTERS],
             };
             let by_time = sample(time.total_ns);
             if let crate::profile::StackRead::Frames(ips) = &by_time.user {

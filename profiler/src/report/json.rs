@@ -28,6 +28,8 @@ struct HotspotJson<'a> {
     lost: u64,
     stack_collisions: u64,
     idle_samples: u64,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    counters: &'a [&'static str],
     notes: &'a [String],
     warnings: Vec<String>,
     health: &'a Health,
@@ -136,6 +138,7 @@ impl Renderer for Json {
             lost: r.health.lost(),
             stack_collisions: r.health.collisions(),
             idle_samples: r.health.idle,
+            counters: &r.meta.counters,
             notes: &r.meta.notes,
             warnings: r.health.warnings(),
             health: &r.health,

@@ -30,6 +30,8 @@ pub struct RunMeta {
     pub cpus: u32,
     /// Things the user should know about the run (e.g. a target exited early).
     pub notes: Vec<String>,
+    /// Counters whose deltas are attributed to stacks (`--counter`), in order.
+    pub counters: Vec<&'static str>,
 }
 
 pub trait Renderer {
@@ -112,6 +114,7 @@ pub(crate) mod tests {
                 target: "system-wide".into(),
                 cpus: 2,
                 notes: vec![],
+                counters: vec![],
             },
             health: Health {
                 samples: 100,

@@ -248,6 +248,27 @@ impl Renderer for Text {
         writeln!(out, "\nTop functions by total samples (self + callees)")?;
         function_table(out, r, &by_total, Column::TotalFirst)?;
 
+        for (k, counter) in r.meta.counters.iter().enumerate() {
+            let total: u64 = r.functions.iter().filter_map(|f| f.counters.get(k)).sum();
+            let mut rows: Vec<&FunctionStat> = r
+                .functions
+                .iter()
+                .filter(|f| f.counters.get(k).is_some_and(|&c| c > 0))
+                .collect();
+            rows.sort_by_key(|f| std::cmp::Reverse(f.counters[k]));
+            writeln!(out, "\n{counter} by function (counted on the CPU between samples of the same thread; {total} in all)")?;
+            for f in rows.iter().take(TOP_FUNCTIONS) {
+                writeln!(
+                    out,
+                    "{:>6.2}% {:>12}  {:<40} {}",
+                    percent(f.counters[k], total),
+                    f.counters[k],
+                    f.function,
+                    short_module(&f.module)
+                )?;
+            }
+        }
+
         writeln!(out, "\nHottest stacks (leaf first)")?;
         for (i, stack) in r.stacks.iter().take(TOP_STACKS).enumerate() {
             writeln!(
