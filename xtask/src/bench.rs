@@ -98,6 +98,8 @@ struct Cost {
     /// Its BPF sampling program: total run time and runs (zero for perf).
     bpf_ns: u64,
     bpf_runs: u64,
+    /// How long it was ready (seconds).
+    wall: f64,
 }
 
 impl Profiler {
@@ -153,6 +155,7 @@ impl Profiler {
             cpu: cpu / wall,
             bpf_ns,
             bpf_runs,
+            wall,
         })
     }
 }
@@ -261,6 +264,12 @@ fn compare(c: Comparison<'_>) -> Result<()> {
         let (bpf_ns, bpf_runs) = bpfprof_cost[i]
             .iter()
             .fold((0, 0), |(n, r), c| (n + c.bpf_ns, r + c.bpf_runs));
+        // Noise-free cost: the kernel's own accounting of BPF run time, and bpfprof's own threads,
+        // as shares of all CPUs' time while it was attached.
+        let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+        let wall: f64 = bpfprof_cost[i].iter().map(|c| c.wall).sum();
+        let bpf_share = bpf_ns as f64 / 1e9 / (wall * cpus);
+        let user_share = mean(&bpfprof_cost[i].iter().map(|c| c.cpu).collect::<Vec<_>>()) / cpus;
         println!(
             "  under bpfprof {:<22} {b:.4} s  ratio {:.4}x  added {:+.4} s  bpfprof CPU {:.2}% of one core; BPF {:.0} ns per program run",
             args.join(" "),
@@ -268,6 +277,12 @@ fn compare(c: Comparison<'_>) -> Result<()> {
             b - a,
             100.0 * mean(&cpu),
             if bpf_runs > 0 { bpf_ns as f64 / bpf_runs as f64 } else { 0.0 }
+        );
+        println!(
+            "      measured cost: BPF programs {:.3}% + bpfprof threads {:.3}% = {:.3}% of the machine's CPU time",
+            100.0 * bpf_share,
+            100.0 * user_share,
+            100.0 * (bpf_share + user_share)
         );
     }
     let b = min(&under_bpfprof[0]);
