@@ -116,8 +116,8 @@ pub enum Counter {
     SlowEventLost = 12,
     /// Off-CPU intervals not recorded because the off-CPU map was full.
     OffCpuMapFull = 13,
-    /// Switch-ins of a reused tid whose previous task's stats were not drained yet.
-    TidReused = 14,
+    /// Exited tasks whose stats were dropped because the exited-task map was full.
+    ExitedMapFull = 14,
 }
 pub const COUNTER_COUNT: u32 = 15;
 
@@ -137,7 +137,7 @@ impl Counter {
         Counter::TaskMapFull,
         Counter::SlowEventLost,
         Counter::OffCpuMapFull,
-        Counter::TidReused,
+        Counter::ExitedMapFull,
     ];
 }
 
@@ -177,6 +177,19 @@ pub fn hist_lower_bound(index: usize) -> u64 {
 
 /// Coarse buckets of the heatmap: 2 per power of two (every 8th histogram bucket).
 pub const HEAT_BUCKETS: usize = HIST_BUCKETS / 8;
+
+/// Key of `EXITED`: a task's stats move there when it exits, so its tid can be reused at once.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ExitedKey {
+    pub tid: u32,
+    pub _pad: u32,
+    pub exited_at_ns: u64,
+}
+const _: () = assert!(size_of::<ExitedKey>() == 16);
+
+/// `prev_state` bits of a task that is exiting (EXIT_DEAD, EXIT_ZOMBIE): it will not run again.
+pub const TASK_EXITING_STATES: u64 = 0x10 | 0x20;
 
 /// When and why a task became runnable.
 #[repr(C)]
@@ -225,7 +238,7 @@ pub struct TaskSched {
     pub running_ns: u64,
     /// When it was last switched in.
     pub last_in_ns: u64,
-    /// Set by the exit tracepoint; user space removes the entry after reading it.
+    /// Unused (kept for layout): exited tasks move to `EXITED`.
     pub exited: u32,
     pub _pad: u32,
     /// Runnable since (0: not waiting for a CPU). Kept in the task's own entry, not a map of its
@@ -346,6 +359,7 @@ pub mod names {
     pub const PROG_WAKEUP: &str = "sched_wakeup";
     pub const PROG_WAKEUP_NEW: &str = "sched_wakeup_new";
     pub const TASK_STATS: &str = "TASK_STATS";
+    pub const EXITED: &str = "EXITED";
     pub const OFFCPU: &str = "OFFCPU";
     pub const OFFCPU_STACKS: &str = "OFFCPU_STACKS";
     pub const HEAT: &str = "HEAT";
@@ -367,6 +381,7 @@ mod pod {
     // SAFETY: plain old data, `#[repr(C)]`, no padding bytes (sizes asserted above).
     unsafe impl aya::Pod for SampleKey {}
     unsafe impl aya::Pod for SampleValue {}
+    unsafe impl aya::Pod for ExitedKey {}
     unsafe impl aya::Pod for ProcessEvent {}
     unsafe impl aya::Pod for ForkOffsets {}
     unsafe impl aya::Pod for ExitOffsets {}

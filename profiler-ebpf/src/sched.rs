@@ -9,9 +9,9 @@ use aya_ebpf::{
     programs::{tracing::StackIdContext as _, TracePointContext},
 };
 use profiler_common::{
-    hist_bucket, Counter, CpuHistory, CpuRun, Enqueued, OffCpuStart, OffCpuTime, SampleKey, SchedOffsets,
-    SlowEvent, TaskSched, COMM_LEN, CPU_HISTORY, HEAT_BUCKETS, SLOW_CULPRITS, STACK_MAP_ENTRIES,
-    TASK_INTERRUPTIBLE, TASK_SLEEP_STATES, TASK_UNINTERRUPTIBLE,
+    hist_bucket, Counter, CpuHistory, CpuRun, Enqueued, ExitedKey, OffCpuStart, OffCpuTime, SampleKey,
+    SchedOffsets, SlowEvent, TaskSched, COMM_LEN, CPU_HISTORY, HEAT_BUCKETS, SLOW_CULPRITS,
+    STACK_MAP_ENTRIES, TASK_EXITING_STATES, TASK_INTERRUPTIBLE, TASK_SLEEP_STATES, TASK_UNINTERRUPTIBLE,
 };
 
 use crate::{counters::bump, sampling::EPOCH, targets::is_target};
@@ -36,6 +36,9 @@ static SLOW_THRESHOLD_NS: u64 = 10_000_000;
 
 #[map(name = "TASK_STATS")]
 static TASK_STATS: HashMap<u32, TaskSched> = HashMap::with_max_entries(4096, 0);
+/// Stats of tasks that exited since user space last drained (every second).
+#[map(name = "EXITED")]
+static EXITED: HashMap<ExitedKey, TaskSched> = HashMap::with_max_entries(2048, 0);
 /// A zeroed `TaskSched` to insert from: the value is too large for the BPF stack.
 #[map(name = "TASK_TEMPLATE")]
 static TASK_TEMPLATE: PerCpuArray<TaskSched> = PerCpuArray::with_max_entries(1, 0);
@@ -71,10 +74,21 @@ pub fn sched_wakeup(ctx: TracePointContext) -> u32 {
 
 #[tracepoint]
 pub fn sched_wakeup_new(ctx: TracePointContext) -> u32 {
-    match try_wakeup(&ctx) {
+    match try_wakeup_new(&ctx) {
         Ok(()) => 0,
         Err(_) => 1,
     }
+}
+
+/// A new task's first event: whatever its tid held before (a task that died and was preempted
+/// after its exit was recorded) is not its history, so it starts from a fresh entry.
+fn try_wakeup_new(ctx: &TracePointContext) -> Result<(), i64> {
+    let off = offsets();
+    let tid: i32 = unsafe { ctx.read_at(off.wakeup_pid as usize) }.map_err(|e| e as i64)?;
+    if tracked(tid as u32) {
+        let _ = TASK_STATS.remove(tid as u32);
+    }
+    try_wakeup(ctx)
 }
 
 fn try_wakeup(ctx: &TracePointContext) -> Result<(), i64> {
@@ -89,7 +103,7 @@ fn try_wakeup(ctx: &TracePointContext) -> Result<(), i64> {
     };
     let stats = unsafe { &mut *stats };
     // A task woken again while still queued keeps the time it first became runnable.
-    if stats.enqueued.at_ns == 0 && stats.exited == 0 {
+    if stats.enqueued.at_ns == 0 {
         let waker = bpf_get_current_pid_tgid();
         stats.enqueued = Enqueued {
             at_ns: unsafe { bpf_ktime_get_ns() },
@@ -151,13 +165,14 @@ fn remember_cpu_holder(
 
 #[inline(always)]
 fn switch_out(ctx: &TracePointContext, off: &SchedOffsets, prev: u32, prev_state: u64, now: u64) {
+    if prev_state & TASK_EXITING_STATES != 0 {
+        // Its last switch-out: the exit tracepoint already moved its stats to EXITED.
+        return;
+    }
     let Some(stats) = task_stats(ctx, prev, off.switch_prev_comm) else {
         return;
     };
     let stats = unsafe { &mut *stats };
-    if stats.exited != 0 {
-        return;
-    }
     if stats.last_in_ns != 0 && now > stats.last_in_ns {
         stats.running_ns += now - stats.last_in_ns;
     }
@@ -228,10 +243,6 @@ fn switch_in(
         return;
     };
     let stats = unsafe { &mut *stats };
-    if stats.exited != 0 {
-        bump(Counter::TidReused);
-        return;
-    }
     stats.runs += 1;
     stats.last_in_ns = now;
 
@@ -348,14 +359,32 @@ fn report_slow(
     entry.submit(0);
 }
 
-/// A task exited: its stats are marked for user space to collect (and the tid to be reusable).
+/// A task exited: its stats move to `EXITED` (the tid may be reused at once), with the time it
+/// was still running up to now.
 #[inline(always)]
 pub fn forget_task(tid: u32) {
-    if let Some(stats) = TASK_STATS.get_ptr_mut(tid) {
-        unsafe {
-            (*stats).exited = 1;
-            (*stats).enqueued.at_ns = 0;
-            (*stats).offcpu.at_ns = 0;
+    let Some(stats) = TASK_STATS.get_ptr_mut(tid) else {
+        return;
+    };
+    let now = unsafe { bpf_ktime_get_ns() };
+    unsafe {
+        if (*stats).last_in_ns != 0 && now > (*stats).last_in_ns {
+            (*stats).running_ns += now - (*stats).last_in_ns;
+            (*stats).last_in_ns = 0;
         }
+        (*stats).exited = 1;
+        (*stats).enqueued.at_ns = 0;
+        (*stats).offcpu.at_ns = 0;
     }
+    let key = ExitedKey {
+        tid,
+        _pad: 0,
+        exited_at_ns: now,
+    };
+    // By reference: a copy of the 2.5 KB value would not fit on the 512-byte BPF stack.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    if EXITED.insert(key, unsafe { &*stats }, 0).is_err() {
+        bump(Counter::ExitedMapFull);
+    }
+    let _ = TASK_STATS.remove(tid);
 }

@@ -85,7 +85,7 @@ pub struct LoadOptions<'a> {
 fn unused_maps(mode: Mode) -> &'static [&'static str] {
     match mode {
         Mode::Sched | Mode::Topdown => &["SAMPLES_0", "SAMPLES_1", "STACKS_0", "STACKS_1"],
-        _ => &["TASK_STATS", "OFFCPU", "OFFCPU_STACKS"],
+        _ => &["TASK_STATS", "EXITED", "OFFCPU", "OFFCPU_STACKS"],
     }
 }
 

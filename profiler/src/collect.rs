@@ -119,7 +119,7 @@ impl SampleSource for KernelSource {
             task_map_full: read(Counter::TaskMapFull)?,
             slow_events_lost: read(Counter::SlowEventLost)?,
             offcpu_map_full: read(Counter::OffCpuMapFull)?,
-            tid_reused: read(Counter::TidReused)?,
+            exited_map_full: read(Counter::ExitedMapFull)?,
             ..Health::default()
         })
     }

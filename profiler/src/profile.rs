@@ -80,7 +80,7 @@ pub struct Health {
     pub slow_events: u64,
     pub slow_events_lost: u64,
     pub offcpu_map_full: u64,
-    pub tid_reused: u64,
+    pub exited_map_full: u64,
 }
 
 impl Health {
@@ -156,10 +156,10 @@ impl Health {
                 self.slow_events_lost
             ));
         }
-        if self.tid_reused > 0 {
+        if self.exited_map_full > 0 {
             out.push(format!(
-                "{} switch-ins of reused thread ids were not counted",
-                self.tid_reused
+                "{} exited tasks are missing: too many exited within a second",
+                self.exited_map_full
             ));
         }
         if self.target_map_full > 0 {

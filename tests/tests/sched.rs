@@ -273,3 +273,39 @@ fn heatmap_needs_sched_mode() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_reused_thread_id_is_two_tasks_not_one() {
+    let (stdout, report) = profile_sched("reuse.json", &[&schedload(), "reuse"]);
+    assert!(
+        !stdout.contains("NOREUSE"),
+        "the workload could not get its thread id back"
+    );
+    let lives = tasks(&stdout);
+    assert_eq!(lives.len(), 2);
+    assert_eq!(lives[0].tid, lives[1].tid, "both lives share one thread id");
+    let entries: Vec<&Value> = report["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["tid"] == lives[0].tid)
+        .collect();
+    for life in &lives {
+        let matching = entries.iter().any(|t| {
+            let runs = t["runs"].as_f64().unwrap();
+            (runs - life.pcount).abs() <= TOLERANCE * life.pcount
+        });
+        assert!(
+            matching,
+            "{} life ({} timeslices) has no entry of its own among {entries:?}",
+            life.role, life.pcount
+        );
+    }
+    // Tens of thousands of threads came and went within a second: what could not be kept is said.
+    let warnings = report["warnings"].to_string();
+    let dropped = report["health"]["exited_map_full"].as_u64().unwrap();
+    assert!(
+        dropped == 0 || warnings.contains("exited tasks are missing"),
+        "{warnings}"
+    );
+}

@@ -7,6 +7,12 @@
  * reads its own /proc/self/task/<tid>/schedstat and prints:
  *   TASK tid=<tid> role=busy|sleeper run_delay=<ns> pcount=<n> oncpu=<ns> slept=<ns>
  *
+ *   schedload reuse
+ *
+ * A thread sleeps 50 x 2 ms and exits; then threads are created until one gets the same thread id,
+ * and that one sleeps 600 x 2 ms. Both print their TASK line (role=first, role=second); prints
+ * NOREUSE and exits 3 if the id never came back.
+ *
  *   schedload pingpong ROUND_TRIPS
  *
  * Two threads pass a byte back and forth over two pipes (two context switches per round trip);
@@ -108,7 +114,46 @@ static int pingpong(long n) {
     return 0;
 }
 
+static long long reuse_target;
+
+static void *first_life(void *arg) {
+    long long slept = 0;
+    for (int i = 0; i < 50; i++) slept += sleep_known(2000000);
+    report(arg, "first", slept);
+    return NULL;
+}
+
+/* Most of these exit at once; the one that got the first thread's id lives a second life. */
+static void *maybe_second_life(void *arg) {
+    if (syscall(SYS_gettid) != reuse_target) return NULL;
+    long long slept = 0;
+    for (int i = 0; i < 600; i++) slept += sleep_known(2000000);
+    report(arg, "second", slept);
+    return arg;
+}
+
+static int reuse(void) {
+    pthread_t t;
+    void *ret = NULL;
+    pthread_create(&t, NULL, first_life, &results[0]);
+    pthread_join(t, NULL);
+    reuse_target = results[0].tid;
+    for (long attempt = 0; attempt < 1000000 && ret == NULL; attempt++) {
+        if (pthread_create(&t, NULL, maybe_second_life, &results[1])) return 1;
+        pthread_join(t, &ret);
+    }
+    if (ret == NULL) {
+        printf("NOREUSE\n");
+        return 3;
+    }
+    for (int i = 0; i < 2; i++)
+        printf("TASK tid=%lld role=%s run_delay=%llu pcount=%llu oncpu=%llu slept=%lld\n", results[i].tid,
+               results[i].role, results[i].delay, results[i].pcount, results[i].oncpu, results[i].slept);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 2 && argv[1][0] == 'r') return reuse();
     if (argc == 3 && argv[1][0] == 'p') return pingpong(atol(argv[2]));
     if (argc != 3) {
         fprintf(stderr, "usage: %s SECONDS BUSY_THREADS\n", argv[0]);

@@ -8,8 +8,8 @@ use aya::{
     Ebpf,
 };
 use profiler_common::{
-    hist_lower_bound, names, CpuRun, OffCpuTime, SampleKey, SlowEvent, TaskSched, COMM_LEN, HEAT_BUCKETS,
-    HIST_BUCKETS, TASK_UNINTERRUPTIBLE,
+    hist_lower_bound, names, CpuRun, ExitedKey, OffCpuTime, SampleKey, SlowEvent, TaskSched, COMM_LEN,
+    HEAT_BUCKETS, HIST_BUCKETS, TASK_UNINTERRUPTIBLE,
 };
 use serde::Serialize;
 
@@ -135,6 +135,7 @@ pub struct SchedCollection {
 /// The kernel maps of the sched programs.
 pub struct SchedSource {
     tasks: BpfHashMap<MapData, u32, TaskSched>,
+    exited: BpfHashMap<MapData, ExitedKey, TaskSched>,
     offcpu: BpfHashMap<MapData, SampleKey, OffCpuTime>,
     stacks: StackTraceMap<MapData>,
     heat: PerCpuArray<MapData, u64>,
@@ -146,6 +147,7 @@ impl SchedSource {
         let mut take = |name: &str| ebpf.take_map(name).with_context(|| format!("map {name} missing"));
         Ok(SchedSource {
             tasks: BpfHashMap::try_from(take(names::TASK_STATS)?)?,
+            exited: BpfHashMap::try_from(take(names::EXITED)?)?,
             offcpu: BpfHashMap::try_from(take(names::OFFCPU)?)?,
             stacks: StackTraceMap::try_from(take(names::OFFCPU_STACKS)?)?,
             heat: PerCpuArray::try_from(take(names::HEAT)?)?,
@@ -154,7 +156,7 @@ impl SchedSource {
     }
 
     /// Once a second, after the epoch switched away from `old`: one heatmap column, and the
-    /// stats of tasks that exited (so their tids can be reused without mixing two tasks).
+    /// stats of the tasks that exited since.
     pub fn drain(&mut self, old: usize, into: &mut SchedCollection) -> anyhow::Result<()> {
         let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
         let mut column = vec![0u64; HEAT_BUCKETS];
@@ -169,18 +171,12 @@ impl SchedSource {
         }
         into.heat.push(column);
 
-        let exited: Vec<u32> = self
-            .tasks
-            .iter()
-            .filter_map(Result::ok)
-            .filter(|(_, t)| t.exited != 0)
-            .map(|(tid, _)| tid)
-            .collect();
-        for tid in exited {
-            if let Ok(task) = self.tasks.get(&tid, 0) {
+        let exited: Vec<ExitedKey> = self.exited.keys().filter_map(Result::ok).collect();
+        for key in exited {
+            if let Ok(task) = self.exited.get(&key, 0) {
                 into.tasks.push(TaskRecord::from(&task));
             }
-            let _ = self.tasks.remove(&tid);
+            let _ = self.exited.remove(&key);
         }
         Ok(())
     }
