@@ -3,6 +3,7 @@
 pub mod bpf;
 pub mod cli;
 pub mod collect;
+pub mod cpu;
 pub mod error;
 pub mod launcher;
 pub mod modes;

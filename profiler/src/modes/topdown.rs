@@ -41,6 +41,8 @@ pub struct TopdownReport {
     pub source: &'static str,
     /// Why the PMU split is not shown (empty when it is).
     pub reason: String,
+    /// The CPU, its topdown method and the PMUs the kernel exposes (live runs only).
+    pub cpu: String,
     /// The PMU analysis, when counters were available.
     pub tma: Option<Tma>,
     /// Most running time first.
@@ -93,6 +95,7 @@ pub fn thread_states(meta: RunMeta, health: Health, c: &SchedCollection, reason:
         health,
         source: "thread-state",
         reason,
+        cpu: crate::cpu::describe(),
         tma: None,
         threads,
         processes,
@@ -106,6 +109,7 @@ pub fn from_counters(meta: RunMeta, tma: Tma) -> TopdownReport {
         health: Health::default(),
         source: "pmu",
         reason: String::new(),
+        cpu: String::new(),
         tma: Some(tma),
         threads: Vec::new(),
         processes: Vec::new(),

@@ -59,6 +59,8 @@ struct TopdownJson<'a> {
     mode: &'static str,
     source: &'static str,
     reason: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    cpu: &'a str,
     target: &'a str,
     duration_s: f64,
     cpus: u32,
@@ -88,6 +90,7 @@ impl Renderer for Json {
             mode: "topdown",
             source: r.source,
             reason: &r.reason,
+            cpu: &r.cpu,
             target: &r.meta.target,
             duration_s: r.meta.duration_s,
             cpus: r.meta.cpus,

@@ -34,6 +34,7 @@ impl Renderer for Text {
             m.target, m.duration_s, m.cpus
         )?;
         writeln!(out, "No pipeline-slot breakdown: {}.", r.reason)?;
+        writeln!(out, "{}", r.cpu)?;
         writeln!(
             out,
             "Instead, where each thread's time went (thread states from the scheduler, not PMU counters):"

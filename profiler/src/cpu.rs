@@ -1,0 +1,177 @@
+//! Which CPU this is and which topdown method its family has, from /proc/cpuinfo and the PMUs the
+//! kernel exposes in /sys/bus/event_source/devices. Event tables per family live in `tma`.
+use serde::Serialize;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CpuId {
+    pub vendor: String,
+    pub family: u32,
+    pub model: u32,
+    /// Arm: implementer and part number (0 elsewhere).
+    pub arm_implementer: u32,
+    pub arm_part: u32,
+    pub name: String,
+}
+
+/// The first processor's identity in a /proc/cpuinfo text.
+pub fn parse_cpuinfo(text: &str) -> Option<CpuId> {
+    let mut cpu = CpuId::default();
+    let number = |v: &str| {
+        let v = v.trim();
+        match v.strip_prefix("0x") {
+            Some(hex) => u32::from_str_radix(hex, 16).ok(),
+            None => v.parse().ok(),
+        }
+    };
+    for line in text.lines() {
+        if line.trim().is_empty() && (!cpu.vendor.is_empty() || cpu.arm_part != 0) {
+            break; // end of the first processor's block
+        }
+        let Some((key, value)) = line.split_once(':') else {
+            continue;
+        };
+        match key.trim() {
+            "vendor_id" => cpu.vendor = value.trim().to_string(),
+            "cpu family" => cpu.family = number(value)?,
+            "model" => cpu.model = number(value).unwrap_or(0),
+            "model name" => cpu.name = value.trim().to_string(),
+            "CPU implementer" => {
+                cpu.arm_implementer = number(value)?;
+                cpu.vendor = "ARM".into();
+            }
+            "CPU part" => cpu.arm_part = number(value)?,
+            _ => {}
+        }
+    }
+    (!cpu.vendor.is_empty()).then_some(cpu)
+}
+
+/// The microarchitecture and the topdown method its family has (TOPDOWN.md).
+pub fn topdown_method(cpu: &CpuId) -> (&'static str, &'static str) {
+    match (cpu.vendor.as_str(), cpu.family) {
+        ("GenuineIntel", 6) => match cpu.model {
+            0x4e | 0x5e | 0x55 | 0x8e | 0x9e | 0xa5 | 0xa6 => ("Skylake-class", "Intel pre-ICL: 4 slots, IDQ_UOPS_NOT_DELIVERED"),
+            0x6a | 0x6c | 0x7d | 0x7e | 0x8c | 0x8d | 0xa7 => ("Ice Lake-class", "Intel ICL+: slots and topdown metric events"),
+            0x8f | 0xcf | 0xad | 0xae | 0x97 | 0x9a | 0xb7 | 0xba | 0xbf | 0xaa | 0xac | 0xc5 | 0xc6 => {
+                ("Sapphire Rapids / Alder Lake or later", "Intel ICL+: slots and topdown metric events (6 slots)")
+            }
+            _ => ("Intel family 6 (model not in bpfprof's table)", "unknown: check perf list for topdown events"),
+        },
+        ("AuthenticAMD", 0x19) => match cpu.model {
+            0x10..=0x1f | 0x60..=0x7f | 0xa0..=0xaf => ("Zen 4", "AMD Zen 4: 6 slots, de_no_dispatch_per_slot"),
+            _ => ("Zen 3", "none: Zen 3 has no per-slot dispatch events, so no level-1 split (IPC and stall ratios only)"),
+        },
+        ("AuthenticAMD", 0x1a) => ("Zen 5", "AMD Zen 5: 8 slots, de_no_dispatch_per_slot"),
+        ("ARM", _) => match cpu.arm_part {
+            0xd0c => ("Neoverse N1", "Arm N1/V1: stall cycles only, no four-way split"),
+            0xd40 => ("Neoverse V1", "Arm N1/V1: stall cycles only, no four-way split"),
+            0xd49 => ("Neoverse N2", "Arm slots (5): STALL_SLOT_* with the N2/V2 erratum"),
+            0xd4f => ("Neoverse V2", "Arm slots: STALL_SLOT_* (slots from caps/slots)"),
+            _ => ("Arm core (part not in bpfprof's table)", "Arm slots if STALL_SLOT events exist"),
+        },
+        _ => ("unknown CPU", "unknown"),
+    }
+}
+
+/// Hardware PMUs the kernel exposes (software, tracepoint and probe PMUs left out).
+pub fn hardware_pmus() -> Vec<String> {
+    const NOT_HARDWARE: [&str; 7] = [
+        "software",
+        "tracepoint",
+        "breakpoint",
+        "uprobe",
+        "kprobe",
+        "msr",
+        "power",
+    ];
+    let mut pmus: Vec<String> = std::fs::read_dir("/sys/bus/event_source/devices")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    pmus.retain(|p| !NOT_HARDWARE.contains(&p.as_str()));
+    pmus.sort();
+    pmus
+}
+
+/// One line naming the CPU, its topdown method, and the hardware PMUs this kernel exposes.
+pub fn describe() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| parse_cpuinfo(&t));
+    let pmus = hardware_pmus();
+    let pmus = if pmus.is_empty() {
+        "none".to_string()
+    } else {
+        pmus.join(", ")
+    };
+    match cpu {
+        Some(cpu) => {
+            let (uarch, method) = topdown_method(&cpu);
+            format!(
+                "CPU: {} ({uarch}; family {:#x} model {:#x}); topdown method: {method}; hardware PMUs exposed: {pmus}",
+                if cpu.name.is_empty() { &cpu.vendor } else { &cpu.name },
+                cpu.family,
+                cpu.model
+            )
+        }
+        None => format!("CPU: unknown; hardware PMUs exposed: {pmus}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amd_zen3_here_and_zen4() {
+        let zen3 = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\nmodel name\t: AMD EPYC\n\nprocessor\t: 1\n";
+        let cpu = parse_cpuinfo(zen3).unwrap();
+        assert_eq!(
+            (cpu.vendor.as_str(), cpu.family, cpu.model),
+            ("AuthenticAMD", 25, 1)
+        );
+        assert_eq!(topdown_method(&cpu).0, "Zen 3");
+        let zen4 = CpuId { model: 0x11, ..cpu };
+        assert!(topdown_method(&zen4).1.contains("6 slots"));
+    }
+
+    #[test]
+    fn intel_generations() {
+        let mut cpu = CpuId {
+            vendor: "GenuineIntel".into(),
+            family: 6,
+            model: 0x55,
+            ..Default::default()
+        };
+        assert_eq!(topdown_method(&cpu).0, "Skylake-class");
+        cpu.model = 0x6a;
+        assert!(topdown_method(&cpu).1.starts_with("Intel ICL+"));
+        cpu.model = 0x8f;
+        assert!(topdown_method(&cpu).1.contains("6 slots"));
+    }
+
+    #[test]
+    fn arm_neoverse_parts() {
+        let n2 = "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd49\n\n";
+        let cpu = parse_cpuinfo(n2).unwrap();
+        assert_eq!((cpu.arm_implementer, cpu.arm_part), (0x41, 0xd49));
+        assert_eq!(topdown_method(&cpu).0, "Neoverse N2");
+        assert!(topdown_method(&CpuId {
+            arm_part: 0xd0c,
+            ..cpu
+        })
+        .1
+        .contains("no four-way split"));
+    }
+
+    #[test]
+    fn this_machine_is_described() {
+        let line = describe();
+        assert!(
+            line.starts_with("CPU: ") && line.contains("hardware PMUs exposed"),
+            "{line}"
+        );
+    }
+}
