@@ -134,13 +134,19 @@ impl Report {
             .collect()
     }
 
-    /// Share of `pid`'s samples whose leaf frame is `function`.
+    /// Share of `pid`'s samples spent in `function`'s own machine code: the innermost frame that
+    /// is not inlined. Functions inlined into it (in Rust, `Range::next` of its loop) count as
+    /// it, which is what a workload that times its own functions measures.
     pub fn self_share(&self, pid: u32, function: &str) -> f64 {
         let total = self.samples_of(pid) as f64;
         let hits: u64 = self
             .stacks_of(pid)
             .iter()
-            .filter(|s| Report::frames(s).last() == Some(&function))
+            .filter(|s| {
+                let frames = s["frames"].as_array().unwrap();
+                let physical = frames.iter().rev().find(|f| f["inlined"] != true);
+                physical.is_some_and(|f| f["function"] == function)
+            })
             .map(|s| s["count"].as_u64().unwrap())
             .sum();
         hits as f64 / total
