@@ -1,6 +1,5 @@
 //! Sched mode: run-queue delay per task (the kernel's `run_delay`), its distribution, where tasks
 //! block off-CPU, and the slowest waits with who woke the task and who held its CPU.
-use std::collections::HashMap;
 
 use anyhow::Context as _;
 use aya::{
@@ -19,8 +18,11 @@ use crate::{
     process::Processes,
     profile::{Health, RawProfile, RawSample},
     report::RunMeta,
-    symbolize::{Frame, Symbols},
+    symbolize::Symbols,
 };
+
+/// The counter slot of off-CPU stacks: how many times the thread blocked there.
+const OFFCPU_BLOCKS: &str = "blocks";
 
 /// How many slow waits a report keeps (the longest).
 pub const SLOW_EVENTS_KEPT: usize = 50;
@@ -123,8 +125,8 @@ pub struct SlowRecord {
 #[derive(Default)]
 pub struct SchedCollection {
     pub tasks: Vec<TaskRecord>,
+    /// Off-CPU stacks weighted by nanoseconds blocked, with the number of blocks as counter 0.
     pub offcpu_ns: RawProfile,
-    pub offcpu_count: RawProfile,
     pub slow: Vec<SlowRecord>,
     pub slow_seen: u64,
     pub heat: Vec<Vec<u64>>,
@@ -229,23 +231,24 @@ impl SchedSource {
                 .push(TaskRecord::from(&task).with_open_interval(&task, now_ns));
         }
         for (key, time) in self.offcpu.iter().filter_map(Result::ok) {
-            let sample = |count| RawSample {
+            // Weighted by time blocked; how many blocks rides in the first counter slot.
+            let mut deltas = [0; profiler_common::MAX_COUNTERS];
+            deltas[0] = time.count;
+            let sample = RawSample {
                 pid: key.tgid,
                 tid: key.tid,
                 comm: comm_string(&key.comm),
                 user: read_stack(&self.stacks, key.user_stack_id),
                 kernel: read_stack(&self.stacks, key.kernel_stack_id),
-                count,
-                deltas: [0; profiler_common::MAX_COUNTERS],
+                count: time.total_ns,
+                deltas,
             };
-            let by_time = sample(time.total_ns);
-            if let crate::profile::StackRead::Frames(ips) = &by_time.user {
+            if let crate::profile::StackRead::Frames(ips) = &sample.user {
                 if !procs.covers(key.tgid, ips) {
                     let _ = procs.capture(key.tgid);
                 }
             }
-            into.offcpu_ns.add(by_time, procs);
-            into.offcpu_count.add(sample(time.count), procs);
+            into.offcpu_ns.add(sample, procs);
         }
         keep_longest(&mut into.slow);
         Ok(())
@@ -416,15 +419,12 @@ pub fn build(
         .collect();
     tasks.sort_by(|a, b| b.total_delay_ns.cmp(&a.total_delay_ns).then(a.tid.cmp(&b.tid)));
 
-    let mut offcpu = hotspot::build(meta.clone(), &collection.offcpu_ns, symbols);
+    let offcpu_meta = RunMeta {
+        counters: vec![OFFCPU_BLOCKS],
+        ..meta.clone()
+    };
+    let mut offcpu = hotspot::build(offcpu_meta, &collection.offcpu_ns, symbols);
     offcpu.weight = hotspot::Weight::OffCpuNanoseconds;
-    // Same keys, counted in blocks instead of nanoseconds.
-    let counts: HashMap<(u32, u32, &[Frame]), u64> = HashMap::new();
-    let by_count = hotspot::build(meta.clone(), &collection.offcpu_count, symbols);
-    let counts = by_count.stacks.iter().fold(counts, |mut counts, s| {
-        counts.insert((s.pid, s.tid, &s.frames[..]), s.count);
-        counts
-    });
     let offcpu_stacks = offcpu
         .stacks
         .iter()
@@ -433,7 +433,7 @@ pub fn build(
             tid: s.tid,
             comm: s.comm.clone(),
             total_ns: s.count,
-            count: counts.get(&(s.pid, s.tid, &s.frames[..])).copied().unwrap_or(0),
+            count: s.counters.first().copied().unwrap_or(0),
             frames: s.frames.clone(),
         })
         .collect();
