@@ -104,22 +104,20 @@ pub enum Counter {
     KernelStackError = 6,
     /// Process announcements dropped because the event ring buffer was full.
     EventLost = 7,
-    /// Descendants of targets added to the target map.
-    TargetsFollowed = 8,
     /// Descendants of targets that could not be added because the target map was full.
-    TargetMapFull = 9,
+    TargetMapFull = 8,
     /// Context switches seen by the sched programs (all tasks, before filtering).
-    SchedSwitches = 10,
+    SchedSwitches = 9,
     /// Tasks not tracked because the per-task map was full.
-    TaskMapFull = 11,
+    TaskMapFull = 10,
     /// Slow scheduling events dropped because their ring buffer was full.
-    SlowEventLost = 12,
+    SlowEventLost = 11,
     /// Off-CPU intervals not recorded because the off-CPU map was full.
-    OffCpuMapFull = 13,
+    OffCpuMapFull = 12,
     /// Exited tasks whose stats were dropped because the exited-task map was full.
-    ExitedMapFull = 14,
+    ExitedMapFull = 13,
 }
-pub const COUNTER_COUNT: u32 = 15;
+pub const COUNTER_COUNT: u32 = 14;
 
 impl Counter {
     pub const ALL: [Counter; COUNTER_COUNT as usize] = [
@@ -131,7 +129,6 @@ impl Counter {
         Counter::UserStackError,
         Counter::KernelStackError,
         Counter::EventLost,
-        Counter::TargetsFollowed,
         Counter::TargetMapFull,
         Counter::SchedSwitches,
         Counter::TaskMapFull,
@@ -238,9 +235,6 @@ pub struct TaskSched {
     pub running_ns: u64,
     /// When it was last switched in.
     pub last_in_ns: u64,
-    /// Unused (kept for layout): exited tasks move to `EXITED`.
-    pub exited: u32,
-    pub _pad: u32,
     /// Runnable since (0: not waiting for a CPU). Kept in the task's own entry, not a map of its
     /// own: wake-up, switch and exit of one task are serialized by its run-queue lock, so plain
     /// field writes replace hash-map inserts and deletes on the hottest path of the kernel.
@@ -249,7 +243,7 @@ pub struct TaskSched {
     pub offcpu: OffCpuStart,
     pub hist: [u32; HIST_BUCKETS],
 }
-const _: () = assert!(size_of::<TaskSched>() == 104 + 32 + 24 + 4 * HIST_BUCKETS);
+const _: () = assert!(size_of::<TaskSched>() == 96 + 32 + 24 + 4 * HIST_BUCKETS);
 
 /// Total blocked time per (thread, stacks): the value of `OFFCPU`, keyed by `SampleKey`.
 #[repr(C)]

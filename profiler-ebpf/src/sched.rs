@@ -372,7 +372,6 @@ pub fn forget_task(tid: u32) {
             (*stats).running_ns += now - (*stats).last_in_ns;
             (*stats).last_in_ns = 0;
         }
-        (*stats).exited = 1;
         (*stats).enqueued.at_ns = 0;
         (*stats).offcpu.at_ns = 0;
     }

@@ -62,9 +62,8 @@ fn try_follow_fork(ctx: &TracePointContext) -> Result<(), i64> {
     }
     let offsets = unsafe { core::ptr::read_volatile(&FORK_OFFSETS) };
     let child: i32 = unsafe { ctx.read_at(offsets.child_pid as usize) }.map_err(|e| e as i64)?;
-    match TARGETS.insert(child as u32, 1, 0) {
-        Ok(()) => bump(Counter::TargetsFollowed),
-        Err(_) => bump(Counter::TargetMapFull),
+    if TARGETS.insert(child as u32, 1, 0).is_err() {
+        bump(Counter::TargetMapFull);
     }
     Ok(())
 }
