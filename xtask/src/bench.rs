@@ -149,7 +149,8 @@ impl Profiler {
         let cpu = cpu_seconds(self.child.id()).unwrap_or(0.0) - self.cpu_at_ready;
         let wall = self.ready_at.elapsed().as_secs_f64();
         let (bpf_ns, bpf_runs) = bpf_program_stats(self.child.id());
-        nix_kill(self.child.id(), libc_sigint())?;
+        // SIGINT, as a user's Ctrl-C: both profilers then write out and detach.
+        sh(Command::new("kill").args(["-INT", &self.child.id().to_string()]))?;
         self.child.wait()?;
         Ok(Cost {
             cpu: cpu / wall,
@@ -158,16 +159,6 @@ impl Profiler {
             wall,
         })
     }
-}
-
-fn libc_sigint() -> i32 {
-    2
-}
-
-fn nix_kill(pid: u32, signal: i32) -> Result<()> {
-    sh(Command::new("kill")
-        .arg(format!("-{signal}"))
-        .arg(pid.to_string()))
 }
 
 /// One benchmark: a self-timing workload alone, under bpfprof and under perf, interleaved.

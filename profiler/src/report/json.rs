@@ -77,6 +77,12 @@ struct TopdownJson<'a> {
     processes: &'a [ThreadState],
 }
 
+/// One document on one line.
+fn write_json(out: &mut dyn Write, doc: &impl Serialize) -> io::Result<()> {
+    serde_json::to_writer(&mut *out, doc).map_err(io::Error::other)?;
+    writeln!(out)
+}
+
 fn pairs(items: &[(String, f64)]) -> serde_json::Map<String, serde_json::Value> {
     items
         .iter()
@@ -105,8 +111,7 @@ impl Renderer for Json {
             threads: &r.threads,
             processes: &r.processes,
         };
-        serde_json::to_writer(&mut *out, &doc).map_err(io::Error::other)?;
-        writeln!(out)
+        write_json(out, &doc)
     }
 
     fn sched(&self, r: &SchedReport, out: &mut dyn Write) -> io::Result<()> {
@@ -125,8 +130,7 @@ impl Renderer for Json {
             offcpu: &r.offcpu_stacks,
             slow_events: &r.slow,
         };
-        serde_json::to_writer(&mut *out, &doc).map_err(io::Error::other)?;
-        writeln!(out)
+        write_json(out, &doc)
     }
 
     fn hotspot(&self, r: &HotspotReport, out: &mut dyn Write) -> io::Result<()> {
@@ -148,8 +152,7 @@ impl Renderer for Json {
             stacks: &r.stacks,
             functions: &r.functions,
         };
-        serde_json::to_writer(&mut *out, &doc).map_err(io::Error::other)?;
-        writeln!(out)
+        write_json(out, &doc)
     }
 }
 
