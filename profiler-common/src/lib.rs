@@ -185,9 +185,6 @@ pub struct ExitedKey {
 }
 const _: () = assert!(size_of::<ExitedKey>() == 16);
 
-/// `prev_state` bits of a task that is exiting (EXIT_DEAD, EXIT_ZOMBIE): it will not run again.
-pub const TASK_EXITING_STATES: u64 = 0x10 | 0x20;
-
 /// When and why a task became runnable.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -207,8 +204,8 @@ pub struct OffCpuStart {
     pub at_ns: u64,
     pub user_stack_id: i32,
     pub kernel_stack_id: i32,
-    /// The `prev_state` bits at switch-out (1 = S, 2 = D, ...).
-    pub state: u32,
+    /// Why it left the CPU: a `switch_reason`.
+    pub reason: u32,
     pub tgid: u32,
 }
 const _: () = assert!(size_of::<OffCpuStart>() == 24);
@@ -296,25 +293,65 @@ pub struct SlowEvent {
 }
 const _: () = assert!(size_of::<SlowEvent>() == 48 + 32 + 40 * SLOW_CULPRITS);
 
-/// Offsets of the sched tracepoint fields, read from tracefs at start-up.
+/// Where the running kernel keeps what the raw sched tracepoints read from a `task_struct`,
+/// from its BTF at start-up.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct SchedOffsets {
-    pub switch_prev_comm: u32,
-    pub switch_prev_pid: u32,
-    pub switch_prev_state: u32,
-    pub switch_next_comm: u32,
-    pub switch_next_pid: u32,
-    pub wakeup_pid: u32,
-    pub wakeup_comm: u32,
-    pub _pad: u32,
+pub struct TaskOffsets {
+    pub pid: u32,
+    pub comm: u32,
+    /// `__state` (`state` before 5.14): read only where `sched_switch` does not pass it.
+    pub state: u32,
+    /// 1 when `sched_switch` passes `prev_state` as its fourth argument (5.18 and later).
+    pub switch_has_state_arg: u32,
 }
-const _: () = assert!(size_of::<SchedOffsets>() == 32);
+const _: () = assert!(size_of::<TaskOffsets>() == 16);
 
-/// `prev_state` bits that mean the task left the CPU to sleep; none set = still runnable.
-pub const TASK_SLEEP_STATES: u64 = 0xff;
-pub const TASK_INTERRUPTIBLE: u64 = 0x1;
-pub const TASK_UNINTERRUPTIBLE: u64 = 0x2;
+/// The scheduler's raw task states (`include/linux/sched.h`), as `sched_switch` sees them.
+pub mod task_state {
+    pub const UNINTERRUPTIBLE: u64 = 0x2;
+    pub const DEAD: u64 = 0x80;
+    /// With UNINTERRUPTIBLE: `TASK_IDLE`, an idle kernel thread, not I/O.
+    pub const NOLOAD: u64 = 0x400;
+    /// A sleeping lock on PREEMPT_RT: uninterruptible.
+    pub const RTLOCK_WAIT: u64 = 0x1000;
+}
+
+/// Which stacks the switch program walks when a task goes to sleep (`OFFCPU_STACKS_ENABLED`).
+pub mod offcpu_stacks {
+    pub const NONE: u32 = 0;
+    /// User stacks; kernel stacks only for uninterruptible sleeps and kernel threads.
+    pub const AUTO: u32 = 1;
+    pub const ALL: u32 = 2;
+}
+
+/// How a task left the CPU, reduced from its raw state by the switch program.
+pub mod switch_reason {
+    pub const PREEMPTED: u32 = 0;
+    /// Waiting for an event; also stopped, traced, parked and idle kernel threads.
+    pub const SLEEPING: u32 = 1;
+    /// Uninterruptible sleep (I/O, kernel locks), not counting idle kernel threads.
+    pub const BLOCKED: u32 = 2;
+    pub const EXITING: u32 = 3;
+
+    /// The reason for a switch-out from `sched_switch`'s `preempt` and `prev_state`. A preempted
+    /// task stays runnable whatever its state says (it was preempted on its way to sleep).
+    #[inline(always)]
+    pub const fn classify(preempt: bool, prev_state: u64) -> u32 {
+        use super::task_state::*;
+        if preempt || prev_state == 0 {
+            PREEMPTED
+        } else if prev_state & DEAD != 0 {
+            EXITING
+        } else if prev_state & RTLOCK_WAIT != 0
+            || (prev_state & UNINTERRUPTIBLE != 0 && prev_state & NOLOAD == 0)
+        {
+            BLOCKED
+        } else {
+            SLEEPING
+        }
+    }
+}
 
 /// Offsets of the `sched:sched_process_fork` fields we read, taken at start-up from the tracefs
 /// format file because they differ between kernels (`parent_comm` became `__data_loc` in 6.x).
@@ -358,7 +395,7 @@ pub mod names {
     pub const OFFCPU_STACKS: &str = "OFFCPU_STACKS";
     pub const HEAT: &str = "HEAT";
     pub const SLOW_EVENTS: &str = "SLOW_EVENTS";
-    pub const G_SCHED: &str = "SCHED_OFFSETS";
+    pub const G_TASK_OFFSETS: &str = "TASK_OFFSETS";
     pub const G_SLOW_NS: &str = "SLOW_THRESHOLD_NS";
     pub const G_OFFCPU_STACKS: &str = "OFFCPU_STACKS_ENABLED";
     pub const G_COUNTERS: &str = "COUNTERS_IN_USE";
@@ -381,13 +418,30 @@ mod pod {
     unsafe impl aya::Pod for ExitOffsets {}
     unsafe impl aya::Pod for TaskSched {}
     unsafe impl aya::Pod for OffCpuTime {}
-    unsafe impl aya::Pod for SchedOffsets {}
+    unsafe impl aya::Pod for TaskOffsets {}
     unsafe impl aya::Pod for SlowEvent {}
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn switch_reasons_follow_the_kernels_task_states() {
+        use switch_reason::*;
+        // TASK_RUNNING, and a task preempted after it set TASK_INTERRUPTIBLE: still runnable.
+        assert_eq!(classify(false, 0), PREEMPTED);
+        assert_eq!(classify(true, 0x1), PREEMPTED);
+        assert_eq!(classify(false, 0x1), SLEEPING);
+        // TASK_KILLABLE = WAKEKILL | UNINTERRUPTIBLE: blocked; TASK_IDLE = UNINTERRUPTIBLE | NOLOAD: not.
+        assert_eq!(classify(false, 0x100 | 0x2), BLOCKED);
+        assert_eq!(classify(false, 0x2 | 0x400), SLEEPING);
+        assert_eq!(classify(false, 0x1000), BLOCKED);
+        // Stopped, parked, and the final switch of a dying task.
+        assert_eq!(classify(false, 0x4), SLEEPING);
+        assert_eq!(classify(false, 0x40), SLEEPING);
+        assert_eq!(classify(false, 0x80), EXITING);
+    }
 
     #[test]
     fn histogram_buckets_are_monotonic_and_narrow() {

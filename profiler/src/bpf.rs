@@ -7,17 +7,17 @@ use aya::{
     maps::{HashMap as BpfHashMap, MapData},
     programs::{
         perf_event::{HardwareEvent, PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        PerfEvent, ProgramError, TracePoint,
+        PerfEvent, ProgramError, RawTracePoint, TracePoint,
     },
     util::online_cpus,
     Ebpf, EbpfLoader,
 };
-use profiler_common::{names, ExitOffsets, ForkOffsets, SchedOffsets};
+use profiler_common::{names, offcpu_stacks, ExitOffsets, ForkOffsets, TaskOffsets};
 
 use std::os::fd::{AsFd as _, AsRawFd as _};
 
 use crate::{
-    cli::{CounterEvent, Event, Mode},
+    cli::{CounterEvent, Event, Mode, OffCpuStacks},
     error::UserError,
     preflight::tracepoint_field_offset,
 };
@@ -49,21 +49,29 @@ pub fn tracepoint_offsets(tracefs: &Path) -> anyhow::Result<(ForkOffsets, ExitOf
     Ok((fork, exit))
 }
 
-/// Field offsets of `sched_switch` and `sched_wakeup` on the running kernel.
-pub fn sched_offsets(tracefs: &Path) -> anyhow::Result<SchedOffsets> {
-    let field = |event: &str, name: &str| {
-        tracepoint_field_offset(tracefs, "sched", event, name)
-            .with_context(|| format!("sched:{event} has no field `{name}` in its tracefs format"))
+/// Where the running kernel keeps the `task_struct` fields the raw sched tracepoints read.
+pub fn task_offsets() -> Result<TaskOffsets, UserError> {
+    let no_btf = |reason: String| UserError::NoBtf(reason);
+    let btf =
+        crate::btf::Btf::from_file(Path::new(crate::btf::VMLINUX)).map_err(|e| no_btf(format!("{e:#}")))?;
+    let field = |name: &str| {
+        btf.member_offset("task_struct", name).ok_or_else(|| {
+            no_btf(format!(
+                "task_struct has no field `{name}` in {}",
+                crate::btf::VMLINUX
+            ))
+        })
     };
-    Ok(SchedOffsets {
-        switch_prev_comm: field("sched_switch", "prev_comm")?,
-        switch_prev_pid: field("sched_switch", "prev_pid")?,
-        switch_prev_state: field("sched_switch", "prev_state")?,
-        switch_next_comm: field("sched_switch", "next_comm")?,
-        switch_next_pid: field("sched_switch", "next_pid")?,
-        wakeup_pid: field("sched_wakeup", "pid")?,
-        wakeup_comm: field("sched_wakeup", "comm")?,
-        _pad: 0,
+    let switch_params = btf
+        .fn_pointer_params("btf_trace_sched_switch")
+        .ok_or_else(|| no_btf("the kernel's BTF does not describe the sched_switch tracepoint".into()))?;
+    Ok(TaskOffsets {
+        pid: field("pid")?,
+        comm: field("comm")?,
+        // `state` became `__state` in 5.14.
+        state: field("__state").or_else(|_| field("state"))?,
+        // The probe's data pointer, preempt, prev, next[, prev_state (5.18 and later)].
+        switch_has_state_arg: u32::from(switch_params >= 5),
     })
 }
 
@@ -75,7 +83,7 @@ pub struct LoadOptions<'a> {
     /// Sched mode: waits at least this long are reported one by one.
     pub slow_threshold_ns: u64,
     /// Sched mode: record where tasks block (two stack walks per sleep).
-    pub offcpu_stacks: bool,
+    pub offcpu_stacks: OffCpuStacks,
     /// Hotspot: how many counters' deltas the sampling program reads.
     pub counters: u32,
     pub tracefs: &'a Path,
@@ -92,15 +100,23 @@ fn unused_maps(mode: Mode) -> &'static [&'static str] {
 impl Loaded {
     pub fn load(options: &LoadOptions<'_>) -> anyhow::Result<Loaded> {
         let (fork, exit) = tracepoint_offsets(options.tracefs)?;
-        let sched = sched_offsets(options.tracefs)?;
+        // Hotspot mode does not load the sched programs, and needs no BTF.
+        let tasks = match options.mode {
+            Mode::Sched | Mode::Topdown => task_offsets()?,
+            _ => TaskOffsets::default(),
+        };
         let filter = u32::from(options.filter);
-        let stacks = u32::from(options.offcpu_stacks);
+        let stacks = match options.offcpu_stacks {
+            OffCpuStacks::None => offcpu_stacks::NONE,
+            OffCpuStacks::Auto => offcpu_stacks::AUTO,
+            OffCpuStacks::All => offcpu_stacks::ALL,
+        };
         let mut loader = EbpfLoader::new();
         loader
             .override_global(names::G_FILTER, &filter, true)
             .override_global(names::G_FORK, &fork, true)
             .override_global(names::G_EXIT, &exit, true)
-            .override_global(names::G_SCHED, &sched, true)
+            .override_global(names::G_TASK_OFFSETS, &tasks, true)
             .override_global(names::G_SLOW_NS, &options.slow_threshold_ns, true)
             .override_global(names::G_OFFCPU_STACKS, &stacks, true)
             .override_global(names::G_COUNTERS, &options.counters, true);
@@ -136,11 +152,22 @@ impl Loaded {
 
     /// Time run-queue waits and off-CPU intervals.
     pub fn attach_sched(&mut self) -> anyhow::Result<()> {
-        self.attach_tracepoints(&[
+        for (prog, event) in [
             (names::PROG_WAKEUP, "sched_wakeup"),
             (names::PROG_WAKEUP_NEW, "sched_wakeup_new"),
             (names::PROG_SWITCH, "sched_switch"),
-        ])
+        ] {
+            let program: &mut RawTracePoint = self
+                .ebpf
+                .program_mut(prog)
+                .with_context(|| format!("program {prog} missing"))?
+                .try_into()?;
+            program.load().with_context(|| format!("loading {prog}"))?;
+            program
+                .attach(event)
+                .with_context(|| format!("attaching to the raw tracepoint {event}"))?;
+        }
+        Ok(())
     }
 
     fn attach_tracepoints(&mut self, programs: &[(&str, &str)]) -> anyhow::Result<()> {

@@ -44,10 +44,17 @@ pub struct Cli {
     /// Sched mode: list each run-queue wait at least this long (milliseconds) with its culprits.
     #[arg(long = "slow-threshold", value_name = "MS", default_value_t = 10.0, value_parser = parse_millis)]
     pub slow_threshold_ms: f64,
-    /// Sched mode: do not record where tasks block (saves two stack walks per sleep, about a quarter
-    /// of the cost on switch-heavy loads); off-CPU time is still reported per task.
-    #[arg(long = "no-offcpu-stacks")]
-    pub no_offcpu_stacks: bool,
+    /// Sched mode: which stacks record where tasks block. `auto`: user stacks, plus kernel stacks
+    /// for uninterruptible (I/O) sleeps and kernel threads, where the kernel is the reason; `all`:
+    /// kernel stacks for every sleep too (a kernel stack walk costs ~3 us); `none`: off-CPU time
+    /// per task only.
+    #[arg(
+        long = "offcpu-stacks",
+        value_enum,
+        value_name = "WHICH",
+        default_value = "auto"
+    )]
+    pub offcpu_stacks: OffCpuStacks,
     /// Hotspot: also attribute this counter's increments to the sampled stacks (repeatable, up to
     /// 4): software events work everywhere, hardware ones need a PMU.
     #[arg(long = "counter", value_enum, value_name = "EVENT")]
@@ -62,6 +69,13 @@ pub struct Cli {
     /// Command to start and profile; bpfprof attaches first, so its first samples are captured.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OffCpuStacks {
+    None,
+    Auto,
+    All,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

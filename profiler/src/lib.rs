@@ -1,6 +1,7 @@
 //! bpfprof: an eBPF profiler. The data path is the architecture:
 //! kernel maps → `collect` → `profile` (aggregate) → `symbolize` → `modes::*` (fold) → `report`.
 pub mod bpf;
+pub mod btf;
 pub mod cli;
 pub mod collect;
 pub mod cpu;

@@ -19,7 +19,7 @@ use tokio::{
 
 use crate::{
     bpf::{LoadOptions, Loaded},
-    cli::{Cli, CounterEvent, Event, Format, Mode},
+    cli::{Cli, CounterEvent, Event, Format, Mode, OffCpuStacks},
     collect::{drain_into, KernelSource, SampleSource},
     error::UserError,
     launcher::{self, RunningCommand},
@@ -51,7 +51,7 @@ pub struct Plan {
     pub format: Format,
     pub output: Option<PathBuf>,
     pub slow_threshold_ns: u64,
-    pub offcpu_stacks: bool,
+    pub offcpu_stacks: OffCpuStacks,
     /// Hotspot: counters whose deltas are attributed to the sampled stacks.
     pub counters: Vec<CounterEvent>,
 }
@@ -108,7 +108,10 @@ impl Plan {
                 Mode::Topdown => u64::MAX,
                 _ => (cli.slow_threshold_ms * 1e6) as u64,
             },
-            offcpu_stacks: !cli.no_offcpu_stacks && cli.mode != Mode::Topdown,
+            offcpu_stacks: match cli.mode {
+                Mode::Topdown => OffCpuStacks::None,
+                _ => cli.offcpu_stacks,
+            },
             counters: cli.counters_events.clone(),
         })
     }

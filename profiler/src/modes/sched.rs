@@ -7,8 +7,8 @@ use aya::{
     Ebpf,
 };
 use profiler_common::{
-    hist_lower_bound, names, CpuRun, ExitedKey, OffCpuTime, SampleKey, SlowEvent, TaskSched, COMM_LEN,
-    HEAT_BUCKETS, HIST_BUCKETS, TASK_UNINTERRUPTIBLE,
+    hist_lower_bound, names, switch_reason, CpuRun, ExitedKey, OffCpuTime, SampleKey, SlowEvent, TaskSched,
+    COMM_LEN, HEAT_BUCKETS, HIST_BUCKETS,
 };
 use serde::Serialize;
 
@@ -61,9 +61,9 @@ impl TaskRecord {
         self.open = if t.enqueued.at_ns != 0 {
             Some((OpenState::Runnable, since(t.enqueued.at_ns)))
         } else if t.offcpu.at_ns != 0 {
-            let state = match t.offcpu.state as u64 & TASK_UNINTERRUPTIBLE {
-                0 => OpenState::Sleeping,
-                _ => OpenState::Blocked,
+            let state = match t.offcpu.reason {
+                switch_reason::BLOCKED => OpenState::Blocked,
+                _ => OpenState::Sleeping,
             };
             Some((state, since(t.offcpu.at_ns)))
         } else if t.last_in_ns != 0 {
