@@ -52,15 +52,11 @@ pub fn tracepoint_offsets(tracefs: &Path) -> anyhow::Result<(ForkOffsets, ExitOf
 /// Where the running kernel keeps the `task_struct` fields the raw sched tracepoints read.
 pub fn task_offsets() -> Result<TaskOffsets, UserError> {
     let no_btf = |reason: String| UserError::NoBtf(reason);
-    let btf =
-        crate::btf::Btf::from_file(Path::new(crate::btf::VMLINUX)).map_err(|e| no_btf(format!("{e:#}")))?;
+    let path = crate::btf::kernel_btf_path();
+    let btf = crate::btf::Btf::from_file(&path).map_err(|e| no_btf(format!("{e:#}")))?;
     let field = |name: &str| {
-        btf.member_offset("task_struct", name).ok_or_else(|| {
-            no_btf(format!(
-                "task_struct has no field `{name}` in {}",
-                crate::btf::VMLINUX
-            ))
-        })
+        btf.member_offset("task_struct", name)
+            .ok_or_else(|| no_btf(format!("task_struct has no field `{name}` in {}", path.display())))
     };
     let switch_params = btf
         .fn_pointer_params("btf_trace_sched_switch")

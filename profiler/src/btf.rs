@@ -13,6 +13,14 @@ use anyhow::{bail, ensure, Context};
 
 pub const VMLINUX: &str = "/sys/kernel/btf/vmlinux";
 
+/// The running kernel's BTF: `$BPFPROF_BTF` where set (a kernel without `/sys/kernel/btf/vmlinux`
+/// can use a BTF file generated for it, e.g. from BTFHub), else the kernel's own.
+pub fn kernel_btf_path() -> std::path::PathBuf {
+    std::env::var_os("BPFPROF_BTF")
+        .map(Into::into)
+        .unwrap_or_else(|| VMLINUX.into())
+}
+
 const MAGIC: u16 = 0xeb9f;
 const KIND_INT: u32 = 1;
 const KIND_ARRAY: u32 = 3;

@@ -90,6 +90,42 @@ fn hardware_event_without_pmu_is_explained() {
 }
 
 #[test]
+fn sched_without_btf_is_explained_and_hotspot_still_works() {
+    let with_btf = |path: &str, args: &[&str]| {
+        std::process::Command::new(bpfprof_bin())
+            .env("BPFPROF_BTF", path)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let json = temp_path("nobtf.json");
+    let json = json.to_str().unwrap();
+    let out = with_btf(
+        "/nonexistent/vmlinux",
+        &["--mode", "sched", "-a", "-d", "1", "-o", json],
+    );
+    assert_fails(
+        &out,
+        1,
+        "this kernel has no usable BTF (reading /nonexistent/vmlinux",
+    );
+    assert!(stderr(&out).contains("BPFPROF_BTF"), "{}", stderr(&out));
+    // Not BTF at all: the same clear line, not a parse trace.
+    let out = with_btf(
+        "/proc/self/status",
+        &["--mode", "topdown", "-a", "-d", "1", "-o", json],
+    );
+    assert_fails(
+        &out,
+        1,
+        "this kernel has no usable BTF (parsing the BTF in /proc/self/status",
+    );
+    let out = with_btf("/nonexistent/vmlinux", &["-a", "-d", "1", "-o", json]);
+    assert!(out.status.success(), "hotspot needs no BTF: {}", stderr(&out));
+    assert_no_programs_left();
+}
+
+#[test]
 fn command_exit_status_is_passed_on() {
     let out = run(&[
         "-F",
