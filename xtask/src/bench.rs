@@ -82,6 +82,8 @@ fn bpf_program_stats(pid: u32) -> (u64, u64) {
     total
 }
 
+const PERF_DATA: &str = "/tmp/bpfprof-bench-perf.data";
+
 const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
 /// A profiler running in the background, stopped with SIGINT like a user would.
@@ -123,14 +125,14 @@ impl Profiler {
         Ok(Profiler::ready(child))
     }
 
-    fn start_perf(args: &[&str]) -> Result<Profiler> {
-        let child = Command::new("perf")
-            .args(args)
-            .args(["-o", "/tmp/bpfprof-bench-perf.data"])
+    fn start_reference(tool: &[&str]) -> Result<Profiler> {
+        let child = Command::new(tool[0])
+            .args(&tool[1..])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .spawn()?;
-        // perf has no readiness signal: give it time to open its events and mmap its buffers.
+            .spawn()
+            .with_context(|| format!("starting {}", tool[0]))?;
+        // No readiness signal: give it time to open its events and load its programs.
         std::thread::sleep(Duration::from_millis(1000));
         Ok(Profiler::ready(child))
     }
@@ -161,14 +163,17 @@ impl Profiler {
     }
 }
 
-/// One benchmark: a self-timing workload alone, under bpfprof and under perf, interleaved.
+/// One benchmark: a self-timing workload alone, under bpfprof and under the reference tools,
+/// interleaved.
 struct Comparison<'a> {
     mode: &'a str,
     what: String,
     workload: Box<dyn Fn() -> Result<f64> + 'a>,
     /// bpfprof's arguments; more than one set are measured side by side.
     bpfprof: &'a [&'a [&'a str]],
-    perf: &'a [&'a str],
+    /// Reference tools, command lines; the first is `perf` and always present (setup installs
+    /// it), the others are measured where installed.
+    references: &'a [&'a [&'a str]],
     /// bpfprof's ratio must stay at or below this.
     ratio_target: f64,
     /// bpfprof's added time must stay at or below this share of perf's, where the issue says so.
@@ -186,7 +191,7 @@ fn hotspot() -> Result<()> {
         what: format!("fixed CPU work ({iterations} iterations x {THREADS} threads on 2 CPUs)"),
         workload: Box::new(move || workload_seconds(&bin, &["fixed", &iterations, THREADS])),
         bpfprof: &[&["-a", "-F", "99"]],
-        perf: &["record", "-F", "99", "-g", "-a", "-q"],
+        references: &[&["perf", "record", "-F", "99", "-g", "-a", "-q", "-o", PERF_DATA]],
         ratio_target: 1.005,
         perf_share_target: Some(0.5),
     })
@@ -204,7 +209,12 @@ fn sched() -> Result<()> {
             &["--mode", "sched", "-a", "--offcpu-stacks", "all"],
             &["--mode", "sched", "-a", "--offcpu-stacks", "none"],
         ],
-        perf: &["sched", "record", "-a", "-q"],
+        references: &[
+            &["perf", "sched", "record", "-a", "-q", "-o", PERF_DATA],
+            // libbpf-tools: run-queue latency histograms, and off-CPU stacks.
+            &["runqlat", "3600", "1"],
+            &["offcputime", "3600"],
+        ],
         ratio_target: 1.05,
         perf_share_target: None,
     })
@@ -219,7 +229,20 @@ fn compare(c: Comparison<'_>) -> Result<()> {
     let mut alone = Vec::new();
     let mut under_bpfprof = vec![Vec::new(); c.bpfprof.len()];
     let mut bpfprof_cost: Vec<Vec<Cost>> = (0..c.bpfprof.len()).map(|_| Vec::new()).collect();
-    let (mut under_perf, mut perf_cost) = (Vec::new(), Vec::new());
+    let references: Vec<&[&str]> = c
+        .references
+        .iter()
+        .copied()
+        .filter(|tool| {
+            let found = crate::setup::on_path(tool[0]);
+            if !found {
+                eprintln!("bench {}: {} is not installed, not compared", c.mode, tool[0]);
+            }
+            found
+        })
+        .collect();
+    let mut under_ref = vec![Vec::new(); references.len()];
+    let mut ref_cost: Vec<Vec<Cost>> = (0..references.len()).map(|_| Vec::new()).collect();
     for round in 1..=ROUNDS {
         alone.push((c.workload)()?);
         for (i, args) in c.bpfprof.iter().enumerate() {
@@ -227,18 +250,22 @@ fn compare(c: Comparison<'_>) -> Result<()> {
             under_bpfprof[i].push((c.workload)()?);
             bpfprof_cost[i].push(profiler.stop()?);
         }
-        let profiler = Profiler::start_perf(c.perf)?;
-        under_perf.push((c.workload)()?);
-        perf_cost.push(profiler.stop()?);
-        let bpfprof: Vec<String> = under_bpfprof
-            .iter()
-            .map(|v| format!("{:.4} s", v[round - 1]))
-            .collect();
+        for (i, tool) in references.iter().enumerate() {
+            let profiler = Profiler::start_reference(tool)?;
+            under_ref[i].push((c.workload)()?);
+            ref_cost[i].push(profiler.stop()?);
+        }
+        let times = |v: &[Vec<f64>]| {
+            v.iter()
+                .map(|v| format!("{:.4} s", v[round - 1]))
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
         eprintln!(
-            "  round {round}: alone {:.4} s, bpfprof {}, perf {:.4} s",
+            "  round {round}: alone {:.4} s, bpfprof {}, references {}",
             alone[round - 1],
-            bpfprof.join(" / "),
-            under_perf[round - 1]
+            times(&under_bpfprof),
+            times(&under_ref)
         );
     }
     // Then one more workload run per bpfprof configuration, with statistics on: the kernel's own
@@ -251,11 +278,9 @@ fn compare(c: Comparison<'_>) -> Result<()> {
         bpf_stats.push(profiler.stop()?);
     }
     let _ = std::fs::write(BPF_STATS, stats_before.trim());
-    let perf_cpu: Vec<f64> = perf_cost.iter().map(|c| c.cpu).collect();
     let min = |v: &[f64]| v.iter().cloned().fold(f64::INFINITY, f64::min);
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
-    let (a, p) = (min(&alone), min(&under_perf));
-    let p_added = p - a;
+    let a = min(&alone);
     println!(
         "bench {} (min of {ROUNDS} interleaved runs of the workload's own elapsed time): {}",
         c.mode, c.what
@@ -287,13 +312,22 @@ fn compare(c: Comparison<'_>) -> Result<()> {
     }
     let b = min(&under_bpfprof[0]);
     let b_added = b - a;
-    println!(
-        "  under perf {:<25} {p:.4} s  ratio {:.4}x  added {:+.4} s  perf CPU {:.2}% of one core (perf writes its buffers out at exit)",
-        c.perf.join(" "),
-        p / a,
-        p_added,
-        100.0 * mean(&perf_cpu)
-    );
+    for (i, tool) in references.iter().enumerate() {
+        let r = min(&under_ref[i]);
+        println!(
+            "  under {:<30} {r:.4} s  ratio {:.4}x  added {:+.4} s  its CPU {:.2}% of one core{}",
+            tool.join(" "),
+            r / a,
+            r - a,
+            100.0 * mean(&ref_cost[i].iter().map(|c| c.cpu).collect::<Vec<_>>()),
+            if tool[0] == "perf" {
+                " (perf writes its buffers out at exit)"
+            } else {
+                ""
+            }
+        );
+    }
+    let p_added = min(&under_ref[0]) - a;
     let mut verdicts = vec![format!(
         "bpfprof ratio {:.4}x (target <= {}x): {}",
         b / a,
@@ -312,7 +346,7 @@ fn compare(c: Comparison<'_>) -> Result<()> {
         ));
     }
     println!("  {}", verdicts.join("; "));
-    let _ = std::fs::remove_file("/tmp/bpfprof-bench-perf.data");
+    let _ = std::fs::remove_file(PERF_DATA);
     let _ = std::fs::remove_file("/tmp/bpfprof-bench.json");
     Ok(())
 }

@@ -26,9 +26,11 @@ pub fn run(needs: Needs) -> Result<()> {
     ensure_bpf_linker(&nightly)?;
     ensure_tracefs();
     if needs >= Needs::Test {
-        // perf: the overhead baseline; go: an independent pprof reader; setpriv: the not-root test.
+        // perf: the overhead baseline; runqlat: the sched bench's other reference; go: an
+        // independent pprof reader; setpriv: the not-root test.
         ensure_packages(&[
             ("perf", "linux-perf"),
+            ("runqlat", "libbpf-tools"),
             ("go", "golang-go"),
             ("setpriv", "util-linux"),
         ])?;
@@ -143,7 +145,7 @@ fn ensure_tracefs() {
     }
 }
 
-fn on_path(program: &str) -> bool {
+pub fn on_path(program: &str) -> bool {
     std::env::var_os("PATH")
         .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
         .unwrap_or(false)
