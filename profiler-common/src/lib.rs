@@ -193,9 +193,11 @@ pub struct Enqueued {
     /// The task that woke it; 0 when it was preempted (still runnable).
     pub waker_tid: u32,
     pub waker_tgid: u32,
+    /// The waker's `task_struct`; its name is read from it only for a slow wait.
+    pub waker_task: u64,
     pub waker_comm: [u8; COMM_LEN],
 }
-const _: () = assert!(size_of::<Enqueued>() == 32);
+const _: () = assert!(size_of::<Enqueued>() == 40);
 
 /// When a task went to sleep, and where.
 #[repr(C)]
@@ -240,7 +242,7 @@ pub struct TaskSched {
     pub offcpu: OffCpuStart,
     pub hist: [u32; HIST_BUCKETS],
 }
-const _: () = assert!(size_of::<TaskSched>() == 96 + 32 + 24 + 4 * HIST_BUCKETS);
+const _: () = assert!(size_of::<TaskSched>() == 96 + 40 + 24 + 4 * HIST_BUCKETS);
 
 /// Total blocked time per (thread, stacks): the value of `OFFCPU`, keyed by `SampleKey`.
 #[repr(C)]
@@ -256,12 +258,15 @@ const _: () = assert!(size_of::<OffCpuTime>() == 16);
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuRun {
     pub tid: u32,
-    pub tgid_unused: u32,
+    pub _pad: u32,
+    /// Its `task_struct`, to read its name only if a slow wait needs it (all-zero name when
+    /// the task has gone since: user space then asks /proc).
+    pub task: u64,
     pub start_ns: u64,
     pub end_ns: u64,
     pub comm: [u8; COMM_LEN],
 }
-const _: () = assert!(size_of::<CpuRun>() == 40);
+const _: () = assert!(size_of::<CpuRun>() == 48);
 
 /// Recent tasks on one CPU (a small ring), to name who held the CPU while a task waited.
 pub const CPU_HISTORY: usize = 8;
@@ -272,7 +277,7 @@ pub struct CpuHistory {
     pub last_switch_ns: u64,
     pub runs: [CpuRun; CPU_HISTORY],
 }
-const _: () = assert!(size_of::<CpuHistory>() == 16 + 40 * CPU_HISTORY);
+const _: () = assert!(size_of::<CpuHistory>() == 16 + 48 * CPU_HISTORY);
 
 /// How many CPU holders a slow event names.
 pub const SLOW_CULPRITS: usize = 4;
@@ -291,7 +296,7 @@ pub struct SlowEvent {
     pub waker: Enqueued,
     pub culprits: [CpuRun; SLOW_CULPRITS],
 }
-const _: () = assert!(size_of::<SlowEvent>() == 48 + 32 + 40 * SLOW_CULPRITS);
+const _: () = assert!(size_of::<SlowEvent>() == 48 + 40 + 48 * SLOW_CULPRITS);
 
 /// Where the running kernel keeps what the raw sched tracepoints read from a `task_struct`,
 /// from its BTF at start-up.

@@ -10,8 +10,8 @@
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_smp_processor_id, bpf_ktime_get_ns,
-        bpf_probe_read_kernel,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_smp_processor_id,
+        bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
     macros::{map, raw_tracepoint},
     maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
@@ -133,7 +133,9 @@ fn try_wakeup(ctx: &RawTracePointContext) -> Result<(), i64> {
             at_ns: unsafe { bpf_ktime_get_ns() },
             waker_tid: waker as u32,
             waker_tgid: (waker >> 32) as u32,
-            waker_comm: bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
+            // Its name only if this wait turns out slow: copying it on every wake-up costs.
+            waker_task: unsafe { bpf_get_current_task() },
+            waker_comm: [0; COMM_LEN],
         };
     }
     Ok(())
@@ -156,7 +158,7 @@ fn try_switch(ctx: &RawTracePointContext) -> Result<(), i64> {
     let prev = bpf_get_current_pid_tgid() as u32;
     let next = next_task.tid(&off)?;
     let now = unsafe { bpf_ktime_get_ns() };
-    let history_start = remember_cpu_holder(prev, now);
+    let history_start = remember_cpu_holder(prev, prev_task, now);
     if tracked(prev) {
         let prev_state = if off.switch_has_state_arg != 0 {
             ctx.arg::<u64>(3) as u32 as u64
@@ -181,7 +183,7 @@ fn try_switch(ctx: &RawTracePointContext) -> Result<(), i64> {
 
 /// Append the outgoing task's stretch to this CPU's history. Returns the CPU's history.
 #[inline(always)]
-fn remember_cpu_holder(prev: u32, now: u64) -> Option<*mut CpuHistory> {
+fn remember_cpu_holder(prev: u32, prev_task: Task, now: u64) -> Option<*mut CpuHistory> {
     let history = CPU_HISTORY_MAP.get_ptr_mut(0)?;
     let history_ref = unsafe { &mut *history };
     let slot = (history_ref.next as usize) & (CPU_HISTORY - 1);
@@ -189,7 +191,8 @@ fn remember_cpu_holder(prev: u32, now: u64) -> Option<*mut CpuHistory> {
         run.tid = prev;
         run.start_ns = history_ref.last_switch_ns;
         run.end_ns = now;
-        run.comm = bpf_get_current_comm().unwrap_or([0; COMM_LEN]);
+        // The name is read only when a slow wait names this task (see `name_of`).
+        run.task = prev_task.0 as u64;
     }
     history_ref.next += 1;
     history_ref.last_switch_ns = now;
@@ -318,7 +321,7 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: O
             unsafe { *cell += 1 };
         }
         if delay >= unsafe { core::ptr::read_volatile(&SLOW_THRESHOLD_NS) } {
-            report_slow(stats, next, delay, now, &enqueued, history);
+            report_slow(off, stats, next, delay, now, &enqueued, history);
         }
     }
 
@@ -362,6 +365,7 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: O
 
 #[inline(always)]
 fn report_slow(
+    off: &TaskOffsets,
     stats: &TaskSched,
     tid: u32,
     delay: u64,
@@ -382,6 +386,9 @@ fn report_slow(
         (*event).at_ns = now;
         (*event).comm = stats.comm;
         (*event).waker = *enqueued;
+        if enqueued.waker_tid != 0 {
+            (*event).waker.waker_comm = name_of(enqueued.waker_task, enqueued.waker_tid, off);
+        }
         (*event).culprit_count = 0;
         (*event).culprits = [CpuRun::default(); SLOW_CULPRITS];
     }
@@ -398,6 +405,7 @@ fn report_slow(
             unsafe {
                 if let Some(dst) = (*event).culprits.get_mut(found) {
                     *dst = *run;
+                    dst.comm = name_of(run.task, run.tid, off);
                 }
             }
             found += 1;
@@ -405,6 +413,17 @@ fn report_slow(
         unsafe { (*event).culprit_count = found as u32 };
     }
     entry.submit(0);
+}
+
+/// The name of a task seen earlier, if that `task_struct` still holds the same task (it may
+/// have exited and been freed since; then an all-zero name, and user space asks /proc).
+#[inline(always)]
+fn name_of(task: u64, tid: u32, off: &TaskOffsets) -> [u8; COMM_LEN] {
+    let task = Task(task as *const u8);
+    match task.tid(off) {
+        Ok(now) if now == tid && tid != 0 => task.read(off.comm).unwrap_or([0; COMM_LEN]),
+        _ => [0; COMM_LEN],
+    }
 }
 
 /// A task exited: its stats move to `EXITED` (the tid may be reused at once), with the time it

@@ -7,8 +7,8 @@ use aya::{
     Ebpf,
 };
 use profiler_common::{
-    hist_lower_bound, names, switch_reason, CpuRun, ExitedKey, OffCpuTime, SampleKey, SlowEvent, TaskSched,
-    COMM_LEN, HEAT_BUCKETS, HIST_BUCKETS,
+    hist_lower_bound, names, switch_reason, ExitedKey, OffCpuTime, SampleKey, SlowEvent, TaskSched, COMM_LEN,
+    HEAT_BUCKETS, HIST_BUCKETS,
 };
 use serde::Serialize;
 
@@ -118,7 +118,19 @@ pub struct SlowRecord {
     pub delay_ns: u64,
     pub at_ns: u64,
     pub waker: Option<(u32, u32, String)>,
-    pub holders: Vec<CpuRun>,
+    /// (tid, name, start, end) of each task that held the CPU during the wait.
+    pub holders: Vec<(u32, String, u64, u64)>,
+}
+
+/// A name the kernel side read; where it could not (the task had gone), what /proc says now.
+fn name_or_proc(comm: &[u8], tid: u32) -> String {
+    let name = comm_string(comm);
+    if !name.is_empty() || tid == 0 {
+        return name;
+    }
+    std::fs::read_to_string(format!("/proc/{tid}/comm"))
+        .map(|s| s.trim_end().to_string())
+        .unwrap_or_else(|_| "?".into())
 }
 
 /// Everything collected by a sched run, before symbolization.
@@ -203,14 +215,21 @@ impl SchedSource {
                     (
                         e.waker.waker_tgid,
                         e.waker.waker_tid,
-                        comm_string(&e.waker.waker_comm),
+                        name_or_proc(&e.waker.waker_comm, e.waker.waker_tid),
                     )
                 }),
                 holders: e
                     .culprits
                     .iter()
                     .take(e.culprit_count as usize)
-                    .copied()
+                    .map(|run| {
+                        (
+                            run.tid,
+                            name_or_proc(&run.comm, run.tid),
+                            run.start_ns,
+                            run.end_ns,
+                        )
+                    })
                     .collect(),
             });
         }
@@ -456,12 +475,10 @@ pub fn build(
             cpu_holders: e
                 .holders
                 .iter()
-                .map(|h| CpuHolder {
-                    tid: h.tid,
-                    comm: comm_string(&h.comm),
-                    held_ns: h
-                        .end_ns
-                        .saturating_sub(h.start_ns.max(e.at_ns.saturating_sub(e.delay_ns))),
+                .map(|(tid, comm, start_ns, end_ns)| CpuHolder {
+                    tid: *tid,
+                    comm: comm.clone(),
+                    held_ns: end_ns.saturating_sub((*start_ns).max(e.at_ns.saturating_sub(e.delay_ns))),
                 })
                 .collect(),
         })
