@@ -1,5 +1,5 @@
 //! Which CPU this is and which topdown method its family has, from /proc/cpuinfo and the PMUs the
-//! kernel exposes in /sys/bus/event_source/devices. Event tables per family live in `tma`.
+//! kernel exposes in /sys/bus/event_source/devices. Event tables per family live in `events`.
 use serde::Serialize;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -46,31 +46,76 @@ pub fn parse_cpuinfo(text: &str) -> Option<CpuId> {
     (!cpu.vendor.is_empty()).then_some(cpu)
 }
 
-/// The microarchitecture and the topdown method its family has (TOPDOWN.md).
-pub fn topdown_method(cpu: &CpuId) -> (&'static str, &'static str) {
+/// A CPU family's way to level 1 (TOPDOWN.md); its events are in `events`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    /// Intel before Ice Lake: 4 slots per cycle, IDQ_UOPS_NOT_DELIVERED.
+    IntelPreIcl,
+    /// Intel Ice Lake and later: the `slots` fixed counter and the topdown metric events.
+    IntelIcl { slots: u32 },
+    /// AMD Zen 4 (6 slots) and Zen 5 (8): de_no_dispatch_per_slot.
+    AmdZen { slots: u32 },
+    /// AMD Zen 3 and older: no per-slot dispatch events, IPC only.
+    AmdNoSlots,
+    /// Arm Neoverse N2/V2 and later: STALL_SLOT_* with the slot count from caps/slots.
+    ArmSlots,
+    /// Arm Neoverse N1/V1: stall cycles only, no four-way split.
+    ArmCycles,
+    Unknown,
+}
+
+impl Method {
+    pub fn describe(self) -> String {
+        match self {
+            Method::IntelPreIcl => "Intel pre-ICL: 4 slots, IDQ_UOPS_NOT_DELIVERED".into(),
+            Method::IntelIcl { slots } => {
+                format!("Intel ICL+: slots and topdown metric events ({slots} slots)")
+            }
+            Method::AmdZen { slots } => format!("AMD Zen: {slots} slots, de_no_dispatch_per_slot"),
+            Method::AmdNoSlots => {
+                "none: no per-slot dispatch events on this AMD core, so no level-1 split (IPC only)".into()
+            }
+            Method::ArmSlots => "Arm slots: STALL_SLOT_* (slots from caps/slots)".into(),
+            Method::ArmCycles => "Arm N1/V1: stall cycles only, no four-way split".into(),
+            Method::Unknown => "unknown: check perf list for topdown events".into(),
+        }
+    }
+}
+
+/// The microarchitecture and its topdown method.
+pub fn topdown_method(cpu: &CpuId) -> (&'static str, Method) {
     match (cpu.vendor.as_str(), cpu.family) {
         ("GenuineIntel", 6) => match cpu.model {
-            0x4e | 0x5e | 0x55 | 0x8e | 0x9e | 0xa5 | 0xa6 => ("Skylake-class", "Intel pre-ICL: 4 slots, IDQ_UOPS_NOT_DELIVERED"),
-            0x6a | 0x6c | 0x7d | 0x7e | 0x8c | 0x8d | 0xa7 => ("Ice Lake-class", "Intel ICL+: slots and topdown metric events"),
-            0x8f | 0xcf | 0xad | 0xae | 0x97 | 0x9a | 0xb7 | 0xba | 0xbf | 0xaa | 0xac | 0xc5 | 0xc6 => {
-                ("Sapphire Rapids / Alder Lake or later", "Intel ICL+: slots and topdown metric events (6 slots)")
-            }
-            _ => ("Intel family 6 (model not in bpfprof's table)", "unknown: check perf list for topdown events"),
+            0x4e | 0x5e | 0x55 | 0x8e | 0x9e | 0xa5 | 0xa6 => ("Skylake-class", Method::IntelPreIcl),
+            0x6a | 0x6c | 0x7d | 0x7e | 0x8c | 0x8d | 0xa7 => ("Ice Lake-class", Method::IntelIcl { slots: 5 }),
+            0x8f | 0xcf | 0xad | 0xae | 0x97 | 0x9a | 0xb7 | 0xba | 0xbf | 0xaa | 0xac | 0xc5 | 0xc6 => (
+                "Sapphire Rapids / Alder Lake or later",
+                Method::IntelIcl { slots: 6 },
+            ),
+            _ => ("Intel family 6 (model not in bpfprof's table)", Method::Unknown),
         },
         ("AuthenticAMD", 0x19) => match cpu.model {
-            0x10..=0x1f | 0x60..=0x7f | 0xa0..=0xaf => ("Zen 4", "AMD Zen 4: 6 slots, de_no_dispatch_per_slot"),
-            _ => ("Zen 3", "none: Zen 3 has no per-slot dispatch events, so no level-1 split (IPC and stall ratios only)"),
+            0x10..=0x1f | 0x60..=0x7f | 0xa0..=0xaf => ("Zen 4", Method::AmdZen { slots: 6 }),
+            _ => ("Zen 3", Method::AmdNoSlots),
         },
-        ("AuthenticAMD", 0x1a) => ("Zen 5", "AMD Zen 5: 8 slots, de_no_dispatch_per_slot"),
+        ("AuthenticAMD", 0x1a) => ("Zen 5", Method::AmdZen { slots: 8 }),
+        ("AuthenticAMD", _) => ("AMD before Zen 3", Method::AmdNoSlots),
         ("ARM", _) => match cpu.arm_part {
-            0xd0c => ("Neoverse N1", "Arm N1/V1: stall cycles only, no four-way split"),
-            0xd40 => ("Neoverse V1", "Arm N1/V1: stall cycles only, no four-way split"),
-            0xd49 => ("Neoverse N2", "Arm slots (5): STALL_SLOT_* with the N2/V2 erratum"),
-            0xd4f => ("Neoverse V2", "Arm slots: STALL_SLOT_* (slots from caps/slots)"),
-            _ => ("Arm core (part not in bpfprof's table)", "Arm slots if STALL_SLOT events exist"),
+            0xd0c => ("Neoverse N1", Method::ArmCycles),
+            0xd40 => ("Neoverse V1", Method::ArmCycles),
+            0xd49 => ("Neoverse N2", Method::ArmSlots),
+            0xd4f => ("Neoverse V2", Method::ArmSlots),
+            _ => ("Arm core (part not in bpfprof's table)", Method::ArmSlots),
         },
-        _ => ("unknown CPU", "unknown"),
+        _ => ("unknown CPU", Method::Unknown),
     }
+}
+
+/// This machine's CPU, from /proc/cpuinfo.
+pub fn this_cpu() -> Option<CpuId> {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| parse_cpuinfo(&t))
 }
 
 /// Hardware PMUs the kernel exposes (software, tracepoint and probe PMUs left out).
@@ -97,9 +142,7 @@ pub fn hardware_pmus() -> Vec<String> {
 
 /// One line naming the CPU, its topdown method, and the hardware PMUs this kernel exposes.
 pub fn describe() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| parse_cpuinfo(&t));
+    let cpu = this_cpu();
     let pmus = hardware_pmus();
     let pmus = if pmus.is_empty() {
         "none".to_string()
@@ -110,10 +153,11 @@ pub fn describe() -> String {
         Some(cpu) => {
             let (uarch, method) = topdown_method(&cpu);
             format!(
-                "CPU: {} ({uarch}; family {:#x} model {:#x}); topdown method: {method}; hardware PMUs exposed: {pmus}",
+                "CPU: {} ({uarch}; family {:#x} model {:#x}); topdown method: {}; hardware PMUs exposed: {pmus}",
                 if cpu.name.is_empty() { &cpu.vendor } else { &cpu.name },
                 cpu.family,
-                cpu.model
+                cpu.model,
+                method.describe()
             )
         }
         None => format!("CPU: unknown; hardware PMUs exposed: {pmus}"),
@@ -134,7 +178,7 @@ mod tests {
         );
         assert_eq!(topdown_method(&cpu).0, "Zen 3");
         let zen4 = CpuId { model: 0x11, ..cpu };
-        assert!(topdown_method(&zen4).1.contains("6 slots"));
+        assert_eq!(topdown_method(&zen4).1, Method::AmdZen { slots: 6 });
     }
 
     #[test]
@@ -147,9 +191,9 @@ mod tests {
         };
         assert_eq!(topdown_method(&cpu).0, "Skylake-class");
         cpu.model = 0x6a;
-        assert!(topdown_method(&cpu).1.starts_with("Intel ICL+"));
+        assert_eq!(topdown_method(&cpu).1, Method::IntelIcl { slots: 5 });
         cpu.model = 0x8f;
-        assert!(topdown_method(&cpu).1.contains("6 slots"));
+        assert_eq!(topdown_method(&cpu).1, Method::IntelIcl { slots: 6 });
     }
 
     #[test]
@@ -158,12 +202,14 @@ mod tests {
         let cpu = parse_cpuinfo(n2).unwrap();
         assert_eq!((cpu.arm_implementer, cpu.arm_part), (0x41, 0xd49));
         assert_eq!(topdown_method(&cpu).0, "Neoverse N2");
-        assert!(topdown_method(&CpuId {
-            arm_part: 0xd0c,
-            ..cpu
-        })
-        .1
-        .contains("no four-way split"));
+        assert_eq!(
+            topdown_method(&CpuId {
+                arm_part: 0xd0c,
+                ..cpu
+            })
+            .1,
+            Method::ArmCycles
+        );
     }
 
     #[test]

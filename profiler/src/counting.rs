@@ -1,0 +1,297 @@
+//! Whole-target counting, as `perf stat` does it: one set of counters per thread of the targets
+//! (inherited by the threads and processes they start) or per CPU for the whole system, grouped
+//! where the CPU requires it, each scaled by its enabled / running time when the kernel had to
+//! multiplex it.
+use std::{
+    io,
+    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+};
+
+use crate::{
+    events::{resolve, CounterSet, Pmu, SYSFS_PMUS},
+    tma::{Count, Counts},
+};
+
+const FORMAT_TOTAL_TIME_ENABLED: u64 = 1;
+const FORMAT_TOTAL_TIME_RUNNING: u64 = 2;
+const FORMAT_GROUP: u64 = 8;
+const FLAG_DISABLED: u64 = 1;
+const FLAG_INHERIT: u64 = 1 << 1;
+const IOC_ENABLE: libc::c_ulong = 0x2400;
+const IOC_FLAG_GROUP: libc::c_ulong = 1;
+
+/// What to count.
+#[derive(Clone, Debug)]
+pub enum Scope {
+    /// These threads, and whatever they start from now on.
+    Threads(Vec<u32>),
+    /// Everything on these CPUs.
+    Cpus(Vec<u32>),
+}
+
+/// The counters of one thread or CPU: one group, or one fd per event.
+struct Instance {
+    fds: Vec<OwnedFd>,
+    grouped: bool,
+}
+
+pub struct Counting {
+    names: Vec<&'static str>,
+    instances: Vec<Instance>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CountingError {
+    #[error("event `{event}` cannot be counted here: {reason}")]
+    Unsupported { event: String, reason: String },
+    #[error("opening the {event} counter: {source}")]
+    Open { event: String, source: io::Error },
+}
+
+/// perf_event_attr up to config2 (PERF_ATTR_SIZE_VER1).
+#[repr(C)]
+#[derive(Default)]
+struct Attr {
+    kind: u32,
+    size: u32,
+    config: u64,
+    sample_period: u64,
+    sample_type: u64,
+    read_format: u64,
+    flags: u64,
+    wakeup_events: u32,
+    bp_type: u32,
+    config1: u64,
+    config2: u64,
+}
+const _: () = assert!(size_of::<Attr>() == 72);
+
+fn perf_event_open(attr: &Attr, pid: i32, cpu: i32, group: i32) -> io::Result<OwnedFd> {
+    const PERF_FLAG_FD_CLOEXEC: u64 = 8;
+    // SAFETY: the kernel reads `attr.size` bytes of the attribute and returns a new fd or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_perf_event_open,
+            attr as *const Attr,
+            pid,
+            cpu,
+            group,
+            PERF_FLAG_FD_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor that we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+impl Counting {
+    /// Open and start the set's counters on every thread or CPU of `scope`. A thread that exits
+    /// before its counters open is skipped; anything else the kernel refuses is an error that
+    /// names the event.
+    pub fn start(set: &CounterSet, scope: &Scope) -> Result<Counting, CountingError> {
+        let core = Pmu::core(std::path::Path::new(SYSFS_PMUS));
+        let encodings = set
+            .events
+            .iter()
+            .map(|e| {
+                resolve(e, core.as_ref()).map_err(|reason| CountingError::Unsupported {
+                    event: e.name.to_string(),
+                    reason,
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let targets: Vec<(i32, i32)> = match scope {
+            Scope::Threads(tids) => tids.iter().map(|&t| (t as i32, -1)).collect(),
+            Scope::Cpus(cpus) => cpus.iter().map(|&c| (-1, c as i32)).collect(),
+        };
+        let inherit = matches!(scope, Scope::Threads(_));
+        let mut instances = Vec::new();
+        'targets: for (pid, cpu) in targets {
+            let mut fds: Vec<OwnedFd> = Vec::new();
+            for (i, &(kind, config)) in encodings.iter().enumerate() {
+                let attr = Attr {
+                    kind,
+                    size: size_of::<Attr>() as u32,
+                    config,
+                    read_format: FORMAT_TOTAL_TIME_ENABLED
+                        | FORMAT_TOTAL_TIME_RUNNING
+                        | if set.group { FORMAT_GROUP } else { 0 },
+                    // A group starts disabled and is enabled whole once complete: members added
+                    // to a running leader would only join at its next context switch.
+                    flags: if inherit { FLAG_INHERIT } else { 0 }
+                        | if set.group && i == 0 { FLAG_DISABLED } else { 0 },
+                    ..Default::default()
+                };
+                let leader = match (set.group, fds.first()) {
+                    (true, Some(leader)) => leader.as_raw_fd(),
+                    _ => -1,
+                };
+                match perf_event_open(&attr, pid, cpu, leader) {
+                    Ok(fd) => fds.push(fd),
+                    Err(e) if pid > 0 && e.raw_os_error() == Some(libc::ESRCH) => continue 'targets,
+                    Err(e) => {
+                        let event = set.events[i].name.to_string();
+                        return Err(match e.raw_os_error() {
+                            Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV) => {
+                                CountingError::Unsupported {
+                                    event,
+                                    reason: format!("the kernel does not support it on this CPU ({e})"),
+                                }
+                            }
+                            _ => CountingError::Open { event, source: e },
+                        });
+                    }
+                }
+            }
+            if set.group {
+                // SAFETY: an ioctl without arguments beyond the flag, on our own fd.
+                if unsafe { libc::ioctl(fds[0].as_raw_fd(), IOC_ENABLE, IOC_FLAG_GROUP) } < 0 {
+                    return Err(CountingError::Open {
+                        event: set.events[0].name.to_string(),
+                        source: io::Error::last_os_error(),
+                    });
+                }
+            }
+            instances.push(Instance {
+                fds,
+                grouped: set.group,
+            });
+        }
+        Ok(Counting {
+            names: set.events.iter().map(|e| e.name).collect(),
+            instances,
+        })
+    }
+
+    /// Every event's total so far, scaled for multiplexing, with the share of time it ran.
+    pub fn read(&self) -> io::Result<Counts> {
+        let mut readings = vec![Reading::default(); self.names.len()];
+        for instance in &self.instances {
+            if instance.grouped {
+                // nr, time_enabled, time_running, then one value per member.
+                let words = read_words(&instance.fds[0], 3 + self.names.len())?;
+                for (i, reading) in readings.iter_mut().enumerate() {
+                    reading.add(words[3 + i], words[1], words[2]);
+                }
+            } else {
+                for (fd, reading) in instance.fds.iter().zip(readings.iter_mut()) {
+                    let words = read_words(fd, 3)?;
+                    reading.add(words[0], words[1], words[2]);
+                }
+            }
+        }
+        Ok(counts_of(&self.names, &readings))
+    }
+}
+
+fn read_words(fd: &OwnedFd, n: usize) -> io::Result<Vec<u64>> {
+    let mut words = vec![0u64; n];
+    // SAFETY: reads at most n u64 words into a buffer of that size.
+    let got = unsafe { libc::read(fd.as_raw_fd(), words.as_mut_ptr().cast(), n * 8) };
+    if got < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if (got as usize) < n * 8 {
+        return Err(io::Error::other(format!("short counter read: {got} of {} bytes", n * 8)));
+    }
+    Ok(words)
+}
+
+/// One event summed over threads or CPUs: the scaled estimate and the raw times.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Reading {
+    scaled: f64,
+    enabled: u64,
+    running: u64,
+}
+
+impl Reading {
+    pub fn add(&mut self, value: u64, enabled: u64, running: u64) {
+        // Each instance is scaled by its own running share, as perf does: a counter that ran
+        // half the time on one CPU counts double there, not elsewhere.
+        if running > 0 {
+            self.scaled += value as f64 * enabled as f64 / running as f64;
+        }
+        self.enabled += enabled;
+        self.running += running;
+    }
+}
+
+pub fn counts_of(names: &[&str], readings: &[Reading]) -> Counts {
+    let mut counts = Counts::default();
+    for (name, r) in names.iter().zip(readings) {
+        if r.running == 0 {
+            // Never scheduled onto the PMU (or the targets never ran): no number to give.
+            counts.not_counted.push(name.to_string());
+            continue;
+        }
+        counts.events.insert(
+            name.to_string(),
+            Count {
+                value: r.scaled,
+                running: r.running as f64 / r.enabled.max(1) as f64,
+            },
+        );
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multiplexed_instances_scale_each_by_its_own_share() {
+        let mut cycles = Reading::default();
+        // CPU 0 counted all the time, CPU 1 half of it.
+        cycles.add(1000, 100, 100);
+        cycles.add(400, 100, 50);
+        let mut never = Reading::default();
+        never.add(0, 100, 0);
+        let counts = counts_of(&["cycles", "branches"], &[cycles, never]);
+        let c = counts.events["cycles"];
+        assert_eq!(c.value, 1800.0);
+        assert_eq!(c.running, 0.75);
+        assert_eq!(counts.not_counted, vec!["branches".to_string()]);
+    }
+
+    /// Software events through the same open/read path as hardware ones, in a group and not.
+    #[test]
+    fn software_counters_count_this_threads_work() {
+        for group in [false, true] {
+            let set = CounterSet {
+                group,
+                ..crate::events::preset("software", crate::cpu::Method::Unknown).unwrap()
+            };
+            let tid = unsafe { libc::gettid() } as u32;
+            // As root (the test suite's requirement): perf_event_paranoid does not apply.
+            let counting = Counting::start(&set, &Scope::Threads(vec![tid])).unwrap();
+            let pages = 256;
+            // Fresh pages from the kernel each time (a reused heap would not fault again).
+            // SAFETY: a private anonymous mapping, written within its length, then unmapped.
+            unsafe {
+                let len = pages * 4096;
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                ) as *mut u8;
+                assert!(p as isize != -1);
+                for page in 0..pages {
+                    std::ptr::write_volatile(p.add(page * 4096), 1);
+                }
+                libc::munmap(p.cast(), len);
+            }
+            let counts = counting.read().unwrap();
+            let faults = counts.events["page-faults"].value;
+            assert!(faults >= pages as f64 * 0.9, "group={group}: {faults} faults for {pages} pages");
+            assert!(counts.events["task-clock"].value > 0.0);
+            assert_eq!(counts.events["page-faults"].running, 1.0, "software counters never multiplex");
+        }
+    }
+}
