@@ -10,7 +10,7 @@
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_smp_processor_id,
+        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_smp_processor_id,
         bpf_ktime_get_ns, bpf_probe_read_kernel,
     },
     macros::{map, raw_tracepoint},
@@ -423,6 +423,16 @@ fn name_of(task: u64, tid: u32, off: &TaskOffsets) -> [u8; COMM_LEN] {
     match task.tid(off) {
         Ok(now) if now == tid && tid != 0 => task.read(off.comm).unwrap_or([0; COMM_LEN]),
         _ => [0; COMM_LEN],
+    }
+}
+
+/// The task exec'd: its scheduling history stays, under its new name.
+#[inline(always)]
+pub fn rename_current(tid: u32) {
+    if let Some(stats) = TASK_STATS.get_ptr_mut(tid) {
+        if let Ok(comm) = bpf_get_current_comm() {
+            unsafe { (*stats).comm = comm };
+        }
     }
 }
 

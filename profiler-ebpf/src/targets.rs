@@ -100,10 +100,12 @@ fn try_forget_exit(ctx: &TracePointContext) -> Result<(), i64> {
 }
 
 /// After exec the old memory map is gone and the new one is not built yet (the loader has not
-/// mapped the libraries): forget the process, so its next sample announces it again.
+/// mapped the libraries): forget the process, so its next sample announces it again. It also has
+/// a new name.
 #[tracepoint]
 pub fn announce_exec(_ctx: TracePointContext) -> u32 {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    let _ = SEEN.remove(tgid);
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let _ = SEEN.remove((pid_tgid >> 32) as u32);
+    crate::sched::rename_current(pid_tgid as u32);
     0
 }

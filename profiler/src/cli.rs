@@ -59,6 +59,12 @@ pub struct Cli {
     /// 4): software events work everywhere, hardware ones need a PMU.
     #[arg(long = "counter", value_enum, value_name = "EVENT")]
     pub counters_events: Vec<CounterEvent>,
+    /// Topdown mode: the counters counted over the whole run: `topdown` (this CPU family's level-1
+    /// events and IPC), `branches`, `cache`, `tlb` (need a hardware PMU), or `software`
+    /// (task-clock, context switches, migrations, page faults: work everywhere).
+    #[arg(long, value_name = "SET",
+          value_parser = clap::builder::PossibleValuesParser::new(crate::events::PRESETS))]
+    pub preset: Option<String>,
     /// Topdown mode: compute the report from a `perf stat -x,` CSV taken elsewhere (no BPF, no root).
     #[arg(long, value_name = "FILE")]
     pub counters: Option<PathBuf>,

@@ -194,7 +194,10 @@ fn read_words(fd: &OwnedFd, n: usize) -> io::Result<Vec<u64>> {
         return Err(io::Error::last_os_error());
     }
     if (got as usize) < n * 8 {
-        return Err(io::Error::other(format!("short counter read: {got} of {} bytes", n * 8)));
+        return Err(io::Error::other(format!(
+            "short counter read: {got} of {} bytes",
+            n * 8
+        )));
     }
     Ok(words)
 }
@@ -289,9 +292,15 @@ mod tests {
             }
             let counts = counting.read().unwrap();
             let faults = counts.events["page-faults"].value;
-            assert!(faults >= pages as f64 * 0.9, "group={group}: {faults} faults for {pages} pages");
+            assert!(
+                faults >= pages as f64 * 0.9,
+                "group={group}: {faults} faults for {pages} pages"
+            );
             assert!(counts.events["task-clock"].value > 0.0);
-            assert_eq!(counts.events["page-faults"].running, 1.0, "software counters never multiplex");
+            assert_eq!(
+                counts.events["page-faults"].running, 1.0,
+                "software counters never multiplex"
+            );
         }
     }
 }

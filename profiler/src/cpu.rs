@@ -52,9 +52,13 @@ pub enum Method {
     /// Intel before Ice Lake: 4 slots per cycle, IDQ_UOPS_NOT_DELIVERED.
     IntelPreIcl,
     /// Intel Ice Lake and later: the `slots` fixed counter and the topdown metric events.
-    IntelIcl { slots: u32 },
+    IntelIcl {
+        slots: u32,
+    },
     /// AMD Zen 4 (6 slots) and Zen 5 (8): de_no_dispatch_per_slot.
-    AmdZen { slots: u32 },
+    AmdZen {
+        slots: u32,
+    },
     /// AMD Zen 3 and older: no per-slot dispatch events, IPC only.
     AmdNoSlots,
     /// Arm Neoverse N2/V2 and later: STALL_SLOT_* with the slot count from caps/slots.
@@ -65,6 +69,20 @@ pub enum Method {
 }
 
 impl Method {
+    /// Pipeline slots per cycle, where the family fixes it (Arm reads it from the PMU's caps).
+    pub fn slots(self) -> Option<u32> {
+        match self {
+            Method::IntelPreIcl => Some(4),
+            Method::IntelIcl { slots } | Method::AmdZen { slots } => Some(slots),
+            _ => None,
+        }
+    }
+
+    /// This machine's method.
+    pub fn here() -> Method {
+        this_cpu().map_or(Method::Unknown, |cpu| topdown_method(&cpu).1)
+    }
+
     pub fn describe(self) -> String {
         match self {
             Method::IntelPreIcl => "Intel pre-ICL: 4 slots, IDQ_UOPS_NOT_DELIVERED".into(),
@@ -87,7 +105,9 @@ pub fn topdown_method(cpu: &CpuId) -> (&'static str, Method) {
     match (cpu.vendor.as_str(), cpu.family) {
         ("GenuineIntel", 6) => match cpu.model {
             0x4e | 0x5e | 0x55 | 0x8e | 0x9e | 0xa5 | 0xa6 => ("Skylake-class", Method::IntelPreIcl),
-            0x6a | 0x6c | 0x7d | 0x7e | 0x8c | 0x8d | 0xa7 => ("Ice Lake-class", Method::IntelIcl { slots: 5 }),
+            0x6a | 0x6c | 0x7d | 0x7e | 0x8c | 0x8d | 0xa7 => {
+                ("Ice Lake-class", Method::IntelIcl { slots: 5 })
+            }
             0x8f | 0xcf | 0xad | 0xae | 0x97 | 0x9a | 0xb7 | 0xba | 0xbf | 0xaa | 0xac | 0xc5 | 0xc6 => (
                 "Sapphire Rapids / Alder Lake or later",
                 Method::IntelIcl { slots: 6 },

@@ -35,6 +35,8 @@ pub enum UserError {
     Usage(String),
     #[error("cannot use the counters in {}: {reason}", path.display())]
     Counters { path: PathBuf, reason: String },
+    #[error("{0}: pick another --preset, or --preset software for counters that work everywhere")]
+    Counting(String),
 }
 
 /// Process exit codes, for scripts.

@@ -148,12 +148,7 @@ const LL: u64 = 2;
 const DTLB: u64 = 3;
 const ITLB: u64 = 4;
 
-const BRANCHES: &[EventSpec] = &[
-    CYCLES,
-    INSTRUCTIONS,
-    hw("branches", 4),
-    hw("branch-misses", 5),
-];
+const BRANCHES: &[EventSpec] = &[CYCLES, INSTRUCTIONS, hw("branches", 4), hw("branch-misses", 5)];
 const CACHE: &[EventSpec] = &[
     cache("l1-dcache-loads", L1D, false),
     cache("l1-dcache-load-misses", L1D, true),
@@ -213,7 +208,11 @@ pub struct Pmu {
 impl Pmu {
     pub fn open(root: &Path, name: &str) -> Option<Pmu> {
         let dir = root.join(name);
-        let kind = std::fs::read_to_string(dir.join("type")).ok()?.trim().parse().ok()?;
+        let kind = std::fs::read_to_string(dir.join("type"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
         let mut formats = HashMap::new();
         for entry in std::fs::read_dir(dir.join("format")).ok()?.flatten() {
             let Ok(text) = std::fs::read_to_string(entry.path()) else {
@@ -248,6 +247,17 @@ impl Pmu {
         Pmu::open(root, &pick)
     }
 
+    /// Slots per cycle the PMU reports (Arm's `caps/slots`; 0 in KVM guests means unknown).
+    pub fn slots(&self) -> Option<u32> {
+        let text = std::fs::read_to_string(self.dir.join("caps/slots")).ok()?;
+        let text = text.trim();
+        let slots = match text.strip_prefix("0x") {
+            Some(hex) => u32::from_str_radix(hex, 16).ok()?,
+            None => text.parse().ok()?,
+        };
+        (slots > 0).then_some(slots)
+    }
+
     /// `config` for these terms, placed by the format files.
     pub fn encode(&self, terms: &[(&str, u64)]) -> Result<u64, String> {
         let mut config = 0u64;
@@ -264,7 +274,10 @@ impl Pmu {
                 rest = if width >= 64 { 0 } else { rest >> width };
             }
             if rest != 0 {
-                return Err(format!("{term}={value:#x} does not fit the {} PMU's format", self.name));
+                return Err(format!(
+                    "{term}={value:#x} does not fit the {} PMU's format",
+                    self.name
+                ));
             }
         }
         Ok(config)
@@ -311,7 +324,12 @@ pub fn resolve(spec: &EventSpec, core: Option<&Pmu>) -> Result<(u32, u64), Strin
         Source::Software(config) => Ok((PERF_TYPE_SOFTWARE, config)),
         Source::HwCache(config) => Ok((PERF_TYPE_HW_CACHE, config)),
         Source::Raw(terms) => {
-            let pmu = core.ok_or_else(|| format!("{} needs the CPU's PMU, which this kernel does not expose", spec.name))?;
+            let pmu = core.ok_or_else(|| {
+                format!(
+                    "{} needs the CPU's PMU, which this kernel does not expose",
+                    spec.name
+                )
+            })?;
             let config = match pmu.alias(spec.name) {
                 Some(alias) => alias?,
                 None => pmu.encode(terms)?,
@@ -346,7 +364,11 @@ mod tests {
         let root = fake_pmu(
             "cpu",
             4,
-            &[("event", "config:0-7,32-35"), ("umask", "config:8-15"), ("cmask", "config:24-31")],
+            &[
+                ("event", "config:0-7,32-35"),
+                ("umask", "config:8-15"),
+                ("cmask", "config:24-31"),
+            ],
             &[],
         );
         let pmu = Pmu::core(&root).unwrap();
@@ -366,12 +388,22 @@ mod tests {
             "cpu_core",
             8,
             &[("event", "config:0-7"), ("umask", "config:8-15")],
-            &[("topdown-retiring", "event=0x00,umask=0x80"), ("slots", "event=0x00,umask=0x4")],
+            &[
+                ("topdown-retiring", "event=0x00,umask=0x80"),
+                ("slots", "event=0x00,umask=0x4"),
+            ],
         );
         let pmu = Pmu::core(&root).unwrap();
         let set = topdown_set(Method::IntelIcl { slots: 5 });
-        assert!(set.group && set.events[0].name == "slots", "slots leads the group");
-        let resolved: Vec<_> = set.events.iter().map(|e| resolve(e, Some(&pmu)).unwrap()).collect();
+        assert!(
+            set.group && set.events[0].name == "slots",
+            "slots leads the group"
+        );
+        let resolved: Vec<_> = set
+            .events
+            .iter()
+            .map(|e| resolve(e, Some(&pmu)).unwrap())
+            .collect();
         assert_eq!(resolved[0], (8, 0x0400));
         assert_eq!(resolved[1], (8, 0x8000));
         assert_eq!(resolved[5], (0, 0), "cycles stays generic");
@@ -392,7 +424,11 @@ mod tests {
                 .events
                 .iter()
                 .map(|e| {
-                    let value = if e.name.starts_with("topdown-") { 64.0 } else { 1000.0 };
+                    let value = if e.name.starts_with("topdown-") {
+                        64.0
+                    } else {
+                        1000.0
+                    };
                     (e.name.to_string(), Count { value, running: 1.0 })
                 })
                 .collect();

@@ -21,7 +21,10 @@ use crate::{
     bpf::{LoadOptions, Loaded},
     cli::{Cli, CounterEvent, Event, Format, Mode, OffCpuStacks},
     collect::{drain_into, KernelSource, SampleSource},
+    counting::{Counting, Scope},
+    cpu::Method,
     error::UserError,
+    events::{self, CounterSet, Pmu},
     launcher::{self, RunningCommand},
     modes::{
         hotspot,
@@ -33,6 +36,7 @@ use crate::{
     profile::RawProfile,
     report::{self, RunMeta},
     symbolize::Symbolizer,
+    tma::Counts,
 };
 
 /// How often the kernel maps are drained: often enough that a map never fills, rarely enough
@@ -54,6 +58,8 @@ pub struct Plan {
     pub offcpu_stacks: OffCpuStacks,
     /// Hotspot: counters whose deltas are attributed to the sampled stacks.
     pub counters: Vec<CounterEvent>,
+    /// Topdown: the counter set counted over the run.
+    pub preset: String,
 }
 
 impl Plan {
@@ -80,6 +86,9 @@ impl Plan {
         let pids = preflight::resolve_pids(&cli.pids)?;
         if let Some(program) = cli.command.first() {
             launcher::resolve(program)?;
+        }
+        if cli.preset.is_some() && cli.mode != Mode::Topdown {
+            return Err(UserError::Usage("--preset goes with --mode topdown".into()));
         }
         if !cli.counters_events.is_empty() && cli.mode != Mode::Hotspot {
             return Err(UserError::Usage("--counter goes with --mode hotspot".into()));
@@ -113,6 +122,7 @@ impl Plan {
                 _ => cli.offcpu_stacks,
             },
             counters: cli.counters_events.clone(),
+            preset: cli.preset.clone().unwrap_or_else(|| "topdown".into()),
         })
     }
 
@@ -161,6 +171,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         procs,
         meta,
         exit_code,
+        counts,
     } = recording;
     let described = match collected {
         Collected::Hotspot(profile) => {
@@ -171,8 +182,14 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             format!("{} samples", report.samples)
         }
         Collected::Sched(collection, health) if plan.mode == Mode::Topdown => {
-            let reason = topdown_reason();
-            let report = topdown::thread_states(meta, health, &collection, reason);
+            let reason = topdown_reason(&plan.preset);
+            let mut report = topdown::thread_states(meta, health, &collection, reason);
+            if let Some((set, counts)) = &counts {
+                let slots = Method::here()
+                    .slots()
+                    .or_else(|| Pmu::core(Path::new(events::SYSFS_PMUS))?.slots());
+                report = topdown::with_counts(report, set.name, counts, slots);
+            }
             output::write_report(plan.output.as_deref(), &|out| renderer.topdown(&report, out))?;
             format!("{} threads", report.threads.len())
         }
@@ -233,11 +250,41 @@ fn topdown_from_counters(cli: &Cli, path: &Path) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Why topdown shows thread states: the missing PMU, or (where one exists) this version's limit.
-fn topdown_reason() -> String {
+/// Why topdown shows no level-1 split from hardware: the missing PMU, or the counter set chosen.
+fn topdown_reason(preset: &str) -> String {
     crate::pmu::missing_reason().unwrap_or_else(|| {
-        "topdown from hardware counters is not implemented in this version of bpfprof".to_string()
+        format!("the {preset} counter set has no pipeline-slot events (--preset topdown has)")
     })
+}
+
+/// Topdown's counters over the whole run: per thread of the targets (inherited by what they
+/// start) or per CPU. None, after one line saying why, when the set needs a PMU there is not.
+fn start_counting(plan: &Plan, command: Option<u32>) -> anyhow::Result<Option<(CounterSet, Counting)>> {
+    let method = Method::here();
+    let set = events::preset(&plan.preset, method)
+        .ok_or_else(|| UserError::Usage(format!("unknown --preset {}", plan.preset)))?;
+    if set.hardware {
+        if let Some(reason) = crate::pmu::missing_reason() {
+            eprintln!(
+                "bpfprof: topdown: {reason}. Showing where each thread's time went instead (thread states from the scheduler)."
+            );
+            return Ok(None);
+        }
+    }
+    let scope = if plan.system_wide {
+        Scope::Cpus(aya::util::online_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?)
+    } else {
+        Scope::Threads(
+            plan.pids
+                .iter()
+                .flat_map(|&pid| threads_of(pid))
+                .chain(command)
+                .collect(),
+        )
+    };
+    let counting = Counting::start(&set, &scope).map_err(|e| UserError::Counting(e.to_string()))?;
+    log::info!("counting the {} set: {} events", set.name, set.events.len());
+    Ok(Some((set, counting)))
 }
 
 fn warn_failures(failures: &[String]) {
@@ -256,6 +303,8 @@ pub struct Recording {
     pub procs: Processes,
     pub meta: RunMeta,
     pub exit_code: i32,
+    /// Topdown: the whole-run counter totals.
+    pub counts: Option<(CounterSet, Counts)>,
 }
 
 /// What a mode drains from the kernel while it runs.
@@ -408,12 +457,10 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     // together below).
     let mut events = unsafe { AsyncFd::register(RingBuf::try_from(events)?) }
         .map_err(|e| anyhow::anyhow!("watching the event ring: {e}"))?;
-    if plan.mode == Mode::Topdown {
-        eprintln!(
-            "bpfprof: topdown: {}. Showing where each thread's time went instead (thread states from the scheduler).",
-            topdown_reason()
-        );
-    }
+    let counting = match plan.mode {
+        Mode::Topdown => start_counting(plan, paused.as_ref().map(|p| p.pid()))?,
+        _ => None,
+    };
     let (mut collector, cpus, what) = match plan.mode {
         Mode::Sched | Mode::Topdown => {
             let sched = Box::new(SchedSource::take(&mut loaded.ebpf)?);
@@ -502,6 +549,15 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     // Both epoch slots, so nothing recorded is left behind.
     capture_announced(events.get_mut(), &mut procs);
     collector.drain(&mut kernel, &mut procs)?;
+    // The counters' totals at the moment the run ended (a command's counts include its exited
+    // children: they fold into the inherited parent counters).
+    let counts = counting.and_then(|(set, counting)| match counting.read() {
+        Ok(counts) => Some((set, counts)),
+        Err(e) => {
+            log::warn!("reading the {} counters: {e}", set.name);
+            None
+        }
+    });
     collector.drain(&mut kernel, &mut procs)?;
     let collected = collector.finish(&mut kernel, &mut procs)?;
     drop(events);
@@ -552,6 +608,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         procs,
         meta,
         exit_code,
+        counts,
     })
 }
 

@@ -230,6 +230,16 @@ const RATIOS: &[(&str, &str, &str)] = &[
 pub fn analyze(counts: &Counts, slots: Option<u32>) -> Result<Tma, TmaError> {
     let family = Family::detect(counts, slots)?;
     let level1 = level1(family, counts)?;
+    Ok(Tma {
+        family: family.name(),
+        level1,
+        ..derived_only(counts)
+    })
+}
+
+/// IPC, derived metrics and multiplexing of counts that hold no level-1 set (a CPU without slot
+/// events, or the branches/cache/TLB presets).
+pub fn derived_only(counts: &Counts) -> Tma {
     let cycles = [
         "cycles",
         "cpu-cycles",
@@ -260,13 +270,13 @@ pub fn analyze(counts: &Counts, slots: Option<u32>) -> Result<Tma, TmaError> {
         .map(|(n, c)| (n.clone(), c.running))
         .collect();
     multiplexed.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(Tma {
-        family: family.name(),
-        level1,
+    Tma {
+        family: String::new(),
+        level1: None,
         ipc,
         metrics,
         multiplexed,
-    })
+    }
 }
 
 /// Healthy or worth investigating, by the usual level-1 rules of thumb (pmu-tools flags a node

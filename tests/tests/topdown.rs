@@ -217,3 +217,165 @@ fn counters_need_topdown_and_perf_csv() {
         stderr(&out)
     );
 }
+
+/// The whole-run counting path (the one the hardware sets use) with the software set, which
+/// works without a PMU: per-thread counters inherited by threads started later, against the
+/// workload's own accounting and against the scheduler tracepoints' independent view.
+#[test]
+fn software_counters_match_the_workloads_own_accounting() {
+    let json = temp_path("topdown-software.json");
+    let schedload = workload("schedload");
+    let out = run(&[
+        "--mode",
+        "topdown",
+        "--preset",
+        "software",
+        "-o",
+        json.to_str().unwrap(),
+        "--",
+        schedload.to_str().unwrap(),
+        "2",
+        "3",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["preset"], "software");
+    assert!(report["level1"].is_null(), "software counters give no level 1");
+    let counter = |name: &str| {
+        let c = report["counters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["event"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {}", report["counters"]));
+        assert_eq!(c["running"], 1.0, "software counters are never multiplexed");
+        c["value"].as_f64().unwrap()
+    };
+    // The threads are created after the counters open: only inheritance can count them.
+    let (mut oncpu, mut runs) = (0.0, 0.0);
+    for line in stdout(&out).lines().filter(|l| l.starts_with("TASK ")) {
+        let kv: HashMap<&str, f64> = line[5..]
+            .split_whitespace()
+            .filter_map(|kv| kv.split_once('='))
+            .filter_map(|(k, v)| Some((k, v.parse().ok()?)))
+            .collect();
+        oncpu += kv["oncpu"];
+        runs += kv["pcount"];
+    }
+    assert!(oncpu > 1e9, "4 threads, 2 CPUs, 2 s: {oncpu}");
+    let task_clock = counter("task-clock");
+    // The main thread's own setup and the threads' last instants after they read schedstat.
+    assert!(
+        (task_clock - oncpu).abs() <= 0.05 * oncpu + 20e6,
+        "task-clock {task_clock} ns vs the threads' own on-CPU {oncpu} ns"
+    );
+    let switches = counter("context-switches");
+    assert!(
+        (switches - runs).abs() <= 0.10 * runs + 20.0,
+        "context switches {switches} vs the threads' timeslices {runs}"
+    );
+    // Two mechanisms, one truth: the counters and the sched tracepoints agree on CPU time.
+    let running: f64 = report["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["running_ns"].as_f64().unwrap())
+        .sum();
+    assert!(
+        (task_clock - running).abs() <= 0.05 * running,
+        "task-clock {task_clock} vs thread-state running {running}"
+    );
+
+    // Page faults, in a process whose faults are known.
+    let out = run(&[
+        "--mode",
+        "topdown",
+        "--preset",
+        "software",
+        "-o",
+        json.to_str().unwrap(),
+        "--",
+        workload("hotspot").to_str().unwrap(),
+        "faults",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let faults = truth(&stdout(&out))["faults"];
+    let counted = report["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["event"] == "page-faults")
+        .unwrap()["value"]
+        .as_f64()
+        .unwrap();
+    // Plus the loader's and libc's own faults at start-up (a few hundred).
+    assert!(
+        counted >= faults && counted <= faults * 1.01 + 2000.0,
+        "page faults {counted} vs {faults} touched"
+    );
+    assert_no_programs_left();
+}
+
+/// `-p`: every thread that already exists gets its own counters.
+#[test]
+fn software_counters_cover_every_thread_of_a_running_process() {
+    let target = start_workload("schedload", &["4", "3"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let json = temp_path("topdown-software-p.json");
+    let pid = target.pid().to_string();
+    let out = run(&[
+        "--mode",
+        "topdown",
+        "--preset",
+        "software",
+        "-p",
+        &pid,
+        "-d",
+        "2",
+        "-o",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let task_clock = report["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["event"] == "task-clock")
+        .unwrap()["value"]
+        .as_f64()
+        .unwrap();
+    let running: f64 = report["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["running_ns"].as_f64().unwrap())
+        .sum();
+    // 3 busy threads on 2 CPUs for 2 s: close to 4 CPU-seconds.
+    assert!(running > 3e9, "{running}");
+    assert!(
+        (task_clock - running).abs() <= 0.05 * running,
+        "task-clock {task_clock} vs thread-state running {running}"
+    );
+}
+
+#[test]
+fn presets_needing_a_pmu_fall_back_and_bad_presets_are_refused() {
+    assert!(!has_pmu(), "written for a machine without a PMU");
+    let out = run(&["--mode", "topdown", "--preset", "branches", "-a", "-d", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let lines = stderr(&out)
+        .lines()
+        .filter(|l| l.contains("no hardware PMU"))
+        .count();
+    assert_eq!(lines, 1, "{}", stderr(&out));
+    assert!(stdout(&out).contains("Where each thread's time went"));
+    let out = run(&["--mode", "topdown", "--preset", "nonsense", "-a", "-d", "1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = run(&["--mode", "sched", "--preset", "software", "-a", "-d", "1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--preset goes with --mode topdown"));
+    assert_no_programs_left();
+}

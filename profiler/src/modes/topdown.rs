@@ -7,7 +7,11 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::sched::{OpenState, SchedCollection};
-use crate::{profile::Health, report::RunMeta, tma::Tma};
+use crate::{
+    profile::Health,
+    report::RunMeta,
+    tma::{self, Counts, Tma},
+};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ThreadState {
@@ -33,11 +37,20 @@ impl ThreadState {
     }
 }
 
+/// One counter's total over the run, scaled for multiplexing.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct CounterValue {
+    pub event: String,
+    pub value: f64,
+    /// Share of the run the counter was on the PMU (1 = not multiplexed).
+    pub running: f64,
+}
+
 #[derive(Clone, Debug)]
 pub struct TopdownReport {
     pub meta: RunMeta,
     pub health: Health,
-    /// "thread-state" (no PMU) — "pmu" once hardware topdown exists.
+    /// "pmu" when level 1 comes from hardware counters, else "thread-state".
     pub source: &'static str,
     /// Why the PMU split is not shown (empty when it is).
     pub reason: String,
@@ -45,6 +58,9 @@ pub struct TopdownReport {
     pub cpu: String,
     /// The PMU analysis, when counters were available.
     pub tma: Option<Tma>,
+    /// The counter set counted over the whole run (`--preset`), if any, and its totals.
+    pub preset: Option<&'static str>,
+    pub counters: Vec<CounterValue>,
     /// Most running time first.
     pub threads: Vec<ThreadState>,
     /// Per process (tid = 0, comm of its first thread), most running time first.
@@ -97,6 +113,8 @@ pub fn thread_states(meta: RunMeta, health: Health, c: &SchedCollection, reason:
         reason,
         cpu: crate::cpu::describe(),
         tma: None,
+        preset: None,
+        counters: Vec::new(),
         threads,
         processes,
     }
@@ -111,9 +129,57 @@ pub fn from_counters(meta: RunMeta, tma: Tma) -> TopdownReport {
         reason: String::new(),
         cpu: String::new(),
         tma: Some(tma),
+        preset: None,
+        counters: Vec::new(),
         threads: Vec::new(),
         processes: Vec::new(),
     }
+}
+
+/// Add what a counter set counted over the run. For the topdown set, level 1 where the CPU
+/// family has one (then the source is "pmu"), else IPC and derived metrics with the reason.
+pub fn with_counts(
+    mut report: TopdownReport,
+    preset: &'static str,
+    counts: &Counts,
+    slots: Option<u32>,
+) -> TopdownReport {
+    let mut counters: Vec<CounterValue> = counts
+        .events
+        .iter()
+        .map(|(event, c)| CounterValue {
+            event: event.clone(),
+            value: c.value,
+            running: c.running,
+        })
+        .collect();
+    counters.sort_by(|a, b| a.event.cmp(&b.event));
+    let tma = match (preset, tma::analyze(counts, slots)) {
+        ("topdown", Ok(tma)) => {
+            report.source = "pmu";
+            report.reason.clear();
+            tma
+        }
+        (_, result) => {
+            if preset == "topdown" {
+                if let Err(e) = result {
+                    report.reason = e.to_string();
+                }
+            }
+            tma::derived_only(counts)
+        }
+    };
+    if !counts.not_counted.is_empty() {
+        report.meta.notes.push(format!(
+            "never counted (multiplexed out, or the targets never ran): {}",
+            counts.not_counted.join(", ")
+        ));
+    }
+    let hardware = tma.ipc.is_some() || !tma.metrics.is_empty() || tma.level1.is_some();
+    report.tma = hardware.then_some(tma);
+    report.preset = Some(preset);
+    report.counters = counters;
+    report
 }
 
 #[cfg(test)]

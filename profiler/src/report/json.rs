@@ -8,7 +8,7 @@ use crate::{
     modes::{
         hotspot::{FunctionStat, HotspotReport, Stack},
         sched::{OffCpuStack, SchedReport, SlowWait, TaskLatency},
-        topdown::{ThreadState, TopdownReport},
+        topdown::{CounterValue, ThreadState, TopdownReport},
     },
     profile::Health,
     tma::Level1,
@@ -70,6 +70,9 @@ struct TopdownJson<'a> {
     metrics: serde_json::Map<String, serde_json::Value>,
     /// Counter name -> share of the time it was running, for those multiplexed.
     multiplexed: serde_json::Map<String, serde_json::Value>,
+    /// The counter set counted over the run (`--preset`) and its totals.
+    preset: Option<&'static str>,
+    counters: &'a [CounterValue],
     functions: [(); 0],
     notes: &'a [String],
     warnings: Vec<String>,
@@ -105,6 +108,8 @@ impl Renderer for Json {
             ipc: r.tma.as_ref().and_then(|t| t.ipc),
             metrics: pairs(r.tma.as_ref().map(|t| &t.metrics[..]).unwrap_or(&[])),
             multiplexed: pairs(r.tma.as_ref().map(|t| &t.multiplexed[..]).unwrap_or(&[])),
+            preset: r.preset,
+            counters: &r.counters,
             functions: [],
             notes: &r.meta.notes,
             warnings: r.health.warnings(),

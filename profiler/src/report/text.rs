@@ -24,8 +24,11 @@ const TOP_SLOW: usize = 15;
 
 impl Renderer for Text {
     fn topdown(&self, r: &TopdownReport, out: &mut dyn Write) -> io::Result<()> {
-        if let Some(tma) = &r.tma {
-            return tma_text(r, tma, out);
+        if r.threads.is_empty() {
+            // From a counters file: no run, no threads.
+            if let Some(tma) = &r.tma {
+                return tma_text(r, tma, out);
+            }
         }
         let m = &r.meta;
         writeln!(
@@ -33,18 +36,40 @@ impl Renderer for Text {
             "bpfprof topdown: {} | {:.1} s | {} CPUs",
             m.target, m.duration_s, m.cpus
         )?;
-        writeln!(out, "No pipeline-slot breakdown: {}.", r.reason)?;
+        if r.source != "pmu" {
+            writeln!(out, "No pipeline-slot breakdown: {}.", r.reason)?;
+        }
         writeln!(out, "{}", r.cpu)?;
-        writeln!(
-            out,
-            "Instead, where each thread's time went (thread states from the scheduler, not PMU counters):"
-        )?;
         for note in &m.notes {
             writeln!(out, "note: {note}")?;
         }
         for warning in r.health.warnings() {
             writeln!(out, "warning: {warning}")?;
         }
+        if let Some(tma) = &r.tma {
+            tma_sections(tma, out)?;
+        }
+        if let Some(preset) = r.preset {
+            writeln!(
+                out,
+                "
+Counters ({preset} set, whole run, scaled where multiplexed)"
+            )?;
+            for c in &r.counters {
+                writeln!(
+                    out,
+                    "  {:<44} {:>18.0}  {:>5.1}% of the time counted",
+                    c.event,
+                    c.value,
+                    c.running * 100.0
+                )?;
+            }
+        }
+        writeln!(
+            out,
+            "
+Where each thread's time went (thread states from the scheduler, not PMU counters):"
+        )?;
         for (title, rows) in [("Per process", &r.processes), ("Per thread", &r.threads)] {
             writeln!(out, "\n{title}")?;
             writeln!(
@@ -356,11 +381,15 @@ fn describe(frame: &Frame) -> String {
 }
 
 fn tma_text(r: &TopdownReport, tma: &crate::tma::Tma, out: &mut dyn Write) -> io::Result<()> {
-    use crate::tma::assess;
     writeln!(out, "bpfprof topdown: {} | {}", r.meta.target, tma.family)?;
     for note in &r.meta.notes {
         writeln!(out, "note: {note}")?;
     }
+    tma_sections(tma, out)
+}
+
+fn tma_sections(tma: &crate::tma::Tma, out: &mut dyn Write) -> io::Result<()> {
+    use crate::tma::assess;
     match &tma.level1 {
         Some(l) => {
             writeln!(out, "\nLevel 1: where the pipeline slots went")?;
