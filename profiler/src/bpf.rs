@@ -153,11 +153,7 @@ impl Loaded {
             (names::PROG_WAKEUP_NEW, "sched_wakeup_new"),
             (names::PROG_SWITCH, "sched_switch"),
         ] {
-            let program: &mut RawTracePoint = self
-                .ebpf
-                .program_mut(prog)
-                .with_context(|| format!("program {prog} missing"))?
-                .try_into()?;
+            let program: &mut RawTracePoint = self.program(prog)?;
             program.load().with_context(|| format!("loading {prog}"))?;
             program
                 .attach(event)
@@ -168,17 +164,25 @@ impl Loaded {
 
     fn attach_tracepoints(&mut self, programs: &[(&str, &str)]) -> anyhow::Result<()> {
         for &(prog, event) in programs {
-            let program: &mut TracePoint = self
-                .ebpf
-                .program_mut(prog)
-                .with_context(|| format!("program {prog} missing"))?
-                .try_into()?;
+            let program: &mut TracePoint = self.program(prog)?;
             program.load().with_context(|| format!("loading {prog}"))?;
             program
                 .attach("sched", event)
                 .with_context(|| format!("attaching to sched:{event}"))?;
         }
         Ok(())
+    }
+
+    /// A program of the object, as its kind.
+    fn program<'a, P>(&'a mut self, name: &str) -> anyhow::Result<&'a mut P>
+    where
+        &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+    {
+        let program = self
+            .ebpf
+            .program_mut(name)
+            .with_context(|| format!("program {name} missing"))?;
+        Ok(program.try_into()?)
     }
 
     /// Open one counting event per CPU for each counter and hand them to the sampling program.
@@ -240,11 +244,7 @@ impl Loaded {
                 SamplePolicy::Frequency(frequency_hz),
             ),
         };
-        let program: &mut PerfEvent = self
-            .ebpf
-            .program_mut(names::PROG_SAMPLE)
-            .context("program sample_stack missing")?
-            .try_into()?;
+        let program: &mut PerfEvent = self.program(names::PROG_SAMPLE)?;
         program.load().context("loading the sampling program")?;
         let cpus = online_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
         for &cpu in &cpus {

@@ -218,39 +218,65 @@ fn counters_need_topdown_and_perf_csv() {
     );
 }
 
+/// A topdown run written as JSON: its output and the parsed report.
+fn topdown_json(name: &str, args: &[&str]) -> (std::process::Output, Value) {
+    let json = temp_path(name);
+    let mut all = vec!["--mode", "topdown", "-o", json.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let out = run(&all);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    (out, report)
+}
+
+/// A counter's total in a report; software counters are never multiplexed.
+fn counter(report: &Value, name: &str) -> f64 {
+    let c = report["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["event"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {}", report["counters"]));
+    assert_eq!(c["running"], 1.0, "{name} was multiplexed");
+    c["value"].as_f64().unwrap()
+}
+
+/// The threads' running time by the sched tracepoints, and how far the task-clock counter is
+/// from it: two mechanisms, one truth.
+fn assert_task_clock_matches_thread_states(report: &Value) -> f64 {
+    let running: f64 = report["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["running_ns"].as_f64().unwrap())
+        .sum();
+    let task_clock = counter(report, "task-clock");
+    assert!(
+        (task_clock - running).abs() <= 0.05 * running,
+        "task-clock {task_clock} vs thread-state running {running}"
+    );
+    running
+}
+
 /// The whole-run counting path (the one the hardware sets use) with the software set, which
 /// works without a PMU: per-thread counters inherited by threads started later, against the
 /// workload's own accounting and against the scheduler tracepoints' independent view.
 #[test]
 fn software_counters_match_the_workloads_own_accounting() {
-    let json = temp_path("topdown-software.json");
     let schedload = workload("schedload");
-    let out = run(&[
-        "--mode",
-        "topdown",
-        "--preset",
-        "software",
-        "-o",
-        json.to_str().unwrap(),
-        "--",
-        schedload.to_str().unwrap(),
-        "2",
-        "3",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let (out, report) = topdown_json(
+        "topdown-software.json",
+        &[
+            "--preset",
+            "software",
+            "--",
+            schedload.to_str().unwrap(),
+            "2",
+            "3",
+        ],
+    );
     assert_eq!(report["preset"], "software");
     assert!(report["level1"].is_null(), "software counters give no level 1");
-    let counter = |name: &str| {
-        let c = report["counters"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["event"] == name)
-            .unwrap_or_else(|| panic!("no {name} in {}", report["counters"]));
-        assert_eq!(c["running"], 1.0, "software counters are never multiplexed");
-        c["value"].as_f64().unwrap()
-    };
     // The threads are created after the counters open: only inheritance can count them.
     let (mut oncpu, mut runs) = (0.0, 0.0);
     for line in stdout(&out).lines().filter(|l| l.starts_with("TASK ")) {
@@ -263,53 +289,34 @@ fn software_counters_match_the_workloads_own_accounting() {
         runs += kv["pcount"];
     }
     assert!(oncpu > 1e9, "4 threads, 2 CPUs, 2 s: {oncpu}");
-    let task_clock = counter("task-clock");
+    let task_clock = counter(&report, "task-clock");
     // The main thread's own setup and the threads' last instants after they read schedstat.
     assert!(
         (task_clock - oncpu).abs() <= 0.05 * oncpu + 20e6,
         "task-clock {task_clock} ns vs the threads' own on-CPU {oncpu} ns"
     );
-    let switches = counter("context-switches");
+    let switches = counter(&report, "context-switches");
     assert!(
         (switches - runs).abs() <= 0.10 * runs + 20.0,
         "context switches {switches} vs the threads' timeslices {runs}"
     );
-    // Two mechanisms, one truth: the counters and the sched tracepoints agree on CPU time.
-    let running: f64 = report["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["running_ns"].as_f64().unwrap())
-        .sum();
-    assert!(
-        (task_clock - running).abs() <= 0.05 * running,
-        "task-clock {task_clock} vs thread-state running {running}"
-    );
+    assert_task_clock_matches_thread_states(&report);
 
     // Page faults, in a process whose faults are known.
-    let out = run(&[
-        "--mode",
-        "topdown",
-        "--preset",
-        "software",
-        "-o",
-        json.to_str().unwrap(),
-        "--",
-        workload("hotspot").to_str().unwrap(),
-        "faults",
-        "1",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let hotspot = workload("hotspot");
+    let (out, report) = topdown_json(
+        "topdown-faults.json",
+        &[
+            "--preset",
+            "software",
+            "--",
+            hotspot.to_str().unwrap(),
+            "faults",
+            "1",
+        ],
+    );
     let faults = truth(&stdout(&out))["faults"];
-    let counted = report["counters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["event"] == "page-faults")
-        .unwrap()["value"]
-        .as_f64()
-        .unwrap();
+    let counted = counter(&report, "page-faults");
     // Plus the loader's and libc's own faults at start-up (a few hundred).
     assert!(
         counted >= faults && counted <= faults * 1.01 + 2000.0,
@@ -323,42 +330,14 @@ fn software_counters_match_the_workloads_own_accounting() {
 fn software_counters_cover_every_thread_of_a_running_process() {
     let target = start_workload("schedload", &["4", "3"]);
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let json = temp_path("topdown-software-p.json");
     let pid = target.pid().to_string();
-    let out = run(&[
-        "--mode",
-        "topdown",
-        "--preset",
-        "software",
-        "-p",
-        &pid,
-        "-d",
-        "2",
-        "-o",
-        json.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let task_clock = report["counters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["event"] == "task-clock")
-        .unwrap()["value"]
-        .as_f64()
-        .unwrap();
-    let running: f64 = report["threads"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["running_ns"].as_f64().unwrap())
-        .sum();
-    // 3 busy threads on 2 CPUs for 2 s: close to 4 CPU-seconds.
-    assert!(running > 3e9, "{running}");
-    assert!(
-        (task_clock - running).abs() <= 0.05 * running,
-        "task-clock {task_clock} vs thread-state running {running}"
+    let (_, report) = topdown_json(
+        "topdown-software-p.json",
+        &["--preset", "software", "-p", &pid, "-d", "2"],
     );
+    // 3 busy threads on 2 CPUs for 2 s: close to 4 CPU-seconds.
+    let running = assert_task_clock_matches_thread_states(&report);
+    assert!(running > 3e9, "{running}");
 }
 
 #[test]
