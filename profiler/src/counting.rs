@@ -4,11 +4,12 @@
 //! multiplex it.
 use std::{
     io,
-    os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
+    os::fd::{AsRawFd as _, OwnedFd},
 };
 
 use crate::{
     events::{resolve, CounterSet, Pmu, SYSFS_PMUS},
+    pmu::{perf_event_open, Attr},
     tma::{Count, Counts},
 };
 
@@ -48,44 +49,6 @@ pub enum CountingError {
     Open { event: String, source: io::Error },
 }
 
-/// perf_event_attr up to config2 (PERF_ATTR_SIZE_VER1).
-#[repr(C)]
-#[derive(Default)]
-struct Attr {
-    kind: u32,
-    size: u32,
-    config: u64,
-    sample_period: u64,
-    sample_type: u64,
-    read_format: u64,
-    flags: u64,
-    wakeup_events: u32,
-    bp_type: u32,
-    config1: u64,
-    config2: u64,
-}
-const _: () = assert!(size_of::<Attr>() == 72);
-
-fn perf_event_open(attr: &Attr, pid: i32, cpu: i32, group: i32) -> io::Result<OwnedFd> {
-    const PERF_FLAG_FD_CLOEXEC: u64 = 8;
-    // SAFETY: the kernel reads `attr.size` bytes of the attribute and returns a new fd or -1.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_perf_event_open,
-            attr as *const Attr,
-            pid,
-            cpu,
-            group,
-            PERF_FLAG_FD_CLOEXEC,
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor that we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
 impl Counting {
     /// Open and start the set's counters on every thread or CPU of `scope`. A thread that exits
     /// before its counters open is skipped; anything else the kernel refuses is an error that
@@ -113,7 +76,6 @@ impl Counting {
             for (i, &(kind, config)) in encodings.iter().enumerate() {
                 let attr = Attr {
                     kind,
-                    size: size_of::<Attr>() as u32,
                     config,
                     read_format: FORMAT_TOTAL_TIME_ENABLED
                         | FORMAT_TOTAL_TIME_RUNNING

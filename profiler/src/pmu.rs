@@ -1,4 +1,5 @@
-//! Is there a hardware PMU? Asked the way it will be used: by opening a cycles counter.
+//! Is there a hardware PMU? Asked the way it will be used: by opening a cycles counter. Also the
+//! one `perf_event_open` wrapper the counting paths share.
 use std::{
     io,
     os::fd::{FromRawFd as _, OwnedFd},
@@ -28,31 +29,60 @@ fn open_cycles_counter() -> io::Result<()> {
 /// A counting (not sampling) perf event: of process `pid` on any CPU, or of every process on
 /// `cpu` with pid -1.
 pub fn open_counter(kind: u32, config: u64, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
-    // perf_event_attr with only the fields a counting event needs; the kernel accepts the
-    // version-0 size (64 bytes).
-    #[repr(C)]
-    struct Attr {
-        kind: u32,
-        size: u32,
-        config: u64,
-        rest: [u64; 6],
-    }
-    const _: () = assert!(std::mem::size_of::<Attr>() == 64);
     let attr = Attr {
         kind,
-        size: 64,
         config,
-        rest: [0; 6],
+        ..Attr::default()
     };
+    perf_event_open(&attr, pid, cpu, -1)
+}
+
+/// perf_event_attr up to config2 (PERF_ATTR_SIZE_VER1): what counting events need.
+#[repr(C)]
+pub struct Attr {
+    pub kind: u32,
+    pub size: u32,
+    pub config: u64,
+    pub sample_period: u64,
+    pub sample_type: u64,
+    pub read_format: u64,
+    pub flags: u64,
+    pub wakeup_events: u32,
+    pub bp_type: u32,
+    pub config1: u64,
+    pub config2: u64,
+}
+const _: () = assert!(std::mem::size_of::<Attr>() == 72);
+
+impl Default for Attr {
+    fn default() -> Attr {
+        Attr {
+            kind: 0,
+            size: std::mem::size_of::<Attr>() as u32,
+            config: 0,
+            sample_period: 0,
+            sample_type: 0,
+            read_format: 0,
+            flags: 0,
+            wakeup_events: 0,
+            bp_type: 0,
+            config1: 0,
+            config2: 0,
+        }
+    }
+}
+
+/// `perf_event_open(2)`, close-on-exec; `group` is the leader's fd or -1.
+pub fn perf_event_open(attr: &Attr, pid: i32, cpu: i32, group: i32) -> io::Result<OwnedFd> {
     const PERF_FLAG_FD_CLOEXEC: u64 = 8;
-    // SAFETY: perf_event_open reads `size` bytes of the attribute; it returns a new fd or -1.
+    // SAFETY: the kernel reads `attr.size` bytes of the attribute and returns a new fd or -1.
     let fd = unsafe {
         libc::syscall(
             libc::SYS_perf_event_open,
-            &attr as *const Attr,
+            attr as *const Attr,
             pid,
             cpu,
-            -1,
+            group,
             PERF_FLAG_FD_CLOEXEC,
         )
     };
