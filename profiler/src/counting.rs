@@ -8,7 +8,7 @@ use std::{
 };
 
 use crate::{
-    events::{resolve, CounterSet, Pmu, SYSFS_PMUS},
+    events::{resolve, CounterSet, Pmu},
     pmu::{perf_event_open, Attr},
     tma::{Count, Counts},
 };
@@ -53,13 +53,12 @@ impl Counting {
     /// Open and start the set's counters on every thread or CPU of `scope`. A thread that exits
     /// before its counters open is skipped; anything else the kernel refuses is an error that
     /// names the event.
-    pub fn start(set: &CounterSet, scope: &Scope) -> Result<Counting, CountingError> {
-        let core = Pmu::core(std::path::Path::new(SYSFS_PMUS));
+    pub fn start(set: &CounterSet, core: Option<&Pmu>, scope: &Scope) -> Result<Counting, CountingError> {
         let encodings = set
             .events
             .iter()
             .map(|e| {
-                resolve(e, core.as_ref()).map_err(|reason| CountingError::Unsupported {
+                resolve(e, core).map_err(|reason| CountingError::Unsupported {
                     event: e.name.to_string(),
                     reason,
                 })
@@ -232,7 +231,8 @@ mod tests {
             };
             let tid = unsafe { libc::gettid() } as u32;
             // As root (the test suite's requirement): perf_event_paranoid does not apply.
-            let counting = Counting::start(&set, &Scope::Threads(vec![tid])).unwrap();
+            let core = Pmu::core(std::path::Path::new(crate::events::SYSFS_PMUS));
+            let counting = Counting::start(&set, core.as_ref(), &Scope::Threads(vec![tid])).unwrap();
             let pages = 256;
             // Fresh pages from the kernel each time (a reused heap would not fault again).
             // SAFETY: a private anonymous mapping, written within its length, then unmapped.

@@ -171,7 +171,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         procs,
         meta,
         exit_code,
-        counts,
+        topdown,
     } = recording;
     let described = match collected {
         Collected::Hotspot(profile) => {
@@ -182,13 +182,10 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             format!("{} samples", report.samples)
         }
         Collected::Sched(collection, health) if plan.mode == Mode::Topdown => {
-            let reason = topdown_reason(&plan.preset);
-            let mut report = topdown::thread_states(meta, health, &collection, reason);
-            if let Some((set, counts)) = &counts {
-                let slots = Method::here()
-                    .slots()
-                    .or_else(|| Pmu::core(Path::new(events::SYSFS_PMUS))?.slots());
-                report = topdown::with_counts(report, set.name, counts, slots);
+            let topdown = topdown.context("topdown run without its counting state")?;
+            let mut report = topdown::thread_states(meta, health, &collection, topdown.reason);
+            if let Some(counts) = &topdown.counts {
+                report = topdown::with_counts(report, topdown.set.name, counts, topdown.slots);
             }
             output::write_report(plan.output.as_deref(), &|out| renderer.topdown(&report, out))?;
             format!("{} threads", report.threads.len())
@@ -250,26 +247,63 @@ fn topdown_from_counters(cli: &Cli, path: &Path) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// Why topdown shows no level-1 split from hardware: the missing PMU, or the counter set chosen.
-fn topdown_reason(preset: &str) -> String {
-    crate::pmu::missing_reason().unwrap_or_else(|| {
-        format!("the {preset} counter set has no pipeline-slot events (--preset topdown has)")
-    })
+/// Topdown's whole-run counting, and what its report needs to know about the machine: asked
+/// once, at the start.
+pub struct TopdownCounting<C> {
+    set: CounterSet,
+    /// The counters while running (`Counting`), their totals once read (`Counts`); none when the
+    /// set needs a PMU there is not.
+    counts: Option<C>,
+    /// Why there is no level-1 split from hardware, unless counts give one.
+    reason: String,
+    /// Pipeline slots per cycle, where the family or the PMU says.
+    slots: Option<u32>,
+}
+
+impl TopdownCounting<Counting> {
+    /// The totals at this moment; a failed read keeps the thread states and says so.
+    fn read(self) -> TopdownCounting<Counts> {
+        let counts = self.counts.and_then(|counting| match counting.read() {
+            Ok(counts) => Some(counts),
+            Err(e) => {
+                log::warn!("reading the {} counters: {e}", self.set.name);
+                None
+            }
+        });
+        TopdownCounting {
+            set: self.set,
+            counts,
+            reason: self.reason,
+            slots: self.slots,
+        }
+    }
 }
 
 /// Topdown's counters over the whole run: per thread of the targets (inherited by what they
-/// start) or per CPU. None, after one line saying why, when the set needs a PMU there is not.
-fn start_counting(plan: &Plan, command: Option<u32>) -> anyhow::Result<Option<(CounterSet, Counting)>> {
+/// start) or per CPU. Not started, after one line saying why, when the set needs a PMU there is
+/// not.
+fn start_counting(plan: &Plan, command: Option<u32>) -> anyhow::Result<TopdownCounting<Counting>> {
     let method = Method::here();
     let set = events::preset(&plan.preset, method)
         .ok_or_else(|| UserError::Usage(format!("unknown --preset {}", plan.preset)))?;
-    if set.hardware {
-        if let Some(reason) = crate::pmu::missing_reason() {
-            eprintln!(
-                "bpfprof: topdown: {reason}. Showing where each thread's time went instead (thread states from the scheduler)."
-            );
-            return Ok(None);
-        }
+    let core = Pmu::core(Path::new(events::SYSFS_PMUS));
+    let missing_pmu = crate::pmu::missing_reason();
+    let mut topdown = TopdownCounting {
+        set,
+        counts: None,
+        reason: missing_pmu.clone().unwrap_or_else(|| {
+            format!(
+                "the {} counter set has no pipeline-slot events (--preset topdown has)",
+                set.name
+            )
+        }),
+        slots: method.slots().or_else(|| core.as_ref()?.slots()),
+    };
+    if let (true, Some(reason)) = (set.hardware, missing_pmu) {
+        eprintln!(
+            "bpfprof: topdown: {reason}. Showing where each thread's time went instead (thread states from the scheduler)."
+        );
+        return Ok(topdown);
     }
     let scope = if plan.system_wide {
         Scope::Cpus(aya::util::online_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?)
@@ -282,9 +316,11 @@ fn start_counting(plan: &Plan, command: Option<u32>) -> anyhow::Result<Option<(C
                 .collect(),
         )
     };
-    let counting = Counting::start(&set, &scope).map_err(|e| UserError::Counting(e.to_string()))?;
+    let counting =
+        Counting::start(&set, core.as_ref(), &scope).map_err(|e| UserError::Counting(e.to_string()))?;
     log::info!("counting the {} set: {} events", set.name, set.events.len());
-    Ok(Some((set, counting)))
+    topdown.counts = Some(counting);
+    Ok(topdown)
 }
 
 fn warn_failures(failures: &[String]) {
@@ -303,8 +339,8 @@ pub struct Recording {
     pub procs: Processes,
     pub meta: RunMeta,
     pub exit_code: i32,
-    /// Topdown: the whole-run counter totals.
-    pub counts: Option<(CounterSet, Counts)>,
+    /// Topdown: the whole-run counter totals, and what the report needs to know of the machine.
+    pub topdown: Option<TopdownCounting<Counts>>,
 }
 
 /// What a mode drains from the kernel while it runs.
@@ -458,7 +494,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     let mut events = unsafe { AsyncFd::register(RingBuf::try_from(events)?) }
         .map_err(|e| anyhow::anyhow!("watching the event ring: {e}"))?;
     let counting = match plan.mode {
-        Mode::Topdown => start_counting(plan, paused.as_ref().map(|p| p.pid()))?,
+        Mode::Topdown => Some(start_counting(plan, paused.as_ref().map(|p| p.pid()))?),
         _ => None,
     };
     let (mut collector, cpus, what) = match plan.mode {
@@ -551,13 +587,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     collector.drain(&mut kernel, &mut procs)?;
     // The counters' totals at the moment the run ended (a command's counts include its exited
     // children: they fold into the inherited parent counters).
-    let counts = counting.and_then(|(set, counting)| match counting.read() {
-        Ok(counts) => Some((set, counts)),
-        Err(e) => {
-            log::warn!("reading the {} counters: {e}", set.name);
-            None
-        }
-    });
+    let topdown = counting.map(TopdownCounting::read);
     collector.drain(&mut kernel, &mut procs)?;
     let collected = collector.finish(&mut kernel, &mut procs)?;
     drop(events);
@@ -608,7 +638,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         procs,
         meta,
         exit_code,
-        counts,
+        topdown,
     })
 }
 

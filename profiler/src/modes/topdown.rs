@@ -154,19 +154,19 @@ pub fn with_counts(
         })
         .collect();
     counters.sort_by(|a, b| a.event.cmp(&b.event));
-    let tma = match (preset, tma::analyze(counts, slots)) {
-        ("topdown", Ok(tma)) => {
-            report.source = "pmu";
-            report.reason.clear();
-            tma
-        }
-        (_, result) => {
-            if preset == "topdown" {
-                if let Err(e) = result {
-                    report.reason = e.to_string();
-                }
+    let tma = if preset != "topdown" {
+        tma::derived_only(counts)
+    } else {
+        match tma::analyze(counts, slots) {
+            Ok(tma) => {
+                report.source = "pmu";
+                report.reason.clear();
+                tma
             }
-            tma::derived_only(counts)
+            Err(e) => {
+                report.reason = e.to_string();
+                tma::derived_only(counts)
+            }
         }
     };
     if !counts.not_counted.is_empty() {
