@@ -49,6 +49,11 @@ pub fn tracepoint_offsets(tracefs: &Path) -> anyhow::Result<(ForkOffsets, ExitOf
     Ok((fork, exit))
 }
 
+/// The ids of the online CPUs.
+pub fn online_cpu_ids() -> anyhow::Result<Vec<u32>> {
+    online_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))
+}
+
 /// Where the running kernel keeps the `task_struct` fields the raw sched tracepoints read.
 pub fn task_offsets() -> Result<TaskOffsets, UserError> {
     let no_btf = |reason: String| UserError::NoBtf(reason);
@@ -187,7 +192,7 @@ impl Loaded {
 
     /// Open one counting event per CPU for each counter and hand them to the sampling program.
     pub fn open_counters(&mut self, counters: &[CounterEvent]) -> anyhow::Result<()> {
-        let cpus = online_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
+        let cpus = online_cpu_ids()?;
         for (slot, counter) in counters.iter().enumerate() {
             let name = names::COUNTER_READERS[slot];
             let map = self
@@ -246,7 +251,7 @@ impl Loaded {
         };
         let program: &mut PerfEvent = self.program(names::PROG_SAMPLE)?;
         program.load().context("loading the sampling program")?;
-        let cpus = online_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
+        let cpus = online_cpu_ids()?;
         for &cpu in &cpus {
             if let Err(err) =
                 program.attach(config, PerfEventScope::AllProcessesOneCpu { cpu }, policy, false)

@@ -13,16 +13,19 @@ pub struct CpuId {
     pub name: String,
 }
 
+/// A number as /proc/cpuinfo and sysfs write them: decimal, or hexadecimal with `0x`.
+pub fn parse_number(text: &str) -> Option<u64> {
+    let text = text.trim();
+    match text.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => text.parse().ok(),
+    }
+}
+
 /// The first processor's identity in a /proc/cpuinfo text.
 pub fn parse_cpuinfo(text: &str) -> Option<CpuId> {
     let mut cpu = CpuId::default();
-    let number = |v: &str| {
-        let v = v.trim();
-        match v.strip_prefix("0x") {
-            Some(hex) => u32::from_str_radix(hex, 16).ok(),
-            None => v.parse().ok(),
-        }
-    };
+    let number = |v: &str| parse_number(v).and_then(|n| u32::try_from(n).ok());
     for line in text.lines() {
         if line.trim().is_empty() && (!cpu.vendor.is_empty() || cpu.arm_part != 0) {
             break; // end of the first processor's block

@@ -7,7 +7,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::cpu::Method;
+use crate::cpu::{parse_number, Method};
 
 /// How the kernel is asked for one event.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -250,11 +250,7 @@ impl Pmu {
     /// Slots per cycle the PMU reports (Arm's `caps/slots`; 0 in KVM guests means unknown).
     pub fn slots(&self) -> Option<u32> {
         let text = std::fs::read_to_string(self.dir.join("caps/slots")).ok()?;
-        let text = text.trim();
-        let slots = match text.strip_prefix("0x") {
-            Some(hex) => u32::from_str_radix(hex, 16).ok()?,
-            None => text.parse().ok()?,
-        };
+        let slots = u32::try_from(parse_number(&text)?).ok()?;
         (slots > 0).then_some(slots)
     }
 
@@ -289,14 +285,9 @@ impl Pmu {
         let mut terms = Vec::new();
         for term in text.trim().split(',') {
             let (key, value) = term.split_once('=').unwrap_or((term, "1"));
-            let value = value.trim();
-            let value = match value.strip_prefix("0x") {
-                Some(hex) => u64::from_str_radix(hex, 16),
-                None => value.parse(),
-            };
-            match value {
-                Ok(v) => terms.push((key.trim().to_string(), v)),
-                Err(_) => return Some(Err(format!("cannot read {}/events/{name}: {text}", self.name))),
+            match parse_number(value) {
+                Some(v) => terms.push((key.trim().to_string(), v)),
+                None => return Some(Err(format!("cannot read {}/events/{name}: {text}", self.name))),
             }
         }
         let terms: Vec<(&str, u64)> = terms.iter().map(|(k, v)| (k.as_str(), *v)).collect();

@@ -101,6 +101,13 @@ fn parse_maps_line(line: &str) -> Option<MapsLine> {
     })
 }
 
+/// A process's or thread's name now, from `/proc/<id>/comm`.
+pub fn comm_of(id: u32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{id}/comm"))
+        .ok()
+        .map(|s| s.trim_end().to_string())
+}
+
 /// Memory maps of every process seen in the run, and the files they map.
 #[derive(Debug, Default)]
 pub struct Processes {
@@ -119,8 +126,8 @@ impl Processes {
     /// Read the process's executable mappings and open its files. Fails if it is gone.
     pub fn capture(&mut self, pid: u32) -> io::Result<()> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-        if let Ok(comm) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
-            self.names.insert(pid, comm.trim_end().to_string());
+        if let Some(comm) = comm_of(pid) {
+            self.names.insert(pid, comm);
         }
         self.install(pid, parse_maps(&text), true);
         Ok(())

@@ -306,7 +306,7 @@ fn start_counting(plan: &Plan, command: Option<u32>) -> anyhow::Result<TopdownCo
         return Ok(topdown);
     }
     let scope = if plan.system_wide {
-        Scope::Cpus(aya::util::online_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?)
+        Scope::Cpus(crate::bpf::online_cpu_ids()?)
     } else {
         Scope::Threads(
             plan.pids
@@ -501,7 +501,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         Mode::Sched | Mode::Topdown => {
             let sched = Box::new(SchedSource::take(&mut loaded.ebpf)?);
             loaded.attach_sched()?;
-            let cpus = aya::util::online_cpus().map(|c| c.len() as u32).unwrap_or(1);
+            let cpus = crate::bpf::online_cpu_ids().map_or(1, |c| c.len() as u32);
             let collection = Box::new(SchedCollection {
                 started_ns: monotonic_ns(),
                 ..Default::default()

@@ -128,9 +128,7 @@ fn name_or_proc(comm: &[u8], tid: u32) -> String {
     if !name.is_empty() || tid == 0 {
         return name;
     }
-    std::fs::read_to_string(format!("/proc/{tid}/comm"))
-        .map(|s| s.trim_end().to_string())
-        .unwrap_or_else(|_| "?".into())
+    crate::process::comm_of(tid).unwrap_or_else(|| "?".into())
 }
 
 /// Everything collected by a sched run, before symbolization.
