@@ -108,22 +108,31 @@ pub fn sched_wakeup_new(ctx: RawTracePointContext) -> u32 {
 /// A new task's first event: whatever its tid held before (a task that died and was preempted
 /// after its exit was recorded) is not its history, so it starts from a fresh entry.
 fn try_wakeup_new(ctx: &RawTracePointContext) -> Result<(), i64> {
-    let tid = Task(ctx.arg(0)).tid(&offsets())?;
+    let off = offsets();
+    let task = Task(ctx.arg(0));
+    let tid = task.tid(&off)?;
     if tracked(tid) {
         let _ = TASK_STATS.remove(tid);
     }
-    try_wakeup(ctx)
+    woken(task, tid, &off);
+    Ok(())
 }
 
 fn try_wakeup(ctx: &RawTracePointContext) -> Result<(), i64> {
     let off = offsets();
     let task = Task(ctx.arg(0));
-    let tid = task.tid(&off)?;
+    woken(task, task.tid(&off)?, &off);
+    Ok(())
+}
+
+/// The task became runnable: from now on it waits for a CPU.
+#[inline(always)]
+fn woken(task: Task, tid: u32, off: &TaskOffsets) {
     if !tracked(tid) {
-        return Ok(());
+        return;
     }
-    let Some(stats) = task_stats(tid, task, &off) else {
-        return Ok(());
+    let Some(stats) = task_stats(tid, task, off) else {
+        return;
     };
     let stats = unsafe { &mut *stats };
     // A task woken again while still queued keeps the time it first became runnable.
@@ -138,7 +147,6 @@ fn try_wakeup(ctx: &RawTracePointContext) -> Result<(), i64> {
             waker_comm: [0; COMM_LEN],
         };
     }
-    Ok(())
 }
 
 #[raw_tracepoint(tracepoint = "sched_switch")]
