@@ -42,28 +42,74 @@ pub struct SampleKey {
 }
 const _: () = assert!(size_of::<SampleKey>() == 32);
 
-/// Counters whose deltas the sampling program attributes to the sampled stack.
-pub const MAX_COUNTERS: usize = 4;
+/// Counters whose deltas the sampling program attributes to the sampled stack: room for the
+/// largest topdown set (7 events on Intel ICL+ and AMD Zen 4/5, with cycles and instructions).
+pub const MAX_COUNTERS: usize = 8;
 
-/// Value of the sample maps: how often a stack was sampled, and how much each counter advanced
-/// on that CPU since its previous sample of the same thread.
+/// Value of the sample maps: how often a stack was sampled.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SampleValue {
     pub count: u64,
-    pub deltas: [u64; MAX_COUNTERS],
 }
-const _: () = assert!(size_of::<SampleValue>() == 8 + 8 * MAX_COUNTERS);
+const _: () = assert!(size_of::<SampleValue>() == 8);
 
-/// Per CPU: the counter values at the previous sample, and whose sample it was.
+/// Value of the counter-delta maps (same key as the sample maps; shrunk to one entry when no
+/// counter is in use): how much each counter advanced on that CPU between a sample of this stack
+/// and the previous sample of the same thread there, and for how long it was on the PMU in those
+/// intervals. `value × enabled_ns / running_ns[k]` estimates a multiplexed counter, as perf does.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CounterDeltas {
+    /// Length of the intervals (time the counters were enabled).
+    pub enabled_ns: u64,
+    pub values: [u64; MAX_COUNTERS],
+    pub running_ns: [u64; MAX_COUNTERS],
+}
+const _: () = assert!(size_of::<CounterDeltas>() == 8 + 16 * MAX_COUNTERS);
+
+impl CounterDeltas {
+    pub fn add(&mut self, other: &CounterDeltas) {
+        self.enabled_ns += other.enabled_ns;
+        for k in 0..MAX_COUNTERS {
+            self.values[k] += other.values[k];
+            self.running_ns[k] += other.running_ns[k];
+        }
+    }
+
+    /// Counter `k`'s estimate over these intervals: as counted when it ran all the time (or when
+    /// no times were recorded), scaled by enabled / running when it was multiplexed, none when it
+    /// never ran.
+    pub fn estimate(&self, k: usize) -> Option<u64> {
+        let (value, running) = (self.values[k], self.running_ns[k]);
+        match (running, self.enabled_ns) {
+            (0, 0) => Some(value),
+            (0, _) => None,
+            (r, e) if r >= e => Some(value),
+            (r, e) => Some((value as u128 * e as u128 / r as u128) as u64),
+        }
+    }
+
+    /// Share of these intervals counter `k` was on the PMU (1 when not multiplexed).
+    pub fn running_share(&self, k: usize) -> f64 {
+        match self.enabled_ns {
+            0 => 1.0,
+            e => (self.running_ns[k] as f64 / e as f64).min(1.0),
+        }
+    }
+}
+
+/// Per CPU: the counter readings at the previous sample, and whose sample it was.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CounterBaseline {
     pub tid: u32,
     pub _pad: u32,
     pub values: [u64; MAX_COUNTERS],
+    pub enabled_ns: [u64; MAX_COUNTERS],
+    pub running_ns: [u64; MAX_COUNTERS],
 }
-const _: () = assert!(size_of::<CounterBaseline>() == 8 + 8 * MAX_COUNTERS);
+const _: () = assert!(size_of::<CounterBaseline>() == 8 + 24 * MAX_COUNTERS);
 
 /// Why user space should look at a process now, while it is alive.
 #[repr(u32)]
@@ -116,8 +162,10 @@ pub enum Counter {
     OffCpuMapFull = 12,
     /// Exited tasks whose stats were dropped because the exited-task map was full.
     ExitedMapFull = 13,
+    /// Samples whose counter deltas were dropped because the delta map was full.
+    DeltaMapFull = 14,
 }
-pub const COUNTER_COUNT: u32 = 14;
+pub const COUNTER_COUNT: u32 = 15;
 
 impl Counter {
     pub const ALL: [Counter; COUNTER_COUNT as usize] = [
@@ -135,6 +183,7 @@ impl Counter {
         Counter::SlowEventLost,
         Counter::OffCpuMapFull,
         Counter::ExitedMapFull,
+        Counter::DeltaMapFull,
     ];
 }
 
@@ -404,7 +453,17 @@ pub mod names {
     pub const G_SLOW_NS: &str = "SLOW_THRESHOLD_NS";
     pub const G_OFFCPU_STACKS: &str = "OFFCPU_STACKS_ENABLED";
     pub const G_COUNTERS: &str = "COUNTERS_IN_USE";
-    pub const COUNTER_READERS: [&str; 4] = ["COUNTER_0", "COUNTER_1", "COUNTER_2", "COUNTER_3"];
+    pub const COUNTER_READERS: [&str; super::MAX_COUNTERS] = [
+        "COUNTER_0",
+        "COUNTER_1",
+        "COUNTER_2",
+        "COUNTER_3",
+        "COUNTER_4",
+        "COUNTER_5",
+        "COUNTER_6",
+        "COUNTER_7",
+    ];
+    pub const DELTAS: [&str; 2] = ["DELTAS_0", "DELTAS_1"];
     /// Globals set by the loader.
     pub const G_FILTER: &str = "FILTER_BY_TARGET";
     pub const G_FORK: &str = "FORK_OFFSETS";
@@ -417,6 +476,7 @@ mod pod {
     // SAFETY: plain old data, `#[repr(C)]`, no padding bytes (sizes asserted above).
     unsafe impl aya::Pod for SampleKey {}
     unsafe impl aya::Pod for SampleValue {}
+    unsafe impl aya::Pod for CounterDeltas {}
     unsafe impl aya::Pod for ExitedKey {}
     unsafe impl aya::Pod for ProcessEvent {}
     unsafe impl aya::Pod for ForkOffsets {}
@@ -430,6 +490,39 @@ mod pod {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn multiplexed_deltas_scale_by_enabled_over_running() {
+        let mut d = CounterDeltas {
+            enabled_ns: 100,
+            ..Default::default()
+        };
+        d.values[0] = 1000;
+        d.running_ns[0] = 100;
+        d.values[1] = 300;
+        d.running_ns[1] = 25;
+        d.values[2] = 7;
+        let mut sum = CounterDeltas::default();
+        sum.add(&d);
+        sum.add(&d);
+        assert_eq!(sum.estimate(0), Some(2000), "ran all the time: as counted");
+        assert_eq!(
+            sum.estimate(1),
+            Some(2400),
+            "ran a quarter of the time: times four"
+        );
+        assert_eq!(sum.estimate(2), None, "never ran: no estimate");
+        assert_eq!(sum.running_share(1), 0.25);
+        let untimed = CounterDeltas {
+            values: [5; MAX_COUNTERS],
+            ..Default::default()
+        };
+        assert_eq!(
+            untimed.estimate(3),
+            Some(5),
+            "values without times are taken as they are"
+        );
+    }
 
     #[test]
     fn switch_reasons_follow_the_kernels_task_states() {

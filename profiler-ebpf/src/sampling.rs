@@ -10,8 +10,8 @@ use aya_ebpf::{
     programs::{tracing::StackIdContext as _, PerfEventContext},
 };
 use profiler_common::{
-    Counter, CounterBaseline, ProcessEvent, ProcessEventKind, SampleKey, SampleValue, EVENT_RING_BYTES,
-    MAX_COUNTERS, SAMPLE_MAP_ENTRIES, SEEN_MAP_ENTRIES, STACK_MAP_ENTRIES,
+    Counter, CounterBaseline, CounterDeltas, ProcessEvent, ProcessEventKind, SampleKey, SampleValue,
+    EVENT_RING_BYTES, MAX_COUNTERS, SAMPLE_MAP_ENTRIES, SEEN_MAP_ENTRIES, STACK_MAP_ENTRIES,
 };
 
 use crate::{
@@ -41,6 +41,20 @@ static COUNTER_1: PerfEventArray<u32> = PerfEventArray::new(0);
 static COUNTER_2: PerfEventArray<u32> = PerfEventArray::new(0);
 #[map(name = "COUNTER_3")]
 static COUNTER_3: PerfEventArray<u32> = PerfEventArray::new(0);
+#[map(name = "COUNTER_4")]
+static COUNTER_4: PerfEventArray<u32> = PerfEventArray::new(0);
+#[map(name = "COUNTER_5")]
+static COUNTER_5: PerfEventArray<u32> = PerfEventArray::new(0);
+#[map(name = "COUNTER_6")]
+static COUNTER_6: PerfEventArray<u32> = PerfEventArray::new(0);
+#[map(name = "COUNTER_7")]
+static COUNTER_7: PerfEventArray<u32> = PerfEventArray::new(0);
+/// Counter deltas per sample key, beside the counts (user space shrinks them to one entry when
+/// no counter is in use, so plain sampling pays no memory for them).
+#[map(name = "DELTAS_0")]
+static DELTAS_0: HashMap<SampleKey, CounterDeltas> = HashMap::with_max_entries(SAMPLE_MAP_ENTRIES, 0);
+#[map(name = "DELTAS_1")]
+static DELTAS_1: HashMap<SampleKey, CounterDeltas> = HashMap::with_max_entries(SAMPLE_MAP_ENTRIES, 0);
 #[map(name = "COUNTER_BASELINE")]
 static COUNTER_BASELINE: PerCpuArray<CounterBaseline> = PerCpuArray::with_max_entries(1, 0);
 #[map(name = "STACKS_0")]
@@ -74,9 +88,9 @@ fn try_sample_stack(ctx: &PerfEventContext) -> Result<(), i64> {
     announce_once(tgid);
     let slot = EPOCH.get(0).copied().unwrap_or(0);
     if slot == 0 {
-        record(ctx, tgid, tid, &STACKS_0, &SAMPLES_0)
+        record(ctx, tgid, tid, &STACKS_0, &SAMPLES_0, &DELTAS_0)
     } else {
-        record(ctx, tgid, tid, &STACKS_1, &SAMPLES_1)
+        record(ctx, tgid, tid, &STACKS_1, &SAMPLES_1, &DELTAS_1)
     }
 }
 
@@ -87,6 +101,7 @@ fn record(
     tid: u32,
     stacks: &StackTrace,
     samples: &HashMap<SampleKey, SampleValue>,
+    deltas: &HashMap<SampleKey, CounterDeltas>,
 ) -> Result<(), i64> {
     let user_stack_id = stack_id(ctx, stacks, BPF_F_USER_STACK as u64, true);
     let kernel_stack_id = stack_id(ctx, stacks, 0, false);
@@ -97,26 +112,32 @@ fn record(
         kernel_stack_id,
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
     };
-    let mut value = samples.get_ptr_mut(key);
-    if value.is_none() {
-        // Either new, or another CPU inserted the same key first: insert-if-absent, then look again.
-        let _ = samples.insert(key, SampleValue::default(), 1);
-        value = samples.get_ptr_mut(key);
-    }
-    let Some(value) = value else {
+    let Some(value) = get_or_insert(samples, &key) else {
         bump(Counter::SampleMapFull);
         return Ok(());
     };
     unsafe { atomic_add(&mut (*value).count, 1) };
-    add_counter_deltas(tid, value);
+    add_counter_deltas(tid, &key, deltas);
     bump(Counter::Samples);
     Ok(())
 }
 
-/// Add to the sample what each counter advanced on this CPU since the previous sample here, when
-/// that sample was of the same thread (otherwise the interval belongs to someone else).
+/// The value of `key`, inserted as zero if absent; none when the map is full.
 #[inline(always)]
-fn add_counter_deltas(tid: u32, value: *mut SampleValue) {
+fn get_or_insert<V: Default>(map: &HashMap<SampleKey, V>, key: &SampleKey) -> Option<*mut V> {
+    if let Some(value) = map.get_ptr_mut(key) {
+        return Some(value);
+    }
+    // Either new, or another CPU inserted the same key first: insert-if-absent, then look again.
+    let _ = map.insert(key, V::default(), 1);
+    map.get_ptr_mut(key)
+}
+
+/// Add to the sample what each counter advanced on this CPU since the previous sample here, when
+/// that sample was of the same thread (otherwise the interval belongs to someone else), with the
+/// interval's enabled and running time so user space can scale a multiplexed counter.
+#[inline(always)]
+fn add_counter_deltas(tid: u32, key: &SampleKey, deltas: &HashMap<SampleKey, CounterDeltas>) {
     let in_use = unsafe { core::ptr::read_volatile(&COUNTERS_IN_USE) } as usize;
     if in_use == 0 {
         return;
@@ -127,29 +148,58 @@ fn add_counter_deltas(tid: u32, value: *mut SampleValue) {
     let base = unsafe { &mut *base };
     let same_thread = base.tid == tid;
     base.tid = tid;
-    let readers: [*const PerfEventArray<u32>; MAX_COUNTERS] =
-        [&COUNTER_0, &COUNTER_1, &COUNTER_2, &COUNTER_3];
-    for (k, reader) in readers.iter().enumerate() {
+    let mut target: *mut CounterDeltas = core::ptr::null_mut();
+    if same_thread {
+        match get_or_insert(deltas, key) {
+            Some(t) => target = t,
+            None => bump(Counter::DeltaMapFull),
+        }
+    }
+    let mut enabled_delta: u64 = 0;
+    for k in 0..MAX_COUNTERS {
         if k >= in_use {
             break;
         }
-        let Some(now) = read_counter(*reader) else {
+        let reader: &PerfEventArray<u32> = match k {
+            0 => &COUNTER_0,
+            1 => &COUNTER_1,
+            2 => &COUNTER_2,
+            3 => &COUNTER_3,
+            4 => &COUNTER_4,
+            5 => &COUNTER_5,
+            6 => &COUNTER_6,
+            _ => &COUNTER_7,
+        };
+        let Some(now) = read_counter(reader) else {
             continue;
         };
-        let Some(previous) = base.values.get_mut(k) else {
+        let (Some(value), Some(enabled), Some(running)) = (
+            base.values.get_mut(k),
+            base.enabled_ns.get_mut(k),
+            base.running_ns.get_mut(k),
+        ) else {
             continue;
         };
-        if same_thread && now >= *previous {
-            if let Some(delta) = unsafe { (*value).deltas.get_mut(k) } {
-                atomic_add(delta, now - *previous);
+        if !target.is_null() && now.counter >= *value && now.enabled >= *enabled && now.running >= *running {
+            let t = unsafe { &mut *target };
+            if let (Some(dv), Some(dr)) = (t.values.get_mut(k), t.running_ns.get_mut(k)) {
+                atomic_add(dv, now.counter - *value);
+                atomic_add(dr, now.running - *running);
             }
+            // Every counter is enabled for the same intervals: one length per sample.
+            enabled_delta = now.enabled - *enabled;
         }
-        *previous = now;
+        *value = now.counter;
+        *enabled = now.enabled;
+        *running = now.running;
+    }
+    if !target.is_null() {
+        atomic_add(unsafe { &mut (*target).enabled_ns }, enabled_delta);
     }
 }
 
 #[inline(always)]
-fn read_counter(reader: *const PerfEventArray<u32>) -> Option<u64> {
+fn read_counter(reader: &PerfEventArray<u32>) -> Option<bpf_perf_event_value> {
     let mut v = bpf_perf_event_value {
         counter: 0,
         enabled: 0,
@@ -157,13 +207,13 @@ fn read_counter(reader: *const PerfEventArray<u32>) -> Option<u64> {
     };
     let ret = unsafe {
         aya_ebpf::helpers::bpf_perf_event_read_value(
-            reader as *mut core::ffi::c_void,
+            reader as *const PerfEventArray<u32> as *mut core::ffi::c_void,
             BPF_F_CURRENT_CPU,
             &mut v,
             core::mem::size_of::<bpf_perf_event_value>() as u32,
         )
     };
-    (ret == 0).then_some(v.counter)
+    (ret == 0).then_some(v)
 }
 
 /// The stack id, or the negative error, counted when it is a real failure. `-EFAULT` is normal:

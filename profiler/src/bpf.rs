@@ -17,8 +17,10 @@ use profiler_common::{names, offcpu_stacks, ExitOffsets, ForkOffsets, TaskOffset
 use std::os::fd::{AsFd as _, AsRawFd as _};
 
 use crate::{
-    cli::{CounterEvent, Event, Mode, OffCpuStacks},
+    cli::{Event, OffCpuStacks},
+    counting::{Counting, CountingError, Scope},
     error::UserError,
+    events::{EventSpec, Pmu, Source},
     preflight::tracepoint_field_offset,
 };
 
@@ -28,7 +30,7 @@ pub struct Loaded {
     pub ebpf: Ebpf,
     targets: BpfHashMap<MapData, u32, u8>,
     /// Per-CPU counting events the sampling program reads; closed with everything else.
-    counter_fds: Vec<std::os::fd::OwnedFd>,
+    counters: Option<Counting>,
 }
 
 /// Field offsets of the sched tracepoints on the running kernel.
@@ -78,34 +80,47 @@ pub fn task_offsets() -> Result<TaskOffsets, UserError> {
 
 /// What to load for a run.
 pub struct LoadOptions<'a> {
-    pub mode: Mode,
+    /// The sampling program and its stack maps are used.
+    pub sampling: bool,
+    /// The sched programs and their maps are used, with these `task_struct` offsets (from BTF:
+    /// see `task_offsets`).
+    pub sched: Option<TaskOffsets>,
     /// Keep only processes in the target set (else: the whole system).
     pub filter: bool,
     /// Sched mode: waits at least this long are reported one by one.
     pub slow_threshold_ns: u64,
     /// Sched mode: record where tasks block (two stack walks per sleep).
     pub offcpu_stacks: OffCpuStacks,
-    /// Hotspot: how many counters' deltas the sampling program reads.
+    /// How many counters' deltas the sampling program reads.
     pub counters: u32,
     pub tracefs: &'a Path,
 }
 
-/// Maps a mode does not use shrink to one entry, so they cost (almost) no kernel memory.
-fn unused_maps(mode: Mode) -> &'static [&'static str] {
-    match mode {
-        Mode::Sched | Mode::Topdown => &["SAMPLES_0", "SAMPLES_1", "STACKS_0", "STACKS_1"],
-        _ => &["TASK_STATS", "EXITED", "OFFCPU", "OFFCPU_STACKS"],
+/// Maps a run does not use shrink to one entry, so they cost (almost) no kernel memory.
+fn unused_maps(options: &LoadOptions<'_>) -> Vec<&'static str> {
+    let mut unused = Vec::new();
+    if !options.sampling {
+        unused.extend(names::SAMPLES.iter().chain(&names::STACKS));
     }
+    if !options.sampling || options.counters == 0 {
+        unused.extend(names::DELTAS);
+    }
+    if options.sched.is_none() {
+        unused.extend([
+            names::TASK_STATS,
+            names::EXITED,
+            names::OFFCPU,
+            names::OFFCPU_STACKS,
+        ]);
+    }
+    unused
 }
 
 impl Loaded {
     pub fn load(options: &LoadOptions<'_>) -> anyhow::Result<Loaded> {
         let (fork, exit) = tracepoint_offsets(options.tracefs)?;
-        // Hotspot mode does not load the sched programs, and needs no BTF.
-        let tasks = match options.mode {
-            Mode::Sched | Mode::Topdown => task_offsets()?,
-            _ => TaskOffsets::default(),
-        };
+        // Without the sched programs (hotspot mode) no BTF is needed.
+        let tasks = options.sched.unwrap_or_default();
         let filter = u32::from(options.filter);
         let stacks = match options.offcpu_stacks {
             OffCpuStacks::None => offcpu_stacks::NONE,
@@ -121,7 +136,7 @@ impl Loaded {
             .override_global(names::G_SLOW_NS, &options.slow_threshold_ns, true)
             .override_global(names::G_OFFCPU_STACKS, &stacks, true)
             .override_global(names::G_COUNTERS, &options.counters, true);
-        for map in unused_maps(options.mode) {
+        for map in unused_maps(options) {
             loader.map_max_entries(map, 1);
         }
         let mut ebpf = loader
@@ -132,7 +147,7 @@ impl Loaded {
         Ok(Loaded {
             ebpf,
             targets,
-            counter_fds: Vec::new(),
+            counters: None,
         })
     }
 
@@ -190,45 +205,46 @@ impl Loaded {
         Ok(program.try_into()?)
     }
 
-    /// Open one counting event per CPU for each counter and hand them to the sampling program.
-    pub fn open_counters(&mut self, counters: &[CounterEvent]) -> anyhow::Result<()> {
-        let cpus = online_cpu_ids()?;
-        for (slot, counter) in counters.iter().enumerate() {
-            let name = names::COUNTER_READERS[slot];
-            let map = self
-                .ebpf
-                .map(name)
-                .with_context(|| format!("map {name} missing"))?;
-            let aya::maps::Map::PerfEventArray(data) = map else {
-                anyhow::bail!("map {name} is not a perf event array");
-            };
-            let map_fd = data.fd().as_fd().as_raw_fd();
-            let (kind, config) = counter.perf_type_config();
-            for &cpu in &cpus {
-                let fd = match crate::pmu::open_counter(kind, config, -1, cpu as i32) {
-                    Ok(fd) => fd,
-                    Err(e)
-                        if kind == 0
-                            && matches!(
-                                e.raw_os_error(),
-                                Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV)
-                            ) =>
-                    {
-                        return Err(UserError::NoPmu {
-                            event: counter.name().to_string(),
-                        }
-                        .into());
-                    }
-                    Err(e) => {
-                        return Err(e)
-                            .with_context(|| format!("opening the {} counter on CPU {cpu}", counter.name()))
-                    }
+    /// Open `events` on every CPU (one group per CPU when `group`) and hand them to the sampling
+    /// program, which reads them at each sample.
+    pub fn open_counters(
+        &mut self,
+        events: &[EventSpec],
+        group: bool,
+        core: Option<&Pmu>,
+    ) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            events.len() <= names::COUNTER_READERS.len(),
+            "at most {} counters per sample",
+            names::COUNTER_READERS.len()
+        );
+        let counting =
+            Counting::start(events, group, core, &Scope::Cpus(online_cpu_ids()?)).map_err(|e| match e {
+                CountingError::Unsupported { event, .. }
+                    if events
+                        .iter()
+                        .any(|s| s.name == event && !matches!(s.source, Source::Software(_))) =>
+                {
+                    anyhow::Error::from(UserError::NoPmu { event })
+                }
+                e => e.into(),
+            })?;
+        for (cpu, fds) in counting.per_cpu() {
+            for (slot, fd) in fds.iter().enumerate() {
+                let name = names::COUNTER_READERS[slot];
+                let map = self
+                    .ebpf
+                    .map(name)
+                    .with_context(|| format!("map {name} missing"))?;
+                let aya::maps::Map::PerfEventArray(data) = map else {
+                    anyhow::bail!("map {name} is not a perf event array");
                 };
-                map_update(map_fd, cpu, fd.as_raw_fd() as u32)
-                    .with_context(|| format!("handing the {} counter of CPU {cpu} to BPF", counter.name()))?;
-                self.counter_fds.push(fd);
+                map_update(data.fd().as_fd().as_raw_fd(), cpu, fd.as_raw_fd() as u32).with_context(|| {
+                    format!("handing the {} counter of CPU {cpu} to BPF", events[slot].name)
+                })?;
             }
         }
+        self.counters = Some(counting);
         Ok(())
     }
 

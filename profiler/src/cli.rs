@@ -1,6 +1,7 @@
 //! The command line: a contract later modes and users rely on.
 use std::{ffi::OsString, path::PathBuf};
 
+use crate::events::EventSpec;
 use clap::{Parser, ValueEnum};
 
 #[derive(Debug, Parser)]
@@ -154,21 +155,21 @@ impl CounterEvent {
         }
     }
 
-    /// perf_event_attr (type, config).
-    pub fn perf_type_config(self) -> (u32, u64) {
-        const HARDWARE: u32 = 0;
-        const SOFTWARE: u32 = 1;
+    /// How the kernel is asked for it (PERF_COUNT_SW_* / PERF_COUNT_HW_* configs).
+    pub fn spec(self) -> EventSpec {
+        use crate::events::{hw, sw};
+        let name = self.name();
         match self {
-            CounterEvent::PageFaults => (SOFTWARE, 2),
-            CounterEvent::ContextSwitches => (SOFTWARE, 3),
-            CounterEvent::CpuMigrations => (SOFTWARE, 4),
-            CounterEvent::MinorFaults => (SOFTWARE, 5),
-            CounterEvent::MajorFaults => (SOFTWARE, 6),
-            CounterEvent::Cycles => (HARDWARE, 0),
-            CounterEvent::Instructions => (HARDWARE, 1),
-            CounterEvent::CacheMisses => (HARDWARE, 3),
-            CounterEvent::Branches => (HARDWARE, 4),
-            CounterEvent::BranchMisses => (HARDWARE, 5),
+            CounterEvent::PageFaults => sw(name, 2),
+            CounterEvent::ContextSwitches => sw(name, 3),
+            CounterEvent::CpuMigrations => sw(name, 4),
+            CounterEvent::MinorFaults => sw(name, 5),
+            CounterEvent::MajorFaults => sw(name, 6),
+            CounterEvent::Cycles => hw(name, 0),
+            CounterEvent::Instructions => hw(name, 1),
+            CounterEvent::CacheMisses => hw(name, 3),
+            CounterEvent::Branches => hw(name, 4),
+            CounterEvent::BranchMisses => hw(name, 5),
         }
     }
 }

@@ -8,7 +8,7 @@ use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
     Ebpf,
 };
-use profiler_common::{names, Counter, SampleKey, SampleValue};
+use profiler_common::{names, Counter, CounterDeltas, SampleKey, SampleValue};
 
 use crate::{
     process::Processes,
@@ -31,12 +31,14 @@ pub struct KernelSource {
     epoch: Array<MapData, u32>,
     samples: [BpfHashMap<MapData, SampleKey, SampleValue>; 2],
     stacks: [StackTraceMap<MapData>; 2],
+    /// Counter deltas, when the sampling program reads counters.
+    deltas: Option<[BpfHashMap<MapData, SampleKey, CounterDeltas>; 2]>,
     counters: PerCpuArray<MapData, u64>,
     active: u32,
 }
 
 impl KernelSource {
-    pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
+    pub fn take(ebpf: &mut Ebpf, with_deltas: bool) -> anyhow::Result<Self> {
         let mut take = |name: &str| ebpf.take_map(name).with_context(|| format!("map {name} missing"));
         let epoch = Array::try_from(take(names::EPOCH)?)?;
         let samples = [
@@ -47,17 +49,36 @@ impl KernelSource {
             StackTraceMap::try_from(take(names::STACKS[0])?)?,
             StackTraceMap::try_from(take(names::STACKS[1])?)?,
         ];
+        let deltas = match with_deltas {
+            true => Some([
+                BpfHashMap::try_from(take(names::DELTAS[0])?)?,
+                BpfHashMap::try_from(take(names::DELTAS[1])?)?,
+            ]),
+            false => None,
+        };
         let counters = PerCpuArray::try_from(take(names::COUNTERS)?)?;
         Ok(Self {
             epoch,
             samples,
             stacks,
+            deltas,
             counters,
             active: 0,
         })
     }
 
-    fn drain_slot(&mut self, slot: usize) -> anyhow::Result<Vec<RawSample>> {
+    /// Everything recorded in one epoch slot (see `flip`), which is left empty.
+    pub fn drain_slot(&mut self, slot: usize) -> anyhow::Result<Vec<RawSample>> {
+        let mut deltas = std::collections::HashMap::new();
+        if let Some(maps) = &mut self.deltas {
+            let keys: Vec<SampleKey> = maps[slot].keys().collect::<Result<_, _>>()?;
+            for key in keys {
+                if let Ok(value) = maps[slot].get(&key, 0) {
+                    deltas.insert(key, value);
+                }
+                let _ = maps[slot].remove(&key);
+            }
+        }
         let keys: Vec<SampleKey> = self.samples[slot].keys().collect::<Result<_, _>>()?;
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
@@ -72,7 +93,7 @@ impl KernelSource {
                 user: read_stack(&self.stacks[slot], key.user_stack_id),
                 kernel: read_stack(&self.stacks[slot], key.kernel_stack_id),
                 count: value.count,
-                deltas: value.deltas,
+                deltas: deltas.remove(&key).unwrap_or_default(),
             });
         }
         let ids: Vec<u32> = self.stacks[slot].stack_ids().filter_map(Result::ok).collect();
@@ -120,6 +141,7 @@ impl SampleSource for KernelSource {
             slow_events_lost: read(Counter::SlowEventLost)?,
             offcpu_map_full: read(Counter::OffCpuMapFull)?,
             exited_map_full: read(Counter::ExitedMapFull)?,
+            delta_map_full: read(Counter::DeltaMapFull)?,
             ..Health::default()
         })
     }
@@ -182,7 +204,17 @@ pub fn drain_into(
     procs: &mut Processes,
     not_captured: &mut std::collections::HashSet<u32>,
 ) -> anyhow::Result<()> {
-    let batch = source.drain()?;
+    add_batch(source.drain()?, profile, procs, not_captured);
+    Ok(())
+}
+
+/// Fold drained samples into `profile` (see `drain_into`).
+pub fn add_batch(
+    batch: Vec<RawSample>,
+    profile: &mut RawProfile,
+    procs: &mut Processes,
+    not_captured: &mut std::collections::HashSet<u32>,
+) {
     for sample in batch {
         if let StackRead::Frames(ips) = &sample.user {
             if !procs.covers(sample.pid, ips)
@@ -195,7 +227,6 @@ pub fn drain_into(
         profile.add(sample, procs);
     }
     profile.health.drains += 1;
-    Ok(())
 }
 
 #[cfg(test)]
@@ -212,7 +243,7 @@ mod tests {
             user: StackRead::Frames(ips),
             kernel: StackRead::Absent,
             count,
-            deltas: [0; profiler_common::MAX_COUNTERS],
+            deltas: Default::default(),
         };
         let mut source = ReplaySource::new(
             vec![

@@ -8,7 +8,7 @@ use std::{
 };
 
 use crate::{
-    events::{resolve, CounterSet, Pmu},
+    events::{resolve, EventSpec, Pmu},
     pmu::{perf_event_open, Attr},
     tma::{Count, Counts},
 };
@@ -32,6 +32,8 @@ pub enum Scope {
 
 /// The counters of one thread or CPU: one group, or one fd per event.
 struct Instance {
+    /// The CPU, for a per-CPU instance (-1 for a thread's).
+    cpu: i32,
     fds: Vec<OwnedFd>,
     grouped: bool,
 }
@@ -50,12 +52,16 @@ pub enum CountingError {
 }
 
 impl Counting {
-    /// Open and start the set's counters on every thread or CPU of `scope`. A thread that exits
-    /// before its counters open is skipped; anything else the kernel refuses is an error that
-    /// names the event.
-    pub fn start(set: &CounterSet, core: Option<&Pmu>, scope: &Scope) -> Result<Counting, CountingError> {
-        let encodings = set
-            .events
+    /// Open and start `events` on every thread or CPU of `scope`, as one group each when `group`.
+    /// A thread that exits before its counters open is skipped; anything else the kernel refuses
+    /// is an error that names the event.
+    pub fn start(
+        events: &[EventSpec],
+        group: bool,
+        core: Option<&Pmu>,
+        scope: &Scope,
+    ) -> Result<Counting, CountingError> {
+        let encodings = events
             .iter()
             .map(|e| {
                 resolve(e, core).map_err(|reason| CountingError::Unsupported {
@@ -78,14 +84,14 @@ impl Counting {
                     config,
                     read_format: FORMAT_TOTAL_TIME_ENABLED
                         | FORMAT_TOTAL_TIME_RUNNING
-                        | if set.group { FORMAT_GROUP } else { 0 },
+                        | if group { FORMAT_GROUP } else { 0 },
                     // A group starts disabled and is enabled whole once complete: members added
                     // to a running leader would only join at its next context switch.
                     flags: if inherit { FLAG_INHERIT } else { 0 }
-                        | if set.group && i == 0 { FLAG_DISABLED } else { 0 },
+                        | if group && i == 0 { FLAG_DISABLED } else { 0 },
                     ..Default::default()
                 };
-                let leader = match (set.group, fds.first()) {
+                let leader = match (group, fds.first()) {
                     (true, Some(leader)) => leader.as_raw_fd(),
                     _ => -1,
                 };
@@ -93,7 +99,7 @@ impl Counting {
                     Ok(fd) => fds.push(fd),
                     Err(e) if pid > 0 && e.raw_os_error() == Some(libc::ESRCH) => continue 'targets,
                     Err(e) => {
-                        let event = set.events[i].name.to_string();
+                        let event = events[i].name.to_string();
                         return Err(match e.raw_os_error() {
                             Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV) => {
                                 CountingError::Unsupported {
@@ -106,24 +112,33 @@ impl Counting {
                     }
                 }
             }
-            if set.group {
+            if group {
                 // SAFETY: an ioctl without arguments beyond the flag, on our own fd.
                 if unsafe { libc::ioctl(fds[0].as_raw_fd(), IOC_ENABLE, IOC_FLAG_GROUP) } < 0 {
                     return Err(CountingError::Open {
-                        event: set.events[0].name.to_string(),
+                        event: events[0].name.to_string(),
                         source: io::Error::last_os_error(),
                     });
                 }
             }
             instances.push(Instance {
+                cpu,
                 fds,
-                grouped: set.group,
+                grouped: group,
             });
         }
         Ok(Counting {
-            names: set.events.iter().map(|e| e.name).collect(),
+            names: events.iter().map(|e| e.name).collect(),
             instances,
         })
+    }
+
+    /// Per-CPU instances: each CPU with its counters, in event order.
+    pub fn per_cpu(&self) -> impl Iterator<Item = (u32, &[OwnedFd])> {
+        self.instances
+            .iter()
+            .filter(|i| i.cpu >= 0)
+            .map(|i| (i.cpu as u32, &i.fds[..]))
     }
 
     /// Every event's total so far, scaled for multiplexing, with the share of time it ran.
@@ -225,14 +240,15 @@ mod tests {
     #[test]
     fn software_counters_count_this_threads_work() {
         for group in [false, true] {
-            let set = CounterSet {
+            let set = crate::events::CounterSet {
                 group,
                 ..crate::events::preset("software", crate::cpu::Method::Unknown).unwrap()
             };
             let tid = unsafe { libc::gettid() } as u32;
             // As root (the test suite's requirement): perf_event_paranoid does not apply.
             let core = Pmu::core(std::path::Path::new(crate::events::SYSFS_PMUS));
-            let counting = Counting::start(&set, core.as_ref(), &Scope::Threads(vec![tid])).unwrap();
+            let counting =
+                Counting::start(set.events, set.group, core.as_ref(), &Scope::Threads(vec![tid])).unwrap();
             let pages = 256;
             // Fresh pages from the kernel each time (a reused heap would not fault again).
             // SAFETY: a private anonymous mapping, written within its length, then unmapped.

@@ -29,7 +29,7 @@ pub struct EventSpec {
     pub source: Source,
 }
 
-const fn hw(name: &'static str, config: u64) -> EventSpec {
+pub(crate) const fn hw(name: &'static str, config: u64) -> EventSpec {
     EventSpec {
         name,
         source: Source::Hardware(config),
@@ -47,7 +47,7 @@ const fn cache(name: &'static str, cache: u64, miss: bool) -> EventSpec {
         source: Source::HwCache(cache | if miss { 1 << 16 } else { 0 }),
     }
 }
-const fn sw(name: &'static str, config: u64) -> EventSpec {
+pub(crate) const fn sw(name: &'static str, config: u64) -> EventSpec {
     EventSpec {
         name,
         source: Source::Software(config),
@@ -196,7 +196,7 @@ pub fn preset(name: &str, method: Method) -> Option<CounterSet> {
 pub const SYSFS_PMUS: &str = "/sys/bus/event_source/devices";
 
 /// A PMU as sysfs describes it: its perf type, and where each format term's bits go in `config`.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Pmu {
     pub name: String,
     pub kind: u32,

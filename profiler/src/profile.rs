@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use profiler_common::MAX_COUNTERS;
+use profiler_common::CounterDeltas;
 
 use crate::process::{Processes, UserAddr};
 
@@ -22,7 +22,7 @@ pub enum StackRead {
 }
 
 /// One entry of a drained sample map: a thread, its two stacks, and how often they were seen.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RawSample {
     pub pid: u32,
     pub tid: u32,
@@ -31,7 +31,7 @@ pub struct RawSample {
     pub kernel: StackRead,
     pub count: u64,
     /// What each requested counter advanced while this stack was sampled (see `--counter`).
-    pub deltas: [u64; MAX_COUNTERS],
+    pub deltas: CounterDeltas,
 }
 
 /// Why frames are missing from a stack; shown as a frame so the sample is never misattributed.
@@ -81,6 +81,8 @@ pub struct Health {
     pub slow_events_lost: u64,
     pub offcpu_map_full: u64,
     pub exited_map_full: u64,
+    /// Samples whose counter deltas were dropped (delta map full).
+    pub delta_map_full: u64,
 }
 
 impl Health {
@@ -162,6 +164,12 @@ impl Health {
                 self.exited_map_full
             ));
         }
+        if self.delta_map_full > 0 {
+            out.push(format!(
+                "{} samples carry no counter deltas: the delta map was full between drains",
+                self.delta_map_full
+            ));
+        }
         if self.target_map_full > 0 {
             out.push(format!(
                 "{} child processes of the targets were not followed: the target map was full",
@@ -177,7 +185,7 @@ impl Health {
 pub struct RawProfile {
     pub stacks: HashMap<StackKey, u64>,
     /// Counter deltas per stack, for the stacks that have any.
-    pub counters: HashMap<StackKey, [u64; MAX_COUNTERS]>,
+    pub counters: HashMap<StackKey, CounterDeltas>,
     pub health: Health,
 }
 
@@ -216,11 +224,8 @@ impl RawProfile {
             kernel,
             kernel_lost,
         };
-        if sample.deltas.iter().any(|&d| d > 0) {
-            let totals = self.counters.entry(key.clone()).or_default();
-            for (total, delta) in totals.iter_mut().zip(sample.deltas) {
-                *total += delta;
-            }
+        if sample.deltas != CounterDeltas::default() {
+            self.counters.entry(key.clone()).or_default().add(&sample.deltas);
         }
         *self.stacks.entry(key).or_default() += sample.count;
     }
@@ -251,7 +256,7 @@ mod tests {
             user,
             kernel,
             count,
-            deltas: [0; MAX_COUNTERS],
+            deltas: CounterDeltas::default(),
         }
     }
 

@@ -19,12 +19,12 @@ use tokio::{
 
 use crate::{
     bpf::{LoadOptions, Loaded},
-    cli::{Cli, CounterEvent, Event, Format, Mode, OffCpuStacks},
-    collect::{drain_into, KernelSource, SampleSource},
+    cli::{Cli, Event, Format, Mode, OffCpuStacks},
+    collect::{add_batch, KernelSource, SampleSource as _},
     counting::{Counting, Scope},
     cpu::Method,
     error::UserError,
-    events::{self, CounterSet, Pmu},
+    events::{self, CounterSet, EventSpec, Pmu},
     launcher::{self, RunningCommand},
     modes::{
         hotspot,
@@ -33,7 +33,7 @@ use crate::{
     },
     output, preflight,
     process::Processes,
-    profile::RawProfile,
+    profile::{Health, RawProfile},
     report::{self, RunMeta},
     symbolize::Symbolizer,
     tma::Counts,
@@ -57,7 +57,7 @@ pub struct Plan {
     pub slow_threshold_ns: u64,
     pub offcpu_stacks: OffCpuStacks,
     /// Hotspot: counters whose deltas are attributed to the sampled stacks.
-    pub counters: Vec<CounterEvent>,
+    pub counters: Vec<crate::cli::CounterEvent>,
     /// Topdown: the counter set counted over the run.
     pub preset: String,
 }
@@ -80,7 +80,7 @@ impl Plan {
                 mode: cli.mode.name(),
             });
         }
-        if cli.mode == Mode::Hotspot {
+        if matches!(cli.mode, Mode::Hotspot | Mode::Topdown) {
             preflight::check_frequency(cli.frequency)?;
         }
         let pids = preflight::resolve_pids(&cli.pids)?;
@@ -173,29 +173,47 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         exit_code,
         topdown,
     } = recording;
-    let described = match collected {
-        Collected::Hotspot(profile) => {
-            let symbols = symbolizer.symbolize(&profile, &procs);
-            warn_failures(&symbols.failures);
-            let report = hotspot::build(meta, &profile, &symbols);
-            output::write_report(plan.output.as_deref(), &|out| renderer.hotspot(&report, out))?;
-            format!("{} samples", report.samples)
-        }
-        Collected::Sched(collection, health) if plan.mode == Mode::Topdown => {
+    let Collected {
+        stacks,
+        sched,
+        health,
+    } = collected;
+    let described = match plan.mode {
+        Mode::Topdown => {
             let topdown = topdown.context("topdown run without its counting state")?;
-            let mut report = topdown::thread_states(meta, health, &collection, topdown.reason);
+            let collection = sched.context("topdown run without thread states")?;
+            let mut report = topdown::thread_states(meta.clone(), health, &collection, topdown.reason);
             if let Some(counts) = &topdown.counts {
                 report = topdown::with_counts(report, topdown.set.name, counts, topdown.slots);
             }
+            if let Some(profile) = stacks {
+                let symbols = symbolizer.symbolize(&profile, &procs);
+                warn_failures(&symbols.failures);
+                let sampled = hotspot::build(meta, &profile, &symbols);
+                report = topdown::with_functions(report, &sampled, topdown.set.name, topdown.slots);
+            }
             output::write_report(plan.output.as_deref(), &|out| renderer.topdown(&report, out))?;
-            format!("{} threads", report.threads.len())
+            format!(
+                "{} threads, {} functions",
+                report.threads.len(),
+                report.functions.len()
+            )
         }
-        Collected::Sched(collection, health) => {
+        Mode::Sched => {
+            let collection = sched.context("sched run without its records")?;
             let symbols = symbolizer.symbolize(&collection.offcpu_ns, &procs);
             warn_failures(&symbols.failures);
             let report = sched::build(meta, health, &collection, &symbols, plan.slow_threshold_ns);
             output::write_report(plan.output.as_deref(), &|out| renderer.sched(&report, out))?;
             format!("{} tasks", report.tasks.len())
+        }
+        _ => {
+            let profile = stacks.context("hotspot run without samples")?;
+            let symbols = symbolizer.symbolize(&profile, &procs);
+            warn_failures(&symbols.failures);
+            let report = hotspot::build(meta, &profile, &symbols);
+            output::write_report(plan.output.as_deref(), &|out| renderer.hotspot(&report, out))?;
+            format!("{} samples", report.samples)
         }
     };
     if let Some(path) = &plan.output {
@@ -258,6 +276,15 @@ pub struct TopdownCounting<C> {
     reason: String,
     /// Pipeline slots per cycle, where the family or the PMU says.
     slots: Option<u32>,
+    /// The CPU's core PMU, as sysfs describes it.
+    core: Option<Pmu>,
+}
+
+impl<C> TopdownCounting<C> {
+    /// The set can be counted here, so it is also read at each sample, per function.
+    fn per_function(&self) -> Option<CounterSet> {
+        self.counts.as_ref().map(|_| self.set)
+    }
 }
 
 impl TopdownCounting<Counting> {
@@ -275,6 +302,7 @@ impl TopdownCounting<Counting> {
             counts,
             reason: self.reason,
             slots: self.slots,
+            core: self.core,
         }
     }
 }
@@ -298,6 +326,7 @@ fn start_counting(plan: &Plan, command: Option<u32>) -> anyhow::Result<TopdownCo
             )
         }),
         slots: method.slots().or_else(|| core.as_ref()?.slots()),
+        core: None,
     };
     if let (true, Some(reason)) = (set.hardware, missing_pmu) {
         eprintln!(
@@ -316,10 +345,11 @@ fn start_counting(plan: &Plan, command: Option<u32>) -> anyhow::Result<TopdownCo
                 .collect(),
         )
     };
-    let counting =
-        Counting::start(&set, core.as_ref(), &scope).map_err(|e| UserError::Counting(e.to_string()))?;
+    let counting = Counting::start(set.events, set.group, core.as_ref(), &scope)
+        .map_err(|e| UserError::Counting(e.to_string()))?;
     log::info!("counting the {} set: {} events", set.name, set.events.len());
     topdown.counts = Some(counting);
+    topdown.core = core;
     Ok(topdown)
 }
 
@@ -329,9 +359,12 @@ fn warn_failures(failures: &[String]) {
     }
 }
 
-pub enum Collected {
-    Hotspot(RawProfile),
-    Sched(Box<SchedCollection>, crate::profile::Health),
+/// What a run collected: sampled stacks (hotspot; topdown per function), scheduler records
+/// (sched; topdown thread states), or both.
+pub struct Collected {
+    pub stacks: Option<RawProfile>,
+    pub sched: Option<Box<SchedCollection>>,
+    pub health: Health,
 }
 
 pub struct Recording {
@@ -343,55 +376,66 @@ pub struct Recording {
     pub topdown: Option<TopdownCounting<Counts>>,
 }
 
-/// What a mode drains from the kernel while it runs.
-#[allow(clippy::large_enum_variant, reason = "one per run, never moved in a loop")]
-enum Collector {
-    Hotspot {
-        profile: RawProfile,
-        not_captured: HashSet<u32>,
-    },
-    Sched {
-        sched: Box<SchedSource>,
-        collection: Box<SchedCollection>,
-    },
+/// Sampled stacks, aggregated as they are drained.
+#[derive(Default)]
+struct StackCollector {
+    profile: RawProfile,
+    not_captured: HashSet<u32>,
+}
+
+/// Scheduler records, aggregated as they are drained.
+struct SchedCollector {
+    source: Box<SchedSource>,
+    collection: Box<SchedCollection>,
+}
+
+/// What a run drains from the kernel while it runs; both parts share one epoch flip.
+struct Collector {
+    stacks: Option<StackCollector>,
+    sched: Option<SchedCollector>,
 }
 
 impl Collector {
     fn drain(&mut self, kernel: &mut KernelSource, procs: &mut Processes) -> anyhow::Result<()> {
-        match self {
-            Collector::Hotspot {
-                profile,
-                not_captured,
-            } => drain_into(kernel, profile, procs, not_captured),
-            Collector::Sched { sched, collection } => {
-                let old = kernel.flip()?;
-                sched.read_slow(collection);
-                sched.drain(old, collection)
-            }
+        let old = kernel.flip()?;
+        if let Some(s) = &mut self.stacks {
+            add_batch(
+                kernel.drain_slot(old)?,
+                &mut s.profile,
+                procs,
+                &mut s.not_captured,
+            );
         }
+        if let Some(s) = &mut self.sched {
+            s.source.read_slow(&mut s.collection);
+            s.source.drain(old, &mut s.collection)?;
+        }
+        Ok(())
     }
 
     fn finish(self, kernel: &mut KernelSource, procs: &mut Processes) -> anyhow::Result<Collected> {
         let mut health = kernel.health()?;
-        match self {
-            Collector::Hotspot {
-                mut profile,
-                not_captured,
-            } => {
-                health.drains = profile.health.drains;
-                health.processes_not_captured = not_captured.len() as u64;
-                profile.health = health;
-                Ok(Collected::Hotspot(profile))
+        let sched = match self.sched {
+            Some(mut s) => {
+                s.source.finish(&mut s.collection, procs, monotonic_ns())?;
+                health.slow_events = s.collection.slow_seen;
+                Some(s.collection)
             }
-            Collector::Sched {
-                mut sched,
-                mut collection,
-            } => {
-                sched.finish(&mut collection, procs, monotonic_ns())?;
-                health.slow_events = collection.slow_seen;
-                Ok(Collected::Sched(collection, health))
+            None => None,
+        };
+        let stacks = self.stacks.map(|s| {
+            health.drains = s.profile.health.drains;
+            health.processes_not_captured = s.not_captured.len() as u64;
+            RawProfile {
+                health: health.clone(),
+                ..s.profile
             }
-        }
+        });
+        Ok(Collected {
+            stacks,
+            sched,
+            health,
+        })
     }
 }
 
@@ -454,12 +498,36 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         true => None,
         false => Some(launcher::spawn_paused(&plan.command)?),
     };
+    let tracing_sched = matches!(plan.mode, Mode::Sched | Mode::Topdown);
+    // Missing BTF is the first thing to say, before anything is counted.
+    let task_offsets = tracing_sched.then(crate::bpf::task_offsets).transpose()?;
+    let counting = match plan.mode {
+        Mode::Topdown => Some(start_counting(plan, paused.as_ref().map(|p| p.pid()))?),
+        _ => None,
+    };
+    // Topdown reads its set at each sample too, for the split per function, wherever it counts.
+    let per_function = counting.as_ref().and_then(TopdownCounting::per_function);
+    let (sample_counters, group): (Vec<EventSpec>, bool) = match (plan.mode, per_function) {
+        (_, Some(set)) => (set.events.to_vec(), set.group),
+        (Mode::Hotspot, None) => (plan.counters.iter().map(|c| c.spec()).collect(), false),
+        _ => (Vec::new(), false),
+    };
+    let sampling = match plan.mode {
+        Mode::Hotspot => Some(plan.event),
+        Mode::Topdown => per_function.map(|set| match set.hardware {
+            // Sampled on the cycle counter's overflow where there is one.
+            true => Event::Cycles,
+            false => plan.event,
+        }),
+        _ => None,
+    };
     let mut loaded = Loaded::load(&LoadOptions {
-        mode: plan.mode,
+        sampling: sampling.is_some(),
+        sched: task_offsets,
         filter: !plan.system_wide,
         slow_threshold_ns: plan.slow_threshold_ns,
         offcpu_stacks: plan.offcpu_stacks,
-        counters: plan.counters.len() as u32,
+        counters: sample_counters.len() as u32,
         tracefs,
     })?;
     let mut procs = Processes::new();
@@ -484,7 +552,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         loaded.add_target(paused.pid())?;
     }
     loaded.attach_process_tracking()?;
-    let mut kernel = KernelSource::take(&mut loaded.ebpf)?;
+    let mut kernel = KernelSource::take(&mut loaded.ebpf, !sample_counters.is_empty())?;
     let events = loaded
         .ebpf
         .take_map(names::EVENTS)
@@ -493,49 +561,41 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     // together below).
     let mut events = unsafe { AsyncFd::register(RingBuf::try_from(events)?) }
         .map_err(|e| anyhow::anyhow!("watching the event ring: {e}"))?;
-    let counting = match plan.mode {
-        Mode::Topdown => Some(start_counting(plan, paused.as_ref().map(|p| p.pid()))?),
-        _ => None,
+    let mut collector = Collector {
+        stacks: None,
+        sched: None,
     };
-    let (mut collector, cpus, what) = match plan.mode {
-        Mode::Sched | Mode::Topdown => {
-            let sched = Box::new(SchedSource::take(&mut loaded.ebpf)?);
-            loaded.attach_sched()?;
-            let cpus = crate::bpf::online_cpu_ids().map_or(1, |c| c.len() as u32);
-            let collection = Box::new(SchedCollection {
-                started_ns: monotonic_ns(),
-                ..Default::default()
-            });
-            (
-                Collector::Sched { sched, collection },
-                cpus,
-                "tracing the scheduler for".to_string(),
-            )
-        }
-        _ => {
-            loaded.open_counters(&plan.counters)?;
-            let cpus = loaded.attach_sampling(plan.event, plan.frequency_hz)?;
-            let collector = Collector::Hotspot {
-                profile: RawProfile::new(),
-                not_captured: HashSet::new(),
+    let mut doing = Vec::new();
+    if tracing_sched {
+        let source = Box::new(SchedSource::take(&mut loaded.ebpf)?);
+        loaded.attach_sched()?;
+        let collection = Box::new(SchedCollection {
+            started_ns: monotonic_ns(),
+            ..Default::default()
+        });
+        collector.sched = Some(SchedCollector { source, collection });
+        doing.push("tracing the scheduler".to_string());
+    }
+    if let Some(event) = sampling {
+        if !sample_counters.is_empty() {
+            let core = match &counting {
+                Some(c) => c.core.clone(),
+                None => Pmu::core(Path::new(events::SYSFS_PMUS)),
             };
-            (collector, cpus, "sampling".to_string())
+            loaded.open_counters(&sample_counters, group, core.as_ref())?;
         }
-    };
+        loaded.attach_sampling(event, plan.frequency_hz)?;
+        collector.stacks = Some(StackCollector::default());
+        doing.push(format!("sampling at {} Hz ({})", plan.frequency_hz, event.name()));
+    }
+    let cpus = crate::bpf::online_cpu_ids().map_or(1, |c| c.len() as u32);
     let mut command = paused.map(|p| p.release()).transpose()?;
 
-    match plan.mode {
-        Mode::Sched | Mode::Topdown => eprintln!(
-            "bpfprof: {what} {} on {cpus} CPUs; Ctrl-C to stop",
-            plan.target_description()
-        ),
-        _ => eprintln!(
-            "bpfprof: {what} {} at {} Hz ({}) on {cpus} CPUs; Ctrl-C to stop",
-            plan.target_description(),
-            plan.frequency_hz,
-            plan.event.name()
-        ),
-    }
+    eprintln!(
+        "bpfprof: {} for {} on {cpus} CPUs; Ctrl-C to stop",
+        doing.join(" and "),
+        plan.target_description()
+    );
     let started = Instant::now();
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
@@ -625,13 +685,13 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
 
     let meta = RunMeta {
         mode: plan.mode.name(),
-        event: plan.event.name(),
+        event: sampling.unwrap_or(plan.event).name(),
         frequency_hz: plan.frequency_hz,
         duration_s: secs,
         target: plan.target_description(),
         cpus,
         notes,
-        counters: plan.counters.iter().map(|c| c.name()).collect(),
+        counters: sample_counters.iter().map(|e| e.name).collect(),
     };
     Ok(Recording {
         collected,

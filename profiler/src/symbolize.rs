@@ -267,7 +267,7 @@ mod tests {
                 user: StackRead::Frames(vec![here + 4, 0x10]),
                 kernel: StackRead::Absent,
                 count: 1,
-                deltas: [0; profiler_common::MAX_COUNTERS],
+                deltas: Default::default(),
             },
             &procs,
         );

@@ -112,6 +112,20 @@ pub struct Level1 {
     pub backend_bound: f64,
 }
 
+impl Level1 {
+    /// False for the split of intervals with no cycles (0 / 0).
+    pub fn is_finite(&self) -> bool {
+        [
+            self.retiring,
+            self.bad_speculation,
+            self.frontend_bound,
+            self.backend_bound,
+        ]
+        .iter()
+        .all(|v| v.is_finite())
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Tma {
     pub family: String,

@@ -325,6 +325,79 @@ fn software_counters_match_the_workloads_own_accounting() {
     assert_no_programs_left();
 }
 
+/// The per-function path end to end (the one hardware sets use for the level-1 split per
+/// function), with software counters: each sample's counter deltas land on its function.
+/// Task-clock per function is checked in nanoseconds against the workload's own clock in each
+/// function; page faults must not land on the function that makes none.
+#[test]
+fn per_function_counters_follow_the_workloads_own_split() {
+    let hotspot = workload("hotspot");
+    let function = |report: &Value, name: &str| -> Value {
+        report["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["function"] == name)
+            .unwrap_or_else(|| panic!("{name} missing from {}", report["functions"]))
+            .clone()
+    };
+    let (out, report) = topdown_json(
+        "topdown-functions.json",
+        &[
+            "--preset",
+            "software",
+            "-F",
+            "499",
+            "--",
+            hotspot.to_str().unwrap(),
+            "split",
+            "3",
+        ],
+    );
+    assert_eq!(report["sampled_on"], "cpu-clock");
+    let split = truth(&stdout(&out));
+    for name in ["burn_a", "burn_b", "burn_c"] {
+        let f = function(&report, name);
+        let clock = f["counters"]["task-clock"].as_f64().unwrap();
+        assert!(
+            (clock - split[name]).abs() <= 0.10 * split[name],
+            "{name}: task-clock {clock} ns attributed, the workload spent {} ns there",
+            split[name]
+        );
+        assert!(f["level1"].is_null() && f["ipc"].is_null(), "no PMU numbers: {f}");
+    }
+
+    let (out, report) = topdown_json(
+        "topdown-functions-faults.json",
+        &[
+            "--preset",
+            "software",
+            "-F",
+            "499",
+            "--",
+            hotspot.to_str().unwrap(),
+            "faults",
+            "2",
+        ],
+    );
+    let faults = truth(&stdout(&out));
+    let burn = function(&report, "burn_a");
+    let in_burn = burn["counters"]["page-faults"].as_f64().unwrap();
+    // Only intervals that began in a fault phase and ended in burn_a carry any (~1 of 20 ms).
+    assert!(
+        in_burn <= 0.10 * faults["faults"],
+        "{in_burn} of {} page faults landed on burn_a, which makes none",
+        faults["faults"]
+    );
+    let clock = burn["counters"]["task-clock"].as_f64().unwrap();
+    assert!(
+        (clock - faults["burn_a"]).abs() <= 0.10 * faults["burn_a"],
+        "burn_a: task-clock {clock} vs {}",
+        faults["burn_a"]
+    );
+    assert_no_programs_left();
+}
+
 /// `-p`: every thread that already exists gets its own counters.
 #[test]
 fn software_counters_cover_every_thread_of_a_running_process() {

@@ -58,7 +58,8 @@ pub struct HotspotReport {
 }
 
 /// Fold a symbolized profile into the hotspot report.
-pub fn build(meta: RunMeta, raw: &RawProfile, symbols: &Symbols) -> HotspotReport {
+pub fn build(mut meta: RunMeta, raw: &RawProfile, symbols: &Symbols) -> HotspotReport {
+    meta.notes.extend(multiplexing_notes(&meta.counters, raw));
     let mut stacks: Vec<Stack> = raw
         .stacks
         .iter()
@@ -79,13 +80,12 @@ pub fn build(meta: RunMeta, raw: &RawProfile, symbols: &Symbols) -> HotspotRepor
             if frames.is_empty() {
                 frames.push(Frame::marker("no stack", false));
             }
-            let counters = match meta.counters.len() {
-                0 => Vec::new(),
-                n => raw
-                    .counters
-                    .get(key)
-                    .map(|c| c[..n].to_vec())
-                    .unwrap_or_else(|| vec![0; n]),
+            // Scaled where a counter was multiplexed; one that never ran in this stack's
+            // intervals adds nothing (and the run's note says how much was not counted).
+            let counters = match (meta.counters.len(), raw.counters.get(key)) {
+                (0, _) => Vec::new(),
+                (n, None) => vec![0; n],
+                (n, Some(c)) => (0..n).map(|k| c.estimate(k).unwrap_or(0)).collect(),
             };
             Stack {
                 pid: key.pid,
@@ -109,6 +109,25 @@ pub fn build(meta: RunMeta, raw: &RawProfile, symbols: &Symbols) -> HotspotRepor
         stacks,
         functions,
     }
+}
+
+/// One note per counter that was not on the PMU for all of the sampled intervals.
+fn multiplexing_notes(names: &[&str], raw: &RawProfile) -> Vec<String> {
+    let mut total = profiler_common::CounterDeltas::default();
+    for deltas in raw.counters.values() {
+        total.add(deltas);
+    }
+    names
+        .iter()
+        .enumerate()
+        .filter(|&(k, _)| total.running_share(k) < 0.999)
+        .map(|(k, name)| {
+            format!(
+                "counter {name} was on the PMU for {:.1}% of the sampled intervals (multiplexed): its per-stack values are scaled estimates",
+                total.running_share(k) * 100.0
+            )
+        })
+        .collect()
 }
 
 fn lost_label(lost: LostStack, side: &str) -> &'static str {

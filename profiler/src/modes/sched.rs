@@ -249,8 +249,9 @@ impl SchedSource {
         }
         for (key, time) in self.offcpu.iter().filter_map(Result::ok) {
             // Weighted by time blocked; how many blocks rides in the first counter slot.
-            let mut deltas = [0; profiler_common::MAX_COUNTERS];
-            deltas[0] = time.count;
+            // Untimed, so taken as they are (see `CounterDeltas::estimate`).
+            let mut deltas = profiler_common::CounterDeltas::default();
+            deltas.values[0] = time.count;
             let sample = RawSample {
                 pid: key.tgid,
                 tid: key.tid,

@@ -6,12 +6,18 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::sched::{OpenState, SchedCollection};
+use super::{
+    hotspot::HotspotReport,
+    sched::{OpenState, SchedCollection},
+};
 use crate::{
     profile::Health,
     report::RunMeta,
-    tma::{self, Counts, Tma},
+    tma::{self, Count, Counts, Level1, Tma},
 };
+
+/// Functions shown in the per-function table (by own samples).
+pub const TOP_FUNCTIONS: usize = 25;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ThreadState {
@@ -46,6 +52,20 @@ pub struct CounterValue {
     pub running: f64,
 }
 
+/// One hot function: what the counters advanced in the intervals sampled in it (as the leaf),
+/// and for the topdown set its level-1 split and IPC from those deltas.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FunctionCounters {
+    pub function: String,
+    pub module: String,
+    pub samples: u64,
+    pub level1: Option<Level1>,
+    pub ipc: Option<f64>,
+    pub metrics: BTreeMap<String, f64>,
+    /// Each counter's deltas in this function, scaled where it was multiplexed.
+    pub counters: BTreeMap<String, u64>,
+}
+
 #[derive(Clone, Debug)]
 pub struct TopdownReport {
     pub meta: RunMeta,
@@ -61,6 +81,12 @@ pub struct TopdownReport {
     /// The counter set counted over the whole run (`--preset`), if any, and its totals.
     pub preset: Option<&'static str>,
     pub counters: Vec<CounterValue>,
+    /// The counter set read at each sample, per function, hottest first (empty when the set
+    /// cannot be counted here).
+    pub functions: Vec<FunctionCounters>,
+    /// What the functions' samples were taken on ("cycles", "cpu-clock"), and how many.
+    pub sampled_on: Option<&'static str>,
+    pub samples: u64,
     /// Most running time first.
     pub threads: Vec<ThreadState>,
     /// Per process (tid = 0, comm of its first thread), most running time first.
@@ -115,6 +141,9 @@ pub fn thread_states(meta: RunMeta, health: Health, c: &SchedCollection, reason:
         tma: None,
         preset: None,
         counters: Vec::new(),
+        functions: Vec::new(),
+        sampled_on: None,
+        samples: 0,
         threads,
         processes,
     }
@@ -131,6 +160,9 @@ pub fn from_counters(meta: RunMeta, tma: Tma) -> TopdownReport {
         tma: Some(tma),
         preset: None,
         counters: Vec::new(),
+        functions: Vec::new(),
+        sampled_on: None,
+        samples: 0,
         threads: Vec::new(),
         processes: Vec::new(),
     }
@@ -182,6 +214,70 @@ pub fn with_counts(
     report
 }
 
+/// Add the per-function table: the hottest functions of the sampled stacks, each with the
+/// counter deltas of its own samples and, for the topdown set, the level-1 split they give.
+pub fn with_functions(
+    mut report: TopdownReport,
+    sampled: &HotspotReport,
+    set: &str,
+    slots: Option<u32>,
+) -> TopdownReport {
+    let names = &sampled.meta.counters;
+    report.functions = sampled
+        .functions
+        .iter()
+        .filter(|f| f.self_samples > 0)
+        .take(TOP_FUNCTIONS)
+        .map(|f| {
+            let counts = Counts {
+                events: names
+                    .iter()
+                    .zip(&f.counters)
+                    .map(|(name, &value)| {
+                        let count = Count {
+                            value: value as f64,
+                            running: 1.0,
+                        };
+                        (name.to_string(), count)
+                    })
+                    .collect(),
+                not_counted: Vec::new(),
+            };
+            // Level 1 needs cycles in the function's intervals; a function sampled only on
+            // intervals another thread began has none, and gets no split rather than a wrong one.
+            let tma = match set {
+                "topdown" => tma::analyze(&counts, slots).unwrap_or_else(|_| tma::derived_only(&counts)),
+                _ => tma::derived_only(&counts),
+            };
+            FunctionCounters {
+                function: f.function.clone(),
+                module: f.module.clone(),
+                samples: f.self_samples,
+                level1: tma.level1.filter(Level1::is_finite),
+                ipc: tma.ipc.filter(|v| v.is_finite()),
+                metrics: tma.metrics.into_iter().filter(|(_, v)| v.is_finite()).collect(),
+                counters: names
+                    .iter()
+                    .zip(&f.counters)
+                    .map(|(n, &v)| (n.to_string(), v))
+                    .collect(),
+            }
+        })
+        .collect();
+    report.sampled_on = Some(sampled.meta.event);
+    report.samples = sampled.samples;
+    report.meta.notes.extend(
+        sampled
+            .meta
+            .notes
+            .iter()
+            .filter(|n| !report.meta.notes.contains(n))
+            .cloned()
+            .collect::<Vec<_>>(),
+    );
+    report
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,5 +322,84 @@ mod tests {
             (250, 20, 2500, 10)
         );
         assert_eq!(r.processes.len(), 2);
+    }
+
+    /// Per-function level 1 from recorded counter deltas of a Skylake-class CPU (TOPDOWN.md's
+    /// pre-ICL formulas), two functions with opposite profiles and one without cycles.
+    #[test]
+    fn functions_get_their_own_level1_and_ipc_from_their_deltas() {
+        use crate::modes::hotspot::{function_stats, tests::stack};
+        let names = vec![
+            "cpu_clk_unhalted.thread",
+            "instructions",
+            "idq_uops_not_delivered.core",
+            "uops_issued.any",
+            "uops_retired.retire_slots",
+            "int_misc.recovery_cycles",
+        ];
+        let with = |frames: &[&str], count, counters: Vec<u64>| {
+            let mut s = stack(frames, count);
+            s.counters = counters;
+            s
+        };
+        let stacks = vec![
+            // 1e6 cycles = 4e6 slots: 25% not delivered, 55% retired, (2.4 - 2.2 + 0.2) / 4 =
+            // 10% bad speculation, so 10% backend; IPC 2.
+            with(
+                &["main", "compute"],
+                60,
+                vec![1_000_000, 2_000_000, 1_000_000, 2_400_000, 2_200_000, 50_000],
+            ),
+            // Split over two stacks that add up: 10% retiring, 5% frontend, 0% bad spec.
+            with(
+                &["main", "a", "wait_memory"],
+                20,
+                vec![1_000_000, 300_000, 200_000, 400_000, 400_000, 0],
+            ),
+            with(
+                &["main", "b", "wait_memory"],
+                20,
+                vec![1_000_000, 300_000, 200_000, 400_000, 400_000, 0],
+            ),
+            with(&["main", "idle_looking"], 3, vec![0; 6]),
+        ];
+        let mut sampled = crate::report::tests::sample_report();
+        sampled.meta.counters = names;
+        sampled.functions = function_stats(&stacks);
+        let meta = sampled.meta.clone();
+        let report = with_functions(
+            thread_states(
+                meta,
+                Health::default(),
+                &SchedCollection::default(),
+                String::new(),
+            ),
+            &sampled,
+            "topdown",
+            None,
+        );
+        let get = |n: &str| report.functions.iter().find(|f| f.function == n).unwrap();
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
+
+        let compute = get("compute").level1.unwrap();
+        assert!(close(compute.frontend_bound, 0.25) && close(compute.retiring, 0.55));
+        assert!(close(compute.bad_speculation, 0.10) && close(compute.backend_bound, 0.10));
+        assert!(close(get("compute").ipc.unwrap(), 2.0));
+
+        let memory = get("wait_memory");
+        assert_eq!(memory.samples, 40);
+        assert_eq!(memory.counters["cpu_clk_unhalted.thread"], 2_000_000);
+        let l = memory.level1.unwrap();
+        assert!(close(l.retiring, 0.10) && close(l.frontend_bound, 0.05) && close(l.bad_speculation, 0.0));
+        assert!(close(l.backend_bound, 0.85), "{l:?}");
+        assert!(close(memory.ipc.unwrap(), 0.3));
+
+        let idle = get("idle_looking");
+        assert_eq!(
+            (idle.level1, idle.ipc),
+            (None, None),
+            "no cycles: no made-up split"
+        );
+        assert_eq!(report.functions[0].function, "compute", "hottest first");
     }
 }

@@ -8,7 +8,7 @@ use crate::{
     modes::{
         hotspot::{FunctionStat, HotspotReport, Stack},
         sched::{OffCpuStack, SchedReport, SlowWait, TaskLatency},
-        topdown::{CounterValue, ThreadState, TopdownReport},
+        topdown::{CounterValue, FunctionCounters, ThreadState, TopdownReport},
     },
     profile::Health,
     tma::Level1,
@@ -73,7 +73,10 @@ struct TopdownJson<'a> {
     /// The counter set counted over the run (`--preset`) and its totals.
     preset: Option<&'static str>,
     counters: &'a [CounterValue],
-    functions: [(); 0],
+    /// What the per-function samples were taken on, and how many.
+    sampled_on: Option<&'static str>,
+    samples: u64,
+    functions: &'a [FunctionCounters],
     notes: &'a [String],
     warnings: Vec<String>,
     threads: &'a [ThreadState],
@@ -110,7 +113,9 @@ impl Renderer for Json {
             multiplexed: pairs(r.tma.as_ref().map(|t| &t.multiplexed[..]).unwrap_or(&[])),
             preset: r.preset,
             counters: &r.counters,
-            functions: [],
+            sampled_on: r.sampled_on,
+            samples: r.samples,
+            functions: &r.functions,
             notes: &r.meta.notes,
             warnings: r.health.warnings(),
             threads: &r.threads,

@@ -65,6 +65,13 @@ Counters ({preset} set, whole run, scaled where multiplexed)"
                 )?;
             }
         }
+        match r.sampled_on {
+            Some(event) => topdown_functions(r, event, out)?,
+            None => writeln!(
+                out,
+                "\nPer function: not sampled, as the counter set cannot be counted here (--preset software gives software counters per function)."
+            )?,
+        }
         writeln!(
             out,
             "
@@ -378,6 +385,69 @@ fn describe(frame: &Frame) -> String {
         _ => {}
     }
     s
+}
+
+/// The per-function table: the level-1 split and IPC where the set gives one, else the counters.
+fn topdown_functions(r: &TopdownReport, event: &str, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(
+        out,
+        "\nPer function ({} samples on {event}; counter deltas of the intervals that ended in each, scaled where multiplexed)",
+        r.samples
+    )?;
+    let Some(first) = r.functions.first() else {
+        return writeln!(out, "  (no samples of the targets)");
+    };
+    let name_width = 44;
+    if r.functions.iter().any(|f| f.level1.is_some()) {
+        writeln!(
+            out,
+            "{:<name_width$} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6}",
+            "function", "samples", "retiring", "bad spec", "frontend", "backend", "IPC"
+        )?;
+        for f in &r.functions {
+            let pct = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0));
+            let l = f.level1;
+            writeln!(
+                out,
+                "{:<name_width$} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6}",
+                clip(&f.function, name_width),
+                f.samples,
+                pct(l.map(|l| l.retiring)),
+                pct(l.map(|l| l.bad_speculation)),
+                pct(l.map(|l| l.frontend_bound)),
+                pct(l.map(|l| l.backend_bound)),
+                f.ipc.map_or("-".to_string(), |v| format!("{v:.2}"))
+            )?;
+        }
+        return Ok(());
+    }
+    let names: Vec<&String> = first.counters.keys().collect();
+    write!(out, "{:<name_width$} {:>8}", "function", "samples")?;
+    for name in &names {
+        write!(out, " {:>16}", clip(name, 16))?;
+    }
+    writeln!(out)?;
+    for f in &r.functions {
+        write!(
+            out,
+            "{:<name_width$} {:>8}",
+            clip(&f.function, name_width),
+            f.samples
+        )?;
+        for name in &names {
+            write!(out, " {:>16}", f.counters.get(*name).copied().unwrap_or(0))?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+/// At most `width` characters, marked with `…` when cut.
+fn clip(s: &str, width: usize) -> String {
+    match s.char_indices().nth(width.saturating_sub(1)) {
+        Some((i, _)) if s[i..].chars().count() > 1 => format!("{}…", &s[..i]),
+        _ => s.to_string(),
+    }
 }
 
 fn tma_text(r: &TopdownReport, tma: &crate::tma::Tma, out: &mut dyn Write) -> io::Result<()> {
