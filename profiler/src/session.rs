@@ -269,6 +269,8 @@ fn topdown_from_counters(cli: &Cli, path: &Path) -> anyhow::Result<i32> {
 /// once, at the start.
 pub struct TopdownCounting<C> {
     set: CounterSet,
+    /// The set can be counted here (it needs no PMU, or there is one).
+    countable: bool,
     /// The counters while running (`Counting`), their totals once read (`Counts`); none when the
     /// set needs a PMU there is not.
     counts: Option<C>,
@@ -283,7 +285,7 @@ pub struct TopdownCounting<C> {
 impl<C> TopdownCounting<C> {
     /// The set can be counted here, so it is also read at each sample, per function.
     fn per_function(&self) -> Option<CounterSet> {
-        self.counts.as_ref().map(|_| self.set)
+        self.countable.then_some(self.set)
     }
 }
 
@@ -299,6 +301,7 @@ impl TopdownCounting<Counting> {
         });
         TopdownCounting {
             set: self.set,
+            countable: self.countable,
             counts,
             reason: self.reason,
             slots: self.slots,
@@ -307,50 +310,61 @@ impl TopdownCounting<Counting> {
     }
 }
 
-/// Topdown's counters over the whole run: per thread of the targets (inherited by what they
-/// start) or per CPU. Not started, after one line saying why, when the set needs a PMU there is
-/// not.
-fn start_counting(plan: &Plan, command: Option<u32>) -> anyhow::Result<TopdownCounting<Counting>> {
+/// What topdown will count, decided before anything is loaded (the sampling program is sized
+/// by it). When the set needs a PMU there is not, says so in one line and counts nothing.
+fn plan_counting(plan: &Plan) -> anyhow::Result<TopdownCounting<Counting>> {
     let method = Method::here();
     let set = events::preset(&plan.preset, method)
         .ok_or_else(|| UserError::Usage(format!("unknown --preset {}", plan.preset)))?;
     let core = Pmu::core(Path::new(events::SYSFS_PMUS));
     let missing_pmu = crate::pmu::missing_reason();
-    let mut topdown = TopdownCounting {
+    let countable = !(set.hardware && missing_pmu.is_some());
+    if let (false, Some(reason)) = (countable, &missing_pmu) {
+        eprintln!(
+            "bpfprof: topdown: {reason}. Showing where each thread's time went instead (thread states from the scheduler)."
+        );
+    }
+    Ok(TopdownCounting {
         set,
+        countable,
         counts: None,
-        reason: missing_pmu.clone().unwrap_or_else(|| {
+        reason: missing_pmu.unwrap_or_else(|| {
             format!(
                 "the {} counter set has no pipeline-slot events (--preset topdown has)",
                 set.name
             )
         }),
         slots: method.slots().or_else(|| core.as_ref()?.slots()),
-        core: None,
-    };
-    if let (true, Some(reason)) = (set.hardware, missing_pmu) {
-        eprintln!(
-            "bpfprof: topdown: {reason}. Showing where each thread's time went instead (thread states from the scheduler)."
-        );
-        return Ok(topdown);
+        core,
+    })
+}
+
+impl TopdownCounting<Counting> {
+    /// Start the counters over the whole run, once everything else is attached (so they cover
+    /// the same time as the thread states): per thread of the targets, inherited by what they
+    /// start, or per CPU.
+    fn start(&mut self, plan: &Plan, command: Option<u32>) -> anyhow::Result<()> {
+        if !self.countable {
+            return Ok(());
+        }
+        let scope = if plan.system_wide {
+            Scope::Cpus(crate::bpf::online_cpu_ids()?)
+        } else {
+            Scope::Threads(
+                plan.pids
+                    .iter()
+                    .flat_map(|&pid| threads_of(pid))
+                    .chain(command)
+                    .collect(),
+            )
+        };
+        let set = self.set;
+        let counting = Counting::start(set.events, set.group, self.core.as_ref(), &scope)
+            .map_err(|e| UserError::Counting(e.to_string()))?;
+        log::info!("counting the {} set: {} events", set.name, set.events.len());
+        self.counts = Some(counting);
+        Ok(())
     }
-    let scope = if plan.system_wide {
-        Scope::Cpus(crate::bpf::online_cpu_ids()?)
-    } else {
-        Scope::Threads(
-            plan.pids
-                .iter()
-                .flat_map(|&pid| threads_of(pid))
-                .chain(command)
-                .collect(),
-        )
-    };
-    let counting = Counting::start(set.events, set.group, core.as_ref(), &scope)
-        .map_err(|e| UserError::Counting(e.to_string()))?;
-    log::info!("counting the {} set: {} events", set.name, set.events.len());
-    topdown.counts = Some(counting);
-    topdown.core = core;
-    Ok(topdown)
 }
 
 fn warn_failures(failures: &[String]) {
@@ -501,8 +515,8 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     let tracing_sched = matches!(plan.mode, Mode::Sched | Mode::Topdown);
     // Missing BTF is the first thing to say, before anything is counted.
     let task_offsets = tracing_sched.then(crate::bpf::task_offsets).transpose()?;
-    let counting = match plan.mode {
-        Mode::Topdown => Some(start_counting(plan, paused.as_ref().map(|p| p.pid()))?),
+    let mut counting = match plan.mode {
+        Mode::Topdown => Some(plan_counting(plan)?),
         _ => None,
     };
     // Topdown reads its set at each sample too, for the split per function, wherever it counts.
@@ -589,6 +603,9 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         doing.push(format!("sampling at {} Hz ({})", plan.frequency_hz, event.name()));
     }
     let cpus = crate::bpf::online_cpu_ids().map_or(1, |c| c.len() as u32);
+    if let Some(counting) = &mut counting {
+        counting.start(plan, paused.as_ref().map(|p| p.pid()))?;
+    }
     let mut command = paused.map(|p| p.release()).transpose()?;
 
     eprintln!(
