@@ -9,6 +9,7 @@ mod counters;
 mod sampling;
 mod sched;
 mod targets;
+mod unwind;
 
 #[cfg(not(test))]
 #[panic_handler]

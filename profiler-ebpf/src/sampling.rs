@@ -86,12 +86,22 @@ fn try_sample_stack(ctx: &PerfEventContext) -> Result<(), i64> {
         return Ok(());
     }
     announce_once(tgid);
+    // Hands the sample to the table walker if the process has tables (no return then).
+    crate::unwind::start(ctx, tgid, tid);
+    record_sample(ctx, tgid, tid, None);
+    Ok(())
+}
+
+/// Record one sample, with the table walker's user stack (its id, or the negative error) or,
+/// without one, the frame-pointer walk's.
+#[inline(always)]
+pub fn record_sample(ctx: &PerfEventContext, tgid: u32, tid: u32, unwound: Option<i32>) {
     let slot = EPOCH.get(0).copied().unwrap_or(0);
-    if slot == 0 {
-        record(ctx, tgid, tid, &STACKS_0, &SAMPLES_0, &DELTAS_0)
+    let _ = if slot == 0 {
+        record(ctx, tgid, tid, &STACKS_0, &SAMPLES_0, &DELTAS_0, unwound)
     } else {
-        record(ctx, tgid, tid, &STACKS_1, &SAMPLES_1, &DELTAS_1)
-    }
+        record(ctx, tgid, tid, &STACKS_1, &SAMPLES_1, &DELTAS_1, unwound)
+    };
 }
 
 #[inline(always)]
@@ -102,8 +112,12 @@ fn record(
     stacks: &StackTrace,
     samples: &HashMap<SampleKey, SampleValue>,
     deltas: &HashMap<SampleKey, CounterDeltas>,
+    unwound: Option<i32>,
 ) -> Result<(), i64> {
-    let user_stack_id = stack_id(ctx, stacks, BPF_F_USER_STACK as u64, true);
+    let (user_stack_id, user_unwound) = match unwound {
+        Some(id) => (id, 1),
+        None => (stack_id(ctx, stacks, BPF_F_USER_STACK as u64, true), 0),
+    };
     let kernel_stack_id = stack_id(ctx, stacks, 0, false);
     let key = SampleKey {
         tgid,
@@ -111,6 +125,8 @@ fn record(
         user_stack_id,
         kernel_stack_id,
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
+        user_unwound,
+        _pad: 0,
     };
     let Some(value) = get_or_insert(samples, &key) else {
         bump(Counter::SampleMapFull);

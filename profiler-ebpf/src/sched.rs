@@ -348,6 +348,8 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: O
             user_stack_id: start.user_stack_id,
             kernel_stack_id: start.kernel_stack_id,
             comm: stats.comm,
+            user_unwound: 0,
+            _pad: 0,
         };
         if let Some(total) = OFFCPU.get_ptr_mut(key) {
             // Only this task's switch-in updates its keys: no other CPU writes them concurrently.

@@ -31,6 +31,8 @@ pub struct Loaded {
     targets: BpfHashMap<MapData, u32, u8>,
     /// Per-CPU counting events the sampling program reads; closed with everything else.
     counters: Option<Counting>,
+    /// The table walker's slot (taken out of `ebpf`, so kept here while it runs).
+    unwind_programs: Option<aya::maps::ProgramArray<MapData>>,
 }
 
 /// Field offsets of the sched tracepoints on the running kernel.
@@ -93,6 +95,8 @@ pub struct LoadOptions<'a> {
     pub offcpu_stacks: OffCpuStacks,
     /// How many counters' deltas the sampling program reads.
     pub counters: u32,
+    /// User stacks of processes with unwind tables are walked through them.
+    pub unwind_tables: bool,
     pub tracefs: &'a Path,
 }
 
@@ -104,6 +108,10 @@ fn unused_maps(options: &LoadOptions<'_>) -> Vec<&'static str> {
     }
     if !options.sampling || options.counters == 0 {
         unused.extend(names::DELTAS);
+    }
+    if !options.sampling || !options.unwind_tables {
+        unused.extend(names::USER_STACKS);
+        unused.extend([names::UNWIND_ROWS, names::UNWIND_PROCESSES]);
     }
     if options.sched.is_none() {
         unused.extend([
@@ -127,6 +135,7 @@ impl Loaded {
             OffCpuStacks::Auto => offcpu_stacks::AUTO,
             OffCpuStacks::All => offcpu_stacks::ALL,
         };
+        let unwind = u32::from(options.unwind_tables);
         let mut loader = EbpfLoader::new();
         loader
             .override_global(names::G_FILTER, &filter, true)
@@ -135,7 +144,8 @@ impl Loaded {
             .override_global(names::G_TASK_OFFSETS, &tasks, true)
             .override_global(names::G_SLOW_NS, &options.slow_threshold_ns, true)
             .override_global(names::G_OFFCPU_STACKS, &stacks, true)
-            .override_global(names::G_COUNTERS, &options.counters, true);
+            .override_global(names::G_COUNTERS, &options.counters, true)
+            .override_global(names::G_UNWIND, &unwind, true);
         for map in unused_maps(options) {
             loader.map_max_entries(map, 1);
         }
@@ -148,6 +158,7 @@ impl Loaded {
             ebpf,
             targets,
             counters: None,
+            unwind_programs: None,
         })
     }
 
@@ -246,6 +257,26 @@ impl Loaded {
         }
         self.counters = Some(counting);
         Ok(())
+    }
+
+    /// Load the table walker, hand it to the sampling program, and return the tables to fill.
+    pub fn enable_unwinding(&mut self) -> anyhow::Result<crate::unwind::Tables> {
+        let program: &mut PerfEvent = self.program(names::PROG_UNWIND)?;
+        program.load().context("loading the stack unwinding program")?;
+        let fd = program.fd()?.try_clone()?;
+        let programs = self
+            .ebpf
+            .take_map(names::UNWIND_PROGRAMS)
+            .context("map UNWIND_PROGRAMS missing")?;
+        let mut programs = aya::maps::ProgramArray::try_from(programs)?;
+        programs.set(profiler_common::unwind::PROGRAM_SLOT, &fd, 0)?;
+        self.unwind_programs = Some(programs);
+        let mut take = |name: &str| {
+            self.ebpf
+                .take_map(name)
+                .with_context(|| format!("map {name} missing"))
+        };
+        crate::unwind::Tables::new(take(names::UNWIND_ROWS)?, take(names::UNWIND_PROCESSES)?)
     }
 
     /// One sampling event per online CPU. Returns the number of CPUs.

@@ -56,8 +56,14 @@ pub struct Cli {
         default_value = "auto"
     )]
     pub offcpu_stacks: OffCpuStacks,
+    /// How user stacks are walked when sampling. `tables`: with unwind tables built from each
+    /// binary's `.eh_frame`, right without frame pointers (most distribution binaries), frame
+    /// pointers where a binary has no table; `fp`: frame pointers only (cheaper, wrong for code
+    /// built without them).
+    #[arg(long, value_enum, value_name = "HOW", default_value = "tables")]
+    pub unwind: Unwind,
     /// Hotspot: also attribute this counter's increments to the sampled stacks (repeatable, up to
-    /// 4): software events work everywhere, hardware ones need a PMU.
+    /// 8): software events work everywhere, hardware ones need a PMU.
     #[arg(long = "counter", value_enum, value_name = "EVENT")]
     pub counters_events: Vec<CounterEvent>,
     /// Topdown mode: the counters counted over the whole run: `topdown` (this CPU family's level-1
@@ -76,6 +82,12 @@ pub struct Cli {
     /// Command to start and profile; bpfprof attaches first, so its first samples are captured.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Unwind {
+    Tables,
+    Fp,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

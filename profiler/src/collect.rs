@@ -8,7 +8,7 @@ use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
     Ebpf,
 };
-use profiler_common::{names, Counter, CounterDeltas, SampleKey, SampleValue};
+use profiler_common::{names, unwind::UserStack, Counter, CounterDeltas, SampleKey, SampleValue};
 
 use crate::{
     process::Processes,
@@ -33,6 +33,8 @@ pub struct KernelSource {
     stacks: [StackTraceMap<MapData>; 2],
     /// Counter deltas, when the sampling program reads counters.
     deltas: Option<[BpfHashMap<MapData, SampleKey, CounterDeltas>; 2]>,
+    /// Table-unwound user stacks (empty unless tables are in use).
+    user_stacks: [BpfHashMap<MapData, u32, UserStack>; 2],
     counters: PerCpuArray<MapData, u64>,
     active: u32,
 }
@@ -56,12 +58,17 @@ impl KernelSource {
             ]),
             false => None,
         };
+        let user_stacks = [
+            BpfHashMap::try_from(take(names::USER_STACKS[0])?)?,
+            BpfHashMap::try_from(take(names::USER_STACKS[1])?)?,
+        ];
         let counters = PerCpuArray::try_from(take(names::COUNTERS)?)?;
         Ok(Self {
             epoch,
             samples,
             stacks,
             deltas,
+            user_stacks,
             counters,
             active: 0,
         })
@@ -90,7 +97,10 @@ impl KernelSource {
                 pid: key.tgid,
                 tid: key.tid,
                 comm: comm_string(&key.comm),
-                user: read_stack(&self.stacks[slot], key.user_stack_id),
+                user: match key.user_unwound {
+                    0 => read_stack(&self.stacks[slot], key.user_stack_id),
+                    _ => read_unwound(&self.user_stacks[slot], key.user_stack_id),
+                },
                 kernel: read_stack(&self.stacks[slot], key.kernel_stack_id),
                 count: value.count,
                 deltas: deltas.remove(&key).unwrap_or_default(),
@@ -99,6 +109,10 @@ impl KernelSource {
         let ids: Vec<u32> = self.stacks[slot].stack_ids().filter_map(Result::ok).collect();
         for id in ids {
             let _ = self.stacks[slot].remove(&id);
+        }
+        let ids: Vec<u32> = self.user_stacks[slot].keys().filter_map(Result::ok).collect();
+        for id in ids {
+            let _ = self.user_stacks[slot].remove(&id);
         }
         Ok(out)
     }
@@ -142,6 +156,10 @@ impl SampleSource for KernelSource {
             offcpu_map_full: read(Counter::OffCpuMapFull)?,
             exited_map_full: read(Counter::ExitedMapFull)?,
             delta_map_full: read(Counter::DeltaMapFull)?,
+            unwind_walks: read(Counter::UnwindWalks)?,
+            unwind_truncated: read(Counter::UnwindTruncated)?,
+            unwind_failed: read(Counter::UnwindFailed)?,
+            unwind_stacks_lost: read(Counter::UnwindStackLost)?,
             ..Health::default()
         })
     }
@@ -161,6 +179,21 @@ pub(crate) fn read_stack(map: &StackTraceMap<MapData>, id: i32) -> StackRead {
             Err(_) => StackRead::Error(id),
         },
         id if id == -EFAULT => StackRead::Absent,
+        id if id == -EEXIST => StackRead::Collision,
+        id => StackRead::Error(id),
+    }
+}
+
+/// A table-unwound stack by id, or what its negative id says went wrong.
+fn read_unwound(map: &BpfHashMap<MapData, u32, UserStack>, id: i32) -> StackRead {
+    match id {
+        id if id >= 0 => match map.get(&(id as u32), 0) {
+            Ok(stack) => {
+                let len = (stack.len as usize).min(stack.frames.len());
+                StackRead::Frames(stack.frames[..len].to_vec())
+            }
+            Err(_) => StackRead::Error(id),
+        },
         id if id == -EEXIST => StackRead::Collision,
         id => StackRead::Error(id),
     }

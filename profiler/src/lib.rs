@@ -19,5 +19,6 @@ pub mod report;
 pub mod session;
 pub mod symbolize;
 pub mod tma;
+pub mod unwind;
 
 pub use session::run;

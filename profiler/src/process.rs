@@ -116,6 +116,8 @@ pub struct Processes {
     names: HashMap<u32, String>,
     files: Vec<MappedFile>,
     file_ids: HashMap<(String, u64), FileId>,
+    /// With `record_captures`: the maps captured since `take_captured` (for the unwinder).
+    captured: Option<Vec<(u32, Vec<MapsLine>)>>,
 }
 
 impl Processes {
@@ -129,8 +131,22 @@ impl Processes {
         if let Some(comm) = comm_of(pid) {
             self.names.insert(pid, comm);
         }
-        self.install(pid, parse_maps(&text), true);
+        let lines = parse_maps(&text);
+        if let Some(captured) = &mut self.captured {
+            captured.push((pid, lines.clone()));
+        }
+        self.install(pid, lines, true);
         Ok(())
+    }
+
+    /// Keep each capture's mappings until `take_captured`.
+    pub fn record_captures(&mut self) {
+        self.captured.get_or_insert_with(Vec::new);
+    }
+
+    /// The mappings captured since the last call.
+    pub fn take_captured(&mut self) -> Vec<(u32, Vec<MapsLine>)> {
+        self.captured.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     /// Install a memory map without reading `/proc` (replay and tests).

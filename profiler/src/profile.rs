@@ -83,6 +83,14 @@ pub struct Health {
     pub exited_map_full: u64,
     /// Samples whose counter deltas were dropped (delta map full).
     pub delta_map_full: u64,
+    /// User stacks walked through unwind tables; of those, how many hit the depth limit, ended
+    /// early (an unreadable return address, a frame with no usable rule), or were lost.
+    pub unwind_walks: u64,
+    pub unwind_truncated: u64,
+    pub unwind_failed: u64,
+    pub unwind_stacks_lost: u64,
+    /// Executables and libraries without a usable unwind table (walked with frame pointers).
+    pub files_without_tables: u64,
 }
 
 impl Health {
@@ -162,6 +170,25 @@ impl Health {
             out.push(format!(
                 "{} exited tasks are missing: too many exited within a second",
                 self.exited_map_full
+            ));
+        }
+        if self.unwind_stacks_lost > 0 {
+            out.push(format!(
+                "{} table-unwound user stacks were lost (hash collision or stack map full; shown as [lost user stack])",
+                self.unwind_stacks_lost
+            ));
+        }
+        if self.unwind_truncated > 0 {
+            out.push(format!(
+                "{} user stacks were deeper than {} frames: their outermost frames are missing",
+                self.unwind_truncated,
+                profiler_common::unwind::MAX_FRAMES
+            ));
+        }
+        if self.unwind_failed > 0 {
+            out.push(format!(
+                "{} of {} table-unwound user stacks ended early (a return address could not be read, or a frame had no unwind rule and no frame pointer): they are kept as far as they go",
+                self.unwind_failed, self.unwind_walks
             ));
         }
         if self.delta_map_full > 0 {

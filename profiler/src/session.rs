@@ -60,6 +60,7 @@ pub struct Plan {
     pub counters: Vec<crate::cli::CounterEvent>,
     /// Topdown: the counter set counted over the run.
     pub preset: String,
+    pub unwind: crate::cli::Unwind,
 }
 
 impl Plan {
@@ -123,6 +124,7 @@ impl Plan {
             },
             counters: cli.counters_events.clone(),
             preset: cli.preset.clone().unwrap_or_else(|| "topdown".into()),
+            unwind: cli.unwind,
         })
     }
 
@@ -535,6 +537,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         }),
         _ => None,
     };
+    let mut procs = Processes::new();
     let mut loaded = Loaded::load(&LoadOptions {
         sampling: sampling.is_some(),
         sched: task_offsets,
@@ -542,9 +545,16 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         slow_threshold_ns: plan.slow_threshold_ns,
         offcpu_stacks: plan.offcpu_stacks,
         counters: sample_counters.len() as u32,
+        unwind_tables: plan.unwind == crate::cli::Unwind::Tables,
         tracefs,
     })?;
-    let mut procs = Processes::new();
+    let mut tables = match (sampling.is_some(), plan.unwind) {
+        (true, crate::cli::Unwind::Tables) => {
+            procs.record_captures();
+            Some(loaded.enable_unwinding()?)
+        }
+        _ => None,
+    };
     // Only -p targets end a run by exiting; a command ends it through SIGCHLD instead.
     let exits = match plan.system_wide || paused.is_some() {
         true => Vec::new(),
@@ -562,6 +572,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         }
         let _ = procs.capture(pid);
     }
+    give_tables(&mut tables, &mut procs);
     if let Some(paused) = &paused {
         loaded.add_target(paused.pid())?;
     }
@@ -646,6 +657,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
                 let mut guard = guard?;
                 capture_announced(guard.get_inner_mut(), &mut procs);
                 guard.clear_ready();
+                give_tables(&mut tables, &mut procs);
             }
             _ = &mut targets_exited => break Stop::TargetsExited,
             _ = drain_timer.tick() => {
@@ -654,6 +666,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
                     break Stop::CommandExited(code);
                 }
                 collector.drain(&mut kernel, &mut procs)?;
+                give_tables(&mut tables, &mut procs);
             }
         }
     };
@@ -717,6 +730,20 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         exit_code,
         topdown,
     })
+}
+
+/// Give the table walker the mappings (and files' tables) of processes captured since last time:
+/// new targets, and processes whose map changed (exec, dlopen). A process it cannot be given is
+/// walked with frame pointers.
+fn give_tables(tables: &mut Option<crate::unwind::Tables>, procs: &mut Processes) {
+    let Some(tables) = tables else {
+        return;
+    };
+    for (pid, maps) in procs.take_captured() {
+        if let Err(e) = tables.load_process(pid, &maps) {
+            log::warn!("unwind tables for pid {pid}: {e:#}");
+        }
+    }
 }
 
 /// Capture the memory map of every process the kernel announced, while it is alive.

@@ -1,0 +1,312 @@
+//! Table-based unwinding, user-space half: compact unwind rows built from a file's `.eh_frame`
+//! (or `.debug_frame`) with gimli, shared per file, written into the BPF row array; and per
+//! process the executable mappings the BPF walker searches. x86-64: the rules it follows are
+//! CFA = rsp/rbp + offset, the PLT expression, rbp saved at CFA + offset, and "return address
+//! undefined" (the outermost frame). Anything else falls back to the frame pointer in BPF.
+use std::{
+    collections::HashMap,
+    os::fd::{AsFd as _, AsRawFd as _},
+};
+
+use anyhow::Context as _;
+use aya::maps::{HashMap as BpfHashMap, Map, MapData};
+use gimli::{CfaRule, RegisterRule, X86_64};
+use object::{Object as _, ObjectSection as _, ObjectSegment as _};
+use profiler_common::unwind::{cfa, rbp, Mapping, ProcessMappings, Row, MAX_MAPPINGS, ROWS};
+
+use crate::process::MapsLine;
+
+/// Why a file has no table (it is then walked with frame pointers).
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    #[error("reading it: {0}")]
+    Read(#[from] std::io::Error),
+    #[error("not an ELF file bpfprof can read: {0}")]
+    Elf(#[from] object::Error),
+    #[error("no .eh_frame or .debug_frame section")]
+    NoFrameInfo,
+    #[error("its unwind information is corrupt: {0}")]
+    Corrupt(#[from] gimli::Error),
+}
+
+/// The unwind rows of an ELF image, sorted by pc, with rows that change nothing merged.
+pub fn rows_of(data: &[u8]) -> Result<Vec<Row>, TableError> {
+    let file = object::File::parse(data)?;
+    let address = |name: &str| file.section_by_name(name).map(|s| s.address());
+    let mut bases = gimli::BaseAddresses::default();
+    if let Some(a) = address(".text") {
+        bases = bases.set_text(a);
+    }
+    if let Some(a) = address(".got") {
+        bases = bases.set_got(a);
+    }
+    if let Some(a) = address(".eh_frame_hdr") {
+        bases = bases.set_eh_frame_hdr(a);
+    }
+    let mut rows = Vec::new();
+    if let Some(section) = file.section_by_name(".eh_frame") {
+        let bases = bases.set_eh_frame(section.address());
+        let eh_frame = gimli::EhFrame::new(section.data()?, gimli::LittleEndian);
+        collect_rows(&eh_frame, &bases, &mut rows)?;
+    } else if let Some(section) = file.section_by_name(".debug_frame") {
+        let debug_frame = gimli::DebugFrame::new(section.data()?, gimli::LittleEndian);
+        collect_rows(&debug_frame, &bases, &mut rows)?;
+    } else {
+        return Err(TableError::NoFrameInfo);
+    }
+    Ok(compact(rows))
+}
+
+fn collect_rows<'a, S>(
+    section: &S,
+    bases: &gimli::BaseAddresses,
+    rows: &mut Vec<Row>,
+) -> Result<(), gimli::Error>
+where
+    S: gimli::UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>,
+{
+    let mut ctx = Box::new(gimli::UnwindContext::new());
+    let mut entries = section.entries(bases);
+    while let Some(entry) = entries.next()? {
+        let gimli::CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let fde = partial.parse(|s, b, o| s.cie_from_offset(b, o))?;
+        let mut table = fde.rows(section, bases, &mut ctx)?;
+        while let Some(row) = table.next_row()? {
+            rows.push(convert(section, row));
+        }
+        // Past the function's end there is no information until the next FDE says otherwise.
+        rows.push(Row {
+            pc: fde.end_address(),
+            cfa: cfa::NONE,
+            ..Row::default()
+        });
+    }
+    Ok(())
+}
+
+fn convert<'a, S>(section: &S, row: &gimli::UnwindTableRow<usize>) -> Row
+where
+    S: gimli::UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>,
+{
+    let mut out = Row {
+        pc: row.start_address(),
+        ..Row::default()
+    };
+    if matches!(row.register(X86_64::RA), Some(RegisterRule::Undefined)) {
+        out.cfa = cfa::END;
+        return out;
+    }
+    match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => match i16::try_from(*offset) {
+            Ok(offset) if *register == X86_64::RSP => (out.cfa, out.cfa_offset) = (cfa::RSP, offset),
+            Ok(offset) if *register == X86_64::RBP => (out.cfa, out.cfa_offset) = (cfa::RBP, offset),
+            _ => out.cfa = cfa::UNSUPPORTED,
+        },
+        CfaRule::Expression(expression) => {
+            out.cfa = cfa::UNSUPPORTED;
+            if let Ok(expression) = expression.get(section) {
+                if let Some(threshold) = plt_threshold(expression.0.slice()) {
+                    (out.cfa, out.cfa_offset) = (cfa::PLT, threshold);
+                }
+            }
+        }
+    }
+    if let Some(RegisterRule::Offset(offset)) = row.register(X86_64::RBP) {
+        if let Ok(offset) = i16::try_from(offset) {
+            (out.rbp, out.rbp_offset) = (rbp::AT_CFA, offset);
+        }
+    }
+    out
+}
+
+/// The expression every x86-64 PLT carries: CFA = rsp + 8 + ((rip & 15) >= N) << 3, N = 10 or 11
+/// (DW_OP_breg7 8; DW_OP_breg16 0; DW_OP_lit15; DW_OP_and; DW_OP_litN; DW_OP_ge; DW_OP_lit3;
+/// DW_OP_shl; DW_OP_plus). Returns N.
+fn plt_threshold(expression: &[u8]) -> Option<i16> {
+    const LIT0: u8 = 0x30;
+    match expression {
+        [0x77, 8, 0x80, 0, 0x3f, 0x1a, lit, 0x2a, 0x33, 0x24, 0x22] if (LIT0..=LIT0 + 31).contains(lit) => {
+            Some((lit - LIT0) as i16)
+        }
+        _ => None,
+    }
+}
+
+/// Sort by pc; where two rows start at the same pc the later FDE's real rule beats an earlier
+/// FDE's end marker; then drop rows that repeat the previous rule.
+fn compact(mut rows: Vec<Row>) -> Vec<Row> {
+    rows.sort_by_key(|r| (r.pc, r.cfa != cfa::NONE));
+    let mut out: Vec<Row> = Vec::with_capacity(rows.len());
+    for row in rows {
+        if let Some(last) = out.last_mut() {
+            if last.pc == row.pc {
+                *last = row;
+                continue;
+            }
+            let same = Row { pc: last.pc, ..row } == *last;
+            if same {
+                continue;
+            }
+        }
+        out.push(row);
+    }
+    out
+}
+
+/// The runtime address minus the file's virtual address for one mapping of the file.
+pub fn bias_of(data: &[u8], mapping: &MapsLine) -> Option<u64> {
+    let file = object::File::parse(data).ok()?;
+    file.segments().find_map(|seg| {
+        let (offset, size) = seg.file_range();
+        let page_start = offset & !0xfff;
+        (page_start <= mapping.file_offset && mapping.file_offset < offset + size).then(|| {
+            let vaddr = seg
+                .address()
+                .wrapping_add(mapping.file_offset)
+                .wrapping_sub(offset);
+            mapping.start.wrapping_sub(vaddr)
+        })
+    })
+}
+
+/// The BPF side's tables: one row array for all files (mapped into our memory, so a whole
+/// table is one copy), and per process its executable mappings.
+pub struct Tables {
+    rows: RowArray,
+    next_row: u32,
+    processes: BpfHashMap<MapData, u32, ProcessMappings>,
+    /// Per file (device, inode): its rows' place in the array, or why it has none.
+    files: HashMap<(String, u64), Result<(u32, u32), String>>,
+    /// Files whose tables did not fit in the row array.
+    pub full: u64,
+}
+
+impl Tables {
+    pub fn new(rows: Map, processes: Map) -> anyhow::Result<Tables> {
+        let Map::Array(rows) = rows else {
+            anyhow::bail!("the unwind row map is not an array");
+        };
+        Ok(Tables {
+            rows: RowArray::map(rows)?,
+            next_row: 0,
+            processes: BpfHashMap::try_from(processes)?,
+            files: HashMap::new(),
+            full: 0,
+        })
+    }
+
+    /// Give the BPF walker `pid`'s executable mappings and their files' tables (built once per
+    /// file). A file without usable tables is walked with frame pointers; says which, once.
+    pub fn load_process(&mut self, pid: u32, maps: &[MapsLine]) -> anyhow::Result<()> {
+        let mut mappings = Vec::new();
+        for line in maps.iter().filter(|l| l.inode != 0) {
+            let path = format!("/proc/{pid}/map_files/{:x}-{:x}", line.start, line.end);
+            let key = (line.dev.clone(), line.inode);
+            let data = std::fs::read(&path).or_else(|_| std::fs::read(&line.path));
+            let Ok(data) = data else {
+                continue;
+            };
+            if !self.files.contains_key(&key) {
+                let placed = match rows_of(&data) {
+                    Ok(rows) => self
+                        .place(&rows)
+                        .ok_or_else(|| "the unwind row array is full".to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                if let Err(reason) = &placed {
+                    log::info!("{}: no unwind table ({reason}): frame pointers there", line.path);
+                }
+                self.files.insert(key.clone(), placed);
+            }
+            let (first_row, rows) = self.files[&key].clone().unwrap_or((0, 0));
+            let Some(bias) = bias_of(&data, line) else {
+                continue;
+            };
+            mappings.push(Mapping {
+                start: line.start,
+                end: line.end,
+                bias,
+                first_row,
+                rows,
+            });
+        }
+        mappings.sort_by_key(|m| m.start);
+        mappings.truncate(MAX_MAPPINGS);
+        let mut value = ProcessMappings {
+            count: mappings.len() as u32,
+            _pad: 0,
+            mappings: [Mapping::default(); MAX_MAPPINGS],
+        };
+        value.mappings[..mappings.len()].copy_from_slice(&mappings);
+        self.processes
+            .insert(pid, value, 0)
+            .with_context(|| format!("giving the unwinder the mappings of pid {pid}"))
+    }
+
+    pub fn forget_process(&mut self, pid: u32) {
+        let _ = self.processes.remove(&pid);
+    }
+
+    fn place(&mut self, rows: &[Row]) -> Option<(u32, u32)> {
+        let first = self.next_row;
+        let end = first.checked_add(rows.len() as u32).filter(|&end| end <= ROWS);
+        let Some(end) = end else {
+            self.full += 1;
+            return None;
+        };
+        self.rows.write(first as usize, rows);
+        self.next_row = end;
+        Some((first, rows.len() as u32))
+    }
+}
+
+/// The BPF row array, mapped into this process (`BPF_F_MMAPABLE`).
+struct RowArray {
+    _map: MapData,
+    base: *mut Row,
+    len: usize,
+}
+
+impl RowArray {
+    fn map(map: MapData) -> anyhow::Result<RowArray> {
+        let len = ROWS as usize;
+        let bytes = (len * std::mem::size_of::<Row>()).next_multiple_of(4096);
+        let fd = map.fd().as_fd().as_raw_fd();
+        // SAFETY: maps the array's value area, which the kernel sized for `ROWS` rows.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error()).context("mapping the unwind row array");
+        }
+        Ok(RowArray {
+            _map: map,
+            base: base.cast(),
+            len,
+        })
+    }
+
+    fn write(&mut self, at: usize, rows: &[Row]) {
+        assert!(at + rows.len() <= self.len);
+        // SAFETY: within the mapping (checked above); BPF only reads rows of files already
+        // published through a process's mappings, which happens after this copy.
+        unsafe { std::ptr::copy_nonoverlapping(rows.as_ptr(), self.base.add(at), rows.len()) };
+    }
+}
+
+impl Drop for RowArray {
+    fn drop(&mut self) {
+        let bytes = (self.len * std::mem::size_of::<Row>()).next_multiple_of(4096);
+        // SAFETY: unmapping exactly what `map` mapped.
+        unsafe { libc::munmap(self.base.cast(), bytes) };
+    }
+}

@@ -1,0 +1,93 @@
+/* Test workload for stack unwinding, built with -O2 -fomit-frame-pointer: no function keeps a
+ * frame pointer, as in most distribution binaries (Debian's libc among them).
+ *
+ *   unwind chain SECONDS   main -> run_chain -> level_one -> level_two -> leaf_work, where
+ *                          leaf_work is a frameless leaf doing all the work
+ *   unwind qsort SECONDS   main -> run_qsort -> qsort (libc, no frame pointers) -> compare_items
+ *
+ * Prints at exit: TRUTH pid=<pid> rounds=<n>
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile unsigned long sink;
+static long long rounds;
+
+static long long wall_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Frameless leaf: no calls, no stack frame; its caller is only found through the return address
+ * at the stack pointer. */
+__attribute__((noinline)) unsigned long leaf_work(unsigned long seed) {
+    unsigned long acc = seed;
+    for (unsigned long i = 0; i < 2000000; i++) {
+        acc = acc * 6364136223846793005UL + i;
+        __asm__ volatile("" : "+r"(acc));
+    }
+    return acc;
+}
+
+/* Callers with stack frames of their own (locals the compiler must keep in memory), so that the
+ * canonical frame address moves with the stack pointer by amounts only the unwind table knows. */
+__attribute__((noinline)) unsigned long level_two(unsigned long seed) {
+    volatile unsigned long scratch[24];
+    for (int i = 0; i < 24; i++) scratch[i] = seed + i;
+    unsigned long r = leaf_work(scratch[seed % 24]);
+    return r + scratch[3];
+}
+
+__attribute__((noinline)) unsigned long level_one(unsigned long seed) {
+    volatile unsigned long scratch[8];
+    for (int i = 0; i < 8; i++) scratch[i] = seed ^ i;
+    unsigned long r = level_two(scratch[seed % 8]);
+    return r + scratch[5];
+}
+
+__attribute__((noinline)) void run_chain(double seconds) {
+    long long end = wall_ns() + (long long)(seconds * 1e9);
+    while (wall_ns() < end) {
+        sink += level_one((unsigned long)rounds);
+        rounds++;
+    }
+}
+
+__attribute__((noinline)) int compare_items(const void *a, const void *b) {
+    unsigned long x = *(const unsigned long *)a, y = *(const unsigned long *)b;
+    return (x > y) - (x < y);
+}
+
+__attribute__((noinline)) void run_qsort(double seconds) {
+    enum { N = 4096 };
+    static unsigned long items[N];
+    long long end = wall_ns() + (long long)(seconds * 1e9);
+    unsigned long state = 88172645463325252UL;
+    while (wall_ns() < end) {
+        for (int i = 0; i < N; i++) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            items[i] = state;
+        }
+        qsort(items, N, sizeof items[0], compare_items);
+        rounds++;
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s chain|qsort SECONDS\n", argv[0]);
+        return 2;
+    }
+    double seconds = atof(argv[2]);
+    if (strcmp(argv[1], "chain") == 0) run_chain(seconds);
+    else if (strcmp(argv[1], "qsort") == 0) run_qsort(seconds);
+    else return 2;
+    printf("TRUTH pid=%d rounds=%lld\n", (int)getpid(), rounds);
+    return 0;
+}
