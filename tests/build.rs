@@ -7,41 +7,39 @@ fn main() {
     println!("cargo:rerun-if-changed=workloads");
     println!("cargo:rustc-env=BPFPROF_WORKLOADS={}", out.display());
 
+    const FRAME_POINTERS: &[&str] = &["-fno-omit-frame-pointer", "-mno-omit-leaf-frame-pointer"];
     for name in ["hotspot", "schedload"] {
-        compile_c(&out, name);
+        compile_c(&out, name, FRAME_POINTERS);
     }
+    // The unwinding workload has no frame pointers at all, like most distribution binaries.
+    compile_c(&out, "unwind", &["-fomit-frame-pointer"]);
 
+    compile_rust(&out, "spin", &["-C", "force-frame-pointers=yes"]);
+    // Rust's default on x86-64 Linux: no frame pointers.
+    compile_rust(&out, "spin-nofp", &[]);
+}
+
+fn compile_rust(out: &std::path::Path, name: &str, flags: &[&str]) {
     let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
     let status = Command::new(rustc)
-        .args([
-            "--edition",
-            "2021",
-            "-O",
-            "-g",
-            "-C",
-            "force-frame-pointers=yes",
-            "-o",
-        ])
-        .arg(out.join("spin"))
+        .args(["--edition", "2021", "-O", "-g"])
+        .args(flags)
+        .arg("-o")
+        .arg(out.join(name))
         .arg("workloads/spin.rs")
         .status()
         .expect("running rustc");
-    assert!(status.success(), "building workloads/spin.rs failed");
+    assert!(status.success(), "building workloads/spin.rs as {name} failed");
 }
 
-/// A C workload, with frame pointers everywhere (leaves included) and debug info.
-fn compile_c(out: &std::path::Path, name: &str) {
+/// A C workload with debug info and the given frame-pointer flags.
+fn compile_c(out: &std::path::Path, name: &str, flags: &[&str]) {
     let status = cc::Build::new()
         .get_compiler()
         .to_command()
-        .args([
-            "-O2",
-            "-g",
-            "-pthread",
-            "-fno-omit-frame-pointer",
-            "-mno-omit-leaf-frame-pointer",
-            "-o",
-        ])
+        .args(["-O2", "-g", "-pthread"])
+        .args(flags)
+        .arg("-o")
         .arg(out.join(name))
         .arg(format!("workloads/{name}.c"))
         .status()

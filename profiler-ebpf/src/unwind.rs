@@ -50,7 +50,7 @@ pub fn start(ctx: &PerfEventContext, tgid: u32, tid: u32) {
     if unsafe { core::ptr::read_volatile(&UNWIND_ENABLED) } == 0 {
         return;
     }
-    if UNWIND_PROCESSES.get_ptr(&tgid).is_none() {
+    if UNWIND_PROCESSES.get_ptr(tgid).is_none() {
         return;
     }
     let Some((ip, sp, bp)) = user_registers(ctx) else {
@@ -101,7 +101,7 @@ pub fn unwind_user(ctx: PerfEventContext) -> u32 {
 
 fn try_unwind_user(ctx: &PerfEventContext) -> Result<(), ()> {
     let walk = unsafe { &mut *WALK.get_ptr_mut(0).ok_or(())? };
-    let Some(mappings) = UNWIND_PROCESSES.get_ptr(&walk.tgid) else {
+    let Some(mappings) = UNWIND_PROCESSES.get_ptr(walk.tgid) else {
         // The process exited between the sample and now: what was walked is still true.
         walk.stack.stop = stop::FAILED;
         return finish(ctx, walk);
@@ -259,13 +259,15 @@ fn finish(ctx: &PerfEventContext, walk: &mut Walk) -> Result<(), ()> {
         0 => &USER_STACKS_0,
         _ => &USER_STACKS_1,
     };
-    let stack_id = match stacks.get_ptr(&id) {
+    let stack_id = match stacks.get_ptr(id) {
         Some(stored) if unsafe { (*stored).hash } == hash => id as i32,
         Some(_) => {
             bump(Counter::UnwindStackLost);
             -EEXIST
         }
-        None => match stacks.insert(&id, &walk.stack, 0) {
+        // By reference: the stack is 1 KiB, twice the BPF stack.
+        #[allow(clippy::needless_borrows_for_generic_args)]
+        None => match stacks.insert(id, &walk.stack, 0) {
             Ok(()) => id as i32,
             Err(_) => {
                 bump(Counter::UnwindStackLost);

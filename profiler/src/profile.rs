@@ -172,6 +172,12 @@ impl Health {
                 self.exited_map_full
             ));
         }
+        if self.files_without_tables > 0 {
+            out.push(format!(
+                "{} executables or libraries have no usable unwind table: their frames were walked with frame pointers",
+                self.files_without_tables
+            ));
+        }
         if self.unwind_stacks_lost > 0 {
             out.push(format!(
                 "{} table-unwound user stacks were lost (hash collision or stack map full; shown as [lost user stack])",

@@ -679,7 +679,13 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     // children: they fold into the inherited parent counters).
     let topdown = counting.map(TopdownCounting::read);
     collector.drain(&mut kernel, &mut procs)?;
-    let collected = collector.finish(&mut kernel, &mut procs)?;
+    let mut collected = collector.finish(&mut kernel, &mut procs)?;
+    if let Some(tables) = &tables {
+        collected.health.files_without_tables = tables.files_without_tables();
+        if let Some(profile) = &mut collected.stacks {
+            profile.health.files_without_tables = collected.health.files_without_tables;
+        }
+    }
     drop(events);
     drop(kernel);
     drop(loaded); // detaches every program and closes every perf event

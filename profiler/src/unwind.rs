@@ -155,20 +155,31 @@ fn compact(mut rows: Vec<Row>) -> Vec<Row> {
     out
 }
 
-/// The runtime address minus the file's virtual address for one mapping of the file.
+/// The runtime address minus the file's virtual address for one mapping of the file: from the
+/// loadable segment the mapping starts (a mapping begins at the page of its segment's file offset;
+/// the segment before may share that page, so an exact start wins over mere overlap).
 pub fn bias_of(data: &[u8], mapping: &MapsLine) -> Option<u64> {
     let file = object::File::parse(data).ok()?;
-    file.segments().find_map(|seg| {
-        let (offset, size) = seg.file_range();
-        let page_start = offset & !0xfff;
-        (page_start <= mapping.file_offset && mapping.file_offset < offset + size).then(|| {
-            let vaddr = seg
-                .address()
-                .wrapping_add(mapping.file_offset)
-                .wrapping_sub(offset);
-            mapping.start.wrapping_sub(vaddr)
+    let off = mapping.file_offset;
+    let segments: Vec<(u64, u64, u64)> = file
+        .segments()
+        .map(|seg| {
+            let (offset, size) = seg.file_range();
+            (offset, size, seg.address())
         })
-    })
+        .collect();
+    let starts_here = segments.iter().find(|(offset, _, _)| offset & !0xfff == off);
+    let overlaps = || {
+        segments
+            .iter()
+            .find(|(offset, size, _)| *offset <= off && off < offset + size)
+    };
+    let &(offset, _, vaddr) = starts_here.or_else(overlaps)?;
+    Some(
+        mapping
+            .start
+            .wrapping_sub(vaddr.wrapping_add(off).wrapping_sub(offset)),
+    )
 }
 
 /// The BPF side's tables: one row array for all files (mapped into our memory, so a whole
@@ -181,6 +192,13 @@ pub struct Tables {
     files: HashMap<(String, u64), Result<(u32, u32), String>>,
     /// Files whose tables did not fit in the row array.
     pub full: u64,
+}
+
+impl Tables {
+    /// Executables and libraries seen without a usable table (walked with frame pointers).
+    pub fn files_without_tables(&self) -> u64 {
+        self.files.values().filter(|f| f.is_err()).count() as u64
+    }
 }
 
 impl Tables {
@@ -308,5 +326,117 @@ impl Drop for RowArray {
         let bytes = (self.len * std::mem::size_of::<Row>()).next_multiple_of(4096);
         // SAFETY: unmapping exactly what `map` mapped.
         unsafe { libc::munmap(self.base.cast(), bytes) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+
+    use super::*;
+
+    fn own_binary() -> Vec<u8> {
+        std::fs::read("/proc/self/exe").unwrap()
+    }
+
+    #[test]
+    fn rows_of_a_real_binary_are_sorted_and_start_functions_at_rsp_plus_8() {
+        let rows = rows_of(&own_binary()).unwrap();
+        assert!(rows.len() > 1000, "{} rows", rows.len());
+        assert!(
+            rows.windows(2).all(|w| w[0].pc < w[1].pc),
+            "sorted, one row per pc"
+        );
+        // At a function's first instruction the CFA is rsp + 8 (the return address just pushed).
+        let entry = rows_of_function(
+            &rows,
+            rows_of_a_real_binary_are_sorted_and_start_functions_at_rsp_plus_8 as *const () as usize,
+        );
+        assert_eq!((entry.cfa, entry.cfa_offset), (cfa::RSP, 8), "{entry:?}");
+        assert!(
+            rows.iter().any(|r| r.rbp == rbp::AT_CFA),
+            "some function saves rbp"
+        );
+    }
+
+    /// The row in force at the function's own entry address (as linked in the file).
+    fn rows_of_function(rows: &[Row], runtime: usize) -> Row {
+        let maps = crate::process::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let line = maps
+            .iter()
+            .find(|l| l.path == exe.to_str().unwrap() && (l.start..l.end).contains(&(runtime as u64)))
+            .unwrap();
+        let pc = runtime as u64 - bias_of(&own_binary(), line).unwrap();
+        let i = rows.partition_point(|r| r.pc <= pc);
+        rows[i - 1]
+    }
+
+    #[test]
+    fn bias_maps_runtime_addresses_to_the_files_symbols() {
+        let data = own_binary();
+        let file = object::File::parse(&*data).unwrap();
+        let symbol = file
+            .symbols()
+            .find(|s| {
+                s.name()
+                    .is_ok_and(|n| n.contains("bias_maps_runtime_addresses_to_the_files_symbols"))
+            })
+            .expect("the test's own symbol");
+        let runtime = bias_maps_runtime_addresses_to_the_files_symbols as *const () as u64;
+        let maps = crate::process::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let line = maps.iter().find(|l| (l.start..l.end).contains(&runtime)).unwrap();
+        assert_eq!(runtime - bias_of(&data, line).unwrap(), symbol.address());
+    }
+
+    #[test]
+    fn corrupt_or_missing_frame_information_is_an_error_not_a_panic() {
+        let data = own_binary();
+        let file = object::File::parse(&*data).unwrap();
+        let (offset, size) = file.section_by_name(".eh_frame").unwrap().file_range().unwrap();
+        let mut corrupt = data.clone();
+        corrupt[offset as usize..(offset + size) as usize].fill(0xff);
+        assert!(matches!(rows_of(&corrupt), Err(TableError::Corrupt(_))));
+
+        let mut renamed = data.clone();
+        for name in [&b".eh_frame\0"[..], &b".debug_frame\0"[..]] {
+            let mut at = 0;
+            while let Some(i) = renamed[at..].windows(name.len()).position(|w| w == name) {
+                renamed[at + i + 1] = b'x';
+                at += i + 1;
+            }
+        }
+        assert!(matches!(rows_of(&renamed), Err(TableError::NoFrameInfo)));
+        assert!(matches!(rows_of(b"not an ELF file"), Err(TableError::Elf(_))));
+    }
+
+    #[test]
+    fn plt_expression_and_row_compaction() {
+        let plt = [0x77, 8, 0x80, 0, 0x3f, 0x1a, 0x3b, 0x2a, 0x33, 0x24, 0x22];
+        assert_eq!(plt_threshold(&plt), Some(11));
+        assert_eq!(plt_threshold(&plt[..10]), None);
+
+        let row = |pc, cfa_kind, cfa_offset| Row {
+            pc,
+            cfa: cfa_kind,
+            cfa_offset,
+            ..Row::default()
+        };
+        let rows = compact(vec![
+            row(0x20, cfa::RSP, 8),
+            row(0x10, cfa::RSP, 8),
+            row(0x14, cfa::RSP, 16),
+            row(0x18, cfa::RSP, 16),
+            // One function ends where the next begins: the next one's rule wins.
+            row(0x20, cfa::NONE, 0),
+        ]);
+        assert_eq!(
+            rows,
+            vec![
+                row(0x10, cfa::RSP, 8),
+                row(0x14, cfa::RSP, 16),
+                row(0x20, cfa::RSP, 8)
+            ]
+        );
     }
 }

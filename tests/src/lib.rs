@@ -181,15 +181,30 @@ impl Report {
 }
 
 /// Names of bpfprof's kernel programs (as the kernel shows them, at most 15 characters).
-const PROGRAMS: [&str; 4] = ["sample_stack", "follow_fork", "forget_exit", "announce_exec"];
+const PROGRAMS: [&str; 5] = [
+    "sample_stack",
+    "unwind_user",
+    "follow_fork",
+    "forget_exit",
+    "announce_exec",
+];
 
-/// No bpfprof program is still loaded in the kernel.
+/// No bpfprof program is still loaded in the kernel. A tail-called program is freed by the
+/// kernel shortly after its program array (deferred work), so this waits up to two seconds.
 pub fn assert_no_programs_left() {
-    let left: Vec<String> = aya::programs::loaded_programs()
-        .filter_map(Result::ok)
-        .filter_map(|p| p.name_as_str().map(str::to_string))
-        .filter(|name| PROGRAMS.contains(&name.as_str()))
-        .collect();
+    let loaded = || -> Vec<String> {
+        aya::programs::loaded_programs()
+            .filter_map(Result::ok)
+            .filter_map(|p| p.name_as_str().map(str::to_string))
+            .filter(|name| PROGRAMS.contains(&name.as_str()))
+            .collect()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let mut left = loaded();
+    while !left.is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        left = loaded();
+    }
     assert!(
         left.is_empty(),
         "bpfprof programs still loaded after it exited: {left:?}"

@@ -4,6 +4,7 @@
  *   unwind chain SECONDS   main -> run_chain -> level_one -> level_two -> leaf_work, where
  *                          leaf_work is a frameless leaf doing all the work
  *   unwind qsort SECONDS   main -> run_qsort -> qsort (libc, no frame pointers) -> compare_items
+ *   unwind deep SECONDS    main -> run_deep -> recurse x 200 -> leaf_work: deeper than any walk
  *
  * Prints at exit: TRUTH pid=<pid> rounds=<n>
  */
@@ -79,14 +80,31 @@ __attribute__((noinline)) void run_qsort(double seconds) {
     }
 }
 
+/* Not a tail call (it uses the result), and a frame of its own. */
+__attribute__((noinline)) unsigned long recurse(int depth, unsigned long seed) {
+    volatile unsigned long pad = seed;
+    if (depth == 0) return leaf_work(pad);
+    unsigned long r = recurse(depth - 1, pad + 1);
+    return r + pad;
+}
+
+__attribute__((noinline)) void run_deep(double seconds) {
+    long long end = wall_ns() + (long long)(seconds * 1e9);
+    while (wall_ns() < end) {
+        sink += recurse(200, (unsigned long)rounds);
+        rounds++;
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s chain|qsort SECONDS\n", argv[0]);
+        fprintf(stderr, "usage: %s chain|qsort|deep SECONDS\n", argv[0]);
         return 2;
     }
     double seconds = atof(argv[2]);
     if (strcmp(argv[1], "chain") == 0) run_chain(seconds);
     else if (strcmp(argv[1], "qsort") == 0) run_qsort(seconds);
+    else if (strcmp(argv[1], "deep") == 0) run_deep(seconds);
     else return 2;
     printf("TRUTH pid=%d rounds=%lld\n", (int)getpid(), rounds);
     return 0;

@@ -19,7 +19,8 @@ pub fn run(mode: &str) -> Result<()> {
     match mode {
         "hotspot" => hotspot(),
         "sched" => sched(),
-        other => bail!("no benchmark for mode `{other}` (available: hotspot, sched)"),
+        "unwind" => unwind(),
+        other => bail!("no benchmark for mode `{other}` (available: hotspot, sched, unwind)"),
     }
 }
 
@@ -192,6 +193,44 @@ fn hotspot() -> Result<()> {
         workload: Box::new(move || workload_seconds(&bin, &["fixed", &iterations, THREADS])),
         bpfprof: &[&["-a", "-F", "99"]],
         references: &[&["perf", "record", "-F", "99", "-g", "-a", "-q", "-o", PERF_DATA]],
+        ratio_target: 1.005,
+        perf_share_target: Some(0.5),
+    })
+}
+
+/// Hotspot sampling with user stacks walked through unwind tables (the default) against frame
+/// pointers, on a workload built with frame pointers so that both walk the same stacks; the BPF
+/// ns per sample line of each is the per-sample cost of its walk (the table walker runs as a tail
+/// call, accounted to the sampling program).
+fn unwind() -> Result<()> {
+    let bin = build_workload("hotspot")?;
+    let probe = 1_000_000_000u64;
+    let t = workload_seconds(&bin, &["fixed", &probe.to_string(), THREADS])?;
+    let iterations = ((probe as f64 * 1.5 / t) as u64).to_string();
+    compare(Comparison {
+        mode: "unwind",
+        what: format!("fixed CPU work ({iterations} iterations x {THREADS} threads on 2 CPUs)"),
+        workload: Box::new(move || workload_seconds(&bin, &["fixed", &iterations, THREADS])),
+        bpfprof: &[
+            &["-a", "-F", "99"],
+            &["-a", "-F", "99", "--unwind", "fp"],
+            &["-a", "-F", "999"],
+        ],
+        references: &[
+            &["perf", "record", "-F", "99", "-g", "-a", "-q", "-o", PERF_DATA],
+            &[
+                "perf",
+                "record",
+                "-F",
+                "99",
+                "--call-graph",
+                "dwarf",
+                "-a",
+                "-q",
+                "-o",
+                PERF_DATA,
+            ],
+        ],
         ratio_target: 1.005,
         perf_share_target: Some(0.5),
     })
