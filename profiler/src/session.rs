@@ -189,9 +189,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 report = topdown::with_counts(report, topdown.set.name, counts, topdown.slots);
             }
             if let Some(profile) = stacks {
-                let symbols = symbolizer.symbolize(&profile, &procs);
-                warn_failures(&symbols.failures);
-                let sampled = hotspot::build(meta, &profile, &symbols);
+                let sampled = symbolized(&symbolizer, meta, &profile, &procs);
                 report = topdown::with_functions(report, &sampled, topdown.set.name, topdown.slots);
             }
             output::write_report(plan.output.as_deref(), &|out| renderer.topdown(&report, out))?;
@@ -211,9 +209,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         _ => {
             let profile = stacks.context("hotspot run without samples")?;
-            let symbols = symbolizer.symbolize(&profile, &procs);
-            warn_failures(&symbols.failures);
-            let report = hotspot::build(meta, &profile, &symbols);
+            let report = symbolized(&symbolizer, meta, &profile, &procs);
             output::write_report(plan.output.as_deref(), &|out| renderer.hotspot(&report, out))?;
             format!("{} samples", report.samples)
         }
@@ -292,6 +288,32 @@ impl<C> TopdownCounting<C> {
 }
 
 impl TopdownCounting<Counting> {
+    /// Start the counters over the whole run, once everything else is attached (so they cover
+    /// the same time as the thread states): per thread of the targets, inherited by what they
+    /// start, or per CPU.
+    fn start(&mut self, plan: &Plan, command: Option<u32>) -> anyhow::Result<()> {
+        if !self.countable {
+            return Ok(());
+        }
+        let scope = if plan.system_wide {
+            Scope::Cpus(crate::bpf::online_cpu_ids()?)
+        } else {
+            Scope::Threads(
+                plan.pids
+                    .iter()
+                    .flat_map(|&pid| threads_of(pid))
+                    .chain(command)
+                    .collect(),
+            )
+        };
+        let set = self.set;
+        let counting = Counting::start(set.events, set.group, self.core.as_ref(), &scope)
+            .map_err(|e| UserError::Counting(e.to_string()))?;
+        log::info!("counting the {} set: {} events", set.name, set.events.len());
+        self.counts = Some(counting);
+        Ok(())
+    }
+
     /// The totals at this moment; a failed read keeps the thread states and says so.
     fn read(self) -> TopdownCounting<Counts> {
         let counts = self.counts.and_then(|counting| match counting.read() {
@@ -341,32 +363,16 @@ fn plan_counting(plan: &Plan) -> anyhow::Result<TopdownCounting<Counting>> {
     })
 }
 
-impl TopdownCounting<Counting> {
-    /// Start the counters over the whole run, once everything else is attached (so they cover
-    /// the same time as the thread states): per thread of the targets, inherited by what they
-    /// start, or per CPU.
-    fn start(&mut self, plan: &Plan, command: Option<u32>) -> anyhow::Result<()> {
-        if !self.countable {
-            return Ok(());
-        }
-        let scope = if plan.system_wide {
-            Scope::Cpus(crate::bpf::online_cpu_ids()?)
-        } else {
-            Scope::Threads(
-                plan.pids
-                    .iter()
-                    .flat_map(|&pid| threads_of(pid))
-                    .chain(command)
-                    .collect(),
-            )
-        };
-        let set = self.set;
-        let counting = Counting::start(set.events, set.group, self.core.as_ref(), &scope)
-            .map_err(|e| UserError::Counting(e.to_string()))?;
-        log::info!("counting the {} set: {} events", set.name, set.events.len());
-        self.counts = Some(counting);
-        Ok(())
-    }
+/// The sampled stacks, symbolized and folded into the hotspot report.
+fn symbolized(
+    symbolizer: &Symbolizer,
+    meta: RunMeta,
+    profile: &RawProfile,
+    procs: &Processes,
+) -> hotspot::HotspotReport {
+    let symbols = symbolizer.symbolize(profile, procs);
+    warn_failures(&symbols.failures);
+    hotspot::build(meta, profile, &symbols)
 }
 
 fn warn_failures(failures: &[String]) {
@@ -429,8 +435,16 @@ impl Collector {
         Ok(())
     }
 
-    fn finish(self, kernel: &mut KernelSource, procs: &mut Processes) -> anyhow::Result<Collected> {
+    /// The collections, with the run's health (`files_without_tables`: from the unwinder, which
+    /// the kernel does not know of).
+    fn finish(
+        self,
+        kernel: &mut KernelSource,
+        procs: &mut Processes,
+        files_without_tables: u64,
+    ) -> anyhow::Result<Collected> {
         let mut health = kernel.health()?;
+        health.files_without_tables = files_without_tables;
         let sched = match self.sched {
             Some(mut s) => {
                 s.source.finish(&mut s.collection, procs, monotonic_ns())?;
@@ -679,13 +693,8 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     // children: they fold into the inherited parent counters).
     let topdown = counting.map(TopdownCounting::read);
     collector.drain(&mut kernel, &mut procs)?;
-    let mut collected = collector.finish(&mut kernel, &mut procs)?;
-    if let Some(tables) = &tables {
-        collected.health.files_without_tables = tables.files_without_tables();
-        if let Some(profile) = &mut collected.stacks {
-            profile.health.files_without_tables = collected.health.files_without_tables;
-        }
-    }
+    let files_without_tables = tables.as_ref().map_or(0, |t| t.files_without_tables());
+    let collected = collector.finish(&mut kernel, &mut procs, files_without_tables)?;
     drop(events);
     drop(kernel);
     drop(loaded); // detaches every program and closes every perf event

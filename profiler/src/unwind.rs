@@ -19,8 +19,6 @@ use crate::process::MapsLine;
 /// Why a file has no table (it is then walked with frame pointers).
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
-    #[error("reading it: {0}")]
-    Read(#[from] std::io::Error),
     #[error("not an ELF file bpfprof can read: {0}")]
     Elf(#[from] object::Error),
     #[error("no .eh_frame or .debug_frame section")]
@@ -31,7 +29,10 @@ pub enum TableError {
 
 /// The unwind rows of an ELF image, sorted by pc, with rows that change nothing merged.
 pub fn rows_of(data: &[u8]) -> Result<Vec<Row>, TableError> {
-    let file = object::File::parse(data)?;
+    rows_of_file(&object::File::parse(data)?)
+}
+
+fn rows_of_file(file: &object::File<'_>) -> Result<Vec<Row>, TableError> {
     let address = |name: &str| file.section_by_name(name).map(|s| s.address());
     let mut bases = gimli::BaseAddresses::default();
     if let Some(a) = address(".text") {
@@ -155,31 +156,51 @@ fn compact(mut rows: Vec<Row>) -> Vec<Row> {
     out
 }
 
+/// A loadable segment: where it is in the file, and its virtual address.
+#[derive(Clone, Copy, Debug)]
+pub struct Segment {
+    offset: u64,
+    size: u64,
+    vaddr: u64,
+}
+
+pub fn segments_of(file: &object::File<'_>) -> Vec<Segment> {
+    file.segments()
+        .map(|seg| {
+            let (offset, size) = seg.file_range();
+            Segment {
+                offset,
+                size,
+                vaddr: seg.address(),
+            }
+        })
+        .collect()
+}
+
 /// The runtime address minus the file's virtual address for one mapping of the file: from the
 /// loadable segment the mapping starts (a mapping begins at the page of its segment's file offset;
 /// the segment before may share that page, so an exact start wins over mere overlap).
-pub fn bias_of(data: &[u8], mapping: &MapsLine) -> Option<u64> {
-    let file = object::File::parse(data).ok()?;
+pub fn bias_of(segments: &[Segment], mapping: &MapsLine) -> Option<u64> {
     let off = mapping.file_offset;
-    let segments: Vec<(u64, u64, u64)> = file
-        .segments()
-        .map(|seg| {
-            let (offset, size) = seg.file_range();
-            (offset, size, seg.address())
-        })
-        .collect();
-    let starts_here = segments.iter().find(|(offset, _, _)| offset & !0xfff == off);
+    let starts_here = segments.iter().find(|s| s.offset & !0xfff == off);
     let overlaps = || {
         segments
             .iter()
-            .find(|(offset, size, _)| *offset <= off && off < offset + size)
+            .find(|s| s.offset <= off && off < s.offset + s.size)
     };
-    let &(offset, _, vaddr) = starts_here.or_else(overlaps)?;
+    let s = starts_here.or_else(overlaps)?;
     Some(
         mapping
             .start
-            .wrapping_sub(vaddr.wrapping_add(off).wrapping_sub(offset)),
+            .wrapping_sub(s.vaddr.wrapping_add(off).wrapping_sub(s.offset)),
     )
+}
+
+/// What the walker needs of one file, read and parsed once.
+struct FileTable {
+    /// Its rows' place in the row array, or why it has none.
+    rows: Result<(u32, u32), String>,
+    segments: Vec<Segment>,
 }
 
 /// The BPF side's tables: one row array for all files (mapped into our memory, so a whole
@@ -188,17 +209,8 @@ pub struct Tables {
     rows: RowArray,
     next_row: u32,
     processes: BpfHashMap<MapData, u32, ProcessMappings>,
-    /// Per file (device, inode): its rows' place in the array, or why it has none.
-    files: HashMap<(String, u64), Result<(u32, u32), String>>,
-    /// Files whose tables did not fit in the row array.
-    pub full: u64,
-}
-
-impl Tables {
-    /// Executables and libraries seen without a usable table (walked with frame pointers).
-    pub fn files_without_tables(&self) -> u64 {
-        self.files.values().filter(|f| f.is_err()).count() as u64
-    }
+    /// Per file (device, inode).
+    files: HashMap<(String, u64), FileTable>,
 }
 
 impl Tables {
@@ -211,8 +223,12 @@ impl Tables {
             next_row: 0,
             processes: BpfHashMap::try_from(processes)?,
             files: HashMap::new(),
-            full: 0,
         })
+    }
+
+    /// Executables and libraries seen without a usable table (walked with frame pointers).
+    pub fn files_without_tables(&self) -> u64 {
+        self.files.values().filter(|f| f.rows.is_err()).count() as u64
     }
 
     /// Give the BPF walker `pid`'s executable mappings and their files' tables (built once per
@@ -220,26 +236,16 @@ impl Tables {
     pub fn load_process(&mut self, pid: u32, maps: &[MapsLine]) -> anyhow::Result<()> {
         let mut mappings = Vec::new();
         for line in maps.iter().filter(|l| l.inode != 0) {
-            let path = format!("/proc/{pid}/map_files/{:x}-{:x}", line.start, line.end);
             let key = (line.dev.clone(), line.inode);
-            let data = std::fs::read(&path).or_else(|_| std::fs::read(&line.path));
-            let Ok(data) = data else {
-                continue;
-            };
             if !self.files.contains_key(&key) {
-                let placed = match rows_of(&data) {
-                    Ok(rows) => self
-                        .place(&rows)
-                        .ok_or_else(|| "the unwind row array is full".to_string()),
-                    Err(e) => Err(e.to_string()),
+                let Some(file) = self.read_file(pid, line) else {
+                    continue;
                 };
-                if let Err(reason) = &placed {
-                    log::info!("{}: no unwind table ({reason}): frame pointers there", line.path);
-                }
-                self.files.insert(key.clone(), placed);
+                self.files.insert(key.clone(), file);
             }
-            let (first_row, rows) = self.files[&key].clone().unwrap_or((0, 0));
-            let Some(bias) = bias_of(&data, line) else {
+            let file = &self.files[&key];
+            let (first_row, rows) = file.rows.clone().unwrap_or((0, 0));
+            let Some(bias) = bias_of(&file.segments, line) else {
                 continue;
             };
             mappings.push(Mapping {
@@ -263,17 +269,30 @@ impl Tables {
             .with_context(|| format!("giving the unwinder the mappings of pid {pid}"))
     }
 
-    pub fn forget_process(&mut self, pid: u32) {
-        let _ = self.processes.remove(&pid);
+    /// Read and parse a mapping's file (through the process, so it is the file it mapped) and
+    /// place its rows. None when it cannot be read now (the process may be gone): not cached.
+    fn read_file(&mut self, pid: u32, line: &MapsLine) -> Option<FileTable> {
+        let path = format!("/proc/{pid}/map_files/{:x}-{:x}", line.start, line.end);
+        let data = std::fs::read(&path).or_else(|_| std::fs::read(&line.path)).ok()?;
+        let (rows, segments) = match object::File::parse(&*data) {
+            Ok(file) => (rows_of_file(&file), segments_of(&file)),
+            Err(e) => (Err(e.into()), Vec::new()),
+        };
+        let rows = match rows {
+            Ok(rows) => self
+                .place(&rows)
+                .ok_or_else(|| "the unwind row array is full".to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(reason) = &rows {
+            log::info!("{}: no unwind table ({reason}): frame pointers there", line.path);
+        }
+        Some(FileTable { rows, segments })
     }
 
     fn place(&mut self, rows: &[Row]) -> Option<(u32, u32)> {
         let first = self.next_row;
-        let end = first.checked_add(rows.len() as u32).filter(|&end| end <= ROWS);
-        let Some(end) = end else {
-            self.full += 1;
-            return None;
-        };
+        let end = first.checked_add(rows.len() as u32).filter(|&end| end <= ROWS)?;
         self.rows.write(first as usize, rows);
         self.next_row = end;
         Some((first, rows.len() as u32))
@@ -367,7 +386,9 @@ mod tests {
             .iter()
             .find(|l| l.path == exe.to_str().unwrap() && (l.start..l.end).contains(&(runtime as u64)))
             .unwrap();
-        let pc = runtime as u64 - bias_of(&own_binary(), line).unwrap();
+        let data = own_binary();
+        let segments = segments_of(&object::File::parse(&*data).unwrap());
+        let pc = runtime as u64 - bias_of(&segments, line).unwrap();
         let i = rows.partition_point(|r| r.pc <= pc);
         rows[i - 1]
     }
@@ -386,7 +407,10 @@ mod tests {
         let runtime = bias_maps_runtime_addresses_to_the_files_symbols as *const () as u64;
         let maps = crate::process::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
         let line = maps.iter().find(|l| (l.start..l.end).contains(&runtime)).unwrap();
-        assert_eq!(runtime - bias_of(&data, line).unwrap(), symbol.address());
+        assert_eq!(
+            runtime - bias_of(&segments_of(&file), line).unwrap(),
+            symbol.address()
+        );
     }
 
     #[test]

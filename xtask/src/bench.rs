@@ -181,16 +181,27 @@ struct Comparison<'a> {
     perf_share_target: Option<f64>,
 }
 
-fn hotspot() -> Result<()> {
+/// A workload's description, and one timed run of it.
+type Workload = (String, Box<dyn Fn() -> Result<f64>>);
+
+/// The hotspot workload's fixed CPU work, calibrated to about 1.5 s on every CPU.
+fn fixed_cpu_work() -> Result<Workload> {
     let bin = build_workload("hotspot")?;
-    // Calibrate: about 1.5 s of work on every CPU.
     let probe = 1_000_000_000u64;
     let t = workload_seconds(&bin, &["fixed", &probe.to_string(), THREADS])?;
     let iterations = ((probe as f64 * 1.5 / t) as u64).to_string();
+    Ok((
+        format!("fixed CPU work ({iterations} iterations x {THREADS} threads on 2 CPUs)"),
+        Box::new(move || workload_seconds(&bin, &["fixed", &iterations, THREADS])),
+    ))
+}
+
+fn hotspot() -> Result<()> {
+    let (what, workload) = fixed_cpu_work()?;
     compare(Comparison {
         mode: "hotspot",
-        what: format!("fixed CPU work ({iterations} iterations x {THREADS} threads on 2 CPUs)"),
-        workload: Box::new(move || workload_seconds(&bin, &["fixed", &iterations, THREADS])),
+        what,
+        workload,
         bpfprof: &[&["-a", "-F", "99"]],
         references: &[&["perf", "record", "-F", "99", "-g", "-a", "-q", "-o", PERF_DATA]],
         ratio_target: 1.005,
@@ -203,14 +214,11 @@ fn hotspot() -> Result<()> {
 /// ns per sample line of each is the per-sample cost of its walk (the table walker runs as a tail
 /// call, accounted to the sampling program).
 fn unwind() -> Result<()> {
-    let bin = build_workload("hotspot")?;
-    let probe = 1_000_000_000u64;
-    let t = workload_seconds(&bin, &["fixed", &probe.to_string(), THREADS])?;
-    let iterations = ((probe as f64 * 1.5 / t) as u64).to_string();
+    let (what, workload) = fixed_cpu_work()?;
     compare(Comparison {
         mode: "unwind",
-        what: format!("fixed CPU work ({iterations} iterations x {THREADS} threads on 2 CPUs)"),
-        workload: Box::new(move || workload_seconds(&bin, &["fixed", &iterations, THREADS])),
+        what,
+        workload,
         bpfprof: &[
             &["-a", "-F", "99"],
             &["-a", "-F", "99", "--unwind", "fp"],

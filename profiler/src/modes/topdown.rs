@@ -229,16 +229,20 @@ pub fn with_functions(
         .filter(|f| f.self_samples > 0)
         .take(TOP_FUNCTIONS)
         .map(|f| {
+            let counters: BTreeMap<String, u64> = names
+                .iter()
+                .zip(&f.counters)
+                .map(|(name, &value)| (name.to_string(), value))
+                .collect();
             let counts = Counts {
-                events: names
+                events: counters
                     .iter()
-                    .zip(&f.counters)
                     .map(|(name, &value)| {
                         let count = Count {
                             value: value as f64,
                             running: 1.0,
                         };
-                        (name.to_string(), count)
+                        (name.clone(), count)
                     })
                     .collect(),
                 not_counted: Vec::new(),
@@ -256,11 +260,7 @@ pub fn with_functions(
                 level1: tma.level1.filter(Level1::is_finite),
                 ipc: tma.ipc.filter(|v| v.is_finite()),
                 metrics: tma.metrics.into_iter().filter(|(_, v)| v.is_finite()).collect(),
-                counters: names
-                    .iter()
-                    .zip(&f.counters)
-                    .map(|(n, &v)| (n.to_string(), v))
-                    .collect(),
+                counters,
             }
         })
         .collect();
