@@ -12,7 +12,14 @@ fn main() {
         compile_c(&out, name, FRAME_POINTERS);
     }
     // The unwinding workload has no frame pointers at all, like most distribution binaries.
-    compile_c(&out, "unwind", &["-fomit-frame-pointer"]);
+    compile_c(&out, "unwind", &["-fomit-frame-pointer", "-ldl"]);
+    // The library it loads while running (dlopen), frameless too.
+    compile_c_as(
+        &out,
+        "unwindlib",
+        "libunwindlib.so",
+        &["-fomit-frame-pointer", "-shared", "-fPIC"],
+    );
 
     compile_rust(&out, "spin", &["-C", "force-frame-pointers=yes"]);
     // Rust's default on x86-64 Linux: no frame pointers.
@@ -34,14 +41,19 @@ fn compile_rust(out: &std::path::Path, name: &str, flags: &[&str]) {
 
 /// A C workload with debug info and the given frame-pointer flags.
 fn compile_c(out: &std::path::Path, name: &str, flags: &[&str]) {
+    compile_c_as(out, name, name, flags);
+}
+
+fn compile_c_as(out: &std::path::Path, name: &str, output: &str, flags: &[&str]) {
     let status = cc::Build::new()
         .get_compiler()
         .to_command()
         .args(["-O2", "-g", "-pthread"])
-        .args(flags)
         .arg("-o")
-        .arg(out.join(name))
+        .arg(out.join(output))
         .arg(format!("workloads/{name}.c"))
+        // After the source: some flags are libraries to link.
+        .args(flags)
         .status()
         .expect("running the C compiler");
     assert!(status.success(), "building workloads/{name}.c failed");

@@ -42,7 +42,9 @@ pub struct SampleKey {
     /// 1: `user_stack_id` names a table-unwound stack in `USER_STACKS_n`; 0: a frame-pointer
     /// stack in the stack-trace map.
     pub user_unwound: u32,
-    pub _pad: u32,
+    /// How many times the process exec'd since the run started (`EXEC_GENERATIONS`): which of
+    /// its memory maps the user addresses belong to.
+    pub exec_generation: u32,
 }
 const _: () = assert!(size_of::<SampleKey>() == 40);
 
@@ -190,7 +192,10 @@ pub mod unwind {
     #[derive(Clone, Copy, Debug)]
     pub struct ProcessMappings {
         pub count: u32,
-        pub _pad: u32,
+        /// Set by the walker when a pc fell outside every mapping (a library loaded since, or
+        /// a mapping gone) and it asked user space to capture the process again; a fresh value
+        /// from user space clears it, so that is asked once per version.
+        pub missed: u32,
         pub mappings: [Mapping; MAX_MAPPINGS],
     }
     const _: () = assert!(size_of::<ProcessMappings>() == 8 + 32 * MAX_MAPPINGS);
@@ -240,6 +245,8 @@ pub enum ProcessEventKind {
     /// The first sample of a process in this run (or since its last exec): capture its memory
     /// map for symbolization.
     FirstSample = 1,
+    /// A sampled pc lies outside the mappings the unwinder was given: capture it again.
+    MappingsChanged = 2,
 }
 
 /// Sent through the event ring buffer; rare (once per process), never per sample.
@@ -393,8 +400,11 @@ pub struct OffCpuStart {
     /// Why it left the CPU: a `switch_reason`.
     pub reason: u32,
     pub tgid: u32,
+    /// 1: `user_stack_id` names a table-unwound stack in `OFFCPU_USER_STACKS`.
+    pub user_unwound: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(size_of::<OffCpuStart>() == 24);
+const _: () = assert!(size_of::<OffCpuStart>() == 32);
 
 /// Per-task scheduling statistics, keyed by tid in `TASK_STATS`.
 #[repr(C)]
@@ -426,7 +436,7 @@ pub struct TaskSched {
     pub offcpu: OffCpuStart,
     pub hist: [u32; HIST_BUCKETS],
 }
-const _: () = assert!(size_of::<TaskSched>() == 96 + 40 + 24 + 4 * HIST_BUCKETS);
+const _: () = assert!(size_of::<TaskSched>() == 96 + 40 + 32 + 4 * HIST_BUCKETS);
 
 /// Total blocked time per (thread, stacks): the value of `OFFCPU`, keyed by `SampleKey`.
 #[repr(C)]
@@ -571,6 +581,7 @@ pub mod names {
     pub const COUNTERS: &str = "COUNTERS";
     pub const EVENTS: &str = "EVENTS";
     pub const SEEN: &str = "SEEN";
+    pub const EXEC_GENERATIONS: &str = "EXEC_GENERATIONS";
     pub const PROG_SAMPLE: &str = "sample_stack";
     pub const PROG_FORK: &str = "follow_fork";
     pub const PROG_EXIT: &str = "forget_exit";
@@ -605,6 +616,9 @@ pub mod names {
     pub const UNWIND_PROCESSES: &str = "UNWIND_PROCESSES";
     pub const UNWIND_PROGRAMS: &str = "UNWIND_PROGRAMS";
     pub const PROG_UNWIND: &str = "unwind_user";
+    pub const OFFCPU_USER_STACKS: &str = "OFFCPU_USER_STACKS";
+    pub const OFFCPU_UNWIND_PROGRAMS: &str = "OFFCPU_UNWIND_PROGRAMS";
+    pub const PROG_UNWIND_OFFCPU: &str = "unwind_offcpu";
     /// Globals set by the loader.
     pub const G_FILTER: &str = "FILTER_BY_TARGET";
     pub const G_FORK: &str = "FORK_OFFSETS";

@@ -126,7 +126,7 @@ fn record(
         kernel_stack_id,
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
         user_unwound,
-        _pad: 0,
+        exec_generation: crate::targets::exec_generation(tgid),
     };
     let Some(value) = get_or_insert(samples, &key) else {
         bump(Counter::SampleMapFull);
@@ -269,7 +269,7 @@ pub fn announce_once(tgid: u32) {
 
 /// Tell user space about a process while it is alive, so its memory map can be captured.
 #[inline(always)]
-fn announce(tgid: u32, kind: ProcessEventKind) {
+pub(crate) fn announce(tgid: u32, kind: ProcessEventKind) {
     let event = ProcessEvent {
         tgid,
         kind: kind as u32,

@@ -167,6 +167,7 @@ fn try_switch(ctx: &RawTracePointContext) -> Result<(), i64> {
     let next = next_task.tid(&off)?;
     let now = unsafe { bpf_ktime_get_ns() };
     let history_start = remember_cpu_holder(prev, prev_task, now);
+    let mut walk_tables = None;
     if tracked(prev) {
         let prev_state = if off.switch_has_state_arg != 0 {
             ctx.arg::<u64>(3) as u32 as u64
@@ -174,7 +175,7 @@ fn try_switch(ctx: &RawTracePointContext) -> Result<(), i64> {
             prev_task.read::<u32>(off.state)? as u64
         };
         let preempt = ctx.arg::<u64>(0) & 0xff != 0;
-        switch_out(
+        walk_tables = switch_out(
             ctx,
             &off,
             prev,
@@ -186,7 +187,26 @@ fn try_switch(ctx: &RawTracePointContext) -> Result<(), i64> {
     if tracked(next) {
         switch_in(&off, next, next_task, now, history_start);
     }
+    if let Some(tgid) = walk_tables {
+        // Last: the walk continues in tail calls. `prev` cannot run again (nor its off-CPU
+        // stint end) before this program returns: it is still on this CPU until the switch ends.
+        crate::unwind::start_offcpu(ctx, tgid, prev);
+        // The walk could not start: a frame-pointer stack after all.
+        offcpu_user_stack(prev, stack_id(ctx, BPF_F_USER_STACK as u64), false);
+    }
     Ok(())
+}
+
+/// The user stack where `tid` went to sleep, once walked: a table walk's id (or error), else a
+/// frame-pointer walk's (negative: no stack).
+#[inline(always)]
+pub fn offcpu_user_stack(tid: u32, id: i32, unwound: bool) {
+    if let Some(stats) = TASK_STATS.get_ptr_mut(tid) {
+        unsafe {
+            (*stats).offcpu.user_stack_id = id;
+            (*stats).offcpu.user_unwound = unwound as u32;
+        }
+    }
 }
 
 /// Append the outgoing task's stretch to this CPU's history. Returns the CPU's history.
@@ -207,6 +227,8 @@ fn remember_cpu_holder(prev: u32, prev_task: Task, now: u64) -> Option<*mut CpuH
     Some(history)
 }
 
+/// Account the outgoing task's stint on the CPU and, if it goes to sleep, where. Returns its
+/// tgid when its user stack is to be walked through the unwind tables (by the caller, last).
 #[inline(always)]
 fn switch_out(
     ctx: &RawTracePointContext,
@@ -215,14 +237,12 @@ fn switch_out(
     prev_task: Task,
     reason: u32,
     now: u64,
-) {
+) -> Option<u32> {
     if reason == switch_reason::EXITING {
         // Its last switch-out: the exit tracepoint already moved its stats to EXITED.
-        return;
+        return None;
     }
-    let Some(stats) = task_stats(prev, prev_task, off) else {
-        return;
-    };
+    let stats = task_stats(prev, prev_task, off)?;
     let stats = unsafe { &mut *stats };
     if stats.last_in_ns != 0 && now > stats.last_in_ns {
         stats.running_ns += now - stats.last_in_ns;
@@ -237,38 +257,39 @@ fn switch_out(
             at_ns: now,
             ..Default::default()
         };
-    } else {
-        stats.enqueued.at_ns = 0;
-        // Its blocked stacks will need its memory map: have user space capture it now.
-        crate::sampling::announce_once(tgid);
-        let (user_stack_id, kernel_stack_id) = offcpu_stack_ids(ctx, reason);
-        stats.offcpu = OffCpuStart {
-            at_ns: now,
-            user_stack_id,
-            kernel_stack_id,
-            reason,
-            tgid,
-        };
+        return None;
     }
+    stats.enqueued.at_ns = 0;
+    // Its blocked stacks will need its memory map: have user space capture it now.
+    crate::sampling::announce_once(tgid);
+    let policy = unsafe { core::ptr::read_volatile(&OFFCPU_STACKS_ENABLED) };
+    let tables = policy != offcpu_stacks::NONE && crate::unwind::has_tables(tgid);
+    let user_stack_id = match policy == offcpu_stacks::NONE || tables {
+        // With tables, filled in by the walk the caller starts.
+        true => NO_STACK,
+        false => stack_id(ctx, BPF_F_USER_STACK as u64),
+    };
+    let kernel_stack_id = match policy == offcpu_stacks::ALL
+        || (policy != offcpu_stacks::NONE
+            && (reason == switch_reason::BLOCKED || (!tables && user_stack_id < 0)))
+    {
+        true => stack_id(ctx, 0),
+        false => NO_STACK,
+    };
+    stats.offcpu = OffCpuStart {
+        at_ns: now,
+        user_stack_id,
+        kernel_stack_id,
+        reason,
+        tgid,
+        user_unwound: tables as u32,
+        _pad: 0,
+    };
+    tables.then_some(tgid)
 }
 
 /// -EFAULT: "no stack", as the helper says for a kernel thread's user stack.
 const NO_STACK: i32 = -14;
-
-#[inline(always)]
-fn offcpu_stack_ids(ctx: &RawTracePointContext, reason: u32) -> (i32, i32) {
-    let policy = unsafe { core::ptr::read_volatile(&OFFCPU_STACKS_ENABLED) };
-    if policy == offcpu_stacks::NONE {
-        return (NO_STACK, NO_STACK);
-    }
-    let user = stack_id(ctx, BPF_F_USER_STACK as u64);
-    let kernel = if policy == offcpu_stacks::ALL || reason == switch_reason::BLOCKED || user < 0 {
-        stack_id(ctx, 0)
-    } else {
-        NO_STACK
-    };
-    (user, kernel)
-}
 
 #[inline(always)]
 fn stack_id(ctx: &RawTracePointContext, flags: u64) -> i32 {
@@ -348,8 +369,8 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: O
             user_stack_id: start.user_stack_id,
             kernel_stack_id: start.kernel_stack_id,
             comm: stats.comm,
-            user_unwound: 0,
-            _pad: 0,
+            user_unwound: start.user_unwound,
+            exec_generation: crate::targets::exec_generation(start.tgid),
         };
         if let Some(total) = OFFCPU.get_ptr_mut(key) {
             // Only this task's switch-in updates its keys: no other CPU writes them concurrently.

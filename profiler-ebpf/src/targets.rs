@@ -5,10 +5,10 @@
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
     macros::{map, tracepoint},
-    maps::HashMap,
+    maps::{HashMap, LruHashMap},
     programs::TracePointContext,
 };
-use profiler_common::{Counter, ExitOffsets, ForkOffsets, TARGET_MAP_ENTRIES};
+use profiler_common::{Counter, ExitOffsets, ForkOffsets, SEEN_MAP_ENTRIES, TARGET_MAP_ENTRIES};
 
 use crate::{counters::bump, sampling::SEEN};
 
@@ -29,6 +29,17 @@ static EXIT_OFFSETS: ExitOffsets = ExitOffsets {
 /// Target tgids (and, transiently, tids of targets' new threads: see `try_follow_fork`).
 #[map(name = "TARGETS")]
 pub static TARGETS: HashMap<u32, u8> = HashMap::with_max_entries(TARGET_MAP_ENTRIES, 0);
+
+/// Per process, how many times it exec'd during the run (absent: never). Samples carry it, so
+/// that user space resolves each against the memory map of the image that was running.
+#[map(name = "EXEC_GENERATIONS")]
+static EXEC_GENERATIONS: LruHashMap<u32, u32> = LruHashMap::with_max_entries(SEEN_MAP_ENTRIES, 0);
+
+/// The process's exec generation (see `EXEC_GENERATIONS`).
+#[inline(always)]
+pub fn exec_generation(tgid: u32) -> u32 {
+    unsafe { EXEC_GENERATIONS.get(tgid) }.copied().unwrap_or(0)
+}
 
 #[inline(always)]
 fn filtering() -> bool {
@@ -82,19 +93,25 @@ fn try_forget_exit(ctx: &TracePointContext) -> Result<(), i64> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     crate::sched::forget_task(tid);
+    let offsets = unsafe { core::ptr::read_volatile(&EXIT_OFFSETS) };
+    let group_dead = match offsets.group_dead {
+        u32::MAX => None,
+        at => Some(unsafe { ctx.read_at::<u8>(at as usize) }.map_err(|e| e as i64)? != 0),
+    };
+    // Without the field (older kernels) the leader's exit stands for the group's here: at worst
+    // its other threads' stacks are walked with frame pointers from then on.
+    if group_dead.unwrap_or(tid == tgid) {
+        crate::unwind::forget_process(tgid);
+        let _ = EXEC_GENERATIONS.remove(tgid);
+    }
     if !filtering() {
         return Ok(());
     }
-    let offsets = unsafe { core::ptr::read_volatile(&EXIT_OFFSETS) };
     if tid != tgid {
         let _ = TARGETS.remove(tid);
-        return Ok(());
     }
-    if offsets.group_dead != u32::MAX {
-        let group_dead: u8 = unsafe { ctx.read_at(offsets.group_dead as usize) }.map_err(|e| e as i64)?;
-        if group_dead != 0 {
-            let _ = TARGETS.remove(tgid);
-        }
+    if group_dead == Some(true) {
+        let _ = TARGETS.remove(tgid);
     }
     Ok(())
 }
@@ -105,7 +122,12 @@ fn try_forget_exit(ctx: &TracePointContext) -> Result<(), i64> {
 #[tracepoint]
 pub fn announce_exec(_ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
-    let _ = SEEN.remove((pid_tgid >> 32) as u32);
+    let tgid = (pid_tgid >> 32) as u32;
+    let _ = SEEN.remove(tgid);
+    crate::unwind::forget_process(tgid);
+    if is_target(tgid) {
+        let _ = EXEC_GENERATIONS.insert(tgid, exec_generation(tgid) + 1, 0);
+    }
     crate::sched::rename_current(pid_tgid as u32);
     0
 }

@@ -1,30 +1,38 @@
 //! Table-based user-stack unwinding (x86-64). User space builds rows from each file's
-//! `.eh_frame` and lists each process's executable mappings; here a sample's user registers are
+//! `.eh_frame` and lists each process's executable mappings; here a thread's user registers are
 //! walked through them, `FRAMES_PER_RUN` frames per program run, continuing in a tail call of
-//! this program until the stack ends. Where a mapping has no table (or a row has a rule we do
+//! the same program until the stack ends. Where a mapping has no table (or a row has a rule we do
 //! not follow), that frame is stepped with the frame pointer instead.
+//!
+//! Two walkers share the walk: one for samples (a perf-event program, tail-called from the
+//! sampling program) and one for threads going to sleep (a raw-tracepoint program, tail-called
+//! from the switch program). A tail call only reaches programs of its caller's type, and each has
+//! its own per-CPU scratch: a sample can interrupt a switch on the same CPU.
 use aya_ebpf::{
     bindings::{pt_regs, BPF_F_MMAPABLE},
     helpers::{bpf_get_current_task_btf, bpf_probe_read_kernel, bpf_probe_read_user},
-    macros::{map, perf_event},
+    macros::{map, perf_event, raw_tracepoint},
     maps::{Array, HashMap, PerCpuArray, ProgramArray},
-    programs::PerfEventContext,
+    programs::{PerfEventContext, RawTracePointContext},
+    EbpfContext,
 };
 use profiler_common::{
     unwind::{
         cfa, rbp, stop, Mapping, ProcessMappings, Row, UserStack, Walk, FRAMES_PER_RUN, MAPPING_SEARCH_STEPS,
         MAX_FRAMES, MAX_MAPPINGS, PROCESSES, PROGRAM_SLOT, ROWS, ROW_SEARCH_STEPS, STACK_ENTRIES,
     },
-    Counter,
+    Counter, ProcessEventKind,
 };
 
 use crate::{
     counters::bump,
-    sampling::{record_sample, EPOCH},
+    sampling::{announce, record_sample, EPOCH},
 };
 
 const EEXIST: i32 = 17;
 const ENOSPC: i32 = 28;
+/// Addresses above this are the kernel's, never a user pc.
+const USER_SPACE_END: u64 = 0x0000_8000_0000_0000;
 
 /// Set by user space when tables are in use.
 #[unsafe(no_mangle)]
@@ -43,21 +51,65 @@ static USER_STACKS_0: HashMap<u32, UserStack> = HashMap::with_max_entries(STACK_
 #[map(name = "USER_STACKS_1")]
 static USER_STACKS_1: HashMap<u32, UserStack> = HashMap::with_max_entries(STACK_ENTRIES, 0);
 
+#[map(name = "OFFCPU_UNWIND_PROGRAMS")]
+static OFFCPU_UNWIND_PROGRAMS: ProgramArray = ProgramArray::with_max_entries(1, 0);
+#[map(name = "OFFCPU_WALK")]
+static OFFCPU_WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
+/// Where threads went to sleep: kept for the whole run, like the off-CPU stack-trace map.
+#[map(name = "OFFCPU_USER_STACKS")]
+static OFFCPU_USER_STACKS: HashMap<u32, UserStack> = HashMap::with_max_entries(STACK_ENTRIES, 0);
+
+/// The process has tables: its user stacks are walked through them.
+#[inline(always)]
+pub fn has_tables(tgid: u32) -> bool {
+    let enabled = unsafe { core::ptr::read_volatile(&UNWIND_ENABLED) };
+    enabled != 0 && UNWIND_PROCESSES.get_ptr(tgid).is_some()
+}
+
+/// Its mappings are gone (exit) or stale (exec): until user space gives new ones, its stacks are
+/// walked with frame pointers rather than through another program's tables.
+#[inline(always)]
+pub fn forget_process(tgid: u32) {
+    if unsafe { core::ptr::read_volatile(&UNWIND_ENABLED) } != 0 {
+        let _ = UNWIND_PROCESSES.remove(tgid);
+    }
+}
+
 /// Start a table walk of the sampled thread's user stack when its process has tables. Returns
 /// only if the walk could not start (the caller then records a frame-pointer stack).
 #[inline(always)]
 pub fn start(ctx: &PerfEventContext, tgid: u32, tid: u32) {
-    if unsafe { core::ptr::read_volatile(&UNWIND_ENABLED) } == 0 {
+    if !has_tables(tgid) {
         return;
     }
-    if UNWIND_PROCESSES.get_ptr(tgid).is_none() {
-        return;
-    }
-    let Some((ip, sp, bp)) = user_registers(ctx) else {
-        return;
+    let regs = unsafe { &(*ctx.ctx).regs };
+    let registers = match regs.cs & 3 == 3 {
+        true => Some((regs.rip, regs.rsp, regs.rbp)),
+        false => saved_user_registers(),
     };
-    let Some(walk) = WALK.get_ptr_mut(0) else {
-        return;
+    if let Some(registers) = registers {
+        if begin(&WALK, registers, tgid, tid) {
+            unsafe { UNWIND_PROGRAMS.tail_call(ctx, PROGRAM_SLOT) };
+        }
+    }
+}
+
+/// Start a table walk of the stack of the thread going to sleep (`current`: the switch runs as
+/// it). Must be the switch program's last act: a tail call does not return. Returns only if the
+/// walk could not start.
+#[inline(always)]
+pub fn start_offcpu(ctx: &RawTracePointContext, tgid: u32, tid: u32) {
+    if let Some(registers) = saved_user_registers() {
+        if begin(&OFFCPU_WALK, registers, tgid, tid) {
+            unsafe { OFFCPU_UNWIND_PROGRAMS.tail_call(ctx, PROGRAM_SLOT) };
+        }
+    }
+}
+
+#[inline(always)]
+fn begin(scratch: &PerCpuArray<Walk>, (ip, sp, bp): (u64, u64, u64), tgid: u32, tid: u32) -> bool {
+    let Some(walk) = scratch.get_ptr_mut(0) else {
+        return false;
     };
     let walk = unsafe { &mut *walk };
     walk.ip = ip;
@@ -67,17 +119,12 @@ pub fn start(ctx: &PerfEventContext, tgid: u32, tid: u32) {
     walk.tid = tid;
     walk.stack.len = 0;
     walk.stack.stop = stop::WALKING;
-    unsafe { UNWIND_PROGRAMS.tail_call(ctx, PROGRAM_SLOT) };
+    true
 }
 
-/// The user registers: the sample's own when it interrupted user code, else those saved when
-/// the thread entered the kernel. None for kernel threads.
+/// The user registers saved when the current thread entered the kernel. None for kernel threads.
 #[inline(always)]
-fn user_registers(ctx: &PerfEventContext) -> Option<(u64, u64, u64)> {
-    let regs = unsafe { &(*ctx.ctx).regs };
-    if regs.cs & 3 == 3 {
-        return Some((regs.rip, regs.rsp, regs.rbp));
-    }
+fn saved_user_registers() -> Option<(u64, u64, u64)> {
     let task = unsafe { bpf_get_current_task_btf() };
     let saved = unsafe { aya_ebpf::helpers::generated::bpf_task_pt_regs(task) } as *const pt_regs;
     if saved.is_null() {
@@ -101,12 +148,41 @@ pub fn unwind_user(ctx: PerfEventContext) -> u32 {
 
 fn try_unwind_user(ctx: &PerfEventContext) -> Result<(), ()> {
     let walk = unsafe { &mut *WALK.get_ptr_mut(0).ok_or(())? };
-    let Some(mappings) = UNWIND_PROCESSES.get_ptr(walk.tgid) else {
-        // The process exited between the sample and now: what was walked is still true.
-        walk.stack.stop = stop::FAILED;
-        return finish(ctx, walk);
+    advance(ctx, walk, &UNWIND_PROGRAMS);
+    let stacks = match EPOCH.get(0).copied().unwrap_or(0) {
+        0 => &USER_STACKS_0,
+        _ => &USER_STACKS_1,
     };
-    let mappings = unsafe { &*mappings };
+    let stack_id = store(stacks, walk);
+    record_sample(ctx, walk.tgid, walk.tid, Some(stack_id));
+    Ok(())
+}
+
+/// Loaded beside the switch program (never attached): it is only tail-called.
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn unwind_offcpu(ctx: RawTracePointContext) -> u32 {
+    let _ = try_unwind_offcpu(&ctx);
+    0
+}
+
+fn try_unwind_offcpu(ctx: &RawTracePointContext) -> Result<(), ()> {
+    let walk = unsafe { &mut *OFFCPU_WALK.get_ptr_mut(0).ok_or(())? };
+    advance(ctx, walk, &OFFCPU_UNWIND_PROGRAMS);
+    let stack_id = store(&OFFCPU_USER_STACKS, walk);
+    crate::sched::offcpu_user_stack(walk.tid, stack_id, true);
+    Ok(())
+}
+
+/// Walk up to `FRAMES_PER_RUN` frames; if the stack goes on, continue in a tail call of the
+/// program (no return). Returns once the walk has ended.
+#[inline(always)]
+fn advance<C: EbpfContext>(ctx: &C, walk: &mut Walk, programs: &ProgramArray) {
+    let Some(mappings) = UNWIND_PROCESSES.get_ptr_mut(walk.tgid) else {
+        // The process exited (or exec'd) between the start and now: what was walked is true.
+        walk.stack.stop = stop::FAILED;
+        return;
+    };
+    let mappings = unsafe { &mut *mappings };
     for _ in 0..FRAMES_PER_RUN {
         if walk.stack.stop != stop::WALKING {
             break;
@@ -114,16 +190,15 @@ fn try_unwind_user(ctx: &PerfEventContext) -> Result<(), ()> {
         step(walk, mappings);
     }
     if walk.stack.stop == stop::WALKING {
-        unsafe { UNWIND_PROGRAMS.tail_call(ctx, PROGRAM_SLOT) };
+        unsafe { programs.tail_call(ctx, PROGRAM_SLOT) };
         // Out of tail calls: keep what was walked.
         walk.stack.stop = stop::TRUNCATED;
     }
-    finish(ctx, walk)
 }
 
 /// Record the current frame and step to its caller.
 #[inline(always)]
-fn step(walk: &mut Walk, mappings: &ProcessMappings) {
+fn step(walk: &mut Walk, mappings: &mut ProcessMappings) {
     let len = walk.stack.len as usize;
     let Some(slot) = walk.stack.frames.get_mut(len) else {
         walk.stack.stop = stop::TRUNCATED;
@@ -141,12 +216,20 @@ fn step(walk: &mut Walk, mappings: &ProcessMappings) {
         cfa: cfa::UNSUPPORTED,
         ..Row::default()
     };
-    if let Some(mapping) = find_mapping(mappings, pc) {
-        if mapping.rows > 0 {
+    match find_mapping(mappings, pc) {
+        Some(mapping) if mapping.rows > 0 => {
             if let Some(row) = find_row(mapping, pc.wrapping_sub(mapping.bias)) {
                 rule = row;
             }
         }
+        Some(_) => {}
+        // Only the interrupted pc itself surely runs code: a later frame's miss may be a
+        // frame-pointer walk gone astray, not a new mapping.
+        None if len == 0 && pc < USER_SPACE_END && mappings.missed == 0 => {
+            mappings.missed = 1;
+            announce(walk.tgid, ProcessEventKind::MappingsChanged);
+        }
+        None => {}
     }
     let cfa = match rule.cfa {
         cfa::END => {
@@ -233,9 +316,10 @@ fn find_row(mapping: Mapping, pc: u64) -> Option<Row> {
     (row.cfa != cfa::NONE).then_some(row)
 }
 
-/// Store the walked stack (keyed by its hash) and record the sample with it.
+/// Store the walked stack in `stacks`, keyed by its hash. Returns its id, or the negative error
+/// that stands for it.
 #[inline(always)]
-fn finish(ctx: &PerfEventContext, walk: &mut Walk) -> Result<(), ()> {
+fn store(stacks: &HashMap<u32, UserStack>, walk: &mut Walk) -> i32 {
     bump(Counter::UnwindWalks);
     match walk.stack.stop {
         stop::TRUNCATED => bump(Counter::UnwindTruncated),
@@ -255,11 +339,7 @@ fn finish(ctx: &PerfEventContext, walk: &mut Walk) -> Result<(), ()> {
     }
     walk.stack.hash = hash;
     let id = (hash & 0x7fff_ffff) as u32;
-    let stacks = match EPOCH.get(0).copied().unwrap_or(0) {
-        0 => &USER_STACKS_0,
-        _ => &USER_STACKS_1,
-    };
-    let stack_id = match stacks.get_ptr(id) {
+    match stacks.get_ptr(id) {
         Some(stored) if unsafe { (*stored).hash } == hash => id as i32,
         Some(_) => {
             bump(Counter::UnwindStackLost);
@@ -274,7 +354,5 @@ fn finish(ctx: &PerfEventContext, walk: &mut Walk) -> Result<(), ()> {
                 -ENOSPC
             }
         },
-    };
-    record_sample(ctx, walk.tgid, walk.tid, Some(stack_id));
-    Ok(())
+    }
 }

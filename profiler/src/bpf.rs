@@ -31,8 +31,8 @@ pub struct Loaded {
     targets: BpfHashMap<MapData, u32, u8>,
     /// Per-CPU counting events the sampling program reads; closed with everything else.
     counters: Option<Counting>,
-    /// The table walker's slot (taken out of `ebpf`, so kept here while it runs).
-    unwind_programs: Option<aya::maps::ProgramArray<MapData>>,
+    /// The table walkers' slots (taken out of `ebpf`, so kept here while they run).
+    unwind_programs: Vec<aya::maps::ProgramArray<MapData>>,
 }
 
 /// Field offsets of the sched tracepoints on the running kernel.
@@ -100,6 +100,14 @@ pub struct LoadOptions<'a> {
     pub tracefs: &'a Path,
 }
 
+impl LoadOptions<'_> {
+    /// Some user stack (sampled, or where a thread sleeps) is walked through unwind tables.
+    pub fn walks_tables(&self) -> bool {
+        let offcpu_stacks = self.sched.is_some() && self.offcpu_stacks != OffCpuStacks::None;
+        self.unwind_tables && (self.sampling || offcpu_stacks)
+    }
+}
+
 /// Maps a run does not use shrink to one entry, so they cost (almost) no kernel memory.
 fn unused_maps(options: &LoadOptions<'_>) -> Vec<&'static str> {
     let mut unused = Vec::new();
@@ -109,8 +117,14 @@ fn unused_maps(options: &LoadOptions<'_>) -> Vec<&'static str> {
     if !options.sampling || options.counters == 0 {
         unused.extend(names::DELTAS);
     }
+    let offcpu_stacks = options.sched.is_some() && options.offcpu_stacks != OffCpuStacks::None;
     if !options.sampling || !options.unwind_tables {
         unused.extend(names::USER_STACKS);
+    }
+    if !offcpu_stacks || !options.unwind_tables {
+        unused.push(names::OFFCPU_USER_STACKS);
+    }
+    if !options.walks_tables() {
         unused.extend([names::UNWIND_ROWS, names::UNWIND_PROCESSES]);
     }
     if options.sched.is_none() {
@@ -158,7 +172,7 @@ impl Loaded {
             ebpf,
             targets,
             counters: None,
-            unwind_programs: None,
+            unwind_programs: Vec::new(),
         })
     }
 
@@ -259,24 +273,41 @@ impl Loaded {
         Ok(())
     }
 
-    /// Load the table walker, hand it to the sampling program, and return the tables to fill.
-    pub fn enable_unwinding(&mut self) -> anyhow::Result<crate::unwind::Tables> {
-        let program: &mut PerfEvent = self.program(names::PROG_UNWIND)?;
-        program.load().context("loading the stack unwinding program")?;
-        let fd = program.fd()?.try_clone()?;
-        let programs = self
-            .ebpf
-            .take_map(names::UNWIND_PROGRAMS)
-            .context("map UNWIND_PROGRAMS missing")?;
-        let mut programs = aya::maps::ProgramArray::try_from(programs)?;
-        programs.set(profiler_common::unwind::PROGRAM_SLOT, &fd, 0)?;
-        self.unwind_programs = Some(programs);
+    /// Load the table walkers the run needs (`options`: as loaded), hand each to the program
+    /// that starts its walks, and return the tables to fill.
+    pub fn enable_unwinding(&mut self, options: &LoadOptions<'_>) -> anyhow::Result<crate::unwind::Tables> {
+        if options.sampling {
+            let program: &mut PerfEvent = self.program(names::PROG_UNWIND)?;
+            program.load().context("loading the stack unwinding program")?;
+            let fd = program.fd()?.try_clone()?;
+            self.install_walker(names::UNWIND_PROGRAMS, &fd)?;
+        }
+        if options.sched.is_some() && options.offcpu_stacks != OffCpuStacks::None {
+            let program: &mut RawTracePoint = self.program(names::PROG_UNWIND_OFFCPU)?;
+            program
+                .load()
+                .context("loading the off-CPU stack unwinding program")?;
+            let fd = program.fd()?.try_clone()?;
+            self.install_walker(names::OFFCPU_UNWIND_PROGRAMS, &fd)?;
+        }
         let mut take = |name: &str| {
             self.ebpf
                 .take_map(name)
                 .with_context(|| format!("map {name} missing"))
         };
         crate::unwind::Tables::new(take(names::UNWIND_ROWS)?, take(names::UNWIND_PROCESSES)?)
+    }
+
+    /// Put a walker into the program array its walks tail-call (kept open for the run).
+    fn install_walker(&mut self, array: &str, fd: &aya::programs::ProgramFd) -> anyhow::Result<()> {
+        let programs = self
+            .ebpf
+            .take_map(array)
+            .with_context(|| format!("map {array} missing"))?;
+        let mut programs = aya::maps::ProgramArray::try_from(programs)?;
+        programs.set(profiler_common::unwind::PROGRAM_SLOT, fd, 0)?;
+        self.unwind_programs.push(programs);
+        Ok(())
     }
 
     /// One sampling event per online CPU. Returns the number of CPUs.

@@ -103,6 +103,7 @@ impl KernelSource {
                 },
                 kernel: read_stack(&self.stacks[slot], key.kernel_stack_id),
                 count: value.count,
+                exec_generation: key.exec_generation,
                 deltas: deltas.remove(&key).unwrap_or_default(),
             });
         }
@@ -185,7 +186,7 @@ pub(crate) fn read_stack(map: &StackTraceMap<MapData>, id: i32) -> StackRead {
 }
 
 /// A table-unwound stack by id, or what its negative id says went wrong.
-fn read_unwound(map: &BpfHashMap<MapData, u32, UserStack>, id: i32) -> StackRead {
+pub(crate) fn read_unwound(map: &BpfHashMap<MapData, u32, UserStack>, id: i32) -> StackRead {
     match id {
         id if id >= 0 => match map.get(&(id as u32), 0) {
             Ok(stack) => {
@@ -250,8 +251,8 @@ pub fn add_batch(
 ) {
     for sample in batch {
         if let StackRead::Frames(ips) = &sample.user {
-            if !procs.covers(sample.pid, ips)
-                && procs.capture(sample.pid).is_err()
+            if !procs.covers(sample.pid, sample.exec_generation, ips)
+                && procs.refresh(sample.pid).is_err()
                 && !procs.is_known(sample.pid)
             {
                 not_captured.insert(sample.pid);
@@ -276,6 +277,7 @@ mod tests {
             user: StackRead::Frames(ips),
             kernel: StackRead::Absent,
             count,
+            exec_generation: 0,
             deltas: Default::default(),
         };
         let mut source = ReplaySource::new(

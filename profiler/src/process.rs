@@ -111,32 +111,78 @@ pub fn comm_of(id: u32) -> Option<String> {
 /// Memory maps of every process seen in the run, and the files they map.
 #[derive(Debug, Default)]
 pub struct Processes {
-    maps: HashMap<u32, Vec<Mapping>>,
+    /// Per (pid, exec generation): a process that execs maps another image, and its samples
+    /// from before are resolved against the map they were taken in.
+    maps: HashMap<(u32, u32), Vec<Mapping>>,
     /// Process names (`/proc/<pid>/comm`), captured with the maps.
     names: HashMap<u32, String>,
     files: Vec<MappedFile>,
     file_ids: HashMap<(String, u64), FileId>,
     /// With `record_captures`: the maps captured since `take_captured` (for the unwinder).
     captured: Option<Vec<(u32, Vec<MapsLine>)>>,
+    captured_at: HashMap<u32, std::time::Instant>,
+    generations: Option<Generations>,
 }
+
+/// Where a process's current exec generation is read (the kernel's count; none: always 0).
+pub struct Generations(Box<dyn Fn(u32) -> u32>);
+
+impl std::fmt::Debug for Generations {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Generations")
+    }
+}
+
+/// `refresh` reads a process's map at most this often: a pc that stays outside every mapping
+/// (code bpfprof cannot see the mapping of) must not turn into a `/proc` read per sample.
+const REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl Processes {
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Label captures with the exec generation `current` reads for a pid.
+    pub fn with_generations(&mut self, current: impl Fn(u32) -> u32 + 'static) {
+        self.generations = Some(Generations(Box::new(current)));
+    }
+
+    fn generation(&self, pid: u32) -> u32 {
+        self.generations.as_ref().map_or(0, |current| (current.0)(pid))
+    }
+
     /// Read the process's executable mappings and open its files. Fails if it is gone.
     pub fn capture(&mut self, pid: u32) -> io::Result<()> {
-        let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+        // The generation read on both sides of the map: equal, the map belongs to it (an exec
+        // in between would have changed it).
+        let (mut text, mut generation) = (String::new(), 0);
+        for _ in 0..3 {
+            let before = self.generation(pid);
+            text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+            generation = self.generation(pid);
+            if before == generation {
+                break;
+            }
+        }
         if let Some(comm) = comm_of(pid) {
             self.names.insert(pid, comm);
         }
         let lines = parse_maps(&text);
+        self.captured_at.insert(pid, std::time::Instant::now());
         if let Some(captured) = &mut self.captured {
             captured.push((pid, lines.clone()));
         }
-        self.install(pid, lines, true);
+        self.install((pid, generation), lines, true);
         Ok(())
+    }
+
+    /// Capture again because its map seems to have changed (an address outside it), unless it
+    /// was captured moments ago.
+    pub fn refresh(&mut self, pid: u32) -> io::Result<()> {
+        match self.captured_at.get(&pid) {
+            Some(at) if at.elapsed() < REFRESH_INTERVAL => Ok(()),
+            _ => self.capture(pid),
+        }
     }
 
     /// Keep each capture's mappings until `take_captured`.
@@ -151,11 +197,12 @@ impl Processes {
 
     /// Install a memory map without reading `/proc` (replay and tests).
     pub fn insert_maps(&mut self, pid: u32, lines: Vec<MapsLine>) {
-        self.install(pid, lines, false);
+        self.install((pid, 0), lines, false);
     }
 
-    /// Record `pid`'s mappings; with `open_files`, open each new file through the process.
-    fn install(&mut self, pid: u32, lines: Vec<MapsLine>, open_files: bool) {
+    /// Record the mappings of `pid` in one exec generation; with `open_files`, open each new
+    /// file through the process.
+    fn install(&mut self, (pid, generation): (u32, u32), lines: Vec<MapsLine>, open_files: bool) {
         let mappings = lines
             .into_iter()
             .map(|line| {
@@ -171,7 +218,7 @@ impl Processes {
                 }
             })
             .collect();
-        self.maps.insert(pid, mappings);
+        self.maps.insert((pid, generation), mappings);
     }
 
     fn region_for(&mut self, pid: u32, line: &MapsLine) -> Region {
@@ -201,7 +248,7 @@ impl Processes {
     }
 
     pub fn is_known(&self, pid: u32) -> bool {
-        self.maps.contains_key(&pid)
+        self.maps.keys().any(|&(known, _)| known == pid)
     }
 
     pub fn name(&self, pid: u32) -> Option<&str> {
@@ -216,17 +263,21 @@ impl Processes {
         self.files.len()
     }
 
-    /// Whether every address falls in a known executable mapping of the process.
-    pub fn covers(&self, pid: u32, addrs: &[u64]) -> bool {
-        match self.maps.get(&pid) {
+    /// Whether every address falls in a known executable mapping of the process's image.
+    pub fn covers(&self, pid: u32, generation: u32, addrs: &[u64]) -> bool {
+        match self.maps.get(&(pid, generation)) {
             Some(maps) => addrs.iter().all(|&a| find(maps, a).is_some()),
             None => false,
         }
     }
 
-    /// Resolve an address of `pid` against its captured memory map.
-    pub fn normalize(&self, pid: u32, addr: u64) -> UserAddr {
-        let Some(mapping) = self.maps.get(&pid).and_then(|maps| find(maps, addr)) else {
+    /// Resolve an address of `pid` against the memory map captured of its image then.
+    pub fn normalize(&self, pid: u32, generation: u32, addr: u64) -> UserAddr {
+        let Some(mapping) = self
+            .maps
+            .get(&(pid, generation))
+            .and_then(|maps| find(maps, addr))
+        else {
             return UserAddr::Unmapped { addr };
         };
         match mapping.region {
@@ -275,11 +326,11 @@ mod tests {
         procs.insert_maps(10, parse_maps(MAPS));
         procs.insert_maps(11, parse_maps(MAPS));
         assert_eq!(procs.file_count(), 2, "files are shared across processes");
-        match procs.normalize(10, 0x55d0c0a01234) {
+        match procs.normalize(10, 0, 0x55d0c0a01234) {
             UserAddr::File { offset, .. } => assert_eq!(offset, 0x1234),
             other => panic!("{other:?}"),
         }
-        match procs.normalize(11, 0x7f0000000010) {
+        match procs.normalize(11, 0, 0x7f0000000010) {
             UserAddr::File { file, offset, .. } => {
                 assert_eq!(offset, 0x28010);
                 assert!(procs.file(file).path.ends_with("libc.so.6"));
@@ -287,20 +338,23 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(
-            procs.normalize(10, 0x7f0000200010),
+            procs.normalize(10, 0, 0x7f0000200010),
             UserAddr::Anon { addr: 0x7f0000200010 }
         );
         assert_eq!(
-            procs.normalize(10, 0x7ffd00000010),
+            procs.normalize(10, 0, 0x7ffd00000010),
             UserAddr::Vdso { addr: 0x7ffd00000010 }
         );
-        assert_eq!(procs.normalize(10, 0x1000), UserAddr::Unmapped { addr: 0x1000 });
         assert_eq!(
-            procs.normalize(99, 0x55d0c0a01234),
+            procs.normalize(10, 0, 0x1000),
+            UserAddr::Unmapped { addr: 0x1000 }
+        );
+        assert_eq!(
+            procs.normalize(99, 0, 0x55d0c0a01234),
             UserAddr::Unmapped { addr: 0x55d0c0a01234 }
         );
-        assert!(procs.covers(10, &[0x55d0c0a01234, 0x7f0000000010]));
-        assert!(!procs.covers(10, &[0x1000]));
+        assert!(procs.covers(10, 0, &[0x55d0c0a01234, 0x7f0000000010]));
+        assert!(!procs.covers(10, 0, &[0x1000]));
     }
 
     #[test]
@@ -309,7 +363,7 @@ mod tests {
         procs.capture(std::process::id()).unwrap();
         let here = captures_own_process as *const () as u64;
         assert!(matches!(
-            procs.normalize(std::process::id(), here),
+            procs.normalize(std::process::id(), 0, here),
             UserAddr::File { .. }
         ));
         assert!(procs.capture(u32::MAX - 1).is_err());

@@ -30,6 +30,8 @@ pub struct RawSample {
     pub user: StackRead,
     pub kernel: StackRead,
     pub count: u64,
+    /// Which of the process's images (see `SampleKey::exec_generation`).
+    pub exec_generation: u32,
     /// What each requested counter advanced while this stack was sampled (see `--counter`).
     pub deltas: CounterDeltas,
 }
@@ -234,7 +236,7 @@ impl RawProfile {
         let (user, user_lost) = match sample.user {
             StackRead::Frames(ips) => (
                 adjust_callers(&ips)
-                    .map(|ip| procs.normalize(sample.pid, ip))
+                    .map(|ip| procs.normalize(sample.pid, sample.exec_generation, ip))
                     .collect(),
                 None,
             ),
@@ -289,6 +291,7 @@ mod tests {
             user,
             kernel,
             count,
+            exec_generation: 0,
             deltas: CounterDeltas::default(),
         }
     }

@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::Context as _;
 use aya::maps::{MapData, RingBuf};
-use profiler_common::{names, ProcessEvent};
+use profiler_common::{names, ProcessEvent, ProcessEventKind};
 use tokio::{
     io::unix::AsyncFd,
     signal::unix::{signal, SignalKind},
@@ -552,7 +552,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         _ => None,
     };
     let mut procs = Processes::new();
-    let mut loaded = Loaded::load(&LoadOptions {
+    let load_options = LoadOptions {
         sampling: sampling.is_some(),
         sched: task_offsets,
         filter: !plan.system_wide,
@@ -561,13 +561,20 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         counters: sample_counters.len() as u32,
         unwind_tables: plan.unwind == crate::cli::Unwind::Tables,
         tracefs,
-    })?;
-    let mut tables = match (sampling.is_some(), plan.unwind) {
-        (true, crate::cli::Unwind::Tables) => {
+    };
+    let mut loaded = Loaded::load(&load_options)?;
+    let generations = loaded
+        .ebpf
+        .take_map(names::EXEC_GENERATIONS)
+        .context("map EXEC_GENERATIONS missing")?;
+    let generations: aya::maps::HashMap<MapData, u32, u32> = aya::maps::HashMap::try_from(generations)?;
+    procs.with_generations(move |pid| generations.get(&pid, 0).unwrap_or(0));
+    let mut tables = match load_options.walks_tables() {
+        true => {
             procs.record_captures();
-            Some(loaded.enable_unwinding()?)
+            Some(loaded.enable_unwinding(&load_options)?)
         }
-        _ => None,
+        false => None,
     };
     // Only -p targets end a run by exiting; a command ends it through SIGCHLD instead.
     let exits = match plan.system_wide || paused.is_some() {
@@ -769,7 +776,10 @@ fn capture_announced(ring: &mut RingBuf<MapData>, procs: &mut Processes) {
         }
         // SAFETY: the ring carries only `ProcessEvent`s, checked for length above.
         let event: ProcessEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
-        let _ = procs.capture(event.tgid);
+        let _ = match event.kind {
+            k if k == ProcessEventKind::MappingsChanged as u32 => procs.refresh(event.tgid),
+            _ => procs.capture(event.tgid),
+        };
     }
 }
 

@@ -267,6 +267,7 @@ mod tests {
                 user: StackRead::Frames(vec![here + 4, 0x10]),
                 kernel: StackRead::Absent,
                 count: 1,
+                exec_generation: 0,
                 deltas: Default::default(),
             },
             &procs,

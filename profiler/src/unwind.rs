@@ -233,21 +233,26 @@ impl Tables {
 
     /// Give the BPF walker `pid`'s executable mappings and their files' tables (built once per
     /// file). A file without usable tables is walked with frame pointers; says which, once.
+    /// Every executable mapping is listed, with or without a table (anonymous code: JIT), so
+    /// that a pc outside all of them means the map changed (see `ProcessMappings::missed`).
     pub fn load_process(&mut self, pid: u32, maps: &[MapsLine]) -> anyhow::Result<()> {
         let mut mappings = Vec::new();
-        for line in maps.iter().filter(|l| l.inode != 0) {
-            let key = (line.dev.clone(), line.inode);
-            if !self.files.contains_key(&key) {
-                let Some(file) = self.read_file(pid, line) else {
-                    continue;
-                };
-                self.files.insert(key.clone(), file);
-            }
-            let file = &self.files[&key];
-            let (first_row, rows) = file.rows.clone().unwrap_or((0, 0));
-            let Some(bias) = bias_of(&file.segments, line) else {
-                continue;
+        for line in maps {
+            let key = match (line.inode, line.path.as_str()) {
+                (0, VDSO) => (VDSO.to_string(), 0),
+                (0, _) => (String::new(), 0),
+                (inode, _) => (line.dev.clone(), inode),
             };
+            if !self.files.contains_key(&key) && !key.0.is_empty() {
+                if let Some(file) = self.read_file(pid, line) {
+                    self.files.insert(key.clone(), file);
+                }
+            }
+            let placed = self.files.get(&key).and_then(|file| {
+                let (first_row, rows) = file.rows.clone().ok()?;
+                Some((bias_of(&file.segments, line)?, first_row, rows))
+            });
+            let (bias, first_row, rows) = placed.unwrap_or((0, 0, 0));
             mappings.push(Mapping {
                 start: line.start,
                 end: line.end,
@@ -257,10 +262,16 @@ impl Tables {
             });
         }
         mappings.sort_by_key(|m| m.start);
-        mappings.truncate(MAX_MAPPINGS);
+        if mappings.len() > MAX_MAPPINGS {
+            log::info!(
+                "pid {pid}: {} executable mappings, the unwinder takes the first {MAX_MAPPINGS}",
+                mappings.len()
+            );
+            mappings.truncate(MAX_MAPPINGS);
+        }
         let mut value = ProcessMappings {
             count: mappings.len() as u32,
-            _pad: 0,
+            missed: 0,
             mappings: [Mapping::default(); MAX_MAPPINGS],
         };
         value.mappings[..mappings.len()].copy_from_slice(&mappings);
@@ -272,8 +283,13 @@ impl Tables {
     /// Read and parse a mapping's file (through the process, so it is the file it mapped) and
     /// place its rows. None when it cannot be read now (the process may be gone): not cached.
     fn read_file(&mut self, pid: u32, line: &MapsLine) -> Option<FileTable> {
-        let path = format!("/proc/{pid}/map_files/{:x}-{:x}", line.start, line.end);
-        let data = std::fs::read(&path).or_else(|_| std::fs::read(&line.path)).ok()?;
+        let data = match line.path.as_str() {
+            VDSO => own_vdso()?,
+            _ => {
+                let path = format!("/proc/{pid}/map_files/{:x}-{:x}", line.start, line.end);
+                std::fs::read(&path).or_else(|_| std::fs::read(&line.path)).ok()?
+            }
+        };
         let (rows, segments) = match object::File::parse(&*data) {
             Ok(file) => (rows_of_file(&file), segments_of(&file)),
             Err(e) => (Err(e.into()), Vec::new()),
@@ -297,6 +313,22 @@ impl Tables {
         self.next_row = end;
         Some((first, rows.len() as u32))
     }
+}
+
+const VDSO: &str = "[vdso]";
+
+/// The kernel's vDSO image as mapped into this process: every 64-bit process maps the same one,
+/// and it carries an `.eh_frame` (clock_gettime and friends show up in profiles).
+fn own_vdso() -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt as _;
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = crate::process::parse_maps(&maps)
+        .into_iter()
+        .find(|l| l.path == VDSO)?;
+    let mut image = vec![0u8; (line.end - line.start) as usize];
+    let mem = std::fs::File::open("/proc/self/mem").ok()?;
+    mem.read_exact_at(&mut image, line.start).ok()?;
+    Some(image)
 }
 
 /// The BPF row array, mapped into this process (`BPF_F_MMAPABLE`).

@@ -162,3 +162,111 @@ fn stacks_deeper_than_the_walk_are_reported_truncated() {
         "{deepest} of {leaf} walked 120+ recurse frames"
     );
 }
+
+fn unwind_lib() -> String {
+    workload("libunwindlib.so").to_str().unwrap().to_string()
+}
+
+#[test]
+fn off_cpu_stacks_through_libc_keep_the_whole_chain() {
+    let chain = ["main", "run_sleep", "nap_outer", "nap_inner"];
+    // (off-CPU ns under the whole chain, all off-CPU ns) of the workload's thread.
+    let offcpu = |name: &str, extra: &[&str]| -> (f64, f64) {
+        let json = temp_path(name);
+        let bin = unwind_bin();
+        let mut args = vec!["--mode", "sched", "-o", json.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", &bin, "sleep", "2"]);
+        let out = run(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let pid = truth(&stdout(&out))["pid"] as u32;
+        let report = Report::read(&json);
+        let (mut chained, mut total) = (0.0, 0.0);
+        for s in report.0["offcpu"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["pid"] == pid)
+        {
+            let ns = s["total_ns"].as_f64().unwrap();
+            total += ns;
+            if in_order(&Report::frames(s), &chain) {
+                chained += ns;
+            }
+        }
+        (chained, total)
+    };
+    let (chained, total) = offcpu("unwind-sleep.json", &[]);
+    assert!(total > 1e9, "the workload naps most of 2 s: {total} ns off CPU");
+    assert!(
+        chained >= 0.90 * total,
+        "main .. nap_inner on {chained} of {total} off-CPU ns"
+    );
+    // Control: libc's nanosleep has no frame pointer, so a frame-pointer walk loses the chain.
+    let (chained, total) = offcpu("unwind-sleep-fp.json", &["--unwind", "fp"]);
+    assert!(
+        chained < 0.5 * total,
+        "the frame-pointer walk found the chain for {chained} of {total} ns: libc has frame pointers?"
+    );
+    assert_no_programs_left();
+}
+
+#[test]
+fn libraries_loaded_during_the_run_get_tables() {
+    let lib = unwind_lib();
+    let (report, pid) = profile("unwind-dlopen.json", &["dlopen", "2", &lib], &[]);
+    let chain = ["main", "run_dlopen", "lib_entry", "lib_middle", "lib_leaf"];
+    let (full, leaf) = count_leaf(&report, pid, "lib_leaf", |f| ends_with(f, &chain));
+    assert!(leaf > 400, "{leaf} samples in lib_leaf");
+    assert!(
+        full as f64 >= 0.95 * leaf as f64,
+        "full chain on {full} of {leaf} samples in the dlopened library"
+    );
+}
+
+#[test]
+fn mappings_that_disappear_under_the_walker_are_survived() {
+    let lib = unwind_lib();
+    let (report, pid) = profile("unwind-dlcycle.json", &["dlcycle", "2", &lib], &[]);
+    // The library comes and goes every 20 ms; each walk either follows the mapping it found or
+    // stops where a read fails (counted), and never invents frames.
+    let (caller, leaf) = count_leaf(&report, pid, "lib_leaf", |f| {
+        ends_with(f, &["lib_entry", "lib_middle", "lib_leaf"])
+    });
+    assert!(leaf > 400, "{leaf} samples in lib_leaf");
+    assert!(
+        caller as f64 >= 0.90 * leaf as f64,
+        "lib_entry -> lib_middle -> lib_leaf on {caller} of {leaf}"
+    );
+    let health = &report.0["health"];
+    assert!(
+        health["unwind_walks"].as_u64().unwrap() >= leaf,
+        "the library's samples were table walks: {health}"
+    );
+    assert_no_programs_left();
+}
+
+#[test]
+fn a_process_that_execs_keeps_both_images_stacks() {
+    let (report, pid) = profile("unwind-exec.json", &["exec", "2"], &[]);
+    let chain = ["main", "run_chain", "level_one", "level_two", "leaf_work"];
+    let (full, leaf) = count_leaf(&report, pid, "leaf_work", |f| ends_with(f, &chain));
+    assert!(leaf > 400, "{leaf} samples in leaf_work after the exec");
+    assert!(
+        full as f64 >= 0.90 * leaf as f64,
+        "full chain on {full} of {leaf} samples of the new image"
+    );
+    // The first quarter ran the old image (same binary, another address): its samples must be
+    // named from the old image's map, not the new one's.
+    let total = report.samples_of(pid);
+    let before: u64 = report
+        .stacks_of(pid)
+        .iter()
+        .filter(|s| in_order(&Report::frames(s), &["main", "run_qsort"]))
+        .map(|s| s["count"].as_u64().unwrap())
+        .sum();
+    assert!(
+        before as f64 >= 0.20 * total as f64,
+        "{before} of {total} samples under main -> run_qsort; the old image ran a quarter of the time"
+    );
+}

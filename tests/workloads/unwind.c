@@ -5,9 +5,20 @@
  *                          leaf_work is a frameless leaf doing all the work
  *   unwind qsort SECONDS   main -> run_qsort -> qsort (libc, no frame pointers) -> compare_items
  *   unwind deep SECONDS    main -> run_deep -> recurse x 200 -> leaf_work: deeper than any walk
+ *   unwind sleep SECONDS   main -> run_sleep -> nap_outer -> nap_inner -> nanosleep (libc), 1 ms
+ *                          naps: off-CPU stacks through libc
+ *   unwind dlopen SECONDS LIB
+ *                          a quarter of the time in run_qsort, then dlopen(LIB) and the rest in
+ *                          main -> run_dlopen -> lib_entry -> lib_middle -> lib_leaf
+ *   unwind dlcycle SECONDS LIB
+ *                          main -> run_dlcycle -> lib_entry ..., with LIB loaded and unloaded
+ *                          every 20 ms: mappings disappear under the walker
+ *   unwind exec SECONDS    a quarter of the time in run_qsort, then exec itself as `chain` for
+ *                          the rest (same pid, new image)
  *
  * Prints at exit: TRUTH pid=<pid> rounds=<n>
  */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,16 +107,78 @@ __attribute__((noinline)) void run_deep(double seconds) {
     }
 }
 
+__attribute__((noinline)) void nap_inner(void) {
+    volatile unsigned long scratch[4];
+    scratch[0] = (unsigned long)rounds;
+    struct timespec nap = {0, 1000000};
+    nanosleep(&nap, NULL);
+    sink += scratch[0];
+}
+
+__attribute__((noinline)) void nap_outer(void) {
+    volatile unsigned long scratch[12];
+    scratch[5] = (unsigned long)rounds;
+    nap_inner();
+    sink += scratch[5];
+}
+
+__attribute__((noinline)) void run_sleep(double seconds) {
+    long long end = wall_ns() + (long long)(seconds * 1e9);
+    while (wall_ns() < end) {
+        nap_outer();
+        rounds++;
+    }
+}
+
+typedef long long (*lib_entry_fn)(double);
+
+static lib_entry_fn load_entry(const char *lib, void **handle) {
+    *handle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!*handle) {
+        fprintf(stderr, "dlopen %s: %s\n", lib, dlerror());
+        exit(3);
+    }
+    return (lib_entry_fn)dlsym(*handle, "lib_entry");
+}
+
+__attribute__((noinline)) void run_dlopen(double seconds, const char *lib) {
+    void *handle;
+    lib_entry_fn entry = load_entry(lib, &handle);
+    rounds += entry(seconds);
+}
+
+__attribute__((noinline)) void run_dlcycle(double seconds, const char *lib) {
+    long long end = wall_ns() + (long long)(seconds * 1e9);
+    while (wall_ns() < end) {
+        void *handle;
+        lib_entry_fn entry = load_entry(lib, &handle);
+        rounds += entry(0.02);
+        dlclose(handle);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s chain|qsort|deep SECONDS\n", argv[0]);
+        fprintf(stderr, "usage: %s chain|qsort|deep|sleep|exec SECONDS | dlopen|dlcycle SECONDS LIB\n", argv[0]);
         return 2;
     }
     double seconds = atof(argv[2]);
     if (strcmp(argv[1], "chain") == 0) run_chain(seconds);
     else if (strcmp(argv[1], "qsort") == 0) run_qsort(seconds);
     else if (strcmp(argv[1], "deep") == 0) run_deep(seconds);
-    else return 2;
+    else if (strcmp(argv[1], "sleep") == 0) run_sleep(seconds);
+    else if (strcmp(argv[1], "dlopen") == 0 && argc > 3) {
+        run_qsort(seconds / 4);
+        run_dlopen(seconds * 3 / 4, argv[3]);
+    } else if (strcmp(argv[1], "dlcycle") == 0 && argc > 3) run_dlcycle(seconds, argv[3]);
+    else if (strcmp(argv[1], "exec") == 0) {
+        run_qsort(seconds / 4);
+        char rest[32];
+        snprintf(rest, sizeof rest, "%f", seconds * 3 / 4);
+        execl("/proc/self/exe", argv[0], "chain", rest, (char *)NULL);
+        perror("exec");
+        return 3;
+    } else return 2;
     printf("TRUTH pid=%d rounds=%lld\n", (int)getpid(), rounds);
     return 0;
 }

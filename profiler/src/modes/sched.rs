@@ -7,14 +7,14 @@ use aya::{
     Ebpf,
 };
 use profiler_common::{
-    hist_lower_bound, names, switch_reason, ExitedKey, OffCpuTime, SampleKey, SlowEvent, TaskSched, COMM_LEN,
-    HEAT_BUCKETS, HIST_BUCKETS,
+    hist_lower_bound, names, switch_reason, unwind::UserStack, ExitedKey, OffCpuTime, SampleKey, SlowEvent,
+    TaskSched, COMM_LEN, HEAT_BUCKETS, HIST_BUCKETS,
 };
 use serde::Serialize;
 
 use super::hotspot::{self, HotspotReport};
 use crate::{
-    collect::{comm_string, read_stack},
+    collect::{comm_string, read_stack, read_unwound},
     process::Processes,
     profile::{Health, RawProfile, RawSample},
     report::RunMeta,
@@ -150,6 +150,8 @@ pub struct SchedSource {
     exited: BpfHashMap<MapData, ExitedKey, TaskSched>,
     offcpu: BpfHashMap<MapData, SampleKey, OffCpuTime>,
     stacks: StackTraceMap<MapData>,
+    /// Table-unwound user stacks (when the run walks tables).
+    user_stacks: BpfHashMap<MapData, u32, UserStack>,
     heat: PerCpuArray<MapData, u64>,
     pub slow: RingBuf<MapData>,
 }
@@ -162,6 +164,7 @@ impl SchedSource {
             exited: BpfHashMap::try_from(take(names::EXITED)?)?,
             offcpu: BpfHashMap::try_from(take(names::OFFCPU)?)?,
             stacks: StackTraceMap::try_from(take(names::OFFCPU_STACKS)?)?,
+            user_stacks: BpfHashMap::try_from(take(names::OFFCPU_USER_STACKS)?)?,
             heat: PerCpuArray::try_from(take(names::HEAT)?)?,
             slow: RingBuf::try_from(take(names::SLOW_EVENTS)?)?,
         })
@@ -256,13 +259,17 @@ impl SchedSource {
                 pid: key.tgid,
                 tid: key.tid,
                 comm: comm_string(&key.comm),
-                user: read_stack(&self.stacks, key.user_stack_id),
+                user: match key.user_unwound {
+                    0 => read_stack(&self.stacks, key.user_stack_id),
+                    _ => read_unwound(&self.user_stacks, key.user_stack_id),
+                },
                 kernel: read_stack(&self.stacks, key.kernel_stack_id),
                 count: time.total_ns,
+                exec_generation: key.exec_generation,
                 deltas,
             };
             if let crate::profile::StackRead::Frames(ips) = &sample.user {
-                if !procs.covers(key.tgid, ips) {
+                if !procs.covers(key.tgid, key.exec_generation, ips) {
                     let _ = procs.capture(key.tgid);
                 }
             }
