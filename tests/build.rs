@@ -11,6 +11,9 @@ fn main() {
     for name in ["hotspot", "schedload"] {
         compile_c(&out, name, FRAME_POINTERS);
     }
+    // The lock workload is built like most binaries: no frame pointers (its waiters' stacks go
+    // through libc's futex wait, which has none either).
+    compile_c(&out, "lockload", &[]);
     // The unwinding workload has no frame pointers at all, like most distribution binaries.
     compile_c(&out, "unwind", &["-fomit-frame-pointer", "-ldl"]);
     // The library it loads while running (dlopen), frameless too.

@@ -118,6 +118,103 @@ pub struct CounterBaseline {
 const _: () = assert!(size_of::<CounterBaseline>() == 8 + 24 * MAX_COUNTERS);
 
 /// Table-based unwinding (x86-64): rows built from `.eh_frame` in user space, walked in BPF.
+/// Lock mode: waits on futexes, by lock and stack, and the stacks that woke the waiters.
+pub mod lock {
+    use core::mem::size_of;
+
+    pub const WAIT_ENTRIES: u32 = 16 * 1024;
+    pub const WAKE_ENTRIES: u32 = 16 * 1024;
+
+    /// `futex(2)` operations (the command bits of `op`).
+    pub mod futex {
+        pub const CMD_MASK: u64 = 0x7f;
+        pub const WAIT: u64 = 0;
+        pub const WAKE: u64 = 1;
+        pub const WAKE_OP: u64 = 5;
+        pub const LOCK_PI: u64 = 6;
+        pub const UNLOCK_PI: u64 = 7;
+        pub const WAIT_BITSET: u64 = 9;
+        pub const WAKE_BITSET: u64 = 10;
+        pub const LOCK_PI2: u64 = 13;
+        /// The operation puts the caller to sleep until the futex is released.
+        pub const fn waits(cmd: u64) -> bool {
+            matches!(cmd, WAIT | WAIT_BITSET | LOCK_PI | LOCK_PI2)
+        }
+        /// The operation releases waiters of the futex.
+        pub const fn wakes(cmd: u64) -> bool {
+            matches!(cmd, WAKE | WAKE_BITSET | WAKE_OP | UNLOCK_PI)
+        }
+    }
+
+    /// A thread in a futex wait (per tid).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct Waiting {
+        pub uaddr: u64,
+        pub start_ns: u64,
+        pub user_stack_id: i32,
+        /// 1: `user_stack_id` names a table-unwound stack in `LOCK_USER_STACKS`.
+        pub user_unwound: u32,
+    }
+    const _: () = assert!(size_of::<Waiting>() == 24);
+
+    /// One futex of one process.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct WakeKey {
+        pub tgid: u32,
+        pub _pad: u32,
+        pub uaddr: u64,
+    }
+    const _: () = assert!(size_of::<WakeKey>() == 16);
+
+    /// The last wake of a futex: who released it, from where.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct LastWake {
+        pub at_ns: u64,
+        pub tid: u32,
+        pub user_stack_id: i32,
+        pub user_unwound: u32,
+        pub _pad: u32,
+    }
+    const _: () = assert!(size_of::<LastWake>() == 24);
+
+    /// Key of the waiter and holder maps: (process, lock, stack). For waiters the stack that
+    /// waited; for holders the stack that released the lock to a waiter.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct LockKey {
+        pub tgid: u32,
+        pub user_stack_id: i32,
+        pub uaddr: u64,
+        pub user_unwound: u32,
+        pub exec_generation: u32,
+    }
+    const _: () = assert!(size_of::<LockKey>() == 24);
+
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct LockTime {
+        pub count: u64,
+        pub total_ns: u64,
+        pub max_ns: u64,
+    }
+    const _: () = assert!(size_of::<LockTime>() == 24);
+
+    /// What the lock stack walker's result is for (per CPU, set before the walk).
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    pub struct WalkFor {
+        pub uaddr: u64,
+        /// `WAITER` or `WAKER`.
+        pub role: u32,
+        pub _pad: u32,
+    }
+    pub const WAITER: u32 = 0;
+    pub const WAKER: u32 = 1;
+}
+
 pub mod unwind {
     use core::mem::size_of;
 
@@ -302,8 +399,12 @@ pub enum Counter {
     UnwindWalks = 17,
     /// Table-unwound stacks lost to a hash collision or a full stack map.
     UnwindStackLost = 18,
+    /// Lock waits timed (futex waits of targets that returned).
+    LockWaits = 19,
+    /// Lock waits not recorded because a lock map was full.
+    LockMapFull = 20,
 }
-pub const COUNTER_COUNT: u32 = 19;
+pub const COUNTER_COUNT: u32 = 21;
 
 impl Counter {
     pub const ALL: [Counter; COUNTER_COUNT as usize] = [
@@ -326,6 +427,8 @@ impl Counter {
         Counter::UnwindFailed,
         Counter::UnwindWalks,
         Counter::UnwindStackLost,
+        Counter::LockWaits,
+        Counter::LockMapFull,
     ];
 }
 
@@ -619,6 +722,16 @@ pub mod names {
     pub const OFFCPU_USER_STACKS: &str = "OFFCPU_USER_STACKS";
     pub const OFFCPU_UNWIND_PROGRAMS: &str = "OFFCPU_UNWIND_PROGRAMS";
     pub const PROG_UNWIND_OFFCPU: &str = "unwind_offcpu";
+    pub const LOCK_USER_STACKS: &str = "LOCK_USER_STACKS";
+    pub const LOCK_UNWIND_PROGRAMS: &str = "LOCK_UNWIND_PROGRAMS";
+    pub const PROG_UNWIND_LOCK: &str = "unwind_lock";
+    pub const PROG_FUTEX_ENTER: &str = "futex_enter";
+    pub const PROG_FUTEX_EXIT: &str = "futex_exit";
+    pub const LOCK_WAITERS: &str = "LOCK_WAITERS";
+    pub const LOCK_HOLDERS: &str = "LOCK_HOLDERS";
+    pub const LOCK_STACKS: &str = "LOCK_STACKS";
+    pub const LOCK_WAITING: &str = "LOCK_WAITING";
+    pub const LOCK_WAKES: &str = "LOCK_WAKES";
     /// Globals set by the loader.
     pub const G_FILTER: &str = "FILTER_BY_TARGET";
     pub const G_FORK: &str = "FORK_OFFSETS";
@@ -643,6 +756,8 @@ mod pod {
     unsafe impl aya::Pod for OffCpuTime {}
     unsafe impl aya::Pod for TaskOffsets {}
     unsafe impl aya::Pod for SlowEvent {}
+    unsafe impl aya::Pod for lock::LockKey {}
+    unsafe impl aya::Pod for lock::LockTime {}
 }
 
 #[cfg(test)]

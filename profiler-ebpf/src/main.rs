@@ -6,6 +6,7 @@
 #![cfg_attr(target_arch = "bpf", allow(internal_features))]
 
 mod counters;
+mod lock;
 mod sampling;
 mod sched;
 mod targets;

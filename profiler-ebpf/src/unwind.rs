@@ -4,16 +4,17 @@
 //! the same program until the stack ends. Where a mapping has no table (or a row has a rule we do
 //! not follow), that frame is stepped with the frame pointer instead.
 //!
-//! Two walkers share the walk: one for samples (a perf-event program, tail-called from the
-//! sampling program) and one for threads going to sleep (a raw-tracepoint program, tail-called
-//! from the switch program). A tail call only reaches programs of its caller's type, and each has
-//! its own per-CPU scratch: a sample can interrupt a switch on the same CPU.
+//! Three walkers share the walk: for samples (a perf-event program, tail-called from the sampling
+//! program), for threads going to sleep (a raw-tracepoint program, tail-called from the switch
+//! program) and for futex waits and wakes (a tracepoint program). A tail call only reaches
+//! programs of its caller's type, and each has its own per-CPU scratch: a sample can interrupt a
+//! switch or a syscall on the same CPU.
 use aya_ebpf::{
     bindings::{pt_regs, BPF_F_MMAPABLE},
     helpers::{bpf_get_current_task_btf, bpf_probe_read_kernel, bpf_probe_read_user},
-    macros::{map, perf_event, raw_tracepoint},
+    macros::{map, perf_event, raw_tracepoint, tracepoint},
     maps::{Array, HashMap, PerCpuArray, ProgramArray},
-    programs::{PerfEventContext, RawTracePointContext},
+    programs::{PerfEventContext, RawTracePointContext, TracePointContext},
     EbpfContext,
 };
 use profiler_common::{
@@ -59,6 +60,14 @@ static OFFCPU_WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
 #[map(name = "OFFCPU_USER_STACKS")]
 static OFFCPU_USER_STACKS: HashMap<u32, UserStack> = HashMap::with_max_entries(STACK_ENTRIES, 0);
 
+#[map(name = "LOCK_UNWIND_PROGRAMS")]
+static LOCK_UNWIND_PROGRAMS: ProgramArray = ProgramArray::with_max_entries(1, 0);
+#[map(name = "LOCK_WALK")]
+static LOCK_WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
+/// Stacks of lock waiters and wakers: kept for the whole run.
+#[map(name = "LOCK_USER_STACKS")]
+static LOCK_USER_STACKS: HashMap<u32, UserStack> = HashMap::with_max_entries(STACK_ENTRIES, 0);
+
 /// The process has tables: its user stacks are walked through them.
 #[inline(always)]
 pub fn has_tables(tgid: u32) -> bool {
@@ -102,6 +111,20 @@ pub fn start_offcpu(ctx: &RawTracePointContext, tgid: u32, tid: u32) {
     if let Some(registers) = saved_user_registers() {
         if begin(&OFFCPU_WALK, registers, tgid, tid) {
             unsafe { OFFCPU_UNWIND_PROGRAMS.tail_call(ctx, PROGRAM_SLOT) };
+        }
+    }
+}
+
+/// Start a table walk of the current thread's user stack from a syscall tracepoint, when its
+/// process has tables. Returns only if the walk could not start.
+#[inline(always)]
+pub fn start_lock(ctx: &TracePointContext, tgid: u32, tid: u32) {
+    if !has_tables(tgid) {
+        return;
+    }
+    if let Some(registers) = saved_user_registers() {
+        if begin(&LOCK_WALK, registers, tgid, tid) {
+            unsafe { LOCK_UNWIND_PROGRAMS.tail_call(ctx, PROGRAM_SLOT) };
         }
     }
 }
@@ -170,6 +193,21 @@ fn try_unwind_offcpu(ctx: &RawTracePointContext) -> Result<(), ()> {
     advance(ctx, walk, &OFFCPU_UNWIND_PROGRAMS);
     let stack_id = store(&OFFCPU_USER_STACKS, walk);
     crate::sched::offcpu_user_stack(walk.tid, stack_id, true);
+    Ok(())
+}
+
+/// Loaded beside the futex programs (never attached): it is only tail-called.
+#[tracepoint]
+pub fn unwind_lock(ctx: TracePointContext) -> u32 {
+    let _ = try_unwind_lock(&ctx);
+    0
+}
+
+fn try_unwind_lock(ctx: &TracePointContext) -> Result<(), ()> {
+    let walk = unsafe { &mut *LOCK_WALK.get_ptr_mut(0).ok_or(())? };
+    advance(ctx, walk, &LOCK_UNWIND_PROGRAMS);
+    let stack_id = store(&LOCK_USER_STACKS, walk);
+    crate::lock::user_stack_walked(walk.tgid, walk.tid, stack_id, true);
     Ok(())
 }
 

@@ -97,6 +97,8 @@ pub struct LoadOptions<'a> {
     pub counters: u32,
     /// User stacks of processes with unwind tables are walked through them.
     pub unwind_tables: bool,
+    /// Lock mode: the futex programs and their maps are used.
+    pub lock: bool,
     pub tracefs: &'a Path,
 }
 
@@ -104,7 +106,7 @@ impl LoadOptions<'_> {
     /// Some user stack (sampled, or where a thread sleeps) is walked through unwind tables.
     pub fn walks_tables(&self) -> bool {
         let offcpu_stacks = self.sched.is_some() && self.offcpu_stacks != OffCpuStacks::None;
-        self.unwind_tables && (self.sampling || offcpu_stacks)
+        self.unwind_tables && (self.sampling || offcpu_stacks || self.lock)
     }
 }
 
@@ -123,6 +125,18 @@ fn unused_maps(options: &LoadOptions<'_>) -> Vec<&'static str> {
     }
     if !offcpu_stacks || !options.unwind_tables {
         unused.push(names::OFFCPU_USER_STACKS);
+    }
+    if !options.lock {
+        unused.extend([
+            names::LOCK_WAITERS,
+            names::LOCK_HOLDERS,
+            names::LOCK_STACKS,
+            names::LOCK_WAITING,
+            names::LOCK_WAKES,
+        ]);
+    }
+    if !options.lock || !options.unwind_tables {
+        unused.push(names::LOCK_USER_STACKS);
     }
     if !options.walks_tables() {
         unused.extend([names::UNWIND_ROWS, names::UNWIND_PROCESSES]);
@@ -185,9 +199,17 @@ impl Loaded {
     /// Follow targets' children, forget exited threads, re-announce processes that exec.
     pub fn attach_process_tracking(&mut self) -> anyhow::Result<()> {
         self.attach_tracepoints(&[
-            (names::PROG_FORK, "sched_process_fork"),
-            (names::PROG_EXIT, "sched_process_exit"),
-            (names::PROG_EXEC, "sched_process_exec"),
+            (names::PROG_FORK, "sched", "sched_process_fork"),
+            (names::PROG_EXIT, "sched", "sched_process_exit"),
+            (names::PROG_EXEC, "sched", "sched_process_exec"),
+        ])
+    }
+
+    /// Time targets' futex waits and record who wakes them.
+    pub fn attach_futex(&mut self) -> anyhow::Result<()> {
+        self.attach_tracepoints(&[
+            (names::PROG_FUTEX_ENTER, "syscalls", "sys_enter_futex"),
+            (names::PROG_FUTEX_EXIT, "syscalls", "sys_exit_futex"),
         ])
     }
 
@@ -207,13 +229,13 @@ impl Loaded {
         Ok(())
     }
 
-    fn attach_tracepoints(&mut self, programs: &[(&str, &str)]) -> anyhow::Result<()> {
-        for &(prog, event) in programs {
+    fn attach_tracepoints(&mut self, programs: &[(&str, &str, &str)]) -> anyhow::Result<()> {
+        for &(prog, category, event) in programs {
             let program: &mut TracePoint = self.program(prog)?;
             program.load().with_context(|| format!("loading {prog}"))?;
             program
-                .attach("sched", event)
-                .with_context(|| format!("attaching to sched:{event}"))?;
+                .attach(category, event)
+                .with_context(|| format!("attaching to {category}:{event}"))?;
         }
         Ok(())
     }
@@ -289,6 +311,14 @@ impl Loaded {
                 .context("loading the off-CPU stack unwinding program")?;
             let fd = program.fd()?.try_clone()?;
             self.install_walker(names::OFFCPU_UNWIND_PROGRAMS, &fd)?;
+        }
+        if options.lock {
+            let program: &mut TracePoint = self.program(names::PROG_UNWIND_LOCK)?;
+            program
+                .load()
+                .context("loading the lock stack unwinding program")?;
+            let fd = program.fd()?.try_clone()?;
+            self.install_walker(names::LOCK_UNWIND_PROGRAMS, &fd)?;
         }
         let mut take = |name: &str| {
             self.ebpf

@@ -56,6 +56,16 @@ pub struct Cli {
         default_value = "auto"
     )]
     pub offcpu_stacks: OffCpuStacks,
+    /// Lock mode: where lock waits are seen. `futex`: contended waits in futex(2), which every
+    /// glibc lock (mutex, rwlock, condition variable, semaphore) sleeps in; uncontended locks
+    /// never enter the kernel, so they cost nothing (safe in production).
+    #[arg(
+        long = "lock-source",
+        value_enum,
+        value_name = "SOURCE",
+        default_value = "futex"
+    )]
+    pub lock_source: LockSource,
     /// How user stacks are walked when sampling. `tables`: with unwind tables built from each
     /// binary's `.eh_frame`, right without frame pointers (most distribution binaries), frame
     /// pointers where a binary has no table; `fp`: frame pointers only (cheaper, wrong for code
@@ -82,6 +92,19 @@ pub struct Cli {
     /// Command to start and profile; bpfprof attaches first, so its first samples are captured.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LockSource {
+    Futex,
+}
+
+impl LockSource {
+    pub fn name(self) -> &'static str {
+        match self {
+            LockSource::Futex => "futex",
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

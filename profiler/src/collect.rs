@@ -161,6 +161,8 @@ impl SampleSource for KernelSource {
             unwind_truncated: read(Counter::UnwindTruncated)?,
             unwind_failed: read(Counter::UnwindFailed)?,
             unwind_stacks_lost: read(Counter::UnwindStackLost)?,
+            lock_waits: read(Counter::LockWaits)?,
+            lock_map_full: read(Counter::LockMapFull)?,
             ..Health::default()
         })
     }

@@ -259,6 +259,20 @@ impl Processes {
         &self.files[id as usize]
     }
 
+    /// The files mapped executable into one image of the process: (file, mapping start, file
+    /// offset), one per mapping.
+    pub fn mapped_files(&self, pid: u32, generation: u32) -> Vec<(FileId, u64, u64)> {
+        let Some(maps) = self.maps.get(&(pid, generation)) else {
+            return Vec::new();
+        };
+        maps.iter()
+            .filter_map(|m| match m.region {
+                Region::File(file) => Some((file, m.start, m.file_offset)),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub fn file_count(&self) -> usize {
         self.files.len()
     }

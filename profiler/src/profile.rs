@@ -93,6 +93,9 @@ pub struct Health {
     pub unwind_stacks_lost: u64,
     /// Executables and libraries without a usable unwind table (walked with frame pointers).
     pub files_without_tables: u64,
+    /// Lock mode: futex waits timed, and waits lost because a lock map was full.
+    pub lock_waits: u64,
+    pub lock_map_full: u64,
 }
 
 impl Health {
@@ -172,6 +175,12 @@ impl Health {
             out.push(format!(
                 "{} exited tasks are missing: too many exited within a second",
                 self.exited_map_full
+            ));
+        }
+        if self.lock_map_full > 0 {
+            out.push(format!(
+                "{} lock waits were not recorded (a lock map was full): the totals are low by that many waits",
+                self.lock_map_full
             ));
         }
         if self.files_without_tables > 0 {

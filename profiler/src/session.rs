@@ -28,6 +28,7 @@ use crate::{
     launcher::{self, RunningCommand},
     modes::{
         hotspot,
+        lock::{self, LockCollection, LockSource},
         sched::{self, SchedCollection, SchedSource},
         topdown,
     },
@@ -61,14 +62,12 @@ pub struct Plan {
     /// Topdown: the counter set counted over the run.
     pub preset: String,
     pub unwind: crate::cli::Unwind,
+    pub lock_source: crate::cli::LockSource,
 }
 
 impl Plan {
     /// Every check that needs no privileges, so usage mistakes are reported first.
     pub fn from_cli(cli: Cli) -> Result<Plan, UserError> {
-        if cli.mode == Mode::Lock {
-            return Err(UserError::ModeUnavailable(cli.mode.name()));
-        }
         let format = cli.resolved_format();
         let format_fits = match cli.mode {
             Mode::Topdown => matches!(format, Format::Text | Format::Json),
@@ -125,6 +124,7 @@ impl Plan {
             counters: cli.counters_events.clone(),
             preset: cli.preset.clone().unwrap_or_else(|| "topdown".into()),
             unwind: cli.unwind,
+            lock_source: cli.lock_source,
         })
     }
 
@@ -178,6 +178,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     let Collected {
         stacks,
         sched,
+        locks,
         health,
     } = collected;
     let described = match plan.mode {
@@ -198,6 +199,21 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 report.threads.len(),
                 report.functions.len()
             )
+        }
+        Mode::Lock => {
+            let collection = locks.context("lock run without its records")?;
+            let symbols = symbolizer.symbolize(&collection.stacks, &procs);
+            warn_failures(&symbols.failures);
+            let report = lock::build(
+                meta,
+                plan.lock_source.name(),
+                health,
+                &collection,
+                &symbols,
+                &procs,
+            );
+            output::write_report(plan.output.as_deref(), &|out| renderer.lock(&report, out))?;
+            format!("{} contended locks", report.locks.len())
         }
         Mode::Sched => {
             let collection = sched.context("sched run without its records")?;
@@ -382,10 +398,11 @@ fn warn_failures(failures: &[String]) {
 }
 
 /// What a run collected: sampled stacks (hotspot; topdown per function), scheduler records
-/// (sched; topdown thread states), or both.
+/// (sched; topdown thread states), or both; or lock waits (lock).
 pub struct Collected {
     pub stacks: Option<RawProfile>,
     pub sched: Option<Box<SchedCollection>>,
+    pub locks: Option<LockCollection>,
     pub health: Health,
 }
 
@@ -411,10 +428,12 @@ struct SchedCollector {
     collection: Box<SchedCollection>,
 }
 
-/// What a run drains from the kernel while it runs; both parts share one epoch flip.
+/// What a run drains from the kernel while it runs; both parts share one epoch flip. (Lock
+/// records only grow, one per lock and stack: read at the end.)
 struct Collector {
     stacks: Option<StackCollector>,
     sched: Option<SchedCollector>,
+    locks: Option<LockSource>,
 }
 
 impl Collector {
@@ -461,9 +480,11 @@ impl Collector {
                 ..s.profile
             }
         });
+        let locks = self.locks.map(|source| source.collect(procs));
         Ok(Collected {
             stacks,
             sched,
+            locks,
             health,
         })
     }
@@ -560,6 +581,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         offcpu_stacks: plan.offcpu_stacks,
         counters: sample_counters.len() as u32,
         unwind_tables: plan.unwind == crate::cli::Unwind::Tables,
+        lock: plan.mode == Mode::Lock,
         tracefs,
     };
     let mut loaded = Loaded::load(&load_options)?;
@@ -610,6 +632,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     let mut collector = Collector {
         stacks: None,
         sched: None,
+        locks: None,
     };
     let mut doing = Vec::new();
     if tracing_sched {
@@ -621,6 +644,11 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         });
         collector.sched = Some(SchedCollector { source, collection });
         doing.push("tracing the scheduler".to_string());
+    }
+    if plan.mode == Mode::Lock {
+        collector.locks = Some(LockSource::take(&mut loaded.ebpf)?);
+        loaded.attach_futex()?;
+        doing.push("timing futex waits (contended locks)".to_string());
     }
     if let Some(event) = sampling {
         if !sample_counters.is_empty() {

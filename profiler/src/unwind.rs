@@ -162,6 +162,15 @@ pub struct Segment {
     offset: u64,
     size: u64,
     vaddr: u64,
+    /// In memory: with the zero-filled tail (`.bss`).
+    mem_size: u64,
+}
+
+impl Segment {
+    /// Whether the file virtual address lies in the segment as loaded.
+    pub fn holds(&self, vaddr: u64) -> bool {
+        self.vaddr <= vaddr && vaddr < self.vaddr + self.mem_size
+    }
 }
 
 pub fn segments_of(file: &object::File<'_>) -> Vec<Segment> {
@@ -172,6 +181,7 @@ pub fn segments_of(file: &object::File<'_>) -> Vec<Segment> {
                 offset,
                 size,
                 vaddr: seg.address(),
+                mem_size: seg.size(),
             }
         })
         .collect()

@@ -255,6 +255,8 @@ fn sched() -> Result<()> {
             &["--mode", "sched", "-a"],
             &["--mode", "sched", "-a", "--offcpu-stacks", "all"],
             &["--mode", "sched", "-a", "--offcpu-stacks", "none"],
+            // Where threads sleep walked with frame pointers instead of the unwind tables.
+            &["--mode", "sched", "-a", "--unwind", "fp"],
         ],
         references: &[
             &["perf", "sched", "record", "-a", "-q", "-o", PERF_DATA],

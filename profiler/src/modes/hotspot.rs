@@ -4,7 +4,7 @@ use std::collections::{HashMap, HashSet};
 use serde::Serialize;
 
 use crate::{
-    profile::{Health, LostStack, RawProfile},
+    profile::{Health, LostStack, RawProfile, StackKey},
     report::RunMeta,
     symbolize::{Frame, Symbols},
 };
@@ -42,6 +42,8 @@ pub enum Weight {
     Samples,
     /// Off CPU: nanoseconds blocked.
     OffCpuNanoseconds,
+    /// Lock mode: nanoseconds waited for locks.
+    LockWaitNanoseconds,
 }
 
 #[derive(Clone, Debug)]
@@ -64,22 +66,7 @@ pub fn build(mut meta: RunMeta, raw: &RawProfile, symbols: &Symbols) -> HotspotR
         .stacks
         .iter()
         .map(|(key, &count)| {
-            let mut frames = Vec::with_capacity(key.user.len() + key.kernel.len() + 2);
-            if let Some(lost) = key.user_lost {
-                frames.push(Frame::marker(lost_label(lost, "user"), false));
-            }
-            for addr in key.user.iter().rev() {
-                frames.extend(symbols.user(addr));
-            }
-            if let Some(lost) = key.kernel_lost {
-                frames.push(Frame::marker(lost_label(lost, "kernel"), true));
-            }
-            for &addr in key.kernel.iter().rev() {
-                frames.extend(symbols.kernel(addr));
-            }
-            if frames.is_empty() {
-                frames.push(Frame::marker("no stack", false));
-            }
+            let frames = frames_of(key, symbols);
             // Scaled where a counter was multiplexed; one that never ran in this stack's
             // intervals adds nothing (and the run's note says how much was not counted).
             let counters = match (meta.counters.len(), raw.counters.get(key)) {
@@ -109,6 +96,27 @@ pub fn build(mut meta: RunMeta, raw: &RawProfile, symbols: &Symbols) -> HotspotR
         stacks,
         functions,
     }
+}
+
+/// A stack's frames, outermost first; what could not be walked shows as a marker frame.
+pub fn frames_of(key: &StackKey, symbols: &Symbols) -> Vec<Frame> {
+    let mut frames = Vec::with_capacity(key.user.len() + key.kernel.len() + 2);
+    if let Some(lost) = key.user_lost {
+        frames.push(Frame::marker(lost_label(lost, "user"), false));
+    }
+    for addr in key.user.iter().rev() {
+        frames.extend(symbols.user(addr));
+    }
+    if let Some(lost) = key.kernel_lost {
+        frames.push(Frame::marker(lost_label(lost, "kernel"), true));
+    }
+    for &addr in key.kernel.iter().rev() {
+        frames.extend(symbols.kernel(addr));
+    }
+    if frames.is_empty() {
+        frames.push(Frame::marker("no stack", false));
+    }
+    frames
 }
 
 /// One note per counter that was not on the PMU for all of the sampled intervals.

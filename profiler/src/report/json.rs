@@ -7,6 +7,7 @@ use super::Renderer;
 use crate::{
     modes::{
         hotspot::{FunctionStat, HotspotReport, Stack},
+        lock::{LockReport, LockStat},
         sched::{OffCpuStack, SchedReport, SlowWait, TaskLatency},
         topdown::{CounterValue, FunctionCounters, ThreadState, TopdownReport},
     },
@@ -52,6 +53,18 @@ struct SchedJson<'a> {
     tasks: &'a [TaskLatency],
     offcpu: &'a [OffCpuStack],
     slow_events: &'a [SlowWait],
+}
+
+#[derive(Serialize)]
+struct LockJson<'a> {
+    mode: &'static str,
+    source: &'static str,
+    target: &'a str,
+    duration_s: f64,
+    notes: &'a [String],
+    warnings: Vec<String>,
+    health: &'a Health,
+    locks: &'a [LockStat],
 }
 
 #[derive(Serialize)]
@@ -139,6 +152,20 @@ impl Renderer for Json {
             tasks: &r.tasks,
             offcpu: &r.offcpu_stacks,
             slow_events: &r.slow,
+        };
+        write_json(out, &doc)
+    }
+
+    fn lock(&self, r: &LockReport, out: &mut dyn Write) -> io::Result<()> {
+        let doc = LockJson {
+            mode: "lock",
+            source: r.source,
+            target: &r.meta.target,
+            duration_s: r.meta.duration_s,
+            notes: &r.meta.notes,
+            warnings: r.health.warnings(),
+            health: &r.health,
+            locks: &r.locks,
         };
         write_json(out, &doc)
     }

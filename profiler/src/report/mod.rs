@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::{
     cli::Format,
-    modes::{hotspot::HotspotReport, sched::SchedReport, topdown::TopdownReport},
+    modes::{hotspot::HotspotReport, lock::LockReport, sched::SchedReport, topdown::TopdownReport},
 };
 
 mod folded;
@@ -42,6 +42,10 @@ pub trait Renderer {
         self.hotspot(&report.offcpu, out)
     }
 
+    /// Stack formats show the waiting stacks, weighted by wait, with the lock below the leaf.
+    fn lock(&self, report: &LockReport, out: &mut dyn Write) -> io::Result<()> {
+        self.hotspot(&report.waits, out)
+    }
     /// Topdown has no stacks: only text and JSON render it (the command line checks this first).
     fn topdown(&self, _: &TopdownReport, _: &mut dyn Write) -> io::Result<()> {
         Err(io::Error::other(

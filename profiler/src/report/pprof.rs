@@ -217,12 +217,13 @@ impl Builder {
 
 pub fn hotspot_profile(report: &HotspotReport) -> proto::Profile {
     let mut b = Builder::new();
-    let off_cpu = report.weight == Weight::OffCpuNanoseconds;
-    let cpu_clock = report.meta.event == "cpu-clock" && !off_cpu;
+    let timed = report.weight != Weight::Samples;
+    let cpu_clock = report.meta.event == "cpu-clock" && !timed;
     let period_ns = 1_000_000_000 / report.meta.frequency_hz.max(1) as i64;
-    let samples = match off_cpu {
-        true => b.value_type("off-cpu", "nanoseconds"),
-        false => b.value_type("samples", "count"),
+    let samples = match report.weight {
+        Weight::OffCpuNanoseconds => b.value_type("off-cpu", "nanoseconds"),
+        Weight::LockWaitNanoseconds => b.value_type("lock-wait", "nanoseconds"),
+        Weight::Samples => b.value_type("samples", "count"),
     };
     b.profile.sample_type.push(samples.clone());
     if cpu_clock {

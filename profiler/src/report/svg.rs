@@ -23,10 +23,16 @@ impl Renderer for Svg {
                     report.meta.target, report.meta.duration_s
                 )
             }
+            Weight::LockWaitNanoseconds => {
+                format!(
+                    "bpfprof lock wait time: {} ({:.1} s)",
+                    report.meta.target, report.meta.duration_s
+                )
+            }
         };
         options.count_name = match report.weight {
             Weight::Samples => "samples".to_string(),
-            Weight::OffCpuNanoseconds => "ns".to_string(),
+            Weight::OffCpuNanoseconds | Weight::LockWaitNanoseconds => "ns".to_string(),
         };
         if lines.is_empty() {
             // inferno refuses empty input; an empty profile is still a valid answer.

@@ -5,6 +5,7 @@ use super::{human_ns, percent, Renderer};
 use crate::{
     modes::{
         hotspot::{FunctionStat, HotspotReport},
+        lock::{lock_label, LockReport},
         sched::SchedReport,
         topdown::TopdownReport,
     },
@@ -21,8 +22,97 @@ const TOP_TASKS: usize = 30;
 const HISTOGRAM_TASKS: usize = 3;
 const TOP_OFFCPU: usize = 10;
 const TOP_SLOW: usize = 15;
+const TOP_LOCKS: usize = 10;
+const LOCK_STACKS_SHOWN: usize = 3;
+/// Frames of a waiter or holder stack shown under each lock (the callers that matter are near
+/// the leaf; --format json has them all).
+const LOCK_FRAMES_SHOWN: usize = 8;
 
 impl Renderer for Text {
+    fn lock(&self, r: &LockReport, out: &mut dyn Write) -> io::Result<()> {
+        let m = &r.meta;
+        let total: u64 = r.locks.iter().map(|l| l.total_wait_ns).sum();
+        writeln!(
+            out,
+            "bpfprof lock ({} waits): {} | {:.1} s | {} contended locks, {} waited in all",
+            r.source,
+            m.target,
+            m.duration_s,
+            r.locks.len(),
+            human_ns(total)
+        )?;
+        for note in &m.notes {
+            writeln!(out, "note: {note}")?;
+        }
+        for warning in r.health.warnings() {
+            writeln!(out, "warning: {warning}")?;
+        }
+        if r.locks.is_empty() {
+            writeln!(
+                out,
+                "\nNo contended lock: no thread waited for a lock during the run."
+            )?;
+            return Ok(());
+        }
+        writeln!(out, "\nLocks by total wait (stacks leaf first)")?;
+        for (i, lock) in r.locks.iter().take(TOP_LOCKS).enumerate() {
+            writeln!(
+                out,
+                "\n[{}] {} ({}, {:#x}) pid {} {}: {} waits, total {}, avg {}, max {}",
+                i + 1,
+                lock_label(lock),
+                lock.kind,
+                lock.address,
+                lock.pid,
+                lock.comm,
+                lock.contentions,
+                human_ns(lock.total_wait_ns),
+                human_ns(lock.avg_wait_ns),
+                human_ns(lock.max_wait_ns)
+            )?;
+            for w in lock.waiters.iter().take(LOCK_STACKS_SHOWN) {
+                writeln!(
+                    out,
+                    "  waited {:>5.1}%  {} in {} waits (max {})",
+                    percent(w.total_wait_ns, lock.total_wait_ns),
+                    human_ns(w.total_wait_ns),
+                    w.contentions,
+                    human_ns(w.max_wait_ns)
+                )?;
+                for frame in w.frames.iter().rev().take(LOCK_FRAMES_SHOWN) {
+                    writeln!(out, "      {}", describe(frame))?;
+                }
+            }
+            for h in lock.holders.iter().take(LOCK_STACKS_SHOWN) {
+                writeln!(
+                    out,
+                    "  released {:>5.1}%  of the wait ({} over {} wakes), from",
+                    percent(h.total_wait_ns, lock.total_wait_ns),
+                    human_ns(h.total_wait_ns),
+                    h.wakes
+                )?;
+                for frame in h.frames.iter().rev().take(LOCK_FRAMES_SHOWN) {
+                    writeln!(out, "      {}", describe(frame))?;
+                }
+            }
+            if lock.unattributed_wait_ns > 0 {
+                writeln!(
+                    out,
+                    "  no wake seen for {} of the wait (timeouts, signals, or released before the waiter slept)",
+                    human_ns(lock.unattributed_wait_ns)
+                )?;
+            }
+        }
+        if r.locks.len() > TOP_LOCKS {
+            writeln!(
+                out,
+                "\n... {} more locks (all of them in --format json)",
+                r.locks.len() - TOP_LOCKS
+            )?;
+        }
+        Ok(())
+    }
+
     fn topdown(&self, r: &TopdownReport, out: &mut dyn Write) -> io::Result<()> {
         if r.threads.is_empty() {
             // From a counters file: no run, no threads.

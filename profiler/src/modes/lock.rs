@@ -1,0 +1,455 @@
+//! Lock mode: which locks the targets wait for, from which call stacks, for how long, and the
+//! stacks that released them to the waiters.
+//!
+//! Futex source: a contended lock (mutex, rwlock, condition variable, semaphore: glibc builds
+//! them all on futexes) sleeps in `futex(2)`; an uncontended one never enters the kernel and
+//! costs nothing. The lock's identity is the futex address, which for a pthread mutex is the
+//! mutex itself, so a global or static lock is named by its symbol.
+use std::collections::HashMap;
+
+use anyhow::Context as _;
+use aya::{
+    maps::{HashMap as BpfHashMap, MapData, StackTraceMap},
+    Ebpf,
+};
+use object::{Object as _, ObjectSymbol as _, SymbolKind};
+use profiler_common::{
+    lock::{LockKey, LockTime},
+    names,
+    unwind::UserStack,
+};
+use serde::Serialize;
+
+use super::hotspot::{self, frames_of, HotspotReport, Stack, Weight};
+use crate::{
+    collect::{read_stack, read_unwound},
+    process::{FileId, MapsLine, Processes},
+    profile::{Health, RawProfile, RawSample, StackRead},
+    report::RunMeta,
+    symbolize::{Frame, Symbols},
+    unwind::{bias_of, segments_of, Segment},
+};
+
+/// Waiting and holder stacks listed per lock (the rest are summed in the lock's totals).
+const STACKS_PER_LOCK: usize = 10;
+
+/// The kernel maps of the futex programs. They only grow during a run (one entry per lock and
+/// stack), so they are read once, at the end.
+pub struct LockSource {
+    waiters: BpfHashMap<MapData, LockKey, LockTime>,
+    holders: BpfHashMap<MapData, LockKey, LockTime>,
+    stacks: StackTraceMap<MapData>,
+    user_stacks: BpfHashMap<MapData, u32, UserStack>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Waiter,
+    Holder,
+}
+
+/// One (lock, stack) record; its stack is the entry of `LockCollection::stacks` whose tid is
+/// the record's index.
+#[derive(Clone, Debug)]
+pub struct LockRecord {
+    pub pid: u32,
+    pub exec_generation: u32,
+    pub address: u64,
+    pub role: Role,
+    pub time: LockTime,
+}
+
+#[derive(Debug, Default)]
+pub struct LockCollection {
+    pub records: Vec<LockRecord>,
+    /// Each record's stack, weighted by its wait, keyed by tid = record index (so no two merge).
+    pub stacks: RawProfile,
+}
+
+impl LockCollection {
+    /// Add one record with its stack (resolved against the process's map now).
+    pub fn add(&mut self, record: LockRecord, user: StackRead, procs: &Processes) {
+        let index = self.records.len() as u32;
+        self.stacks.add(
+            RawSample {
+                pid: record.pid,
+                tid: index,
+                comm: String::new(),
+                user,
+                kernel: StackRead::Absent,
+                count: record.time.total_ns,
+                exec_generation: record.exec_generation,
+                deltas: Default::default(),
+            },
+            procs,
+        );
+        self.records.push(record);
+    }
+}
+
+impl LockSource {
+    pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
+        let mut take = |name: &str| ebpf.take_map(name).with_context(|| format!("map {name} missing"));
+        Ok(LockSource {
+            waiters: BpfHashMap::try_from(take(names::LOCK_WAITERS)?)?,
+            holders: BpfHashMap::try_from(take(names::LOCK_HOLDERS)?)?,
+            stacks: StackTraceMap::try_from(take(names::LOCK_STACKS)?)?,
+            user_stacks: BpfHashMap::try_from(take(names::LOCK_USER_STACKS)?)?,
+        })
+    }
+
+    /// Everything recorded. Processes whose stacks fall outside their captured map are captured
+    /// again first (they may have loaded a library since).
+    pub fn collect(&self, procs: &mut Processes) -> LockCollection {
+        let mut collection = LockCollection::default();
+        for (map, role) in [(&self.waiters, Role::Waiter), (&self.holders, Role::Holder)] {
+            for (key, time) in map.iter().filter_map(Result::ok) {
+                let user = match key.user_unwound {
+                    0 => read_stack(&self.stacks, key.user_stack_id),
+                    _ => read_unwound(&self.user_stacks, key.user_stack_id),
+                };
+                if let StackRead::Frames(ips) = &user {
+                    if !procs.covers(key.tgid, key.exec_generation, ips) {
+                        let _ = procs.refresh(key.tgid);
+                    }
+                }
+                let record = LockRecord {
+                    pid: key.tgid,
+                    exec_generation: key.exec_generation,
+                    address: key.uaddr,
+                    role,
+                    time,
+                };
+                collection.add(record, user, procs);
+            }
+        }
+        collection
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct WaiterStat {
+    pub frames: Vec<Frame>,
+    pub contentions: u64,
+    pub total_wait_ns: u64,
+    pub max_wait_ns: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct HolderStat {
+    pub frames: Vec<Frame>,
+    /// Waits that ended with a wake from this stack.
+    pub wakes: u64,
+    /// The wait those waiters spent.
+    pub total_wait_ns: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LockStat {
+    pub pid: u32,
+    pub comm: String,
+    #[serde(serialize_with = "hex")]
+    pub address: u64,
+    /// The global or static variable at the address (None: heap or stack memory).
+    pub symbol: Option<String>,
+    /// What waited on it, from the waiters' stacks: mutex, rwlock, condvar, semaphore, barrier,
+    /// join, or futex when no pthread or semaphore function was seen.
+    pub kind: &'static str,
+    pub contentions: u64,
+    pub total_wait_ns: u64,
+    pub max_wait_ns: u64,
+    pub avg_wait_ns: u64,
+    /// Waits no wake was seen for (timeouts, signals, or a lock released before the waiter
+    /// slept): part of the total, not of any holder.
+    pub unattributed_wait_ns: u64,
+    /// Most wait first.
+    pub waiters: Vec<WaiterStat>,
+    pub holders: Vec<HolderStat>,
+}
+
+fn hex<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format!("{v:#x}"))
+}
+
+#[derive(Clone, Debug)]
+pub struct LockReport {
+    pub meta: RunMeta,
+    pub source: &'static str,
+    pub health: Health,
+    /// Most total wait first.
+    pub locks: Vec<LockStat>,
+    /// The waiting stacks weighted by wait, with the lock as the leaf: for the stack formats.
+    pub waits: HotspotReport,
+}
+
+/// Fold the records into one entry per lock.
+pub fn build(
+    meta: RunMeta,
+    source: &'static str,
+    health: Health,
+    collection: &LockCollection,
+    symbols: &Symbols,
+    procs: &Processes,
+) -> LockReport {
+    let mut frames_by_record: HashMap<u32, Vec<Frame>> = HashMap::new();
+    for key in collection.stacks.stacks.keys() {
+        frames_by_record.insert(key.tid, frames_of(key, symbols));
+    }
+    let mut locks: HashMap<(u32, u64), LockStat> = HashMap::new();
+    let mut generations: HashMap<(u32, u64), u32> = HashMap::new();
+    for (index, record) in collection.records.iter().enumerate() {
+        let frames = frames_by_record
+            .get(&(index as u32))
+            .cloned()
+            .unwrap_or_else(|| vec![Frame::marker("no stack", false)]);
+        let lock = locks
+            .entry((record.pid, record.address))
+            .or_insert_with(|| LockStat {
+                pid: record.pid,
+                comm: procs.name(record.pid).unwrap_or("").to_string(),
+                address: record.address,
+                symbol: None,
+                kind: "futex",
+                contentions: 0,
+                total_wait_ns: 0,
+                max_wait_ns: 0,
+                avg_wait_ns: 0,
+                unattributed_wait_ns: 0,
+                waiters: Vec::new(),
+                holders: Vec::new(),
+            });
+        generations.insert((record.pid, record.address), record.exec_generation);
+        match record.role {
+            Role::Waiter => {
+                lock.contentions += record.time.count;
+                lock.total_wait_ns += record.time.total_ns;
+                lock.max_wait_ns = lock.max_wait_ns.max(record.time.max_ns);
+                lock.waiters.push(WaiterStat {
+                    frames,
+                    contentions: record.time.count,
+                    total_wait_ns: record.time.total_ns,
+                    max_wait_ns: record.time.max_ns,
+                });
+            }
+            Role::Holder => lock.holders.push(HolderStat {
+                frames,
+                wakes: record.time.count,
+                total_wait_ns: record.time.total_ns,
+            }),
+        }
+    }
+    let mut data = DataSymbols::default();
+    let mut locks: Vec<LockStat> = locks
+        .into_values()
+        .filter(|l| l.contentions > 0)
+        .map(|mut lock| {
+            let generation = generations[&(lock.pid, lock.address)];
+            lock.symbol = data.name(procs, lock.pid, generation, lock.address);
+            lock.kind = kind_of(&lock.waiters);
+            lock.avg_wait_ns = lock.total_wait_ns / lock.contentions.max(1);
+            let attributed: u64 = lock.holders.iter().map(|h| h.total_wait_ns).sum();
+            lock.unattributed_wait_ns = lock.total_wait_ns.saturating_sub(attributed);
+            lock.waiters.sort_by(|a, b| {
+                b.total_wait_ns
+                    .cmp(&a.total_wait_ns)
+                    .then_with(|| a.frames.cmp(&b.frames))
+            });
+            lock.holders.sort_by(|a, b| {
+                b.total_wait_ns
+                    .cmp(&a.total_wait_ns)
+                    .then_with(|| a.frames.cmp(&b.frames))
+            });
+            lock
+        })
+        .collect();
+    locks.sort_by(|a, b| {
+        b.total_wait_ns
+            .cmp(&a.total_wait_ns)
+            .then_with(|| a.address.cmp(&b.address))
+    });
+    let waits = flame(meta.clone(), health.clone(), &locks);
+    for lock in &mut locks {
+        lock.waiters.truncate(STACKS_PER_LOCK);
+        lock.holders.truncate(STACKS_PER_LOCK);
+    }
+    LockReport {
+        meta,
+        source,
+        health,
+        locks,
+        waits,
+    }
+}
+
+/// How a lock is shown: its symbol, else its address.
+pub fn lock_label(lock: &LockStat) -> String {
+    match &lock.symbol {
+        Some(symbol) => symbol.clone(),
+        None => format!("{:#x}", lock.address),
+    }
+}
+
+/// Every waiting stack, weighted by its wait, with the lock as a frame below the leaf.
+fn flame(meta: RunMeta, health: Health, locks: &[LockStat]) -> HotspotReport {
+    let mut stacks: Vec<Stack> = Vec::new();
+    for lock in locks {
+        for waiter in &lock.waiters {
+            let mut frames = waiter.frames.clone();
+            frames.push(Frame::marker(&format!("lock {}", lock_label(lock)), false));
+            stacks.push(Stack {
+                pid: lock.pid,
+                tid: lock.pid,
+                comm: lock.comm.clone(),
+                count: waiter.total_wait_ns,
+                counters: Vec::new(),
+                frames,
+            });
+        }
+    }
+    stacks.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.frames.cmp(&b.frames)));
+    HotspotReport {
+        meta,
+        weight: Weight::LockWaitNanoseconds,
+        health,
+        samples: stacks.iter().map(|s| s.count).sum(),
+        functions: hotspot::function_stats(&stacks),
+        stacks,
+    }
+}
+
+/// What kind of lock the waiters were in, from the library function they waited in.
+fn kind_of(waiters: &[WaiterStat]) -> &'static str {
+    const KINDS: [(&str, &str); 7] = [
+        ("pthread_mutex", "mutex"),
+        ("pthread_rwlock", "rwlock"),
+        ("pthread_cond", "condvar"),
+        ("pthread_barrier", "barrier"),
+        ("pthread_join", "join"),
+        ("sem_", "semaphore"),
+        ("pthread_spin", "spinlock"),
+    ];
+    for waiter in waiters {
+        for frame in waiter.frames.iter().rev() {
+            let name = frame.function.trim_start_matches('_');
+            if let Some((_, kind)) = KINDS.iter().find(|(prefix, _)| name.starts_with(prefix)) {
+                return kind;
+            }
+        }
+    }
+    "futex"
+}
+
+/// Names data addresses (a global or static lock, including zero-initialised ones in `.bss`)
+/// from the symbol tables of the files a process maps. Each file is read once.
+#[derive(Default)]
+struct DataSymbols {
+    files: HashMap<FileId, Option<FileData>>,
+}
+
+struct FileData {
+    segments: Vec<Segment>,
+    /// (address, size, name), sorted by address.
+    objects: Vec<(u64, u64, String)>,
+}
+
+impl DataSymbols {
+    fn name(&mut self, procs: &Processes, pid: u32, generation: u32, address: u64) -> Option<String> {
+        for (file, start, file_offset) in procs.mapped_files(pid, generation) {
+            let data = self
+                .files
+                .entry(file)
+                .or_insert_with(|| FileData::read(&procs.file(file).read_path()));
+            let Some(data) = data else {
+                continue;
+            };
+            let line = MapsLine {
+                start,
+                end: start,
+                file_offset,
+                dev: String::new(),
+                inode: 0,
+                path: String::new(),
+            };
+            let Some(bias) = bias_of(&data.segments, &line) else {
+                continue;
+            };
+            let vaddr = address.wrapping_sub(bias);
+            if !data.segments.iter().any(|s| s.holds(vaddr)) {
+                continue;
+            }
+            return data.object_at(vaddr);
+        }
+        None
+    }
+}
+
+impl FileData {
+    fn read(path: &std::path::Path) -> Option<FileData> {
+        let bytes = std::fs::read(path).ok()?;
+        let file = object::File::parse(&*bytes).ok()?;
+        let mut objects: Vec<(u64, u64, String)> = file
+            .symbols()
+            .chain(file.dynamic_symbols())
+            .filter(|s| s.kind() == SymbolKind::Data && s.size() > 0)
+            .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+            .collect();
+        objects.sort();
+        objects.dedup_by_key(|o| o.0);
+        Some(FileData {
+            segments: segments_of(&file),
+            objects,
+        })
+    }
+
+    /// The object covering `vaddr`, with the offset into it when the lock is a member.
+    fn object_at(&self, vaddr: u64) -> Option<String> {
+        let i = self.objects.partition_point(|o| o.0 <= vaddr).checked_sub(1)?;
+        let (address, size, name) = &self.objects[i];
+        match vaddr - address {
+            offset if offset >= *size => None,
+            0 => Some(name.clone()),
+            offset => Some(format!("{name}+{offset:#x}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiter(functions: &[&str]) -> WaiterStat {
+        WaiterStat {
+            frames: functions.iter().map(|f| hotspot::tests::frame(f)).collect(),
+            contentions: 1,
+            total_wait_ns: 1,
+            max_wait_ns: 1,
+        }
+    }
+
+    #[test]
+    fn kind_comes_from_the_library_function_waited_in() {
+        let mutex = waiter(&["main", "work", "___pthread_mutex_lock", "__lll_lock_wait"]);
+        assert_eq!(kind_of(&[mutex]), "mutex");
+        let cond = waiter(&[
+            "main",
+            "consumer",
+            "___pthread_cond_wait",
+            "__futex_abstimed_wait_common",
+        ]);
+        assert_eq!(kind_of(&[cond]), "condvar");
+        assert_eq!(kind_of(&[waiter(&["main", "syscall"])]), "futex");
+    }
+
+    #[test]
+    fn data_objects_are_named_with_member_offsets() {
+        let data = FileData {
+            segments: Vec::new(),
+            objects: vec![(0x1000, 40, "table_lock".into()), (0x2000, 8, "flag".into())],
+        };
+        assert_eq!(data.object_at(0x1000).as_deref(), Some("table_lock"));
+        assert_eq!(data.object_at(0x1010).as_deref(), Some("table_lock+0x10"));
+        assert_eq!(data.object_at(0x1028), None);
+        assert_eq!(data.object_at(0xfff), None);
+        assert_eq!(data.object_at(0x2004).as_deref(), Some("flag+0x4"));
+    }
+}

@@ -1,0 +1,97 @@
+/* Lock contention with known truth: THREADS threads take one shared global mutex for ~1 ms at a
+ * time (critical_section), timing their own waits around pthread_mutex_lock, and take a private
+ * mutex of their own many times, never contended.
+ *
+ *   lockload THREADS SECONDS
+ *
+ * Prints at exit: TRUTH pid=<pid> shared=<address> wait_ns=<sum of every thread's waits for the
+ * shared lock> acquisitions=<n> private0=<address> private1=... (decimal addresses)
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+
+enum { MAX_THREADS = 16 };
+static double seconds;
+static volatile unsigned long sink;
+
+struct worker {
+    pthread_t thread;
+    pthread_mutex_t private_lock;
+    long long wait_ns;
+    long long acquisitions;
+};
+
+static long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void spin_for(long long ns) {
+    long long end = now_ns() + ns;
+    while (now_ns() < end) sink++;
+}
+
+/* Holds the shared lock for 1 ms: its waiters' stacks and the releasing stack both name it. */
+__attribute__((noinline)) void critical_section(struct worker *w) {
+    long long before = now_ns();
+    pthread_mutex_lock(&shared_lock);
+    w->wait_ns += now_ns() - before;
+    spin_for(1000000);
+    pthread_mutex_unlock(&shared_lock);
+    /* After the unlock, so that it is a call, not a tail jump: the releasing stack keeps this
+     * function. */
+    w->acquisitions++;
+}
+
+/* Never contended: only its own thread takes it. */
+__attribute__((noinline)) void private_work(struct worker *w) {
+    for (int i = 0; i < 1000; i++) {
+        pthread_mutex_lock(&w->private_lock);
+        sink++;
+        pthread_mutex_unlock(&w->private_lock);
+    }
+    spin_for(200000);
+}
+
+static void *worker_main(void *arg) {
+    struct worker *w = arg;
+    long long end = now_ns() + (long long)(seconds * 1e9);
+    while (now_ns() < end) {
+        critical_section(w);
+        private_work(w);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s THREADS SECONDS\n", argv[0]);
+        return 2;
+    }
+    int threads = atoi(argv[1]);
+    if (threads < 1 || threads > MAX_THREADS) return 2;
+    seconds = atof(argv[2]);
+    static struct worker workers[MAX_THREADS];
+    for (int i = 0; i < threads; i++) {
+        pthread_mutex_init(&workers[i].private_lock, NULL);
+        pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]);
+    }
+    long long wait_ns = 0, acquisitions = 0;
+    for (int i = 0; i < threads; i++) {
+        pthread_join(workers[i].thread, NULL);
+        wait_ns += workers[i].wait_ns;
+        acquisitions += workers[i].acquisitions;
+    }
+    printf("TRUTH pid=%d shared=%lu wait_ns=%lld acquisitions=%lld", (int)getpid(),
+           (unsigned long)&shared_lock, wait_ns, acquisitions);
+    for (int i = 0; i < threads; i++)
+        printf(" private%d=%lu", i, (unsigned long)&workers[i].private_lock);
+    printf("\n");
+    return 0;
+}
