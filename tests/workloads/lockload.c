@@ -3,13 +3,17 @@
  * mutex of their own many times, never contended.
  *
  *   lockload THREADS SECONDS
+ *   lockload loop N                 N uncontended lock/unlock pairs, one thread (benchmarks)
+ *   lockload contend N THREADS      N acquisitions of one mutex over THREADS threads, held 2 us
  *
+ * The benchmark modes print ELAPSED=<ns>.
  * Prints at exit: TRUTH pid=<pid> shared=<address> wait_ns=<sum of every thread's waits for the
  * shared lock> acquisitions=<n> private0=<address> private1=... (decimal addresses)
  */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,7 +73,47 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
+static long long contend_left;
+static pthread_mutex_t contend_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *contender(void *arg) {
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&contend_lock);
+        int done = contend_left <= 0;
+        contend_left--;
+        spin_for(2000);
+        pthread_mutex_unlock(&contend_lock);
+        if (done) return NULL;
+        spin_for(2000);
+    }
+}
+
+static int bench(int argc, char **argv) {
+    long long n = atoll(argv[2]);
+    long long start = now_ns();
+    if (strcmp(argv[1], "loop") == 0) {
+        pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+        for (long long i = 0; i < n; i++) {
+            pthread_mutex_lock(&lock);
+            sink++;
+            pthread_mutex_unlock(&lock);
+        }
+    } else if (argc > 3) {
+        int threads = atoi(argv[3]);
+        pthread_t t[MAX_THREADS];
+        contend_left = n;
+        for (int i = 0; i < threads && i < MAX_THREADS; i++) pthread_create(&t[i], NULL, contender, NULL);
+        for (int i = 0; i < threads && i < MAX_THREADS; i++) pthread_join(t[i], NULL);
+    } else {
+        return 2;
+    }
+    printf("ELAPSED=%lld\n", now_ns() - start);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 3 && (strcmp(argv[1], "loop") == 0 || strcmp(argv[1], "contend") == 0)) return bench(argc, argv);
     if (argc < 3) {
         fprintf(stderr, "usage: %s THREADS SECONDS\n", argv[0]);
         return 2;

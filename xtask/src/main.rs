@@ -4,7 +4,7 @@
 //!   cargo xtask build            release binary at target/release/bpfprof
 //!   cargo xtask run -- ARGS      build, then run bpfprof ARGS (as root)
 //!   cargo xtask test             unit tests, then privileged end-to-end tests
-//!   cargo xtask bench [MODE]     overhead benchmarks (hotspot, sched, unwind)
+//!   cargo xtask bench [MODE]     overhead benchmarks (hotspot, sched, unwind, lock)
 use std::{
     path::{Path, PathBuf},
     process::{exit, Command},

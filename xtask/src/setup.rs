@@ -26,11 +26,13 @@ pub fn run(needs: Needs) -> Result<()> {
     ensure_bpf_linker(&nightly)?;
     ensure_tracefs();
     if needs >= Needs::Test {
-        // perf: the overhead baseline; runqlat: the sched bench's other reference; go: an
-        // independent pprof reader; setpriv: the not-root test.
+        // perf: the overhead baseline; runqlat: the sched bench's other reference; bpftrace: the
+        // lock bench's uprobe reference; go: an independent pprof reader; setpriv: the not-root
+        // test.
         ensure_packages(&[
             ("perf", "linux-perf"),
             ("runqlat", "libbpf-tools"),
+            ("bpftrace", "bpftrace"),
             ("go", "golang-go"),
             ("setpriv", "util-linux"),
         ])?;
