@@ -211,6 +211,7 @@ impl Loaded {
             (names::PROG_FUTEX_ENTER, "syscalls", "sys_enter_futex"),
             (names::PROG_FUTEX_EXIT, "syscalls", "sys_exit_futex"),
         ])
+        .context("lock mode times futex waits at the syscall tracepoints (the kernel needs CONFIG_FTRACE_SYSCALLS)")
     }
 
     /// Time run-queue waits and off-CPU intervals.

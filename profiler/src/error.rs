@@ -22,10 +22,6 @@ pub enum UserError {
     NoTracefs(String),
     #[error("this kernel has no usable BTF ({0}); the sched and topdown modes need it to read the scheduler's task_struct: use a kernel built with CONFIG_DEBUG_INFO_BTF=y, or point BPFPROF_BTF at a BTF file for this kernel (hotspot mode works without it)")]
     NoBtf(String),
-    #[error(
-        "mode `{0}` is not available in this version of bpfprof yet; use --mode hotspot, sched or topdown"
-    )]
-    ModeUnavailable(&'static str),
     #[error("format `{format}` is not available for mode {mode}")]
     FormatUnavailable {
         format: &'static str,
@@ -51,10 +47,9 @@ impl UserError {
     pub fn exit_code(&self) -> i32 {
         match self {
             UserError::CommandNotFound(_) => exit::COMMAND_NOT_FOUND,
-            UserError::BadFrequency { .. }
-            | UserError::Usage(_)
-            | UserError::ModeUnavailable(_)
-            | UserError::FormatUnavailable { .. } => exit::USAGE,
+            UserError::BadFrequency { .. } | UserError::Usage(_) | UserError::FormatUnavailable { .. } => {
+                exit::USAGE
+            }
             _ => exit::FAILURE,
         }
     }

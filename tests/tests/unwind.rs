@@ -36,6 +36,16 @@ fn in_order(frames: &[&str], chain: &[&str]) -> bool {
     chain.iter().all(|want| it.any(|f| f == want))
 }
 
+/// Samples of `pid` whose stack has `chain` in order.
+fn samples_under(report: &Report, pid: u32, chain: &[&str]) -> u64 {
+    report
+        .stacks_of(pid)
+        .iter()
+        .filter(|s| in_order(&Report::frames(s), chain))
+        .map(|s| s["count"].as_u64().unwrap())
+        .sum()
+}
+
 fn profile(name: &str, args: &[&str], extra: &[&str]) -> (Report, u32) {
     let json = temp_path(name);
     let mut all = vec!["-F", "499", "-o", json.to_str().unwrap()];
@@ -99,12 +109,7 @@ fn callbacks_through_libc_without_frame_pointers_keep_their_callers() {
     );
     // Every sample inside libc's sort names the caller too.
     let total = report.samples_of(pid);
-    let under_run_qsort: u64 = report
-        .stacks_of(pid)
-        .iter()
-        .filter(|s| in_order(&Report::frames(s), &["main", "run_qsort"]))
-        .map(|s| s["count"].as_u64().unwrap())
-        .sum();
+    let under_run_qsort = samples_under(&report, pid, &["main", "run_qsort"]);
     assert!(
         under_run_qsort as f64 >= 0.90 * total as f64,
         "{under_run_qsort} of {total} samples under main -> run_qsort"
@@ -259,12 +264,7 @@ fn a_process_that_execs_keeps_both_images_stacks() {
     // The first quarter ran the old image (same binary, another address): its samples must be
     // named from the old image's map, not the new one's.
     let total = report.samples_of(pid);
-    let before: u64 = report
-        .stacks_of(pid)
-        .iter()
-        .filter(|s| in_order(&Report::frames(s), &["main", "run_qsort"]))
-        .map(|s| s["count"].as_u64().unwrap())
-        .sum();
+    let before = samples_under(&report, pid, &["main", "run_qsort"]);
     assert!(
         before as f64 >= 0.20 * total as f64,
         "{before} of {total} samples under main -> run_qsort; the old image ran a quarter of the time"
