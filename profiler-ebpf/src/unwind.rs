@@ -96,11 +96,7 @@ pub fn start(ctx: &PerfEventContext, tgid: u32, tid: u32) {
         true => Some((regs.rip, regs.rsp, regs.rbp)),
         false => saved_user_registers(),
     };
-    if let Some(registers) = registers {
-        if begin(&WALK, registers, tgid, tid) {
-            unsafe { UNWIND_PROGRAMS.tail_call(ctx, PROGRAM_SLOT) };
-        }
-    }
+    launch(ctx, &WALK, &UNWIND_PROGRAMS, registers, tgid, tid);
 }
 
 /// Start a table walk of the stack of the thread going to sleep (`current`: the switch runs as
@@ -108,11 +104,14 @@ pub fn start(ctx: &PerfEventContext, tgid: u32, tid: u32) {
 /// walk could not start.
 #[inline(always)]
 pub fn start_offcpu(ctx: &RawTracePointContext, tgid: u32, tid: u32) {
-    if let Some(registers) = saved_user_registers() {
-        if begin(&OFFCPU_WALK, registers, tgid, tid) {
-            unsafe { OFFCPU_UNWIND_PROGRAMS.tail_call(ctx, PROGRAM_SLOT) };
-        }
-    }
+    launch(
+        ctx,
+        &OFFCPU_WALK,
+        &OFFCPU_UNWIND_PROGRAMS,
+        saved_user_registers(),
+        tgid,
+        tid,
+    );
 }
 
 /// Start a table walk of the current thread's user stack from a syscall tracepoint, when its
@@ -122,17 +121,32 @@ pub fn start_lock(ctx: &TracePointContext, tgid: u32, tid: u32) {
     if !has_tables(tgid) {
         return;
     }
-    if let Some(registers) = saved_user_registers() {
-        if begin(&LOCK_WALK, registers, tgid, tid) {
-            unsafe { LOCK_UNWIND_PROGRAMS.tail_call(ctx, PROGRAM_SLOT) };
-        }
-    }
+    launch(
+        ctx,
+        &LOCK_WALK,
+        &LOCK_UNWIND_PROGRAMS,
+        saved_user_registers(),
+        tgid,
+        tid,
+    );
 }
 
+/// Set up a walk from `registers` in this walker's scratch and tail-call the walker. Returns
+/// only if it could not start (no user registers: a kernel thread).
 #[inline(always)]
-fn begin(scratch: &PerCpuArray<Walk>, (ip, sp, bp): (u64, u64, u64), tgid: u32, tid: u32) -> bool {
+fn launch<C: EbpfContext>(
+    ctx: &C,
+    scratch: &PerCpuArray<Walk>,
+    walker: &ProgramArray,
+    registers: Option<(u64, u64, u64)>,
+    tgid: u32,
+    tid: u32,
+) {
+    let Some((ip, sp, bp)) = registers else {
+        return;
+    };
     let Some(walk) = scratch.get_ptr_mut(0) else {
-        return false;
+        return;
     };
     let walk = unsafe { &mut *walk };
     walk.ip = ip;
@@ -142,7 +156,7 @@ fn begin(scratch: &PerCpuArray<Walk>, (ip, sp, bp): (u64, u64, u64), tgid: u32, 
     walk.tid = tid;
     walk.stack.len = 0;
     walk.stack.stop = stop::WALKING;
-    true
+    unsafe { walker.tail_call(ctx, PROGRAM_SLOT) };
 }
 
 /// The user registers saved when the current thread entered the kernel. None for kernel threads.

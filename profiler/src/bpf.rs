@@ -103,10 +103,15 @@ pub struct LoadOptions<'a> {
 }
 
 impl LoadOptions<'_> {
-    /// Some user stack (sampled, or where a thread sleeps) is walked through unwind tables.
+    /// Sched mode records where threads go to sleep.
+    fn offcpu_stacks(&self) -> bool {
+        self.sched.is_some() && self.offcpu_stacks != OffCpuStacks::None
+    }
+
+    /// Some user stack (sampled, where a thread sleeps, or at a lock) is walked through unwind
+    /// tables.
     pub fn walks_tables(&self) -> bool {
-        let offcpu_stacks = self.sched.is_some() && self.offcpu_stacks != OffCpuStacks::None;
-        self.unwind_tables && (self.sampling || offcpu_stacks || self.lock)
+        self.unwind_tables && (self.sampling || self.offcpu_stacks() || self.lock)
     }
 }
 
@@ -119,11 +124,10 @@ fn unused_maps(options: &LoadOptions<'_>) -> Vec<&'static str> {
     if !options.sampling || options.counters == 0 {
         unused.extend(names::DELTAS);
     }
-    let offcpu_stacks = options.sched.is_some() && options.offcpu_stacks != OffCpuStacks::None;
     if !options.sampling || !options.unwind_tables {
         unused.extend(names::USER_STACKS);
     }
-    if !offcpu_stacks || !options.unwind_tables {
+    if !options.offcpu_stacks() || !options.unwind_tables {
         unused.push(names::OFFCPU_USER_STACKS);
     }
     if !options.lock {
@@ -299,27 +303,25 @@ impl Loaded {
     /// Load the table walkers the run needs (`options`: as loaded), hand each to the program
     /// that starts its walks, and return the tables to fill.
     pub fn enable_unwinding(&mut self, options: &LoadOptions<'_>) -> anyhow::Result<crate::unwind::Tables> {
+        // One walker per program type that starts walks (a tail call stays within its type).
         if options.sampling {
             let program: &mut PerfEvent = self.program(names::PROG_UNWIND)?;
             program.load().context("loading the stack unwinding program")?;
-            let fd = program.fd()?.try_clone()?;
-            self.install_walker(names::UNWIND_PROGRAMS, &fd)?;
+            self.install_walker(names::PROG_UNWIND, names::UNWIND_PROGRAMS)?;
         }
-        if options.sched.is_some() && options.offcpu_stacks != OffCpuStacks::None {
+        if options.offcpu_stacks() {
             let program: &mut RawTracePoint = self.program(names::PROG_UNWIND_OFFCPU)?;
             program
                 .load()
                 .context("loading the off-CPU stack unwinding program")?;
-            let fd = program.fd()?.try_clone()?;
-            self.install_walker(names::OFFCPU_UNWIND_PROGRAMS, &fd)?;
+            self.install_walker(names::PROG_UNWIND_OFFCPU, names::OFFCPU_UNWIND_PROGRAMS)?;
         }
         if options.lock {
             let program: &mut TracePoint = self.program(names::PROG_UNWIND_LOCK)?;
             program
                 .load()
                 .context("loading the lock stack unwinding program")?;
-            let fd = program.fd()?.try_clone()?;
-            self.install_walker(names::LOCK_UNWIND_PROGRAMS, &fd)?;
+            self.install_walker(names::PROG_UNWIND_LOCK, names::LOCK_UNWIND_PROGRAMS)?;
         }
         let mut take = |name: &str| {
             self.ebpf
@@ -329,14 +331,20 @@ impl Loaded {
         crate::unwind::Tables::new(take(names::UNWIND_ROWS)?, take(names::UNWIND_PROCESSES)?)
     }
 
-    /// Put a walker into the program array its walks tail-call (kept open for the run).
-    fn install_walker(&mut self, array: &str, fd: &aya::programs::ProgramFd) -> anyhow::Result<()> {
+    /// Put a loaded walker into the program array its walks tail-call (kept open for the run).
+    fn install_walker(&mut self, walker: &str, array: &str) -> anyhow::Result<()> {
+        let fd = self
+            .ebpf
+            .program(walker)
+            .with_context(|| format!("program {walker} missing"))?
+            .fd()?
+            .try_clone()?;
         let programs = self
             .ebpf
             .take_map(array)
             .with_context(|| format!("map {array} missing"))?;
         let mut programs = aya::maps::ProgramArray::try_from(programs)?;
-        programs.set(profiler_common::unwind::PROGRAM_SLOT, fd, 0)?;
+        programs.set(profiler_common::unwind::PROGRAM_SLOT, &fd, 0)?;
         self.unwind_programs.push(programs);
         Ok(())
     }

@@ -253,8 +253,9 @@ pub fn add_batch(
 ) {
     for sample in batch {
         if let StackRead::Frames(ips) = &sample.user {
-            if !procs.covers(sample.pid, sample.exec_generation, ips)
-                && procs.refresh(sample.pid).is_err()
+            if procs
+                .refresh_unless_covered(sample.pid, sample.exec_generation, ips)
+                .is_err()
                 && !procs.is_known(sample.pid)
             {
                 not_captured.insert(sample.pid);

@@ -185,6 +185,15 @@ impl Processes {
         }
     }
 
+    /// Capture the process again (see `refresh`) when a stack of one of its images falls
+    /// outside that image's known map: it may have loaded a library since.
+    pub fn refresh_unless_covered(&mut self, pid: u32, generation: u32, addrs: &[u64]) -> io::Result<()> {
+        match self.covers(pid, generation, addrs) {
+            true => Ok(()),
+            false => self.refresh(pid),
+        }
+    }
+
     /// Keep each capture's mappings until `take_captured`.
     pub fn record_captures(&mut self) {
         self.captured.get_or_insert_with(Vec::new);

@@ -28,7 +28,7 @@ use crate::{
     launcher::{self, RunningCommand},
     modes::{
         hotspot,
-        lock::{self, LockCollection, LockSource},
+        lock::{self, LockCollection, LockMaps},
         sched::{self, SchedCollection, SchedSource},
         topdown,
     },
@@ -433,7 +433,7 @@ struct SchedCollector {
 struct Collector {
     stacks: Option<StackCollector>,
     sched: Option<SchedCollector>,
-    locks: Option<LockSource>,
+    locks: Option<LockMaps>,
 }
 
 impl Collector {
@@ -646,7 +646,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         doing.push("tracing the scheduler".to_string());
     }
     if plan.mode == Mode::Lock {
-        collector.locks = Some(LockSource::take(&mut loaded.ebpf)?);
+        collector.locks = Some(LockMaps::take(&mut loaded.ebpf)?);
         loaded.attach_futex()?;
         doing.push("timing futex waits (contended locks)".to_string());
     }

@@ -32,7 +32,8 @@ pub struct Frame {
     pub address: u64,
 }
 
-fn hex<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+/// Serializes an address as "0x...".
+pub(crate) fn hex<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format!("{v:#x}"))
 }
 

@@ -190,8 +190,8 @@ pub fn segments_of(file: &object::File<'_>) -> Vec<Segment> {
 /// The runtime address minus the file's virtual address for one mapping of the file: from the
 /// loadable segment the mapping starts (a mapping begins at the page of its segment's file offset;
 /// the segment before may share that page, so an exact start wins over mere overlap).
-pub fn bias_of(segments: &[Segment], mapping: &MapsLine) -> Option<u64> {
-    let off = mapping.file_offset;
+pub fn bias_of(segments: &[Segment], start: u64, file_offset: u64) -> Option<u64> {
+    let off = file_offset;
     let starts_here = segments.iter().find(|s| s.offset & !0xfff == off);
     let overlaps = || {
         segments
@@ -199,11 +199,7 @@ pub fn bias_of(segments: &[Segment], mapping: &MapsLine) -> Option<u64> {
             .find(|s| s.offset <= off && off < s.offset + s.size)
     };
     let s = starts_here.or_else(overlaps)?;
-    Some(
-        mapping
-            .start
-            .wrapping_sub(s.vaddr.wrapping_add(off).wrapping_sub(s.offset)),
-    )
+    Some(start.wrapping_sub(s.vaddr.wrapping_add(off).wrapping_sub(s.offset)))
 }
 
 /// What the walker needs of one file, read and parsed once.
@@ -260,7 +256,11 @@ impl Tables {
             }
             let placed = self.files.get(&key).and_then(|file| {
                 let (first_row, rows) = file.rows.clone().ok()?;
-                Some((bias_of(&file.segments, line)?, first_row, rows))
+                Some((
+                    bias_of(&file.segments, line.start, line.file_offset)?,
+                    first_row,
+                    rows,
+                ))
             });
             let (bias, first_row, rows) = placed.unwrap_or((0, 0, 0));
             mappings.push(Mapping {
@@ -430,7 +430,7 @@ mod tests {
             .unwrap();
         let data = own_binary();
         let segments = segments_of(&object::File::parse(&*data).unwrap());
-        let pc = runtime as u64 - bias_of(&segments, line).unwrap();
+        let pc = runtime as u64 - bias_of(&segments, line.start, line.file_offset).unwrap();
         let i = rows.partition_point(|r| r.pc <= pc);
         rows[i - 1]
     }
@@ -450,7 +450,7 @@ mod tests {
         let maps = crate::process::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
         let line = maps.iter().find(|l| (l.start..l.end).contains(&runtime)).unwrap();
         assert_eq!(
-            runtime - bias_of(&segments_of(&file), line).unwrap(),
+            runtime - bias_of(&segments_of(&file), line.start, line.file_offset).unwrap(),
             symbol.address()
         );
     }

@@ -23,7 +23,7 @@ use serde::Serialize;
 use super::hotspot::{self, frames_of, HotspotReport, Stack, Weight};
 use crate::{
     collect::{read_stack, read_unwound},
-    process::{FileId, MapsLine, Processes},
+    process::{FileId, Processes},
     profile::{Health, RawProfile, RawSample, StackRead},
     report::RunMeta,
     symbolize::{Frame, Symbols},
@@ -35,7 +35,7 @@ const STACKS_PER_LOCK: usize = 10;
 
 /// The kernel maps of the futex programs. They only grow during a run (one entry per lock and
 /// stack), so they are read once, at the end.
-pub struct LockSource {
+pub struct LockMaps {
     waiters: BpfHashMap<MapData, LockKey, LockTime>,
     holders: BpfHashMap<MapData, LockKey, LockTime>,
     stacks: StackTraceMap<MapData>,
@@ -87,10 +87,10 @@ impl LockCollection {
     }
 }
 
-impl LockSource {
+impl LockMaps {
     pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
         let mut take = |name: &str| ebpf.take_map(name).with_context(|| format!("map {name} missing"));
-        Ok(LockSource {
+        Ok(LockMaps {
             waiters: BpfHashMap::try_from(take(names::LOCK_WAITERS)?)?,
             holders: BpfHashMap::try_from(take(names::LOCK_HOLDERS)?)?,
             stacks: StackTraceMap::try_from(take(names::LOCK_STACKS)?)?,
@@ -109,9 +109,7 @@ impl LockSource {
                     _ => read_unwound(&self.user_stacks, key.user_stack_id),
                 };
                 if let StackRead::Frames(ips) = &user {
-                    if !procs.covers(key.tgid, key.exec_generation, ips) {
-                        let _ = procs.refresh(key.tgid);
-                    }
+                    let _ = procs.refresh_unless_covered(key.tgid, key.exec_generation, ips);
                 }
                 let record = LockRecord {
                     pid: key.tgid,
@@ -148,8 +146,11 @@ pub struct HolderStat {
 pub struct LockStat {
     pub pid: u32,
     pub comm: String,
-    #[serde(serialize_with = "hex")]
+    #[serde(serialize_with = "crate::symbolize::hex")]
     pub address: u64,
+    /// Which of the process's images the address belongs to (for naming it).
+    #[serde(skip)]
+    pub exec_generation: u32,
     /// The global or static variable at the address (None: heap or stack memory).
     pub symbol: Option<String>,
     /// What waited on it, from the waiters' stacks: mutex, rwlock, condvar, semaphore, barrier,
@@ -165,10 +166,6 @@ pub struct LockStat {
     /// Most wait first.
     pub waiters: Vec<WaiterStat>,
     pub holders: Vec<HolderStat>,
-}
-
-fn hex<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&format!("{v:#x}"))
 }
 
 #[derive(Clone, Debug)]
@@ -196,7 +193,6 @@ pub fn build(
         frames_by_record.insert(key.tid, frames_of(key, symbols));
     }
     let mut locks: HashMap<(u32, u64), LockStat> = HashMap::new();
-    let mut generations: HashMap<(u32, u64), u32> = HashMap::new();
     for (index, record) in collection.records.iter().enumerate() {
         let frames = frames_by_record
             .get(&(index as u32))
@@ -208,6 +204,7 @@ pub fn build(
                 pid: record.pid,
                 comm: procs.name(record.pid).unwrap_or("").to_string(),
                 address: record.address,
+                exec_generation: record.exec_generation,
                 symbol: None,
                 kind: "futex",
                 contentions: 0,
@@ -218,7 +215,6 @@ pub fn build(
                 waiters: Vec::new(),
                 holders: Vec::new(),
             });
-        generations.insert((record.pid, record.address), record.exec_generation);
         match record.role {
             Role::Waiter => {
                 lock.contentions += record.time.count;
@@ -243,8 +239,7 @@ pub fn build(
         .into_values()
         .filter(|l| l.contentions > 0)
         .map(|mut lock| {
-            let generation = generations[&(lock.pid, lock.address)];
-            lock.symbol = data.name(procs, lock.pid, generation, lock.address);
+            lock.symbol = data.name(procs, lock.pid, lock.exec_generation, lock.address);
             lock.kind = kind_of(&lock.waiters);
             lock.avg_wait_ns = lock.total_wait_ns / lock.contentions.max(1);
             let attributed: u64 = lock.holders.iter().map(|h| h.total_wait_ns).sum();
@@ -362,15 +357,7 @@ impl DataSymbols {
             let Some(data) = data else {
                 continue;
             };
-            let line = MapsLine {
-                start,
-                end: start,
-                file_offset,
-                dev: String::new(),
-                inode: 0,
-                path: String::new(),
-            };
-            let Some(bias) = bias_of(&data.segments, &line) else {
+            let Some(bias) = bias_of(&data.segments, start, file_offset) else {
                 continue;
             };
             let vaddr = address.wrapping_sub(bias);

@@ -269,9 +269,7 @@ impl SchedSource {
                 deltas,
             };
             if let crate::profile::StackRead::Frames(ips) = &sample.user {
-                if !procs.covers(key.tgid, key.exec_generation, ips) {
-                    let _ = procs.capture(key.tgid);
-                }
+                let _ = procs.refresh_unless_covered(key.tgid, key.exec_generation, ips);
             }
             into.offcpu_ns.add(sample, procs);
         }
