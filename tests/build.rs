@@ -14,6 +14,8 @@ fn main() {
     // The lock workload is built like most binaries: no frame pointers (its waiters' stacks go
     // through libc's futex wait, which has none either).
     compile_c(&out, "lockload", &[]);
+    // The same, statically linked and stripped: no symbols for the pthread source to probe.
+    compile_c_as(&out, "lockload", "lockload-static-stripped", &["-static", "-s"]);
     // The unwinding workload has no frame pointers at all, like most distribution binaries.
     compile_c(&out, "unwind", &["-fomit-frame-pointer", "-ldl"]);
     // The library it loads while running (dlopen), frameless too.

@@ -93,7 +93,7 @@ fn try_forget_exit(ctx: &TracePointContext) -> Result<(), i64> {
     let pid_tgid = bpf_get_current_pid_tgid();
     let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
     crate::sched::forget_task(tid);
-    crate::lock::forget_thread(tid);
+    crate::lock::forget_thread(tgid, tid);
     let offsets = unsafe { core::ptr::read_volatile(&EXIT_OFFSETS) };
     let group_dead = match offsets.group_dead {
         u32::MAX => None,

@@ -4,17 +4,17 @@
 //! the same program until the stack ends. Where a mapping has no table (or a row has a rule we do
 //! not follow), that frame is stepped with the frame pointer instead.
 //!
-//! Three walkers share the walk: for samples (a perf-event program, tail-called from the sampling
+//! Four walkers share the walk: for samples (a perf-event program, tail-called from the sampling
 //! program), for threads going to sleep (a raw-tracepoint program, tail-called from the switch
-//! program) and for futex waits and wakes (a tracepoint program). A tail call only reaches
-//! programs of its caller's type, and each has its own per-CPU scratch: a sample can interrupt a
-//! switch or a syscall on the same CPU.
+//! program), for futex waits and wakes (a tracepoint program) and for pthread lock calls (a
+//! uprobe program). A tail call only reaches programs of its caller's type, and each has its own
+//! per-CPU scratch: a sample can interrupt a switch or a syscall on the same CPU.
 use aya_ebpf::{
     bindings::{pt_regs, BPF_F_MMAPABLE},
     helpers::{bpf_get_current_task_btf, bpf_probe_read_kernel, bpf_probe_read_user},
-    macros::{map, perf_event, raw_tracepoint, tracepoint},
+    macros::{map, perf_event, raw_tracepoint, tracepoint, uprobe},
     maps::{Array, HashMap, PerCpuArray, ProgramArray},
-    programs::{PerfEventContext, RawTracePointContext, TracePointContext},
+    programs::{PerfEventContext, ProbeContext, RawTracePointContext, TracePointContext},
     EbpfContext,
 };
 use profiler_common::{
@@ -68,6 +68,11 @@ static LOCK_WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
 #[map(name = "LOCK_USER_STACKS")]
 static LOCK_USER_STACKS: HashMap<u32, UserStack> = HashMap::with_max_entries(STACK_ENTRIES, 0);
 
+#[map(name = "PTHREAD_UNWIND_PROGRAMS")]
+static PTHREAD_UNWIND_PROGRAMS: ProgramArray = ProgramArray::with_max_entries(1, 0);
+#[map(name = "PTHREAD_WALK")]
+static PTHREAD_WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
+
 /// The process has tables: its user stacks are walked through them.
 #[inline(always)]
 pub fn has_tables(tgid: u32) -> bool {
@@ -96,7 +101,7 @@ pub fn start(ctx: &PerfEventContext, tgid: u32, tid: u32) {
         true => Some((regs.rip, regs.rsp, regs.rbp)),
         false => saved_user_registers(),
     };
-    launch(ctx, &WALK, &UNWIND_PROGRAMS, registers, tgid, tid);
+    launch(ctx, &WALK, &UNWIND_PROGRAMS, registers, None, tgid, tid);
 }
 
 /// Start a table walk of the stack of the thread going to sleep (`current`: the switch runs as
@@ -109,6 +114,7 @@ pub fn start_offcpu(ctx: &RawTracePointContext, tgid: u32, tid: u32) {
         &OFFCPU_WALK,
         &OFFCPU_UNWIND_PROGRAMS,
         saved_user_registers(),
+        None,
         tgid,
         tid,
     );
@@ -126,19 +132,39 @@ pub fn start_lock(ctx: &TracePointContext, tgid: u32, tid: u32) {
         &LOCK_WALK,
         &LOCK_UNWIND_PROGRAMS,
         saved_user_registers(),
+        None,
         tgid,
         tid,
     );
 }
 
-/// Set up a walk from `registers` in this walker's scratch and tail-call the walker. Returns
-/// only if it could not start (no user registers: a kernel thread).
+/// Start a walk of a pthread lock call's stack: `leaf` (in the lock function) and then from its
+/// caller's `registers`. Through the tables where the process has them, else by frame
+/// pointers from the caller on (which a frame-pointer walk from inside the lock function would
+/// skip). Must be the probe's last act; returns only if the walk could not start.
+#[inline(always)]
+pub fn start_pthread<C: EbpfContext>(ctx: &C, tgid: u32, tid: u32, leaf: u64, registers: (u64, u64, u64)) {
+    launch(
+        ctx,
+        &PTHREAD_WALK,
+        &PTHREAD_UNWIND_PROGRAMS,
+        Some(registers),
+        Some(leaf),
+        tgid,
+        tid,
+    );
+}
+
+/// Set up a walk from `registers` (after `leaf`, if given, as the first frame) in this walker's
+/// scratch and tail-call the walker. Returns only if it could not start (no user registers: a
+/// kernel thread).
 #[inline(always)]
 fn launch<C: EbpfContext>(
     ctx: &C,
     scratch: &PerCpuArray<Walk>,
     walker: &ProgramArray,
     registers: Option<(u64, u64, u64)>,
+    leaf: Option<u64>,
     tgid: u32,
     tid: u32,
 ) {
@@ -155,6 +181,10 @@ fn launch<C: EbpfContext>(
     walk.tgid = tgid;
     walk.tid = tid;
     walk.stack.len = 0;
+    if let Some(leaf) = leaf {
+        walk.stack.frames[0] = leaf;
+        walk.stack.len = 1;
+    }
     walk.stack.stop = stop::WALKING;
     unsafe { walker.tail_call(ctx, PROGRAM_SLOT) };
 }
@@ -221,7 +251,22 @@ fn try_unwind_lock(ctx: &TracePointContext) -> Result<(), ()> {
     let walk = unsafe { &mut *LOCK_WALK.get_ptr_mut(0).ok_or(())? };
     advance(ctx, walk, &LOCK_UNWIND_PROGRAMS);
     let stack_id = store(&LOCK_USER_STACKS, walk);
-    crate::lock::user_stack_walked(walk.tgid, walk.tid, stack_id, true);
+    crate::lock::futex::user_stack_walked(walk.tgid, walk.tid, stack_id, true);
+    Ok(())
+}
+
+/// Loaded beside the pthread probes (never attached): it is only tail-called.
+#[uprobe]
+pub fn unwind_pthread(ctx: ProbeContext) -> u32 {
+    let _ = try_unwind_pthread(&ctx);
+    0
+}
+
+fn try_unwind_pthread(ctx: &ProbeContext) -> Result<(), ()> {
+    let walk = unsafe { &mut *PTHREAD_WALK.get_ptr_mut(0).ok_or(())? };
+    advance(ctx, walk, &PTHREAD_UNWIND_PROGRAMS);
+    let stack_id = store(&LOCK_USER_STACKS, walk);
+    crate::lock::pthread::stack_walked(walk.tgid, stack_id);
     Ok(())
 }
 
@@ -229,17 +274,28 @@ fn try_unwind_lock(ctx: &TracePointContext) -> Result<(), ()> {
 /// program (no return). Returns once the walk has ended.
 #[inline(always)]
 fn advance<C: EbpfContext>(ctx: &C, walk: &mut Walk, programs: &ProgramArray) {
-    let Some(mappings) = UNWIND_PROCESSES.get_ptr_mut(walk.tgid) else {
-        // The process exited (or exec'd) between the start and now: what was walked is true.
-        walk.stack.stop = stop::FAILED;
-        return;
-    };
-    let mappings = unsafe { &mut *mappings };
-    for _ in 0..FRAMES_PER_RUN {
-        if walk.stack.stop != stop::WALKING {
-            break;
+    // No tables (none given, or the process exited or exec'd since the walk began): frame
+    // pointers all the way. (Two loops: the verifier wants the mappings pointer checked once.)
+    match UNWIND_PROCESSES.get_ptr_mut(walk.tgid) {
+        Some(mappings) => {
+            let mappings = unsafe { &mut *mappings };
+            for _ in 0..FRAMES_PER_RUN {
+                if walk.stack.stop != stop::WALKING {
+                    break;
+                }
+                step(walk, mappings);
+            }
         }
-        step(walk, mappings);
+        None => {
+            for _ in 0..FRAMES_PER_RUN {
+                if walk.stack.stop != stop::WALKING {
+                    break;
+                }
+                if let Some(pc) = push_frame(walk) {
+                    step_by(walk, UNSUPPORTED, pc);
+                }
+            }
+        }
     }
     if walk.stack.stop == stop::WALKING {
         unsafe { programs.tail_call(ctx, PROGRAM_SLOT) };
@@ -248,26 +304,43 @@ fn advance<C: EbpfContext>(ctx: &C, walk: &mut Walk, programs: &ProgramArray) {
     }
 }
 
-/// Record the current frame and step to its caller.
+/// A rule-less row: step by the frame pointer.
+const UNSUPPORTED: Row = Row {
+    pc: 0,
+    cfa_offset: 0,
+    rbp_offset: 0,
+    cfa: cfa::UNSUPPORTED,
+    rbp: 0,
+    _pad: 0,
+};
+
+/// Record the current frame. Returns the pc to look its caller up by, or None if the stack is
+/// full.
 #[inline(always)]
-fn step(walk: &mut Walk, mappings: &mut ProcessMappings) {
+fn push_frame(walk: &mut Walk) -> Option<u64> {
     let len = walk.stack.len as usize;
     let Some(slot) = walk.stack.frames.get_mut(len) else {
         walk.stack.stop = stop::TRUNCATED;
-        return;
+        return None;
     };
     *slot = walk.ip;
     walk.stack.len += 1;
     if len + 1 >= MAX_FRAMES {
         walk.stack.stop = stop::TRUNCATED;
-        return;
+        return None;
     }
     // A return address points after its call: look up the call itself.
-    let pc = if len == 0 { walk.ip } else { walk.ip - 1 };
-    let mut rule = Row {
-        cfa: cfa::UNSUPPORTED,
-        ..Row::default()
+    Some(if len == 0 { walk.ip } else { walk.ip - 1 })
+}
+
+/// Record the current frame and step to its caller, through the tables.
+#[inline(always)]
+fn step(walk: &mut Walk, mappings: &mut ProcessMappings) {
+    let first = walk.stack.len == 0;
+    let Some(pc) = push_frame(walk) else {
+        return;
     };
+    let mut rule = UNSUPPORTED;
     match find_mapping(mappings, pc) {
         Some(mapping) if mapping.rows > 0 => {
             if let Some(row) = find_row(mapping, pc.wrapping_sub(mapping.bias)) {
@@ -277,12 +350,19 @@ fn step(walk: &mut Walk, mappings: &mut ProcessMappings) {
         Some(_) => {}
         // Only the interrupted pc itself surely runs code: a later frame's miss may be a
         // frame-pointer walk gone astray, not a new mapping.
-        None if len == 0 && pc < USER_SPACE_END && mappings.missed == 0 => {
+        None if first && pc < USER_SPACE_END && mappings.missed == 0 => {
             mappings.missed = 1;
             announce(walk.tgid, ProcessEventKind::MappingsChanged);
         }
         None => {}
     }
+    step_by(walk, rule, pc)
+}
+
+/// Step from the frame at `pc` to its caller by `rule` (a frame-pointer step where it has
+/// none).
+#[inline(always)]
+fn step_by(walk: &mut Walk, mut rule: Row, pc: u64) {
     let cfa = match rule.cfa {
         cfa::END => {
             walk.stack.stop = stop::END;

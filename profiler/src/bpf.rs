@@ -7,7 +7,8 @@ use aya::{
     maps::{HashMap as BpfHashMap, MapData},
     programs::{
         perf_event::{HardwareEvent, PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        PerfEvent, ProgramError, RawTracePoint, TracePoint,
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+        PerfEvent, ProgramError, RawTracePoint, TracePoint, UProbe,
     },
     util::online_cpus,
     Ebpf, EbpfLoader,
@@ -17,10 +18,11 @@ use profiler_common::{names, offcpu_stacks, ExitOffsets, ForkOffsets, TaskOffset
 use std::os::fd::{AsFd as _, AsRawFd as _};
 
 use crate::{
-    cli::{Event, OffCpuStacks},
+    cli::{Event, LockSource, OffCpuStacks},
     counting::{Counting, CountingError, Scope},
     error::UserError,
     events::{EventSpec, Pmu, Source},
+    modes::lock::probes::LockLibrary,
     preflight::tracepoint_field_offset,
 };
 
@@ -80,6 +82,12 @@ pub fn task_offsets() -> Result<TaskOffsets, UserError> {
     })
 }
 
+/// Offset of `task_struct.nvcsw` in the running kernel, if its BTF says.
+pub fn nvcsw_offset() -> Option<u32> {
+    let btf = crate::btf::Btf::from_file(&crate::btf::kernel_btf_path()).ok()?;
+    btf.member_offset("task_struct", "nvcsw")
+}
+
 /// What to load for a run.
 pub struct LoadOptions<'a> {
     /// The sampling program and its stack maps are used.
@@ -97,8 +105,10 @@ pub struct LoadOptions<'a> {
     pub counters: u32,
     /// User stacks of processes with unwind tables are walked through them.
     pub unwind_tables: bool,
-    /// Lock mode: the futex programs and their maps are used.
-    pub lock: bool,
+    /// Lock mode: the programs and maps of this source are used.
+    pub lock: Option<LockSource>,
+    /// pthread source: offset of `task_struct.nvcsw` (from BTF), to tell a lock call that slept.
+    pub nvcsw_offset: Option<u32>,
     pub tracefs: &'a Path,
 }
 
@@ -111,7 +121,10 @@ impl LoadOptions<'_> {
     /// Some user stack (sampled, where a thread sleeps, or at a lock) is walked through unwind
     /// tables.
     pub fn walks_tables(&self) -> bool {
-        self.unwind_tables && (self.sampling || self.offcpu_stacks() || self.lock)
+        self.unwind_tables
+            && (self.sampling
+                || self.offcpu_stacks()
+                || matches!(self.lock, Some(LockSource::Futex | LockSource::Pthread)))
     }
 }
 
@@ -130,16 +143,32 @@ fn unused_maps(options: &LoadOptions<'_>) -> Vec<&'static str> {
     if !options.offcpu_stacks() || !options.unwind_tables {
         unused.push(names::OFFCPU_USER_STACKS);
     }
-    if !options.lock {
-        unused.extend([
-            names::LOCK_WAITERS,
-            names::LOCK_HOLDERS,
-            names::LOCK_STACKS,
-            names::LOCK_WAITING,
-            names::LOCK_WAKES,
-        ]);
+    let lock = options.lock;
+    if lock.is_none() {
+        unused.push(names::LOCK_WAITERS);
     }
-    if !options.lock || !options.unwind_tables {
+    if lock != Some(LockSource::Futex) {
+        unused.extend([names::LOCK_WAITING, names::LOCK_WAKES]);
+    }
+    if !matches!(lock, Some(LockSource::Futex | LockSource::Pthread)) {
+        unused.push(names::LOCK_HOLDERS);
+    }
+    if lock != Some(LockSource::Pthread) {
+        unused.extend([names::LOCK_STATES, names::LOCK_CALLS]);
+    }
+    if lock != Some(LockSource::Kernel) {
+        unused.push(names::LOCK_KERNEL_WAITING);
+    }
+    // Frame-pointer user stacks (futex, for processes without tables) and kernel stacks.
+    if !matches!(lock, Some(LockSource::Futex | LockSource::Kernel)) {
+        unused.push(names::LOCK_STACKS);
+    }
+    let walks_lock_tables = match lock {
+        Some(LockSource::Futex) => options.unwind_tables,
+        Some(LockSource::Pthread) => true,
+        _ => false,
+    };
+    if !walks_lock_tables {
         unused.push(names::LOCK_USER_STACKS);
     }
     if !options.walks_tables() {
@@ -168,6 +197,7 @@ impl Loaded {
             OffCpuStacks::All => offcpu_stacks::ALL,
         };
         let unwind = u32::from(options.unwind_tables);
+        let nvcsw = options.nvcsw_offset.unwrap_or(u32::MAX);
         let mut loader = EbpfLoader::new();
         loader
             .override_global(names::G_FILTER, &filter, true)
@@ -177,7 +207,8 @@ impl Loaded {
             .override_global(names::G_SLOW_NS, &options.slow_threshold_ns, true)
             .override_global(names::G_OFFCPU_STACKS, &stacks, true)
             .override_global(names::G_COUNTERS, &options.counters, true)
-            .override_global(names::G_UNWIND, &unwind, true);
+            .override_global(names::G_UNWIND, &unwind, true)
+            .override_global(names::G_NVCSW, &nvcsw, true);
         for map in unused_maps(options) {
             loader.map_max_entries(map, 1);
         }
@@ -216,6 +247,52 @@ impl Loaded {
             (names::PROG_FUTEX_EXIT, "syscalls", "sys_exit_futex"),
         ])
         .context("lock mode times futex waits at the syscall tracepoints (the kernel needs CONFIG_FTRACE_SYSCALLS)")
+    }
+
+    /// Time the kernel's own lock contention.
+    pub fn attach_kernel_locks(&mut self) -> anyhow::Result<()> {
+        self.attach_tracepoints(&[
+            (names::PROG_CONTENTION_BEGIN, "lock", "contention_begin"),
+            (names::PROG_CONTENTION_END, "lock", "contention_end"),
+        ])
+        .context("--lock-source kernel needs the lock:contention_begin/end tracepoints (Linux 5.19 or later)")
+    }
+
+    /// Probe the pthread lock functions of each target's library, for that process only.
+    pub fn attach_pthread(&mut self, libraries: &[(u32, LockLibrary)]) -> anyhow::Result<()> {
+        let walker: &mut UProbe = self.program(names::PROG_UNWIND_PTHREAD)?;
+        walker
+            .load()
+            .context("loading the pthread stack unwinding program")?;
+        self.install_walker(names::PROG_UNWIND_PTHREAD, names::PTHREAD_UNWIND_PROGRAMS)?;
+        for name in [names::PROG_PTHREAD_ENTER, names::PROG_PTHREAD_RETURN] {
+            let program: &mut UProbe = self.program(name)?;
+            program.load().with_context(|| format!("loading {name}"))?;
+        }
+        for (pid, library) in libraries {
+            let scope =
+                UProbeScope::OneProcess(std::num::NonZeroU32::new(*pid).context("pid 0 is not a process")?);
+            for probe in &library.probes {
+                let point = || UProbeAttachPoint {
+                    location: UProbeAttachLocation::AbsoluteOffset(probe.file_offset),
+                    cookie: Some(probe.cookie),
+                };
+                let mut programs = vec![names::PROG_PTHREAD_ENTER];
+                if probe.returns {
+                    programs.push(names::PROG_PTHREAD_RETURN);
+                }
+                for name in programs {
+                    let program: &mut UProbe = self.program(name)?;
+                    program.attach(point(), &library.path, scope).with_context(|| {
+                        format!(
+                            "probing {} in {} (offset {:#x}) for pid {pid}",
+                            probe.function, library.display, probe.file_offset
+                        )
+                    })?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Time run-queue waits and off-CPU intervals.
@@ -316,7 +393,7 @@ impl Loaded {
                 .context("loading the off-CPU stack unwinding program")?;
             self.install_walker(names::PROG_UNWIND_OFFCPU, names::OFFCPU_UNWIND_PROGRAMS)?;
         }
-        if options.lock {
+        if options.lock == Some(LockSource::Futex) {
             let program: &mut TracePoint = self.program(names::PROG_UNWIND_LOCK)?;
             program
                 .load()

@@ -33,6 +33,8 @@ pub enum UserError {
     Counters { path: PathBuf, reason: String },
     #[error("{0}: pick another --preset, or --preset software for counters that work everywhere")]
     Counting(String),
+    #[error("--lock-source pthread: {target} has no pthread lock functions to probe (looked in: {searched}); a statically linked binary without symbols has none. Use --lock-source futex, which needs no symbols")]
+    NoPthread { target: String, searched: String },
 }
 
 /// Process exit codes, for scripts.

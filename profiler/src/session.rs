@@ -19,7 +19,7 @@ use tokio::{
 
 use crate::{
     bpf::{LoadOptions, Loaded},
-    cli::{Cli, Event, Format, Mode, OffCpuStacks},
+    cli::{Cli, Event, Format, LockSource, Mode, OffCpuStacks},
     collect::{add_batch, KernelSource, SampleSource as _},
     counting::{Counting, Scope},
     cpu::Method,
@@ -28,7 +28,7 @@ use crate::{
     launcher::{self, RunningCommand},
     modes::{
         hotspot,
-        lock::{self, LockCollection, LockMaps},
+        lock::{self, probes, LockCollection, LockMaps},
         sched::{self, SchedCollection, SchedSource},
         topdown,
     },
@@ -92,6 +92,14 @@ impl Plan {
         }
         if !cli.counters_events.is_empty() && cli.mode != Mode::Hotspot {
             return Err(UserError::Usage("--counter goes with --mode hotspot".into()));
+        }
+        if cli.lock_source == LockSource::Pthread
+            && cli.mode == Mode::Lock
+            && (cli.system_wide || (cli.pids.is_empty() && cli.command.is_empty()))
+        {
+            return Err(UserError::Usage(
+                "--lock-source pthread probes the target processes' own lock functions: give -p PID or a command (or use --lock-source futex for the whole system)".into(),
+            ));
         }
         if cli.counters_events.len() > profiler_common::MAX_COUNTERS {
             return Err(UserError::Usage(format!(
@@ -204,14 +212,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             let collection = locks.context("lock run without its records")?;
             let symbols = symbolizer.symbolize(&collection.stacks, &procs);
             warn_failures(&symbols.failures);
-            let report = lock::build(
-                meta,
-                plan.lock_source.name(),
-                health,
-                &collection,
-                &symbols,
-                &procs,
-            );
+            let report = lock::build(meta, plan.lock_source, health, &collection, &symbols, &procs);
             output::write_report(plan.output.as_deref(), &|out| renderer.lock(&report, out))?;
             format!("{} contended locks", report.locks.len())
         }
@@ -550,6 +551,17 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         false => Some(launcher::spawn_paused(&plan.command)?),
     };
     let tracing_sched = matches!(plan.mode, Mode::Sched | Mode::Topdown);
+    // Which file of each target has its lock functions: known before anything is loaded.
+    let mut lock_libraries = Vec::new();
+    if plan.mode == Mode::Lock && plan.lock_source == LockSource::Pthread {
+        for &pid in &plan.pids {
+            lock_libraries.push((pid, probes::for_process(pid)?));
+        }
+        if let Some(paused) = &paused {
+            let program = launcher::resolve(&plan.command[0])?;
+            lock_libraries.push((paused.pid(), probes::for_command(&program)?));
+        }
+    }
     // Missing BTF is the first thing to say, before anything is counted.
     let task_offsets = tracing_sched.then(crate::bpf::task_offsets).transpose()?;
     let mut counting = match plan.mode {
@@ -581,7 +593,11 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         offcpu_stacks: plan.offcpu_stacks,
         counters: sample_counters.len() as u32,
         unwind_tables: plan.unwind == crate::cli::Unwind::Tables,
-        lock: plan.mode == Mode::Lock,
+        lock: (plan.mode == Mode::Lock).then_some(plan.lock_source),
+        nvcsw_offset: match lock_libraries.is_empty() {
+            true => None,
+            false => crate::bpf::nvcsw_offset(),
+        },
         tracefs,
     };
     let mut loaded = Loaded::load(&load_options)?;
@@ -646,9 +662,35 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         doing.push("tracing the scheduler".to_string());
     }
     if plan.mode == Mode::Lock {
-        collector.locks = Some(LockMaps::take(&mut loaded.ebpf)?);
-        loaded.attach_futex()?;
-        doing.push("timing futex waits (contended locks)".to_string());
+        collector.locks = Some(LockMaps::take(&mut loaded.ebpf, plan.lock_source)?);
+        match plan.lock_source {
+            LockSource::Futex => {
+                loaded.attach_futex()?;
+                doing.push("timing futex waits (contended locks)".to_string());
+            }
+            LockSource::Kernel => {
+                loaded.attach_kernel_locks()?;
+                doing.push("timing kernel lock contention".to_string());
+            }
+            LockSource::Pthread => {
+                loaded.attach_pthread(&lock_libraries)?;
+                let probed: Vec<String> = lock_libraries.iter().map(|(_, l)| l.display.clone()).collect();
+                doing.push(format!(
+                    "probing the pthread lock functions of {}",
+                    probed.join(", ")
+                ));
+                for (_, library) in &lock_libraries {
+                    let slow = library.single_stepped();
+                    if !slow.is_empty() {
+                        eprintln!(
+                            "bpfprof: warning: {} in {} probed on their first instruction (single-stepped by the kernel: several µs per call)",
+                            slow.join(", "),
+                            library.display
+                        );
+                    }
+                }
+            }
+        }
     }
     if let Some(event) = sampling {
         if !sample_counters.is_empty() {

@@ -171,6 +171,11 @@ impl Segment {
     pub fn holds(&self, vaddr: u64) -> bool {
         self.vaddr <= vaddr && vaddr < self.vaddr + self.mem_size
     }
+
+    /// Where the file virtual address is in the file, if the segment has it there.
+    pub fn file_offset(&self, vaddr: u64) -> Option<u64> {
+        (self.vaddr <= vaddr && vaddr < self.vaddr + self.size).then(|| self.offset + (vaddr - self.vaddr))
+    }
 }
 
 pub fn segments_of(file: &object::File<'_>) -> Vec<Segment> {

@@ -5,12 +5,18 @@
  *   lockload THREADS SECONDS
  *   lockload loop N                 N uncontended lock/unlock pairs, one thread (benchmarks)
  *   lockload contend N THREADS      N acquisitions of one mutex over THREADS threads, held 2 us
+ *   lockload mmap THREADS SECONDS   threads mapping, touching and unmapping memory: contention on
+ *                                   the kernel's mmap lock (no user-space lock at all)
+ *   lockload reuse SECONDS          a heap mutex contended (first_use), destroyed and freed; then
+ *                                   an rwlock in the same memory contended (second_use). Prints
+ *                                   TRUTH pid= first=<addr> second=<addr> wait1_ns= wait2_ns=
  *
  * The benchmark modes print ELAPSED=<ns>.
  * Prints at exit: TRUTH pid=<pid> shared=<address> wait_ns=<sum of every thread's waits for the
  * shared lock> acquisitions=<n> private0=<address> private1=... (decimal addresses)
  */
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +61,7 @@ __attribute__((noinline)) void critical_section(struct worker *w) {
 
 /* Never contended: only its own thread takes it. */
 __attribute__((noinline)) void private_work(struct worker *w) {
-    for (int i = 0; i < 1000; i++) {
+    for (int i = 0; i < 100; i++) {
         pthread_mutex_lock(&w->private_lock);
         sink++;
         pthread_mutex_unlock(&w->private_lock);
@@ -89,6 +95,91 @@ static void *contender(void *arg) {
     }
 }
 
+static void *mapper(void *arg) {
+    (void)arg;
+    long long end = now_ns() + (long long)(seconds * 1e9);
+    while (now_ns() < end) {
+        char *p = mmap(NULL, 1 << 16, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) abort();
+        for (int i = 0; i < 1 << 16; i += 4096) p[i] = 1;
+        munmap(p, 1 << 16);
+    }
+    return NULL;
+}
+
+/* One lock's memory, used twice. */
+union reused {
+    pthread_mutex_t mutex;
+    pthread_rwlock_t rwlock;
+};
+static union reused *reused;
+static long long reuse_wait[2];
+static pthread_mutex_t reuse_count = PTHREAD_MUTEX_INITIALIZER;
+
+__attribute__((noinline)) void first_use(void) {
+    long long before = now_ns();
+    pthread_mutex_lock(&reused->mutex);
+    long long waited = now_ns() - before;
+    spin_for(500000);
+    pthread_mutex_unlock(&reused->mutex);
+    pthread_mutex_lock(&reuse_count);
+    reuse_wait[0] += waited;
+    pthread_mutex_unlock(&reuse_count);
+}
+
+__attribute__((noinline)) void second_use(void) {
+    long long before = now_ns();
+    pthread_rwlock_wrlock(&reused->rwlock);
+    long long waited = now_ns() - before;
+    spin_for(500000);
+    pthread_rwlock_unlock(&reused->rwlock);
+    pthread_mutex_lock(&reuse_count);
+    reuse_wait[1] += waited;
+    pthread_mutex_unlock(&reuse_count);
+}
+
+static void *reuser(void *arg) {
+    void (*use)(void) = (void (*)(void))arg;
+    long long end = now_ns() + (long long)(seconds * 1e9 / 2);
+    while (now_ns() < end) use();
+    return NULL;
+}
+
+static void run_phase(void (*use)(void)) {
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) pthread_create(&t[i], NULL, reuser, (void *)use);
+    for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+}
+
+static int special(int argc, char **argv) {
+    if (strcmp(argv[1], "mmap") == 0 && argc > 3) {
+        int threads = atoi(argv[2]);
+        seconds = atof(argv[3]);
+        pthread_t t[MAX_THREADS];
+        for (int i = 0; i < threads && i < MAX_THREADS; i++) pthread_create(&t[i], NULL, mapper, NULL);
+        for (int i = 0; i < threads && i < MAX_THREADS; i++) pthread_join(t[i], NULL);
+        printf("TRUTH pid=%d\n", (int)getpid());
+        return 0;
+    }
+    if (strcmp(argv[1], "reuse") == 0) {
+        seconds = atof(argv[2]);
+        reused = malloc(sizeof *reused);
+        pthread_mutex_init(&reused->mutex, NULL);
+        unsigned long first = (unsigned long)reused;
+        run_phase(first_use);
+        pthread_mutex_destroy(&reused->mutex);
+        free(reused);
+        reused = malloc(sizeof *reused);
+        pthread_rwlock_init(&reused->rwlock, NULL);
+        unsigned long second = (unsigned long)reused;
+        run_phase(second_use);
+        printf("TRUTH pid=%d first=%lu second=%lu wait1_ns=%lld wait2_ns=%lld\n", (int)getpid(), first, second,
+               reuse_wait[0], reuse_wait[1]);
+        return 0;
+    }
+    return 2;
+}
+
 static int bench(int argc, char **argv) {
     long long n = atoll(argv[2]);
     long long start = now_ns();
@@ -113,6 +204,7 @@ static int bench(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    if (argc >= 3 && (strcmp(argv[1], "mmap") == 0 || strcmp(argv[1], "reuse") == 0)) return special(argc, argv);
     if (argc >= 3 && (strcmp(argv[1], "loop") == 0 || strcmp(argv[1], "contend") == 0)) return bench(argc, argv);
     if (argc < 3) {
         fprintf(stderr, "usage: %s THREADS SECONDS\n", argv[0]);

@@ -303,10 +303,11 @@ fn lock() -> Result<()> {
         perf_share_target: None,
     })?;
     let acquisitions = "200000";
+    let contend_bin = bin.clone();
     compare(Comparison {
         mode: "lock",
         what: format!("contended mutex ({acquisitions} acquisitions over {THREADS} threads, 2 us held)"),
-        workload: Box::new(move || workload_seconds(&bin, &["contend", acquisitions, THREADS])),
+        workload: Box::new(move || workload_seconds(&contend_bin, &["contend", acquisitions, THREADS])),
         bpfprof: &[
             &["--mode", "lock", "-a"],
             &["--mode", "lock", "-a", "--unwind", "fp"],
@@ -314,7 +315,92 @@ fn lock() -> Result<()> {
         references: &[&["bpftrace", "-q", "-e", BPFTRACE_MUTEX]],
         ratio_target: None,
         perf_share_target: None,
-    })
+    })?;
+    pthread_source(&bin, &["loop", few_calls], "uncontended loop", few_calls.parse()?)?;
+    pthread_source(
+        &bin,
+        &["contend", acquisitions, THREADS],
+        "contended mutex",
+        acquisitions.parse()?,
+    )
+}
+
+/// The pthread source probes its targets' own libc (never the whole machine), so it runs the
+/// workload as its command, as does bpftrace (`-c`); the workload's self-timed elapsed time is
+/// read from their output. Cost per lock/unlock pair = added time / pairs.
+fn pthread_source(bin: &Path, args: &[&str], what: &str, pairs: f64) -> Result<()> {
+    const PTHREAD_ROUNDS: usize = 5;
+    let command = std::iter::once(bin.to_str().unwrap())
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>();
+    let elapsed = |out: std::process::Output| -> Result<f64> {
+        let text = String::from_utf8_lossy(&out.stdout);
+        let ns: f64 = text
+            .lines()
+            .find_map(|l| l.strip_prefix("ELAPSED="))
+            .with_context(|| format!("no ELAPSED in {text}"))?
+            .trim()
+            .parse()?;
+        Ok(ns / 1e9)
+    };
+    let bpftrace = crate::setup::on_path("bpftrace");
+    eprintln!("bench lock: pthread source, {PTHREAD_ROUNDS} interleaved rounds of the {what}");
+    let (mut alone, mut ours, mut theirs) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=PTHREAD_ROUNDS {
+        alone.push(workload_seconds(bin, args)?);
+        let out = Command::new(bpfprof_bin())
+            .args([
+                "--mode",
+                "lock",
+                "--lock-source",
+                "pthread",
+                "-o",
+                "/tmp/bpfprof-bench.json",
+                "--",
+            ])
+            .args(&command)
+            .stderr(Stdio::null())
+            .output()?;
+        ours.push(elapsed(out)?);
+        if bpftrace {
+            let out = Command::new("bpftrace")
+                .args(["-q", "-e", BPFTRACE_MUTEX, "-c", &command.join(" ")])
+                .stderr(Stdio::null())
+                .output()?;
+            theirs.push(elapsed(out)?);
+        }
+        eprintln!(
+            "  round {round}: alone {:.4} s, bpfprof --lock-source pthread {:.4} s, bpftrace {}",
+            alone[round - 1],
+            ours[round - 1],
+            theirs.last().map_or("-".into(), |t| format!("{t:.4} s"))
+        );
+    }
+    let min = |v: &[f64]| v.iter().cloned().fold(f64::INFINITY, f64::min);
+    let a = min(&alone);
+    println!("bench lock (min of {PTHREAD_ROUNDS} interleaved runs, workload self-timed): pthread source on the {what} ({pairs} lock/unlock pairs)");
+    println!("  alone                                {a:.4} s");
+    let per_pair = |t: f64| (t - a) / pairs * 1e6;
+    let b = min(&ours);
+    println!(
+        "  under bpfprof --lock-source pthread  {b:.4} s  ratio {:.3}x  added {:.2} us per lock/unlock pair (probes on lock entry, lock return, unlock entry)",
+        b / a,
+        per_pair(b)
+    );
+    if !theirs.is_empty() {
+        let r = min(&theirs);
+        println!(
+            "  under bpftrace (pmlock.bt way)       {r:.4} s  ratio {:.3}x  added {:.2} us per lock/unlock pair (uprobe + uretprobe on lock, at its first instruction)",
+            r / a,
+            per_pair(r)
+        );
+        println!(
+            "  pthread source cost per pair below bpftrace's: {}",
+            verdict(per_pair(b) < per_pair(r))
+        );
+    }
+    let _ = std::fs::remove_file("/tmp/bpfprof-bench.json");
+    Ok(())
 }
 
 fn compare(c: Comparison<'_>) -> Result<()> {

@@ -159,7 +159,7 @@ impl Renderer for Json {
     fn lock(&self, r: &LockReport, out: &mut dyn Write) -> io::Result<()> {
         let doc = LockJson {
             mode: "lock",
-            source: r.source,
+            source: r.source.name(),
             target: &r.meta.target,
             duration_s: r.meta.duration_s,
             notes: &r.meta.notes,

@@ -3,6 +3,7 @@ use std::io::{self, Write};
 
 use super::{human_ns, percent, Renderer};
 use crate::{
+    cli::LockSource,
     modes::{
         hotspot::{FunctionStat, HotspotReport},
         lock::{lock_label, LockReport},
@@ -35,7 +36,7 @@ impl Renderer for Text {
         writeln!(
             out,
             "bpfprof lock ({} waits): {} | {:.1} s | {} contended locks, {} waited in all",
-            r.source,
+            r.source.name(),
             m.target,
             m.duration_s,
             r.locks.len(),
@@ -70,6 +71,26 @@ impl Renderer for Text {
                 human_ns(lock.avg_wait_ns),
                 human_ns(lock.max_wait_ns)
             )?;
+            if lock.instance > 0 {
+                writeln!(
+                    out,
+                    "  (lock number {} at this address: the memory of {} destroyed before it)",
+                    lock.instance + 1,
+                    match lock.instance {
+                        1 => "one lock".to_string(),
+                        n => format!("{n} locks"),
+                    }
+                )?;
+            }
+            if let Some(h) = &lock.holds {
+                writeln!(
+                    out,
+                    "  held {} times, avg {}, max {}",
+                    h.holds,
+                    human_ns(h.avg_hold_ns),
+                    human_ns(h.max_hold_ns)
+                )?;
+            }
             for w in lock.waiters.iter().take(LOCK_STACKS_SHOWN) {
                 writeln!(
                     out,
@@ -83,10 +104,14 @@ impl Renderer for Text {
                     writeln!(out, "      {}", describe(frame))?;
                 }
             }
+            let (caused, events) = match r.source {
+                LockSource::Pthread => ("held during", "releases"),
+                _ => ("released", "wakes"),
+            };
             for h in lock.holders.iter().take(LOCK_STACKS_SHOWN) {
                 writeln!(
                     out,
-                    "  released {:>5.1}%  of the wait ({} over {} wakes), from",
+                    "  {caused} {:>5.1}%  of the wait ({} over {} {events}), from",
                     percent(h.total_wait_ns, lock.total_wait_ns),
                     human_ns(h.total_wait_ns),
                     h.wakes
@@ -96,11 +121,14 @@ impl Renderer for Text {
                 }
             }
             if lock.unattributed_wait_ns > 0 {
-                writeln!(
-                    out,
-                    "  no wake seen for {} of the wait (timeouts, signals, or released before the waiter slept)",
-                    human_ns(lock.unattributed_wait_ns)
-                )?;
+                let why = match r.source {
+                    LockSource::Futex => {
+                        "no wake seen (timeouts, signals, or released before the waiter slept)"
+                    }
+                    LockSource::Pthread => "no holder (the hand-over from a release to the next acquisition)",
+                    LockSource::Kernel => "holder not observable with the kernel source",
+                };
+                writeln!(out, "  {why}: {}", human_ns(lock.unattributed_wait_ns))?;
             }
         }
         if r.locks.len() > TOP_LOCKS {

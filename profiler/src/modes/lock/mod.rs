@@ -1,11 +1,20 @@
 //! Lock mode: which locks the targets wait for, from which call stacks, for how long, and the
-//! stacks that released them to the waiters.
+//! stacks that held or released them meanwhile.
 //!
 //! Futex source: a contended lock (mutex, rwlock, condition variable, semaphore: glibc builds
 //! them all on futexes) sleeps in `futex(2)`; an uncontended one never enters the kernel and
 //! costs nothing. The lock's identity is the futex address, which for a pthread mutex is the
 //! mutex itself, so a global or static lock is named by its symbol.
+//!
+//! pthread source: probes on the lock functions (see `probes`) follow every acquisition and
+//! release, so a holder is known exactly, hold times are measured, and memory reused for a new
+//! lock after `pthread_*_destroy` is a new lock; each lock call costs a probe trap.
+//!
+//! Kernel source: the kernel's contention tracepoints, kernel stacks, lock types from their
+//! flags, static kernel locks named from `/proc/kallsyms`.
 use std::collections::HashMap;
+
+pub mod probes;
 
 use anyhow::Context as _;
 use aya::{
@@ -14,7 +23,7 @@ use aya::{
 };
 use object::{Object as _, ObjectSymbol as _, SymbolKind};
 use profiler_common::{
-    lock::{LockKey, LockTime},
+    lock::{kernel, stack, LockId, LockKey, LockState, LockTime},
     names,
     unwind::UserStack,
 };
@@ -22,6 +31,7 @@ use serde::Serialize;
 
 use super::hotspot::{self, frames_of, HotspotReport, Stack, Weight};
 use crate::{
+    cli::LockSource,
     collect::{read_stack, read_unwound},
     process::{FileId, Processes},
     profile::{Health, RawProfile, RawSample, StackRead},
@@ -33,13 +43,16 @@ use crate::{
 /// Waiting and holder stacks listed per lock (the rest are summed in the lock's totals).
 const STACKS_PER_LOCK: usize = 10;
 
-/// The kernel maps of the futex programs. They only grow during a run (one entry per lock and
+/// The kernel maps of the lock programs. They only grow during a run (one entry per lock and
 /// stack), so they are read once, at the end.
 pub struct LockMaps {
+    source: LockSource,
     waiters: BpfHashMap<MapData, LockKey, LockTime>,
     holders: BpfHashMap<MapData, LockKey, LockTime>,
     stacks: StackTraceMap<MapData>,
     user_stacks: BpfHashMap<MapData, u32, UserStack>,
+    /// pthread source: per lock, its holds.
+    states: BpfHashMap<MapData, LockId, LockState>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,8 +68,21 @@ pub struct LockRecord {
     pub pid: u32,
     pub exec_generation: u32,
     pub address: u64,
+    /// pthread source: locks destroyed at this address before this one.
+    pub instance: u32,
+    /// Kernel source: the contention flags (the lock's type).
+    pub flags: u32,
     pub role: Role,
     pub time: LockTime,
+}
+
+/// pthread source: the exclusive holds of one lock that ended during the run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Holds {
+    pub holds: u64,
+    pub total_hold_ns: u64,
+    pub max_hold_ns: u64,
+    pub avg_hold_ns: u64,
 }
 
 #[derive(Debug, Default)]
@@ -64,11 +90,13 @@ pub struct LockCollection {
     pub records: Vec<LockRecord>,
     /// Each record's stack, weighted by its wait, keyed by tid = record index (so no two merge).
     pub stacks: RawProfile,
+    /// pthread source: holds per (pid, address, instance) for the locks still followed.
+    pub holds: HashMap<(u32, u64, u32), Holds>,
 }
 
 impl LockCollection {
     /// Add one record with its stack (resolved against the process's map now).
-    pub fn add(&mut self, record: LockRecord, user: StackRead, procs: &Processes) {
+    pub fn add(&mut self, record: LockRecord, user: StackRead, kernel: StackRead, procs: &Processes) {
         let index = self.records.len() as u32;
         self.stacks.add(
             RawSample {
@@ -76,7 +104,7 @@ impl LockCollection {
                 tid: index,
                 comm: String::new(),
                 user,
-                kernel: StackRead::Absent,
+                kernel,
                 count: record.time.total_ns,
                 exec_generation: record.exec_generation,
                 deltas: Default::default(),
@@ -88,13 +116,15 @@ impl LockCollection {
 }
 
 impl LockMaps {
-    pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
+    pub fn take(ebpf: &mut Ebpf, source: LockSource) -> anyhow::Result<Self> {
         let mut take = |name: &str| ebpf.take_map(name).with_context(|| format!("map {name} missing"));
         Ok(LockMaps {
+            source,
             waiters: BpfHashMap::try_from(take(names::LOCK_WAITERS)?)?,
             holders: BpfHashMap::try_from(take(names::LOCK_HOLDERS)?)?,
             stacks: StackTraceMap::try_from(take(names::LOCK_STACKS)?)?,
             user_stacks: BpfHashMap::try_from(take(names::LOCK_USER_STACKS)?)?,
+            states: BpfHashMap::try_from(take(names::LOCK_STATES)?)?,
         })
     }
 
@@ -104,9 +134,10 @@ impl LockMaps {
         let mut collection = LockCollection::default();
         for (map, role) in [(&self.waiters, Role::Waiter), (&self.holders, Role::Holder)] {
             for (key, time) in map.iter().filter_map(Result::ok) {
-                let user = match key.user_unwound {
-                    0 => read_stack(&self.stacks, key.user_stack_id),
-                    _ => read_unwound(&self.user_stacks, key.user_stack_id),
+                let (user, kernel) = match key.stack_kind {
+                    stack::USER_FP => (read_stack(&self.stacks, key.stack_id), StackRead::Absent),
+                    stack::USER_UNWOUND => (read_unwound(&self.user_stacks, key.stack_id), StackRead::Absent),
+                    _ => (StackRead::Absent, read_stack(&self.stacks, key.stack_id)),
                 };
                 if let StackRead::Frames(ips) = &user {
                     let _ = procs.refresh_unless_covered(key.tgid, key.exec_generation, ips);
@@ -115,10 +146,27 @@ impl LockMaps {
                     pid: key.tgid,
                     exec_generation: key.exec_generation,
                     address: key.uaddr,
+                    instance: key.instance,
+                    flags: key.flags,
                     role,
                     time,
                 };
-                collection.add(record, user, procs);
+                collection.add(record, user, kernel, procs);
+            }
+        }
+        if self.source == LockSource::Pthread {
+            for (id, state) in self.states.iter().filter_map(Result::ok) {
+                if state.holds > 0 {
+                    let holds = Holds {
+                        holds: state.holds,
+                        total_hold_ns: state.hold_total_ns,
+                        max_hold_ns: state.hold_max_ns,
+                        avg_hold_ns: state.hold_total_ns / state.holds,
+                    };
+                    collection
+                        .holds
+                        .insert((id.tgid, id.uaddr, state.instance), holds);
+                }
             }
         }
         collection
@@ -148,21 +196,30 @@ pub struct LockStat {
     pub comm: String,
     #[serde(serialize_with = "crate::symbolize::hex")]
     pub address: u64,
+    /// pthread source: locks destroyed at this address before this one (its memory reused).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub instance: u32,
     /// Which of the process's images the address belongs to (for naming it).
     #[serde(skip)]
     pub exec_generation: u32,
     /// The global or static variable at the address (None: heap or stack memory).
     pub symbol: Option<String>,
     /// What waited on it, from the waiters' stacks: mutex, rwlock, condvar, semaphore, barrier,
-    /// join, or futex when no pthread or semaphore function was seen.
+    /// join, or futex when no pthread or semaphore function was seen; for kernel locks the
+    /// type from the contention flags (spinlock, mutex, rwsem:R, ...).
     pub kind: &'static str,
     pub contentions: u64,
     pub total_wait_ns: u64,
     pub max_wait_ns: u64,
     pub avg_wait_ns: u64,
-    /// Waits no wake was seen for (timeouts, signals, or a lock released before the waiter
-    /// slept): part of the total, not of any holder.
+    /// Waits no wake was seen for (futex: timeouts, signals, or a lock released before the
+    /// waiter slept; pthread: the hand-over between a release and the next acquisition, or a
+    /// holder that took the lock where nothing is probed; kernel: all, holders are not seen):
+    /// part of the total, not of any holder.
     pub unattributed_wait_ns: u64,
+    /// pthread source: how long the lock was held (exclusive holds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub holds: Option<Holds>,
     /// Most wait first.
     pub waiters: Vec<WaiterStat>,
     pub holders: Vec<HolderStat>,
@@ -171,7 +228,7 @@ pub struct LockStat {
 #[derive(Clone, Debug)]
 pub struct LockReport {
     pub meta: RunMeta,
-    pub source: &'static str,
+    pub source: LockSource,
     pub health: Health,
     /// Most total wait first.
     pub locks: Vec<LockStat>,
@@ -179,10 +236,14 @@ pub struct LockReport {
     pub waits: HotspotReport,
 }
 
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 /// Fold the records into one entry per lock.
 pub fn build(
     meta: RunMeta,
-    source: &'static str,
+    source: LockSource,
     health: Health,
     collection: &LockCollection,
     symbols: &Symbols,
@@ -192,29 +253,36 @@ pub fn build(
     for key in collection.stacks.stacks.keys() {
         frames_by_record.insert(key.tid, frames_of(key, symbols));
     }
-    let mut locks: HashMap<(u32, u64), LockStat> = HashMap::new();
+    let mut locks: HashMap<(u32, u64, u32), LockStat> = HashMap::new();
+    // Kernel source: the flags of all of a lock's waits.
+    let mut flags: HashMap<(u32, u64, u32), u32> = HashMap::new();
     for (index, record) in collection.records.iter().enumerate() {
         let frames = frames_by_record
             .get(&(index as u32))
             .cloned()
             .unwrap_or_else(|| vec![Frame::marker("no stack", false)]);
-        let lock = locks
-            .entry((record.pid, record.address))
-            .or_insert_with(|| LockStat {
-                pid: record.pid,
-                comm: procs.name(record.pid).unwrap_or("").to_string(),
-                address: record.address,
-                exec_generation: record.exec_generation,
-                symbol: None,
-                kind: "futex",
-                contentions: 0,
-                total_wait_ns: 0,
-                max_wait_ns: 0,
-                avg_wait_ns: 0,
-                unattributed_wait_ns: 0,
-                waiters: Vec::new(),
-                holders: Vec::new(),
-            });
+        let id = (record.pid, record.address, record.instance);
+        *flags.entry(id).or_default() |= record.flags;
+        let lock = locks.entry(id).or_insert_with(|| LockStat {
+            pid: record.pid,
+            comm: procs.name(record.pid).unwrap_or("").to_string(),
+            address: record.address,
+            instance: record.instance,
+            exec_generation: record.exec_generation,
+            symbol: None,
+            kind: "futex",
+            contentions: 0,
+            total_wait_ns: 0,
+            max_wait_ns: 0,
+            avg_wait_ns: 0,
+            unattributed_wait_ns: 0,
+            holds: collection
+                .holds
+                .get(&(record.pid, record.address, record.instance))
+                .copied(),
+            waiters: Vec::new(),
+            holders: Vec::new(),
+        });
         match record.role {
             Role::Waiter => {
                 lock.contentions += record.time.count;
@@ -235,12 +303,21 @@ pub fn build(
         }
     }
     let mut data = DataSymbols::default();
+    let kernel_data = (source == LockSource::Kernel).then(KernelData::read);
     let mut locks: Vec<LockStat> = locks
         .into_values()
         .filter(|l| l.contentions > 0)
         .map(|mut lock| {
-            lock.symbol = data.name(procs, lock.pid, lock.exec_generation, lock.address);
-            lock.kind = kind_of(&lock.waiters);
+            match &kernel_data {
+                Some(kernel) => {
+                    lock.symbol = kernel.name(lock.address);
+                    lock.kind = kernel::lock_kind(flags[&(lock.pid, lock.address, lock.instance)]);
+                }
+                None => {
+                    lock.symbol = data.name(procs, lock.pid, lock.exec_generation, lock.address);
+                    lock.kind = kind_of(&lock.waiters);
+                }
+            }
             lock.avg_wait_ns = lock.total_wait_ns / lock.contentions.max(1);
             let attributed: u64 = lock.holders.iter().map(|h| h.total_wait_ns).sum();
             lock.unattributed_wait_ns = lock.total_wait_ns.saturating_sub(attributed);
@@ -334,6 +411,48 @@ fn kind_of(waiters: &[WaiterStat]) -> &'static str {
     "futex"
 }
 
+/// Names kernel data addresses (a static kernel lock) from `/proc/kallsyms`: the nearest data
+/// symbol at or below, with the offset into it (sizes are not listed: an offset past the next
+/// symbol cannot happen, one into a large object may name a member).
+struct KernelData {
+    /// (address, name), sorted.
+    symbols: Vec<(u64, String)>,
+}
+
+impl KernelData {
+    fn read() -> KernelData {
+        let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+        KernelData::parse(&text)
+    }
+
+    fn parse(text: &str) -> KernelData {
+        let mut symbols: Vec<(u64, String)> = text
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split_whitespace();
+                let address = u64::from_str_radix(fields.next()?, 16).ok()?;
+                let kind = fields.next()?;
+                let name = fields.next()?;
+                (address != 0 && matches!(kind, "d" | "D" | "b" | "B")).then(|| (address, name.to_string()))
+            })
+            .collect();
+        symbols.sort();
+        KernelData { symbols }
+    }
+
+    fn name(&self, address: u64) -> Option<String> {
+        let i = self.symbols.partition_point(|s| s.0 <= address).checked_sub(1)?;
+        let (start, name) = &self.symbols[i];
+        // Past the last data symbol (heap, per-CPU areas): no name.
+        self.symbols.get(i + 1)?;
+        match address - start {
+            0 => Some(name.clone()),
+            offset if offset < 4096 => Some(format!("{name}+{offset:#x}")),
+            _ => None,
+        }
+    }
+}
+
 /// Names data addresses (a global or static lock, including zero-initialised ones in `.bss`)
 /// from the symbol tables of the files a process maps. Each file is read once.
 #[derive(Default)]
@@ -425,6 +544,17 @@ mod tests {
         ]);
         assert_eq!(kind_of(&[cond]), "condvar");
         assert_eq!(kind_of(&[waiter(&["main", "syscall"])]), "futex");
+    }
+
+    #[test]
+    fn kernel_locks_are_named_from_kallsyms_data_symbols() {
+        let kallsyms = "ffffffff81000000 T _text\nffffffff82a00000 D rtnl_mutex\nffffffff82a00040 d other\nffffffff83000000 B __bss_stop\n";
+        let data = KernelData::parse(kallsyms);
+        assert_eq!(data.name(0xffffffff82a00000).as_deref(), Some("rtnl_mutex"));
+        assert_eq!(data.name(0xffffffff82a00010).as_deref(), Some("rtnl_mutex+0x10"));
+        assert_eq!(data.name(0xffffffff82a10000), None);
+        assert_eq!(data.name(0xffff888000001000), None);
+        assert_eq!(data.name(0xffffffff81000000), None);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Lock mode, futex source: the time targets' threads wait in `futex(2)` (only contended lock
+//! Futex source: the time targets' threads wait in `futex(2)` (only contended lock
 //! acquisitions enter the kernel, so uncontended locks cost nothing), by (process, futex address,
 //! waiting stack); and, for each wait, the stack that issued the wake that ended it (the thread
 //! that released the lock), charged with the wait it caused.
@@ -6,19 +6,19 @@ use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
     macros::{map, tracepoint},
-    maps::{HashMap, LruHashMap, PerCpuArray, StackTrace},
+    maps::{HashMap, LruHashMap, PerCpuArray},
     programs::{tracing::StackIdContext as _, TracePointContext},
 };
 use profiler_common::{
     lock::{
-        futex, LastWake, LockKey, LockTime, Waiting, WakeKey, WalkFor, WAITER, WAIT_ENTRIES, WAKER,
-        WAKE_ENTRIES,
+        futex, stack, LastWake, LockId, LockKey, Waiting, WalkFor, WAITER, WAIT_ENTRIES, WAKER, WAKE_ENTRIES,
     },
-    Counter, STACK_MAP_ENTRIES,
+    Counter,
 };
 
+use super::{add, LOCK_HOLDERS, LOCK_STACKS, LOCK_WAITERS, NO_STACK};
 use crate::{
-    counters::{atomic_add, bump},
+    counters::bump,
     targets::{exec_generation, is_target},
 };
 
@@ -26,19 +26,11 @@ use crate::{
 /// number (padded to 8): `uaddr` at 16, `op` at 24. `sys_exit_futex` has no field we need.
 const UADDR: usize = 16;
 const OP: usize = 24;
-/// -EFAULT: no stack (yet).
-const NO_STACK: i32 = -14;
 
 #[map(name = "LOCK_WAITING")]
 static LOCK_WAITING: HashMap<u32, Waiting> = HashMap::with_max_entries(WAIT_ENTRIES, 0);
 #[map(name = "LOCK_WAKES")]
-static LOCK_WAKES: LruHashMap<WakeKey, LastWake> = LruHashMap::with_max_entries(WAKE_ENTRIES, 0);
-#[map(name = "LOCK_WAITERS")]
-static LOCK_WAITERS: HashMap<LockKey, LockTime> = HashMap::with_max_entries(WAIT_ENTRIES, 0);
-#[map(name = "LOCK_HOLDERS")]
-static LOCK_HOLDERS: HashMap<LockKey, LockTime> = HashMap::with_max_entries(WAIT_ENTRIES, 0);
-#[map(name = "LOCK_STACKS")]
-static LOCK_STACKS: StackTrace = StackTrace::with_max_entries(STACK_MAP_ENTRIES, 0);
+static LOCK_WAKES: LruHashMap<LockId, LastWake> = LruHashMap::with_max_entries(WAKE_ENTRIES, 0);
 /// Whose stack the walk in progress on this CPU is (syscall tracepoint programs do not nest on
 /// a CPU).
 #[map(name = "LOCK_WALK_FOR")]
@@ -66,8 +58,8 @@ fn try_futex_enter(ctx: &TracePointContext) -> Result<(), i64> {
         let waiting = Waiting {
             uaddr,
             start_ns: now,
-            user_stack_id: NO_STACK,
-            user_unwound: 0,
+            stack_id: NO_STACK,
+            aux: 0,
         };
         if LOCK_WAITING.insert(tid, waiting, 0).is_err() {
             bump(Counter::LockMapFull);
@@ -81,7 +73,7 @@ fn try_futex_enter(ctx: &TracePointContext) -> Result<(), i64> {
             user_stack_id: NO_STACK,
             ..Default::default()
         };
-        let _ = LOCK_WAKES.insert(WakeKey { tgid, _pad: 0, uaddr }, wake, 0);
+        let _ = LOCK_WAKES.insert(LockId { tgid, _pad: 0, uaddr }, wake, 0);
         WAKER
     } else {
         return Ok(());
@@ -114,12 +106,12 @@ pub fn user_stack_walked(tgid: u32, tid: u32, id: i32, unwound: bool) {
     if walk_for.role == WAITER {
         if let Some(waiting) = LOCK_WAITING.get_ptr_mut(tid) {
             unsafe {
-                (*waiting).user_stack_id = id;
-                (*waiting).user_unwound = unwound as u32;
+                (*waiting).stack_id = id;
+                (*waiting).aux = unwound as u32;
             }
         }
     } else {
-        let key = WakeKey {
+        let key = LockId {
             tgid,
             _pad: 0,
             uaddr: walk_for.uaddr,
@@ -155,16 +147,17 @@ fn try_futex_exit() -> Result<(), i64> {
         &LOCK_WAITERS,
         LockKey {
             tgid,
-            user_stack_id: waiting.user_stack_id,
+            stack_id: waiting.stack_id,
             uaddr: waiting.uaddr,
-            user_unwound: waiting.user_unwound,
+            stack_kind: stack_kind(waiting.aux),
             exec_generation: generation,
+            ..Default::default()
         },
         wait,
     );
     // The wake that ended this wait: the last one on this futex, by another thread, since the
     // wait began. (None: a timeout, a signal, or the value changed before it slept.)
-    let key = WakeKey {
+    let key = LockId {
         tgid,
         _pad: 0,
         uaddr: waiting.uaddr,
@@ -176,10 +169,11 @@ fn try_futex_exit() -> Result<(), i64> {
                 &LOCK_HOLDERS,
                 LockKey {
                     tgid,
-                    user_stack_id: wake.user_stack_id,
+                    stack_id: wake.user_stack_id,
                     uaddr: waiting.uaddr,
-                    user_unwound: wake.user_unwound,
+                    stack_kind: stack_kind(wake.user_unwound),
                     exec_generation: generation,
+                    ..Default::default()
                 },
                 wait,
             );
@@ -189,32 +183,10 @@ fn try_futex_exit() -> Result<(), i64> {
 }
 
 #[inline(always)]
-fn add(map: &HashMap<LockKey, LockTime>, key: LockKey, wait: u64) {
-    if let Some(time) = map.get_ptr_mut(key) {
-        unsafe {
-            atomic_add(&mut (*time).count, 1);
-            atomic_add(&mut (*time).total_ns, wait);
-            // Racy between CPUs, and only ever low by a concurrent wait.
-            if wait > (*time).max_ns {
-                (*time).max_ns = wait;
-            }
-        }
-        return;
-    }
-    let time = LockTime {
-        count: 1,
-        total_ns: wait,
-        max_ns: wait,
-    };
-    // BPF_NOEXIST: a concurrent insert of the same key wins; add to it instead.
-    if map.insert(key, time, 1).is_err() {
-        match map.get_ptr_mut(key) {
-            Some(existing) => unsafe {
-                atomic_add(&mut (*existing).count, 1);
-                atomic_add(&mut (*existing).total_ns, wait);
-            },
-            None => bump(Counter::LockMapFull),
-        }
+fn stack_kind(unwound: u32) -> u32 {
+    match unwound {
+        0 => stack::USER_FP,
+        _ => stack::USER_UNWOUND,
     }
 }
 

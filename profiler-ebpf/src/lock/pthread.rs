@@ -1,0 +1,406 @@
+//! pthread source: probes on the lock functions of the libc each target maps (attached per
+//! process). A lock call that finds the lock held by another thread is a contention: its wait
+//! runs from the probe at entry to the return probe, and its stack is walked from the caller at
+//! the return. Each release while others wait charges the releasing stack with the waiting done
+//! since the lock last changed hands, so holder stacks add up to the wait they caused.
+//!
+//! Every acquisition and release is followed (who holds which lock), but stacks are walked only
+//! for contended waits and for releases that had waiters: an uncontended lock costs the probe
+//! traps and a few map operations.
+use aya_ebpf::{
+    bindings::pt_regs,
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_probe_read_user, generated::bpf_get_attach_cookie,
+    },
+    macros::{map, uprobe, uretprobe},
+    maps::{HashMap, LruHashMap, PerCpuArray},
+    programs::{ProbeContext, RetProbeContext},
+    EbpfContext,
+};
+use profiler_common::{
+    lock::{
+        call, call_flags, stack, LockCall, LockId, LockKey, LockState, WalkFor, HOLDER, STATE_ENTRIES,
+        WAITER, WAIT_ENTRIES,
+    },
+    Counter,
+};
+
+use super::{add, LOCK_HOLDERS, LOCK_WAITERS, NO_STACK};
+use crate::{
+    counters::{atomic_add, bump},
+    targets::exec_generation,
+};
+
+/// Offset of `task_struct.nvcsw` (from BTF); `u32::MAX`: unknown, only waits for a holder that
+/// was seen count.
+#[unsafe(no_mangle)]
+static TASK_NVCSW_OFFSET: u32 = u32::MAX;
+
+#[map(name = "LOCK_STATES")]
+static LOCK_STATES: LruHashMap<LockId, LockState> = LruHashMap::with_max_entries(STATE_ENTRIES, 0);
+#[map(name = "LOCK_CALLS")]
+static LOCK_CALLS: HashMap<u32, LockCall> = HashMap::with_max_entries(WAIT_ENTRIES, 0);
+/// Whose stack the walk in progress on this CPU is.
+#[map(name = "PTHREAD_WALK_FOR")]
+static PTHREAD_WALK_FOR: PerCpuArray<WalkFor> = PerCpuArray::with_max_entries(1, 0);
+
+#[uprobe]
+pub fn pthread_enter(ctx: ProbeContext) -> u32 {
+    let _ = try_pthread_enter(&ctx);
+    0
+}
+
+fn try_pthread_enter(ctx: &ProbeContext) -> Result<(), i64> {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let kind = call::kind(cookie);
+    let regs = unsafe { &*ctx.regs };
+    let uaddr = argument(regs, call::register(cookie));
+    let id = LockId { tgid, _pad: 0, uaddr };
+    let now = unsafe { bpf_ktime_get_ns() };
+    if call::destroys(kind) {
+        destroyed(id, now);
+        return Ok(());
+    }
+    if call::acquires(kind) {
+        // Every call that may wait counts as waiting while in the lock function: it can only
+        // be charged to a holder that releases meanwhile, so an uncontended call adds nothing;
+        // and a call that finds the lock free yet waits (taken by a thread still inside its
+        // own lock call) is charged to that holder's release all the same.
+        let mut flags = 0;
+        if call::waits(kind) {
+            if let Some(state) = state_of(id, now) {
+                let state = unsafe { &mut *state };
+                if held_against(state, tid, kind) {
+                    flags |= call_flags::FOUND_HELD;
+                }
+                atomic_add(&mut state.waiting, 1);
+                atomic_add(&mut state.waiting_start_sum, now);
+                flags |= call_flags::WAITING;
+            }
+        }
+        let entry = LockCall {
+            uaddr,
+            entry_ns: now,
+            entry_ip: regs.rip,
+            kind,
+            flags,
+            switches: voluntary_switches(),
+        };
+        if LOCK_CALLS.insert(tid, entry, 0).is_err() {
+            bump(Counter::LockMapFull);
+            if flags & call_flags::WAITING != 0 {
+                stop_waiting(id, now);
+            }
+        }
+        // A condition wait also releases: on to that.
+        if kind != call::COND_WAIT {
+            return Ok(());
+        }
+    }
+    if !call::releases(kind) {
+        return Ok(());
+    }
+    let Some(state) = LOCK_STATES.get_ptr_mut(id) else {
+        return Ok(());
+    };
+    let state = unsafe { &mut *state };
+    let charge = released(state, tid, now);
+    if charge == 0 {
+        return Ok(());
+    }
+    // The releasing stack, from the lock function's caller: its return address is where the
+    // pushes before the probed instruction left it.
+    let sp = regs.rsp + call::pushed(cookie) as u64;
+    let Ok(return_address) = (unsafe { bpf_probe_read_user(sp as *const u64) }) else {
+        record(tgid, uaddr, HOLDER, state.instance, charge, NO_STACK);
+        return Ok(());
+    };
+    let walk_for = WalkFor {
+        uaddr,
+        wait_ns: charge,
+        role: HOLDER,
+        instance: state.instance,
+    };
+    walk(
+        ctx,
+        tgid,
+        tid,
+        walk_for,
+        regs.rip,
+        (return_address, sp + 8, regs.rbp),
+    );
+    Ok(())
+}
+
+#[uretprobe]
+pub fn pthread_return(ctx: RetProbeContext) -> u32 {
+    let _ = try_pthread_return(&ctx);
+    0
+}
+
+fn try_pthread_return(ctx: &RetProbeContext) -> Result<(), i64> {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    let Some(entry) = LOCK_CALLS.get_ptr(tid) else {
+        return Ok(());
+    };
+    let entry = unsafe { *entry };
+    let _ = LOCK_CALLS.remove(tid);
+    let regs = unsafe { &*ctx.regs };
+    let now = unsafe { bpf_ktime_get_ns() };
+    let id = LockId {
+        tgid,
+        _pad: 0,
+        uaddr: entry.uaddr,
+    };
+    // A condition wait returns holding the mutex whatever it returns.
+    let acquired = regs.rax as u32 == 0 || entry.kind == call::COND_WAIT;
+    let state = unsafe { &mut *state_of(id, now).ok_or(0)? };
+    let waited_as_waiter = entry.flags & call_flags::WAITING != 0;
+    if waited_as_waiter {
+        atomic_add(&mut state.waiting, u64::MAX);
+        atomic_add(&mut state.waiting_start_sum, entry.entry_ns.wrapping_neg());
+    }
+    if acquired {
+        if entry.kind == call::RWLOCK_RDLOCK {
+            atomic_add(&mut state.readers, 1);
+        } else {
+            state.holder = tid;
+            state.acquired_ns = now;
+        }
+    }
+    // A new holder: the waiting since the last release, while the lock changed hands, is
+    // nobody's hold. (A reader joining others changes nothing for the waiters.)
+    if acquired && (entry.kind != call::RWLOCK_RDLOCK || waited_as_waiter) {
+        restart_charge(state, now);
+    }
+    // Contended: it found the lock held, or it slept in the call.
+    let slept = entry.switches != voluntary_switches();
+    if (entry.flags & call_flags::FOUND_HELD == 0 && !slept) || !call::waits(entry.kind) {
+        return Ok(());
+    }
+    let wait = now.saturating_sub(entry.entry_ns);
+    let walk_for = WalkFor {
+        uaddr: entry.uaddr,
+        wait_ns: wait,
+        role: WAITER,
+        instance: state.instance,
+    };
+    // The return lands in the caller: its registers start the walk below the lock function.
+    walk(
+        ctx,
+        tgid,
+        tid,
+        walk_for,
+        entry.entry_ip,
+        (regs.rip, regs.rsp, regs.rbp),
+    );
+    Ok(())
+}
+
+/// The current thread's voluntary context switches (0 if unknown).
+#[inline(always)]
+fn voluntary_switches() -> u64 {
+    let offset = unsafe { core::ptr::read_volatile(&TASK_NVCSW_OFFSET) };
+    if offset == u32::MAX {
+        return 0;
+    }
+    let task = unsafe { bpf_get_current_task() };
+    unsafe { bpf_probe_read_kernel((task + offset as u64) as *const u64) }.unwrap_or(0)
+}
+
+/// The lock's state, created on first use.
+#[inline(always)]
+fn state_of(id: LockId, now: u64) -> Option<*mut LockState> {
+    if let Some(state) = LOCK_STATES.get_ptr_mut(id) {
+        return Some(state);
+    }
+    let fresh = LockState {
+        since_ns: now,
+        ..Default::default()
+    };
+    // BPF_NOEXIST: another CPU's insert of the same lock wins.
+    let _ = LOCK_STATES.insert(id, fresh, 1);
+    LOCK_STATES.get_ptr_mut(id)
+}
+
+/// The lock is held by someone else in a way that makes a `kind` call wait.
+#[inline(always)]
+fn held_against(state: &LockState, tid: u32, kind: u32) -> bool {
+    let writer = state.holder != 0 && state.holder != tid;
+    match kind {
+        call::RWLOCK_RDLOCK => writer,
+        _ => writer || state.readers > 0,
+    }
+}
+
+/// A release by `tid`: end its hold and return the waiting it is charged with.
+#[inline(always)]
+fn released(state: &mut LockState, tid: u32, now: u64) -> u64 {
+    if state.holder == tid {
+        let hold = now.saturating_sub(state.acquired_ns);
+        state.holds += 1;
+        state.hold_total_ns += hold;
+        if hold > state.hold_max_ns {
+            state.hold_max_ns = hold;
+        }
+        state.holder = 0;
+    } else if state.readers > 0 {
+        atomic_add(&mut state.readers, u64::MAX);
+    } else {
+        // Taken where we do not probe (trylock of an rwlock, inside libc): released all the same.
+        state.holder = 0;
+    }
+    let waiting = unsafe { core::ptr::read_volatile(&state.waiting) };
+    let start_sum = unsafe { core::ptr::read_volatile(&state.waiting_start_sum) };
+    let since = state.since_ns;
+    let before = state.waiting_at_since;
+    let span = now.saturating_sub(since);
+    let charge = if waiting == 0 {
+        0
+    } else if waiting < before {
+        // A waiter gave up (timed lock) since: all that remain waited at most the span.
+        waiting * span
+    } else {
+        // `before` waiters waited the whole span, each later one since its own start.
+        let later = (waiting - before)
+            .wrapping_mul(now)
+            .wrapping_sub(start_sum.wrapping_sub(state.start_sum_at_since));
+        let exact = (before * span).wrapping_add(later);
+        if exact > waiting * span {
+            waiting * span
+        } else {
+            exact
+        }
+    };
+    state.since_ns = now;
+    state.waiting_at_since = waiting;
+    state.start_sum_at_since = start_sum;
+    charge
+}
+
+#[inline(always)]
+fn restart_charge(state: &mut LockState, now: u64) {
+    state.since_ns = now;
+    state.waiting_at_since = unsafe { core::ptr::read_volatile(&state.waiting) };
+    state.start_sum_at_since = unsafe { core::ptr::read_volatile(&state.waiting_start_sum) };
+}
+
+/// A waiter whose call could not be recorded is no waiter.
+#[inline(always)]
+fn stop_waiting(id: LockId, start: u64) {
+    if let Some(state) = LOCK_STATES.get_ptr_mut(id) {
+        unsafe {
+            atomic_add(&mut (*state).waiting, u64::MAX);
+            atomic_add(&mut (*state).waiting_start_sum, start.wrapping_neg());
+        }
+    }
+}
+
+/// The lock was destroyed: memory reused for another lock is another lock.
+#[inline(always)]
+fn destroyed(id: LockId, now: u64) {
+    if let Some(state) = LOCK_STATES.get_ptr_mut(id) {
+        let instance = unsafe { (*state).instance } + 1;
+        let fresh = LockState {
+            since_ns: now,
+            instance,
+            ..Default::default()
+        };
+        let _ = LOCK_STATES.insert(id, fresh, 0);
+    }
+}
+
+/// Walk the stack starting at `leaf` (the probed instruction, in the lock function) and then
+/// at the caller's `registers`; the walker ends in `stack_walked`.
+#[inline(always)]
+fn walk<C: EbpfContext>(
+    ctx: &C,
+    tgid: u32,
+    tid: u32,
+    walk_for: WalkFor,
+    leaf: u64,
+    registers: (u64, u64, u64),
+) {
+    if let Some(slot) = PTHREAD_WALK_FOR.get_ptr_mut(0) {
+        unsafe { *slot = walk_for };
+        crate::sampling::announce_once(tgid);
+        crate::unwind::start_pthread(ctx, tgid, tid, leaf, registers);
+    }
+    record(
+        tgid,
+        walk_for.uaddr,
+        walk_for.role,
+        walk_for.instance,
+        walk_for.wait_ns,
+        NO_STACK,
+    );
+}
+
+/// The walker's result for the wait or release this CPU is recording.
+#[inline(always)]
+pub fn stack_walked(tgid: u32, id: i32) {
+    if let Some(walk_for) = PTHREAD_WALK_FOR.get(0).copied() {
+        record(
+            tgid,
+            walk_for.uaddr,
+            walk_for.role,
+            walk_for.instance,
+            walk_for.wait_ns,
+            id,
+        );
+    }
+}
+
+#[inline(always)]
+fn record(tgid: u32, uaddr: u64, role: u32, instance: u32, wait: u64, stack_id: i32) {
+    let key = LockKey {
+        tgid,
+        stack_id,
+        uaddr,
+        stack_kind: stack::USER_UNWOUND,
+        exec_generation: exec_generation(tgid),
+        instance,
+        flags: 0,
+    };
+    match role {
+        WAITER => {
+            bump(Counter::LockWaits);
+            add(&LOCK_WAITERS, key, wait)
+        }
+        _ => add(&LOCK_HOLDERS, key, wait),
+    }
+}
+
+/// The register numbered `register` (`call::reg`). Copied out first: the verifier refuses a
+/// context load at a computed offset.
+#[inline(always)]
+fn argument(regs: &pt_regs, register: u32) -> u64 {
+    let all = [
+        regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8, regs.r9, regs.rax, regs.rbx, regs.r10, regs.r11,
+        regs.r12, regs.r13, regs.r14, regs.r15,
+    ];
+    all.get(register as usize).copied().unwrap_or(0)
+}
+
+/// A thread that exits inside a lock call (killed) leaves no entry, and no waiter, behind.
+#[inline(always)]
+pub fn forget_thread(tgid: u32, tid: u32) {
+    if let Some(entry) = LOCK_CALLS.get_ptr(tid) {
+        let entry = unsafe { *entry };
+        if entry.flags & call_flags::WAITING != 0 {
+            stop_waiting(
+                LockId {
+                    tgid,
+                    _pad: 0,
+                    uaddr: entry.uaddr,
+                },
+                entry.entry_ns,
+            );
+        }
+        let _ = LOCK_CALLS.remove(tid);
+    }
+}
