@@ -339,6 +339,8 @@ pub mod lock {
     pub const WAITER: u32 = 0;
     pub const WAKER: u32 = 1;
     pub const HOLDER: u32 = 1;
+    /// pthread source: a waiter's stack walked at entry, kept in its `LockCall` for the return.
+    pub const WAITER_AT_ENTRY: u32 = 2;
 
     /// pthread source: one lock's holder and waiters (per `LockId`, LRU). The wait a release is
     /// charged with is the waiting done since the last change of holder: `waiting_at_since`
@@ -384,8 +386,12 @@ pub mod lock {
         /// in the call, waiting (a contention whose holder was not seen: one that had just
         /// taken the lock and not yet returned from the lock call).
         pub switches: u64,
+        /// The waiter's stack, walked at entry when it found the lock held (while it waits,
+        /// not inside its next hold); `NO_STACK` until then.
+        pub stack_id: i32,
+        pub _pad: u32,
     }
-    const _: () = assert!(size_of::<LockCall>() == 40);
+    const _: () = assert!(size_of::<LockCall>() == 48);
 
     /// `LockCall::flags`.
     pub mod call_flags {

@@ -266,7 +266,7 @@ fn try_unwind_pthread(ctx: &ProbeContext) -> Result<(), ()> {
     let walk = unsafe { &mut *PTHREAD_WALK.get_ptr_mut(0).ok_or(())? };
     advance(ctx, walk, &PTHREAD_UNWIND_PROGRAMS);
     let stack_id = store(&LOCK_USER_STACKS, walk);
-    crate::lock::pthread::stack_walked(walk.tgid, stack_id);
+    crate::lock::pthread::stack_walked(walk.tgid, walk.tid, stack_id);
     Ok(())
 }
 

@@ -21,7 +21,7 @@ use aya_ebpf::{
 use profiler_common::{
     lock::{
         call, call_flags, stack, LockCall, LockId, LockKey, LockState, WalkFor, HOLDER, STATE_ENTRIES,
-        WAITER, WAIT_ENTRIES,
+        WAITER, WAITER_AT_ENTRY, WAIT_ENTRIES,
     },
     Counter,
 };
@@ -88,12 +88,37 @@ fn try_pthread_enter(ctx: &ProbeContext) -> Result<(), i64> {
             kind,
             flags,
             switches: voluntary_switches(),
+            stack_id: NO_STACK,
+            _pad: 0,
         };
         if LOCK_CALLS.insert(tid, entry, 0).is_err() {
             bump(Counter::LockMapFull);
             if flags & call_flags::WAITING != 0 {
                 stop_waiting(id, now);
             }
+            return Ok(());
+        }
+        if flags & call_flags::FOUND_HELD != 0 {
+            // Walk now, while it waits anyway (the stack pointer is unmoved at these probes:
+            // the caller's return address is at it).
+            let Ok(return_address) = (unsafe { bpf_probe_read_user(regs.rsp as *const u64) }) else {
+                return Ok(());
+            };
+            let walk_for = WalkFor {
+                uaddr,
+                wait_ns: 0,
+                role: WAITER_AT_ENTRY,
+                instance: 0,
+            };
+            start_walk(
+                ctx,
+                tgid,
+                tid,
+                walk_for,
+                regs.rip,
+                (return_address, regs.rsp + 8, regs.rbp),
+            );
+            return Ok(());
         }
         // A condition wait also releases: on to that.
         if kind != call::COND_WAIT {
@@ -183,6 +208,10 @@ fn try_pthread_return(ctx: &RetProbeContext) -> Result<(), i64> {
         return Ok(());
     }
     let wait = now.saturating_sub(entry.entry_ns);
+    if entry.stack_id != NO_STACK {
+        record(tgid, entry.uaddr, WAITER, state.instance, wait, entry.stack_id);
+        return Ok(());
+    }
     let walk_for = WalkFor {
         uaddr: entry.uaddr,
         wait_ns: wait,
@@ -315,9 +344,31 @@ fn destroyed(id: LockId, now: u64) {
 }
 
 /// Walk the stack starting at `leaf` (the probed instruction, in the lock function) and then
-/// at the caller's `registers`; the walker ends in `stack_walked`.
+/// at the caller's `registers`, and record the wait or release; the walker ends in
+/// `stack_walked`.
 #[inline(always)]
 fn walk<C: EbpfContext>(
+    ctx: &C,
+    tgid: u32,
+    tid: u32,
+    walk_for: WalkFor,
+    leaf: u64,
+    registers: (u64, u64, u64),
+) {
+    start_walk(ctx, tgid, tid, walk_for, leaf, registers);
+    record(
+        tgid,
+        walk_for.uaddr,
+        walk_for.role,
+        walk_for.instance,
+        walk_for.wait_ns,
+        NO_STACK,
+    );
+}
+
+/// Start the walk (a tail call: returns only if it could not start).
+#[inline(always)]
+fn start_walk<C: EbpfContext>(
     ctx: &C,
     tgid: u32,
     tid: u32,
@@ -330,29 +381,28 @@ fn walk<C: EbpfContext>(
         crate::sampling::announce_once(tgid);
         crate::unwind::start_pthread(ctx, tgid, tid, leaf, registers);
     }
+}
+
+/// The walker's result for the wait or release this CPU is recording.
+#[inline(always)]
+pub fn stack_walked(tgid: u32, tid: u32, id: i32) {
+    let Some(walk_for) = PTHREAD_WALK_FOR.get(0).copied() else {
+        return;
+    };
+    if walk_for.role == WAITER_AT_ENTRY {
+        if let Some(entry) = LOCK_CALLS.get_ptr_mut(tid) {
+            unsafe { (*entry).stack_id = id };
+        }
+        return;
+    }
     record(
         tgid,
         walk_for.uaddr,
         walk_for.role,
         walk_for.instance,
         walk_for.wait_ns,
-        NO_STACK,
+        id,
     );
-}
-
-/// The walker's result for the wait or release this CPU is recording.
-#[inline(always)]
-pub fn stack_walked(tgid: u32, id: i32) {
-    if let Some(walk_for) = PTHREAD_WALK_FOR.get(0).copied() {
-        record(
-            tgid,
-            walk_for.uaddr,
-            walk_for.role,
-            walk_for.instance,
-            walk_for.wait_ns,
-            id,
-        );
-    }
 }
 
 #[inline(always)]
