@@ -4,7 +4,7 @@
 //! never fills a map and never races a read against an increment.
 use aya_ebpf::{
     bindings::{bpf_perf_event_value, BPF_F_CURRENT_CPU, BPF_F_USER_STACK},
-    helpers::{bpf_get_current_comm, bpf_get_current_pid_tgid},
+    helpers::bpf_get_current_comm,
     macros::{map, perf_event},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerfEventArray, RingBuf, StackTrace},
     programs::{tracing::StackIdContext as _, PerfEventContext},
@@ -16,7 +16,7 @@ use profiler_common::{
 
 use crate::{
     counters::{atomic_add, bump},
-    targets::is_target,
+    targets::{current_ids, is_target},
 };
 
 const EFAULT: i64 = 14;
@@ -76,8 +76,7 @@ pub fn sample_stack(ctx: PerfEventContext) -> u32 {
 }
 
 fn try_sample_stack(ctx: &PerfEventContext) -> Result<(), i64> {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    let (tgid, tid) = current_ids();
     if tid == 0 {
         bump(Counter::Idle);
         return Ok(());

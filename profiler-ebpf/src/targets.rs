@@ -87,11 +87,17 @@ pub fn forget_exit(ctx: TracePointContext) -> u32 {
     }
 }
 
+/// The current task's (process id, thread id).
+#[inline(always)]
+pub fn current_ids() -> (u32, u32) {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    ((pid_tgid >> 32) as u32, pid_tgid as u32)
+}
+
 /// Drop exited threads' tids, so that a reused pid does not inherit target status. The tgid of a
 /// process stays until the whole group is dead, because its other threads are still targets.
 fn try_forget_exit(ctx: &TracePointContext) -> Result<(), i64> {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    let (tgid, tid) = current_ids();
     crate::sched::forget_task(tid);
     crate::lock::forget_thread(tgid, tid);
     let offsets = unsafe { core::ptr::read_volatile(&EXIT_OFFSETS) };

@@ -21,6 +21,8 @@ pub struct PausedCommand {
     gate: Option<OwnedFd>,
     exec_errors: OwnedFd,
     display: String,
+    /// The program it will exec, as resolved on PATH.
+    program: PathBuf,
     released: bool,
 }
 
@@ -96,6 +98,7 @@ pub fn spawn_paused(argv: &[OsString]) -> Result<PausedCommand, UserError> {
             gate: Some(gate_write),
             exec_errors: err_read,
             display,
+            program,
             released: false,
         }),
     }
@@ -108,6 +111,10 @@ impl PausedCommand {
 
     pub fn display(&self) -> &str {
         &self.display
+    }
+
+    pub fn program(&self) -> &Path {
+        &self.program
     }
 
     /// Let the command exec. Fails if the exec did.

@@ -558,8 +558,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
             lock_libraries.push((pid, probes::for_process(pid)?));
         }
         if let Some(paused) = &paused {
-            let program = launcher::resolve(&plan.command[0])?;
-            lock_libraries.push((paused.pid(), probes::for_command(&program)?));
+            lock_libraries.push((paused.pid(), probes::for_command(paused.program())?));
         }
     }
     // Missing BTF is the first thing to say, before anything is counted.
@@ -662,7 +661,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
         doing.push("tracing the scheduler".to_string());
     }
     if plan.mode == Mode::Lock {
-        collector.locks = Some(LockMaps::take(&mut loaded.ebpf, plan.lock_source)?);
+        collector.locks = Some(LockMaps::take(&mut loaded.ebpf)?);
         match plan.lock_source {
             LockSource::Futex => {
                 loaded.attach_futex()?;

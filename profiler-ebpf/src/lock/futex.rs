@@ -4,7 +4,7 @@
 //! that released the lock), charged with the wait it caused.
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::bpf_ktime_get_ns,
     macros::{map, tracepoint},
     maps::{HashMap, LruHashMap, PerCpuArray},
     programs::{tracing::StackIdContext as _, TracePointContext},
@@ -19,7 +19,7 @@ use profiler_common::{
 use super::{add, LOCK_HOLDERS, LOCK_STACKS, LOCK_WAITERS, NO_STACK};
 use crate::{
     counters::bump,
-    targets::{exec_generation, is_target},
+    targets::{current_ids, exec_generation, is_target},
 };
 
 /// `syscalls:sys_enter_futex`: the arguments follow the 8-byte common header and the syscall
@@ -45,8 +45,7 @@ pub fn futex_enter(ctx: TracePointContext) -> u32 {
 }
 
 fn try_futex_enter(ctx: &TracePointContext) -> Result<(), i64> {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    let (tgid, tid) = current_ids();
     if !is_target(tgid) {
         return Ok(());
     }
@@ -132,8 +131,7 @@ pub fn futex_exit(_ctx: TracePointContext) -> u32 {
 }
 
 fn try_futex_exit() -> Result<(), i64> {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    let (tgid, tid) = current_ids();
     let Some(waiting) = LOCK_WAITING.get_ptr(tid) else {
         return Ok(());
     };

@@ -3,7 +3,7 @@
 //! keyed per thread and lock, so a wait for an inner lock (a mutex's wait_lock) nests inside the
 //! outer one. The kernel does not say who holds the lock: no holder stacks from this source.
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::bpf_ktime_get_ns,
     macros::{map, tracepoint},
     maps::LruHashMap,
     programs::{tracing::StackIdContext as _, TracePointContext},
@@ -11,7 +11,10 @@ use aya_ebpf::{
 use profiler_common::lock::{stack, LockId, LockKey, Waiting, WAIT_ENTRIES};
 
 use super::{add, LOCK_STACKS, LOCK_WAITERS};
-use crate::{counters::bump, targets::is_target};
+use crate::{
+    counters::bump,
+    targets::{current_ids, is_target},
+};
 
 /// Both events: `lock_addr` after the 8-byte common header; `flags` (begin) after it.
 const LOCK_ADDR: usize = 8;
@@ -30,8 +33,7 @@ pub fn contention_begin(ctx: TracePointContext) -> u32 {
 }
 
 fn try_contention_begin(ctx: &TracePointContext) -> Result<(), i64> {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    let (tgid, tid) = current_ids();
     if !is_target(tgid) {
         return Ok(());
     }
@@ -69,8 +71,7 @@ pub fn contention_end(ctx: TracePointContext) -> u32 {
 }
 
 fn try_contention_end(ctx: &TracePointContext) -> Result<(), i64> {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    let (tgid, tid) = current_ids();
     let uaddr: u64 = unsafe { ctx.read_at(LOCK_ADDR) }?;
     let key = LockId {
         tgid: tid,

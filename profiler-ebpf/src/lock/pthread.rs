@@ -1,8 +1,10 @@
 //! pthread source: probes on the lock functions of the libc each target maps (attached per
-//! process). A lock call that finds the lock held by another thread is a contention: its wait
-//! runs from the probe at entry to the return probe, and its stack is walked from the caller at
-//! the return. Each release while others wait charges the releasing stack with the waiting done
-//! since the lock last changed hands, so holder stacks add up to the wait they caused.
+//! process). A lock call that finds the lock held by another thread, or sleeps in the call, is a
+//! contention: its wait runs from the probe at entry to the return probe, and its stack is
+//! walked from the caller (at entry when it found the lock held, so the walk overlaps the wait;
+//! else at the return). Each release while others wait charges the releasing stack with the
+//! waiting done since the lock last changed hands, so holder stacks add up to the wait they
+//! caused.
 //!
 //! Every acquisition and release is followed (who holds which lock), but stacks are walked only
 //! for contended waits and for releases that had waiters: an uncontended lock costs the probe
@@ -10,8 +12,8 @@
 use aya_ebpf::{
     bindings::pt_regs,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel,
-        bpf_probe_read_user, generated::bpf_get_attach_cookie,
+        bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
+        generated::bpf_get_attach_cookie,
     },
     macros::{map, uprobe, uretprobe},
     maps::{HashMap, LruHashMap, PerCpuArray},
@@ -29,7 +31,7 @@ use profiler_common::{
 use super::{add, LOCK_HOLDERS, LOCK_WAITERS, NO_STACK};
 use crate::{
     counters::{atomic_add, bump},
-    targets::exec_generation,
+    targets::{current_ids, exec_generation},
 };
 
 /// Offset of `task_struct.nvcsw` (from BTF); `u32::MAX`: unknown, only waits for a holder that
@@ -52,8 +54,7 @@ pub fn pthread_enter(ctx: ProbeContext) -> u32 {
 }
 
 fn try_pthread_enter(ctx: &ProbeContext) -> Result<(), i64> {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    let (tgid, tid) = current_ids();
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let kind = call::kind(cookie);
     let regs = unsafe { &*ctx.regs };
@@ -99,25 +100,16 @@ fn try_pthread_enter(ctx: &ProbeContext) -> Result<(), i64> {
             return Ok(());
         }
         if flags & call_flags::FOUND_HELD != 0 {
-            // Walk now, while it waits anyway (the stack pointer is unmoved at these probes:
-            // the caller's return address is at it).
-            let Ok(return_address) = (unsafe { bpf_probe_read_user(regs.rsp as *const u64) }) else {
-                return Ok(());
-            };
-            let walk_for = WalkFor {
-                uaddr,
-                wait_ns: 0,
-                role: WAITER_AT_ENTRY,
-                instance: 0,
-            };
-            start_walk(
-                ctx,
-                tgid,
-                tid,
-                walk_for,
-                regs.rip,
-                (return_address, regs.rsp + 8, regs.rbp),
-            );
+            // Walk now, while it waits anyway.
+            if let Some(caller) = caller_registers(regs, cookie) {
+                let walk_for = WalkFor {
+                    uaddr,
+                    wait_ns: 0,
+                    role: WAITER_AT_ENTRY,
+                    instance: 0,
+                };
+                start_walk(ctx, tgid, tid, walk_for, regs.rip, caller);
+            }
             return Ok(());
         }
         // A condition wait also releases: on to that.
@@ -136,10 +128,7 @@ fn try_pthread_enter(ctx: &ProbeContext) -> Result<(), i64> {
     if charge == 0 {
         return Ok(());
     }
-    // The releasing stack, from the lock function's caller: its return address is where the
-    // pushes before the probed instruction left it.
-    let sp = regs.rsp + call::pushed(cookie) as u64;
-    let Ok(return_address) = (unsafe { bpf_probe_read_user(sp as *const u64) }) else {
+    let Some(caller) = caller_registers(regs, cookie) else {
         record(tgid, uaddr, HOLDER, state.instance, charge, NO_STACK);
         return Ok(());
     };
@@ -149,15 +138,18 @@ fn try_pthread_enter(ctx: &ProbeContext) -> Result<(), i64> {
         role: HOLDER,
         instance: state.instance,
     };
-    walk(
-        ctx,
-        tgid,
-        tid,
-        walk_for,
-        regs.rip,
-        (return_address, sp + 8, regs.rbp),
-    );
+    walk(ctx, tgid, tid, walk_for, regs.rip, caller);
     Ok(())
+}
+
+/// The registers of the lock function's caller at a probe in its prologue: its return address
+/// is where the pushes before the probed instruction left it, above it the caller's stack, and
+/// the frame pointer is still the caller's (the probe point is chosen before any write to rbp).
+#[inline(always)]
+fn caller_registers(regs: &pt_regs, cookie: u64) -> Option<(u64, u64, u64)> {
+    let sp = regs.rsp + call::pushed(cookie) as u64;
+    let return_address = unsafe { bpf_probe_read_user(sp as *const u64) }.ok()?;
+    Some((return_address, sp + 8, regs.rbp))
 }
 
 #[uretprobe]
@@ -167,8 +159,7 @@ pub fn pthread_return(ctx: RetProbeContext) -> u32 {
 }
 
 fn try_pthread_return(ctx: &RetProbeContext) -> Result<(), i64> {
-    let pid_tgid = bpf_get_current_pid_tgid();
-    let (tgid, tid) = ((pid_tgid >> 32) as u32, pid_tgid as u32);
+    let (tgid, tid) = current_ids();
     let Some(entry) = LOCK_CALLS.get_ptr(tid) else {
         return Ok(());
     };
@@ -186,8 +177,7 @@ fn try_pthread_return(ctx: &RetProbeContext) -> Result<(), i64> {
     let state = unsafe { &mut *state_of(id, now).ok_or(0)? };
     let waited_as_waiter = entry.flags & call_flags::WAITING != 0;
     if waited_as_waiter {
-        atomic_add(&mut state.waiting, u64::MAX);
-        atomic_add(&mut state.waiting_start_sum, entry.entry_ns.wrapping_neg());
+        leave_waiting(state, entry.entry_ns);
     }
     if acquired {
         if entry.kind == call::RWLOCK_RDLOCK {
@@ -200,7 +190,8 @@ fn try_pthread_return(ctx: &RetProbeContext) -> Result<(), i64> {
     // A new holder: the waiting since the last release, while the lock changed hands, is
     // nobody's hold. (A reader joining others changes nothing for the waiters.)
     if acquired && (entry.kind != call::RWLOCK_RDLOCK || waited_as_waiter) {
-        restart_charge(state, now);
+        let (waiting, start_sum) = waiting_now(state);
+        restart_charge(state, now, waiting, start_sum);
     }
     // Contended: it found the lock held, or it slept in the call.
     let slept = entry.switches != voluntary_switches();
@@ -283,8 +274,7 @@ fn released(state: &mut LockState, tid: u32, now: u64) -> u64 {
         // Taken where we do not probe (trylock of an rwlock, inside libc): released all the same.
         state.holder = 0;
     }
-    let waiting = unsafe { core::ptr::read_volatile(&state.waiting) };
-    let start_sum = unsafe { core::ptr::read_volatile(&state.waiting_start_sum) };
+    let (waiting, start_sum) = waiting_now(state);
     let since = state.since_ns;
     let before = state.waiting_at_since;
     let span = now.saturating_sub(since);
@@ -305,27 +295,42 @@ fn released(state: &mut LockState, tid: u32, now: u64) -> u64 {
             exact
         }
     };
-    state.since_ns = now;
-    state.waiting_at_since = waiting;
-    state.start_sum_at_since = start_sum;
+    restart_charge(state, now, waiting, start_sum);
     charge
 }
 
+/// The waiters now: how many, and the sum of their start times (both updated atomically by
+/// other CPUs).
 #[inline(always)]
-fn restart_charge(state: &mut LockState, now: u64) {
-    state.since_ns = now;
-    state.waiting_at_since = unsafe { core::ptr::read_volatile(&state.waiting) };
-    state.start_sum_at_since = unsafe { core::ptr::read_volatile(&state.waiting_start_sum) };
+fn waiting_now(state: &LockState) -> (u64, u64) {
+    unsafe {
+        (
+            core::ptr::read_volatile(&state.waiting),
+            core::ptr::read_volatile(&state.waiting_start_sum),
+        )
+    }
 }
 
-/// A waiter whose call could not be recorded is no waiter.
+/// The next release is charged from `now`, with these waiters.
+#[inline(always)]
+fn restart_charge(state: &mut LockState, now: u64, waiting: u64, start_sum: u64) {
+    state.since_ns = now;
+    state.waiting_at_since = waiting;
+    state.start_sum_at_since = start_sum;
+}
+
+/// A waiter that started at `start` leaves the lock's waiters.
+#[inline(always)]
+fn leave_waiting(state: &mut LockState, start: u64) {
+    atomic_add(&mut state.waiting, u64::MAX);
+    atomic_add(&mut state.waiting_start_sum, start.wrapping_neg());
+}
+
+/// A waiter whose call could not be recorded (or whose thread died in it) is no waiter.
 #[inline(always)]
 fn stop_waiting(id: LockId, start: u64) {
     if let Some(state) = LOCK_STATES.get_ptr_mut(id) {
-        unsafe {
-            atomic_add(&mut (*state).waiting, u64::MAX);
-            atomic_add(&mut (*state).waiting_start_sum, start.wrapping_neg());
-        }
+        leave_waiting(unsafe { &mut *state }, start);
     }
 }
 

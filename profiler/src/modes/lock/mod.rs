@@ -46,12 +46,11 @@ const STACKS_PER_LOCK: usize = 10;
 /// The kernel maps of the lock programs. They only grow during a run (one entry per lock and
 /// stack), so they are read once, at the end.
 pub struct LockMaps {
-    source: LockSource,
     waiters: BpfHashMap<MapData, LockKey, LockTime>,
     holders: BpfHashMap<MapData, LockKey, LockTime>,
     stacks: StackTraceMap<MapData>,
     user_stacks: BpfHashMap<MapData, u32, UserStack>,
-    /// pthread source: per lock, its holds.
+    /// pthread source: per lock, its holds (empty for the other sources).
     states: BpfHashMap<MapData, LockId, LockState>,
 }
 
@@ -116,10 +115,9 @@ impl LockCollection {
 }
 
 impl LockMaps {
-    pub fn take(ebpf: &mut Ebpf, source: LockSource) -> anyhow::Result<Self> {
+    pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
         let mut take = |name: &str| ebpf.take_map(name).with_context(|| format!("map {name} missing"));
         Ok(LockMaps {
-            source,
             waiters: BpfHashMap::try_from(take(names::LOCK_WAITERS)?)?,
             holders: BpfHashMap::try_from(take(names::LOCK_HOLDERS)?)?,
             stacks: StackTraceMap::try_from(take(names::LOCK_STACKS)?)?,
@@ -154,19 +152,17 @@ impl LockMaps {
                 collection.add(record, user, kernel, procs);
             }
         }
-        if self.source == LockSource::Pthread {
-            for (id, state) in self.states.iter().filter_map(Result::ok) {
-                if state.holds > 0 {
-                    let holds = Holds {
-                        holds: state.holds,
-                        total_hold_ns: state.hold_total_ns,
-                        max_hold_ns: state.hold_max_ns,
-                        avg_hold_ns: state.hold_total_ns / state.holds,
-                    };
-                    collection
-                        .holds
-                        .insert((id.tgid, id.uaddr, state.instance), holds);
-                }
+        for (id, state) in self.states.iter().filter_map(Result::ok) {
+            if state.holds > 0 {
+                let holds = Holds {
+                    holds: state.holds,
+                    total_hold_ns: state.hold_total_ns,
+                    max_hold_ns: state.hold_max_ns,
+                    avg_hold_ns: state.hold_total_ns / state.holds,
+                };
+                collection
+                    .holds
+                    .insert((id.tgid, id.uaddr, state.instance), holds);
             }
         }
         collection
@@ -202,6 +198,9 @@ pub struct LockStat {
     /// Which of the process's images the address belongs to (for naming it).
     #[serde(skip)]
     pub exec_generation: u32,
+    /// Kernel source: the flags of all its waits (for its type).
+    #[serde(skip)]
+    pub flags: u32,
     /// The global or static variable at the address (None: heap or stack memory).
     pub symbol: Option<String>,
     /// What waited on it, from the waiters' stacks: mutex, rwlock, condvar, semaphore, barrier,
@@ -254,21 +253,19 @@ pub fn build(
         frames_by_record.insert(key.tid, frames_of(key, symbols));
     }
     let mut locks: HashMap<(u32, u64, u32), LockStat> = HashMap::new();
-    // Kernel source: the flags of all of a lock's waits.
-    let mut flags: HashMap<(u32, u64, u32), u32> = HashMap::new();
     for (index, record) in collection.records.iter().enumerate() {
         let frames = frames_by_record
             .get(&(index as u32))
             .cloned()
             .unwrap_or_else(|| vec![Frame::marker("no stack", false)]);
         let id = (record.pid, record.address, record.instance);
-        *flags.entry(id).or_default() |= record.flags;
         let lock = locks.entry(id).or_insert_with(|| LockStat {
             pid: record.pid,
             comm: procs.name(record.pid).unwrap_or("").to_string(),
             address: record.address,
             instance: record.instance,
             exec_generation: record.exec_generation,
+            flags: 0,
             symbol: None,
             kind: "futex",
             contentions: 0,
@@ -276,13 +273,11 @@ pub fn build(
             max_wait_ns: 0,
             avg_wait_ns: 0,
             unattributed_wait_ns: 0,
-            holds: collection
-                .holds
-                .get(&(record.pid, record.address, record.instance))
-                .copied(),
+            holds: collection.holds.get(&id).copied(),
             waiters: Vec::new(),
             holders: Vec::new(),
         });
+        lock.flags |= record.flags;
         match record.role {
             Role::Waiter => {
                 lock.contentions += record.time.count;
@@ -311,7 +306,7 @@ pub fn build(
             match &kernel_data {
                 Some(kernel) => {
                     lock.symbol = kernel.name(lock.address);
-                    lock.kind = kernel::lock_kind(flags[&(lock.pid, lock.address, lock.instance)]);
+                    lock.kind = kernel::lock_kind(lock.flags);
                 }
                 None => {
                     lock.symbol = data.name(procs, lock.pid, lock.exec_generation, lock.address);
