@@ -14,6 +14,8 @@ fn main() {
     // The lock workload is built like most binaries: no frame pointers (its waiters' stacks go
     // through libc's futex wait, which has none either).
     compile_c(&out, "lockload", &[]);
+    // The agent's churn workload: short-lived processes, built like most binaries too.
+    compile_c(&out, "churn", &[]);
     // The same, statically linked and stripped: no symbols for the pthread source to probe.
     compile_c_as(&out, "lockload", "lockload-static-stripped", &["-static", "-s"]);
     // The unwinding workload has no frame pointers at all, like most distribution binaries.

@@ -110,6 +110,9 @@ fn try_forget_exit(ctx: &TracePointContext) -> Result<(), i64> {
     if group_dead.unwrap_or(tid == tgid) {
         crate::unwind::forget_process(tgid);
         let _ = EXEC_GENERATIONS.remove(tgid);
+        // A process that reuses the pid is another process: announced again at its first sample,
+        // so its own map is captured (pids are reused within minutes where pid_max is 32768).
+        let _ = SEEN.remove(tgid);
     }
     if !filtering() {
         return Ok(());

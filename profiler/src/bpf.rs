@@ -109,6 +109,8 @@ pub struct LoadOptions<'a> {
     pub lock: Option<LockSource>,
     /// pthread source: offset of `task_struct.nvcsw` (from BTF), to tell a lock call that slept.
     pub nvcsw_offset: Option<u32>,
+    /// Entries of each sample map, where not the default (a test of a full map).
+    pub sample_map_entries: Option<u32>,
     pub tracefs: &'a Path,
 }
 
@@ -211,6 +213,11 @@ impl Loaded {
             .override_global(names::G_NVCSW, &nvcsw, true);
         for map in unused_maps(options) {
             loader.map_max_entries(map, 1);
+        }
+        if let Some(entries) = options.sample_map_entries {
+            for map in names::SAMPLES {
+                loader.map_max_entries(map, entries.max(1));
+            }
         }
         let mut ebpf = loader
             .load(BPF_OBJECT)

@@ -2,16 +2,19 @@
 use std::{ffi::OsString, path::PathBuf};
 
 use crate::events::EventSpec;
-use clap::{Parser, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
 #[command(
     name = "bpfprof",
     version,
     about = "eBPF profiler: hotspots, topdown, locks and scheduling latency",
-    after_help = "Examples:\n  sudo bpfprof -a -d 10                      system-wide hotspots for 10 s\n  sudo bpfprof -p 1234 -o flame.svg          flamegraph of a running process (Ctrl-C stops)\n  sudo bpfprof -F 999 -- ./my-program args   profile a command from its first instruction"
+    after_help = "Examples:\n  sudo bpfprof -a -d 10                      system-wide hotspots for 10 s\n  sudo bpfprof -p 1234 -o flame.svg          flamegraph of a running process (Ctrl-C stops)\n  sudo bpfprof -F 999 -- ./my-program args   profile a command from its first instruction\n  sudo bpfprof agent                         always-on system-wide profiling (pprof windows, HTTP endpoint)",
+    args_conflicts_with_subcommands = true
 )]
 pub struct Cli {
+    #[command(subcommand)]
+    pub subcommand: Option<Subcommands>,
     /// What to measure.
     #[arg(long, value_enum, default_value_t = Mode::Hotspot)]
     pub mode: Mode,
@@ -96,6 +99,54 @@ pub struct Cli {
     /// Command to start and profile; bpfprof attaches first, so its first samples are captured.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Subcommands {
+    /// Always-on system-wide profiling: every window a pprof profile, written into a directory
+    /// (with retention), served over HTTP (`/debug/pprof/profile?seconds=N`, `/metrics`) and
+    /// optionally pushed to a Pyroscope-compatible server. Runs in the foreground (systemd).
+    Agent(AgentArgs),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct AgentArgs {
+    /// Sampling frequency per CPU, in Hz (low: the agent runs all the time).
+    #[arg(short = 'F', long = "freq", default_value_t = 19, value_name = "HZ")]
+    pub frequency: u64,
+    /// Length of one profile window.
+    #[arg(long, value_name = "SECONDS", default_value = "60", value_parser = parse_seconds)]
+    pub window: f64,
+    /// Where windows are written (`window-<unix ms>.pb.gz`, atomically).
+    #[arg(long = "output-dir", value_name = "DIR", default_value = "/var/lib/bpfprof")]
+    pub output_dir: PathBuf,
+    /// Keep at most this many windows on disk (oldest removed first).
+    #[arg(long, value_name = "N", default_value_t = 60)]
+    pub keep: usize,
+    /// Keep at most this many bytes of windows on disk (K, M, G suffixes).
+    #[arg(long = "max-bytes", value_name = "BYTES", default_value = "256M", value_parser = parse_bytes)]
+    pub max_bytes: u64,
+    /// Serve the HTTP endpoint here (`off`: no endpoint).
+    #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7071")]
+    pub listen: String,
+    /// Push each window to this Pyroscope-compatible server (`http://host:4040`: POST /ingest).
+    #[arg(long, value_name = "URL")]
+    pub push: Option<String>,
+    /// The application name pushed windows are stored under (labels in braces allowed).
+    #[arg(long = "push-name", value_name = "NAME", default_value = "bpfprof.cpu")]
+    pub push_name: String,
+    /// Windows waiting to be pushed at most; beyond, the oldest is dropped (and counted).
+    #[arg(long = "push-queue", value_name = "N", default_value_t = 8)]
+    pub push_queue: usize,
+    /// Give up on one push attempt after this long.
+    #[arg(long = "push-timeout", value_name = "SECONDS", default_value = "10", value_parser = parse_seconds)]
+    pub push_timeout: f64,
+    /// How user stacks are walked (see the main command's --unwind).
+    #[arg(long, value_enum, value_name = "HOW", default_value = "tables")]
+    pub unwind: Unwind,
+    /// Testing: entries of the kernel's sample map (to prove a full map is reported).
+    #[arg(long = "sample-map-entries", value_name = "N", hide = true)]
+    pub sample_map_entries: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -274,6 +325,24 @@ fn parse_millis(s: &str) -> Result<f64, String> {
     }
 }
 
+/// A size in bytes: a number with an optional K, M or G (powers of 1024).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let upper = s.trim().to_ascii_uppercase();
+    let digits = upper.trim_end_matches(['B', 'I']);
+    let (number, shift) = match digits.char_indices().last() {
+        Some((i, 'K')) => (&digits[..i], 10),
+        Some((i, 'M')) => (&digits[..i], 20),
+        Some((i, 'G')) => (&digits[..i], 30),
+        _ => (digits, 0),
+    };
+    number
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("`{s}` is not a size (a positive number of bytes, e.g. 500M or 2G)"))
+}
+
 fn parse_seconds(s: &str) -> Result<f64, String> {
     let trimmed = s.strip_suffix('s').unwrap_or(s);
     match trimmed.parse::<f64>() {
@@ -318,5 +387,32 @@ mod tests {
         assert!(Cli::try_parse_from(["bpfprof", "-p", "1", "-a"]).is_err());
         assert!(Cli::try_parse_from(["bpfprof", "-d", "0"]).is_err());
         assert!(Cli::try_parse_from(["bpfprof", "-d", "-3"]).is_err());
+    }
+
+    #[test]
+    fn agent_subcommand_parses_and_keeps_its_own_flags() {
+        let cli = Cli::parse_from([
+            "bpfprof",
+            "agent",
+            "--window",
+            "5",
+            "--max-bytes",
+            "10M",
+            "-F",
+            "99",
+        ]);
+        let Some(Subcommands::Agent(agent)) = cli.subcommand else {
+            panic!("not the agent");
+        };
+        assert_eq!(agent.window, 5.0);
+        assert_eq!(agent.max_bytes, 10 << 20);
+        assert_eq!(agent.frequency, 99);
+        assert_eq!(agent.listen, "127.0.0.1:7071");
+        assert!(Cli::try_parse_from(["bpfprof", "-p", "1", "agent"]).is_err());
+        assert!(Cli::try_parse_from(["bpfprof", "agent", "--mode", "lock"]).is_err());
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("2G"), Ok(2 << 30));
+        assert_eq!(parse_bytes("64KiB"), Ok(64 << 10));
+        assert!(parse_bytes("0").is_err() && parse_bytes("lots").is_err());
     }
 }

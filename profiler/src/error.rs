@@ -29,6 +29,10 @@ pub enum UserError {
     },
     #[error("{0}")]
     Usage(String),
+    #[error("cannot keep windows in {}: {reason}; pick another directory with --output-dir", path.display())]
+    OutputDir { path: PathBuf, reason: String },
+    #[error("cannot serve the endpoint on {address}: {reason}; pick another with --listen ADDR:PORT, or --listen off")]
+    Listen { address: String, reason: String },
     #[error("cannot use the counters in {}: {reason}", path.display())]
     Counters { path: PathBuf, reason: String },
     #[error("{0}: pick another --preset, or --preset software for counters that work everywhere")]

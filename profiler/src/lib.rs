@@ -1,5 +1,6 @@
 //! bpfprof: an eBPF profiler. The data path is the architecture:
 //! kernel maps → `collect` → `profile` (aggregate) → `symbolize` → `modes::*` (fold) → `report`.
+pub mod agent;
 pub mod bpf;
 pub mod btf;
 pub mod cli;

@@ -69,7 +69,8 @@ pub fn write_report(
     }
 }
 
-fn write_atomically(path: &Path, render: &dyn Fn(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
+/// Write `path` whole or not at all: into a temporary file beside it, synced, then renamed.
+pub fn write_atomically(path: &Path, render: &dyn Fn(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
     let temp = temp_path(path);
     let result = (|| {
         let mut out = BufWriter::new(File::create(&temp)?);

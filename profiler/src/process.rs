@@ -1,7 +1,15 @@
 //! What symbolization needs from a process, captured while it is alive: its executable mappings,
 //! and an open handle on every mapped file (so a process that exits, or a binary that is
-//! replaced on disk, still symbolizes). Files are shared by (device, inode), not per pid.
-use std::{collections::HashMap, fs::File, io, os::fd::AsRawFd, path::PathBuf};
+//! replaced on disk, still symbolizes). Files are shared by (device, inode), not per pid; what
+//! belongs to processes that exited can be forgotten (`forget`), so a long run stays bounded.
+use std::{
+    collections::{HashMap, HashSet},
+    fs::File,
+    io,
+    os::{fd::AsRawFd, unix::fs::MetadataExt as _},
+    path::PathBuf,
+    sync::Arc,
+};
 
 /// Index into [`Processes::files`].
 pub type FileId = u32;
@@ -30,12 +38,103 @@ impl UserAddr {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct MappedFile {
     /// The path as the process saw it (may be in another mount namespace, or deleted).
     pub path: String,
     /// Open via `/proc/<pid>/map_files`, so it stays readable whatever happens to the path.
-    handle: Option<File>,
+    /// Shared, so a symbolization pass elsewhere keeps it open after the process is forgotten.
+    handle: Option<Arc<File>>,
+    /// Which file this is, across processes and runs: what caches of its symbols are keyed by.
+    pub identity: Option<FileIdentity>,
+}
+
+/// A file's content identity as far as the file system says: a file replaced on disk (upgrade)
+/// gets another inode or mtime, so symbols cached for the old one are never used for the new.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FileIdentity {
+    pub dev: u64,
+    pub inode: u64,
+    pub size: u64,
+    pub mtime_ns: i64,
+}
+
+impl FileIdentity {
+    fn of(file: &File) -> Option<FileIdentity> {
+        let meta = file.metadata().ok()?;
+        Some(FileIdentity {
+            dev: meta.dev(),
+            inode: meta.ino(),
+            size: meta.size(),
+            mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
+        })
+    }
+}
+
+/// Where a symbolizer finds the files a profile's addresses point into.
+pub trait FileTable {
+    fn file(&self, id: FileId) -> Option<&MappedFile>;
+}
+
+/// The files one profile needs, taken out of `Processes` so that it can be symbolized elsewhere
+/// (another thread) while the processes go on being tracked and forgotten.
+#[derive(Clone, Debug, Default)]
+pub struct FileSnapshot(HashMap<FileId, MappedFile>);
+
+impl FileTable for FileSnapshot {
+    fn file(&self, id: FileId) -> Option<&MappedFile> {
+        self.0.get(&id)
+    }
+}
+
+/// What labels a process's samples: captured with its map, while it is alive.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessInfo {
+    /// `/proc/<pid>/comm`.
+    pub comm: String,
+    /// `/proc/<pid>/exe`, as the process sees it.
+    pub executable: Option<String>,
+    /// The cgroup v2 path (`0::/...` in `/proc/<pid>/cgroup`).
+    pub cgroup: Option<String>,
+}
+
+impl ProcessInfo {
+    fn read(pid: u32) -> Option<ProcessInfo> {
+        let comm = comm_of(pid)?;
+        let executable = std::fs::read_link(format!("/proc/{pid}/exe"))
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned());
+        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+            .ok()
+            .and_then(|text| cgroup_v2(&text));
+        Some(ProcessInfo {
+            comm,
+            executable,
+            cgroup,
+        })
+    }
+
+    /// The container this process runs in, where its cgroup says (Docker, containerd, CRI-O,
+    /// Podman: a 64-hex-digit id in one of the path's components).
+    pub fn container_id(&self) -> Option<&str> {
+        container_id(self.cgroup.as_deref()?)
+    }
+}
+
+fn cgroup_v2(text: &str) -> Option<String> {
+    text.lines()
+        .find_map(|line| line.strip_prefix("0::"))
+        .map(str::to_string)
+}
+
+/// The container id in a cgroup path: `docker-<id>.scope`, `cri-containerd-<id>.scope`,
+/// `crio-<id>.scope`, `libpod-<id>.scope`, or `/docker/<id>`, `/kubepods/.../<id>`.
+pub fn container_id(cgroup: &str) -> Option<&str> {
+    cgroup.rsplit('/').find_map(|component| {
+        let component = component.strip_suffix(".scope").unwrap_or(component);
+        let id = component.rsplit(['-', ':']).next()?;
+        (id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())).then_some(id)
+    })
 }
 
 impl MappedFile {
@@ -114,10 +213,11 @@ pub struct Processes {
     /// Per (pid, exec generation): a process that execs maps another image, and its samples
     /// from before are resolved against the map they were taken in.
     maps: HashMap<(u32, u32), Vec<Mapping>>,
-    /// Process names (`/proc/<pid>/comm`), captured with the maps.
-    names: HashMap<u32, String>,
-    files: Vec<MappedFile>,
+    /// Process names, executables and cgroups, captured with the maps.
+    info: HashMap<u32, ProcessInfo>,
+    files: HashMap<FileId, MappedFile>,
     file_ids: HashMap<(String, u64), FileId>,
+    next_file: FileId,
     /// With `record_captures`: the maps captured since `take_captured` (for the unwinder).
     captured: Option<Vec<(u32, Vec<MapsLine>)>>,
     captured_at: HashMap<u32, std::time::Instant>,
@@ -164,8 +264,8 @@ impl Processes {
                 break;
             }
         }
-        if let Some(comm) = comm_of(pid) {
-            self.names.insert(pid, comm);
+        if let Some(info) = ProcessInfo::read(pid) {
+            self.info.insert(pid, info);
         }
         let lines = parse_maps(&text);
         self.captured_at.insert(pid, std::time::Instant::now());
@@ -247,11 +347,16 @@ impl Processes {
             return Region::File(id);
         }
         let handle = open.and_then(|open| open().ok());
-        let id = self.files.len() as FileId;
-        self.files.push(MappedFile {
-            path: line.path.clone(),
-            handle,
-        });
+        let id = self.next_file;
+        self.next_file = self.next_file.wrapping_add(1);
+        self.files.insert(
+            id,
+            MappedFile {
+                path: line.path.clone(),
+                identity: handle.as_ref().and_then(FileIdentity::of),
+                handle: handle.map(Arc::new),
+            },
+        );
         self.file_ids.insert(key, id);
         Region::File(id)
     }
@@ -261,11 +366,45 @@ impl Processes {
     }
 
     pub fn name(&self, pid: u32) -> Option<&str> {
-        self.names.get(&pid).map(String::as_str)
+        self.info.get(&pid).map(|i| i.comm.as_str())
     }
 
-    pub fn file(&self, id: FileId) -> &MappedFile {
-        &self.files[id as usize]
+    pub fn info(&self, pid: u32) -> Option<&ProcessInfo> {
+        self.info.get(&pid)
+    }
+
+    /// The processes known, whatever their state.
+    pub fn pids(&self) -> HashSet<u32> {
+        self.maps.keys().map(|&(pid, _)| pid).collect()
+    }
+
+    /// Forget processes (every image of each), then the files no process left maps: their
+    /// handles close. Profiles already aggregated keep their file ids; symbolize them from a
+    /// `snapshot` taken before.
+    pub fn forget(&mut self, pids: &HashSet<u32>) {
+        self.maps.retain(|(pid, _), _| !pids.contains(pid));
+        self.info.retain(|pid, _| !pids.contains(pid));
+        self.captured_at.retain(|pid, _| !pids.contains(pid));
+        let used: HashSet<FileId> = self
+            .maps
+            .values()
+            .flatten()
+            .filter_map(|m| match m.region {
+                Region::File(id) => Some(id),
+                _ => None,
+            })
+            .collect();
+        self.files.retain(|id, _| used.contains(id));
+        self.file_ids.retain(|_, id| used.contains(id));
+    }
+
+    /// The files `ids` name, shareable with another thread.
+    pub fn snapshot(&self, ids: impl IntoIterator<Item = FileId>) -> FileSnapshot {
+        FileSnapshot(
+            ids.into_iter()
+                .filter_map(|id| Some((id, self.files.get(&id)?.clone())))
+                .collect(),
+        )
     }
 
     /// The files mapped executable into one image of the process: (file, mapping start, file
@@ -284,6 +423,10 @@ impl Processes {
 
     pub fn file_count(&self) -> usize {
         self.files.len()
+    }
+
+    pub fn process_count(&self) -> usize {
+        self.info.len().max(self.pids().len())
     }
 
     /// Whether every address falls in a known executable mapping of the process's image.
@@ -312,6 +455,12 @@ impl Processes {
             Region::Vdso => UserAddr::Vdso { addr },
             Region::Anon => UserAddr::Anon { addr },
         }
+    }
+}
+
+impl FileTable for Processes {
+    fn file(&self, id: FileId) -> Option<&MappedFile> {
+        self.files.get(&id)
     }
 }
 
@@ -356,7 +505,7 @@ mod tests {
         match procs.normalize(11, 0, 0x7f0000000010) {
             UserAddr::File { file, offset, .. } => {
                 assert_eq!(offset, 0x28010);
-                assert!(procs.file(file).path.ends_with("libc.so.6"));
+                assert!(procs.file(file).unwrap().path.ends_with("libc.so.6"));
             }
             other => panic!("{other:?}"),
         }
@@ -381,6 +530,47 @@ mod tests {
     }
 
     #[test]
+    fn forgetting_processes_closes_only_files_no_one_maps() {
+        let mut procs = Processes::new();
+        procs.insert_maps(10, parse_maps(MAPS));
+        procs.insert_maps(
+            11,
+            parse_maps("1000-2000 r-xp 00000000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6\n"),
+        );
+        let snapshot = procs.snapshot([0, 1]);
+        procs.forget(&HashSet::from([10]));
+        assert_eq!(procs.pids(), HashSet::from([11]));
+        assert_eq!(procs.file_count(), 1, "libc stays, mapped by 11");
+        assert!(procs.file(0).is_none() && procs.file(1).is_some());
+        assert!(snapshot.file(0).is_some(), "a snapshot outlives the forgetting");
+        // A new file never reuses a forgotten one's id.
+        procs.insert_maps(12, parse_maps("1000-2000 r-xp 00000000 fd:01 7 /bin/new\n"));
+        assert!(procs.file(2).is_some());
+        procs.forget(&HashSet::from([11, 12]));
+        assert_eq!(procs.file_count(), 0);
+        assert_eq!(procs.process_count(), 0);
+    }
+
+    #[test]
+    fn container_ids_from_cgroup_paths() {
+        let id = "3f4e8a1b2c3d4e5f60718293a4b5c6d7e8f90123456789abcdef0123456789ab";
+        for path in [
+            format!("/system.slice/docker-{id}.scope"),
+            format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1.slice/cri-containerd-{id}.scope"),
+            format!("/docker/{id}"),
+            format!("/machine.slice/libpod-{id}.scope/container"),
+            format!("/kubepods/besteffort/pod1/crio-{id}.scope"),
+        ] {
+            assert_eq!(container_id(&path), Some(id), "{path}");
+        }
+        assert_eq!(container_id("/user.slice/user-0.slice/session-3.scope"), None);
+        assert_eq!(
+            cgroup_v2("0::/system.slice/sshd.service\n"),
+            Some("/system.slice/sshd.service".into())
+        );
+    }
+
+    #[test]
     fn captures_own_process() {
         let mut procs = Processes::new();
         procs.capture(std::process::id()).unwrap();
@@ -390,5 +580,12 @@ mod tests {
             UserAddr::File { .. }
         ));
         assert!(procs.capture(u32::MAX - 1).is_err());
+        let info = procs.info(std::process::id()).unwrap();
+        assert!(
+            info.executable.as_deref().unwrap().contains("profiler"),
+            "{info:?}"
+        );
+        let file = procs.snapshot(procs.mapped_files(std::process::id(), 0).iter().map(|f| f.0));
+        assert!(file.0.values().any(|f| f.identity.is_some()));
     }
 }

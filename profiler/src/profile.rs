@@ -99,6 +99,27 @@ pub struct Health {
 }
 
 impl Health {
+    /// What the sampling counters (cumulative in the kernel) grew by since `earlier`: one
+    /// window's share of a long run.
+    pub fn sampling_since(&self, earlier: &Health) -> Health {
+        let d = |now: u64, then: u64| now.saturating_sub(then);
+        Health {
+            samples: d(self.samples, earlier.samples),
+            idle: d(self.idle, earlier.idle),
+            lost_map_full: d(self.lost_map_full, earlier.lost_map_full),
+            user_stack_collisions: d(self.user_stack_collisions, earlier.user_stack_collisions),
+            kernel_stack_collisions: d(self.kernel_stack_collisions, earlier.kernel_stack_collisions),
+            user_stack_errors: d(self.user_stack_errors, earlier.user_stack_errors),
+            kernel_stack_errors: d(self.kernel_stack_errors, earlier.kernel_stack_errors),
+            process_events_lost: d(self.process_events_lost, earlier.process_events_lost),
+            unwind_walks: d(self.unwind_walks, earlier.unwind_walks),
+            unwind_truncated: d(self.unwind_truncated, earlier.unwind_truncated),
+            unwind_failed: d(self.unwind_failed, earlier.unwind_failed),
+            unwind_stacks_lost: d(self.unwind_stacks_lost, earlier.unwind_stacks_lost),
+            ..Health::default()
+        }
+    }
+
     pub fn lost(&self) -> u64 {
         self.lost_map_full
     }

@@ -154,17 +154,15 @@ impl Plan {
 
 /// Run bpfprof; the result is the process exit code.
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
+    if let Some(crate::cli::Subcommands::Agent(args)) = cli.subcommand {
+        return crate::agent::run(args);
+    }
     if let Some(path) = cli.counters.clone() {
         return topdown_from_counters(&cli, &path);
     }
     let plan = Plan::from_cli(cli)?;
     preflight::check_privileges()?;
-    let tracefs = preflight::ensure_tracefs()?;
-    preflight::raise_limits();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("starting the event loop")?;
+    let (tracefs, runtime) = prepare_to_load()?;
     let recording = runtime.block_on(record(&plan, tracefs))?;
     // Collection is over and everything is detached: a further Ctrl-C should end bpfprof at once
     // rather than be swallowed by the event loop's handler.
@@ -235,6 +233,17 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         eprintln!("bpfprof: wrote {} ({described})", path.display());
     }
     Ok(exit_code)
+}
+
+/// What every loading run needs once privileges are checked: tracefs, limits, the event loop.
+pub(crate) fn prepare_to_load() -> anyhow::Result<(&'static Path, tokio::runtime::Runtime)> {
+    let tracefs = preflight::ensure_tracefs()?;
+    preflight::raise_limits();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the event loop")?;
+    Ok((tracefs, runtime))
 }
 
 /// `--mode topdown --counters FILE`: the analysis of counts taken elsewhere. No BPF, no root.
@@ -535,7 +544,7 @@ fn threads_of(pid: u32) -> Vec<u32> {
 }
 
 /// CLOCK_MONOTONIC, the clock of `bpf_ktime_get_ns()`.
-fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -597,22 +606,10 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
             true => None,
             false => crate::bpf::nvcsw_offset(),
         },
+        sample_map_entries: None,
         tracefs,
     };
-    let mut loaded = Loaded::load(&load_options)?;
-    let generations = loaded
-        .ebpf
-        .take_map(names::EXEC_GENERATIONS)
-        .context("map EXEC_GENERATIONS missing")?;
-    let generations: aya::maps::HashMap<MapData, u32, u32> = aya::maps::HashMap::try_from(generations)?;
-    procs.with_generations(move |pid| generations.get(&pid, 0).unwrap_or(0));
-    let mut tables = match load_options.walks_tables() {
-        true => {
-            procs.record_captures();
-            Some(loaded.enable_unwinding(&load_options)?)
-        }
-        false => None,
-    };
+    let (mut loaded, mut tables) = load_following_processes(&load_options, &mut procs)?;
     // Only -p targets end a run by exiting; a command ends it through SIGCHLD instead.
     let exits = match plan.system_wide || paused.is_some() {
         true => Vec::new(),
@@ -636,14 +633,7 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     }
     loaded.attach_process_tracking()?;
     let mut kernel = KernelSource::take(&mut loaded.ebpf, !sample_counters.is_empty())?;
-    let events = loaded
-        .ebpf
-        .take_map(names::EVENTS)
-        .context("map EVENTS missing")?;
-    // SAFETY: the ring buffer owns its descriptor and outlives the registration (both dropped
-    // together below).
-    let mut events = unsafe { AsyncFd::register(RingBuf::try_from(events)?) }
-        .map_err(|e| anyhow::anyhow!("watching the event ring: {e}"))?;
+    let mut events = event_ring(&mut loaded)?;
     let mut collector = Collector {
         stacks: None,
         sched: None,
@@ -823,10 +813,46 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
     })
 }
 
+/// Load the programs, and what follows processes for symbolization: `procs` labels each capture
+/// with the exec generation the kernel counts, and the unwinder (where tables are walked) gets
+/// each capture's mappings (see `give_tables`).
+pub(crate) fn load_following_processes(
+    options: &LoadOptions<'_>,
+    procs: &mut Processes,
+) -> anyhow::Result<(Loaded, Option<crate::unwind::Tables>)> {
+    let mut loaded = Loaded::load(options)?;
+    let generations = loaded
+        .ebpf
+        .take_map(names::EXEC_GENERATIONS)
+        .context("map EXEC_GENERATIONS missing")?;
+    let generations: aya::maps::HashMap<MapData, u32, u32> = aya::maps::HashMap::try_from(generations)?;
+    procs.with_generations(move |pid| generations.get(&pid, 0).unwrap_or(0));
+    let tables = match options.walks_tables() {
+        true => {
+            procs.record_captures();
+            Some(loaded.enable_unwinding(options)?)
+        }
+        false => None,
+    };
+    Ok((loaded, tables))
+}
+
+/// The ring the kernel announces new processes in, watched by the event loop.
+pub(crate) fn event_ring(loaded: &mut Loaded) -> anyhow::Result<AsyncFd<RingBuf<MapData>>> {
+    let events = loaded
+        .ebpf
+        .take_map(names::EVENTS)
+        .context("map EVENTS missing")?;
+    // SAFETY: the ring buffer owns its descriptor and outlives the registration (both are
+    // dropped together).
+    unsafe { AsyncFd::register(RingBuf::try_from(events)?) }
+        .map_err(|e| anyhow::anyhow!("watching the event ring: {e}"))
+}
+
 /// Give the table walker the mappings (and files' tables) of processes captured since last time:
 /// new targets, and processes whose map changed (exec, dlopen). A process it cannot be given is
 /// walked with frame pointers.
-fn give_tables(tables: &mut Option<crate::unwind::Tables>, procs: &mut Processes) {
+pub(crate) fn give_tables(tables: &mut Option<crate::unwind::Tables>, procs: &mut Processes) {
     let Some(tables) = tables else {
         return;
     };
@@ -838,7 +864,7 @@ fn give_tables(tables: &mut Option<crate::unwind::Tables>, procs: &mut Processes
 }
 
 /// Capture the memory map of every process the kernel announced, while it is alive.
-fn capture_announced(ring: &mut RingBuf<MapData>, procs: &mut Processes) {
+pub(crate) fn capture_announced(ring: &mut RingBuf<MapData>, procs: &mut Processes) {
     while let Some(item) = ring.next() {
         if item.len() < std::mem::size_of::<ProcessEvent>() {
             continue;

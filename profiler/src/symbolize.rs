@@ -1,7 +1,10 @@
 //! Addresses to functions with blazesym: one long-lived `Symbolizer`, addresses batched per file
 //! (user) or in one batch (kernel). An address that fails becomes an `[unknown]` frame; it never
 //! fails the report.
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::{
+    cell::RefCell,
+    collections::{BTreeMap, HashMap, HashSet},
+};
 
 use blazesym::symbolize::{
     source::{Elf, Kernel, Source},
@@ -10,7 +13,7 @@ use blazesym::symbolize::{
 use serde::Serialize;
 
 use crate::{
-    process::{FileId, Processes, UserAddr},
+    process::{FileId, FileIdentity, FileTable, UserAddr},
     profile::RawProfile,
 };
 
@@ -95,7 +98,70 @@ impl Symbols {
 }
 
 pub struct Symbolizer {
-    inner: BlazeSymbolizer,
+    inner: RefCell<BlazeSymbolizer>,
+    /// For a long-running caller (the agent): frames kept across profiles, and a bound on what
+    /// blazesym keeps.
+    cache: Option<RefCell<LongLived>>,
+}
+
+/// blazesym keeps every file it has opened, for as long as it lives: a caller that runs for
+/// weeks replaces it after this many files. Frames of hot addresses survive in `FrameCache`.
+const BLAZESYM_FILES: usize = 256;
+
+struct LongLived {
+    frames: FrameCache,
+    /// Files blazesym has been handed since it was (re)built.
+    files: HashSet<FileIdentity>,
+}
+
+/// Frames per (file, offset), bounded: two generations; a lookup in the old one moves the entry
+/// to the new one, and when the new one is full the old one is dropped. Hot addresses stay,
+/// addresses of executables that are gone age out within two generations.
+pub struct FrameCache {
+    new: HashMap<(FileIdentity, u64), Vec<Frame>>,
+    old: HashMap<(FileIdentity, u64), Vec<Frame>>,
+    capacity: usize,
+}
+
+impl FrameCache {
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            new: HashMap::new(),
+            old: HashMap::new(),
+            capacity: capacity.max(2) / 2,
+        }
+    }
+
+    pub fn get(&mut self, key: &(FileIdentity, u64)) -> Option<Vec<Frame>> {
+        if let Some(frames) = self.new.get(key) {
+            return Some(frames.clone());
+        }
+        let frames = self.old.remove(key)?;
+        self.insert(*key, frames.clone());
+        Some(frames)
+    }
+
+    pub fn insert(&mut self, key: (FileIdentity, u64), frames: Vec<Frame>) {
+        if self.new.len() >= self.capacity {
+            self.old = std::mem::take(&mut self.new);
+        }
+        self.new.insert(key, frames);
+    }
+
+    pub fn len(&self) -> usize {
+        self.new.len() + self.old.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// How much a long-lived symbolizer holds, for the agent's metrics.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CacheSize {
+    pub frames: usize,
+    pub files: usize,
 }
 
 impl Default for Symbolizer {
@@ -106,15 +172,99 @@ impl Default for Symbolizer {
 
 impl Symbolizer {
     pub fn new() -> Self {
-        let inner = BlazeSymbolizer::builder()
+        Self {
+            inner: RefCell::new(Self::blazesym()),
+            cache: None,
+        }
+    }
+
+    /// For a caller that symbolizes profile after profile for as long as it runs: frames are
+    /// cached per executable (not per process: a thousand short-lived processes of one binary
+    /// share them), at most `frames` of them, and blazesym's own caches are bounded too.
+    pub fn long_lived(frames: usize) -> Self {
+        Self {
+            inner: RefCell::new(Self::blazesym()),
+            cache: Some(RefCell::new(LongLived {
+                frames: FrameCache::new(frames),
+                files: HashSet::new(),
+            })),
+        }
+    }
+
+    fn blazesym() -> BlazeSymbolizer {
+        BlazeSymbolizer::builder()
             .enable_code_info(true)
             .enable_inlined_fns(true)
             .enable_demangling(true)
-            .build();
-        Self { inner }
+            .build()
     }
 
-    pub fn symbolize(&self, profile: &RawProfile, procs: &Processes) -> Symbols {
+    pub fn cache_size(&self) -> CacheSize {
+        self.cache.as_ref().map_or_else(CacheSize::default, |c| {
+            let c = c.borrow();
+            CacheSize {
+                frames: c.frames.len(),
+                files: c.files.len(),
+            }
+        })
+    }
+
+    /// Frames for some offsets of one file, from the cache where it has them.
+    fn file_frames(
+        &self,
+        mapped: &crate::process::MappedFile,
+        addrs: &[UserAddr],
+        offsets: &[u64],
+        failures: &mut Vec<String>,
+    ) -> Vec<Vec<Frame>> {
+        let identity = mapped.identity;
+        let mut out: Vec<Option<Vec<Frame>>> = vec![None; addrs.len()];
+        if let (Some(cache), Some(identity)) = (&self.cache, identity) {
+            let mut cache = cache.borrow_mut();
+            for (i, &offset) in offsets.iter().enumerate() {
+                out[i] = cache
+                    .frames
+                    .get(&(identity, offset))
+                    .map(|frames| with_address(frames, addrs[i].addr()));
+            }
+        }
+        let missing: Vec<usize> = (0..addrs.len()).filter(|&i| out[i].is_none()).collect();
+        if !missing.is_empty() {
+            if let (Some(cache), Some(identity)) = (&self.cache, identity) {
+                let mut cache = cache.borrow_mut();
+                if cache.files.insert(identity) && cache.files.len() > BLAZESYM_FILES {
+                    *self.inner.borrow_mut() = Self::blazesym();
+                    cache.files.clear();
+                    cache.files.insert(identity);
+                }
+            }
+            let wanted: Vec<u64> = missing.iter().map(|&i| offsets[i]).collect();
+            let source = Source::Elf(Elf::new(mapped.read_path()));
+            let inner = self.inner.borrow();
+            let results = inner.symbolize(&source, Input::FileOffset(&wanted));
+            if let Err(err) = &results {
+                failures.push(format!("{}: {err}", mapped.path));
+            }
+            for (k, &i) in missing.iter().enumerate() {
+                let frames = match &results {
+                    Ok(results) => frames_of(&results[k], &mapped.path, addrs[i].addr(), false),
+                    Err(_) => vec![Frame::unknown(&mapped.path, addrs[i].addr(), false)],
+                };
+                // A whole-file failure may be passing (the file unreadable for a moment): not
+                // cached.
+                if let (Some(cache), Some(identity), true) = (&self.cache, identity, results.is_ok()) {
+                    cache
+                        .borrow_mut()
+                        .frames
+                        .insert((identity, offsets[i]), frames.clone());
+                }
+                out[i] = Some(frames);
+            }
+        }
+        out.into_iter().map(Option::unwrap_or_default).collect()
+    }
+
+    pub fn symbolize(&self, profile: &RawProfile, files: &dyn FileTable) -> Symbols {
         let mut symbols = Symbols::default();
         let mut by_file: BTreeMap<FileId, HashSet<UserAddr>> = BTreeMap::new();
         let mut kernel: HashSet<u64> = HashSet::new();
@@ -145,8 +295,15 @@ impl Symbolizer {
         }
 
         for (file, addrs) in by_file {
-            let mapped = procs.file(file);
             let addrs: Vec<UserAddr> = addrs.into_iter().collect();
+            let Some(mapped) = files.file(file) else {
+                for addr in addrs {
+                    symbols
+                        .user
+                        .insert(addr, vec![Frame::unknown("", addr.addr(), false)]);
+                }
+                continue;
+            };
             let offsets: Vec<u64> = addrs
                 .iter()
                 .map(|a| match a {
@@ -154,24 +311,14 @@ impl Symbolizer {
                     _ => unreachable!("grouped by file"),
                 })
                 .collect();
-            let source = Source::Elf(Elf::new(mapped.read_path()));
-            let results = self.inner.symbolize(&source, Input::FileOffset(&offsets));
-            if let Err(err) = &results {
-                symbols.failures.push(format!("{}: {err}", mapped.path));
-            }
-            for (i, addr) in addrs.iter().enumerate() {
-                let frames = match &results {
-                    Ok(results) => frames_of(&results[i], &mapped.path, addr.addr(), false),
-                    Err(_) => vec![Frame::unknown(&mapped.path, addr.addr(), false)],
-                };
-                symbols.user.insert(*addr, frames);
-            }
+            let frames = self.file_frames(mapped, &addrs, &offsets, &mut symbols.failures);
+            symbols.user.extend(addrs.into_iter().zip(frames));
         }
 
         let kernel: Vec<u64> = kernel.into_iter().collect();
         if !kernel.is_empty() {
             let source = Source::Kernel(Kernel::default());
-            match self.inner.symbolize(&source, Input::AbsAddr(&kernel)) {
+            match self.inner.borrow().symbolize(&source, Input::AbsAddr(&kernel)) {
                 Ok(results) => {
                     for (addr, result) in kernel.iter().zip(&results) {
                         let module = match result {
@@ -188,6 +335,14 @@ impl Symbolizer {
         }
         symbols
     }
+}
+
+/// Cached frames, for another address of the same offset (another process's mapping of the file).
+fn with_address(frames: Vec<Frame>, address: u64) -> Vec<Frame> {
+    frames
+        .into_iter()
+        .map(|frame| Frame { address, ..frame })
+        .collect()
 }
 
 /// blazesym names kernel modules by path or name; the kernel proper gets perf's name.
@@ -244,28 +399,35 @@ fn location(info: Option<&CodeInfo<'_>>) -> (Option<String>, Option<u32>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::profile::{RawSample, StackRead};
+    use crate::{
+        process::Processes,
+        profile::{RawSample, StackRead},
+    };
 
     #[inline(never)]
     fn known_function_for_symbolizer_test() -> u64 {
         std::hint::black_box(42)
     }
 
-    #[test]
-    fn symbolizes_own_code_and_keeps_unknown_frames() {
+    /// This process, captured, and a profile of one stack: values below 0x10 are offsets into
+    /// `known_function_for_symbolizer_test`, others are addresses as they are.
+    fn own_profile(stack: &[u64]) -> (Processes, RawProfile) {
         known_function_for_symbolizer_test();
         let pid = std::process::id();
         let mut procs = Processes::new();
         procs.capture(pid).unwrap();
         let here = known_function_for_symbolizer_test as *const () as u64;
+        let ips = stack
+            .iter()
+            .map(|&a| if a < 0x10 { here + a } else { a })
+            .collect();
         let mut profile = RawProfile::new();
         profile.add(
             RawSample {
                 pid,
                 tid: pid,
                 comm: "t".into(),
-                // leaf first; the second address is not mapped anywhere.
-                user: StackRead::Frames(vec![here + 4, 0x10]),
+                user: StackRead::Frames(ips),
                 kernel: StackRead::Absent,
                 count: 1,
                 exec_generation: 0,
@@ -273,6 +435,13 @@ mod tests {
             },
             &procs,
         );
+        (procs, profile)
+    }
+
+    #[test]
+    fn symbolizes_own_code_and_keeps_unknown_frames() {
+        // leaf first; the second address is not mapped anywhere.
+        let (procs, profile) = own_profile(&[4, 0x10]);
         let symbols = Symbolizer::new().symbolize(&profile, &procs);
         let key = profile.stacks.keys().next().unwrap();
         let leaf = symbols.user(&key.user[0]);
@@ -285,5 +454,41 @@ mod tests {
         let unknown = symbols.user(&key.user[1]);
         assert_eq!(unknown.len(), 1);
         assert!(unknown[0].is_unknown());
+    }
+
+    #[test]
+    fn frame_cache_is_bounded_and_keeps_what_is_used() {
+        let id = FileIdentity {
+            dev: 1,
+            inode: 2,
+            size: 3,
+            mtime_ns: 4,
+        };
+        let frames = |n| vec![Frame::unknown("m", n, false)];
+        let mut cache = FrameCache::new(4);
+        cache.insert((id, 1), frames(1));
+        cache.insert((id, 2), frames(2));
+        cache.insert((id, 3), frames(3));
+        assert!(cache.get(&(id, 2)).is_some(), "moved to the new generation");
+        cache.insert((id, 4), frames(4));
+        assert!(cache.get(&(id, 1)).is_none(), "never used again: aged out");
+        assert_eq!(cache.get(&(id, 3)), Some(frames(3)));
+        assert!(cache.len() <= 4);
+    }
+
+    #[test]
+    fn a_long_lived_symbolizer_answers_again_from_its_cache() {
+        let (procs, profile) = own_profile(&[4]);
+        let key = profile.stacks.keys().next().unwrap().clone();
+        let symbolizer = Symbolizer::long_lived(100);
+        let first = symbolizer.symbolize(&profile, &procs).user(&key.user[0]);
+        let cached = symbolizer.cache_size();
+        assert_eq!((cached.frames, cached.files), (1, 1));
+        let again = symbolizer.symbolize(&profile, &procs).user(&key.user[0]);
+        assert_eq!(first, again);
+        assert!(again
+            .iter()
+            .any(|f| f.function.ends_with("known_function_for_symbolizer_test")));
+        assert_eq!(symbolizer.cache_size().frames, 1);
     }
 }

@@ -227,3 +227,116 @@ pub fn temp_path(name: &str) -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir.join(name)
 }
+
+/// `GET path` from an HTTP server at `address`: (status, body). For the agent's endpoint.
+pub fn http_get(address: &str, path: &str) -> std::io::Result<(u16, Vec<u8>)> {
+    use std::io::{Read as _, Write as _};
+    let mut stream = std::net::TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(60)))?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let split = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
+    let head = String::from_utf8_lossy(&response[..split]);
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line: {head}")))?;
+    Ok((status, response[split + 4..].to_vec()))
+}
+
+/// A pprof profile (gzipped `profile.proto`), decoded.
+pub fn decode_pprof(gz: &[u8]) -> profiler::report::pprof::proto::Profile {
+    use prost::Message as _;
+    let mut raw = Vec::new();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(gz), &mut raw).expect("gzip");
+    profiler::report::pprof::proto::Profile::decode(&raw[..]).expect("a pprof profile")
+}
+
+/// A free TCP port on the loopback (free when this returns; good enough for a test).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `bpfprof agent` running in the background; stopped (SIGTERM) and reaped on drop.
+pub struct Agent {
+    pub child: Child,
+    pub address: String,
+}
+
+impl Agent {
+    /// Start the agent with `args` and wait until its endpoint answers.
+    pub fn start(args: &[&str]) -> Agent {
+        let address = format!("127.0.0.1:{}", free_port());
+        let child = bpfprof()
+            .arg("agent")
+            .args(["--listen", &address])
+            .args(args)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting the agent");
+        let mut agent = Agent { child, address };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while http_get(&agent.address, "/healthz").is_err() {
+            if let Ok(Some(status)) = agent.child.try_wait() {
+                let mut err = String::new();
+                std::io::Read::read_to_string(agent.child.stderr.as_mut().unwrap(), &mut err).unwrap();
+                panic!("the agent exited ({status}) before serving: {err}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the agent never served its endpoint"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        agent
+    }
+
+    /// One value of its `/metrics` page.
+    pub fn metric(&self, name: &str) -> f64 {
+        let (_, page) = http_get(&self.address, "/metrics").expect("reading /metrics");
+        profiler::agent::metrics::value(&String::from_utf8_lossy(&page), name)
+            .unwrap_or_else(|| panic!("no metric {name}"))
+    }
+
+    /// SIGTERM, then wait (at most `limit`) for it to flush and exit: (success, stderr, time taken).
+    pub fn stop(mut self, limit: std::time::Duration) -> (bool, String, std::time::Duration) {
+        let started = std::time::Instant::now();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .unwrap();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                started.elapsed() < limit,
+                "the agent did not stop within {limit:?} of SIGTERM"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        let mut err = String::new();
+        std::io::Read::read_to_string(self.child.stderr.as_mut().unwrap(), &mut err).unwrap();
+        (status.success(), err, started.elapsed())
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

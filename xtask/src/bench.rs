@@ -21,11 +21,12 @@ pub fn run(mode: &str) -> Result<()> {
         "sched" => sched(),
         "unwind" => unwind(),
         "lock" => lock(),
-        other => bail!("no benchmark for mode `{other}` (available: hotspot, sched, unwind, lock)"),
+        "agent" => agent(),
+        other => bail!("no benchmark for mode `{other}` (available: hotspot, sched, unwind, lock, agent)"),
     }
 }
 
-fn build_workload(name: &str) -> Result<PathBuf> {
+pub(crate) fn build_workload(name: &str) -> Result<PathBuf> {
     let dir = workspace_root().join("target/bench");
     std::fs::create_dir_all(&dir)?;
     let bin = dir.join(name);
@@ -108,17 +109,18 @@ struct Cost {
 
 impl Profiler {
     fn start_bpfprof(args: &[&str]) -> Result<Profiler> {
-        let mut child = Command::new(bpfprof_bin())
-            .args(args)
-            .args(["-o", "/tmp/bpfprof-bench.json"])
-            .stderr(Stdio::piped())
-            .spawn()?;
+        let mut command = Command::new(bpfprof_bin());
+        command.args(args);
+        if args.first() != Some(&"agent") {
+            command.args(["-o", "/tmp/bpfprof-bench.json"]);
+        }
+        let mut child = command.stderr(Stdio::piped()).spawn()?;
         // Ready once it says it is sampling (everything attached).
         let stderr = child.stderr.take().unwrap();
         let mut lines = BufReader::new(stderr).lines();
         loop {
             match lines.next() {
-                Some(Ok(line)) if line.contains("Ctrl-C to stop") => break,
+                Some(Ok(line)) if line.contains("Ctrl-C") => break,
                 Some(Ok(_)) => continue,
                 _ => bail!("bpfprof exited before it started sampling"),
             }
@@ -208,6 +210,76 @@ fn hotspot() -> Result<()> {
         ratio_target: Some(1.005),
         perf_share_target: Some(0.5),
     })
+}
+
+const AGENT_DIR: &str = "/tmp/bpfprof-bench-agent";
+
+/// The agent at its default 19 Hz and at 99 Hz: what it costs on an idle machine, and on a busy
+/// one (both CPUs running fixed work) how much slower that work gets, beside `perf record -a`.
+fn agent() -> Result<()> {
+    let agent_19: &[&str] = &["agent", "-F", "19", "--listen", "off", "--output-dir", AGENT_DIR];
+    let agent_99: &[&str] = &["agent", "-F", "99", "--listen", "off", "--output-dir", AGENT_DIR];
+    let idle_seconds = 30.0;
+    let stats_before = std::fs::read_to_string(BPF_STATS).unwrap_or_else(|_| "0".into());
+    let _ = std::fs::write(BPF_STATS, "1");
+    let mut idle = Vec::new();
+    for args in [agent_19, agent_99] {
+        eprintln!(
+            "bench agent: idle machine, {} for {idle_seconds} s",
+            args.join(" ")
+        );
+        let profiler = Profiler::start_bpfprof(args)?;
+        std::thread::sleep(Duration::from_secs_f64(idle_seconds));
+        idle.push((args[2], profiler.stop()?));
+    }
+    // Busy: the fixed work back to back on both CPUs for about as long.
+    let (what, workload) = fixed_cpu_work()?;
+    let mut busy = Vec::new();
+    for args in [agent_19, agent_99] {
+        eprintln!(
+            "bench agent: busy machine, {} for ~{idle_seconds} s",
+            args.join(" ")
+        );
+        let profiler = Profiler::start_bpfprof(args)?;
+        let started = Instant::now();
+        while started.elapsed().as_secs_f64() < idle_seconds {
+            workload()?;
+        }
+        busy.push((args[2], profiler.stop()?));
+    }
+    let _ = std::fs::write(BPF_STATS, stats_before.trim());
+    compare(Comparison {
+        mode: "agent",
+        what,
+        workload,
+        bpfprof: &[agent_19, agent_99],
+        references: &[&["perf", "record", "-F", "19", "-g", "-a", "-q", "-o", PERF_DATA]],
+        ratio_target: Some(1.005),
+        perf_share_target: None,
+    })?;
+    for (machine, costs) in [("idle", idle), ("busy (fixed work on both CPUs)", busy)] {
+        println!("bench agent, {machine} machine (~{idle_seconds:.0} s each; BPF time from kernel.bpf_stats_enabled):");
+        print_agent_costs(&costs);
+    }
+    let _ = std::fs::remove_dir_all(AGENT_DIR);
+    Ok(())
+}
+
+fn print_agent_costs(costs: &[(&str, Cost)]) {
+    for (hz, cost) in costs {
+        let bpf = cost.bpf_ns as f64 / 1e9 / cost.wall;
+        let total = cost.cpu + bpf;
+        println!(
+            "  {hz:>3} Hz: agent process {:.3}% + BPF programs {:.3}% = {:.3}% of one core{}",
+            100.0 * cost.cpu,
+            100.0 * bpf,
+            100.0 * total,
+            match *hz {
+                "19" => format!(" (target <= 0.5%: {})", verdict(total <= 0.005)),
+                _ => String::new(),
+            }
+        );
+    }
 }
 
 /// Hotspot sampling with user stacks walked through unwind tables (the default) against frame

@@ -4,7 +4,8 @@
 //!   cargo xtask build            release binary at target/release/bpfprof
 //!   cargo xtask run -- ARGS      build, then run bpfprof ARGS (as root)
 //!   cargo xtask test             unit tests, then privileged end-to-end tests
-//!   cargo xtask bench [MODE]     overhead benchmarks (hotspot, sched, unwind, lock)
+//!   cargo xtask bench [MODE]     overhead benchmarks (hotspot, sched, unwind, lock, agent)
+//!   cargo xtask soak --minutes N the agent under process churn: memory and descriptors stay flat
 use std::{
     path::{Path, PathBuf},
     process::{exit, Command},
@@ -15,6 +16,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod setup;
+mod soak;
 
 #[derive(Parser)]
 #[command(about = "bpfprof project tasks")]
@@ -45,7 +47,15 @@ enum Task {
         #[arg(default_value = "hotspot")]
         mode: String,
     },
+    /// Leave the agent running under process churn; its memory and descriptors must stay flat.
+    Soak {
+        #[arg(long, default_value_t = 60.0)]
+        minutes: f64,
+    },
 }
+
+/// The soak that `cargo xtask test` ends with (CI); 60 minutes by hand.
+const CI_SOAK_MINUTES: f64 = 3.0;
 
 fn main() {
     let args = Args::parse();
@@ -59,6 +69,9 @@ fn main() {
         Task::Bench { mode } => setup::run(setup::Needs::Test)
             .and_then(|()| build())
             .and_then(|()| bench::run(&mode)),
+        Task::Soak { minutes } => setup::run(setup::Needs::Build)
+            .and_then(|()| build())
+            .and_then(|()| soak::run(minutes)),
     };
     if let Err(err) = result {
         eprintln!("xtask: {err:#}");
@@ -160,5 +173,10 @@ fn test(extra: &[String]) -> Result<()> {
     ])
     .args(extra);
     cmd.env("BPFPROF_BIN", bpfprof_bin());
-    sh(&mut cmd)
+    sh(&mut cmd)?;
+    // The agent left running: only on a whole run (a filtered one is someone chasing one test).
+    if extra.is_empty() {
+        soak::run(CI_SOAK_MINUTES)?;
+    }
+    Ok(())
 }

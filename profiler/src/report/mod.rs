@@ -11,7 +11,7 @@ use crate::{
 mod folded;
 mod heatmap;
 mod json;
-mod pprof;
+pub mod pprof;
 mod svg;
 mod text;
 

@@ -115,12 +115,16 @@ pub struct Pprof;
 
 impl Renderer for Pprof {
     fn hotspot(&self, report: &HotspotReport, out: &mut dyn Write) -> io::Result<()> {
-        let profile = hotspot_profile(report);
-        let mut gz = GzEncoder::new(out, Compression::default());
-        gz.write_all(&profile.encode_to_vec())?;
-        gz.finish()?;
-        Ok(())
+        write_gz(&hotspot_profile(report), out)
     }
+}
+
+/// A profile as pprof files hold it: the encoded message, gzipped.
+pub fn write_gz(profile: &proto::Profile, out: &mut dyn Write) -> io::Result<()> {
+    let mut gz = GzEncoder::new(out, Compression::default());
+    gz.write_all(&profile.encode_to_vec())?;
+    gz.finish()?;
+    Ok(())
 }
 
 /// Interns strings, functions, mappings and locations; index 0 of the string table is "".
@@ -216,6 +220,15 @@ impl Builder {
 }
 
 pub fn hotspot_profile(report: &HotspotReport) -> proto::Profile {
+    hotspot_profile_labeled(report, &|_| Vec::new())
+}
+
+/// Labels for a process's samples besides pid, tid and comm (e.g. its executable, container).
+pub type ProcessLabels<'a> = dyn Fn(u32) -> Vec<(&'static str, String)> + 'a;
+
+/// The hotspot profile with more labels per process, and the report's health problems and notes
+/// as comments (a fleet tool shows them next to the profile).
+pub fn hotspot_profile_labeled(report: &HotspotReport, labels: &ProcessLabels<'_>) -> proto::Profile {
     let mut b = Builder::new();
     let timed = report.weight != Weight::Samples;
     let cpu_clock = report.meta.event == "cpu-clock" && !timed;
@@ -243,26 +256,34 @@ pub fn hotspot_profile(report: &HotspotReport) -> proto::Profile {
             value.push(stack.count as i64 * period_ns);
         }
         let comm = b.string(&stack.comm);
+        let mut label = vec![
+            proto::Label {
+                key: pid_key,
+                num: stack.pid as i64,
+                ..Default::default()
+            },
+            proto::Label {
+                key: tid_key,
+                num: stack.tid as i64,
+                ..Default::default()
+            },
+            proto::Label {
+                key: comm_key,
+                str: comm,
+                ..Default::default()
+            },
+        ];
+        for (key, value) in labels(stack.pid) {
+            label.push(proto::Label {
+                key: b.string(key),
+                str: b.string(&value),
+                ..Default::default()
+            });
+        }
         b.profile.sample.push(proto::Sample {
             location_id,
             value,
-            label: vec![
-                proto::Label {
-                    key: pid_key,
-                    num: stack.pid as i64,
-                    ..Default::default()
-                },
-                proto::Label {
-                    key: tid_key,
-                    num: stack.tid as i64,
-                    ..Default::default()
-                },
-                proto::Label {
-                    key: comm_key,
-                    str: comm,
-                    ..Default::default()
-                },
-            ],
+            label,
         });
     }
     b.profile.duration_nanos = (report.meta.duration_s * 1e9) as i64;
@@ -272,6 +293,10 @@ pub fn hotspot_profile(report: &HotspotReport) -> proto::Profile {
         .unwrap_or(0);
     let comment = b.string(&format!("bpfprof {}: {}", report.meta.mode, report.meta.target));
     b.profile.comment.push(comment);
+    for text in report.health.warnings().iter().chain(&report.meta.notes) {
+        let comment = b.string(text);
+        b.profile.comment.push(comment);
+    }
     b.profile
 }
 

@@ -33,7 +33,7 @@ use super::hotspot::{self, frames_of, HotspotReport, Stack, Weight};
 use crate::{
     cli::LockSource,
     collect::{read_stack, read_unwound},
-    process::{FileId, Processes},
+    process::{FileId, FileTable as _, Processes},
     profile::{Health, RawProfile, RawSample, StackRead},
     report::RunMeta,
     symbolize::{Frame, Symbols},
@@ -467,7 +467,7 @@ impl DataSymbols {
             let data = self
                 .files
                 .entry(file)
-                .or_insert_with(|| FileData::read(&procs.file(file).read_path()));
+                .or_insert_with(|| FileData::read(&procs.file(file)?.read_path()));
             let Some(data) = data else {
                 continue;
             };

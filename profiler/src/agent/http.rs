@@ -1,0 +1,176 @@
+//! Pull: the endpoint fleet profilers scrape. `/debug/pprof/profile?seconds=N` is the convention
+//! Parca and Pyroscope scrape and `go tool pprof` fetches (N seconds from now, all processes);
+//! `/debug/pprof/latest` the last finished window; `/metrics` the agent's own health; `/healthz`.
+use std::{convert::Infallible, sync::Arc, time::Duration};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{body::Incoming, server::conn::http1, service::service_fn, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use super::metrics::{Metrics, OwnUsage};
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Profiles no longer than this are served (a scrape is a window, not a recording).
+pub const MAX_SECONDS: u64 = 300;
+/// Go's default for `/debug/pprof/profile`.
+const DEFAULT_SECONDS: u64 = 30;
+/// Connections served at once; more wait in the kernel's backlog.
+const MAX_CONNECTIONS: usize = 16;
+
+/// A request for a profile of the next `seconds`, answered by the agent's loop.
+pub struct PullRequest {
+    pub seconds: u64,
+    pub reply: oneshot::Sender<Result<Bytes, String>>,
+}
+
+pub struct Endpoint {
+    pub pulls: mpsc::Sender<PullRequest>,
+    pub latest: Arc<std::sync::Mutex<Option<Bytes>>>,
+    pub metrics: Arc<Metrics>,
+    /// The window length: `/healthz` fails when no window ended for twice that.
+    pub window: Duration,
+}
+
+pub async fn serve(listener: tokio::net::TcpListener, endpoint: Arc<Endpoint>) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of descriptors, for one: wait rather than spin.
+                log::warn!("endpoint: accepting a connection: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let endpoint = endpoint.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |request| handle(request, endpoint.clone()));
+            let _ = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(10))
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            drop(permit);
+        });
+    }
+}
+
+fn reply(status: StatusCode, content_type: &str, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header("Content-Type", content_type)
+        .body(Full::new(body.into()))
+        .expect("a valid response")
+}
+
+fn text(status: StatusCode, body: impl Into<String>) -> Response<Full<Bytes>> {
+    reply(status, "text/plain; charset=utf-8", body.into())
+}
+
+fn pprof(body: Bytes) -> Response<Full<Bytes>> {
+    let mut response = reply(StatusCode::OK, "application/octet-stream", body);
+    response.headers_mut().insert(
+        "Content-Disposition",
+        "attachment; filename=\"profile.pb.gz\""
+            .parse()
+            .expect("a valid header"),
+    );
+    response
+}
+
+async fn handle(
+    request: Request<Incoming>,
+    endpoint: Arc<Endpoint>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    if request.method() != hyper::Method::GET {
+        return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n"));
+    }
+    let response = match request.uri().path() {
+        "/" => text(
+            StatusCode::OK,
+            "bpfprof agent\n/debug/pprof/profile?seconds=N  CPU profile of the next N seconds (pprof)\n/debug/pprof/latest  the last window (pprof)\n/metrics  agent health (Prometheus)\n/healthz\n",
+        ),
+        "/debug/pprof/profile" => match seconds(request.uri().query()) {
+            Ok(seconds) => pull(&endpoint, seconds).await,
+            Err(message) => text(StatusCode::BAD_REQUEST, message),
+        },
+        "/debug/pprof/latest" => match endpoint.latest.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            Some(bytes) => pprof(bytes),
+            None => text(StatusCode::NOT_FOUND, "no window has ended yet\n"),
+        },
+        "/metrics" => reply(
+            StatusCode::OK,
+            "text/plain; version=0.0.4",
+            endpoint.metrics.render(OwnUsage::read()),
+        ),
+        "/healthz" => {
+            let metrics = &endpoint.metrics;
+            let last = metrics.last_window_unix_s.load(Relaxed);
+            let now = super::unix_ms(std::time::SystemTime::now()) / 1000;
+            let young = metrics.started.elapsed() < endpoint.window * 2;
+            match young || now.saturating_sub(last) <= (endpoint.window * 2).as_secs().max(2) {
+                true => text(StatusCode::OK, "ok\n"),
+                false => text(StatusCode::SERVICE_UNAVAILABLE, "no window ended for two window lengths\n"),
+            }
+        }
+        _ => text(StatusCode::NOT_FOUND, "not found: try /\n"),
+    };
+    Ok(response)
+}
+
+async fn pull(endpoint: &Endpoint, seconds: u64) -> Response<Full<Bytes>> {
+    let (reply, answer) = oneshot::channel();
+    if endpoint.pulls.try_send(PullRequest { seconds, reply }).is_err() {
+        endpoint.metrics.pulls_refused.fetch_add(1, Relaxed);
+        return text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many profiles being taken at once: retry later\n",
+        );
+    }
+    match answer.await {
+        Ok(Ok(bytes)) => {
+            endpoint.metrics.pulls_served.fetch_add(1, Relaxed);
+            pprof(bytes)
+        }
+        Ok(Err(message)) => text(StatusCode::SERVICE_UNAVAILABLE, message + "\n"),
+        Err(_) => text(StatusCode::SERVICE_UNAVAILABLE, "the agent is stopping\n"),
+    }
+}
+
+/// `seconds=N` from a query string: 1 to `MAX_SECONDS`, 30 when absent.
+fn seconds(query: Option<&str>) -> Result<u64, String> {
+    let Some(value) = query
+        .unwrap_or("")
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("seconds="))
+    else {
+        return Ok(DEFAULT_SECONDS);
+    };
+    match value.parse::<u64>() {
+        Ok(n) if (1..=MAX_SECONDS).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "seconds={value}: give a whole number from 1 to {MAX_SECONDS}\n"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_parameter() {
+        assert_eq!(seconds(None), Ok(30));
+        assert_eq!(seconds(Some("debug=1&seconds=5")), Ok(5));
+        assert!(seconds(Some("seconds=0")).is_err());
+        assert!(seconds(Some("seconds=301")).is_err());
+        assert!(seconds(Some("seconds=abc")).is_err());
+    }
+}

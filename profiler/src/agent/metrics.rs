@@ -1,0 +1,286 @@
+//! What the agent says about itself on `/metrics` (Prometheus text format): what it sampled and
+//! lost, what it wrote and pushed, and what it costs (memory, descriptors, CPU, caches).
+use std::{
+    fmt::Write as _,
+    sync::atomic::{AtomicU64, Ordering::Relaxed},
+    time::Instant,
+};
+
+/// Counters and gauges shared by the agent's threads.
+pub struct Metrics {
+    pub started: Instant,
+    pub samples: AtomicU64,
+    pub samples_lost: AtomicU64,
+    pub stack_collisions: AtomicU64,
+    pub stack_errors: AtomicU64,
+    pub process_events_lost: AtomicU64,
+    pub processes_not_captured: AtomicU64,
+    pub windows_written: AtomicU64,
+    pub window_write_errors: AtomicU64,
+    pub windows_dropped: AtomicU64,
+    pub last_window_unix_s: AtomicU64,
+    pub pulls_served: AtomicU64,
+    pub pulls_refused: AtomicU64,
+    pub pushes_sent: AtomicU64,
+    pub push_failures: AtomicU64,
+    pub pushes_dropped: AtomicU64,
+    pub push_queue: AtomicU64,
+    pub processes_tracked: AtomicU64,
+    pub files_open: AtomicU64,
+    pub frame_cache_entries: AtomicU64,
+    pub symbolizer_files: AtomicU64,
+    pub stored_windows: AtomicU64,
+    pub stored_bytes: AtomicU64,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let zero = || AtomicU64::new(0);
+        Metrics {
+            started: Instant::now(),
+            samples: zero(),
+            samples_lost: zero(),
+            stack_collisions: zero(),
+            stack_errors: zero(),
+            process_events_lost: zero(),
+            processes_not_captured: zero(),
+            windows_written: zero(),
+            window_write_errors: zero(),
+            windows_dropped: zero(),
+            last_window_unix_s: zero(),
+            pulls_served: zero(),
+            pulls_refused: zero(),
+            pushes_sent: zero(),
+            push_failures: zero(),
+            pushes_dropped: zero(),
+            push_queue: zero(),
+            processes_tracked: zero(),
+            files_open: zero(),
+            frame_cache_entries: zero(),
+            symbolizer_files: zero(),
+            stored_windows: zero(),
+            stored_bytes: zero(),
+        }
+    }
+}
+
+/// This process's own use of the machine, read from `/proc/self`.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct OwnUsage {
+    pub rss_bytes: u64,
+    pub cpu_seconds: f64,
+    pub open_fds: u64,
+}
+
+impl OwnUsage {
+    pub fn read() -> OwnUsage {
+        // SAFETY: sysconf reads a constant.
+        let (page, tick) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PAGESIZE),
+                libc::sysconf(libc::_SC_CLK_TCK),
+            )
+        };
+        let rss_pages = std::fs::read_to_string("/proc/self/statm")
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .unwrap_or(0);
+        let cpu_ticks = std::fs::read_to_string("/proc/self/stat")
+            .ok()
+            .and_then(|s| cpu_ticks(&s))
+            .unwrap_or(0);
+        let open_fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64);
+        OwnUsage {
+            rss_bytes: rss_pages * page.max(1) as u64,
+            cpu_seconds: cpu_ticks as f64 / tick.max(1) as f64,
+            open_fds,
+        }
+    }
+}
+
+/// utime + stime from a `/proc/<pid>/stat` line (fields 14 and 15; the name may hold spaces).
+pub fn cpu_ticks(stat: &str) -> Option<u64> {
+    let after_name = &stat[stat.rfind(')')? + 2..];
+    let mut fields = after_name.split_whitespace().skip(11);
+    Some(fields.next()?.parse::<u64>().ok()? + fields.next()?.parse::<u64>().ok()?)
+}
+
+impl Metrics {
+    pub fn render(&self, usage: OwnUsage) -> String {
+        let mut out = String::new();
+        let mut line = |name: &str, kind: &str, help: &str, value: f64| {
+            let _ = writeln!(out, "# HELP bpfprof_agent_{name} {help}");
+            let _ = writeln!(out, "# TYPE bpfprof_agent_{name} {kind}");
+            let _ = writeln!(out, "bpfprof_agent_{name} {value}");
+        };
+        let get = |c: &AtomicU64| c.load(Relaxed) as f64;
+        let counters = [
+            ("samples_total", &self.samples, "samples recorded by the kernel"),
+            (
+                "samples_lost_total",
+                &self.samples_lost,
+                "samples dropped: the kernel's sample map was full",
+            ),
+            (
+                "stack_collisions_total",
+                &self.stack_collisions,
+                "stacks lost to stack-map hash collisions",
+            ),
+            (
+                "stack_errors_total",
+                &self.stack_errors,
+                "stacks that could not be read",
+            ),
+            (
+                "process_events_lost_total",
+                &self.process_events_lost,
+                "new-process notifications dropped (ring full)",
+            ),
+            (
+                "processes_not_captured_total",
+                &self.processes_not_captured,
+                "processes with samples that exited before their memory map was read",
+            ),
+            (
+                "windows_written_total",
+                &self.windows_written,
+                "windows written to the output directory",
+            ),
+            (
+                "window_write_errors_total",
+                &self.window_write_errors,
+                "windows that could not be written (directory full or unwritable)",
+            ),
+            (
+                "windows_dropped_total",
+                &self.windows_dropped,
+                "windows dropped because the previous one was still being symbolized",
+            ),
+            (
+                "pulls_served_total",
+                &self.pulls_served,
+                "profiles served on /debug/pprof/profile",
+            ),
+            (
+                "pulls_refused_total",
+                &self.pulls_refused,
+                "profile requests refused (too many at once)",
+            ),
+            (
+                "pushes_sent_total",
+                &self.pushes_sent,
+                "windows pushed to the ingest URL",
+            ),
+            (
+                "push_failures_total",
+                &self.push_failures,
+                "push attempts that failed (retried)",
+            ),
+            (
+                "pushes_dropped_total",
+                &self.pushes_dropped,
+                "windows never pushed (queue full, or retries exhausted)",
+            ),
+        ];
+        for (name, counter, help) in counters {
+            line(name, "counter", help, get(counter));
+        }
+        let gauges = [
+            (
+                "push_queue_windows",
+                &self.push_queue,
+                "windows waiting to be pushed",
+            ),
+            (
+                "processes_tracked",
+                &self.processes_tracked,
+                "processes whose memory maps are held for symbolization",
+            ),
+            (
+                "files_open",
+                &self.files_open,
+                "executables and libraries held open for symbolization",
+            ),
+            (
+                "symbolization_cache_frames",
+                &self.frame_cache_entries,
+                "symbolized addresses cached per executable",
+            ),
+            (
+                "symbolization_cache_files",
+                &self.symbolizer_files,
+                "files the symbolizer holds parsed",
+            ),
+            (
+                "stored_windows",
+                &self.stored_windows,
+                "windows in the output directory",
+            ),
+            (
+                "stored_bytes",
+                &self.stored_bytes,
+                "bytes of windows in the output directory",
+            ),
+            (
+                "last_window_timestamp_seconds",
+                &self.last_window_unix_s,
+                "when the last window ended (unix time)",
+            ),
+        ];
+        for (name, gauge, help) in gauges {
+            line(name, "gauge", help, get(gauge));
+        }
+        line(
+            "rss_bytes",
+            "gauge",
+            "resident memory of the agent",
+            usage.rss_bytes as f64,
+        );
+        line(
+            "open_fds",
+            "gauge",
+            "open file descriptors of the agent",
+            usage.open_fds as f64,
+        );
+        line(
+            "cpu_seconds_total",
+            "counter",
+            "CPU time of the agent process (user + system; BPF programs run in the profiled tasks)",
+            usage.cpu_seconds,
+        );
+        line(
+            "uptime_seconds",
+            "gauge",
+            "seconds since the agent started",
+            self.started.elapsed().as_secs_f64(),
+        );
+        out
+    }
+}
+
+/// One value out of a `/metrics` page (for tests and the soak).
+pub fn value(page: &str, name: &str) -> Option<f64> {
+    page.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn page_parses_back_and_reads_own_usage() {
+        let metrics = Metrics::default();
+        metrics.samples.store(42, Relaxed);
+        let usage = OwnUsage::read();
+        assert!(usage.rss_bytes > 0 && usage.open_fds > 0, "{usage:?}");
+        let page = metrics.render(usage);
+        assert_eq!(value(&page, "bpfprof_agent_samples_total"), Some(42.0));
+        assert_eq!(
+            value(&page, "bpfprof_agent_rss_bytes"),
+            Some(usage.rss_bytes as f64)
+        );
+        assert_eq!(value(&page, "bpfprof_agent_samples"), None, "whole names only");
+        assert_eq!(cpu_ticks("1 (a b) S 0 0 0 0 0 0 0 0 0 0 7 5 0"), Some(12));
+    }
+}

@@ -1,0 +1,521 @@
+//! `bpfprof agent`: always-on system-wide sampling, built on the same collect → aggregate →
+//! symbolize → render path as a run. Every window (default 60 s) becomes a pprof profile with
+//! per-process labels, written into a directory with retention, served over HTTP and optionally
+//! pushed. Everything it holds is bounded: processes are forgotten once they have exited and
+//! their window is out, their files closed when no live process maps them, symbols cached per
+//! executable with a cap, queues with fixed lengths.
+//!
+//! Threads: the event loop (kernel maps, process announcements, timers, signals, the endpoint),
+//! one renderer (symbolize + encode + write, so a slow symbolization never delays a capture), and
+//! the pusher when pushing.
+mod http;
+pub mod metrics;
+mod push;
+mod store;
+
+use std::{
+    collections::{HashMap, HashSet},
+    net::SocketAddr,
+    sync::{atomic::Ordering::Relaxed, mpsc as std_mpsc, Arc, Mutex},
+    time::{Duration, SystemTime},
+};
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use tokio::{
+    signal::unix::{signal, SignalKind},
+    sync::{mpsc, oneshot},
+    time::{interval, interval_at, Instant, MissedTickBehavior},
+};
+
+use crate::{
+    bpf::LoadOptions,
+    cli::{AgentArgs, Event, OffCpuStacks, Unwind},
+    collect::{add_batch, KernelSource, SampleSource as _},
+    error::UserError,
+    modes::hotspot,
+    preflight,
+    process::{FileId, FileSnapshot, ProcessInfo, Processes, UserAddr},
+    profile::{Health, RawProfile},
+    report::{pprof, RunMeta},
+    session::{capture_announced, event_ring, give_tables, load_following_processes, prepare_to_load},
+    symbolize::Symbolizer,
+};
+use http::{Endpoint, PullRequest};
+use metrics::Metrics;
+use push::{PushConfig, Pusher, Upload};
+use store::Store;
+
+/// How often the kernel maps are drained (as in a run).
+const DRAIN_EVERY: Duration = Duration::from_secs(1);
+/// Profiles being taken for the endpoint at once.
+const MAX_PULLS: usize = 4;
+/// Symbolized addresses kept across windows.
+const FRAME_CACHE_ENTRIES: usize = 50_000;
+/// Profiles waiting for the renderer; beyond, a window is dropped (and counted).
+const RENDER_QUEUE: usize = 2;
+
+pub struct Config {
+    pub frequency_hz: u64,
+    pub window: Duration,
+    pub listen: Option<SocketAddr>,
+    pub push: Option<PushConfig>,
+    pub unwind: Unwind,
+    pub sample_map_entries: Option<u32>,
+}
+
+impl Config {
+    fn from_args(args: &AgentArgs) -> Result<Config, UserError> {
+        preflight::check_frequency(args.frequency)?;
+        if args.window < 1.0 {
+            return Err(UserError::Usage("--window: at least 1 second".into()));
+        }
+        let listen = match args.listen.as_str() {
+            "off" | "none" => None,
+            address => Some(address.parse().map_err(|_| UserError::Listen {
+                address: address.into(),
+                reason: "not an address (e.g. 127.0.0.1:7071, or [::1]:7071)".into(),
+            })?),
+        };
+        let push = match &args.push {
+            Some(url) if !url.starts_with("http://") => {
+                return Err(UserError::Usage(format!(
+                    "--push {url}: give an http:// URL (for https, push through a local TLS proxy)"
+                )))
+            }
+            Some(url) => Some(PushConfig {
+                url: url.clone(),
+                name: args.push_name.clone(),
+                capacity: args.push_queue.max(1),
+                timeout: Duration::from_secs_f64(args.push_timeout),
+                frequency_hz: args.frequency,
+            }),
+            None => None,
+        };
+        Ok(Config {
+            frequency_hz: args.frequency,
+            window: Duration::from_secs_f64(args.window),
+            listen,
+            push,
+            unwind: args.unwind,
+            sample_map_entries: args.sample_map_entries,
+        })
+    }
+}
+
+pub fn run(args: AgentArgs) -> anyhow::Result<i32> {
+    let config = Config::from_args(&args)?;
+    preflight::check_privileges()?;
+    let store = Store::open(&args.output_dir, args.keep, args.max_bytes)?;
+    // Bound before anything is loaded, so a port in use fails at once.
+    let listener = match config.listen {
+        Some(address) => Some(
+            std::net::TcpListener::bind(address)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|e| UserError::Listen {
+                    address: address.to_string(),
+                    reason: e.to_string(),
+                })?,
+        ),
+        None => None,
+    };
+    let (tracefs, runtime) = prepare_to_load()?;
+    runtime.block_on(agent(config, store, listener, tracefs, &args.output_dir))?;
+    Ok(0)
+}
+
+/// One profile to symbolize and encode, with what it needs of processes that may be gone.
+struct Rendering {
+    profile: RawProfile,
+    files: FileSnapshot,
+    labels: HashMap<u32, ProcessInfo>,
+    started: SystemTime,
+    duration: Duration,
+}
+
+enum Job {
+    Window(Rendering),
+    Pull(Rendering, oneshot::Sender<Result<Bytes, String>>),
+}
+
+/// A profile being taken for the endpoint.
+struct Pull {
+    profile: RawProfile,
+    started: SystemTime,
+    since: Instant,
+    until: Instant,
+    reply: oneshot::Sender<Result<Bytes, String>>,
+}
+
+/// The window being collected.
+struct Window {
+    profile: RawProfile,
+    started: SystemTime,
+    since: Instant,
+    not_captured: HashSet<u32>,
+}
+
+impl Window {
+    fn new() -> Window {
+        Window {
+            profile: RawProfile::new(),
+            started: SystemTime::now(),
+            since: Instant::now(),
+            not_captured: HashSet::new(),
+        }
+    }
+}
+
+pub(crate) fn unix_ms(time: SystemTime) -> u64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+async fn agent(
+    config: Config,
+    store: Store,
+    listener: Option<std::net::TcpListener>,
+    tracefs: &std::path::Path,
+    output_dir: &std::path::Path,
+) -> anyhow::Result<()> {
+    let metrics = Arc::new(Metrics::default());
+    let latest = Arc::new(Mutex::new(None));
+    let pusher = config.push.clone().map(|p| Pusher::start(p, metrics.clone()));
+    let (jobs, renderer) = start_renderer(
+        store,
+        pusher,
+        latest.clone(),
+        metrics.clone(),
+        config.frequency_hz,
+    );
+    let (pull_tx, mut pull_rx) = mpsc::channel::<PullRequest>(MAX_PULLS);
+    if let Some(listener) = listener {
+        let listener = tokio::net::TcpListener::from_std(listener).context("serving the endpoint")?;
+        let endpoint = Arc::new(Endpoint {
+            pulls: pull_tx,
+            latest,
+            metrics: metrics.clone(),
+            window: config.window,
+        });
+        tokio::spawn(http::serve(listener, endpoint));
+    } else {
+        drop(pull_tx);
+    }
+
+    let mut procs = Processes::new();
+    let options = LoadOptions {
+        sampling: true,
+        sched: None,
+        filter: false,
+        slow_threshold_ns: u64::MAX,
+        offcpu_stacks: OffCpuStacks::None,
+        counters: 0,
+        unwind_tables: config.unwind == Unwind::Tables,
+        lock: None,
+        nvcsw_offset: None,
+        sample_map_entries: config.sample_map_entries,
+        tracefs,
+    };
+    let (mut loaded, mut tables) = load_following_processes(&options, &mut procs)?;
+    loaded.attach_process_tracking()?;
+    let mut kernel = KernelSource::take(&mut loaded.ebpf, false)?;
+    let mut events = event_ring(&mut loaded)?;
+    loaded.attach_sampling(Event::CpuClock, config.frequency_hz)?;
+    let cpus = crate::bpf::online_cpu_ids().map_or(1, |c| c.len());
+    eprintln!(
+        "bpfprof agent: sampling all {cpus} CPUs at {} Hz; a window every {:.0} s into {}{}{}; SIGTERM or Ctrl-C writes the last window and stops",
+        config.frequency_hz,
+        config.window.as_secs_f64(),
+        output_dir.display(),
+        config.listen.map_or(String::new(), |a| format!("; endpoint http://{a}/")),
+        config.push.as_ref().map_or(String::new(), |p| format!("; pushing to {}", p.url)),
+    );
+
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sighup = signal(SignalKind::hangup())?;
+    let mut drain_timer = interval(DRAIN_EVERY);
+    drain_timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut window_timer = interval_at(Instant::now() + config.window, config.window);
+    window_timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut collector = AgentCollector {
+        window: Window::new(),
+        pulls: Vec::new(),
+        health: Health::default(),
+        metrics: metrics.clone(),
+        jobs,
+    };
+    loop {
+        tokio::select! {
+            _ = sigint.recv() => break,
+            _ = sigterm.recv() => break,
+            _ = sighup.recv() => {
+                eprintln!("bpfprof agent: SIGHUP: nothing to reload (settings are read at start); carrying on");
+            }
+            guard = events.readable_mut() => {
+                let mut guard = guard?;
+                capture_announced(guard.get_inner_mut(), &mut procs);
+                guard.clear_ready();
+                give_tables(&mut tables, &mut procs);
+            }
+            Some(request) = pull_rx.recv() => collector.start_pull(request),
+            _ = drain_timer.tick() => {
+                collector.drain(&mut kernel, &mut procs)?;
+                give_tables(&mut tables, &mut procs);
+            }
+            _ = window_timer.tick() => collector.close_window(&mut kernel, &mut procs)?,
+        }
+    }
+    // Flush: what was collected since the last window is a (shorter) window of its own.
+    capture_announced(events.get_mut(), &mut procs);
+    collector.close_window(&mut kernel, &mut procs)?;
+    for pull in collector.pulls.drain(..) {
+        let _ = pull.reply.send(Err("the agent is stopping".into()));
+    }
+    drop(events);
+    drop(kernel);
+    drop(loaded); // detaches every program
+    drop(collector); // closes the renderer's queue: it finishes what it has, then the pusher
+    let _ = tokio::task::spawn_blocking(move || renderer.join()).await;
+    eprintln!(
+        "bpfprof agent: stopped after {:.0} s: {} windows written, {} samples, {} lost",
+        metrics.started.elapsed().as_secs_f64(),
+        metrics.windows_written.load(Relaxed),
+        metrics.samples.load(Relaxed),
+        metrics.samples_lost.load(Relaxed)
+    );
+    Ok(())
+}
+
+/// What the loop collects into: the current window and the endpoint's profiles in progress.
+struct AgentCollector {
+    window: Window,
+    pulls: Vec<Pull>,
+    /// The kernel's cumulative counters at the last window's end.
+    health: Health,
+    metrics: Arc<Metrics>,
+    jobs: std_mpsc::SyncSender<Job>,
+}
+
+impl AgentCollector {
+    fn start_pull(&mut self, request: PullRequest) {
+        if self.pulls.len() >= MAX_PULLS {
+            let _ = request
+                .reply
+                .send(Err("too many profiles being taken at once: retry later".into()));
+            return;
+        }
+        let since = Instant::now();
+        self.pulls.push(Pull {
+            profile: RawProfile::new(),
+            started: SystemTime::now(),
+            since,
+            until: since + Duration::from_secs(request.seconds),
+            reply: request.reply,
+        });
+    }
+
+    /// Everything the kernel recorded since the last drain, into the window and every pull;
+    /// pulls that are due go to the renderer.
+    fn drain(&mut self, kernel: &mut KernelSource, procs: &mut Processes) -> anyhow::Result<()> {
+        let batch = kernel.drain()?;
+        for pull in &mut self.pulls {
+            for sample in &batch {
+                pull.profile.add(sample.clone(), procs);
+            }
+        }
+        add_batch(
+            batch,
+            &mut self.window.profile,
+            procs,
+            &mut self.window.not_captured,
+        );
+        let now = Instant::now();
+        let (due, waiting): (Vec<Pull>, Vec<Pull>) = self.pulls.drain(..).partition(|p| p.until <= now);
+        self.pulls = waiting;
+        for pull in due {
+            let rendering = rendering(pull.profile, procs, pull.started, pull.since.elapsed());
+            if let Err(std_mpsc::TrySendError::Full(Job::Pull(_, reply))) =
+                self.jobs.try_send(Job::Pull(rendering, pull.reply))
+            {
+                let _ = reply.send(Err("the agent is busy writing a window: retry".into()));
+            }
+        }
+        self.update_gauges(procs);
+        Ok(())
+    }
+
+    /// End the window: drain, hand it to the renderer, and forget the processes that had
+    /// exited before the drain (so every sample they left is in this window) unless a pull
+    /// still needs them.
+    fn close_window(&mut self, kernel: &mut KernelSource, procs: &mut Processes) -> anyhow::Result<()> {
+        let mut exited: HashSet<u32> = procs
+            .pids()
+            .into_iter()
+            .filter(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+            .collect();
+        self.drain(kernel, procs)?;
+        let window = std::mem::replace(&mut self.window, Window::new());
+        let total = kernel.health()?;
+        let mut health = total.sampling_since(&self.health);
+        health.processes_not_captured = window.not_captured.len() as u64;
+        self.health = total;
+        self.count(&health);
+        let mut profile = window.profile;
+        profile.health = health;
+        let rendering = rendering(profile, procs, window.started, window.since.elapsed());
+        if self.jobs.try_send(Job::Window(rendering)).is_err() {
+            self.metrics.windows_dropped.fetch_add(1, Relaxed);
+            log::warn!("a window was dropped: the previous one is still being symbolized");
+        }
+        for pull in &self.pulls {
+            exited.retain(|pid| !pull.profile.stacks.keys().any(|k| k.pid == *pid));
+        }
+        procs.forget(&exited);
+        self.update_gauges(procs);
+        Ok(())
+    }
+
+    fn count(&self, health: &Health) {
+        let m = &self.metrics;
+        m.samples.fetch_add(health.samples, Relaxed);
+        m.samples_lost.fetch_add(health.lost_map_full, Relaxed);
+        m.stack_collisions.fetch_add(health.collisions(), Relaxed);
+        m.stack_errors
+            .fetch_add(health.user_stack_errors + health.kernel_stack_errors, Relaxed);
+        m.process_events_lost
+            .fetch_add(health.process_events_lost, Relaxed);
+        m.processes_not_captured
+            .fetch_add(health.processes_not_captured, Relaxed);
+    }
+
+    fn update_gauges(&self, procs: &Processes) {
+        self.metrics
+            .processes_tracked
+            .store(procs.process_count() as u64, Relaxed);
+        self.metrics.files_open.store(procs.file_count() as u64, Relaxed);
+    }
+}
+
+/// A profile with the files and labels of its processes, taken now (they may be forgotten later).
+fn rendering(profile: RawProfile, procs: &Processes, started: SystemTime, duration: Duration) -> Rendering {
+    let mut files: HashSet<FileId> = HashSet::new();
+    let mut pids: HashSet<u32> = HashSet::new();
+    for key in profile.stacks.keys() {
+        pids.insert(key.pid);
+        files.extend(key.user.iter().filter_map(|a| match a {
+            UserAddr::File { file, .. } => Some(*file),
+            _ => None,
+        }));
+    }
+    Rendering {
+        files: procs.snapshot(files),
+        labels: pids
+            .into_iter()
+            .filter_map(|pid| Some((pid, procs.info(pid)?.clone())))
+            .collect(),
+        profile,
+        started,
+        duration,
+    }
+}
+
+/// The renderer thread: symbolizes (one long-lived symbolizer), encodes, writes, publishes as
+/// the latest window and queues for the pusher. Ends when the queue's sender is dropped.
+fn start_renderer(
+    mut store: Store,
+    pusher: Option<Pusher>,
+    latest: Arc<Mutex<Option<Bytes>>>,
+    metrics: Arc<Metrics>,
+    frequency_hz: u64,
+) -> (std_mpsc::SyncSender<Job>, std::thread::JoinHandle<()>) {
+    let (jobs, queue) = std_mpsc::sync_channel::<Job>(RENDER_QUEUE);
+    let thread = std::thread::Builder::new()
+        .name("bpfprof-render".into())
+        .spawn(move || {
+            let symbolizer = Symbolizer::long_lived(FRAME_CACHE_ENTRIES);
+            for job in queue {
+                match job {
+                    Job::Pull(rendering, reply) => {
+                        let _ = reply.send(Ok(encode(&symbolizer, &rendering, frequency_hz)));
+                    }
+                    Job::Window(rendering) => {
+                        let bytes = encode(&symbolizer, &rendering, frequency_hz);
+                        let started = unix_ms(rendering.started);
+                        match store.write(started, &bytes) {
+                            Ok(_) => {
+                                metrics.windows_written.fetch_add(1, Relaxed);
+                            }
+                            Err(e) => {
+                                metrics.window_write_errors.fetch_add(1, Relaxed);
+                                eprintln!("bpfprof agent: cannot write a window: {e} (kept in memory for /debug/pprof/latest; retrying with the next window)");
+                            }
+                        }
+                        metrics.stored_windows.store(store.windows() as u64, Relaxed);
+                        metrics.stored_bytes.store(store.bytes(), Relaxed);
+                        let ended = unix_ms(rendering.started + rendering.duration);
+                        metrics.last_window_unix_s.store(ended / 1000, Relaxed);
+                        if let Some(pusher) = &pusher {
+                            pusher.enqueue(Upload {
+                                from_unix_s: started / 1000,
+                                until_unix_s: ended.div_ceil(1000),
+                                pprof_gz: bytes.clone(),
+                            });
+                        }
+                        *latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes);
+                    }
+                }
+                let size = symbolizer.cache_size();
+                metrics.frame_cache_entries.store(size.frames as u64, Relaxed);
+                metrics.symbolizer_files.store(size.files as u64, Relaxed);
+            }
+            if let Some(pusher) = pusher {
+                pusher.finish();
+            }
+        })
+        .expect("starting the renderer thread");
+    (jobs, thread)
+}
+
+/// Symbolize a profile and encode it as pprof with its processes' labels.
+fn encode(symbolizer: &Symbolizer, rendering: &Rendering, frequency_hz: u64) -> Bytes {
+    let symbols = symbolizer.symbolize(&rendering.profile, &rendering.files);
+    for failure in &symbols.failures {
+        log::info!("symbolization: {failure}");
+    }
+    let meta = RunMeta {
+        mode: "hotspot",
+        event: Event::CpuClock.name(),
+        frequency_hz,
+        duration_s: rendering.duration.as_secs_f64(),
+        target: "system-wide (agent)".into(),
+        cpus: crate::bpf::online_cpu_ids().map_or(1, |c| c.len() as u32),
+        notes: Vec::new(),
+        counters: Vec::new(),
+    };
+    let report = hotspot::build(meta, &rendering.profile, &symbols);
+    let labels = |pid: u32| -> Vec<(&'static str, String)> {
+        let Some(info) = rendering.labels.get(&pid) else {
+            return Vec::new();
+        };
+        let mut labels = Vec::new();
+        if let Some(exe) = &info.executable {
+            labels.push(("executable", exe.clone()));
+        }
+        if let Some(cgroup) = &info.cgroup {
+            labels.push(("cgroup", cgroup.clone()));
+        }
+        if let Some(id) = info.container_id() {
+            labels.push(("container_id", id.to_string()));
+        }
+        labels
+    };
+    let mut profile = pprof::hotspot_profile_labeled(&report, &labels);
+    profile.time_nanos = rendering
+        .started
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64);
+    let mut out = Vec::new();
+    pprof::write_gz(&profile, &mut out).expect("writing into memory");
+    Bytes::from(out)
+}

@@ -1,0 +1,298 @@
+//! Push: each window sent to a Pyroscope-compatible server (`POST /ingest?format=pprof`, the
+//! profile as a multipart `profile` field) from a thread of its own, through a bounded queue.
+//! A down or slow server costs at most `capacity` windows of memory and never delays a window:
+//! attempts time out, failures back off, and the oldest window is dropped when the queue is full.
+use std::{
+    collections::VecDeque,
+    sync::{atomic::Ordering::Relaxed, Arc, Condvar, Mutex},
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use bytes::Bytes;
+
+use super::metrics::Metrics;
+
+/// Attempts per window before it is given up on.
+const MAX_ATTEMPTS: u32 = 5;
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+const BOUNDARY: &str = "bpfprof-pprof-upload-7f3a9c";
+
+#[derive(Clone, Debug)]
+pub struct PushConfig {
+    /// The server's base URL (`http://host:4040`).
+    pub url: String,
+    /// The application name, with labels in braces.
+    pub name: String,
+    pub capacity: usize,
+    pub timeout: Duration,
+    pub frequency_hz: u64,
+}
+
+pub struct Upload {
+    pub from_unix_s: u64,
+    pub until_unix_s: u64,
+    pub pprof_gz: Bytes,
+}
+
+struct Queue {
+    uploads: VecDeque<(Upload, u32)>,
+    closed: bool,
+}
+
+pub struct Pusher {
+    shared: Arc<(Mutex<Queue>, Condvar)>,
+    capacity: usize,
+    metrics: Arc<Metrics>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Pusher {
+    pub fn start(config: PushConfig, metrics: Arc<Metrics>) -> Pusher {
+        let shared = Arc::new((
+            Mutex::new(Queue {
+                uploads: VecDeque::new(),
+                closed: false,
+            }),
+            Condvar::new(),
+        ));
+        let thread = {
+            let (shared, metrics, config) = (shared.clone(), metrics.clone(), config.clone());
+            std::thread::Builder::new()
+                .name("bpfprof-push".into())
+                .spawn(move || push_loop(&config, &shared, &metrics))
+                .expect("starting the push thread")
+        };
+        Pusher {
+            shared,
+            capacity: config.capacity.max(1),
+            metrics,
+            thread: Some(thread),
+        }
+    }
+
+    /// Queue a window; the oldest waiting one makes room when the queue is full.
+    pub fn enqueue(&self, upload: Upload) {
+        let (lock, wake) = &*self.shared;
+        let mut queue = lock.lock().unwrap_or_else(|e| e.into_inner());
+        if queue.uploads.len() >= self.capacity {
+            queue.uploads.pop_front();
+            self.metrics.pushes_dropped.fetch_add(1, Relaxed);
+        }
+        queue.uploads.push_back((upload, 0));
+        self.metrics.push_queue.store(queue.uploads.len() as u64, Relaxed);
+        wake.notify_all();
+    }
+
+    /// Stop: what is queued gets one more attempt each (no back-off) within one timeout's time,
+    /// then the thread ends; whatever is left is counted as dropped.
+    pub fn finish(mut self) {
+        {
+            let (lock, wake) = &*self.shared;
+            lock.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
+            wake.notify_all();
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn push_loop(config: &PushConfig, shared: &(Mutex<Queue>, Condvar), metrics: &Metrics) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(config.timeout))
+        .build()
+        .into();
+    let (lock, wake) = shared;
+    let mut backoff = FIRST_BACKOFF;
+    let mut closing_deadline: Option<Instant> = None;
+    loop {
+        let (body, from, until) = {
+            let mut queue = lock.lock().unwrap_or_else(|e| e.into_inner());
+            while queue.uploads.is_empty() && !queue.closed {
+                queue = wake.wait(queue).unwrap_or_else(|e| e.into_inner());
+            }
+            if queue.closed {
+                let deadline = *closing_deadline.get_or_insert_with(|| Instant::now() + config.timeout);
+                if queue.uploads.is_empty() || Instant::now() >= deadline {
+                    metrics
+                        .pushes_dropped
+                        .fetch_add(queue.uploads.len() as u64, Relaxed);
+                    queue.uploads.clear();
+                    metrics.push_queue.store(0, Relaxed);
+                    return;
+                }
+            }
+            let (upload, _) = queue.uploads.front().expect("not empty");
+            (upload.pprof_gz.clone(), upload.from_unix_s, upload.until_unix_s)
+        };
+        let result = send(&agent, config, &body, from, until);
+        let mut queue = lock.lock().unwrap_or_else(|e| e.into_inner());
+        // The front may have been dropped for room meanwhile: only the same upload is settled.
+        let same = queue
+            .uploads
+            .front()
+            .is_some_and(|(u, _)| u.from_unix_s == from && u.until_unix_s == until);
+        match result {
+            Ok(()) => {
+                metrics.pushes_sent.fetch_add(1, Relaxed);
+                if same {
+                    queue.uploads.pop_front();
+                }
+                backoff = FIRST_BACKOFF;
+            }
+            Err(e) => {
+                metrics.push_failures.fetch_add(1, Relaxed);
+                log::warn!("pushing a window to {}: {e}", config.url);
+                if same {
+                    let attempts = {
+                        let front = queue.uploads.front_mut().expect("same");
+                        front.1 += 1;
+                        front.1
+                    };
+                    if attempts >= MAX_ATTEMPTS || queue.closed {
+                        queue.uploads.pop_front();
+                        metrics.pushes_dropped.fetch_add(1, Relaxed);
+                    }
+                }
+                if !queue.closed {
+                    // Woken early only by closing.
+                    let (q, _) = wake
+                        .wait_timeout_while(queue, backoff, |q| !q.closed)
+                        .unwrap_or_else(|e| e.into_inner());
+                    queue = q;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+        metrics.push_queue.store(queue.uploads.len() as u64, Relaxed);
+    }
+}
+
+fn send(
+    agent: &ureq::Agent,
+    config: &PushConfig,
+    pprof_gz: &[u8],
+    from: u64,
+    until: u64,
+) -> Result<(), String> {
+    let url = ingest_url(config, from, until);
+    let body = multipart(pprof_gz);
+    agent
+        .post(&url)
+        .header(
+            "Content-Type",
+            format!("multipart/form-data; boundary={BOUNDARY}"),
+        )
+        .send(&body[..])
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// `…/ingest?name=…&from=…&until=…&format=pprof`: the name gets the host as a label unless it
+/// carries labels of its own.
+pub fn ingest_url(config: &PushConfig, from: u64, until: u64) -> String {
+    let name = match config.name.contains('{') {
+        true => config.name.clone(),
+        false => format!("{}{{hostname={}}}", config.name, hostname()),
+    };
+    format!(
+        "{}/ingest?name={}&from={from}&until={until}&format=pprof&sampleRate={}&spyName=bpfprof",
+        config.url.trim_end_matches('/'),
+        percent_encode(&name),
+        config.frequency_hz
+    )
+}
+
+fn multipart(pprof_gz: &[u8]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(pprof_gz.len() + 256);
+    body.extend_from_slice(
+        format!(
+            "--{BOUNDARY}\r\nContent-Disposition: form-data; name=\"profile\"; filename=\"profile.pprof\"\r\nContent-Type: application/octet-stream\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    body.extend_from_slice(pprof_gz);
+    body.extend_from_slice(format!("\r\n--{BOUNDARY}--\r\n").as_bytes());
+    body
+}
+
+fn percent_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(url: &str, capacity: usize) -> PushConfig {
+        PushConfig {
+            url: url.into(),
+            name: "app.cpu{env=test}".into(),
+            capacity,
+            timeout: Duration::from_millis(300),
+            frequency_hz: 19,
+        }
+    }
+
+    #[test]
+    fn url_and_body_follow_the_ingest_convention() {
+        let url = ingest_url(&config("http://h:4040/", 1), 10, 70);
+        assert_eq!(
+            url,
+            "http://h:4040/ingest?name=app.cpu%7Benv%3Dtest%7D&from=10&until=70&format=pprof&sampleRate=19&spyName=bpfprof"
+        );
+        let mut plain = config("http://h", 1);
+        plain.name = "bpfprof.cpu".into();
+        assert!(ingest_url(&plain, 1, 2).contains("name=bpfprof.cpu%7Bhostname%3D"));
+        let body = multipart(b"\x1f\x8bDATA");
+        let text = String::from_utf8_lossy(&body);
+        assert!(
+            text.starts_with(&format!("--{BOUNDARY}\r\n")) && text.ends_with(&format!("--{BOUNDARY}--\r\n"))
+        );
+        assert!(text.contains("name=\"profile\"") && text.contains("DATA"));
+    }
+
+    #[test]
+    fn an_unreachable_server_never_grows_the_queue_and_shutdown_is_bounded() {
+        // A port nothing listens on: every attempt fails at once.
+        let metrics = Arc::new(Metrics::default());
+        let pusher = Pusher::start(config("http://127.0.0.1:1", 2), metrics.clone());
+        for i in 0..10 {
+            pusher.enqueue(Upload {
+                from_unix_s: i,
+                until_unix_s: i + 1,
+                pprof_gz: Bytes::from_static(b"x"),
+            });
+            assert!(metrics.push_queue.load(Relaxed) <= 2);
+        }
+        let started = Instant::now();
+        pusher.finish();
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(metrics.pushes_sent.load(Relaxed), 0);
+        assert!(metrics.push_failures.load(Relaxed) >= 1);
+        assert_eq!(
+            metrics.pushes_dropped.load(Relaxed),
+            10,
+            "every window accounted for"
+        );
+        assert_eq!(metrics.push_queue.load(Relaxed), 0);
+    }
+}

@@ -1,0 +1,428 @@
+//! `bpfprof agent` end to end: windows of a system under process churn come out as pprof with
+//! the churned processes' hot function symbolized, the endpoint answers `go tool pprof`,
+//! retention holds, pushes reach an ingest server, and a dead or slow one costs nothing.
+use std::{
+    collections::HashMap,
+    io::{Read as _, Write as _},
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::Command,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use bpfprof_tests::{assert_no_programs_left, decode_pprof, start_workload, temp_path, truth, Agent};
+use profiler::report::pprof::proto::Profile;
+
+const HOT: &str = "churn_hot_function";
+
+fn string(p: &Profile, i: i64) -> &str {
+    &p.string_table[i as usize]
+}
+
+/// (function, module) of each frame of a sample's stack, leaf first.
+fn frames(p: &Profile, sample: &profiler::report::pprof::proto::Sample) -> Vec<(String, String)> {
+    sample
+        .location_id
+        .iter()
+        .flat_map(|id| {
+            let location = p.location.iter().find(|l| l.id == *id).unwrap();
+            let mapping = p.mapping.iter().find(|m| m.id == location.mapping_id).unwrap();
+            location.line.iter().map(|line| {
+                let f = p.function.iter().find(|f| f.id == line.function_id).unwrap();
+                (
+                    string(p, f.name).to_string(),
+                    string(p, mapping.filename).to_string(),
+                )
+            })
+        })
+        .collect()
+}
+
+fn label<'a>(p: &'a Profile, sample: &profiler::report::pprof::proto::Sample, key: &str) -> Option<&'a str> {
+    sample
+        .label
+        .iter()
+        .find(|l| string(p, l.key) == key)
+        .map(|l| string(p, l.str))
+}
+
+fn label_num(p: &Profile, sample: &profiler::report::pprof::proto::Sample, key: &str) -> Option<i64> {
+    sample
+        .label
+        .iter()
+        .find(|l| string(p, l.key) == key)
+        .map(|l| l.num)
+}
+
+/// The churn children's samples in a profile: (all of them, those whose innermost user frame is
+/// symbolized, those with the hot function on the stack).
+fn churn_samples(p: &Profile, parent: Option<i64>) -> (i64, i64, i64) {
+    let mut all = 0;
+    let mut symbolized = 0;
+    let mut hot = 0;
+    for sample in &p.sample {
+        let executable = label(p, sample, "executable").unwrap_or("");
+        if !executable.ends_with("/churn") || label_num(p, sample, "pid") == parent {
+            continue;
+        }
+        all += sample.value[0];
+        let stack = frames(p, sample);
+        let user_leaf = stack.iter().find(|(_, module)| !module.starts_with('['));
+        if user_leaf.is_some_and(|(function, _)| function != "[unknown]") {
+            symbolized += sample.value[0];
+        }
+        if stack.iter().any(|(f, _)| f == HOT) {
+            hot += sample.value[0];
+        }
+    }
+    (all, symbolized, hot)
+}
+
+fn windows_in(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(".pb.gz"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// `go tool pprof -top` on a file or URL: its output, which must list the hot function.
+fn go_pprof_top(args: &[&str]) -> String {
+    let out = Command::new("go")
+        .args(["tool", "pprof", "-top", "-nodecount=1000"])
+        .args(args)
+        .output()
+        .expect("running go tool pprof (Debian package golang-go; cargo xtask test installs it)");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "go tool pprof {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+#[test]
+fn windows_under_churn_are_symbolized_served_and_retained() {
+    let dir = temp_path("agent-windows");
+    let _ = std::fs::remove_dir_all(&dir);
+    let agent = Agent::start(&[
+        "--window",
+        "3",
+        "-F",
+        "99",
+        "--keep",
+        "3",
+        "--output-dir",
+        dir.to_str().unwrap(),
+    ]);
+    // ~65 new processes a second (about 4000 a minute), each alive for 30 ms of CPU.
+    let churn = start_workload("churn", &["30", "2", "30"]);
+    std::thread::sleep(Duration::from_secs(2));
+
+    // The pull endpoint, read by a real pprof reader while the churn goes on.
+    let url = format!("http://{}/debug/pprof/profile", agent.address);
+    let top = go_pprof_top(&["-seconds", "3", &url]);
+    assert!(top.contains(HOT), "the pulled profile misses {HOT}:\n{top}");
+
+    std::thread::sleep(Duration::from_secs(8));
+    let written_before_stop = agent.metric("bpfprof_agent_windows_written_total");
+    let lost = agent.metric("bpfprof_agent_samples_lost_total");
+    let not_captured = agent.metric("bpfprof_agent_processes_not_captured_total");
+    let (ok, stderr, took) = agent.stop(Duration::from_secs(15));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(churn.pid() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let truth = truth(&churn.finish());
+    assert!(ok, "the agent failed: {stderr}");
+    eprintln!("agent stopped in {took:?}: {stderr}");
+    assert_no_programs_left();
+
+    // Retention: more windows were written than kept.
+    let windows = windows_in(&dir);
+    assert!(
+        written_before_stop >= 3.0,
+        "{written_before_stop} windows written"
+    );
+    assert_eq!(windows.len(), 3, "--keep 3 holds: {windows:?}");
+    let children = truth["children"];
+    eprintln!("churn: {children} processes; lost samples {lost}, processes not captured {not_captured}");
+    assert!(
+        children >= 300.0,
+        "the churn was too slow to prove anything: {children}"
+    );
+
+    // Every window: a pprof profile in which the short-lived processes' samples come out in
+    // their hot function, labelled with their executable.
+    let parent = Some(truth["pid"] as i64);
+    let period_ns = 1e9 / 99.0;
+    let mut churn_in_windows = 0;
+    for window in &windows {
+        let bytes = std::fs::read(window).unwrap();
+        let profile = decode_pprof(&bytes);
+        let (all, symbolized, hot) = churn_samples(&profile, parent);
+        eprintln!(
+            "{}: {} samples, churn children {all} ({:.0} ms): innermost user frame symbolized {symbolized}, {HOT} on the stack {hot}",
+            window.display(),
+            profile.sample.iter().map(|s| s.value[0]).sum::<i64>(),
+            all as f64 * period_ns / 1e6
+        );
+        assert!(all >= 20, "{}: too few churn samples ({all})", window.display());
+        // Every child spends its life in the hot function (the rest is exec and exit); a
+        // child's first samples, before its unwind tables are loaded, may lose the frames above
+        // a libc leaf, never the leaf itself.
+        assert!(
+            symbolized as f64 >= 0.97 * all as f64,
+            "{}: only {symbolized} of {all} churn samples have a symbolized innermost frame",
+            window.display()
+        );
+        assert!(
+            hot as f64 >= 0.85 * all as f64,
+            "{}: only {hot} of {all} churn samples in {HOT}",
+            window.display()
+        );
+        churn_in_windows += all;
+        let top = go_pprof_top(&[window.to_str().unwrap()]);
+        assert!(
+            top.contains(HOT),
+            "go tool pprof does not see {HOT} in {}",
+            window.display()
+        );
+    }
+    assert!(churn_in_windows > 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A one-request-at-a-time HTTP server that records what is posted and answers `status`
+/// (or, with `hang`, never answers).
+/// Requests an ingest server received: (request line, body).
+type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+fn ingest_server(hang: bool) -> (String, Received) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let log = received.clone();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            if hang {
+                held.push(stream); // accepted, never read, never answered
+                continue;
+            }
+            let mut data = Vec::new();
+            let mut buf = [0u8; 65536];
+            let (head_end, length) = loop {
+                let n = stream.read(&mut buf).unwrap_or(0);
+                if n == 0 {
+                    break (None, 0);
+                }
+                data.extend_from_slice(&buf[..n]);
+                if let Some(end) = data.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&data[..end]).to_ascii_lowercase();
+                    let length = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .map_or(0, |v| v.trim().parse::<usize>().unwrap());
+                    break (Some(end), length);
+                }
+            };
+            let Some(end) = head_end else { continue };
+            while data.len() < end + 4 + length {
+                let n = stream.read(&mut buf).unwrap_or(0);
+                if n == 0 {
+                    break;
+                }
+                data.extend_from_slice(&buf[..n]);
+            }
+            let request_line = String::from_utf8_lossy(&data[..end])
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string();
+            log.lock().unwrap().push((request_line, data[end + 4..].to_vec()));
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        }
+    });
+    (format!("http://{address}"), received)
+}
+
+#[test]
+fn windows_are_pushed_to_an_ingest_server() {
+    let (url, received) = ingest_server(false);
+    let dir = temp_path("agent-push");
+    let _ = std::fs::remove_dir_all(&dir);
+    let churn = start_workload("churn", &["6", "1", "20"]);
+    let agent = Agent::start(&[
+        "--window",
+        "2",
+        "-F",
+        "99",
+        "--push",
+        &url,
+        "--push-name",
+        "churn.cpu{env=test}",
+        "--output-dir",
+        dir.to_str().unwrap(),
+    ]);
+    std::thread::sleep(Duration::from_secs(5));
+    let (ok, stderr, _) = agent.stop(Duration::from_secs(15));
+    drop(churn);
+    assert!(ok, "{stderr}");
+    let received = received.lock().unwrap();
+    assert!(received.len() >= 2, "{} windows pushed: {stderr}", received.len());
+    for (request, body) in received.iter() {
+        assert!(
+            request.starts_with("POST /ingest?name=churn.cpu%7Benv%3Dtest%7D&from="),
+            "{request}"
+        );
+        assert!(request.contains("&format=pprof"), "{request}");
+        let query: HashMap<&str, &str> = request
+            .split(['?', '&', ' '])
+            .filter_map(|kv| kv.split_once('='))
+            .collect();
+        let (from, until): (u64, u64) = (query["from"].parse().unwrap(), query["until"].parse().unwrap());
+        assert!(from < until && until - from <= 4, "{request}");
+        // The multipart field `profile` holds the window as written to disk.
+        let start = body.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+        let end = body.windows(4).rposition(|w| w == b"\r\n--").unwrap();
+        let profile = decode_pprof(&body[start..end]);
+        assert!(!profile.sample.is_empty());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_dead_or_hanging_ingest_server_never_stalls_windows_or_shutdown() {
+    for (what, url) in [
+        ("refusing", "http://127.0.0.1:1".to_string()),
+        ("hanging", ingest_server(true).0),
+    ] {
+        let dir = temp_path(&format!("agent-push-{what}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        let started = Instant::now();
+        let agent = Agent::start(&[
+            "--window",
+            "1",
+            "--push",
+            &url,
+            "--push-timeout",
+            "2",
+            "--push-queue",
+            "2",
+            "--output-dir",
+            dir.to_str().unwrap(),
+        ]);
+        std::thread::sleep(Duration::from_secs(6));
+        let written = agent.metric("bpfprof_agent_windows_written_total");
+        let queued = agent.metric("bpfprof_agent_push_queue_windows");
+        let rss = agent.metric("bpfprof_agent_rss_bytes");
+        let (ok, stderr, took) = agent.stop(Duration::from_secs(10));
+        assert!(ok, "{what}: {stderr}");
+        let elapsed = started.elapsed().as_secs_f64();
+        eprintln!(
+            "{what}: {written} windows in {elapsed:.1} s, queue {queued}, rss {:.1} MB, stopped in {took:?}",
+            rss / 1e6
+        );
+        assert!(
+            written >= 4.0,
+            "{what} server: only {written} windows written in 6 s"
+        );
+        assert!(queued <= 2.0, "{what}: push queue beyond its bound: {queued}");
+        assert!(took < Duration::from_secs(5), "{what}: shutdown took {took:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+    assert_no_programs_left();
+}
+
+#[test]
+fn port_in_use_and_unusable_directories_are_refused_at_start() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let out = bpfprof_tests::run(&[
+        "agent",
+        "--listen",
+        &address,
+        "--output-dir",
+        temp_path("agent-port").to_str().unwrap(),
+    ]);
+    let err = bpfprof_tests::stderr(&out);
+    assert!(!out.status.success());
+    assert!(err.contains(&address) && err.contains("--listen"), "{err}");
+
+    let out = bpfprof_tests::run(&["agent", "--output-dir", "/proc/version/windows"]);
+    let err = bpfprof_tests::stderr(&out);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("/proc/version/windows") && err.contains("--output-dir"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_full_directory_and_a_full_kernel_map_are_reported_and_survived() {
+    let dir = temp_path("agent-full");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mounted = Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=12k",
+            "bpfprof-test",
+            dir.to_str().unwrap(),
+        ])
+        .status()
+        .unwrap();
+    assert!(
+        mounted.success(),
+        "mounting a small tmpfs (the test runs as root)"
+    );
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(&dir);
+    // Many short processes: many distinct stacks for a sample map of 8 entries per second.
+    let churn = start_workload("churn", &["8", "2", "10"]);
+    let agent = Agent::start(&[
+        "--window",
+        "1",
+        "-F",
+        "499",
+        "--sample-map-entries",
+        "8",
+        "--max-bytes",
+        "1G",
+        "--output-dir",
+        dir.to_str().unwrap(),
+    ]);
+    std::thread::sleep(Duration::from_secs(6));
+    let errors = agent.metric("bpfprof_agent_window_write_errors_total");
+    let lost = agent.metric("bpfprof_agent_samples_lost_total");
+    let samples = agent.metric("bpfprof_agent_samples_total");
+    let (_, latest) = bpfprof_tests::http_get(&agent.address, "/debug/pprof/latest").unwrap();
+    let (ok, stderr, _) = agent.stop(Duration::from_secs(10));
+    drop(churn);
+    assert!(ok, "{stderr}");
+    assert!(errors >= 1.0, "a 12 KiB directory never filled: {stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    assert!(lost > 0.0 && samples > 0.0, "lost {lost} of {samples}");
+    // The latest window is still served, and says what was lost.
+    let profile = decode_pprof(&latest);
+    let comments: Vec<&str> = profile.comment.iter().map(|&c| string(&profile, c)).collect();
+    assert!(
+        comments.iter().any(|c| c.contains("samples lost")),
+        "{comments:?}"
+    );
+    assert_no_programs_left();
+}
