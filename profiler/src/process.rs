@@ -426,7 +426,7 @@ impl Processes {
     }
 
     pub fn process_count(&self) -> usize {
-        self.info.len().max(self.pids().len())
+        self.pids().len()
     }
 
     /// Whether every address falls in a known executable mapping of the process's image.

@@ -544,7 +544,7 @@ fn threads_of(pid: u32) -> Vec<u32> {
 }
 
 /// CLOCK_MONOTONIC, the clock of `bpf_ktime_get_ns()`.
-pub(crate) fn monotonic_ns() -> u64 {
+fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

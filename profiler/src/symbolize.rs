@@ -217,9 +217,10 @@ impl Symbolizer {
         offsets: &[u64],
         failures: &mut Vec<String>,
     ) -> Vec<Vec<Frame>> {
-        let identity = mapped.identity;
+        // Only a long-lived symbolizer caches, and only files it can tell apart.
+        let cached = self.cache.as_ref().zip(mapped.identity);
         let mut out: Vec<Option<Vec<Frame>>> = vec![None; addrs.len()];
-        if let (Some(cache), Some(identity)) = (&self.cache, identity) {
+        if let Some((cache, identity)) = cached {
             let mut cache = cache.borrow_mut();
             for (i, &offset) in offsets.iter().enumerate() {
                 out[i] = cache
@@ -230,7 +231,7 @@ impl Symbolizer {
         }
         let missing: Vec<usize> = (0..addrs.len()).filter(|&i| out[i].is_none()).collect();
         if !missing.is_empty() {
-            if let (Some(cache), Some(identity)) = (&self.cache, identity) {
+            if let Some((cache, identity)) = cached {
                 let mut cache = cache.borrow_mut();
                 if cache.files.insert(identity) && cache.files.len() > BLAZESYM_FILES {
                     *self.inner.borrow_mut() = Self::blazesym();
@@ -252,7 +253,7 @@ impl Symbolizer {
                 };
                 // A whole-file failure may be passing (the file unreadable for a moment): not
                 // cached.
-                if let (Some(cache), Some(identity), true) = (&self.cache, identity, results.is_ok()) {
+                if let (Some((cache, identity)), true) = (cached, results.is_ok()) {
                     cache
                         .borrow_mut()
                         .frames

@@ -219,34 +219,13 @@ const AGENT_DIR: &str = "/tmp/bpfprof-bench-agent";
 fn agent() -> Result<()> {
     let agent_19: &[&str] = &["agent", "-F", "19", "--listen", "off", "--output-dir", AGENT_DIR];
     let agent_99: &[&str] = &["agent", "-F", "99", "--listen", "off", "--output-dir", AGENT_DIR];
-    let idle_seconds = 30.0;
+    let seconds = 30.0;
     let stats_before = std::fs::read_to_string(BPF_STATS).unwrap_or_else(|_| "0".into());
     let _ = std::fs::write(BPF_STATS, "1");
-    let mut idle = Vec::new();
-    for args in [agent_19, agent_99] {
-        eprintln!(
-            "bench agent: idle machine, {} for {idle_seconds} s",
-            args.join(" ")
-        );
-        let profiler = Profiler::start_bpfprof(args)?;
-        std::thread::sleep(Duration::from_secs_f64(idle_seconds));
-        idle.push((args[2], profiler.stop()?));
-    }
+    let idle = agent_costs("idle", &[agent_19, agent_99], seconds, None)?;
     // Busy: the fixed work back to back on both CPUs for about as long.
     let (what, workload) = fixed_cpu_work()?;
-    let mut busy = Vec::new();
-    for args in [agent_19, agent_99] {
-        eprintln!(
-            "bench agent: busy machine, {} for ~{idle_seconds} s",
-            args.join(" ")
-        );
-        let profiler = Profiler::start_bpfprof(args)?;
-        let started = Instant::now();
-        while started.elapsed().as_secs_f64() < idle_seconds {
-            workload()?;
-        }
-        busy.push((args[2], profiler.stop()?));
-    }
+    let busy = agent_costs("busy", &[agent_19, agent_99], seconds, Some(&*workload))?;
     let _ = std::fs::write(BPF_STATS, stats_before.trim());
     compare(Comparison {
         mode: "agent",
@@ -258,11 +237,42 @@ fn agent() -> Result<()> {
         perf_share_target: None,
     })?;
     for (machine, costs) in [("idle", idle), ("busy (fixed work on both CPUs)", busy)] {
-        println!("bench agent, {machine} machine (~{idle_seconds:.0} s each; BPF time from kernel.bpf_stats_enabled):");
+        println!(
+            "bench agent, {machine} machine (~{seconds:.0} s each; BPF time from kernel.bpf_stats_enabled):"
+        );
         print_agent_costs(&costs);
     }
     let _ = std::fs::remove_dir_all(AGENT_DIR);
     Ok(())
+}
+
+/// The agent's cost in each configuration over about `seconds`, with `load` run back to back
+/// meanwhile (none: an idle machine).
+fn agent_costs<'a>(
+    machine: &str,
+    configs: &[&'a [&'a str]],
+    seconds: f64,
+    load: Option<&dyn Fn() -> Result<f64>>,
+) -> Result<Vec<(&'a str, Cost)>> {
+    let mut costs = Vec::new();
+    for args in configs {
+        eprintln!(
+            "bench agent: {machine} machine, {} for ~{seconds} s",
+            args.join(" ")
+        );
+        let profiler = Profiler::start_bpfprof(args)?;
+        let started = Instant::now();
+        match load {
+            Some(load) => {
+                while started.elapsed().as_secs_f64() < seconds {
+                    load()?;
+                }
+            }
+            None => std::thread::sleep(Duration::from_secs_f64(seconds)),
+        }
+        costs.push((args[2], profiler.stop()?));
+    }
+    Ok(costs)
 }
 
 fn print_agent_costs(costs: &[(&str, Cost)]) {

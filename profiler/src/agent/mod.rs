@@ -181,13 +181,19 @@ async fn agent(
     let metrics = Arc::new(Metrics::default());
     let latest = Arc::new(Mutex::new(None));
     let pusher = config.push.clone().map(|p| Pusher::start(p, metrics.clone()));
-    let (jobs, renderer) = start_renderer(
-        store,
-        pusher,
-        latest.clone(),
-        metrics.clone(),
-        config.frequency_hz,
-    );
+    let cpus = crate::bpf::online_cpu_ids().map_or(1, |c| c.len() as u32);
+    // What every window's report says of the run; each gets its own duration.
+    let meta = RunMeta {
+        mode: "hotspot",
+        event: Event::CpuClock.name(),
+        frequency_hz: config.frequency_hz,
+        duration_s: 0.0,
+        target: "system-wide (agent)".into(),
+        cpus,
+        notes: Vec::new(),
+        counters: Vec::new(),
+    };
+    let (jobs, renderer) = start_renderer(store, pusher, latest.clone(), metrics.clone(), meta);
     let (pull_tx, mut pull_rx) = mpsc::channel::<PullRequest>(MAX_PULLS);
     if let Some(listener) = listener {
         let listener = tokio::net::TcpListener::from_std(listener).context("serving the endpoint")?;
@@ -221,7 +227,6 @@ async fn agent(
     let mut kernel = KernelSource::take(&mut loaded.ebpf, false)?;
     let mut events = event_ring(&mut loaded)?;
     loaded.attach_sampling(Event::CpuClock, config.frequency_hz)?;
-    let cpus = crate::bpf::online_cpu_ids().map_or(1, |c| c.len());
     eprintln!(
         "bpfprof agent: sampling all {cpus} CPUs at {} Hz; a window every {:.0} s into {}{}{}; SIGTERM or Ctrl-C writes the last window and stops",
         config.frequency_hz,
@@ -427,7 +432,7 @@ fn start_renderer(
     pusher: Option<Pusher>,
     latest: Arc<Mutex<Option<Bytes>>>,
     metrics: Arc<Metrics>,
-    frequency_hz: u64,
+    meta: RunMeta,
 ) -> (std_mpsc::SyncSender<Job>, std::thread::JoinHandle<()>) {
     let (jobs, queue) = std_mpsc::sync_channel::<Job>(RENDER_QUEUE);
     let thread = std::thread::Builder::new()
@@ -437,10 +442,10 @@ fn start_renderer(
             for job in queue {
                 match job {
                     Job::Pull(rendering, reply) => {
-                        let _ = reply.send(Ok(encode(&symbolizer, &rendering, frequency_hz)));
+                        let _ = reply.send(Ok(encode(&symbolizer, &rendering, &meta)));
                     }
                     Job::Window(rendering) => {
-                        let bytes = encode(&symbolizer, &rendering, frequency_hz);
+                        let bytes = encode(&symbolizer, &rendering, &meta);
                         let started = unix_ms(rendering.started);
                         match store.write(started, &bytes) {
                             Ok(_) => {
@@ -478,20 +483,14 @@ fn start_renderer(
 }
 
 /// Symbolize a profile and encode it as pprof with its processes' labels.
-fn encode(symbolizer: &Symbolizer, rendering: &Rendering, frequency_hz: u64) -> Bytes {
+fn encode(symbolizer: &Symbolizer, rendering: &Rendering, meta: &RunMeta) -> Bytes {
     let symbols = symbolizer.symbolize(&rendering.profile, &rendering.files);
     for failure in &symbols.failures {
         log::info!("symbolization: {failure}");
     }
     let meta = RunMeta {
-        mode: "hotspot",
-        event: Event::CpuClock.name(),
-        frequency_hz,
         duration_s: rendering.duration.as_secs_f64(),
-        target: "system-wide (agent)".into(),
-        cpus: crate::bpf::online_cpu_ids().map_or(1, |c| c.len() as u32),
-        notes: Vec::new(),
-        counters: Vec::new(),
+        ..meta.clone()
     };
     let report = hotspot::build(meta, &rendering.profile, &symbols);
     let labels = |pid: u32| -> Vec<(&'static str, String)> {
