@@ -28,6 +28,10 @@ fn main() {
         &["-fomit-frame-pointer", "-shared", "-fPIC"],
     );
 
+    // One hot source line (--annotate); again without debug info, to be told there are no lines.
+    compile_c(&out, "hotline", &[]);
+    compile_c_as(&out, "hotline", "hotline-nodebug", &["-g0"]);
+
     compile_rust(&out, "spin", &["-C", "force-frame-pointers=yes"]);
     // Rust's default on x86-64 Linux: no frame pointers.
     compile_rust(&out, "spin-nofp", &[]);

@@ -96,6 +96,10 @@ pub struct Cli {
     /// caps/slots; AMD Zen 5: 8).
     #[arg(long, value_name = "N")]
     pub slots: Option<u32>,
+    /// Hotspot: instead of the report, where inside FUNCTION its samples landed: its hottest
+    /// source lines and instructions (like `perf annotate`). An exact name, or part of one.
+    #[arg(long, value_name = "FUNCTION")]
+    pub annotate: Option<String>,
     /// Command to start and profile; bpfprof attaches first, so its first samples are captured.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -107,6 +111,71 @@ pub enum Subcommands {
     /// (with retention), served over HTTP (`/debug/pprof/profile?seconds=N`, `/metrics`) and
     /// optionally pushed to a Pyroscope-compatible server. Runs in the foreground (systemd).
     Agent(AgentArgs),
+    /// Compare two saved profiles (any mode with stacks: JSON, pprof or folded): a table of the
+    /// functions whose share changed most, or a differential flamegraph (`-o diff.svg`: red grew,
+    /// blue shrank). Shares are of each profile's own total, so runs of any length compare.
+    Diff(DiffArgs),
+    /// Render a saved profile again (`-o flame.svg`), or annotate one of its functions.
+    Report(ReportArgs),
+    /// Live view: the hottest functions (or, with --mode sched/lock, the worst-waiting tasks or
+    /// locks) refreshed every second in the terminal, like `perf top`. `q` or Ctrl-C quits.
+    Top(TopArgs),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct DiffArgs {
+    /// The baseline profile.
+    #[arg(value_name = "BEFORE")]
+    pub before: PathBuf,
+    /// The profile compared with it.
+    #[arg(value_name = "AFTER")]
+    pub after: PathBuf,
+    /// Output format: text, svg, folded (`stack before after`) or json (default: from the -o
+    /// extension, else text).
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// Write here instead of standard output.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Functions listed in the table.
+    #[arg(long, value_name = "N", default_value_t = 25)]
+    pub limit: usize,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct ReportArgs {
+    /// A profile saved with -o (JSON, pprof or folded).
+    #[arg(value_name = "PROFILE")]
+    pub input: PathBuf,
+    /// Where inside FUNCTION the samples landed (source lines, instructions).
+    #[arg(long, value_name = "FUNCTION")]
+    pub annotate: Option<String>,
+    /// Output format (default: from the -o extension, else text).
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// Write here instead of standard output.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct TopArgs {
+    /// hotspot: the hottest functions; sched: the tasks waiting longest to run; lock: the locks
+    /// waited on longest (futex).
+    #[arg(long, value_enum, default_value_t = Mode::Hotspot)]
+    pub mode: Mode,
+    /// Only these processes (default: the whole system).
+    #[arg(short = 'p', long = "pid", value_delimiter = ',', value_name = "PID[,PID...]")]
+    pub pids: Vec<u32>,
+    /// Sampling frequency per CPU, in Hz (hotspot).
+    #[arg(short = 'F', long = "freq", default_value_t = 99, value_name = "HZ")]
+    pub frequency: u64,
+    /// What each refresh shows: the last this many seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5)]
+    pub window: u32,
+    /// Stop after this many seconds (default: at `q` or Ctrl-C).
+    #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_seconds)]
+    pub duration: Option<f64>,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -312,9 +381,7 @@ impl Format {
 impl Cli {
     /// The format the report will be written in.
     pub fn resolved_format(&self) -> Format {
-        self.format
-            .or_else(|| self.output.as_deref().and_then(Format::from_path))
-            .unwrap_or(Format::Text)
+        format_for(self.format, self.output.as_deref())
     }
 }
 
@@ -323,6 +390,13 @@ fn parse_millis(s: &str) -> Result<f64, String> {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
         _ => Err(format!("`{s}` is not a duration in milliseconds")),
     }
+}
+
+/// Format from `--format`, else the output's extension, else text.
+pub fn format_for(format: Option<Format>, output: Option<&std::path::Path>) -> Format {
+    format
+        .or_else(|| output.and_then(Format::from_path))
+        .unwrap_or(Format::Text)
 }
 
 /// A size in bytes: a number with an optional K, M or G (powers of 1024).

@@ -29,6 +29,8 @@ pub enum UserError {
     },
     #[error("{0}")]
     Usage(String),
+    #[error("cannot read the profile {}: {reason}; give a profile saved with -o (.json, .pb.gz or .folded)", path.display())]
+    SavedProfile { path: PathBuf, reason: String },
     #[error("cannot keep windows in {}: {reason}; pick another directory with --output-dir", path.display())]
     OutputDir { path: PathBuf, reason: String },
     #[error("cannot serve the endpoint on {address}: {reason}; pick another with --listen ADDR:PORT, or --listen off")]

@@ -21,5 +21,6 @@ pub mod session;
 pub mod symbolize;
 pub mod tma;
 pub mod unwind;
+pub mod views;
 
 pub use session::run;

@@ -63,6 +63,8 @@ pub struct Plan {
     pub preset: String,
     pub unwind: crate::cli::Unwind,
     pub lock_source: crate::cli::LockSource,
+    /// Hotspot: annotate this function instead of the report.
+    pub annotate: Option<String>,
 }
 
 impl Plan {
@@ -101,6 +103,11 @@ impl Plan {
                 "--lock-source pthread probes the target processes' own lock functions: give -p PID or a command (or use --lock-source futex for the whole system)".into(),
             ));
         }
+        if cli.annotate.is_some() && (cli.mode != Mode::Hotspot || format != Format::Text) {
+            return Err(UserError::Usage(
+                "--annotate goes with --mode hotspot and writes text (annotate a saved profile with `bpfprof report PROFILE --annotate FUNCTION`)".into(),
+            ));
+        }
         if cli.counters_events.len() > profiler_common::MAX_COUNTERS {
             return Err(UserError::Usage(format!(
                 "at most {} --counter events",
@@ -133,10 +140,45 @@ impl Plan {
             preset: cli.preset.clone().unwrap_or_else(|| "topdown".into()),
             unwind: cli.unwind,
             lock_source: cli.lock_source,
+            annotate: cli.annotate,
         })
     }
 
-    fn target_description(&self) -> String {
+    /// `bpfprof top`: the same collection, for the whole system or some processes, with what is
+    /// cheapest for a view that shows no stacks of sched or lock (off-CPU stacks off).
+    pub fn for_top(args: &crate::cli::TopArgs) -> Result<Plan, UserError> {
+        if args.mode == Mode::Topdown {
+            return Err(UserError::Usage(
+                "top shows hotspot, sched or lock (topdown's counters need a run: `bpfprof --mode topdown -d 10`)".into(),
+            ));
+        }
+        if args.mode == Mode::Hotspot {
+            preflight::check_frequency(args.frequency)?;
+        }
+        if args.window == 0 {
+            return Err(UserError::Usage("--window: at least 1 second".into()));
+        }
+        Ok(Plan {
+            mode: args.mode,
+            event: Event::CpuClock,
+            frequency_hz: args.frequency,
+            duration: args.duration.map(Duration::from_secs_f64),
+            system_wide: args.pids.is_empty(),
+            pids: preflight::resolve_pids(&args.pids)?,
+            command: Vec::new(),
+            format: Format::Text,
+            output: None,
+            slow_threshold_ns: u64::MAX,
+            offcpu_stacks: OffCpuStacks::None,
+            counters: Vec::new(),
+            preset: "topdown".into(),
+            unwind: crate::cli::Unwind::Tables,
+            lock_source: LockSource::Futex,
+            annotate: None,
+        })
+    }
+
+    pub fn target_description(&self) -> String {
         let mut parts = Vec::new();
         if self.system_wide {
             parts.push("system-wide".to_string());
@@ -154,8 +196,13 @@ impl Plan {
 
 /// Run bpfprof; the result is the process exit code.
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
-    if let Some(crate::cli::Subcommands::Agent(args)) = cli.subcommand {
-        return crate::agent::run(args);
+    use crate::cli::Subcommands;
+    match cli.subcommand {
+        Some(Subcommands::Agent(args)) => return crate::agent::run(args),
+        Some(Subcommands::Diff(args)) => return crate::views::run_diff(args),
+        Some(Subcommands::Report(args)) => return crate::views::run_report(args),
+        Some(Subcommands::Top(args)) => return crate::views::top::run(args),
+        None => {}
     }
     if let Some(path) = cli.counters.clone() {
         return topdown_from_counters(&cli, &path);
@@ -163,7 +210,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     let plan = Plan::from_cli(cli)?;
     preflight::check_privileges()?;
     let (tracefs, runtime) = prepare_to_load()?;
-    let recording = runtime.block_on(record(&plan, tracefs))?;
+    let recording = runtime.block_on(record(&plan, tracefs, None))?;
     // Collection is over and everything is detached: a further Ctrl-C should end bpfprof at once
     // rather than be swallowed by the event loop's handler.
     // SAFETY: restoring the default disposition of a signal.
@@ -225,7 +272,16 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         _ => {
             let profile = stacks.context("hotspot run without samples")?;
             let report = symbolized(&symbolizer, meta, &profile, &procs);
-            output::write_report(plan.output.as_deref(), &|out| renderer.hotspot(&report, out))?;
+            match &plan.annotate {
+                // Resolved after the run: which functions ran is only known now.
+                Some(function) => {
+                    let annotation = crate::views::annotate::annotate(&report, function)?;
+                    output::write_report(plan.output.as_deref(), &|out| {
+                        crate::views::annotate::render(&annotation, crate::views::ANNOTATE_LINES, out)
+                    })?;
+                }
+                None => output::write_report(plan.output.as_deref(), &|out| renderer.hotspot(&report, out))?,
+            }
             format!("{} samples", report.samples)
         }
     };
@@ -554,7 +610,37 @@ fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
+/// What a live view (`bpfprof top`) is handed after every drain: the stacks sampled since the
+/// last one (its to take), every task's scheduling statistics and the lock records so far, and
+/// the run's health.
+pub(crate) struct LiveData<'a> {
+    pub stacks: Option<&'a mut RawProfile>,
+    pub tasks: Option<Vec<sched::TaskLatency>>,
+    pub locks: Option<&'a LockMaps>,
+    pub procs: &'a mut Processes,
+    pub health: Health,
+}
+
+pub(crate) trait Live {
+    fn refresh(&mut self, data: LiveData<'_>) -> anyhow::Result<()>;
+}
+
+/// Collect as a run does, handing everything to `live` every second instead of reporting it.
+/// Ends at the duration, SIGINT/SIGTERM (which is how the view's `q` ends it), or when every
+/// target exited; the result is what the user should be told of how it ended.
+pub(crate) fn run_live(plan: &Plan, live: &mut dyn Live) -> anyhow::Result<Vec<String>> {
+    preflight::check_privileges()?;
+    let (tracefs, runtime) = prepare_to_load()?;
+    let recording = runtime.block_on(record(plan, tracefs, Some(live)))?;
+    Ok(recording
+        .meta
+        .notes
+        .into_iter()
+        .filter(|note| !note.starts_with("interrupted"))
+        .collect())
+}
+
+async fn record(plan: &Plan, tracefs: &Path, mut live: Option<&mut dyn Live>) -> anyhow::Result<Recording> {
     let paused = match plan.command.is_empty() {
         true => None,
         false => Some(launcher::spawn_paused(&plan.command)?),
@@ -747,6 +833,18 @@ async fn record(plan: &Plan, tracefs: &Path) -> anyhow::Result<Recording> {
                 }
                 collector.drain(&mut kernel, &mut procs)?;
                 give_tables(&mut tables, &mut procs);
+                if let Some(live) = live.as_deref_mut() {
+                    live.refresh(LiveData {
+                        stacks: collector.stacks.as_mut().map(|s| &mut s.profile),
+                        tasks: collector.sched.as_ref().map(|s| {
+                            let records = s.source.tasks_now(&s.collection, monotonic_ns());
+                            sched::latencies(&records, s.collection.started_ns)
+                        }),
+                        locks: collector.locks.as_ref(),
+                        procs: &mut procs,
+                        health: kernel.health()?,
+                    })?;
+                }
             }
         }
     };

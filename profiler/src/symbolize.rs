@@ -33,11 +33,25 @@ pub struct Frame {
     /// The address looked up (callers' return addresses moved back into the call).
     #[serde(serialize_with = "hex")]
     pub address: u64,
+    /// Where the function starts in its file's own address space (as `readelf -s` shows it),
+    /// for the machine code of `--annotate`; not for inlined frames.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "hex_some")]
+    pub start: Option<u64>,
+    /// Bytes from the function's start to the instruction looked up.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
 }
 
 /// Serializes an address as "0x...".
 pub(crate) fn hex<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format!("{v:#x}"))
+}
+
+fn hex_some<S: serde::Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => hex(v, s),
+        None => s.serialize_none(),
+    }
 }
 
 impl Frame {
@@ -50,6 +64,8 @@ impl Frame {
             kernel,
             inlined: false,
             address,
+            start: None,
+            offset: None,
         }
     }
 
@@ -63,6 +79,8 @@ impl Frame {
             kernel,
             inlined: false,
             address: 0,
+            start: None,
+            offset: None,
         }
     }
 
@@ -368,6 +386,8 @@ fn frames_of(result: &Symbolized<'_>, module: &str, address: u64, kernel: bool) 
         kernel,
         inlined: false,
         address,
+        start: Some(sym.addr),
+        offset: Some(sym.offset as u64),
     }];
     for inlined in sym.inlined.iter() {
         let (file, line) = location(inlined.code_info.as_ref());
@@ -379,6 +399,8 @@ fn frames_of(result: &Symbolized<'_>, module: &str, address: u64, kernel: bool) 
             kernel,
             inlined: true,
             address,
+            start: None,
+            offset: None,
         });
     }
     frames

@@ -189,12 +189,16 @@ const PROGRAMS: [&str; 5] = [
     "announce_exec",
 ];
 
-/// No bpfprof program is still loaded in the kernel. A tail-called program is freed by the
-/// kernel shortly after its program array (deferred work), so this waits up to two seconds.
+/// No bpfprof program is still loaded in the kernel, except those held by processes that were
+/// running before these tests began (a bpfprof agent on the machine, or a soak): those are not
+/// the tests' to free. A tail-called program is freed by the kernel shortly after its program
+/// array (deferred work), so this waits up to two seconds.
 pub fn assert_no_programs_left() {
     let loaded = || -> Vec<String> {
+        let theirs = programs_held_by_older_processes();
         aya::programs::loaded_programs()
             .filter_map(Result::ok)
+            .filter(|p| !theirs.contains(&p.id()))
             .filter_map(|p| p.name_as_str().map(str::to_string))
             .filter(|name| PROGRAMS.contains(&name.as_str()))
             .collect()
@@ -209,6 +213,36 @@ pub fn assert_no_programs_left() {
         left.is_empty(),
         "bpfprof programs still loaded after it exited: {left:?}"
     );
+}
+
+/// When a process started, in clock ticks since boot (field 22 of /proc/PID/stat).
+fn start_time(pid: &str) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..].split(' ').nth(19)?.parse().ok()
+}
+
+/// Program ids open in processes that started before this one.
+fn programs_held_by_older_processes() -> std::collections::HashSet<u32> {
+    let ours = start_time("self").unwrap_or(0);
+    let mut held = std::collections::HashSet::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if !pid.bytes().all(|b| b.is_ascii_digit()) || start_time(&pid).is_none_or(|t| t >= ours) {
+            continue;
+        }
+        for fd in std::fs::read_dir(format!("/proc/{pid}/fdinfo"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let info = std::fs::read_to_string(fd.path()).unwrap_or_default();
+            held.extend(
+                info.lines()
+                    .filter_map(|l| l.strip_prefix("prog_id:")?.trim().parse::<u32>().ok()),
+            );
+        }
+    }
+    held
 }
 
 /// Profile a workload started as `-- COMMAND` at `hz`, writing the report to a fresh file named

@@ -1,6 +1,8 @@
 /* Test workload with a known split of CPU time, measured by itself.
  *
  *   hotspot split SECONDS     burn_a 60%, burn_b 30%, burn_c 10% of thread CPU time
+ *   hotspot weights A B C SECONDS
+ *                             the same in the proportions A:B:C (milliseconds per round)
  *   hotspot syscalls SECONDS  read(2) from /dev/zero in a loop (kernel-heavy)
  *   hotspot faults SECONDS    page faults only in touch_pages(), CPU work without faults in
  *                             burn_a() (half the time each); prints faults=<n> of touch_pages
@@ -50,16 +52,18 @@ __attribute__((noinline)) void burn_a(long long budget) { BURN(budget, spent_a);
 __attribute__((noinline)) void burn_b(long long budget) { BURN(budget, spent_b); }
 __attribute__((noinline)) void burn_c(long long budget) { BURN(budget, spent_c); }
 
+static long long budget_a = 30000000, budget_b = 15000000, budget_c = 5000000;
+
 __attribute__((noinline)) void phase_ab(void) {
-    burn_a(30000000);
-    burn_b(15000000);
+    burn_a(budget_a);
+    burn_b(budget_b);
 }
 
 __attribute__((noinline)) void run_split(double seconds) {
     long long end = wall_ns() + (long long)(seconds * 1e9);
     while (wall_ns() < end) {
         phase_ab();
-        burn_c(5000000);
+        burn_c(budget_c);
     }
 }
 
@@ -134,6 +138,14 @@ static int run_fixed(unsigned long iterations, int threads) {
 int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "fixed") == 0)
         return run_fixed(strtoul(argv[2], NULL, 10), atoi(argv[3]));
+    if (argc == 6 && strcmp(argv[1], "weights") == 0) {
+        budget_a = atoll(argv[2]) * 1000000;
+        budget_b = atoll(argv[3]) * 1000000;
+        budget_c = atoll(argv[4]) * 1000000;
+        argv[2] = argv[5];
+        argc = 3;
+        argv[1] = "split";
+    }
     if (argc != 3) {
         fprintf(stderr, "usage: %s split|syscalls SECONDS\n", argv[0]);
         return 2;

@@ -35,6 +35,8 @@ pub fn run(needs: Needs) -> Result<()> {
             ("bpftrace", "bpftrace"),
             ("go", "golang-go"),
             ("setpriv", "util-linux"),
+            // The live view's tests drive it in a real terminal.
+            ("tmux", "tmux"),
         ])?;
     }
     Ok(())

@@ -209,6 +209,8 @@ pub(crate) mod tests {
             kernel: false,
             inlined: false,
             address: 0,
+            start: None,
+            offset: None,
         }
     }
 

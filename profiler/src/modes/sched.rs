@@ -196,6 +196,16 @@ impl SchedSource {
         Ok(())
     }
 
+    /// Every task's statistics so far, without taking anything: those that exited (in `into`)
+    /// and those still alive (read from the kernel). For a live view.
+    pub fn tasks_now(&self, collected: &SchedCollection, now_ns: u64) -> Vec<TaskRecord> {
+        let mut tasks = collected.tasks.clone();
+        for (_, task) in self.tasks.iter().filter_map(Result::ok) {
+            tasks.push(TaskRecord::from(&task).with_open_interval(&task, now_ns));
+        }
+        tasks
+    }
+
     /// Slow events waiting in the ring buffer; only the longest `SLOW_EVENTS_KEPT` are kept.
     pub fn read_slow(&mut self, into: &mut SchedCollection) {
         while let Some(item) = self.slow.next() {
@@ -393,6 +403,17 @@ pub fn percentile(hist: &[u32], q: f64) -> u64 {
     0
 }
 
+/// Each task that ran or waited, most total run-queue delay first.
+pub fn latencies(records: &[TaskRecord], started_ns: u64) -> Vec<TaskLatency> {
+    let mut tasks: Vec<TaskLatency> = records
+        .iter()
+        .filter(|t| t.runs > 0 || t.delays > 0)
+        .map(|t| task_latency(t, started_ns))
+        .collect();
+    tasks.sort_by(|a, b| b.total_delay_ns.cmp(&a.total_delay_ns).then(a.tid.cmp(&b.tid)));
+    tasks
+}
+
 fn task_latency(t: &TaskRecord, started_ns: u64) -> TaskLatency {
     let histogram = t
         .hist
@@ -434,13 +455,7 @@ pub fn build(
     symbols: &Symbols,
     slow_threshold_ns: u64,
 ) -> SchedReport {
-    let mut tasks: Vec<TaskLatency> = collection
-        .tasks
-        .iter()
-        .filter(|t| t.runs > 0 || t.delays > 0)
-        .map(|t| task_latency(t, collection.started_ns))
-        .collect();
-    tasks.sort_by(|a, b| b.total_delay_ns.cmp(&a.total_delay_ns).then(a.tid.cmp(&b.tid)));
+    let tasks = latencies(&collection.tasks, collection.started_ns);
 
     let offcpu_meta = RunMeta {
         counters: vec![OFFCPU_BLOCKS],

@@ -1,0 +1,492 @@
+//! `--annotate FUNCTION`: where inside one function its samples landed, by source line and by
+//! instruction, like `perf annotate --stdio`. Samples count where the function's own code (or
+//! code inlined into it) was running: its self samples. Lines come from the debug information
+//! blazesym read at symbolization; machine code is read from the binary (x86-64) when it is
+//! still there.
+use std::{
+    collections::{BTreeMap, HashMap},
+    io::{self, Write},
+};
+
+use crate::{
+    error::UserError,
+    modes::hotspot::{HotspotReport, Weight},
+    symbolize::Frame,
+};
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SourceLine {
+    pub file: String,
+    pub line: u32,
+}
+
+#[derive(Debug)]
+pub struct Annotation {
+    pub function: String,
+    pub module: String,
+    /// The function's self samples, and all of the profile's.
+    pub samples: u64,
+    pub total: u64,
+    pub weight: Weight,
+    /// Hottest first.
+    pub lines: Vec<(SourceLine, u64)>,
+    /// Samples whose frame had no line information.
+    pub without_line: u64,
+    /// Function start (file address) and offset of each sampled instruction, by address.
+    pub instructions: BTreeMap<(u64, u64), u64>,
+    /// Samples whose frame had no instruction offset (profiles saved by other tools).
+    pub without_offset: u64,
+}
+
+/// The frames at the executing address: the function whose machine code ran, and the functions
+/// inlined into it there (innermost last). Empty for an empty stack.
+fn executing(frames: &[Frame]) -> &[Frame] {
+    let physical = frames.iter().rposition(|f| !f.inlined).unwrap_or(0);
+    &frames[physical.min(frames.len())..]
+}
+
+/// The function to annotate: an exact name, else the one function whose name contains `wanted`.
+fn resolve<'a>(report: &'a HotspotReport, wanted: &str) -> Result<&'a str, UserError> {
+    let mut samples: HashMap<&str, u64> = HashMap::new();
+    for stack in &report.stacks {
+        for frame in executing(&stack.frames) {
+            *samples.entry(frame.function.as_str()).or_default() += stack.count;
+        }
+    }
+    if let Some((name, _)) = samples.get_key_value(wanted) {
+        return Ok(name);
+    }
+    let mut matching: Vec<(&str, u64)> = samples
+        .iter()
+        .filter(|(name, _)| name.contains(wanted))
+        .map(|(name, n)| (*name, *n))
+        .collect();
+    matching.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    match matching.as_slice() {
+        [(only, _)] => Ok(only),
+        [] => {
+            let mut hottest: Vec<(&str, u64)> = samples.into_iter().collect();
+            hottest.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+            let names: Vec<&str> = hottest.iter().take(5).map(|(n, _)| *n).collect();
+            Err(UserError::Usage(format!(
+                "--annotate {wanted}: no samples ran in a function of that name; the hottest were: {}",
+                if names.is_empty() {
+                    "(none: the profile is empty)".to_string()
+                } else {
+                    names.join(", ")
+                }
+            )))
+        }
+        several => {
+            let names: Vec<String> = several
+                .iter()
+                .take(8)
+                .map(|(n, s)| format!("{n} ({s})"))
+                .collect();
+            Err(UserError::Usage(format!(
+                "--annotate {wanted}: several functions match, give one exactly: {}",
+                names.join(", ")
+            )))
+        }
+    }
+}
+
+pub fn annotate(report: &HotspotReport, wanted: &str) -> Result<Annotation, UserError> {
+    let function = resolve(report, wanted)?.to_string();
+    let mut annotation = Annotation {
+        module: String::new(),
+        samples: 0,
+        total: report.samples,
+        weight: report.weight,
+        lines: Vec::new(),
+        without_line: 0,
+        instructions: BTreeMap::new(),
+        without_offset: 0,
+        function,
+    };
+    let mut lines: HashMap<SourceLine, u64> = HashMap::new();
+    for stack in &report.stacks {
+        let running = executing(&stack.frames);
+        // The innermost frame of that name: its line is where in it the sample was.
+        let Some(frame) = running.iter().rev().find(|f| f.function == annotation.function) else {
+            continue;
+        };
+        annotation.samples += stack.count;
+        if annotation.module.is_empty() {
+            annotation.module = frame.module.clone();
+        }
+        match (&frame.file, frame.line) {
+            (Some(file), Some(line)) if line > 0 => {
+                *lines
+                    .entry(SourceLine {
+                        file: file.clone(),
+                        line,
+                    })
+                    .or_default() += stack.count
+            }
+            _ => annotation.without_line += stack.count,
+        }
+        // The instruction is the executing function's (an inlined function has no code of its own).
+        match (running[0].start, running[0].offset) {
+            (Some(start), Some(offset)) => {
+                *annotation.instructions.entry((start, offset)).or_default() += stack.count
+            }
+            _ => annotation.without_offset += stack.count,
+        }
+    }
+    annotation.lines = lines.into_iter().collect();
+    annotation
+        .lines
+        .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    Ok(annotation)
+}
+
+fn share(n: u64, of: u64) -> f64 {
+    crate::report::percent(n, of)
+}
+
+/// The annotation as text, at most `limit` source lines; the machine code around the sampled
+/// instructions when the binary can be read.
+pub fn render(annotation: &Annotation, limit: usize, out: &mut dyn Write) -> io::Result<()> {
+    let a = annotation;
+    let unit = match a.weight {
+        Weight::Samples => "samples",
+        Weight::OffCpuNanoseconds => "ns off CPU",
+        Weight::LockWaitNanoseconds => "ns waiting",
+    };
+    writeln!(
+        out,
+        "Annotation of {} ({}): {} {unit}, {:.2}% of the profile's {}",
+        a.function,
+        if a.module.is_empty() {
+            "module unknown"
+        } else {
+            &a.module
+        },
+        a.samples,
+        share(a.samples, a.total),
+        a.total
+    )?;
+    writeln!(out, "Where its own code (or code inlined into it) was running.\n")?;
+    if a.lines.is_empty() {
+        writeln!(
+            out,
+            "No line information: {} has no DWARF line table for {} (built without -g, or its debug info stripped; install its -dbg/-debuginfo package). Shares per instruction only.",
+            if a.module.is_empty() { "the binary" } else { &a.module },
+            a.function
+        )?;
+    } else {
+        writeln!(out, "Source lines, hottest first:")?;
+        writeln!(
+            out,
+            "{:>7} {:>9}  line",
+            "share",
+            unit.split(' ').next().unwrap_or(unit)
+        )?;
+        let mut sources = SourceFiles::default();
+        for (place, n) in a.lines.iter().take(limit) {
+            let name = place.file.rsplit('/').next().unwrap_or(&place.file);
+            let text = sources.line(&place.file, place.line).unwrap_or_default();
+            let line = format!(
+                "{:>6.2}% {:>9}  {name}:{}  {}",
+                share(*n, a.samples),
+                n,
+                place.line,
+                text.trim()
+            );
+            writeln!(out, "{}", line.trim_end())?;
+        }
+        if a.lines.len() > limit {
+            writeln!(out, "  ... {} more lines", a.lines.len() - limit)?;
+        }
+        if a.without_line > 0 {
+            writeln!(
+                out,
+                "{:>6.2}% {:>9}  (no line information)",
+                share(a.without_line, a.samples),
+                a.without_line
+            )?;
+        }
+    }
+    writeln!(out)?;
+    instructions(a, out)
+}
+
+fn instructions(a: &Annotation, out: &mut dyn Write) -> io::Result<()> {
+    if a.instructions.is_empty() {
+        return writeln!(
+            out,
+            "No instruction addresses: the profile does not say where in the function each sample was (saved by another tool?)."
+        );
+    }
+    let code = machine_code(&a.module, &a.instructions);
+    writeln!(out, "Instructions (offset from the function's start):")?;
+    match &code {
+        Ok(listing) => {
+            // The whole function when it is short, else the sampled instructions and their
+            // neighbours.
+            let sampled: Vec<usize> = listing
+                .iter()
+                .enumerate()
+                .filter(|(_, i)| a.instructions.contains_key(&(i.start, i.offset)))
+                .map(|(k, _)| k)
+                .collect();
+            let near = |k: usize| listing.len() <= 120 || sampled.iter().any(|&s| s.abs_diff(k) <= 3);
+            let mut skipped = false;
+            for (k, insn) in listing.iter().enumerate() {
+                if !near(k) {
+                    skipped = true;
+                    continue;
+                }
+                if skipped {
+                    writeln!(out, "{:>7}   ...", "")?;
+                    skipped = false;
+                }
+                let n = a
+                    .instructions
+                    .get(&(insn.start, insn.offset))
+                    .copied()
+                    .unwrap_or(0);
+                let shown = match n {
+                    0 => String::new(),
+                    n => format!("{:.2}%", share(n, a.samples)),
+                };
+                let offset = format!("<+{}>", insn.offset);
+                writeln!(
+                    out,
+                    "{shown:>7}  {:#8x} {offset:<7}  {}",
+                    insn.start + insn.offset,
+                    insn.text
+                )?;
+            }
+            // A sample outside the code read (another build of the binary) is still shown.
+            let listed: std::collections::HashSet<(u64, u64)> =
+                listing.iter().map(|i| (i.start, i.offset)).collect();
+            for (&(start, offset), &n) in &a.instructions {
+                if !listed.contains(&(start, offset)) {
+                    writeln!(
+                        out,
+                        "{:>6.2}%  {:#8x} <+{offset:<4}>  (not in the code read)",
+                        share(n, a.samples),
+                        start + offset
+                    )?;
+                }
+            }
+        }
+        Err(why) => {
+            writeln!(out, "(no machine code: {why})")?;
+            let mut hottest: Vec<(&(u64, u64), &u64)> = a.instructions.iter().collect();
+            hottest.sort_by(|x, y| y.1.cmp(x.1).then(x.0.cmp(y.0)));
+            for (&(start, offset), &n) in hottest.into_iter().take(20) {
+                writeln!(
+                    out,
+                    "{:>6.2}%  {:#8x} <+{offset}>",
+                    share(n, a.samples),
+                    start + offset
+                )?;
+            }
+        }
+    }
+    if a.without_offset > 0 {
+        writeln!(out, "{:>6.2}%  (no address)", share(a.without_offset, a.samples))?;
+    }
+    Ok(())
+}
+
+/// Source files read once each; a file that is not on this machine has no text.
+#[derive(Default)]
+struct SourceFiles(HashMap<String, Option<Vec<String>>>);
+
+impl SourceFiles {
+    fn line(&mut self, path: &str, line: u32) -> Option<String> {
+        let lines = self.0.entry(path.to_string()).or_insert_with(|| {
+            std::fs::read_to_string(path)
+                .ok()
+                .map(|text| text.lines().map(str::to_string).collect())
+        });
+        lines.as_ref()?.get(line.checked_sub(1)? as usize).cloned()
+    }
+}
+
+pub struct Instruction {
+    pub start: u64,
+    pub offset: u64,
+    pub text: String,
+}
+
+/// The function's instructions, decoded from its binary: from its start through its symbol's
+/// size (or just past the last sampled instruction, when the size is unknown).
+fn machine_code(module: &str, sampled: &BTreeMap<(u64, u64), u64>) -> Result<Vec<Instruction>, String> {
+    use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+    if !cfg!(target_arch = "x86_64") {
+        return Err("decoding is implemented for x86-64 only".into());
+    }
+    if !module.starts_with('/') {
+        return Err(format!("{module} is not a file"));
+    }
+    let data = std::fs::read(module).map_err(|e| format!("{module}: {e}"))?;
+    let file = object::File::parse(&*data).map_err(|e| format!("{module}: {e}"))?;
+    let mut listing = Vec::new();
+    let starts: std::collections::BTreeSet<u64> = sampled.keys().map(|(s, _)| *s).collect();
+    for start in starts {
+        let last = sampled
+            .range((start, 0)..=(start, u64::MAX))
+            .map(|((_, o), _)| *o)
+            .max()
+            .unwrap_or(0);
+        let mut symbols = file.symbols().chain(file.dynamic_symbols()).peekable();
+        let has_symbols = symbols.peek().is_some();
+        let at_start: Vec<u64> = symbols
+            .filter(|s| s.address() == start)
+            .map(|s| s.size())
+            .collect();
+        // A file with symbols but none here is not the binary that was profiled.
+        if has_symbols && at_start.is_empty() {
+            return Err(format!(
+                "no function starts at {start:#x} in {module}: has the binary changed since the profile was taken?"
+            ));
+        }
+        let size = at_start.into_iter().max().filter(|&s| s > 0).unwrap_or(last + 16);
+        let section = file
+            .sections()
+            .find(|s| s.address() <= start && start < s.address() + s.size())
+            .ok_or_else(|| format!("no section of {module} holds {start:#x} (the binary changed since?)"))?;
+        let bytes = section
+            .data_range(start, size.min(section.address() + section.size() - start))
+            .ok()
+            .flatten()
+            .ok_or_else(|| format!("{module} has no code at {start:#x}"))?;
+        listing.extend(
+            decode(bytes, start)
+                .into_iter()
+                .map(|(offset, text)| Instruction { start, offset, text }),
+        );
+    }
+    Ok(listing)
+}
+
+/// x86-64 instructions in AT&T syntax (as objdump and perf annotate print them), by offset.
+fn decode(bytes: &[u8], start: u64) -> Vec<(u64, String)> {
+    use iced_x86::{Decoder, DecoderOptions, Formatter as _, GasFormatter};
+    let mut decoder = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE);
+    let mut formatter = GasFormatter::new();
+    formatter.options_mut().set_uppercase_hex(false);
+    formatter.options_mut().set_branch_leading_zeros(false);
+    let mut out = Vec::new();
+    for instruction in &mut decoder {
+        let mut text = String::new();
+        formatter.format(&instruction, &mut text);
+        out.push((instruction.ip() - start, text));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{modes::hotspot::tests::frame, report::tests::sample_report};
+
+    fn at(name: &str, line: u32, offset: u64, inlined: bool) -> Frame {
+        Frame {
+            file: Some("/src/w.c".into()),
+            line: Some(line),
+            inlined,
+            start: (!inlined).then_some(0x1000),
+            offset: (!inlined).then_some(offset),
+            module: "/nonexistent/w".into(),
+            ..frame(name)
+        }
+    }
+
+    fn profile(leaves: &[(Vec<Frame>, u64)]) -> HotspotReport {
+        let mut report = sample_report();
+        report.stacks = leaves
+            .iter()
+            .map(|(frames, n)| crate::modes::hotspot::Stack {
+                frames: [vec![frame("main")], frames.clone()].concat(),
+                ..crate::modes::hotspot::tests::stack(&[], *n)
+            })
+            .collect();
+        report.samples = leaves.iter().map(|(_, n)| n).sum();
+        report
+    }
+
+    #[test]
+    fn hottest_line_first_with_shares_of_the_function() {
+        let report = profile(&[
+            (vec![at("work", 12, 0x10, false)], 70),
+            (vec![at("work", 13, 0x18, false)], 20),
+            // Code of `step` inlined into `work`: the sample is at line 14 of work (the call).
+            (vec![at("work", 14, 0x20, false), at("step", 40, 0, true)], 10),
+            (vec![at("other", 3, 0x4, false)], 100),
+        ]);
+        let a = annotate(&report, "work").unwrap();
+        assert_eq!((a.samples, a.total), (100, 200));
+        let lines: Vec<(u32, u64)> = a.lines.iter().map(|(l, n)| (l.line, *n)).collect();
+        assert_eq!(lines, vec![(12, 70), (13, 20), (14, 10)]);
+        assert_eq!(a.instructions.get(&(0x1000, 0x20)), Some(&10));
+        // The inlined function annotates at its own lines, on its host's instructions.
+        let step = annotate(&report, "step").unwrap();
+        assert_eq!(step.lines[0].0.line, 40);
+        assert_eq!(step.instructions.get(&(0x1000, 0x20)), Some(&10));
+        let mut text = Vec::new();
+        render(&a, 10, &mut text).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(text.contains(" 70.00%        70  w.c:12"), "{text}");
+        assert!(text.contains("no machine code"), "{text}");
+    }
+
+    #[test]
+    fn names_resolve_exactly_or_uniquely_and_say_why_not() {
+        let report = profile(&[
+            (vec![at("work_a", 1, 0, false)], 5),
+            (vec![at("work_b", 2, 0, false)], 3),
+            (vec![at("unique_thing", 2, 0, false)], 1),
+        ]);
+        assert_eq!(annotate(&report, "work_a").unwrap().samples, 5);
+        assert_eq!(annotate(&report, "unique").unwrap().function, "unique_thing");
+        let several = annotate(&report, "work").unwrap_err().to_string();
+        assert!(
+            several.contains("work_a (5)") && several.contains("work_b (3)"),
+            "{several}"
+        );
+        let none = annotate(&report, "nothing").unwrap_err().to_string();
+        assert!(none.contains("the hottest were: work_a"), "{none}");
+    }
+
+    #[test]
+    fn no_line_information_is_said_plainly() {
+        let mut bare = at("work", 0, 0x10, false);
+        bare.file = None;
+        bare.line = None;
+        let a = annotate(&profile(&[(vec![bare], 9)]), "work").unwrap();
+        assert_eq!(a.without_line, 9);
+        let mut text = Vec::new();
+        render(&a, 10, &mut text).unwrap();
+        assert!(String::from_utf8(text).unwrap().contains("No line information"));
+    }
+
+    #[inline(never)]
+    fn known_code(x: u64) -> u64 {
+        std::hint::black_box(x).wrapping_mul(2654435761)
+    }
+
+    #[test]
+    fn machine_code_is_decoded_from_the_binary() {
+        // This test binary's own function, found through its symbol table.
+        std::hint::black_box(known_code(3));
+        use object::{Object as _, ObjectSymbol as _};
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let data = std::fs::read(&exe).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let symbol = file
+            .symbols()
+            .find(|s| s.name().is_ok_and(|n| n.contains("known_code")) && s.size() > 0)
+            .expect("the test function's symbol");
+        let sampled = BTreeMap::from([((symbol.address(), 0), 1)]);
+        let listing = machine_code(exe.to_str().unwrap(), &sampled).unwrap();
+        assert!(listing.len() >= 2, "{}", listing.len());
+        assert_eq!(listing[0].offset, 0);
+        assert!(listing.iter().any(|i| i.text.starts_with("ret")), "ends in ret");
+    }
+}

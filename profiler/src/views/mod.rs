@@ -1,0 +1,85 @@
+//! Views on profiles beyond one report: comparing two saved runs (`diff`), where inside a
+//! function its time went (`annotate`), and the live terminal view (`top`).
+pub mod annotate;
+pub mod diff;
+pub mod saved;
+pub mod top;
+
+use crate::{
+    cli::{format_for, DiffArgs, Format, ReportArgs},
+    error::UserError,
+    modes::hotspot::Weight,
+    output, report,
+};
+
+/// `bpfprof diff BEFORE AFTER`.
+pub fn run_diff(args: DiffArgs) -> anyhow::Result<i32> {
+    let format = format_for(args.format, args.output.as_deref());
+    if !matches!(format, Format::Text | Format::Svg | Format::Folded | Format::Json) {
+        return Err(UserError::Usage(format!(
+            "diff writes text, svg, folded or json, not {}",
+            format.name()
+        ))
+        .into());
+    }
+    if let Some(path) = &args.output {
+        output::check_writable(path)?;
+    }
+    let before = saved::load(&args.before)?;
+    let after = saved::load(&args.after)?;
+    let names = (
+        args.before.display().to_string(),
+        args.after.display().to_string(),
+    );
+    let compared = diff::diff((&names.0, &before), (&names.1, &after))?;
+    output::write_report(args.output.as_deref(), &|out| {
+        diff::render(&compared, format, args.limit, out)
+    })?;
+    if let Some(path) = &args.output {
+        eprintln!("bpfprof: wrote {}", path.display());
+    }
+    Ok(0)
+}
+
+/// `bpfprof report PROFILE [--annotate FUNCTION]`.
+pub fn run_report(args: ReportArgs) -> anyhow::Result<i32> {
+    let format = format_for(args.format, args.output.as_deref());
+    if args.annotate.is_some() && format != Format::Text {
+        return Err(UserError::Usage("--annotate writes text".into()).into());
+    }
+    if format == Format::Heatmap {
+        return Err(
+            UserError::Usage("a saved profile has no run-queue waits to draw as a heatmap".into()).into(),
+        );
+    }
+    if let Some(path) = &args.output {
+        output::check_writable(path)?;
+    }
+    let profile = saved::load(&args.input)?;
+    match &args.annotate {
+        Some(function) => {
+            let annotation = annotate::annotate(&profile, function)?;
+            output::write_report(args.output.as_deref(), &|out| {
+                annotate::render(&annotation, ANNOTATE_LINES, out)
+            })?;
+        }
+        None if profile.weight != Weight::Samples && matches!(format, Format::Text | Format::Json) => {
+            return Err(UserError::Usage(format!(
+                "a saved {} profile is rendered again as stacks only: -o FILE.svg, .folded or .pb.gz (or diff it, or --annotate a function)",
+                profile.meta.mode
+            ))
+            .into());
+        }
+        None => {
+            let renderer = report::renderer(format);
+            output::write_report(args.output.as_deref(), &|out| renderer.hotspot(&profile, out))?;
+        }
+    }
+    if let Some(path) = &args.output {
+        eprintln!("bpfprof: wrote {}", path.display());
+    }
+    Ok(0)
+}
+
+/// Source lines an annotation lists.
+pub const ANNOTATE_LINES: usize = 15;
