@@ -79,6 +79,16 @@ pub(crate) fn human_ns(ns: u64) -> String {
     }
 }
 
+/// At most `width` characters: a longer line ends in `…` where it was cut.
+pub(crate) fn cut(line: &str, width: usize) -> String {
+    if line.chars().count() <= width {
+        return line.to_string();
+    }
+    let mut cut: String = line.chars().take(width.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
 /// `a / b` as a percentage, 0 when `b` is 0.
 pub(crate) fn percent(a: u64, b: u64) -> f64 {
     if b == 0 {
@@ -129,6 +139,13 @@ pub(crate) mod tests {
             functions: function_stats(&stacks),
             stacks,
         }
+    }
+
+    #[test]
+    fn lines_are_cut_to_a_width_in_characters() {
+        assert_eq!(cut("abc", 3), "abc");
+        assert_eq!(cut("abcdef", 3), "ab…");
+        assert_eq!(cut("é€xyz", 3), "é€…");
     }
 
     pub fn render(format: Format, report: &HotspotReport) -> Vec<u8> {

@@ -36,6 +36,8 @@ pub struct Annotation {
     pub instructions: BTreeMap<(u64, u64), u64>,
     /// Samples whose frame had no instruction offset (profiles saved by other tools).
     pub without_offset: u64,
+    /// The source line of each sampled instruction, where known.
+    pub instruction_lines: HashMap<(u64, u64), SourceLine>,
 }
 
 /// The frames at the executing address: the function whose machine code ran, and the functions
@@ -102,6 +104,7 @@ pub fn annotate(report: &HotspotReport, wanted: &str) -> Result<Annotation, User
         without_line: 0,
         instructions: BTreeMap::new(),
         without_offset: 0,
+        instruction_lines: HashMap::new(),
         function,
     };
     let mut lines: HashMap<SourceLine, u64> = HashMap::new();
@@ -115,21 +118,24 @@ pub fn annotate(report: &HotspotReport, wanted: &str) -> Result<Annotation, User
         if annotation.module.is_empty() {
             annotation.module = frame.module.clone();
         }
-        match (&frame.file, frame.line) {
-            (Some(file), Some(line)) if line > 0 => {
-                *lines
-                    .entry(SourceLine {
-                        file: file.clone(),
-                        line,
-                    })
-                    .or_default() += stack.count
-            }
-            _ => annotation.without_line += stack.count,
+        let place = match (&frame.file, frame.line) {
+            (Some(file), Some(line)) if line > 0 => Some(SourceLine {
+                file: file.clone(),
+                line,
+            }),
+            _ => None,
+        };
+        match &place {
+            Some(place) => *lines.entry(place.clone()).or_default() += stack.count,
+            None => annotation.without_line += stack.count,
         }
         // The instruction is the executing function's (an inlined function has no code of its own).
         match (running[0].start, running[0].offset) {
             (Some(start), Some(offset)) => {
-                *annotation.instructions.entry((start, offset)).or_default() += stack.count
+                *annotation.instructions.entry((start, offset)).or_default() += stack.count;
+                if let Some(place) = place {
+                    annotation.instruction_lines.insert((start, offset), place);
+                }
             }
             _ => annotation.without_offset += stack.count,
         }
@@ -139,6 +145,10 @@ pub fn annotate(report: &HotspotReport, wanted: &str) -> Result<Annotation, User
         .lines
         .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     Ok(annotation)
+}
+
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
 }
 
 fn share(n: u64, of: u64) -> f64 {
@@ -185,7 +195,7 @@ pub fn render(annotation: &Annotation, limit: usize, out: &mut dyn Write) -> io:
         )?;
         let mut sources = SourceFiles::default();
         for (place, n) in a.lines.iter().take(limit) {
-            let name = place.file.rsplit('/').next().unwrap_or(&place.file);
+            let name = file_name(&place.file);
             let text = sources.line(&place.file, place.line).unwrap_or_default();
             let line = format!(
                 "{:>6.2}% {:>9}  {name}:{}  {}",
@@ -251,12 +261,16 @@ fn instructions(a: &Annotation, out: &mut dyn Write) -> io::Result<()> {
                     0 => String::new(),
                     n => format!("{:.2}%", share(n, a.samples)),
                 };
+                let source = match a.instruction_lines.get(&(insn.start, insn.offset)) {
+                    Some(place) => format!("   # {}:{}", file_name(&place.file), place.line),
+                    None => String::new(),
+                };
                 let offset = format!("<+{}>", insn.offset);
+                let code = format!("{}{source}", insn.text);
                 writeln!(
                     out,
-                    "{shown:>7}  {:#8x} {offset:<7}  {}",
-                    insn.start + insn.offset,
-                    insn.text
+                    "{shown:>7}  {:#8x} {offset:<7}  {code}",
+                    insn.start + insn.offset
                 )?;
             }
             // A sample outside the code read (another build of the binary) is still shown.
@@ -425,6 +439,7 @@ mod tests {
         let lines: Vec<(u32, u64)> = a.lines.iter().map(|(l, n)| (l.line, *n)).collect();
         assert_eq!(lines, vec![(12, 70), (13, 20), (14, 10)]);
         assert_eq!(a.instructions.get(&(0x1000, 0x20)), Some(&10));
+        assert_eq!(a.instruction_lines[&(0x1000, 0x10)].line, 12);
         // The inlined function annotates at its own lines, on its host's instructions.
         let step = annotate(&report, "step").unwrap();
         assert_eq!(step.lines[0].0.line, 40);

@@ -221,22 +221,12 @@ fn text(diff: &Diff, limit: usize, out: &mut dyn Write) -> io::Result<()> {
             f.total_change_pp(),
             f.function
         );
-        writeln!(out, "{}", cut(&line, 80))?;
+        writeln!(out, "{}", crate::report::cut(&line, 80))?;
     }
     if moved.is_empty() {
         writeln!(out, "(no function's share changed)")?;
     }
     Ok(())
-}
-
-fn cut(line: &str, width: usize) -> String {
-    match line.char_indices().nth(width) {
-        Some((end, _)) => format!(
-            "{}…",
-            &line[..end - line[..end].chars().last().map_or(0, char::len_utf8)]
-        ),
-        None => line.to_string(),
-    }
 }
 
 fn svg(diff: &Diff, out: &mut dyn Write) -> io::Result<()> {
@@ -334,7 +324,7 @@ mod tests {
         let mut table = Vec::new();
         render(&d, Format::Text, 20, &mut table).unwrap();
         let table = String::from_utf8(table).unwrap();
-        assert!(table.lines().all(|l| l.chars().count() <= 81), "{table}");
+        assert!(table.lines().all(|l| l.chars().count() <= 80), "{table}");
         assert!(
             table.contains("-40.00pp  60.00%  20.00% -40.00pp  a\n"),
             "{table}"

@@ -42,6 +42,8 @@ pub fn run(args: TopArgs) -> anyhow::Result<i32> {
         .into());
     }
     let plan = Plan::for_top(&args)?;
+    // Said on the shell's screen, before the view takes the terminal.
+    crate::preflight::check_privileges()?;
     let mut view = TopView::new(&plan, args.window as usize)?;
     view.screen.draw(&[format!(
         "bpfprof top: {} of {}: loading…",
@@ -83,7 +85,7 @@ impl Screen {
             queue!(
                 frame,
                 MoveTo(0, row as u16),
-                Print(cut(line, width as usize)),
+                Print(crate::report::cut(line, width as usize)),
                 Clear(ClearType::UntilNewLine)
             )?;
         }
@@ -122,10 +124,6 @@ fn listen_for_quit() {
             Err(_) => return,
         }
     });
-}
-
-fn cut(line: &str, width: usize) -> String {
-    line.chars().take(width).collect()
 }
 
 struct TopView {
@@ -526,11 +524,5 @@ mod tests {
             "{lines:?}"
         );
         assert!(lines[2].ends_with("? 1/2"), "{lines:?}");
-    }
-
-    #[test]
-    fn lines_are_cut_to_the_terminal() {
-        assert_eq!(cut("abcdef", 3), "abc");
-        assert_eq!(cut("é€x", 2), "é€");
     }
 }
