@@ -70,6 +70,7 @@ fn diff_of_two_runs_puts_the_changed_function_first_with_the_measured_change() {
         "burn_a changed by {reported_pp:+.2} points in the diff, {truth_pp:+.2} by the workload's own clock"
     );
 
+    eprintln!("diff: burn_a {reported_pp:+.2} points in the diff, {truth_pp:+.2} by the workload's own clock");
     let text = run(&["diff", b, a]);
     assert!(text.status.success(), "{}", stderr(&text));
     let table = stdout(&text);
@@ -140,6 +141,7 @@ fn annotate_puts_the_deliberately_hot_line_on_top_live_and_saved() {
     );
     let share: f64 = first.trim_start().split('%').next().unwrap().parse().unwrap();
     assert!(share >= 50.0, "the hot line holds most samples:\n{text}");
+    eprintln!("annotate: line {hot} on top with {share:.2}% of hot_loop's samples");
     // Its source text is shown, and the machine code was read from the binary.
     assert!(first.contains("x = x / 1.0000001"), "{first}");
     assert!(
