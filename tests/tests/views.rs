@@ -70,7 +70,9 @@ fn diff_of_two_runs_puts_the_changed_function_first_with_the_measured_change() {
         "burn_a changed by {reported_pp:+.2} points in the diff, {truth_pp:+.2} by the workload's own clock"
     );
 
-    eprintln!("diff: burn_a {reported_pp:+.2} points in the diff, {truth_pp:+.2} by the workload's own clock");
+    eprintln!(
+        "diff: burn_a {reported_pp:+.2} points in the diff, {truth_pp:+.2} by the workload's own clock"
+    );
     let text = run(&["diff", b, a]);
     assert!(text.status.success(), "{}", stderr(&text));
     let table = stdout(&text);

@@ -332,6 +332,43 @@ mod tests {
         assert!(loaded.stacks.iter().any(|s| s.frames.last() == Some(&want)));
     }
 
+    const FRAME: &str = r#"{"function":"wait_here","module":"/bin/w","file":null,"line":null,"kernel":false,"inlined":false,"address":"0x10"}"#;
+
+    #[test]
+    fn sched_reports_give_their_off_cpu_stacks_weighted_by_time() {
+        let json = format!(
+            r#"{{"mode":"sched","target":"pid 10","duration_s":2.0,"tasks":[],
+                "offcpu":[{{"pid":10,"tid":12,"comm":"worker","total_ns":2000,"count":4,"frames":[{FRAME}]}},
+                          {{"pid":10,"tid":13,"comm":"worker","total_ns":500,"count":1,"frames":[{FRAME}]}}]}}"#
+        );
+        let loaded = parse(json.as_bytes(), "s.json").unwrap();
+        assert_eq!(loaded.weight, Weight::OffCpuNanoseconds);
+        assert_eq!((loaded.samples, loaded.stacks.len()), (2500, 2));
+        assert_eq!(loaded.meta.mode, "sched");
+        assert_eq!(loaded.functions[0].function, "wait_here");
+    }
+
+    #[test]
+    fn lock_reports_give_their_waiting_stacks_with_the_lock_below_the_leaf() {
+        let json = format!(
+            r#"{{"mode":"lock","source":"futex","target":"pid 7","duration_s":1.0,
+                "locks":[{{"pid":7,"comm":"server","address":"0x5581c0a014c0","symbol":"shared_lock","kind":"mutex",
+                           "waiters":[{{"frames":[{FRAME}],"contentions":3,"total_wait_ns":900,"max_wait_ns":500}}],"holders":[]}},
+                         {{"pid":7,"comm":"server","address":"0x7f00","symbol":null,"kind":"futex",
+                           "waiters":[{{"frames":[{FRAME}],"contentions":1,"total_wait_ns":100,"max_wait_ns":100}}],"holders":[]}}]}}"#
+        );
+        let loaded = parse(json.as_bytes(), "l.json").unwrap();
+        assert_eq!(loaded.weight, Weight::LockWaitNanoseconds);
+        assert_eq!(loaded.samples, 1000);
+        let leaves: Vec<&str> = loaded
+            .stacks
+            .iter()
+            .map(|s| s.frames.last().unwrap().function.as_str())
+            .collect();
+        assert_eq!(leaves, ["[lock shared_lock]", "[lock 0x7f00]"]);
+        assert!(loaded.stacks.iter().all(|s| s.pid == 7 && s.comm == "server"));
+    }
+
     #[test]
     fn what_has_no_stacks_is_refused_with_the_reason() {
         let topdown = parse(br#"{"mode":"topdown","threads":[]}"#, "t").unwrap_err();
