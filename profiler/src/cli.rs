@@ -140,6 +140,16 @@ pub struct DiffArgs {
     /// Functions listed in the table.
     #[arg(long, value_name = "N", default_value_t = 25)]
     pub limit: usize,
+    /// Flamegraph: frames as wide as in AFTER (what runs now), or as in BEFORE (shows what is
+    /// gone, too). Red grew and blue shrank either way.
+    #[arg(long, value_enum, value_name = "WHICH", default_value = "after")]
+    pub widths: Widths,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Widths {
+    Before,
+    After,
 }
 
 #[derive(Clone, Debug, Args)]

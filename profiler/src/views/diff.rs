@@ -164,11 +164,22 @@ fn differential_stacks(before: &HotspotReport, after: &HotspotReport) -> Vec<(St
     stacks
 }
 
-/// Writes the comparison in `format` (text, svg, folded or json).
-pub fn render(diff: &Diff, format: Format, limit: usize, out: &mut dyn Write) -> io::Result<()> {
-    match format {
+/// How the comparison is written.
+#[derive(Clone, Copy, Debug)]
+pub struct Rendering {
+    pub format: Format,
+    /// Functions in the table (and JSON).
+    pub limit: usize,
+    /// Flamegraph widths from BEFORE instead of AFTER.
+    pub before_widths: bool,
+}
+
+/// Writes the comparison in its format (text, svg, folded or json).
+pub fn render(diff: &Diff, how: Rendering, out: &mut dyn Write) -> io::Result<()> {
+    let limit = how.limit;
+    match how.format {
         Format::Text => text(diff, limit, out),
-        Format::Svg => svg(diff, out),
+        Format::Svg => svg(diff, how.before_widths, out),
         Format::Folded => {
             for (stack, before, after) in &diff.stacks {
                 writeln!(out, "{stack} {before} {after}")?;
@@ -229,23 +240,34 @@ fn text(diff: &Diff, limit: usize, out: &mut dyn Write) -> io::Result<()> {
     Ok(())
 }
 
-fn svg(diff: &Diff, out: &mut dyn Write) -> io::Result<()> {
+/// Frames are as wide as AFTER has them (what runs now), or, with `before_widths`, as BEFORE had
+/// them (what was there, including what is gone now); red grew, blue shrank either way.
+fn svg(diff: &Diff, before_widths: bool, out: &mut dyn Write) -> io::Result<()> {
     let mut options = Options::default();
     options.title = format!("bpfprof diff: {} → {}", diff.before.name, diff.after.name);
+    let widths = if before_widths {
+        &diff.before.name
+    } else {
+        &diff.after.name
+    };
     options.subtitle = Some(format!(
-        "widths: {}; red grew, blue shrank (shares of each profile's total)",
-        diff.after.name
+        "widths: {widths}; red grew, blue shrank (shares of each profile's total)"
     ));
     options.count_name = diff.unit.to_string();
+    // inferno draws the second count and colours by second - first (negated: first - second).
+    options.negate_differentials = before_widths;
     let lines: Vec<String> = diff
         .stacks
         .iter()
         .filter(|(_, before, after)| before + after > 0)
-        .map(|(stack, before, after)| format!("{stack} {before} {after}"))
+        .map(|(stack, before, after)| match before_widths {
+            false => format!("{stack} {before} {after}"),
+            true => format!("{stack} {after} {before}"),
+        })
         .collect();
     if lines.iter().all(|l| l.ends_with(" 0")) {
-        // Nothing of AFTER to draw (inferno refuses empty input).
-        return flamegraph::from_lines(&mut options, ["[AFTER is empty] 0 1"], out).map_err(io::Error::other);
+        // Nothing to draw at these widths (inferno refuses empty input).
+        return flamegraph::from_lines(&mut options, ["[empty profile] 0 1"], out).map_err(io::Error::other);
     }
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), out).map_err(io::Error::other)
 }
@@ -254,6 +276,19 @@ fn svg(diff: &Diff, out: &mut dyn Write) -> io::Result<()> {
 mod tests {
     use super::*;
     use crate::{modes::hotspot::tests::stack, report::tests::sample_report};
+
+    /// The fill colour of the first frame named `name` in an inferno SVG; empty when absent.
+    fn fill(svg: &str, name: &str) -> Vec<u32> {
+        let Some(at) = svg.find(&format!("<title>{name} (")) else {
+            return Vec::new();
+        };
+        let rest = &svg[at..];
+        let fill = &rest[rest.find("fill=\"rgb(").unwrap() + 10..];
+        fill[..fill.find(')').unwrap()]
+            .split(',')
+            .map(|c| c.trim().parse().unwrap())
+            .collect()
+    }
 
     fn profile(split: &[(&str, u64)]) -> HotspotReport {
         let mut report = sample_report();
@@ -306,6 +341,24 @@ mod tests {
         assert_eq!(change("gone"), -50.0);
         assert_eq!(change("a"), 0.0);
         assert!(d.stacks.contains(&("w;main;run;gone".into(), 50, 0)));
+        // Drawn at AFTER's widths, what is gone is not there; at BEFORE's, it is, and blue.
+        let draw = |before_widths| {
+            let mut svg = Vec::new();
+            let how = Rendering {
+                format: Format::Svg,
+                limit: 20,
+                before_widths,
+            };
+            render(&d, how, &mut svg).unwrap();
+            String::from_utf8(svg).unwrap()
+        };
+        assert!(!draw(false).contains("<title>gone ("));
+        let before = draw(true);
+        assert!(
+            fill(&before, "gone")[2] > fill(&before, "gone")[0],
+            "gone shrank: blue"
+        );
+        assert!(fill(&before, "new").is_empty(), "not in BEFORE");
     }
 
     #[test]
@@ -321,8 +374,13 @@ mod tests {
         let before = profile(&[("a", 60), ("b_with_a_very_long_name_".repeat(5).as_str(), 40)]);
         let after = profile(&[("a", 20), ("b_with_a_very_long_name_".repeat(5).as_str(), 80)]);
         let d = diff(("before.json", &before), ("after.json", &after)).unwrap();
+        let how = |format| Rendering {
+            format,
+            limit: 20,
+            before_widths: false,
+        };
         let mut table = Vec::new();
-        render(&d, Format::Text, 20, &mut table).unwrap();
+        render(&d, how(Format::Text), &mut table).unwrap();
         let table = String::from_utf8(table).unwrap();
         assert!(table.lines().all(|l| l.chars().count() <= 80), "{table}");
         assert!(
@@ -330,22 +388,12 @@ mod tests {
             "{table}"
         );
         let mut svg = Vec::new();
-        render(&d, Format::Svg, 20, &mut svg).unwrap();
+        render(&d, how(Format::Svg), &mut svg).unwrap();
         let svg = String::from_utf8(svg).unwrap();
         // inferno colours a shrunken frame blue (rgb with blue highest) and a grown one red.
-        let fill = |name: &str| {
-            let at = svg.find(&format!("<title>{name} (")).unwrap();
-            let rest = &svg[at..];
-            let fill = &rest[rest.find("fill=\"rgb(").unwrap() + 10..];
-            let rgb: Vec<u32> = fill[..fill.find(')').unwrap()]
-                .split(',')
-                .map(|c| c.trim().parse().unwrap())
-                .collect();
-            rgb
-        };
-        let a = fill("a");
+        let a = fill(&svg, "a");
         assert!(a[2] > a[0], "a shrank: blue, got {a:?}");
-        let b = fill(&"b_with_a_very_long_name_".repeat(5));
+        let b = fill(&svg, &"b_with_a_very_long_name_".repeat(5));
         assert!(b[0] > b[2], "b grew: red, got {b:?}");
     }
 }

@@ -32,9 +32,12 @@ pub fn run_diff(args: DiffArgs) -> anyhow::Result<i32> {
         args.after.display().to_string(),
     );
     let compared = diff::diff((&names.0, &before), (&names.1, &after))?;
-    output::write_report(args.output.as_deref(), &|out| {
-        diff::render(&compared, format, args.limit, out)
-    })?;
+    let how = diff::Rendering {
+        format,
+        limit: args.limit,
+        before_widths: args.widths == crate::cli::Widths::Before,
+    };
+    output::write_report(args.output.as_deref(), &|out| diff::render(&compared, how, out))?;
     if let Some(path) = &args.output {
         eprintln!("bpfprof: wrote {}", path.display());
     }
