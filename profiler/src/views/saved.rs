@@ -200,6 +200,11 @@ fn from_pprof(raw: &[u8], name: &str) -> Result<(Weight, RunMeta, Vec<Stack>), S
             let module = mappings
                 .get(&location.mapping_id)
                 .map_or("", |m| string(m.filename));
+            let kernel = module.starts_with("[kernel") || module == "[vmlinux]";
+            if location.line.is_empty() {
+                // Not symbolized by the tool that wrote it: kept, as the address it is.
+                frames.push(Frame::unknown(module, location.address, kernel));
+            }
             for (k, line) in location.line.iter().rev().enumerate() {
                 let function = functions.get(&line.function_id);
                 frames.push(Frame {
@@ -210,7 +215,7 @@ fn from_pprof(raw: &[u8], name: &str) -> Result<(Weight, RunMeta, Vec<Stack>), S
                         .filter(|f| !f.is_empty())
                         .map(str::to_string),
                     line: (line.line > 0).then_some(line.line as u32),
-                    kernel: module.starts_with("[kernel") || module == "[vmlinux]",
+                    kernel,
                     inlined: k > 0,
                     address: location.address,
                     start: None,
@@ -367,6 +372,40 @@ mod tests {
             .collect();
         assert_eq!(leaves, ["[lock shared_lock]", "[lock 0x7f00]"]);
         assert!(loaded.stacks.iter().all(|s| s.pid == 7 && s.comm == "server"));
+    }
+
+    #[test]
+    fn unsymbolized_pprof_locations_stay_as_unknown_frames() {
+        let profile = proto::Profile {
+            sample_type: vec![proto::ValueType { r#type: 1, unit: 2 }],
+            string_table: vec!["".into(), "samples".into(), "count".into(), "/bin/x".into()],
+            mapping: vec![proto::Mapping {
+                id: 1,
+                filename: 3,
+                ..Default::default()
+            }],
+            location: vec![proto::Location {
+                id: 1,
+                mapping_id: 1,
+                address: 0x1234,
+                line: vec![],
+            }],
+            sample: vec![proto::Sample {
+                location_id: vec![1],
+                value: vec![7],
+                label: vec![],
+            }],
+            ..Default::default()
+        };
+        let mut gz = Vec::new();
+        crate::report::pprof::write_gz(&profile, &mut gz).unwrap();
+        let loaded = parse(&gz, "p.pb.gz").unwrap();
+        let frame = &loaded.stacks[0].frames[0];
+        assert_eq!(
+            (frame.function.as_str(), frame.address, loaded.samples),
+            ("[unknown]", 0x1234, 7)
+        );
+        assert_eq!(frame.module, "/bin/x");
     }
 
     #[test]
