@@ -146,6 +146,24 @@ pub struct DiffArgs {
     pub widths: Widths,
 }
 
+/// The modes the live view shows (topdown's counters need a whole run).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum TopMode {
+    Hotspot,
+    Sched,
+    Lock,
+}
+
+impl TopMode {
+    pub fn mode(self) -> Mode {
+        match self {
+            TopMode::Hotspot => Mode::Hotspot,
+            TopMode::Sched => Mode::Sched,
+            TopMode::Lock => Mode::Lock,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Widths {
     Before,
@@ -172,8 +190,8 @@ pub struct ReportArgs {
 pub struct TopArgs {
     /// hotspot: the hottest functions; sched: the tasks waiting longest to run; lock: the locks
     /// waited on longest (futex).
-    #[arg(long, value_enum, default_value_t = Mode::Hotspot)]
-    pub mode: Mode,
+    #[arg(long, value_enum, default_value_t = TopMode::Hotspot)]
+    pub mode: TopMode,
     /// Only these processes (default: the whole system).
     #[arg(short = 'p', long = "pid", value_delimiter = ',', value_name = "PID[,PID...]")]
     pub pids: Vec<u32>,
@@ -498,5 +516,33 @@ mod tests {
         assert_eq!(parse_bytes("2G"), Ok(2 << 30));
         assert_eq!(parse_bytes("64KiB"), Ok(64 << 10));
         assert!(parse_bytes("0").is_err() && parse_bytes("lots").is_err());
+    }
+
+    #[test]
+    fn view_subcommands_parse() {
+        let cli = Cli::parse_from([
+            "bpfprof", "diff", "a.json", "b.pb.gz", "-o", "d.svg", "--widths", "before",
+        ]);
+        let Some(Subcommands::Diff(diff)) = cli.subcommand else {
+            panic!("not diff");
+        };
+        assert_eq!(format_for(diff.format, diff.output.as_deref()), Format::Svg);
+        assert_eq!(diff.widths, Widths::Before);
+        assert!(Cli::try_parse_from(["bpfprof", "diff", "only-one.json"]).is_err());
+        let cli = Cli::parse_from(["bpfprof", "top", "--mode", "lock", "-p", "7"]);
+        let Some(Subcommands::Top(top)) = cli.subcommand else {
+            panic!("not top");
+        };
+        assert_eq!(
+            (top.mode.mode(), top.pids.as_slice(), top.window),
+            (Mode::Lock, &[7][..], 5)
+        );
+        assert!(Cli::try_parse_from(["bpfprof", "top", "--mode", "topdown"]).is_err());
+        let cli = Cli::parse_from(["bpfprof", "report", "p.json", "--annotate", "hot"]);
+        assert!(
+            matches!(cli.subcommand, Some(Subcommands::Report(r)) if r.annotate.as_deref() == Some("hot"))
+        );
+        let cli = Cli::parse_from(["bpfprof", "--annotate", "hot", "--", "./w"]);
+        assert_eq!(cli.annotate.as_deref(), Some("hot"));
     }
 }

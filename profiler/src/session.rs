@@ -147,19 +147,15 @@ impl Plan {
     /// `bpfprof top`: the same collection, for the whole system or some processes, with what is
     /// cheapest for a view that shows no stacks of sched or lock (off-CPU stacks off).
     pub fn for_top(args: &crate::cli::TopArgs) -> Result<Plan, UserError> {
-        if args.mode == Mode::Topdown {
-            return Err(UserError::Usage(
-                "top shows hotspot, sched or lock (topdown's counters need a run: `bpfprof --mode topdown -d 10`)".into(),
-            ));
-        }
-        if args.mode == Mode::Hotspot {
+        let mode = args.mode.mode();
+        if mode == Mode::Hotspot {
             preflight::check_frequency(args.frequency)?;
         }
         if args.window == 0 {
             return Err(UserError::Usage("--window: at least 1 second".into()));
         }
         Ok(Plan {
-            mode: args.mode,
+            mode,
             event: Event::CpuClock,
             frequency_hz: args.frequency,
             duration: args.duration.map(Duration::from_secs_f64),
