@@ -55,7 +55,8 @@ pub fn run(args: TopArgs) -> anyhow::Result<i32> {
     // The terminal is given back before anything is printed.
     drop(view);
     for note in result? {
-        eprintln!("bpfprof top: {note}");
+        // The run's notes speak of a report ("what was collected until then"): not here.
+        eprintln!("bpfprof top: {}", note.split(':').next().unwrap_or(&note));
     }
     Ok(0)
 }
