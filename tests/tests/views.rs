@@ -272,21 +272,21 @@ impl Drop for Tmux {
     }
 }
 
-/// Runs `bpfprof top ARGS` in a terminal, waits for `expected` as the first row, quits with `q`
-/// and checks the terminal is as it was: main screen, cursor shown, line editing and echo on.
-fn top_shows_then_quits(args: &str, expected: &str) -> Duration {
-    let tmux = Tmux::start();
+/// Types `bpfprof top ARGS` at the shell, followed by what reports its exit status and the
+/// terminal's line settings.
+fn type_top(tmux: &Tmux, args: &str) {
     tmux.send(&[
-        &format!("{} top {args}; echo TOP-EXIT=$?; stty -a | tr ';' '\\n' | grep -ow -- '-\\?icanon\\|-\\?echo' | tr '\\n' ' '; echo", bpfprof_bin().display()),
+        &format!(
+            "{} top {args}; echo TOP-EXIT=$?; stty -a | tr ';' '\\n' | grep -ow -- '-\\?icanon\\|-\\?echo' | tr '\\n' ' '; echo",
+            bpfprof_bin().display()
+        ),
         "Enter",
     ]);
-    let (screen, took) = tmux.wait_for(&format!("{expected} on top"), Duration::from_secs(3), |screen| {
-        let mut rows = screen.lines().skip_while(|l| !l.contains("bpfprof top:")).skip(2);
-        rows.next().is_some_and(|row| row.contains(expected))
-    });
-    assert_eq!(tmux.show("#{alternate_on}"), "1", "drawn in the alternate screen");
-    assert!(screen.lines().all(|l| l.chars().count() <= 80), "{screen}");
-    tmux.send(&["q"]);
+}
+
+/// After top exited: status 0, main screen back, cursor shown, line editing and echo on, and
+/// nothing of bpfprof left in the kernel.
+fn assert_exited_and_terminal_sane(tmux: &Tmux) {
     let (screen, _) = tmux.wait_for("exit after q", Duration::from_secs(5), |s| {
         s.lines().any(|l| l.starts_with("TOP-EXIT="))
     });
@@ -308,7 +308,34 @@ fn top_shows_then_quits(args: &str, expected: &str) -> Duration {
         "main screen, cursor shown"
     );
     assert_no_programs_left();
+}
+
+/// Runs `bpfprof top ARGS` in a terminal, waits for `expected` as the first row, quits with `q`
+/// and checks the terminal is as it was.
+fn top_shows_then_quits(args: &str, expected: &str) -> Duration {
+    let tmux = Tmux::start();
+    type_top(&tmux, args);
+    let (screen, took) = tmux.wait_for(&format!("{expected} on top"), Duration::from_secs(3), |screen| {
+        let mut rows = screen.lines().skip_while(|l| !l.contains("bpfprof top:")).skip(2);
+        rows.next().is_some_and(|row| row.contains(expected))
+    });
+    assert_eq!(tmux.show("#{alternate_on}"), "1", "drawn in the alternate screen");
+    assert!(screen.lines().all(|l| l.chars().count() <= 80), "{screen}");
+    tmux.send(&["q"]);
+    assert_exited_and_terminal_sane(&tmux);
     took
+}
+
+#[test]
+fn top_quit_while_still_loading_leaves_the_terminal_sane() {
+    // `q` before the run listens for SIGINT: it must wait for it, not kill bpfprof mid-way.
+    let tmux = Tmux::start();
+    type_top(&tmux, "");
+    tmux.wait_for("the view", Duration::from_secs(3), |s| {
+        s.contains("bpfprof top: hotspot")
+    });
+    tmux.send(&["q"]);
+    assert_exited_and_terminal_sane(&tmux);
 }
 
 #[test]

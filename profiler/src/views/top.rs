@@ -12,6 +12,7 @@
 use std::{
     collections::{HashMap, VecDeque},
     io::{self, IsTerminal as _, Write},
+    sync::atomic::{AtomicBool, Ordering::SeqCst},
 };
 
 use crossterm::{
@@ -108,6 +109,16 @@ impl Drop for Screen {
     }
 }
 
+/// A quit key arrived; the run is listening for SIGINT. The run's handler is only installed
+/// once loading is done, and a SIGINT before then would kill bpfprof with the terminal still
+/// raw: whichever of the two comes second sends it (both may: a second one is harmless).
+static QUIT: AtomicBool = AtomicBool::new(false);
+static LISTENING: AtomicBool = AtomicBool::new(false);
+
+fn interrupt() {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGINT);
+}
+
 /// `q`, Esc or Ctrl-C (a key in raw mode, not a signal) ends the run as SIGINT would.
 fn listen_for_quit() {
     std::thread::spawn(|| loop {
@@ -116,8 +127,10 @@ fn listen_for_quit() {
                 let quit = matches!(code, KeyCode::Char('q' | 'Q') | KeyCode::Esc)
                     || (code == KeyCode::Char('c') && modifiers.contains(KeyModifiers::CONTROL));
                 if quit {
-                    let _ =
-                        nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGINT);
+                    QUIT.store(true, SeqCst);
+                    if LISTENING.load(SeqCst) {
+                        interrupt();
+                    }
                     return;
                 }
             }
@@ -311,6 +324,11 @@ impl TopView {
 
 impl Live for TopView {
     fn refresh(&mut self, data: LiveData<'_>) -> anyhow::Result<()> {
+        // The run's loop (and its SIGINT handler) is running now.
+        LISTENING.store(true, SeqCst);
+        if QUIT.load(SeqCst) {
+            interrupt();
+        }
         let (_, height) = terminal::size().unwrap_or((80, 24));
         let status = match data.health.lost() {
             0 => String::new(),
