@@ -16,26 +16,48 @@ const DIR: &str = "/tmp/bpfprof-soak";
 const WINDOW_S: u64 = 15;
 const EVERY: Duration = Duration::from_secs(5);
 const TOLERANCE: f64 = 0.10;
+const TRACE_EVERY: Duration = Duration::from_secs(60);
 
 struct Reading {
     rss: u64,
+    /// Of `rss`: anonymous memory (the heap); the rest is file pages the symbolizer has mapped,
+    /// which the kernel can reclaim.
+    rss_anon: u64,
     fds: u64,
 }
 
 fn read(pid: u32) -> Option<Reading> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss_kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
+    let kb = |field: &str| -> Option<u64> {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(field))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64;
     Some(Reading {
-        rss: rss_kb * 1024,
+        rss: kb("VmRSS:")? * 1024,
+        rss_anon: kb("RssAnon:")? * 1024,
         fds,
     })
+}
+
+fn trace(elapsed: Duration, reading: &Reading, address: &str) {
+    let page = metrics(address).unwrap_or_default();
+    eprintln!(
+        "soak: {:>4.0} s  RSS {:.1} MB (anon {:.1})  fds {}  processes {}  files {}  frames {}  symbolizer files {}",
+        elapsed.as_secs_f64(),
+        reading.rss as f64 / 1e6,
+        reading.rss_anon as f64 / 1e6,
+        reading.fds,
+        metric(&page, "bpfprof_agent_processes_tracked"),
+        metric(&page, "bpfprof_agent_files_open"),
+        metric(&page, "bpfprof_agent_symbolization_cache_frames"),
+        metric(&page, "bpfprof_agent_symbolization_cache_files"),
+    );
 }
 
 fn metrics(address: &str) -> Result<String> {
@@ -115,6 +137,7 @@ pub fn run(minutes: f64) -> Result<()> {
     let started = Instant::now();
     let mut after_warm_up: Vec<Reading> = Vec::new();
     let mut crashed = None;
+    let mut next_trace = TRACE_EVERY;
     while started.elapsed() < total {
         std::thread::sleep(EVERY);
         if let Some(status) = agent.try_wait()? {
@@ -122,6 +145,11 @@ pub fn run(minutes: f64) -> Result<()> {
             break;
         }
         let Some(reading) = read(pid) else { continue };
+        // A line a minute, so a bound that breaks can be traced to what grew.
+        if started.elapsed() >= next_trace {
+            next_trace += TRACE_EVERY;
+            trace(started.elapsed(), &reading, address);
+        }
         if started.elapsed() >= warm_up {
             after_warm_up.push(reading);
         }
