@@ -116,14 +116,18 @@ impl Symbols {
 }
 
 pub struct Symbolizer {
+    /// For user files. A long-lived caller releases it after every profile (`release_files`).
     inner: RefCell<BlazeSymbolizer>,
+    /// For the kernel: one source, bounded (kallsyms and modules), parsed once and kept.
+    kernel: RefCell<BlazeSymbolizer>,
     /// For a long-running caller (the agent): frames kept across profiles, and a bound on what
     /// blazesym keeps.
     cache: Option<RefCell<LongLived>>,
 }
 
-/// blazesym keeps every file it has opened, for as long as it lives: a caller that runs for
-/// weeks replaces it after this many files. Frames of hot addresses survive in `FrameCache`.
+/// blazesym keeps every file it has opened (its mapping, and the debug information it parsed),
+/// for as long as it lives. A long-lived caller releases it after each profile; within one
+/// profile, after this many files. Frames of hot addresses survive in `FrameCache`.
 const BLAZESYM_FILES: usize = 256;
 
 struct LongLived {
@@ -192,6 +196,7 @@ impl Symbolizer {
     pub fn new() -> Self {
         Self {
             inner: RefCell::new(Self::blazesym()),
+            kernel: RefCell::new(Self::blazesym()),
             cache: None,
         }
     }
@@ -202,6 +207,7 @@ impl Symbolizer {
     pub fn long_lived(frames: usize) -> Self {
         Self {
             inner: RefCell::new(Self::blazesym()),
+            kernel: RefCell::new(Self::blazesym()),
             cache: Some(RefCell::new(LongLived {
                 frames: FrameCache::new(frames),
                 files: HashSet::new(),
@@ -215,6 +221,20 @@ impl Symbolizer {
             .enable_inlined_fns(true)
             .enable_demangling(true)
             .build()
+    }
+
+    /// For a long-lived caller, between profiles: lets go of every user file blazesym holds.
+    /// Its mappings and parsed debug information are what a profiler running for weeks would
+    /// otherwise accumulate (the resident pages of each new binary's debug sections, megabytes a
+    /// file), while the frames it produced stay in the frame cache; a file is parsed again only
+    /// for addresses the cache has not seen.
+    pub fn release_files(&self) {
+        let Some(cache) = &self.cache else { return };
+        let mut cache = cache.borrow_mut();
+        if !cache.files.is_empty() {
+            *self.inner.borrow_mut() = Self::blazesym();
+            cache.files.clear();
+        }
     }
 
     pub fn cache_size(&self) -> CacheSize {
@@ -337,7 +357,7 @@ impl Symbolizer {
         let kernel: Vec<u64> = kernel.into_iter().collect();
         if !kernel.is_empty() {
             let source = Source::Kernel(Kernel::default());
-            match self.inner.borrow().symbolize(&source, Input::AbsAddr(&kernel)) {
+            match self.kernel.borrow().symbolize(&source, Input::AbsAddr(&kernel)) {
                 Ok(results) => {
                     for (addr, result) in kernel.iter().zip(&results) {
                         let module = match result {
@@ -513,5 +533,27 @@ mod tests {
             .iter()
             .any(|f| f.function.ends_with("known_function_for_symbolizer_test")));
         assert_eq!(symbolizer.cache_size().frames, 1);
+    }
+
+    #[test]
+    fn releasing_files_keeps_frames_and_a_new_address_is_still_symbolized() {
+        let (procs, profile) = own_profile(&[4]);
+        let key = profile.stacks.keys().next().unwrap().clone();
+        let symbolizer = Symbolizer::long_lived(100);
+        let first = symbolizer.symbolize(&profile, &procs).user(&key.user[0]);
+        symbolizer.release_files();
+        let released = symbolizer.cache_size();
+        assert_eq!((released.frames, released.files), (1, 0));
+        assert_eq!(symbolizer.symbolize(&profile, &procs).user(&key.user[0]), first);
+        assert_eq!(symbolizer.cache_size().files, 0, "answered from the frame cache");
+
+        // Another address of the same file: blazesym opens the file again.
+        let (procs, other) = own_profile(&[8]);
+        let key = other.stacks.keys().next().unwrap().clone();
+        let frames = symbolizer.symbolize(&other, &procs).user(&key.user[0]);
+        assert!(frames
+            .iter()
+            .any(|f| f.function.ends_with("known_function_for_symbolizer_test")));
+        assert_eq!(symbolizer.cache_size().files, 1);
     }
 }

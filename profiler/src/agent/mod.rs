@@ -470,6 +470,8 @@ fn start_renderer(
                         *latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes);
                     }
                 }
+                symbolizer.release_files();
+                release_freed_memory();
                 let size = symbolizer.cache_size();
                 metrics.frame_cache_entries.store(size.frames as u64, Relaxed);
                 metrics.symbolizer_files.store(size.files as u64, Relaxed);
@@ -480,6 +482,17 @@ fn start_renderer(
         })
         .expect("starting the renderer thread");
     (jobs, thread)
+}
+
+/// Returns the heap the last rendering freed to the system. glibc keeps a thread's freed arena
+/// memory for reuse; the renderer's peaks (a window's symbolization) would otherwise stay in the
+/// agent's RSS for good.
+fn release_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only walks glibc's own arenas; no pointer of ours is involved.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }
 
 /// Symbolize a profile and encode it as pprof with its processes' labels.
