@@ -4,7 +4,7 @@
 //! CFA = rsp/rbp + offset, the PLT expression, rbp saved at CFA + offset, and "return address
 //! undefined" (the outermost frame). Anything else falls back to the frame pointer in BPF.
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap, HashSet},
     os::fd::{AsFd as _, AsRawFd as _},
 };
 
@@ -212,16 +212,145 @@ struct FileTable {
     /// Its rows' place in the row array, or why it has none.
     rows: Result<(u32, u32), String>,
     segments: Vec<Segment>,
+    /// Processes given this file's rows; at zero its rows go back to `RowSpace`.
+    users: usize,
+}
+
+/// A file by (device, inode); the vDSO and anonymous code by name.
+type FileKey = (String, u64);
+
+/// Which rows of the shared array are in use. A file's rows are one run; they are taken
+/// first-fit from runs freed by files no process maps any more, else from the untouched tail.
+/// Freed neighbours merge (and a free run that reaches the tail shrinks it), so a long run's
+/// churn of binaries does not leave the array in slivers too small for the next file.
+#[derive(Debug)]
+struct RowSpace {
+    /// Free runs below `tail`: start -> length.
+    free: BTreeMap<u32, u32>,
+    tail: u32,
+    capacity: u32,
+}
+
+impl RowSpace {
+    fn new(capacity: u32) -> Self {
+        Self {
+            free: BTreeMap::new(),
+            tail: 0,
+            capacity,
+        }
+    }
+
+    fn take(&mut self, len: u32) -> Option<u32> {
+        if len == 0 {
+            return Some(0);
+        }
+        let fit = self
+            .free
+            .iter()
+            .find(|&(_, &free)| free >= len)
+            .map(|(&at, &free)| (at, free));
+        if let Some((at, free)) = fit {
+            self.free.remove(&at);
+            if free > len {
+                self.free.insert(at + len, free - len);
+            }
+            return Some(at);
+        }
+        let end = self.tail.checked_add(len).filter(|&end| end <= self.capacity)?;
+        let at = self.tail;
+        self.tail = end;
+        Some(at)
+    }
+
+    fn give_back(&mut self, mut at: u32, mut len: u32) {
+        if len == 0 {
+            return;
+        }
+        if let Some((&before, &before_len)) = self.free.range(..at).next_back() {
+            if before + before_len == at {
+                self.free.remove(&before);
+                at = before;
+                len += before_len;
+            }
+        }
+        if let Some(after_len) = self.free.remove(&(at + len)) {
+            len += after_len;
+        }
+        if at + len == self.tail {
+            self.tail = at;
+        } else {
+            self.free.insert(at, len);
+        }
+    }
+
+    fn used(&self) -> u32 {
+        self.tail - self.free.values().sum::<u32>()
+    }
+}
+
+/// Which files have rows, where, and which processes use them: the bookkeeping that lets rows
+/// of files no process maps any more go back to `RowSpace`.
+struct FileRows {
+    space: RowSpace,
+    files: HashMap<FileKey, FileTable>,
+    /// Per process, the files it was given (counted in their `users`).
+    uses: HashMap<u32, HashSet<FileKey>>,
+}
+
+impl FileRows {
+    fn new(capacity: u32) -> Self {
+        Self {
+            space: RowSpace::new(capacity),
+            files: HashMap::new(),
+            uses: HashMap::new(),
+        }
+    }
+
+    /// Count `pid` as a user of the files it maps now (and no longer of those it mapped before
+    /// an exec). Only files already in `files` are counted, so counts and `uses` agree.
+    fn set_uses(&mut self, pid: u32, keys: HashSet<FileKey>) {
+        let keys: HashSet<FileKey> = keys.into_iter().filter(|k| self.files.contains_key(k)).collect();
+        let before = self.uses.insert(pid, keys.clone()).unwrap_or_default();
+        for key in keys.difference(&before) {
+            if let Some(file) = self.files.get_mut(key) {
+                file.users += 1;
+            }
+        }
+        for key in before.difference(&keys) {
+            self.unuse(key);
+        }
+    }
+
+    fn forget(&mut self, pids: &HashSet<u32>) {
+        for pid in pids {
+            for key in self.uses.remove(pid).unwrap_or_default() {
+                self.unuse(&key);
+            }
+        }
+    }
+
+    fn unuse(&mut self, key: &FileKey) {
+        let Some(file) = self.files.get_mut(key) else {
+            return;
+        };
+        file.users = file.users.saturating_sub(1);
+        if file.users == 0 {
+            if let Some(FileTable {
+                rows: Ok((at, len)), ..
+            }) = self.files.remove(key)
+            {
+                self.space.give_back(at, len);
+            }
+        }
+    }
 }
 
 /// The BPF side's tables: one row array for all files (mapped into our memory, so a whole
 /// table is one copy), and per process its executable mappings.
 pub struct Tables {
     rows: RowArray,
-    next_row: u32,
     processes: BpfHashMap<MapData, u32, ProcessMappings>,
-    /// Per file (device, inode).
-    files: HashMap<(String, u64), FileTable>,
+    placed: FileRows,
 }
 
 impl Tables {
@@ -231,15 +360,26 @@ impl Tables {
         };
         Ok(Tables {
             rows: RowArray::map(rows)?,
-            next_row: 0,
             processes: BpfHashMap::try_from(processes)?,
-            files: HashMap::new(),
+            placed: FileRows::new(ROWS),
         })
+    }
+
+    /// Rows of the shared array in use, of `ROWS`.
+    pub fn rows_used(&self) -> u32 {
+        self.placed.space.used()
+    }
+
+    /// Processes that have exited: files no remaining process maps give their rows back, so a
+    /// machine that sees new binaries for weeks (deploys) does not fill the array. The kernel
+    /// side dropped these processes' mappings at exit, so nothing walks those rows any more.
+    pub fn forget(&mut self, pids: &HashSet<u32>) {
+        self.placed.forget(pids);
     }
 
     /// Executables and libraries seen without a usable table (walked with frame pointers).
     pub fn files_without_tables(&self) -> u64 {
-        self.files.values().filter(|f| f.rows.is_err()).count() as u64
+        self.placed.files.values().filter(|f| f.rows.is_err()).count() as u64
     }
 
     /// Give the BPF walker `pid`'s executable mappings and their files' tables (built once per
@@ -248,18 +388,22 @@ impl Tables {
     /// that a pc outside all of them means the map changed (see `ProcessMappings::missed`).
     pub fn load_process(&mut self, pid: u32, maps: &[MapsLine]) -> anyhow::Result<()> {
         let mut mappings = Vec::new();
+        let mut keys = HashSet::new();
         for line in maps {
             let key = match (line.inode, line.path.as_str()) {
                 (0, VDSO) => (VDSO.to_string(), 0),
                 (0, _) => (String::new(), 0),
                 (inode, _) => (line.dev.clone(), inode),
             };
-            if !self.files.contains_key(&key) && !key.0.is_empty() {
+            if !self.placed.files.contains_key(&key) && !key.0.is_empty() {
                 if let Some(file) = self.read_file(pid, line) {
-                    self.files.insert(key.clone(), file);
+                    self.placed.files.insert(key.clone(), file);
                 }
             }
-            let placed = self.files.get(&key).and_then(|file| {
+            if !key.0.is_empty() {
+                keys.insert(key.clone());
+            }
+            let placed = self.placed.files.get(&key).and_then(|file| {
                 let (first_row, rows) = file.rows.clone().ok()?;
                 Some((
                     bias_of(&file.segments, line.start, line.file_offset)?,
@@ -276,6 +420,7 @@ impl Tables {
                 rows,
             });
         }
+        self.placed.set_uses(pid, keys);
         mappings.sort_by_key(|m| m.start);
         if mappings.len() > MAX_MAPPINGS {
             log::info!(
@@ -318,15 +463,18 @@ impl Tables {
         if let Err(reason) = &rows {
             log::info!("{}: no unwind table ({reason}): frame pointers there", line.path);
         }
-        Some(FileTable { rows, segments })
+        Some(FileTable {
+            rows,
+            segments,
+            users: 0,
+        })
     }
 
     fn place(&mut self, rows: &[Row]) -> Option<(u32, u32)> {
-        let first = self.next_row;
-        let end = first.checked_add(rows.len() as u32).filter(|&end| end <= ROWS)?;
+        let len = u32::try_from(rows.len()).ok()?;
+        let first = self.placed.space.take(len)?;
         self.rows.write(first as usize, rows);
-        self.next_row = end;
-        Some((first, rows.len() as u32))
+        Some((first, len))
     }
 }
 
@@ -509,5 +657,110 @@ mod tests {
                 row(0x20, cfa::RSP, 8)
             ]
         );
+    }
+
+    #[test]
+    fn freed_rows_are_taken_again_and_neighbours_merge() {
+        let mut space = RowSpace::new(100);
+        let a = space.take(30).unwrap();
+        let b = space.take(30).unwrap();
+        let c = space.take(30).unwrap();
+        assert_eq!((a, b, c), (0, 30, 60));
+        assert_eq!(space.take(11), None, "10 rows left at the tail");
+        space.give_back(a, 30);
+        assert_eq!(space.take(20), Some(0), "first fit, in the freed run");
+        assert_eq!(space.used(), 80);
+        space.give_back(b, 30);
+        // The rest of the first run (20..30) and b's run (30..60) are one run now.
+        assert_eq!(space.take(40), Some(20));
+        space.give_back(c, 30);
+        space.give_back(20, 40);
+        space.give_back(0, 20);
+        assert_eq!(space.used(), 0);
+        assert_eq!(space.tail, 0, "everything freed: the tail went back to the start");
+        assert!(space.free.is_empty());
+        assert_eq!(space.take(100), Some(0), "the whole array in one run again");
+    }
+
+    /// Against a model that knows every row: runs never overlap, and a request fails only when
+    /// no free stretch of that length exists anywhere (merging keeps free runs whole).
+    #[test]
+    fn row_space_agrees_with_a_row_by_row_model() {
+        const CAPACITY: u32 = 64;
+        let mut space = RowSpace::new(CAPACITY);
+        let mut model = [false; CAPACITY as usize];
+        let mut held: Vec<(u32, u32)> = Vec::new();
+        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..20_000 {
+            if held.is_empty() || next(2) == 0 {
+                let len = 1 + next(16) as u32;
+                let fits = model.windows(len as usize).any(|w| w.iter().all(|used| !used));
+                match space.take(len) {
+                    Some(at) => {
+                        for used in &mut model[at as usize..(at + len) as usize] {
+                            assert!(!*used, "row {at}+{len} handed out twice");
+                            *used = true;
+                        }
+                        held.push((at, len));
+                    }
+                    None => assert!(!fits, "{len} free rows in a row exist, yet refused"),
+                }
+            } else {
+                let (at, len) = held.swap_remove(next(held.len() as u64) as usize);
+                space.give_back(at, len);
+                model[at as usize..(at + len) as usize].fill(false);
+            }
+            assert_eq!(space.used() as usize, model.iter().filter(|&&u| u).count());
+        }
+    }
+
+    fn file_with_rows(placed: &mut FileRows, name: &str, len: u32) -> FileKey {
+        let at = placed.space.take(len).unwrap();
+        let key = (name.to_string(), 1);
+        placed.files.insert(
+            key.clone(),
+            FileTable {
+                rows: Ok((at, len)),
+                segments: Vec::new(),
+                users: 0,
+            },
+        );
+        key
+    }
+
+    #[test]
+    fn a_files_rows_are_freed_when_its_last_process_is_forgotten_or_execs() {
+        let mut placed = FileRows::new(1000);
+        let libc = file_with_rows(&mut placed, "libc", 100);
+        let app = file_with_rows(&mut placed, "app", 200);
+        placed.set_uses(10, HashSet::from([libc.clone(), app.clone()]));
+        placed.set_uses(11, HashSet::from([libc.clone(), app.clone()]));
+        assert_eq!(placed.space.used(), 300);
+
+        placed.forget(&HashSet::from([10]));
+        assert_eq!(placed.space.used(), 300, "pid 11 still maps both");
+
+        // pid 11 execs something that maps libc only: app has no user left.
+        let other = file_with_rows(&mut placed, "other", 50);
+        placed.set_uses(11, HashSet::from([libc.clone(), other.clone()]));
+        assert!(!placed.files.contains_key(&app));
+        assert_eq!(placed.space.used(), 150);
+        // The same pid loaded again (a map change) counts each file once.
+        placed.set_uses(11, HashSet::from([libc.clone(), other.clone()]));
+        assert_eq!(placed.files[&libc].users, 1);
+
+        // A file without rows, or one never read, is not counted and frees nothing.
+        placed.set_uses(12, HashSet::from([libc.clone(), ("unread".to_string(), 9)]));
+        assert_eq!(placed.uses[&12].len(), 1);
+
+        placed.forget(&HashSet::from([11, 12, 99]));
+        assert!(placed.files.is_empty());
+        assert_eq!(placed.space.used(), 0);
     }
 }

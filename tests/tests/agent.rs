@@ -426,3 +426,64 @@ fn a_full_directory_and_a_full_kernel_map_are_reported_and_survived() {
     );
     assert_no_programs_left();
 }
+
+/// The kernel's unwind row array is shared by every file the agent has seen: a binary's rows
+/// must go back once no process maps it, or weeks of new binaries (deploys) fill the array and
+/// new files silently lose table unwinding.
+#[test]
+fn unwind_rows_of_a_binary_no_process_maps_are_freed() {
+    let dir = temp_path("agent-rows");
+    let _ = std::fs::remove_dir_all(&dir);
+    // A copy is a file of its own (another inode): its rows are placed for it alone.
+    let copy = temp_path("hotspot-copy");
+    std::fs::copy(bpfprof_tests::workload("hotspot"), &copy).unwrap();
+    let own_rows = profiler::unwind::rows_of(&std::fs::read(&copy).unwrap())
+        .unwrap()
+        .len() as f64;
+    assert!(own_rows > 10.0, "the copy has {own_rows} unwind rows");
+    let agent = Agent::start(&["--window", "1", "-F", "99", "--output-dir", dir.to_str().unwrap()]);
+    let rows = || agent.metric("bpfprof_agent_unwind_rows_used");
+    // The rows of everything already running are placed as its processes are first seen:
+    // wait for that to settle.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut before = rows();
+    loop {
+        std::thread::sleep(Duration::from_millis(2500));
+        let now = rows();
+        if (now == before && now > 0.0) || Instant::now() > deadline {
+            break;
+        }
+        before = now;
+    }
+
+    let running = bpfprof_tests::Running::spawn(
+        Command::new(&copy)
+            .args(["split", "4"])
+            .stdout(std::process::Stdio::piped()),
+    );
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut with_copy = rows();
+    while with_copy - before < own_rows && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        with_copy = rows();
+    }
+    running.finish();
+    // Gone: forgotten at the next window's end, its file's rows with it. Other processes on the
+    // machine may come and go meanwhile, so wait (a bounded time) for the drop to show.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut after = rows();
+    while with_copy - after < own_rows && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+        after = rows();
+    }
+    let (ok, stderr, _) = agent.stop(Duration::from_secs(15));
+    assert!(ok, "the agent failed: {stderr}");
+    let _ = std::fs::remove_file(&copy);
+    let _ = std::fs::remove_dir_all(&dir);
+    eprintln!("unwind rows: {before} before, {with_copy} with the copy running ({own_rows} its own), {after} after it exited");
+    assert!(
+        with_copy - after >= own_rows,
+        "the copy's {own_rows} rows were not freed: {with_copy} rows in use while it ran, {after} after"
+    );
+    assert_no_programs_left();
+}

@@ -29,6 +29,7 @@ pub struct Metrics {
     pub files_open: AtomicU64,
     pub frame_cache_entries: AtomicU64,
     pub symbolizer_files: AtomicU64,
+    pub unwind_rows_used: AtomicU64,
     pub stored_windows: AtomicU64,
     pub stored_bytes: AtomicU64,
 }
@@ -58,6 +59,7 @@ impl Default for Metrics {
             files_open: zero(),
             frame_cache_entries: zero(),
             symbolizer_files: zero(),
+            unwind_rows_used: zero(),
             stored_windows: zero(),
             stored_bytes: zero(),
         }
@@ -210,6 +212,11 @@ impl Metrics {
                 "symbolization_cache_files",
                 &self.symbolizer_files,
                 "files the symbolizer holds parsed",
+            ),
+            (
+                "unwind_rows_used",
+                &self.unwind_rows_used,
+                "rows of the kernel's unwind table array in use; rows of files no process maps any more are freed",
             ),
             (
                 "stored_windows",

@@ -268,7 +268,13 @@ async fn agent(
                 collector.drain(&mut kernel, &mut procs)?;
                 give_tables(&mut tables, &mut procs);
             }
-            _ = window_timer.tick() => collector.close_window(&mut kernel, &mut procs)?,
+            _ = window_timer.tick() => {
+                let forgotten = collector.close_window(&mut kernel, &mut procs)?;
+                if let Some(tables) = &mut tables {
+                    tables.forget(&forgotten);
+                    metrics.unwind_rows_used.store(tables.rows_used().into(), Relaxed);
+                }
+            }
         }
     }
     // Flush: what was collected since the last window is a (shorter) window of its own.
@@ -353,7 +359,12 @@ impl AgentCollector {
     /// End the window: drain, hand it to the renderer, and forget the processes that had
     /// exited before the drain (so every sample they left is in this window) unless a pull
     /// still needs them.
-    fn close_window(&mut self, kernel: &mut KernelSource, procs: &mut Processes) -> anyhow::Result<()> {
+    /// Returns the processes forgotten.
+    fn close_window(
+        &mut self,
+        kernel: &mut KernelSource,
+        procs: &mut Processes,
+    ) -> anyhow::Result<HashSet<u32>> {
         let mut exited: HashSet<u32> = procs
             .pids()
             .into_iter()
@@ -378,7 +389,7 @@ impl AgentCollector {
         }
         procs.forget(&exited);
         self.update_gauges(procs);
-        Ok(())
+        Ok(exited)
     }
 
     fn count(&self, health: &Health) {
