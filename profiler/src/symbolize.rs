@@ -125,6 +125,10 @@ pub struct Symbolizer {
     cache: Option<RefCell<LongLived>>,
 }
 
+/// What a long-lived symbolizer may keep of frames (as `FrameCache::entry_bytes` counts them):
+/// some ten thousand addresses, enough for the hot code of a busy machine.
+pub const FRAME_CACHE_BYTES: usize = 4 << 20;
+
 /// blazesym keeps every file it has opened (its mapping, and the debug information it parsed),
 /// for as long as it lives. A long-lived caller releases it after each profile; within one
 /// profile, after this many files. Frames of hot addresses survive in `FrameCache`.
@@ -136,22 +140,42 @@ struct LongLived {
     files: HashSet<FileIdentity>,
 }
 
-/// Frames per (file, offset), bounded: two generations; a lookup in the old one moves the entry
-/// to the new one, and when the new one is full the old one is dropped. Hot addresses stay,
-/// addresses of executables that are gone age out within two generations.
+/// Frames per (file, offset), bounded in bytes: two generations; a lookup in the old one moves
+/// the entry to the new one, and when the new one is full the old one is dropped. Hot addresses
+/// stay, addresses of executables that are gone age out within two generations. Bytes, not
+/// entries: an entry of a deeply inlined C++ address weighs ten of a C one, and a cache that
+/// runs for weeks must be bounded in what it costs.
 pub struct FrameCache {
     new: HashMap<(FileIdentity, u64), Vec<Frame>>,
     old: HashMap<(FileIdentity, u64), Vec<Frame>>,
+    new_bytes: usize,
+    old_bytes: usize,
+    /// Per generation.
     capacity: usize,
 }
 
 impl FrameCache {
-    pub fn new(capacity: usize) -> Self {
+    pub fn new(bytes: usize) -> Self {
         Self {
             new: HashMap::new(),
             old: HashMap::new(),
-            capacity: capacity.max(2) / 2,
+            new_bytes: 0,
+            old_bytes: 0,
+            capacity: bytes / 2,
         }
+    }
+
+    /// What an entry costs on the heap: its slot in the table and its frames' own allocations
+    /// (allocator overhead aside).
+    pub fn entry_bytes(frames: &[Frame]) -> usize {
+        let slot = std::mem::size_of::<((FileIdentity, u64), Vec<Frame>)>() + 1;
+        let strings: usize = frames
+            .iter()
+            .map(|f| {
+                f.function.capacity() + f.module.capacity() + f.file.as_ref().map_or(0, String::capacity)
+            })
+            .sum();
+        slot + std::mem::size_of_val(frames) + strings
     }
 
     pub fn get(&mut self, key: &(FileIdentity, u64)) -> Option<Vec<Frame>> {
@@ -159,19 +183,30 @@ impl FrameCache {
             return Some(frames.clone());
         }
         let frames = self.old.remove(key)?;
+        self.old_bytes -= Self::entry_bytes(&frames);
         self.insert(*key, frames.clone());
         Some(frames)
     }
 
     pub fn insert(&mut self, key: (FileIdentity, u64), frames: Vec<Frame>) {
-        if self.new.len() >= self.capacity {
+        let bytes = Self::entry_bytes(&frames);
+        let replacing = self.new.get(&key).map_or(0, |f| Self::entry_bytes(f));
+        if self.new_bytes - replacing + bytes > self.capacity && !self.new.is_empty() {
             self.old = std::mem::take(&mut self.new);
+            self.old_bytes = std::mem::take(&mut self.new_bytes);
         }
-        self.new.insert(key, frames);
+        if let Some(replaced) = self.new.insert(key, frames) {
+            self.new_bytes -= Self::entry_bytes(&replaced);
+        }
+        self.new_bytes += bytes;
     }
 
     pub fn len(&self) -> usize {
         self.new.len() + self.old.len()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.new_bytes + self.old_bytes
     }
 
     pub fn is_empty(&self) -> bool {
@@ -183,6 +218,7 @@ impl FrameCache {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CacheSize {
     pub frames: usize,
+    pub frame_bytes: usize,
     pub files: usize,
 }
 
@@ -203,13 +239,18 @@ impl Symbolizer {
 
     /// For a caller that symbolizes profile after profile for as long as it runs: frames are
     /// cached per executable (not per process: a thousand short-lived processes of one binary
-    /// share them), at most `frames` of them, and blazesym's own caches are bounded too.
-    pub fn long_lived(frames: usize) -> Self {
+    /// share them), at most `FRAME_CACHE_BYTES` of them, and blazesym's own caches are bounded
+    /// too.
+    pub fn long_lived() -> Self {
+        Self::long_lived_with(FRAME_CACHE_BYTES)
+    }
+
+    fn long_lived_with(frame_bytes: usize) -> Self {
         Self {
             inner: RefCell::new(Self::blazesym()),
             kernel: RefCell::new(Self::blazesym()),
             cache: Some(RefCell::new(LongLived {
-                frames: FrameCache::new(frames),
+                frames: FrameCache::new(frame_bytes),
                 files: HashSet::new(),
             })),
         }
@@ -242,6 +283,7 @@ impl Symbolizer {
             let c = c.borrow();
             CacheSize {
                 frames: c.frames.len(),
+                frame_bytes: c.frames.bytes(),
                 files: c.files.len(),
             }
         })
@@ -508,7 +550,8 @@ mod tests {
             mtime_ns: 4,
         };
         let frames = |n| vec![Frame::unknown("m", n, false)];
-        let mut cache = FrameCache::new(4);
+        // Room for two entries a generation.
+        let mut cache = FrameCache::new(4 * FrameCache::entry_bytes(&frames(1)));
         cache.insert((id, 1), frames(1));
         cache.insert((id, 2), frames(2));
         cache.insert((id, 3), frames(3));
@@ -517,13 +560,55 @@ mod tests {
         assert!(cache.get(&(id, 1)).is_none(), "never used again: aged out");
         assert_eq!(cache.get(&(id, 3)), Some(frames(3)));
         assert!(cache.len() <= 4);
+        assert!(cache.bytes() <= 4 * FrameCache::entry_bytes(&frames(1)));
+    }
+
+    #[test]
+    fn the_frame_cache_is_bounded_in_bytes_whatever_its_entries_weigh() {
+        let id = FileIdentity {
+            dev: 1,
+            inode: 2,
+            size: 3,
+            mtime_ns: 4,
+        };
+        let light = vec![Frame::unknown("m", 1, false)];
+        let mut heavy = vec![Frame::unknown("m", 1, false); 20];
+        for frame in &mut heavy {
+            frame.function = "ns::Template<Deep, Nested<Types>>::inlined_function_name".repeat(4);
+        }
+        let capacity = 64 * 1024;
+        let mut cache = FrameCache::new(capacity);
+        for offset in 0..10_000 {
+            let frames = if offset % 2 == 0 {
+                light.clone()
+            } else {
+                heavy.clone()
+            };
+            cache.insert((id, offset), frames);
+            assert!(cache.bytes() <= capacity, "{} bytes held", cache.bytes());
+        }
+        let held: usize = cache
+            .new
+            .values()
+            .chain(cache.old.values())
+            .map(|f| FrameCache::entry_bytes(f))
+            .sum();
+        assert_eq!(held, cache.bytes(), "the count agrees with the entries held");
+        assert!(
+            cache.bytes() > capacity / 2,
+            "the old generation is kept, not emptied"
+        );
+        // The same key again replaces, it does not count twice.
+        let before = cache.bytes();
+        cache.insert((id, 9_999), heavy.clone());
+        assert_eq!(cache.bytes(), before);
     }
 
     #[test]
     fn a_long_lived_symbolizer_answers_again_from_its_cache() {
         let (procs, profile) = own_profile(&[4]);
         let key = profile.stacks.keys().next().unwrap().clone();
-        let symbolizer = Symbolizer::long_lived(100);
+        let symbolizer = Symbolizer::long_lived_with(1 << 20);
         let first = symbolizer.symbolize(&profile, &procs).user(&key.user[0]);
         let cached = symbolizer.cache_size();
         assert_eq!((cached.frames, cached.files), (1, 1));
@@ -539,7 +624,7 @@ mod tests {
     fn releasing_files_keeps_frames_and_a_new_address_is_still_symbolized() {
         let (procs, profile) = own_profile(&[4]);
         let key = profile.stacks.keys().next().unwrap().clone();
-        let symbolizer = Symbolizer::long_lived(100);
+        let symbolizer = Symbolizer::long_lived_with(1 << 20);
         let first = symbolizer.symbolize(&profile, &procs).user(&key.user[0]);
         symbolizer.release_files();
         let released = symbolizer.cache_size();

@@ -48,7 +48,7 @@ fn read(pid: u32) -> Option<Reading> {
 fn trace(elapsed: Duration, reading: &Reading, address: &str) {
     let page = metrics(address).unwrap_or_default();
     eprintln!(
-        "soak: {:>4.0} s  RSS {:.1} MB (anon {:.1})  fds {}  processes {}  files {}  frames {}  symbolizer files {}  unwind rows {}",
+        "soak: {:>4.0} s  RSS {:.1} MB (anon {:.1})  fds {}  processes {}  files {}  frames {} ({:.0} KB)  symbolizer files {}  unwind rows {}",
         elapsed.as_secs_f64(),
         reading.rss as f64 / 1e6,
         reading.rss_anon as f64 / 1e6,
@@ -56,6 +56,7 @@ fn trace(elapsed: Duration, reading: &Reading, address: &str) {
         metric(&page, "bpfprof_agent_processes_tracked"),
         metric(&page, "bpfprof_agent_files_open"),
         metric(&page, "bpfprof_agent_symbolization_cache_frames"),
+        metric(&page, "bpfprof_agent_symbolization_cache_bytes") / 1e3,
         metric(&page, "bpfprof_agent_symbolization_cache_files"),
         metric(&page, "bpfprof_agent_unwind_rows_used"),
     );

@@ -28,6 +28,7 @@ pub struct Metrics {
     pub processes_tracked: AtomicU64,
     pub files_open: AtomicU64,
     pub frame_cache_entries: AtomicU64,
+    pub frame_cache_bytes: AtomicU64,
     pub symbolizer_files: AtomicU64,
     pub unwind_rows_used: AtomicU64,
     pub stored_windows: AtomicU64,
@@ -58,6 +59,7 @@ impl Default for Metrics {
             processes_tracked: zero(),
             files_open: zero(),
             frame_cache_entries: zero(),
+            frame_cache_bytes: zero(),
             symbolizer_files: zero(),
             unwind_rows_used: zero(),
             stored_windows: zero(),
@@ -207,6 +209,11 @@ impl Metrics {
                 "symbolization_cache_frames",
                 &self.frame_cache_entries,
                 "symbolized addresses cached per executable",
+            ),
+            (
+                "symbolization_cache_bytes",
+                &self.frame_cache_bytes,
+                "bytes of the symbolized addresses cached (allocator overhead aside; bounded)",
             ),
             (
                 "symbolization_cache_files",

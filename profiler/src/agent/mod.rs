@@ -50,8 +50,6 @@ use store::Store;
 const DRAIN_EVERY: Duration = Duration::from_secs(1);
 /// Profiles being taken for the endpoint at once.
 const MAX_PULLS: usize = 4;
-/// Symbolized addresses kept across windows.
-const FRAME_CACHE_ENTRIES: usize = 50_000;
 /// Profiles waiting for the renderer; beyond, a window is dropped (and counted).
 const RENDER_QUEUE: usize = 2;
 
@@ -449,7 +447,7 @@ fn start_renderer(
     let thread = std::thread::Builder::new()
         .name("bpfprof-render".into())
         .spawn(move || {
-            let symbolizer = Symbolizer::long_lived(FRAME_CACHE_ENTRIES);
+            let symbolizer = Symbolizer::long_lived();
             for job in queue {
                 match job {
                     Job::Pull(rendering, reply) => {
@@ -485,6 +483,7 @@ fn start_renderer(
                 release_freed_memory();
                 let size = symbolizer.cache_size();
                 metrics.frame_cache_entries.store(size.frames as u64, Relaxed);
+                metrics.frame_cache_bytes.store(size.frame_bytes as u64, Relaxed);
                 metrics.symbolizer_files.store(size.files as u64, Relaxed);
             }
             if let Some(pusher) = pusher {

@@ -32,9 +32,6 @@ use crate::{
     symbolize::Symbolizer,
 };
 
-/// Symbolized addresses kept between refreshes.
-const FRAME_CACHE_ENTRIES: usize = 50_000;
-
 pub fn run(args: TopArgs) -> anyhow::Result<i32> {
     if !io::stdout().is_terminal() {
         return Err(UserError::Usage(
@@ -189,7 +186,7 @@ impl TopView {
                 counters: Vec::new(),
             },
             mode: plan.mode,
-            symbolizer: Symbolizer::long_lived(FRAME_CACHE_ENTRIES),
+            symbolizer: Symbolizer::long_lived(),
             screen: Screen::enter()?,
             hot: Sliding::new(window),
             waits: Sliding::new(window),
