@@ -3,9 +3,11 @@
 //!   cargo xtask setup            install what the build and tests need (idempotent, fast when done)
 //!   cargo xtask build            release binary at target/release/bpfprof
 //!   cargo xtask run -- ARGS      build, then run bpfprof ARGS (as root)
-//!   cargo xtask test             unit tests, then privileged end-to-end tests
+//!   cargo xtask test             unit tests, then privileged end-to-end tests, then a short soak
+//!                                [--repeat N] [--noise] [FILTER]
 //!   cargo xtask bench [MODE]     overhead benchmarks (hotspot, sched, unwind, lock, agent)
 //!   cargo xtask soak --minutes N the agent under process churn: memory and descriptors stay flat
+//!   cargo xtask noise            a busy machine (CPU hogs, short-lived processes) until Ctrl-C
 use std::{
     path::{Path, PathBuf},
     process::{exit, Command},
@@ -15,8 +17,10 @@ use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod noise;
 mod setup;
 mod soak;
+mod test;
 
 #[derive(Parser)]
 #[command(about = "bpfprof project tasks")]
@@ -36,9 +40,16 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Run every test: unit tests and the privileged end-to-end tests.
+    /// Run every test: unit tests, the privileged end-to-end tests, and a 3-minute soak.
+    /// Every suite runs even when one fails; a summary line per suite ends the run.
     Test {
-        /// Extra arguments for the test harness (e.g. a test name filter).
+        /// Run everything this many times, back to back.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        repeat: u32,
+        /// Keep the machine busy meanwhile (see `cargo xtask noise`).
+        #[arg(long)]
+        noise: bool,
+        /// Extra arguments for the test harness (e.g. a test name filter; the soak is then left out).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -52,10 +63,14 @@ enum Task {
         #[arg(long, default_value_t = 60.0)]
         minutes: f64,
     },
+    /// Load the machine as a busy host would: a CPU hog on every CPU and a stream of
+    /// short-lived processes, until stopped.
+    Noise {
+        /// Stop after this many seconds.
+        #[arg(long)]
+        seconds: Option<f64>,
+    },
 }
-
-/// The soak that `cargo xtask test` ends with (CI); 60 minutes by hand.
-const CI_SOAK_MINUTES: f64 = 3.0;
 
 fn main() {
     let args = Args::parse();
@@ -65,13 +80,20 @@ fn main() {
         Task::Run { args } => setup::run(setup::Needs::Build)
             .and_then(|()| build())
             .and_then(|()| run_bpfprof(&args)),
-        Task::Test { args } => setup::run(setup::Needs::Test).and_then(|()| test(&args)),
+        Task::Test { repeat, noise, args } => setup::run(setup::Needs::Test).and_then(|()| {
+            test::run(&test::Options {
+                repeat,
+                noise,
+                filter: args,
+            })
+        }),
         Task::Bench { mode } => setup::run(setup::Needs::Test)
             .and_then(|()| build())
             .and_then(|()| bench::run(&mode)),
         Task::Soak { minutes } => setup::run(setup::Needs::Build)
             .and_then(|()| build())
             .and_then(|()| soak::run(minutes)),
+        Task::Noise { seconds } => noise::run(seconds),
     };
     if let Err(err) = result {
         eprintln!("xtask: {err:#}");
@@ -99,7 +121,7 @@ pub fn sh(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
-fn cargo() -> Command {
+pub fn cargo() -> Command {
     let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     cmd.current_dir(workspace_root());
     cmd
@@ -111,7 +133,7 @@ fn build() -> Result<()> {
 
 /// BPF needs root; re-run through sudo when we are not.
 fn privileged(program: &Path) -> Command {
-    if nix_is_root() {
+    if is_root() {
         Command::new(program)
     } else {
         let mut cmd = Command::new("sudo");
@@ -120,7 +142,7 @@ fn privileged(program: &Path) -> Command {
     }
 }
 
-fn nix_is_root() -> bool {
+pub fn is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -138,45 +160,4 @@ fn run_bpfprof(args: &[String]) -> Result<()> {
         .status()
         .context("starting bpfprof")?;
     exit(status.code().unwrap_or(1));
-}
-
-fn test(extra: &[String]) -> Result<()> {
-    // One profile for everything: the release build of bpfprof is what the end-to-end tests run,
-    // and sharing it avoids compiling the BPF object twice.
-    // Default members only: the BPF crate is never built for the host.
-    sh(cargo().args(["build", "--release"]))?;
-    sh(cargo()
-        .args([
-            "test",
-            "--release",
-            "-p",
-            "profiler",
-            "-p",
-            "profiler-common",
-            "-p",
-            "xtask",
-            "--",
-        ])
-        .args(extra))?;
-    if !nix_is_root() {
-        bail!("the end-to-end tests load BPF programs and must run as root: sudo -E cargo xtask test");
-    }
-    // Tests that load BPF share kernel state (the CPUs they sample): one at a time.
-    let mut cmd = cargo();
-    cmd.args([
-        "test",
-        "--release",
-        "-p",
-        "bpfprof-tests",
-        "--",
-        "--test-threads=1",
-    ])
-    .args(extra);
-    cmd.env("BPFPROF_BIN", bpfprof_bin());
-    sh(&mut cmd)?;
-    // The agent left running: only on a whole run (a filtered one is someone chasing one test).
-    if extra.is_empty() {
-        soak::run(CI_SOAK_MINUTES)?;
-    }
-    Ok(())
 }

@@ -166,12 +166,7 @@ fn ensure_packages(tools: &[(&str, &str)]) -> Result<()> {
         return Ok(());
     }
     eprintln!("xtask setup: installing {}", missing.join(" "));
-    let root = std::fs::read_to_string("/proc/self/status")
-        .map(|s| {
-            s.lines()
-                .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false);
+    let root = crate::is_root();
     let apt = |args: &[&str]| {
         let mut cmd = if root {
             Command::new("apt-get")

@@ -1,0 +1,222 @@
+//! `cargo xtask test`: every suite runs even when one fails (a red suite must not hide the state
+//! of the others), each ends in one summary line, and the run ends in `N passed, N failed`.
+//! `--repeat N` runs the whole thing N times back to back and `--noise` keeps the machine busy
+//! meanwhile (see `noise`): the proof that the suite passes on a machine that is not quiet.
+use std::{
+    io::{BufRead as _, BufReader},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::{bpfprof_bin, cargo, is_root, noise::Noise, sh, soak, workspace_root};
+
+/// The soak that a whole test run ends with (CI); 60 minutes by hand (`cargo xtask soak`).
+const CI_SOAK_MINUTES: f64 = 3.0;
+
+pub struct Options {
+    pub repeat: u32,
+    pub noise: bool,
+    /// Extra arguments for the test harness (a name filter): the soak is then left out.
+    pub filter: Vec<String>,
+}
+
+/// What one suite did.
+struct Outcome {
+    suite: String,
+    passed: u32,
+    failed: u32,
+    /// Names of the failed tests, or why the suite did not finish.
+    failures: Vec<String>,
+    took: Duration,
+}
+
+impl Outcome {
+    fn line(&self) -> String {
+        let mut line = format!(
+            "{:<16} {:>4} passed, {:>2} failed  {:>6.1} s",
+            self.suite,
+            self.passed,
+            self.failed,
+            self.took.as_secs_f64()
+        );
+        if !self.failures.is_empty() {
+            line += &format!("  FAILED: {}", self.failures.join(", "));
+        }
+        line
+    }
+}
+
+pub fn run(options: &Options) -> Result<()> {
+    // One profile for everything: the release build of bpfprof is what the end-to-end tests run,
+    // and sharing it avoids compiling the BPF object twice. Default members only: the BPF crate
+    // is never built for the host.
+    sh(cargo().args(["build", "--release"]))?;
+    if !is_root() {
+        bail!("the end-to-end tests load BPF programs and must run as root: sudo -E cargo xtask test");
+    }
+    let noise = match options.noise {
+        true => Some(Noise::start()?),
+        false => None,
+    };
+    let noise_note = noise
+        .as_ref()
+        .map_or(String::new(), |n| format!(" (noise: {})", n.description()));
+    let mut runs: Vec<Vec<Outcome>> = Vec::new();
+    for round in 1..=options.repeat {
+        if options.repeat > 1 {
+            println!("xtask test: run {round} of {}{noise_note}", options.repeat);
+        }
+        let outcomes = run_once(&options.filter)?;
+        println!();
+        print_summary(round, options.repeat, &outcomes, &noise_note);
+        runs.push(outcomes);
+    }
+    drop(noise);
+    if options.repeat > 1 {
+        println!("\nxtask test: {} runs{noise_note}", options.repeat);
+        for (i, outcomes) in runs.iter().enumerate() {
+            println!("  run {}: {}", i + 1, totals_line(outcomes));
+        }
+    }
+    let failed: u32 = runs.iter().flatten().map(|o| o.failed).sum();
+    if failed > 0 {
+        bail!("{failed} test(s) failed");
+    }
+    Ok(())
+}
+
+/// Every suite once: unit tests, each end-to-end test file, then (on a whole run) the soak.
+fn run_once(filter: &[String]) -> Result<Vec<Outcome>> {
+    let mut outcomes = Vec::new();
+    let mut unit = cargo();
+    unit.args([
+        "test",
+        "--release",
+        "--no-fail-fast",
+        "-p",
+        "profiler",
+        "-p",
+        "profiler-common",
+        "-p",
+        "xtask",
+        "--",
+    ])
+    .args(filter);
+    outcomes.push(run_suite("unit", &mut unit)?);
+    for suite in e2e_suites()? {
+        // Tests that load BPF share kernel state (the CPUs they sample): one at a time.
+        let mut cmd = cargo();
+        cmd.args(["test", "--release", "-p", "bpfprof-tests", "--test", &suite, "--"])
+            .arg("--test-threads=1")
+            .args(filter)
+            .env("BPFPROF_BIN", bpfprof_bin());
+        outcomes.push(run_suite(&format!("e2e {suite}"), &mut cmd)?);
+    }
+    // The agent left running: only on a whole run (a filtered one is someone chasing one test).
+    if filter.is_empty() {
+        let started = Instant::now();
+        let result = soak::run(CI_SOAK_MINUTES);
+        outcomes.push(Outcome {
+            suite: "soak".into(),
+            passed: result.is_ok() as u32,
+            failed: result.is_err() as u32,
+            failures: result.err().map(|e| format!("{e:#}")).into_iter().collect(),
+            took: started.elapsed(),
+        });
+    }
+    Ok(outcomes)
+}
+
+/// The end-to-end test files (`tests/tests/NAME.rs`), in name order.
+fn e2e_suites() -> Result<Vec<String>> {
+    let dir = workspace_root().join("tests/tests");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".rs").map(str::to_string))
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Run one `cargo test` invocation, passing its output through, and read what it did from the
+/// harness's own lines (`test NAME ... FAILED`, `test result: ... N passed; N failed`).
+fn run_suite(name: &str, cmd: &mut Command) -> Result<Outcome> {
+    let started = Instant::now();
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {cmd:?}"))?;
+    let (mut passed, mut failed) = (0, 0);
+    let mut failures = Vec::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line?;
+        println!("{line}");
+        if let Some(test) = line
+            .strip_prefix("test ")
+            .and_then(|l| l.strip_suffix(" ... FAILED"))
+        {
+            failures.push(test.to_string());
+        }
+        if let Some(result) = line.strip_prefix("test result: ") {
+            passed += count(result, " passed");
+            failed += count(result, " failed");
+        }
+    }
+    let status = child.wait()?;
+    if !status.success() && failed == 0 {
+        // It did not get as far as a test failing: a build error, or a harness that crashed.
+        failed = 1;
+        failures.push(format!("the suite did not finish ({status})"));
+    }
+    Ok(Outcome {
+        suite: name.to_string(),
+        passed,
+        failed,
+        failures,
+        took: started.elapsed(),
+    })
+}
+
+/// The number before `what` in a harness result line (`ok. 5 passed; 1 failed; ...`).
+fn count(result: &str, what: &str) -> u32 {
+    result
+        .split(';')
+        .find_map(|part| part.trim().split_once(what))
+        .and_then(|(before, _)| before.rsplit([' ', '.']).next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn totals_line(outcomes: &[Outcome]) -> String {
+    let passed: u32 = outcomes.iter().map(|o| o.passed).sum();
+    let failed: u32 = outcomes.iter().map(|o| o.failed).sum();
+    format!("{passed} passed, {failed} failed")
+}
+
+fn print_summary(round: u32, of: u32, outcomes: &[Outcome], noise_note: &str) {
+    let run = match of {
+        1 => String::new(),
+        _ => format!(" (run {round} of {of})"),
+    };
+    println!("xtask test: summary{run}{noise_note}");
+    for outcome in outcomes {
+        println!("  {}", outcome.line());
+    }
+    println!("{}", totals_line(outcomes));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count;
+
+    #[test]
+    fn counts_are_read_from_the_harness_result_line() {
+        let ok = "ok. 100 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.27s";
+        assert_eq!((count(ok, " passed"), count(ok, " failed")), (100, 0));
+        let bad = "FAILED. 5 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 58.10s";
+        assert_eq!((count(bad, " passed"), count(bad, " failed")), (5, 1));
+        assert_eq!(count("ok. 0 passed; 0 failed;", " passed"), 0);
+    }
+}
