@@ -19,6 +19,8 @@ pub const SAMPLE_MAP_ENTRIES: u32 = 32 * 1024;
 pub const TARGET_MAP_ENTRIES: u32 = 8 * 1024;
 /// Processes remembered as "already announced to user space" (LRU).
 pub const SEEN_MAP_ENTRIES: u32 = 16 * 1024;
+/// Threads whose counter deltas wait for their next sample (LRU: threads that exit lose theirs).
+pub const PENDING_DELTA_ENTRIES: u32 = 16 * 1024;
 /// Ring buffer for process announcements.
 pub const EVENT_RING_BYTES: u32 = 64 * 1024;
 /// Length of `task_struct::comm`.
@@ -878,6 +880,7 @@ pub mod names {
     pub const PROG_EXIT: &str = "forget_exit";
     pub const PROG_EXEC: &str = "announce_exec";
     pub const PROG_SWITCH: &str = "sched_switch";
+    pub const PROG_COUNTER_SWITCH: &str = "counter_switch";
     pub const PROG_WAKEUP: &str = "sched_wakeup";
     pub const PROG_WAKEUP_NEW: &str = "sched_wakeup_new";
     pub const TASK_STATS: &str = "TASK_STATS";
@@ -903,6 +906,7 @@ pub mod names {
         "COUNTER_7",
     ];
     pub const DELTAS: [&str; 2] = ["DELTAS_0", "DELTAS_1"];
+    pub const PENDING_DELTAS: &str = "PENDING_DELTAS";
     pub const USER_STACKS: [&str; 2] = ["USER_STACKS_0", "USER_STACKS_1"];
     pub const UNWIND_ROWS: &str = "UNWIND_ROWS";
     pub const UNWIND_PROCESSES: &str = "UNWIND_PROCESSES";

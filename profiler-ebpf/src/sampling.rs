@@ -5,13 +5,14 @@
 use aya_ebpf::{
     bindings::{bpf_perf_event_value, BPF_F_CURRENT_CPU, BPF_F_USER_STACK},
     helpers::bpf_get_current_comm,
-    macros::{map, perf_event},
+    macros::{map, perf_event, raw_tracepoint},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerfEventArray, RingBuf, StackTrace},
-    programs::{tracing::StackIdContext as _, PerfEventContext},
+    programs::{tracing::StackIdContext as _, PerfEventContext, RawTracePointContext},
 };
 use profiler_common::{
     Counter, CounterBaseline, CounterDeltas, ProcessEvent, ProcessEventKind, SampleKey, SampleValue,
-    EVENT_RING_BYTES, MAX_COUNTERS, SAMPLE_MAP_ENTRIES, SEEN_MAP_ENTRIES, STACK_MAP_ENTRIES,
+    EVENT_RING_BYTES, MAX_COUNTERS, PENDING_DELTA_ENTRIES, SAMPLE_MAP_ENTRIES, SEEN_MAP_ENTRIES,
+    STACK_MAP_ENTRIES,
 };
 
 use crate::{
@@ -21,6 +22,22 @@ use crate::{
 
 const EFAULT: i64 = 14;
 const EEXIST: i64 = 17;
+
+/// The value of `key` in a hash map (plain or LRU: they share no trait), inserted as zero if
+/// absent; none when the map is full.
+macro_rules! get_or_insert {
+    ($map:expr, $key:expr, $value:ty) => {{
+        match $map.get_ptr_mut($key) {
+            Some(value) => Some(value),
+            None => {
+                // Either new, or another CPU inserted the same key first: insert-if-absent
+                // (BPF_NOEXIST), then look again.
+                let _ = $map.insert($key, <$value>::default(), 1);
+                $map.get_ptr_mut($key)
+            }
+        }
+    }};
+}
 
 #[map(name = "EPOCH")]
 pub(crate) static EPOCH: Array<u32> = Array::with_max_entries(1, 0);
@@ -127,7 +144,7 @@ fn record(
         user_unwound,
         exec_generation: crate::targets::exec_generation(tgid),
     };
-    let Some(value) = get_or_insert(samples, &key) else {
+    let Some(value) = get_or_insert!(samples, &key, SampleValue) else {
         bump(Counter::SampleMapFull);
         return Ok(());
     };
@@ -137,39 +154,87 @@ fn record(
     Ok(())
 }
 
-/// The value of `key`, inserted as zero if absent; none when the map is full.
-#[inline(always)]
-fn get_or_insert<V: Default>(map: &HashMap<SampleKey, V>, key: &SampleKey) -> Option<*mut V> {
-    if let Some(value) = map.get_ptr_mut(key) {
-        return Some(value);
-    }
-    // Either new, or another CPU inserted the same key first: insert-if-absent, then look again.
-    let _ = map.insert(key, V::default(), 1);
-    map.get_ptr_mut(key)
+/// The baseline was taken at a context switch: the interval since belongs to the thread that
+/// switch put on the CPU, which is whichever thread the next sample here finds running.
+const SWITCHED_IN: u32 = u32::MAX;
+
+/// Per thread, what the counters advanced while it ran since its last sample, up to the switches
+/// that took it off a CPU: its next sample (on any CPU) takes it.
+#[map(name = "PENDING_DELTAS")]
+static PENDING_DELTAS: LruHashMap<u32, CounterDeltas> =
+    LruHashMap::with_max_entries(PENDING_DELTA_ENTRIES, 0);
+
+/// Attached to `sched_switch` while counters are read at samples. The counters count per CPU, so
+/// every switch ends the interval of the thread leaving (kept for it in `PENDING_DELTAS`) and
+/// starts a fresh one: a sample's deltas then hold exactly its own thread's counts since its
+/// previous sample, never those of threads that ran in between.
+#[raw_tracepoint(tracepoint = "sched_switch")]
+pub fn counter_switch(_ctx: RawTracePointContext) -> u32 {
+    let _ = try_counter_switch();
+    0
 }
 
-/// Add to the sample what each counter advanced on this CPU since the previous sample here, when
-/// that sample was of the same thread (otherwise the interval belongs to someone else), with the
-/// interval's enabled and running time so user space can scale a multiplexed counter.
+fn try_counter_switch() -> Result<(), ()> {
+    let base = unsafe { &mut *COUNTER_BASELINE.get_ptr_mut(0).ok_or(())? };
+    // In the switch, `current` is still the thread leaving the CPU.
+    let (tgid, tid) = current_ids();
+    let pending = match tid != 0 && owns_interval(base, tid) && is_target(tgid) {
+        true => get_or_insert!(PENDING_DELTAS, tid, CounterDeltas).unwrap_or(core::ptr::null_mut()),
+        false => core::ptr::null_mut(),
+    };
+    base.tid = SWITCHED_IN;
+    advance_counters(base, pending);
+    Ok(())
+}
+
+/// Whether the interval since the CPU's baseline is `tid`'s: the baseline is its own previous
+/// sample here, or the switch that put it on the CPU.
+#[inline(always)]
+fn owns_interval(base: &CounterBaseline, tid: u32) -> bool {
+    base.tid == tid || base.tid == SWITCHED_IN
+}
+
+/// Add to the sample what each counter advanced for its thread since the thread's previous
+/// sample: on this CPU since the baseline, plus what it counted elsewhere before switches (its
+/// pending deltas). With the intervals' enabled and running time, so user space can scale a
+/// multiplexed counter.
 #[inline(always)]
 fn add_counter_deltas(tid: u32, key: &SampleKey, deltas: &HashMap<SampleKey, CounterDeltas>) {
-    let in_use = unsafe { core::ptr::read_volatile(&COUNTERS_IN_USE) } as usize;
-    if in_use == 0 {
+    if counters_in_use() == 0 {
         return;
     }
     let Some(base) = COUNTER_BASELINE.get_ptr_mut(0) else {
         return;
     };
     let base = unsafe { &mut *base };
-    let same_thread = base.tid == tid;
+    let ours = owns_interval(base, tid);
     base.tid = tid;
-    let mut target: *mut CounterDeltas = core::ptr::null_mut();
-    if same_thread {
-        match get_or_insert(deltas, key) {
-            Some(t) => target = t,
-            None => bump(Counter::DeltaMapFull),
+    let target = match get_or_insert!(deltas, key, CounterDeltas) {
+        Some(t) => t,
+        None => {
+            bump(Counter::DeltaMapFull);
+            core::ptr::null_mut()
         }
+    };
+    if let Some(pending) = PENDING_DELTAS.get_ptr(tid) {
+        if !target.is_null() {
+            let (t, p) = unsafe { (&mut *target, &*pending) };
+            atomic_add(&mut t.enabled_ns, p.enabled_ns);
+            for k in 0..MAX_COUNTERS {
+                atomic_add(&mut t.values[k], p.values[k]);
+                atomic_add(&mut t.running_ns[k], p.running_ns[k]);
+            }
+        }
+        let _ = PENDING_DELTAS.remove(tid);
     }
+    advance_counters(base, if ours { target } else { core::ptr::null_mut() });
+}
+
+/// Read every counter in use on this CPU: add what each advanced since the baseline to `into`
+/// (when not null), and make the readings the new baseline.
+#[inline(always)]
+fn advance_counters(base: &mut CounterBaseline, into: *mut CounterDeltas) {
+    let in_use = counters_in_use();
     let mut enabled_delta: u64 = 0;
     for k in 0..MAX_COUNTERS {
         if k >= in_use {
@@ -195,22 +260,27 @@ fn add_counter_deltas(tid: u32, key: &SampleKey, deltas: &HashMap<SampleKey, Cou
         ) else {
             continue;
         };
-        if !target.is_null() && now.counter >= *value && now.enabled >= *enabled && now.running >= *running {
-            let t = unsafe { &mut *target };
+        if !into.is_null() && now.counter >= *value && now.enabled >= *enabled && now.running >= *running {
+            let t = unsafe { &mut *into };
             if let (Some(dv), Some(dr)) = (t.values.get_mut(k), t.running_ns.get_mut(k)) {
                 atomic_add(dv, now.counter - *value);
                 atomic_add(dr, now.running - *running);
             }
-            // Every counter is enabled for the same intervals: one length per sample.
+            // Every counter is enabled for the same intervals: one length per interval.
             enabled_delta = now.enabled - *enabled;
         }
         *value = now.counter;
         *enabled = now.enabled;
         *running = now.running;
     }
-    if !target.is_null() {
-        atomic_add(unsafe { &mut (*target).enabled_ns }, enabled_delta);
+    if !into.is_null() {
+        atomic_add(unsafe { &mut (*into).enabled_ns }, enabled_delta);
     }
+}
+
+#[inline(always)]
+fn counters_in_use() -> usize {
+    unsafe { core::ptr::read_volatile(&COUNTERS_IN_USE) as usize }
 }
 
 #[inline(always)]

@@ -138,6 +138,7 @@ fn unused_maps(options: &LoadOptions<'_>) -> Vec<&'static str> {
     }
     if !options.sampling || options.counters == 0 {
         unused.extend(names::DELTAS);
+        unused.push(names::PENDING_DELTAS);
     }
     if !options.sampling || !options.unwind_tables {
         unused.extend(names::USER_STACKS);
@@ -381,6 +382,15 @@ impl Loaded {
             }
         }
         self.counters = Some(counting);
+        // The counters are per CPU: a fresh baseline at every context switch keeps each
+        // sample's interval to the sampled thread's own time.
+        let program: &mut RawTracePoint = self.program(names::PROG_COUNTER_SWITCH)?;
+        program
+            .load()
+            .with_context(|| format!("loading {}", names::PROG_COUNTER_SWITCH))?;
+        program
+            .attach("sched_switch")
+            .context("attaching the counter baseline to the raw tracepoint sched_switch")?;
         Ok(())
     }
 

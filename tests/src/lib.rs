@@ -181,8 +181,9 @@ impl Report {
 }
 
 /// Names of bpfprof's kernel programs (as the kernel shows them, at most 15 characters).
-const PROGRAMS: [&str; 5] = [
+const PROGRAMS: [&str; 6] = [
     "sample_stack",
+    "counter_switch",
     "unwind_user",
     "follow_fork",
     "forget_exit",

@@ -329,6 +329,11 @@ fn software_counters_match_the_workloads_own_accounting() {
 /// function), with software counters: each sample's counter deltas land on its function.
 /// Task-clock per function is checked in nanoseconds against the workload's own clock in each
 /// function; page faults must not land on the function that makes none.
+///
+/// A sample carries what its thread counted since its previous sample, so the phases are long
+/// (300/150/50 ms) against the sampling interval (2 ms): within a phase the attribution is exact,
+/// and what remains is an interval's worth at each phase's edges. Short phases would make the
+/// check a matter of how many samples happened to fall into each phase instead.
 #[test]
 fn per_function_counters_follow_the_workloads_own_split() {
     let hotspot = workload("hotspot");
@@ -350,7 +355,10 @@ fn per_function_counters_follow_the_workloads_own_split() {
             "499",
             "--",
             hotspot.to_str().unwrap(),
-            "split",
+            "weights",
+            "300",
+            "150",
+            "50",
             "3",
         ],
     );
