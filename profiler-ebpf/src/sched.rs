@@ -357,7 +357,13 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: O
     let start = stats.offcpu;
     if start.at_ns != 0 {
         stats.offcpu.at_ns = 0;
-        let blocked = now.saturating_sub(start.at_ns);
+        // Asleep until the wake-up; from then on it was runnable, which is run-queue delay
+        // (counted above), not off-CPU time: the thread's states add up to its time.
+        let woke = match enqueued.at_ns >= start.at_ns {
+            true => enqueued.at_ns,
+            false => now,
+        };
+        let blocked = woke.saturating_sub(start.at_ns);
         if start.reason == switch_reason::BLOCKED {
             stats.blocked_ns += blocked;
         } else {

@@ -523,12 +523,13 @@ impl Collector {
         kernel: &mut KernelSource,
         procs: &mut Processes,
         files_without_tables: u64,
+        stopped_ns: u64,
     ) -> anyhow::Result<Collected> {
         let mut health = kernel.health()?;
         health.files_without_tables = files_without_tables;
         let sched = match self.sched {
             Some(mut s) => {
-                s.source.finish(&mut s.collection, procs, monotonic_ns())?;
+                s.source.finish(&mut s.collection, procs, stopped_ns)?;
                 health.slow_events = s.collection.slow_seen;
                 Some(s.collection)
             }
@@ -722,16 +723,6 @@ async fn record(plan: &Plan, tracefs: &Path, mut live: Option<&mut dyn Live>) ->
         locks: None,
     };
     let mut doing = Vec::new();
-    if tracing_sched {
-        let source = Box::new(SchedSource::take(&mut loaded.ebpf)?);
-        loaded.attach_sched()?;
-        let collection = Box::new(SchedCollection {
-            started_ns: monotonic_ns(),
-            ..Default::default()
-        });
-        collector.sched = Some(SchedCollector { source, collection });
-        doing.push("tracing the scheduler".to_string());
-    }
     if plan.mode == Mode::Lock {
         collector.locks = Some(LockMaps::take(&mut loaded.ebpf)?);
         match plan.lock_source {
@@ -776,6 +767,23 @@ async fn record(plan: &Plan, tracefs: &Path, mut live: Option<&mut dyn Live>) ->
         doing.push(format!("sampling at {} Hz ({})", plan.frequency_hz, event.name()));
     }
     let cpus = crate::bpf::online_cpu_ids().map_or(1, |c| c.len() as u32);
+    // The scheduler last, just before the counters and the clock of the run start: its thread
+    // states then cover the run the report's duration and the counters' totals speak of.
+    if tracing_sched {
+        let source = Box::new(SchedSource::take(&mut loaded.ebpf)?);
+        loaded.attach_sched()?;
+        let collection = Box::new(SchedCollection {
+            started_ns: monotonic_ns(),
+            threads_at_start: plan
+                .pids
+                .iter()
+                .flat_map(|&pid| threads_of(pid).into_iter().map(move |tid| (pid, tid)))
+                .collect(),
+            ..Default::default()
+        });
+        collector.sched = Some(SchedCollector { source, collection });
+        doing.insert(0, "tracing the scheduler".to_string());
+    }
     if let Some(counting) = &mut counting {
         counting.start(plan, paused.as_ref().map(|p| p.pid()))?;
     }
@@ -845,6 +853,8 @@ async fn record(plan: &Plan, tracefs: &Path, mut live: Option<&mut dyn Live>) ->
         }
     };
     let elapsed = started.elapsed();
+    // Where the thread states still open end (the drains below take time of their own).
+    let stopped_ns = monotonic_ns();
 
     // Both epoch slots, so nothing recorded is left behind.
     capture_announced(events.get_mut(), &mut procs);
@@ -854,7 +864,7 @@ async fn record(plan: &Plan, tracefs: &Path, mut live: Option<&mut dyn Live>) ->
     let topdown = counting.map(TopdownCounting::read);
     collector.drain(&mut kernel, &mut procs)?;
     let files_without_tables = tables.as_ref().map_or(0, |t| t.files_without_tables());
-    let collected = collector.finish(&mut kernel, &mut procs, files_without_tables)?;
+    let collected = collector.finish(&mut kernel, &mut procs, files_without_tables, stopped_ns)?;
     drop(events);
     drop(kernel);
     drop(loaded); // detaches every program and closes every perf event

@@ -243,7 +243,7 @@ fn counter(report: &Value, name: &str) -> f64 {
 
 /// The threads' running time by the sched tracepoints, and how far the task-clock counter is
 /// from it: two mechanisms, one truth.
-fn assert_task_clock_matches_thread_states(report: &Value) -> f64 {
+fn assert_task_clock_matches_thread_states(report: &Value) {
     let running: f64 = report["threads"]
         .as_array()
         .unwrap()
@@ -255,7 +255,6 @@ fn assert_task_clock_matches_thread_states(report: &Value) -> f64 {
         (task_clock - running).abs() <= 0.05 * running,
         "task-clock {task_clock} vs thread-state running {running}"
     );
-    running
 }
 
 /// The whole-run counting path (the one the hardware sets use) with the software set, which
@@ -409,16 +408,57 @@ fn per_function_counters_follow_the_workloads_own_split() {
 /// `-p`: every thread that already exists gets its own counters.
 #[test]
 fn software_counters_cover_every_thread_of_a_running_process() {
-    let target = start_workload("schedload", &["4", "3"]);
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let pid = target.pid().to_string();
+    // It outlives the run (and is stopped when the test ends).
+    let target = start_workload("schedload", &["30", "3"]);
+    let pid = target.pid();
+    // Three busy threads, the sleeper and the main thread, all there before the run starts.
+    let tids = threads_of(pid, 5);
+    let before: Vec<f64> = tids.iter().map(|&tid| on_cpu_ns(pid, tid)).collect();
     let (_, report) = topdown_json(
         "topdown-software-p.json",
-        &["--preset", "software", "-p", &pid, "-d", "2"],
+        &["--preset", "software", "-p", &pid.to_string(), "-d", "2"],
     );
-    // 3 busy threads on 2 CPUs for 2 s: close to 4 CPU-seconds.
-    let running = assert_task_clock_matches_thread_states(&report);
-    assert!(running > 3e9, "{running}");
+    let after: Vec<f64> = tids.iter().map(|&tid| on_cpu_ns(pid, tid)).collect();
+    // Counters on every thread add up to the time the scheduler saw each of them run...
+    assert_task_clock_matches_thread_states(&report);
+    // ...and every thread is in it, the main thread too (asleep in pthread_join all along: the
+    // scheduler never mentions it), with no more than the kernel says it ran meanwhile. The
+    // busy threads never sleep: for the whole run they are running or waiting for a CPU,
+    // however busy the machine is.
+    let duration = report["duration_s"].as_f64().unwrap() * 1e9;
+    let mut busy = 0;
+    for (i, &tid) in tids.iter().enumerate() {
+        let thread = report["threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["tid"] == tid)
+            .unwrap_or_else(|| panic!("thread {tid} missing from {}", report["threads"]));
+        let ns = |state: &str| thread[state].as_f64().unwrap();
+        let ran = after[i] - before[i];
+        assert!(
+            ns("running_ns") <= ran + 1e6,
+            "tid {tid}: running {} ns, the kernel counted {ran} ns on CPU meanwhile",
+            ns("running_ns")
+        );
+        let off_cpu = ns("sleeping_ns") + ns("blocked_ns");
+        if off_cpu == 0.0 {
+            busy += 1;
+            let on = ns("running_ns") + ns("runnable_ns");
+            assert!(
+                on >= 0.98 * duration,
+                "busy tid {tid}: running or runnable {on} ns of a {duration} ns run: {thread}"
+            );
+        }
+        if tid == pid {
+            assert_eq!(ns("running_ns"), 0.0, "the main thread only waits: {thread}");
+            assert!(
+                off_cpu >= 0.98 * duration,
+                "the main thread waits all run: {thread}"
+            );
+        }
+    }
+    assert_eq!(busy, 3, "three busy threads: {}", report["threads"]);
 }
 
 #[test]

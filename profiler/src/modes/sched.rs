@@ -58,6 +58,14 @@ impl TaskRecord {
     /// A task still alive at `now`: what it was doing, since when.
     fn with_open_interval(mut self, t: &TaskSched, now: u64) -> Self {
         let since = |at: u64| now.saturating_sub(at);
+        if t.enqueued.at_ns != 0 && t.offcpu.at_ns != 0 && t.enqueued.at_ns > t.offcpu.at_ns {
+            // Woken, not yet on a CPU: the sleep before the wake-up is over.
+            let slept = t.enqueued.at_ns - t.offcpu.at_ns;
+            match t.offcpu.reason {
+                switch_reason::BLOCKED => self.blocked_ns += slept,
+                _ => self.sleeping_ns += slept,
+            }
+        }
         self.open = if t.enqueued.at_ns != 0 {
             Some((OpenState::Runnable, since(t.enqueued.at_ns)))
         } else if t.offcpu.at_ns != 0 {
@@ -142,6 +150,9 @@ pub struct SchedCollection {
     pub heat: Vec<Vec<u64>>,
     /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when sampling started.
     pub started_ns: u64,
+    /// The targets' threads when tracing began, as (pid, tid): any of them without a single
+    /// scheduler event by the end spent the whole run in one state (see `add_quiet_threads`).
+    pub threads_at_start: Vec<(u32, u32)>,
 }
 
 /// The kernel maps of the sched programs.
@@ -260,6 +271,7 @@ impl SchedSource {
             into.tasks
                 .push(TaskRecord::from(&task).with_open_interval(&task, now_ns));
         }
+        add_quiet_threads(into, now_ns);
         for (key, time) in self.offcpu.iter().filter_map(Result::ok) {
             // Weighted by time blocked; how many blocks rides in the first counter slot.
             // Untimed, so taken as they are (see `CounterDeltas::estimate`).
@@ -286,6 +298,56 @@ impl SchedSource {
         keep_longest(&mut into.slow);
         Ok(())
     }
+}
+
+/// Threads that neither woke, switched nor exited during the run: the kernel side never saw them,
+/// yet they are part of the answer (the idle workers of a server are most of its threads). No
+/// event means no change of state, so the state /proc shows now is the state of the whole run.
+fn add_quiet_threads(into: &mut SchedCollection, now_ns: u64) {
+    let seen: std::collections::HashSet<u32> = into.tasks.iter().map(|t| t.tid).collect();
+    let whole_run = now_ns.saturating_sub(into.started_ns);
+    for &(pid, tid) in &into.threads_at_start {
+        if seen.contains(&tid) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) else {
+            continue; // gone before tracing began (an exit during the run is an event)
+        };
+        let Some((comm, state)) = comm_and_state(&stat) else {
+            continue;
+        };
+        let state = match state {
+            'R' => OpenState::Running,
+            'D' => OpenState::Blocked,
+            // As `switch_reason::classify`: stopped, traced, parked and idle count as sleeping.
+            _ => OpenState::Sleeping,
+        };
+        into.tasks.push(TaskRecord {
+            pid,
+            tid,
+            comm,
+            runs: 0,
+            delays: 0,
+            total_delay_ns: 0,
+            max_delay_ns: 0,
+            max_at_ns: 0,
+            running_ns: 0,
+            sleeping_ns: 0,
+            blocked_ns: 0,
+            hist: vec![0; HIST_BUCKETS],
+            open: Some((state, whole_run)),
+        });
+    }
+}
+
+/// The name and state letter of a `/proc/PID/task/TID/stat` line: `tid (comm) S ...`, where the
+/// name may itself hold spaces and parentheses.
+fn comm_and_state(stat: &str) -> Option<(String, char)> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = stat.get(open + 1..close)?.to_string();
+    let state = stat.get(close + 1..)?.trim_start().chars().next()?;
+    Some((comm, state))
 }
 
 fn keep_longest(slow: &mut Vec<SlowRecord>) {
@@ -545,6 +607,16 @@ mod tests {
             assert!((got - truth).abs() / truth < 0.07, "p{q}: {got} vs {truth}");
         }
         assert_eq!(percentile(&vec![0; HIST_BUCKETS], 0.5), 0);
+    }
+
+    #[test]
+    fn names_and_states_are_read_past_parentheses_in_the_name() {
+        assert_eq!(
+            comm_and_state("42 (a) b (c)) S 1 42 0"),
+            Some(("a) b (c)".to_string(), 'S'))
+        );
+        assert_eq!(comm_and_state("7 (w) D 1"), Some(("w".to_string(), 'D')));
+        assert_eq!(comm_and_state("garbage"), None);
     }
 
     #[test]
