@@ -209,6 +209,8 @@ pub fn bias_of(segments: &[Segment], start: u64, file_offset: u64) -> Option<u64
 
 /// What the walker needs of one file, read and parsed once.
 struct FileTable {
+    /// The path it was first mapped from (what `/debug/unwind` shows).
+    path: String,
     /// Its rows' place in the row array, or why it has none.
     rows: Result<(u32, u32), String>,
     segments: Vec<Segment>,
@@ -218,6 +220,18 @@ struct FileTable {
 
 /// A file by (device, inode); the vDSO and anonymous code by name.
 type FileKey = (String, u64);
+
+/// One file's share of the row array.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileWithRows {
+    /// As `/proc/PID/maps` gives it (`major:minor`, hex); `[vdso]` for the vDSO.
+    pub device: String,
+    pub inode: u64,
+    pub path: String,
+    pub rows: u32,
+    /// Processes its rows were given to.
+    pub processes: usize,
+}
 
 /// Which rows of the shared array are in use. A file's rows are one run; they are taken
 /// first-fit from runs freed by files no process maps any more, else from the untouched tail.
@@ -329,6 +343,26 @@ impl FileRows {
         }
     }
 
+    /// The files whose rows are in the array, most rows first: which binaries hold it.
+    fn files_with_rows(&self) -> Vec<FileWithRows> {
+        let mut files: Vec<FileWithRows> = self
+            .files
+            .iter()
+            .filter_map(|((device, inode), file)| {
+                let &(_, rows) = file.rows.as_ref().ok()?;
+                Some(FileWithRows {
+                    device: device.clone(),
+                    inode: *inode,
+                    path: file.path.clone(),
+                    rows,
+                    processes: file.users,
+                })
+            })
+            .collect();
+        files.sort_by(|a, b| b.rows.cmp(&a.rows).then_with(|| a.path.cmp(&b.path)));
+        files
+    }
+
     fn unuse(&mut self, key: &FileKey) {
         let Some(file) = self.files.get_mut(key) else {
             return;
@@ -375,6 +409,11 @@ impl Tables {
     /// side dropped these processes' mappings at exit, so nothing walks those rows any more.
     pub fn forget(&mut self, pids: &HashSet<u32>) {
         self.placed.forget(pids);
+    }
+
+    /// The files whose rows are in the array, most rows first: which binaries hold it.
+    pub fn files_with_rows(&self) -> Vec<FileWithRows> {
+        self.placed.files_with_rows()
     }
 
     /// Executables and libraries seen without a usable table (walked with frame pointers).
@@ -464,6 +503,7 @@ impl Tables {
             log::info!("{}: no unwind table ({reason}): frame pointers there", line.path);
         }
         Some(FileTable {
+            path: line.path.clone(),
             rows,
             segments,
             users: 0,
@@ -726,6 +766,7 @@ mod tests {
         placed.files.insert(
             key.clone(),
             FileTable {
+                path: name.to_string(),
                 rows: Ok((at, len)),
                 segments: Vec::new(),
                 users: 0,
@@ -759,8 +800,20 @@ mod tests {
         placed.set_uses(12, HashSet::from([libc.clone(), ("unread".to_string(), 9)]));
         assert_eq!(placed.uses[&12].len(), 1);
 
+        let listed: Vec<(String, u32, usize)> = placed
+            .files_with_rows()
+            .into_iter()
+            .map(|f| (f.path, f.rows, f.processes))
+            .collect();
+        assert_eq!(
+            listed,
+            [("libc".to_string(), 100, 2), ("other".to_string(), 50, 1)],
+            "most rows first, with their users"
+        );
+
         placed.forget(&HashSet::from([11, 12, 99]));
         assert!(placed.files.is_empty());
+        assert!(placed.files_with_rows().is_empty());
         assert_eq!(placed.space.used(), 0);
     }
 }

@@ -1,6 +1,7 @@
 //! Pull: the endpoint fleet profilers scrape. `/debug/pprof/profile?seconds=N` is the convention
 //! Parca and Pyroscope scrape and `go tool pprof` fetches (N seconds from now, all processes);
-//! `/debug/pprof/latest` the last finished window; `/metrics` the agent's own health; `/healthz`.
+//! `/debug/pprof/latest` the last finished window; `/metrics` the agent's own health; `/healthz`;
+//! `/debug/unwind` which files hold rows of the kernel's unwind table array.
 use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use bytes::Bytes;
@@ -10,6 +11,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::metrics::{Metrics, OwnUsage};
+use crate::unwind::FileWithRows;
 use std::sync::atomic::Ordering::Relaxed;
 
 /// Profiles no longer than this are served (a scrape is a window, not a recording).
@@ -29,6 +31,8 @@ pub struct Endpoint {
     pub pulls: mpsc::Sender<PullRequest>,
     pub latest: Arc<std::sync::Mutex<Option<Bytes>>>,
     pub metrics: Arc<Metrics>,
+    /// The files holding unwind rows as of the last window's end (none: tables are off).
+    pub unwind_files: Arc<std::sync::Mutex<Option<Vec<FileWithRows>>>>,
     /// The window length: `/healthz` fails when no window ended for twice that.
     pub window: Duration,
 }
@@ -95,7 +99,7 @@ async fn handle(
     let response = match request.uri().path() {
         "/" => text(
             StatusCode::OK,
-            "bpfprof agent\n/debug/pprof/profile?seconds=N  CPU profile of the next N seconds (pprof)\n/debug/pprof/latest  the last window (pprof)\n/metrics  agent health (Prometheus)\n/healthz\n",
+            "bpfprof agent\n/debug/pprof/profile?seconds=N  CPU profile of the next N seconds (pprof)\n/debug/pprof/latest  the last window (pprof)\n/metrics  agent health (Prometheus)\n/healthz\n/debug/unwind  files holding unwind table rows\n",
         ),
         "/debug/pprof/profile" => match seconds(request.uri().query()) {
             Ok(seconds) => pull(&endpoint, seconds).await,
@@ -109,6 +113,10 @@ async fn handle(
             StatusCode::OK,
             "text/plain; version=0.0.4",
             endpoint.metrics.render(OwnUsage::read()),
+        ),
+        "/debug/unwind" => text(
+            StatusCode::OK,
+            unwind_listing(endpoint.unwind_files.lock().unwrap_or_else(|e| e.into_inner()).as_deref()),
         ),
         "/healthz" => {
             let metrics = &endpoint.metrics;
@@ -144,6 +152,27 @@ async fn pull(endpoint: &Endpoint, seconds: u64) -> Response<Full<Bytes>> {
     }
 }
 
+/// One line per file holding rows of the unwind array (tab-separated, most rows first), so an
+/// operator can see which binaries fill it; as of the last window's end.
+fn unwind_listing(files: Option<&[FileWithRows]>) -> String {
+    let Some(files) = files else {
+        return "unwind tables are off (--unwind fp): stacks are walked by frame pointers\n".into();
+    };
+    let rows: u64 = files.iter().map(|f| u64::from(f.rows)).sum();
+    let mut page = format!(
+        "# {} files hold {rows} of {} unwind rows (as of the last window's end)\n# rows\tprocesses\tdevice\tinode\tpath\n",
+        files.len(),
+        profiler_common::unwind::ROWS
+    );
+    for f in files {
+        page += &format!(
+            "{}\t{}\t{}\t{}\t{}\n",
+            f.rows, f.processes, f.device, f.inode, f.path
+        );
+    }
+    page
+}
+
 /// `seconds=N` from a query string: 1 to `MAX_SECONDS`, 30 when absent.
 fn seconds(query: Option<&str>) -> Result<u64, String> {
     let Some(value) = query
@@ -172,5 +201,20 @@ mod tests {
         assert!(seconds(Some("seconds=0")).is_err());
         assert!(seconds(Some("seconds=301")).is_err());
         assert!(seconds(Some("seconds=abc")).is_err());
+    }
+
+    #[test]
+    fn unwind_listing_has_a_line_per_file() {
+        let files = [FileWithRows {
+            device: "fe:01".into(),
+            inode: 42,
+            path: "/usr/bin/app".into(),
+            rows: 68,
+            processes: 2,
+        }];
+        let page = unwind_listing(Some(&files));
+        assert!(page.starts_with("# 1 files hold 68 of "), "{page}");
+        assert!(page.ends_with("\n68\t2\tfe:01\t42\t/usr/bin/app\n"), "{page}");
+        assert!(unwind_listing(None).contains("--unwind fp"));
     }
 }

@@ -178,6 +178,7 @@ async fn agent(
 ) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
     let latest = Arc::new(Mutex::new(None));
+    let unwind_files = Arc::new(Mutex::new(None));
     let pusher = config.push.clone().map(|p| Pusher::start(p, metrics.clone()));
     let cpus = crate::bpf::online_cpu_ids().map_or(1, |c| c.len() as u32);
     // What every window's report says of the run; each gets its own duration.
@@ -199,6 +200,7 @@ async fn agent(
             pulls: pull_tx,
             latest,
             metrics: metrics.clone(),
+            unwind_files: unwind_files.clone(),
             window: config.window,
         });
         tokio::spawn(http::serve(listener, endpoint));
@@ -271,6 +273,7 @@ async fn agent(
                 if let Some(tables) = &mut tables {
                     tables.forget(&forgotten);
                     metrics.unwind_rows_used.store(tables.rows_used().into(), Relaxed);
+                    *unwind_files.lock().unwrap_or_else(|e| e.into_inner()) = Some(tables.files_with_rows());
                 }
             }
         }
