@@ -39,6 +39,108 @@ pub fn run(args: &[&str]) -> Output {
     out
 }
 
+/// A thread's time on a CPU so far, in ns (the first field of its schedstat): the kernel's own
+/// account of how much a workload ran, whatever else the machine was doing.
+pub fn on_cpu_ns(pid: u32, tid: u32) -> f64 {
+    let path = format!("/proc/{pid}/task/{tid}/schedstat");
+    let stat = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    stat.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// The thread ids of `pid`, once it has at least `count` threads (a workload that starts its
+/// threads: waits for them rather than for a fixed time).
+pub fn threads_of(pid: u32, count: usize) -> Vec<u32> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        if tids.len() >= count {
+            return tids;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{pid} has only threads {tids:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Wait until `tid` of `pid` has run `ns` more on a CPU: a test that needs a workload to have
+/// done some work waits for the work, not for a time that a busy machine stretches.
+pub fn wait_for_cpu_time(pid: u32, tid: u32, ns: f64) {
+    let start = on_cpu_ns(pid, tid);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while on_cpu_ns(pid, tid) - start < ns {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "tid {tid} ran less than {ns} ns in a minute"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Wait until `done` holds, checking every 100 ms, and fail after `limit` saying `what` was
+/// awaited: a test waits for what it needs to have happened, never for a fixed time.
+pub fn wait_until(what: &str, limit: std::time::Duration, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still waiting after {limit:?}: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// CPU time of the children a process has waited for, in ns (`cutime` + `cstime` of its stat,
+/// in the kernel's fixed 100 Hz user ticks).
+pub fn reaped_children_cpu_ns(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the name (which may hold spaces), from the state (field 3) on.
+    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    let ticks: f64 = fields[13].parse::<f64>().unwrap() + fields[14].parse::<f64>().unwrap();
+    ticks * 1e7
+}
+
+/// Read lines from a running bpfprof's standard error until one contains `needle` (for
+/// "Ctrl-C to stop": everything is attached); the lines read. Fails if it exits first.
+pub fn wait_for_line(stderr: &mut impl std::io::BufRead, needle: &str) -> String {
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        let n = stderr.read_line(&mut line).expect("reading bpfprof's stderr");
+        assert!(n > 0, "bpfprof ended before saying {needle:?}: {seen}");
+        seen += &line;
+        if line.contains(needle) {
+            return seen;
+        }
+    }
+}
+
+/// bpfprof started with `args` and its standard error piped, once it says everything is attached
+/// (so a test acts on its target after the run began, however slowly a busy machine loads it).
+/// The rest of its standard error is returned by `Running::finish_bpfprof`.
+pub fn start_bpfprof(args: &[&str]) -> (Running, std::io::BufReader<std::process::ChildStderr>) {
+    let mut child = Running::spawn(bpfprof().args(args).stderr(Stdio::piped()));
+    let mut stderr = std::io::BufReader::new(child.0.stderr.take().unwrap());
+    wait_for_line(&mut stderr, "Ctrl-C to stop");
+    (child, stderr)
+}
+
+/// Wait for a bpfprof started by `start_bpfprof`: its exit status and the rest of its stderr.
+pub fn finish_bpfprof(
+    mut child: Running,
+    mut stderr: std::io::BufReader<std::process::ChildStderr>,
+) -> (std::process::ExitStatus, String) {
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    let status = child.0.wait().unwrap();
+    assert_no_programs_left();
+    (status, rest)
+}
+
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
@@ -67,6 +169,19 @@ impl Running {
         }
         self.0.wait().unwrap();
         out
+    }
+}
+
+impl Running {
+    /// Tell a workload that ends early on SIGUSR1 (hotspot split, lockload) to finish now, and
+    /// return its standard output.
+    pub fn stop(self) -> String {
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid() as i32),
+            nix::sys::signal::Signal::SIGUSR1,
+        )
+        .expect("signalling the workload");
+        self.finish()
     }
 }
 

@@ -11,7 +11,10 @@ use std::{
     time::{Duration, Instant},
 };
 
-use bpfprof_tests::{assert_no_programs_left, decode_pprof, start_workload, temp_path, truth, Agent};
+use bpfprof_tests::{
+    assert_no_programs_left, decode_pprof, reaped_children_cpu_ns, start_workload, temp_path, truth,
+    wait_until, Agent,
+};
 use profiler::report::pprof::proto::Profile;
 
 const HOT: &str = "churn_hot_function";
@@ -119,16 +122,25 @@ fn windows_under_churn_are_symbolized_served_and_retained() {
         "--output-dir",
         dir.to_str().unwrap(),
     ]);
-    // ~65 new processes a second (about 4000 a minute), each alive for 30 ms of CPU.
-    let churn = start_workload("churn", &["30", "2", "30"]);
-    std::thread::sleep(Duration::from_secs(2));
+    // ~65 new processes a second on a quiet machine (about 4000 a minute), each alive for 30 ms
+    // of CPU; stopped once the test has what it needs.
+    let churn = start_workload("churn", &["300", "2", "30"]);
 
     // The pull endpoint, read by a real pprof reader while the churn goes on.
     let url = format!("http://{}/debug/pprof/profile", agent.address);
     let top = go_pprof_top(&["-seconds", "3", &url]);
     assert!(top.contains(HOT), "the pulled profile misses {HOT}:\n{top}");
 
-    std::thread::sleep(Duration::from_secs(8));
+    // More windows than are kept, and enough children to prove something: 300 of them hold
+    // at most 300 x 35 ms of CPU (30 ms of work, the rest exec and exit).
+    wait_until(
+        "4 windows and 300 churn children",
+        Duration::from_secs(120),
+        || {
+            agent.metric("bpfprof_agent_windows_written_total") >= 4.0
+                && reaped_children_cpu_ns(churn.pid()) >= 300.0 * 35e6
+        },
+    );
     let written_before_stop = agent.metric("bpfprof_agent_windows_written_total");
     let lost = agent.metric("bpfprof_agent_samples_lost_total");
     let not_captured = agent.metric("bpfprof_agent_processes_not_captured_total");
@@ -258,7 +270,7 @@ fn windows_are_pushed_to_an_ingest_server() {
     let (url, received) = ingest_server(false);
     let dir = temp_path("agent-push");
     let _ = std::fs::remove_dir_all(&dir);
-    let churn = start_workload("churn", &["6", "1", "20"]);
+    let churn = start_workload("churn", &["300", "1", "20"]);
     let agent = Agent::start(&[
         "--window",
         "2",
@@ -271,7 +283,9 @@ fn windows_are_pushed_to_an_ingest_server() {
         "--output-dir",
         dir.to_str().unwrap(),
     ]);
-    std::thread::sleep(Duration::from_secs(5));
+    wait_until("2 windows pushed", Duration::from_secs(60), || {
+        received.lock().unwrap().len() >= 2
+    });
     let (ok, stderr, _) = agent.stop(Duration::from_secs(15));
     drop(churn);
     assert!(ok, "{stderr}");
@@ -393,7 +407,7 @@ fn a_full_directory_and_a_full_kernel_map_are_reported_and_survived() {
     }
     let _unmount = Unmount(&dir);
     // Many short processes: many distinct stacks for a sample map of 8 entries per second.
-    let churn = start_workload("churn", &["8", "2", "10"]);
+    let churn = start_workload("churn", &["300", "2", "10"]);
     let agent = Agent::start(&[
         "--window",
         "1",
@@ -406,7 +420,14 @@ fn a_full_directory_and_a_full_kernel_map_are_reported_and_survived() {
         "--output-dir",
         dir.to_str().unwrap(),
     ]);
-    std::thread::sleep(Duration::from_secs(6));
+    wait_until(
+        "a failed window write and a lost sample",
+        Duration::from_secs(60),
+        || {
+            agent.metric("bpfprof_agent_window_write_errors_total") >= 1.0
+                && agent.metric("bpfprof_agent_samples_lost_total") > 0.0
+        },
+    );
     let errors = agent.metric("bpfprof_agent_window_write_errors_total");
     let lost = agent.metric("bpfprof_agent_samples_lost_total");
     let samples = agent.metric("bpfprof_agent_samples_total");
@@ -429,61 +450,71 @@ fn a_full_directory_and_a_full_kernel_map_are_reported_and_survived() {
 
 /// The kernel's unwind row array is shared by every file the agent has seen: a binary's rows
 /// must go back once no process maps it, or weeks of new binaries (deploys) fill the array and
-/// new files silently lose table unwinding.
+/// new files silently lose table unwinding. Checked on that one file, by its identity, in the
+/// agent's own listing (`/debug/unwind`): other processes come and go on the machine meanwhile.
 #[test]
 fn unwind_rows_of_a_binary_no_process_maps_are_freed() {
+    use std::os::unix::fs::MetadataExt as _;
     let dir = temp_path("agent-rows");
     let _ = std::fs::remove_dir_all(&dir);
     // A copy is a file of its own (another inode): its rows are placed for it alone.
     let copy = temp_path("hotspot-copy");
+    let _ = std::fs::remove_file(&copy);
     std::fs::copy(bpfprof_tests::workload("hotspot"), &copy).unwrap();
+    let inode = std::fs::metadata(&copy).unwrap().ino();
     let own_rows = profiler::unwind::rows_of(&std::fs::read(&copy).unwrap())
         .unwrap()
-        .len() as f64;
-    assert!(own_rows > 10.0, "the copy has {own_rows} unwind rows");
+        .len();
+    assert!(own_rows > 10, "the copy has {own_rows} unwind rows");
     let agent = Agent::start(&["--window", "1", "-F", "99", "--output-dir", dir.to_str().unwrap()]);
-    let rows = || agent.metric("bpfprof_agent_unwind_rows_used");
-    // The rows of everything already running are placed as its processes are first seen:
-    // wait for that to settle.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut before = rows();
-    loop {
-        std::thread::sleep(Duration::from_millis(2500));
-        let now = rows();
-        if (now == before && now > 0.0) || Instant::now() > deadline {
-            break;
+    // The copy's line in the listing: (rows, processes), if it holds rows.
+    let listed = || -> Option<(usize, usize)> {
+        let (status, page) = bpfprof_tests::http_get(&agent.address, "/debug/unwind").unwrap();
+        assert_eq!(status, 200);
+        String::from_utf8_lossy(&page).lines().find_map(|line| {
+            let fields: Vec<&str> = line.split('\t').collect();
+            match fields[..] {
+                [rows, processes, _, file_inode, path]
+                    if file_inode == inode.to_string() && path == copy.to_str().unwrap() =>
+                {
+                    Some((rows.parse().unwrap(), processes.parse().unwrap()))
+                }
+                _ => None,
+            }
+        })
+    };
+    let wait_for = |what: &str, done: &dyn Fn(Option<(usize, usize)>) -> bool| -> Option<(usize, usize)> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let now = listed();
+            if done(now) {
+                return now;
+            }
+            assert!(Instant::now() < deadline, "{what}: still {now:?} after 30 s");
+            std::thread::sleep(Duration::from_millis(200));
         }
-        before = now;
-    }
+    };
+    assert_eq!(listed(), None, "the copy holds rows before it ran");
 
     let running = bpfprof_tests::Running::spawn(
         Command::new(&copy)
-            .args(["split", "4"])
+            .args(["split", "3"])
             .stdout(std::process::Stdio::piped()),
     );
-    let deadline = Instant::now() + Duration::from_secs(3);
-    let mut with_copy = rows();
-    while with_copy - before < own_rows && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(200));
-        with_copy = rows();
-    }
+    // Listed at the end of the first window after its first sample.
+    let while_running = wait_for("the running copy is listed", &|l| l.is_some());
     running.finish();
-    // Gone: forgotten at the next window's end, its file's rows with it. Other processes on the
-    // machine may come and go meanwhile, so wait (a bounded time) for the drop to show.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let mut after = rows();
-    while with_copy - after < own_rows && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(250));
-        after = rows();
-    }
+    // Gone: forgotten at the end of the window after it exited, its rows with it.
+    let after_exit = wait_for("the exited copy's rows are freed", &|l| l.is_none());
     let (ok, stderr, _) = agent.stop(Duration::from_secs(15));
     assert!(ok, "the agent failed: {stderr}");
     let _ = std::fs::remove_file(&copy);
     let _ = std::fs::remove_dir_all(&dir);
-    eprintln!("unwind rows: {before} before, {with_copy} with the copy running ({own_rows} its own), {after} after it exited");
-    assert!(
-        with_copy - after >= own_rows,
-        "the copy's {own_rows} rows were not freed: {with_copy} rows in use while it ran, {after} after"
+    eprintln!("unwind rows of the copy ({own_rows} in its file): {while_running:?} (rows, processes) while it ran, {after_exit:?} after it exited");
+    assert_eq!(
+        while_running,
+        Some((own_rows, 1)),
+        "the copy's rows, given to its one process"
     );
     assert_no_programs_left();
 }

@@ -1,5 +1,5 @@
 //! Every bad input gets one clear line, the right exit code, and leaves nothing attached.
-use std::{os::unix::process::ExitStatusExt as _, process::Stdio, time::Duration};
+use std::os::unix::process::ExitStatusExt as _;
 
 use bpfprof_tests::*;
 use nix::{
@@ -142,12 +142,16 @@ fn command_exit_status_is_passed_on() {
 
 #[test]
 fn target_exiting_mid_run_reports_what_was_collected() {
-    let workload = start_workload("hotspot", &["split", "1.5"]);
+    let workload = start_workload("hotspot", &["split", "60"]);
     let json = temp_path("exited.json");
     let pid = workload.pid();
-    let out = run(&["-p", &pid.to_string(), "-F", "499", "-o", json.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    drop(workload);
+    let (bpfprof, stderr) =
+        start_bpfprof(&["-p", &pid.to_string(), "-F", "499", "-o", json.to_str().unwrap()]);
+    // It exits in the middle of the run, after a second of its own CPU time under bpfprof.
+    wait_for_cpu_time(pid, pid, 1e9);
+    workload.stop();
+    let (status, err) = finish_bpfprof(bpfprof, stderr);
+    assert!(status.success(), "{err}");
     let report = Report::read(&json);
     report.assert_consistent();
     assert!(
@@ -166,32 +170,28 @@ fn target_exiting_mid_run_reports_what_was_collected() {
 fn stop_with(signal: Signal, note: &str) {
     let workload = start_workload("hotspot", &["split", "30"]);
     let json = temp_path(&format!("{signal:?}.json"));
-    let child = bpfprof()
-        .args([
-            "-p",
-            &workload.pid().to_string(),
-            "-F",
-            "499",
-            "-o",
-            json.to_str().unwrap(),
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let bpfprof = Running(child);
-    std::thread::sleep(Duration::from_millis(1500));
+    let (bpfprof, stderr) = start_bpfprof(&[
+        "-p",
+        &workload.pid().to_string(),
+        "-F",
+        "499",
+        "-o",
+        json.to_str().unwrap(),
+    ]);
+    // Once everything is attached, let the workload run a second of its own CPU time.
+    wait_for_cpu_time(workload.pid(), workload.pid(), 1e9);
     kill(Pid::from_raw(bpfprof.pid() as i32), signal).unwrap();
-    let mut child = bpfprof;
-    let status = child.0.wait().unwrap();
+    let (status, err) = finish_bpfprof(bpfprof, stderr);
     assert!(
         status.success(),
-        "{signal:?} gave {status:?} (signal {:?})",
+        "{signal:?} gave {status:?} (signal {:?}): {err}",
         status.signal()
     );
-    assert_no_programs_left();
     let report = Report::read(&json);
     report.assert_consistent();
-    assert!(report.samples_of(workload.pid()) > 200);
+    // A second of CPU at 499 Hz, less what ended in the kernel map after the signal.
+    let samples = report.samples_of(workload.pid());
+    assert!(samples > 200, "{samples} samples of the workload");
     assert!(
         report.0["notes"].to_string().contains(note),
         "{}",

@@ -1,6 +1,6 @@
 //! Hotspot mode end to end, against workloads with a known split of CPU time. These load BPF
 //! for real: run as root (`cargo xtask test`); without privileges they fail, never skip.
-use std::{collections::HashMap, process::Stdio, time::Duration};
+use std::{collections::HashMap, process::Stdio};
 
 use bpfprof_tests::*;
 
@@ -156,7 +156,8 @@ fn short_lived_child_of_the_command_is_symbolized() {
 #[test]
 fn attaches_to_a_running_pid() {
     let workload = start_workload("hotspot", &["split", "5"]);
-    std::thread::sleep(Duration::from_millis(300));
+    // Running: past the loader and into its work.
+    wait_for_cpu_time(workload.pid(), workload.pid(), 1e8);
     let json = temp_path("pid.json");
     let pid = workload.pid().to_string();
     let out = run(&["-p", &pid, "-F", "997", "-d", "3", "-o", json.to_str().unwrap()]);
@@ -176,17 +177,28 @@ fn attaches_to_a_running_pid() {
 
 #[test]
 fn system_wide_sees_the_workload_among_others() {
-    let workload = start_workload("hotspot", &["split", "4"]);
-    std::thread::sleep(Duration::from_millis(300));
-    let json = temp_path("all.json");
-    let out = run(&["-a", "-F", "499", "-d", "2", "-o", json.to_str().unwrap()]);
-    assert!(out.status.success(), "bpfprof failed: {}", stderr(&out));
+    let workload = start_workload("hotspot", &["split", "60"]);
     let pid = workload.pid();
+    let json = temp_path("all.json");
+    let (bpfprof, stderr) = start_bpfprof(&["-a", "-F", "499", "-o", json.to_str().unwrap()]);
+    // Sampling covers at least the time from "attached" to the signal: whatever else runs,
+    // the workload gets 499 samples a second of its own CPU time in it.
+    let before = on_cpu_ns(pid, pid);
+    wait_for_cpu_time(pid, pid, 1.5e9);
+    let ran = on_cpu_ns(pid, pid) - before;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(bpfprof.pid() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let (status, err) = finish_bpfprof(bpfprof, stderr);
+    assert!(status.success(), "bpfprof failed: {err}");
     let report = Report::read(&json);
     report.assert_consistent();
+    let expected = 499.0 * ran / 1e9;
     assert!(
-        report.samples_of(pid) > 500,
-        "workload samples: {}",
+        report.samples_of(pid) as f64 >= 0.9 * expected,
+        "workload samples: {} for {ran} ns on CPU under sampling",
         report.samples_of(pid)
     );
     assert!(report.self_share(pid, "burn_a") > 0.45);

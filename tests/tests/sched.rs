@@ -1,6 +1,6 @@
 //! Sched mode end to end, against the kernel's own accounting: every thread of the workload reads
 //! its /proc/self/task/<tid>/schedstat (on-CPU ns, run-queue wait ns, timeslices) before exiting.
-use std::{collections::HashMap, time::Duration};
+use std::collections::HashMap;
 
 use bpfprof_tests::*;
 use serde_json::Value;
@@ -146,7 +146,9 @@ fn off_cpu_time_lands_on_the_sleeping_function() {
     );
     let frames = Report::frames(stacks[0]);
     assert!(
-        frames.windows(2).any(|w| w == ["sleeper", "sleep_known"]),
+        frames
+            .windows(3)
+            .any(|w| w == ["sleeper", "sleep_until", "sleep_known"]),
         "caller chain: {frames:?}"
     );
     assert!(
@@ -199,8 +201,9 @@ fn slow_waits_name_the_waker_and_the_cpu_holders() {
 
 #[test]
 fn running_process_threads_started_before_the_run_are_seen() {
-    let workload = start_workload("schedload", &["4", "3"]);
-    std::thread::sleep(Duration::from_millis(500));
+    let workload = start_workload("schedload", &["30", "3"]);
+    // The busy threads and the sleeper exist before the run.
+    threads_of(workload.pid(), 5);
     let path = temp_path("sched-pid.json");
     let out = run(&[
         "--mode",

@@ -232,9 +232,29 @@ fn libraries_loaded_during_the_run_get_tables() {
 #[test]
 fn mappings_that_disappear_under_the_walker_are_survived() {
     let lib = unwind_lib();
-    let (report, pid) = profile("unwind-dlcycle.json", &["dlcycle", "2", &lib], &[]);
-    // The library comes and goes every 20 ms; each walk either follows the mapping it found or
-    // stops where a read fails (counted), and never invents frames.
+    // Attached to the running process (-p): its tables are given to the walker before sampling
+    // starts, so every one of its samples must be a table walk. (A command's first samples, before
+    // its tables are loaded, are frame-pointer walks: what this test is about is the library
+    // coming and going every 20 ms under the walker, not how a command starts.)
+    let workload = start_workload("unwind", &["dlcycle", "60", &lib]);
+    let pid = workload.pid();
+    let json = temp_path("unwind-dlcycle.json");
+    let out = run(&[
+        "-F",
+        "499",
+        "-p",
+        &pid.to_string(),
+        "-d",
+        "3",
+        "-o",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    drop(workload);
+    let report = Report::read(&json);
+    report.assert_consistent();
+    // Each walk either follows the mapping it found or stops where a read fails (counted), and
+    // never invents frames.
     let (caller, leaf) = count_leaf(&report, pid, "lib_leaf", |f| {
         ends_with(f, &["lib_entry", "lib_middle", "lib_leaf"])
     });
@@ -244,9 +264,9 @@ fn mappings_that_disappear_under_the_walker_are_survived() {
         "lib_entry -> lib_middle -> lib_leaf on {caller} of {leaf}"
     );
     let health = &report.0["health"];
-    assert!(
-        health["unwind_walks"].as_u64().unwrap() >= leaf,
-        "the library's samples were table walks: {health}"
+    assert_eq!(
+        health["unwind_walks"], health["samples"],
+        "every sample of a process with tables is a table walk: {health}"
     );
     assert_no_programs_left();
 }

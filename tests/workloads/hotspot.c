@@ -9,11 +9,15 @@
  *   hotspot fixed ITERATIONS THREADS
  *                             fixed CPU work on THREADS threads; prints ELAPSED=<ns> (benchmarks)
  *
+ * SECONDS is the thread's own CPU time: the same work, and as many samples, on a busy machine.
+ * SIGUSR1 ends split early (at the end of the current burn), truth printed as usual: a test that
+ * needs its target to exit in the middle of a run says when.
  * Built with frame pointers. Prints one ground-truth line at exit:
  *   TRUTH pid=<pid> burn_a=<ns> burn_b=<ns> burn_c=<ns> reads=<n>
  */
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <stdio.h>
@@ -23,6 +27,8 @@
 #include <unistd.h>
 
 static volatile unsigned long sink;
+static volatile sig_atomic_t stop_early;
+static void on_stop(int sig) { (void)sig; stop_early = 1; }
 static long long spent_a, spent_b, spent_c, reads;
 
 static long long thread_ns(void) {
@@ -60,8 +66,8 @@ __attribute__((noinline)) void phase_ab(void) {
 }
 
 __attribute__((noinline)) void run_split(double seconds) {
-    long long end = wall_ns() + (long long)(seconds * 1e9);
-    while (wall_ns() < end) {
+    long long end = thread_ns() + (long long)(seconds * 1e9);
+    while (!stop_early && thread_ns() < end) {
         phase_ab();
         burn_c(budget_c);
     }
@@ -77,8 +83,8 @@ __attribute__((noinline)) void run_syscalls(double seconds) {
     static char buf[1 << 16];
     int fd = open("/dev/zero", O_RDONLY);
     if (fd < 0) { perror("/dev/zero"); exit(1); }
-    long long end = wall_ns() + (long long)(seconds * 1e9);
-    while (wall_ns() < end) do_reads(fd, buf, sizeof buf);
+    long long end = thread_ns() + (long long)(seconds * 1e9);
+    while (thread_ns() < end) do_reads(fd, buf, sizeof buf);
     close(fd);
 }
 
@@ -107,8 +113,8 @@ __attribute__((noinline)) void touch_pages(void) {
 }
 
 __attribute__((noinline)) void run_faults(double seconds) {
-    long long end = wall_ns() + (long long)(seconds * 1e9);
-    while (wall_ns() < end) {
+    long long end = thread_ns() + (long long)(seconds * 1e9);
+    while (thread_ns() < end) {
         long long t0 = thread_ns();
         while (thread_ns() - t0 < 20000000) touch_pages();
         burn_a(20000000);
@@ -151,6 +157,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     double seconds = atof(argv[2]);
+    signal(SIGUSR1, on_stop);
     if (strcmp(argv[1], "split") == 0) run_split(seconds);
     else if (strcmp(argv[1], "syscalls") == 0) run_syscalls(seconds);
     else if (strcmp(argv[1], "faults") == 0) run_faults(seconds);

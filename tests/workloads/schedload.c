@@ -6,6 +6,8 @@
  * queue) and one thread that sleeps 2 ms at a time in sleep_known(). Before exiting, every thread
  * reads its own /proc/self/task/<tid>/schedstat and prints:
  *   TASK tid=<tid> role=busy|sleeper run_delay=<ns> pcount=<n> oncpu=<ns> slept=<ns>
+ * where slept is the sleeper's time asleep in sleep_known() by the kernel's accounting (not the
+ * wall time of its sleeps, which on a busy machine also holds the waits for a CPU after each).
  *
  *   schedload reuse
  *
@@ -48,15 +50,34 @@ static long long wall_ns(void) {
     return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-static void report(struct result *r, const char *role, long long slept) {
+long long sleep_known(long long ns);
+
+/* This thread's schedstat: on-CPU ns, run-queue wait ns, timeslices. */
+static void schedstat(unsigned long long *oncpu, unsigned long long *delay, unsigned long long *pcount) {
     char path[96], buf[128];
+    snprintf(path, sizeof path, "/proc/self/task/%ld/schedstat", (long)syscall(SYS_gettid));
+    FILE *f = fopen(path, "r");
+    if (f && fgets(buf, sizeof buf, f)) sscanf(buf, "%llu %llu %llu", oncpu, delay, pcount);
+    if (f) fclose(f);
+}
+
+static void report(struct result *r, const char *role, long long slept) {
     r->role = role;
     r->slept = slept;
     r->tid = syscall(SYS_gettid);
-    snprintf(path, sizeof path, "/proc/self/task/%lld/schedstat", r->tid);
-    FILE *f = fopen(path, "r");
-    if (f && fgets(buf, sizeof buf, f)) sscanf(buf, "%llu %llu %llu", &r->oncpu, &r->delay, &r->pcount);
-    if (f) fclose(f);
+    schedstat(&r->oncpu, &r->delay, &r->pcount);
+}
+
+/* Sleeps of `ns` in sleep_known() until `end` (wall clock); returns the time the thread spent
+ * asleep in them by the kernel's own accounting: elapsed time less the time on a CPU and the
+ * time runnable, waiting for one (after each wake-up, longer on a busy machine). */
+static long long sleep_until(long long end, long long ns) {
+    unsigned long long oncpu0, delay0, n0, oncpu1, delay1, n1;
+    long long t0 = wall_ns();
+    schedstat(&oncpu0, &delay0, &n0);
+    while (wall_ns() < end) sleep_known(ns);
+    schedstat(&oncpu1, &delay1, &n1);
+    return wall_ns() - t0 - (long long)(oncpu1 - oncpu0) - (long long)(delay1 - delay0);
 }
 
 static void *busy(void *arg) {
@@ -79,8 +100,7 @@ __attribute__((noinline)) long long sleep_known(long long ns) {
 }
 
 static void *sleeper(void *arg) {
-    long long end = wall_ns() + (long long)(seconds * 1e9), slept = 0;
-    while (wall_ns() < end) slept += sleep_known(2000000);
+    long long slept = sleep_until(wall_ns() + (long long)(seconds * 1e9), 2000000);
     pthread_barrier_wait(&done);
     report(arg, "sleeper", slept);
     return NULL;

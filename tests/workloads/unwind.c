@@ -16,6 +16,7 @@
  *   unwind exec SECONDS    a quarter of the time in run_qsort, then exec itself as `chain` for
  *                          the rest (same pid, new image)
  *
+ * SECONDS is the thread's CPU time, except in `sleep` (wall-clock time spent napping).
  * Prints at exit: TRUTH pid=<pid> rounds=<n>
  */
 #include <dlfcn.h>
@@ -31,6 +32,14 @@ static long long rounds;
 static long long wall_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The thread's own CPU time: the busy modes run for SECONDS of it, so they do the same work
+ * (and give a profiler the same number of samples) however busy the machine is. */
+static long long cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
     return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
@@ -62,8 +71,8 @@ __attribute__((noinline)) unsigned long level_one(unsigned long seed) {
 }
 
 __attribute__((noinline)) void run_chain(double seconds) {
-    long long end = wall_ns() + (long long)(seconds * 1e9);
-    while (wall_ns() < end) {
+    long long end = cpu_ns() + (long long)(seconds * 1e9);
+    while (cpu_ns() < end) {
         sink += level_one((unsigned long)rounds);
         rounds++;
     }
@@ -77,9 +86,9 @@ __attribute__((noinline)) int compare_items(const void *a, const void *b) {
 __attribute__((noinline)) void run_qsort(double seconds) {
     enum { N = 4096 };
     static unsigned long items[N];
-    long long end = wall_ns() + (long long)(seconds * 1e9);
+    long long end = cpu_ns() + (long long)(seconds * 1e9);
     unsigned long state = 88172645463325252UL;
-    while (wall_ns() < end) {
+    while (cpu_ns() < end) {
         for (int i = 0; i < N; i++) {
             state ^= state << 13;
             state ^= state >> 7;
@@ -100,8 +109,8 @@ __attribute__((noinline)) unsigned long recurse(int depth, unsigned long seed) {
 }
 
 __attribute__((noinline)) void run_deep(double seconds) {
-    long long end = wall_ns() + (long long)(seconds * 1e9);
-    while (wall_ns() < end) {
+    long long end = cpu_ns() + (long long)(seconds * 1e9);
+    while (cpu_ns() < end) {
         sink += recurse(200, (unsigned long)rounds);
         rounds++;
     }
@@ -148,8 +157,8 @@ __attribute__((noinline)) void run_dlopen(double seconds, const char *lib) {
 }
 
 __attribute__((noinline)) void run_dlcycle(double seconds, const char *lib) {
-    long long end = wall_ns() + (long long)(seconds * 1e9);
-    while (wall_ns() < end) {
+    long long end = cpu_ns() + (long long)(seconds * 1e9);
+    while (cpu_ns() < end) {
         void *handle;
         lib_entry_fn entry = load_entry(lib, &handle);
         rounds += entry(0.02);
