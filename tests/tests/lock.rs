@@ -46,7 +46,7 @@ fn check_shared_lock(source: &str) -> (std::collections::HashMap<String, f64>, V
     let (truth, report) = lock_run(
         &format!("lock-{source}.json"),
         &["--lock-source", source],
-        &["3", "2"],
+        &["3", "2", "1.5"],
     );
     assert_eq!(report["mode"], "lock");
     assert_eq!(report["source"], source);

@@ -2,7 +2,10 @@
  * time (critical_section), timing their own waits around pthread_mutex_lock, and take a private
  * mutex of their own many times, never contended.
  *
- *   lockload THREADS SECONDS
+ *   lockload THREADS SECONDS [MIN_WAIT_SECONDS]
+ *                                   (and on past SECONDS until the threads' waits for the shared
+ *                                   lock add up to MIN_WAIT_SECONDS: as much contention on a busy
+ *                                   machine, where descheduled threads contend less)
  *   lockload loop N                 N uncontended lock/unlock pairs, one thread (benchmarks)
  *   lockload contend N THREADS      N acquisitions of one mutex over THREADS threads, held 2 us
  *   lockload mmap THREADS SECONDS   threads mapping, touching and unmapping memory: contention on
@@ -57,7 +60,7 @@ __attribute__((noinline)) void critical_section(struct worker *w) {
     long long before = now_ns();
     pthread_mutex_lock(&shared_lock);
     long long taken = now_ns();
-    w->wait_ns += taken - before;
+    __atomic_fetch_add(&w->wait_ns, taken - before, __ATOMIC_RELAXED);
     spin_for(1000000);
     /* 1 ms of spinning, longer when the holder is preempted (a busy machine) */
     w->hold_ns += now_ns() - taken;
@@ -77,10 +80,20 @@ __attribute__((noinline)) void private_work(struct worker *w) {
     spin_for(200000);
 }
 
+static struct worker *all_workers;
+static int worker_count;
+static long long min_wait_ns;
+
+static long long total_wait_ns(void) {
+    long long total = 0;
+    for (int i = 0; i < worker_count; i++) total += __atomic_load_n(&all_workers[i].wait_ns, __ATOMIC_RELAXED);
+    return total;
+}
+
 static void *worker_main(void *arg) {
     struct worker *w = arg;
     long long end = now_ns() + (long long)(seconds * 1e9);
-    while (!stop_early && now_ns() < end) {
+    while (!stop_early && (now_ns() < end || total_wait_ns() < min_wait_ns)) {
         critical_section(w);
         private_work(w);
     }
@@ -221,8 +234,11 @@ int main(int argc, char **argv) {
     int threads = atoi(argv[1]);
     if (threads < 1 || threads > MAX_THREADS) return 2;
     seconds = atof(argv[2]);
+    if (argc > 3) min_wait_ns = (long long)(atof(argv[3]) * 1e9);
     signal(SIGUSR1, on_stop);
     static struct worker workers[MAX_THREADS];
+    all_workers = workers;
+    worker_count = threads;
     for (int i = 0; i < threads; i++) {
         pthread_mutex_init(&workers[i].private_lock, NULL);
         pthread_create(&workers[i].thread, NULL, worker_main, &workers[i]);
