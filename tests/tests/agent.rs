@@ -186,7 +186,11 @@ fn windows_under_churn_are_symbolized_served_and_retained() {
             profile.sample.iter().map(|s| s.value[0]).sum::<i64>(),
             all as f64 * period_ns / 1e6
         );
-        assert!(all >= 20, "{}: too few churn samples ({all})", window.display());
+        // A whole window (3 s) holds plenty; the last one, written at the stop, is only as long
+        // as the time since the previous cut.
+        if profile.duration_nanos >= 2_900_000_000 {
+            assert!(all >= 20, "{}: too few churn samples ({all})", window.display());
+        }
         // Every child spends its life in the hot function (the rest is exec and exit); a
         // child's first samples, before its unwind tables are loaded, may lose the frames above
         // a libc leaf, never the leaf itself.

@@ -330,6 +330,8 @@ fn a_target_exiting_mid_run_still_gets_its_report() {
     for source in ["pthread", "futex"] {
         let running = start_workload("lockload", &["2", "60"]);
         let pid = running.pid();
+        // Its workers running: past the dynamic loader, libc (and its lock functions) mapped.
+        let worker = *threads_of(pid, 3).iter().find(|&&tid| tid != pid).unwrap();
         let json = temp_path(&format!("lock-exit-{source}.json"));
         let pid_arg = pid.to_string();
         let (bpfprof, stderr) = start_bpfprof(&[
@@ -345,7 +347,6 @@ fn a_target_exiting_mid_run_still_gets_its_report() {
             json.to_str().unwrap(),
         ]);
         // Contention under bpfprof (half a second of a worker's CPU), then the target exits.
-        let worker = *threads_of(pid, 3).iter().find(|&&tid| tid != pid).unwrap();
         wait_for_cpu_time(pid, worker, 5e8);
         let stopped = std::time::Instant::now();
         let truth = truth(&running.stop());
@@ -388,8 +389,10 @@ fn stack_formats_weigh_waiting_stacks_by_wait() {
         json.to_str().unwrap(),
         "--",
         bin.to_str().unwrap(),
+        // As much contention as the shared-lock tests, however busy the machine (see lockload).
+        "3",
         "2",
-        "1",
+        "1.5",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let folded = std::fs::read_to_string(&json).unwrap();
