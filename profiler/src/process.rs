@@ -200,6 +200,14 @@ fn parse_maps_line(line: &str) -> Option<MapsLine> {
     })
 }
 
+/// A `/proc/PID/stat` line split at its name: `(name, fields from the state on)`. The name is
+/// in parentheses and may itself hold spaces and parentheses, so it ends at the last `)`.
+pub fn split_stat(stat: &str) -> Option<(&str, &str)> {
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    Some((stat.get(open + 1..close)?, stat.get(close + 1..)?.trim_start()))
+}
+
 /// A process's or thread's name now, from `/proc/<id>/comm`.
 pub fn comm_of(id: u32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{id}/comm"))

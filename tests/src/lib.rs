@@ -98,8 +98,9 @@ pub fn wait_until(what: &str, limit: std::time::Duration, mut done: impl FnMut()
 /// in the kernel's fixed 100 Hz user ticks).
 pub fn reaped_children_cpu_ns(pid: u32) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // Fields after the name (which may hold spaces), from the state (field 3) on.
-    let fields: Vec<&str> = stat[stat.rfind(')').unwrap() + 2..].split(' ').collect();
+    // From the state (field 3) on, past the name (which may hold spaces).
+    let (_, from_state) = profiler::process::split_stat(&stat).unwrap();
+    let fields: Vec<&str> = from_state.split(' ').collect();
     let ticks: f64 = fields[13].parse::<f64>().unwrap() + fields[14].parse::<f64>().unwrap();
     ticks * 1e7
 }

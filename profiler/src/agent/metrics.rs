@@ -104,8 +104,8 @@ impl OwnUsage {
 
 /// utime + stime from a `/proc/<pid>/stat` line (fields 14 and 15; the name may hold spaces).
 pub fn cpu_ticks(stat: &str) -> Option<u64> {
-    let after_name = &stat[stat.rfind(')')? + 2..];
-    let mut fields = after_name.split_whitespace().skip(11);
+    let (_, from_state) = crate::process::split_stat(stat)?;
+    let mut fields = from_state.split_whitespace().skip(11);
     Some(fields.next()?.parse::<u64>().ok()? + fields.next()?.parse::<u64>().ok()?)
 }
 

@@ -343,11 +343,8 @@ fn add_quiet_threads(into: &mut SchedCollection, now_ns: u64) {
 /// The name and state letter of a `/proc/PID/task/TID/stat` line: `tid (comm) S ...`, where the
 /// name may itself hold spaces and parentheses.
 fn comm_and_state(stat: &str) -> Option<(String, char)> {
-    let open = stat.find('(')?;
-    let close = stat.rfind(')')?;
-    let comm = stat.get(open + 1..close)?.to_string();
-    let state = stat.get(close + 1..)?.trim_start().chars().next()?;
-    Some((comm, state))
+    let (comm, fields) = crate::process::split_stat(stat)?;
+    Some((comm.to_string(), fields.chars().next()?))
 }
 
 fn keep_longest(slow: &mut Vec<SlowRecord>) {
