@@ -371,6 +371,7 @@ mod tests {
         assert_eq!(resolve(spec, Some(&pmu)), Ok((4, 0x1_0000_1ea0)));
         assert!(pmu.encode(&[("umask", 0x1ff)]).is_err(), "umask is 8 bits");
         assert!(pmu.encode(&[("any", 1)]).unwrap_err().contains("no `any`"));
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]
@@ -398,6 +399,7 @@ mod tests {
         assert_eq!(resolved[0], (8, 0x0400));
         assert_eq!(resolved[1], (8, 0x8000));
         assert_eq!(resolved[5], (0, 0), "cycles stays generic");
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

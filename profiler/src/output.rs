@@ -104,6 +104,9 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(failed.contains("saved to"), "{failed}");
+        let fallback = std::env::temp_dir().join(format!("bpfprof-{}-r.txt", std::process::id()));
+        assert_eq!(std::fs::read_to_string(&fallback).unwrap(), "kept");
+        std::fs::remove_file(&fallback).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -89,8 +89,14 @@ pub fn run(options: &Options) -> Result<()> {
 
 /// Every suite once: unit tests, each end-to-end test file, then (on a whole run) the soak.
 fn run_once(filter: &[String]) -> Result<Vec<Outcome>> {
+    // The tests' reports and fixtures go to a directory of this run, emptied at its start, so a
+    // run leaves nothing in /tmp and the last run's files are there to read after a failure.
+    let scratch = workspace_root().join("target/test-tmp");
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch)?;
     let mut outcomes = Vec::new();
     let mut unit = cargo();
+    unit.env("TMPDIR", &scratch);
     unit.args([
         "test",
         "--release",
@@ -111,7 +117,8 @@ fn run_once(filter: &[String]) -> Result<Vec<Outcome>> {
         cmd.args(["test", "--release", "-p", "bpfprof-tests", "--test", &suite, "--"])
             .arg("--test-threads=1")
             .args(filter)
-            .env("BPFPROF_BIN", bpfprof_bin());
+            .env("BPFPROF_BIN", bpfprof_bin())
+            .env("TMPDIR", &scratch);
         outcomes.push(run_suite(&format!("e2e {suite}"), &mut cmd)?);
     }
     // The agent left running: only on a whole run (a filtered one is someone chasing one test).
