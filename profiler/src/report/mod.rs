@@ -89,6 +89,17 @@ pub(crate) fn cut(line: &str, width: usize) -> String {
     cut
 }
 
+/// At most `width` characters, cut at the start: a longer text starts with `…` where it was
+/// cut, so a path keeps its file name.
+pub(crate) fn cut_start(text: &str, width: usize) -> String {
+    let count = text.chars().count();
+    if count <= width {
+        return text.to_string();
+    }
+    let kept: String = text.chars().skip(count - width.saturating_sub(1)).collect();
+    format!("…{kept}")
+}
+
 /// `a / b` as a percentage, 0 when `b` is 0.
 pub(crate) fn percent(a: u64, b: u64) -> f64 {
     if b == 0 {

@@ -199,13 +199,18 @@ pub fn render(diff: &Diff, how: Rendering, out: &mut dyn Write) -> io::Result<()
     }
 }
 
-/// Fits 80 columns: the name is cut, never the numbers.
+/// Fits 80 columns: a profile's path and a function's name are cut, never the numbers.
 fn text(diff: &Diff, limit: usize, out: &mut dyn Write) -> io::Result<()> {
     for (label, side) in [("before", &diff.before), ("after", &diff.after)] {
+        let what = format!(
+            " ({}, {} {}, {:.1} s)",
+            side.mode, side.total, diff.unit, side.duration_s
+        );
+        let room = 80usize.saturating_sub(8 + what.chars().count()).max(12);
         writeln!(
             out,
-            "{label:>6}: {} ({}, {} {}, {:.1} s)",
-            side.name, side.mode, side.total, diff.unit, side.duration_s
+            "{label:>6}: {}{what}",
+            crate::report::cut_start(&side.name, room)
         )?;
     }
     writeln!(
@@ -373,7 +378,12 @@ mod tests {
     fn table_fits_80_columns_and_svg_colours_by_change() {
         let before = profile(&[("a", 60), ("b_with_a_very_long_name_".repeat(5).as_str(), 40)]);
         let after = profile(&[("a", 20), ("b_with_a_very_long_name_".repeat(5).as_str(), 80)]);
-        let d = diff(("before.json", &before), ("after.json", &after)).unwrap();
+        let deep = "/a/directory/some/levels/down/where/runs/are/kept/by/date/2026-11-23";
+        let d = diff(
+            (&format!("{deep}/before.json"), &before),
+            (&format!("{deep}/after.json"), &after),
+        )
+        .unwrap();
         let how = |format| Rendering {
             format,
             limit: 20,
@@ -383,6 +393,10 @@ mod tests {
         render(&d, how(Format::Text), &mut table).unwrap();
         let table = String::from_utf8(table).unwrap();
         assert!(table.lines().all(|l| l.chars().count() <= 80), "{table}");
+        assert!(
+            table.contains("/2026-11-23/before.json (hotspot,"),
+            "a cut path keeps its file name: {table}"
+        );
         assert!(
             table.contains("-40.00pp  60.00%  20.00% -40.00pp  a\n"),
             "{table}"
