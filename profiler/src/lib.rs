@@ -12,6 +12,7 @@ pub mod events;
 pub mod launcher;
 pub mod modes;
 pub mod output;
+pub mod plan;
 pub mod pmu;
 pub mod preflight;
 pub mod process;
@@ -23,4 +24,19 @@ pub mod tma;
 pub mod unwind;
 pub mod views;
 
-pub use session::run;
+use cli::{Cli, Subcommands};
+
+/// Run bpfprof; the result is the process exit code. The outline of the program: each
+/// subcommand, a topdown report from a saved `perf stat` file, or one run.
+pub fn run(mut cli: Cli) -> anyhow::Result<i32> {
+    match cli.subcommand.take() {
+        Some(Subcommands::Agent(args)) => agent::run(args),
+        Some(Subcommands::Diff(args)) => views::run_diff(args),
+        Some(Subcommands::Report(args)) => views::run_report(args),
+        Some(Subcommands::Top(args)) => views::top::run(args),
+        None => match cli.counters.clone() {
+            Some(path) => modes::topdown::counting::from_counters_file(&cli, &path),
+            None => session::run(cli),
+        },
+    }
+}

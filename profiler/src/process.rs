@@ -476,6 +476,16 @@ fn find(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
     maps.iter().find(|m| m.start <= addr && addr < m.end)
 }
 
+/// The threads of a process, so per-thread programs (sched) see those started before the run.
+pub fn threads_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .map(|dir| {
+            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

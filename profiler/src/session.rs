@@ -2,9 +2,8 @@
 //! stop condition → final drain → detach → symbolize → render. The only place that knows it.
 use std::{
     collections::HashSet,
-    ffi::OsString,
     os::fd::{FromRawFd as _, OwnedFd, RawFd},
-    path::{Path, PathBuf},
+    path::Path,
     time::Duration,
 };
 
@@ -19,20 +18,20 @@ use tokio::{
 
 use crate::{
     bpf::{LoadOptions, Loaded},
-    cli::{Cli, Event, Format, LockSource, Mode, OffCpuStacks},
+    cli::{Cli, Event, LockSource, Mode},
     collect::{add_batch, KernelSource, SampleSource as _},
-    counting::{Counting, Scope},
-    cpu::Method,
     error::UserError,
-    events::{self, CounterSet, EventSpec, Pmu},
+    events::{self, EventSpec, Pmu},
     launcher::{self, RunningCommand},
     modes::{
         hotspot,
         lock::{self, probes, LockCollection, LockMaps},
         sched::{self, SchedCollection, SchedSource},
-        topdown,
+        topdown::{self, counting::TopdownCounting},
     },
-    output, preflight,
+    output,
+    plan::Plan,
+    preflight,
     process::Processes,
     profile::{Health, RawProfile},
     report::{self, RunMeta},
@@ -44,165 +43,9 @@ use crate::{
 /// to cost nothing.
 const DRAIN_EVERY: Duration = Duration::from_secs(1);
 
-/// A validated command line.
-pub struct Plan {
-    pub mode: Mode,
-    pub event: Event,
-    pub frequency_hz: u64,
-    pub duration: Option<Duration>,
-    pub system_wide: bool,
-    pub pids: Vec<u32>,
-    pub command: Vec<OsString>,
-    pub format: Format,
-    pub output: Option<PathBuf>,
-    pub slow_threshold_ns: u64,
-    pub offcpu_stacks: OffCpuStacks,
-    /// Hotspot: counters whose deltas are attributed to the sampled stacks.
-    pub counters: Vec<crate::cli::CounterEvent>,
-    /// Topdown: the counter set counted over the run.
-    pub preset: String,
-    pub unwind: crate::cli::Unwind,
-    pub lock_source: crate::cli::LockSource,
-    /// Hotspot: annotate this function instead of the report.
-    pub annotate: Option<String>,
-}
-
-impl Plan {
-    /// Every check that needs no privileges, so usage mistakes are reported first.
-    pub fn from_cli(cli: Cli) -> Result<Plan, UserError> {
-        let format = cli.resolved_format();
-        let format_fits = match cli.mode {
-            Mode::Topdown => matches!(format, Format::Text | Format::Json),
-            Mode::Sched => true,
-            _ => format != Format::Heatmap,
-        };
-        if !format_fits {
-            return Err(UserError::FormatUnavailable {
-                format: format.name(),
-                mode: cli.mode.name(),
-            });
-        }
-        if matches!(cli.mode, Mode::Hotspot | Mode::Topdown) {
-            preflight::check_frequency(cli.frequency)?;
-        }
-        let pids = preflight::resolve_pids(&cli.pids)?;
-        if let Some(program) = cli.command.first() {
-            launcher::resolve(program)?;
-        }
-        if cli.preset.is_some() && cli.mode != Mode::Topdown {
-            return Err(UserError::Usage("--preset goes with --mode topdown".into()));
-        }
-        if !cli.counters_events.is_empty() && cli.mode != Mode::Hotspot {
-            return Err(UserError::Usage("--counter goes with --mode hotspot".into()));
-        }
-        if cli.lock_source == LockSource::Pthread
-            && cli.mode == Mode::Lock
-            && (cli.system_wide || (cli.pids.is_empty() && cli.command.is_empty()))
-        {
-            return Err(UserError::Usage(
-                "--lock-source pthread probes the target processes' own lock functions: give -p PID or a command (or use --lock-source futex for the whole system)".into(),
-            ));
-        }
-        if cli.annotate.is_some() && (cli.mode != Mode::Hotspot || format != Format::Text) {
-            return Err(UserError::Usage(
-                "--annotate goes with --mode hotspot and writes text (annotate a saved profile with `bpfprof report PROFILE --annotate FUNCTION`)".into(),
-            ));
-        }
-        if cli.counters_events.len() > profiler_common::MAX_COUNTERS {
-            return Err(UserError::Usage(format!(
-                "at most {} --counter events",
-                profiler_common::MAX_COUNTERS
-            )));
-        }
-        if let Some(path) = &cli.output {
-            output::check_writable(path)?;
-        }
-        Ok(Plan {
-            mode: cli.mode,
-            event: cli.event,
-            frequency_hz: cli.frequency,
-            duration: cli.duration.map(Duration::from_secs_f64),
-            system_wide: cli.system_wide || (cli.pids.is_empty() && cli.command.is_empty()),
-            pids,
-            command: cli.command,
-            format,
-            output: cli.output,
-            // Topdown's thread states need neither stacks nor slow-wait events: the cheapest path.
-            slow_threshold_ns: match cli.mode {
-                Mode::Topdown => u64::MAX,
-                _ => (cli.slow_threshold_ms * 1e6) as u64,
-            },
-            offcpu_stacks: match cli.mode {
-                Mode::Topdown => OffCpuStacks::None,
-                _ => cli.offcpu_stacks,
-            },
-            counters: cli.counters_events.clone(),
-            preset: cli.preset.clone().unwrap_or_else(|| "topdown".into()),
-            unwind: cli.unwind,
-            lock_source: cli.lock_source,
-            annotate: cli.annotate,
-        })
-    }
-
-    /// `bpfprof top`: the same collection, for the whole system or some processes, with what is
-    /// cheapest for a view that shows no stacks of sched or lock (off-CPU stacks off).
-    pub fn for_top(args: &crate::cli::TopArgs) -> Result<Plan, UserError> {
-        let mode = args.mode.mode();
-        if mode == Mode::Hotspot {
-            preflight::check_frequency(args.frequency)?;
-        }
-        if args.window == 0 {
-            return Err(UserError::Usage("--window: at least 1 second".into()));
-        }
-        Ok(Plan {
-            mode,
-            event: Event::CpuClock,
-            frequency_hz: args.frequency,
-            duration: args.duration.map(Duration::from_secs_f64),
-            system_wide: args.pids.is_empty(),
-            pids: preflight::resolve_pids(&args.pids)?,
-            command: Vec::new(),
-            format: Format::Text,
-            output: None,
-            slow_threshold_ns: u64::MAX,
-            offcpu_stacks: OffCpuStacks::None,
-            counters: Vec::new(),
-            preset: "topdown".into(),
-            unwind: crate::cli::Unwind::Tables,
-            lock_source: LockSource::Futex,
-            annotate: None,
-        })
-    }
-
-    pub fn target_description(&self) -> String {
-        let mut parts = Vec::new();
-        if self.system_wide {
-            parts.push("system-wide".to_string());
-        }
-        if !self.pids.is_empty() {
-            let pids: Vec<String> = self.pids.iter().map(u32::to_string).collect();
-            parts.push(format!("pid {}", pids.join(",")));
-        }
-        if !self.command.is_empty() {
-            parts.push(format!("command `{}`", launcher::display(&self.command)));
-        }
-        parts.join(", ")
-    }
-}
-
-/// Run bpfprof; the result is the process exit code.
+/// One run (`bpfprof [--mode …] [-p …] [-- command]`): load, collect, report. The result is the
+/// process exit code (the command's own, when there is one).
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
-    use crate::cli::Subcommands;
-    match cli.subcommand {
-        Some(Subcommands::Agent(args)) => return crate::agent::run(args),
-        Some(Subcommands::Diff(args)) => return crate::views::run_diff(args),
-        Some(Subcommands::Report(args)) => return crate::views::run_report(args),
-        Some(Subcommands::Top(args)) => return crate::views::top::run(args),
-        None => {}
-    }
-    if let Some(path) = cli.counters.clone() {
-        return topdown_from_counters(&cli, &path);
-    }
     let plan = Plan::from_cli(cli)?;
     preflight::check_privileges()?;
     let (tracefs, runtime) = prepare_to_load()?;
@@ -296,149 +139,6 @@ pub(crate) fn prepare_to_load() -> anyhow::Result<(&'static Path, tokio::runtime
         .build()
         .context("starting the event loop")?;
     Ok((tracefs, runtime))
-}
-
-/// `--mode topdown --counters FILE`: the analysis of counts taken elsewhere. No BPF, no root.
-fn topdown_from_counters(cli: &Cli, path: &Path) -> anyhow::Result<i32> {
-    if cli.mode != Mode::Topdown {
-        return Err(UserError::Usage("--counters goes with --mode topdown".into()).into());
-    }
-    let format = cli.resolved_format();
-    if !matches!(format, Format::Text | Format::Json) {
-        return Err(UserError::FormatUnavailable {
-            format: format.name(),
-            mode: "topdown",
-        }
-        .into());
-    }
-    if let Some(output) = &cli.output {
-        output::check_writable(output)?;
-    }
-    let fail = |reason: String| UserError::Counters {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-    let counts = crate::tma::parse_perf_csv(&text).map_err(|e| fail(e.to_string()))?;
-    let tma = crate::tma::analyze(&counts, cli.slots).map_err(|e| fail(e.to_string()))?;
-    let meta = RunMeta {
-        mode: "topdown",
-        event: "counters",
-        frequency_hz: 0,
-        duration_s: 0.0,
-        target: format!("counters from {}", path.display()),
-        cpus: 0,
-        notes: counts
-            .not_counted
-            .iter()
-            .map(|e| format!("{e}: not counted by perf"))
-            .collect(),
-        counters: Vec::new(),
-    };
-    let report = topdown::from_counters(meta, tma);
-    let renderer = report::renderer(format);
-    output::write_report(cli.output.as_deref(), &|out| renderer.topdown(&report, out))?;
-    Ok(0)
-}
-
-/// Topdown's whole-run counting, and what its report needs to know about the machine: asked
-/// once, at the start.
-pub struct TopdownCounting<C> {
-    set: CounterSet,
-    /// The set can be counted here (it needs no PMU, or there is one).
-    countable: bool,
-    /// The counters while running (`Counting`), their totals once read (`Counts`); none when the
-    /// set needs a PMU there is not.
-    counts: Option<C>,
-    /// Why there is no level-1 split from hardware, unless counts give one.
-    reason: String,
-    /// Pipeline slots per cycle, where the family or the PMU says.
-    slots: Option<u32>,
-    /// The CPU's core PMU, as sysfs describes it.
-    core: Option<Pmu>,
-}
-
-impl<C> TopdownCounting<C> {
-    /// The set can be counted here, so it is also read at each sample, per function.
-    fn per_function(&self) -> Option<CounterSet> {
-        self.countable.then_some(self.set)
-    }
-}
-
-impl TopdownCounting<Counting> {
-    /// Start the counters over the whole run, once everything else is attached (so they cover
-    /// the same time as the thread states): per thread of the targets, inherited by what they
-    /// start, or per CPU.
-    fn start(&mut self, plan: &Plan, command: Option<u32>) -> anyhow::Result<()> {
-        if !self.countable {
-            return Ok(());
-        }
-        let scope = if plan.system_wide {
-            Scope::Cpus(crate::bpf::online_cpu_ids()?)
-        } else {
-            Scope::Threads(
-                plan.pids
-                    .iter()
-                    .flat_map(|&pid| threads_of(pid))
-                    .chain(command)
-                    .collect(),
-            )
-        };
-        let set = self.set;
-        let counting = Counting::start(set.events, set.group, self.core.as_ref(), &scope)
-            .map_err(|e| UserError::Counting(e.to_string()))?;
-        log::info!("counting the {} set: {} events", set.name, set.events.len());
-        self.counts = Some(counting);
-        Ok(())
-    }
-
-    /// The totals at this moment; a failed read keeps the thread states and says so.
-    fn read(self) -> TopdownCounting<Counts> {
-        let counts = self.counts.and_then(|counting| match counting.read() {
-            Ok(counts) => Some(counts),
-            Err(e) => {
-                log::warn!("reading the {} counters: {e}", self.set.name);
-                None
-            }
-        });
-        TopdownCounting {
-            set: self.set,
-            countable: self.countable,
-            counts,
-            reason: self.reason,
-            slots: self.slots,
-            core: self.core,
-        }
-    }
-}
-
-/// What topdown will count, decided before anything is loaded (the sampling program is sized
-/// by it). When the set needs a PMU there is not, says so in one line and counts nothing.
-fn plan_counting(plan: &Plan) -> anyhow::Result<TopdownCounting<Counting>> {
-    let method = Method::here();
-    let set = events::preset(&plan.preset, method)
-        .ok_or_else(|| UserError::Usage(format!("unknown --preset {}", plan.preset)))?;
-    let core = Pmu::core(Path::new(events::SYSFS_PMUS));
-    let missing_pmu = crate::pmu::missing_reason();
-    let countable = !(set.hardware && missing_pmu.is_some());
-    if let (false, Some(reason)) = (countable, &missing_pmu) {
-        eprintln!(
-            "bpfprof: topdown: {reason}. Showing where each thread's time went instead (thread states from the scheduler)."
-        );
-    }
-    Ok(TopdownCounting {
-        set,
-        countable,
-        counts: None,
-        reason: missing_pmu.unwrap_or_else(|| {
-            format!(
-                "the {} counter set has no pipeline-slot events (--preset topdown has)",
-                set.name
-            )
-        }),
-        slots: method.slots().or_else(|| core.as_ref()?.slots()),
-        core,
-    })
 }
 
 /// The sampled stacks, symbolized and folded into the hotspot report.
@@ -586,16 +286,6 @@ async fn all_exited(fds: &[AsyncFd<OwnedFd>]) {
     }
 }
 
-/// The threads of a process, so per-thread programs (sched) see those started before the run.
-fn threads_of(pid: u32) -> Vec<u32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .map(|dir| {
-            dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// CLOCK_MONOTONIC, the clock of `bpf_ktime_get_ns()`.
 fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -656,7 +346,7 @@ async fn record(plan: &Plan, tracefs: &Path, mut live: Option<&mut dyn Live>) ->
     // Missing BTF is the first thing to say, before anything is counted.
     let task_offsets = tracing_sched.then(crate::bpf::task_offsets).transpose()?;
     let mut counting = match plan.mode {
-        Mode::Topdown => Some(plan_counting(plan)?),
+        Mode::Topdown => Some(TopdownCounting::plan(plan)?),
         _ => None,
     };
     // Topdown reads its set at each sample too, for the split per function, wherever it counts.
@@ -705,7 +395,7 @@ async fn record(plan: &Plan, tracefs: &Path, mut live: Option<&mut dyn Live>) ->
     };
     for &pid in &plan.pids {
         loaded.add_target(pid)?;
-        for tid in threads_of(pid) {
+        for tid in crate::process::threads_of(pid) {
             loaded.add_target(tid)?;
         }
         let _ = procs.capture(pid);
@@ -777,7 +467,11 @@ async fn record(plan: &Plan, tracefs: &Path, mut live: Option<&mut dyn Live>) ->
             threads_at_start: plan
                 .pids
                 .iter()
-                .flat_map(|&pid| threads_of(pid).into_iter().map(move |tid| (pid, tid)))
+                .flat_map(|&pid| {
+                    crate::process::threads_of(pid)
+                        .into_iter()
+                        .map(move |tid| (pid, tid))
+                })
                 .collect(),
             ..Default::default()
         });

@@ -27,8 +27,9 @@ use crate::{
     cli::{Mode, TopArgs},
     error::UserError,
     modes::{hotspot, lock},
+    plan::Plan,
     report::{human_ns, RunMeta},
-    session::{run_live, Live, LiveData, Plan},
+    session::{run_live, Live, LiveData},
     symbolize::Symbolizer,
 };
 

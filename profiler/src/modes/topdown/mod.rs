@@ -1,7 +1,9 @@
-//! Topdown mode. With a hardware PMU: TMA level 1 and IPC (not in this version yet). Without one
-//! (this VM, most cloud VMs): say so in one line, then give where each thread's time went instead,
-//! clearly labelled: running, runnable (waiting for a CPU), sleeping, blocked (uninterruptible,
+//! Topdown mode. With a hardware PMU: TMA level 1 and IPC for the run and per hot function (the
+//! counters read at each sample). Without one (this VM, most cloud VMs): say so in one line, then
+//! give where each thread's time went instead, clearly labelled: running, runnable (waiting for a CPU), sleeping, blocked (uninterruptible,
 //! usually I/O), from the scheduler tracepoints. PMU numbers are never made up.
+pub mod counting;
+
 use std::collections::BTreeMap;
 
 use serde::Serialize;

@@ -1,0 +1,160 @@
+//! Topdown's counters over the whole run (`--preset`): what is counted is decided once, before
+//! anything is loaded; counted per thread of the targets or per CPU while the run lasts; read at
+//! its end. And the analysis of counts taken elsewhere (`--counters FILE`).
+use std::path::Path;
+
+use crate::{
+    cli::{Cli, Format, Mode},
+    counting::{Counting, Scope},
+    cpu::Method,
+    error::UserError,
+    events::{self, CounterSet, Pmu},
+    output,
+    plan::Plan,
+    process::threads_of,
+    report::{self, RunMeta},
+    tma::Counts,
+};
+
+/// Topdown's whole-run counting, and what its report needs to know about the machine: asked
+/// once, at the start.
+pub struct TopdownCounting<C> {
+    pub set: CounterSet,
+    /// The set can be counted here (it needs no PMU, or there is one).
+    countable: bool,
+    /// The counters while running (`Counting`), their totals once read (`Counts`); none when the
+    /// set needs a PMU there is not.
+    pub counts: Option<C>,
+    /// Why there is no level-1 split from hardware, unless counts give one.
+    pub reason: String,
+    /// Pipeline slots per cycle, where the family or the PMU says.
+    pub slots: Option<u32>,
+    /// The CPU's core PMU, as sysfs describes it.
+    pub core: Option<Pmu>,
+}
+
+impl<C> TopdownCounting<C> {
+    /// The set can be counted here, so it is also read at each sample, per function.
+    pub fn per_function(&self) -> Option<CounterSet> {
+        self.countable.then_some(self.set)
+    }
+}
+
+impl TopdownCounting<Counting> {
+    /// What topdown will count, decided before anything is loaded (the sampling program is sized
+    /// by it). When the set needs a PMU there is not, says so in one line and counts nothing.
+    pub fn plan(plan: &Plan) -> anyhow::Result<TopdownCounting<Counting>> {
+        let method = Method::here();
+        let set = events::preset(&plan.preset, method)
+            .ok_or_else(|| UserError::Usage(format!("unknown --preset {}", plan.preset)))?;
+        let core = Pmu::core(Path::new(events::SYSFS_PMUS));
+        let missing_pmu = crate::pmu::missing_reason();
+        let countable = !(set.hardware && missing_pmu.is_some());
+        if let (false, Some(reason)) = (countable, &missing_pmu) {
+            eprintln!(
+                "bpfprof: topdown: {reason}. Showing where each thread's time went instead (thread states from the scheduler)."
+            );
+        }
+        Ok(TopdownCounting {
+            set,
+            countable,
+            counts: None,
+            reason: missing_pmu.unwrap_or_else(|| {
+                format!(
+                    "the {} counter set has no pipeline-slot events (--preset topdown has)",
+                    set.name
+                )
+            }),
+            slots: method.slots().or_else(|| core.as_ref()?.slots()),
+            core,
+        })
+    }
+
+    /// Start the counters over the whole run, once everything else is attached (so they cover
+    /// the same time as the thread states): per thread of the targets, inherited by what they
+    /// start, or per CPU.
+    pub fn start(&mut self, plan: &Plan, command: Option<u32>) -> anyhow::Result<()> {
+        if !self.countable {
+            return Ok(());
+        }
+        let scope = if plan.system_wide {
+            Scope::Cpus(crate::bpf::online_cpu_ids()?)
+        } else {
+            Scope::Threads(
+                plan.pids
+                    .iter()
+                    .flat_map(|&pid| threads_of(pid))
+                    .chain(command)
+                    .collect(),
+            )
+        };
+        let set = self.set;
+        let counting = Counting::start(set.events, set.group, self.core.as_ref(), &scope)
+            .map_err(|e| UserError::Counting(e.to_string()))?;
+        log::info!("counting the {} set: {} events", set.name, set.events.len());
+        self.counts = Some(counting);
+        Ok(())
+    }
+
+    /// The totals at this moment; a failed read keeps the thread states and says so.
+    pub fn read(self) -> TopdownCounting<Counts> {
+        let counts = self.counts.and_then(|counting| match counting.read() {
+            Ok(counts) => Some(counts),
+            Err(e) => {
+                log::warn!("reading the {} counters: {e}", self.set.name);
+                None
+            }
+        });
+        TopdownCounting {
+            set: self.set,
+            countable: self.countable,
+            counts,
+            reason: self.reason,
+            slots: self.slots,
+            core: self.core,
+        }
+    }
+}
+
+/// `--mode topdown --counters FILE`: the analysis of counts taken elsewhere. No BPF, no root.
+pub fn from_counters_file(cli: &Cli, path: &Path) -> anyhow::Result<i32> {
+    if cli.mode != Mode::Topdown {
+        return Err(UserError::Usage("--counters goes with --mode topdown".into()).into());
+    }
+    let format = cli.resolved_format();
+    if !matches!(format, Format::Text | Format::Json) {
+        return Err(UserError::FormatUnavailable {
+            format: format.name(),
+            mode: "topdown",
+        }
+        .into());
+    }
+    if let Some(output) = &cli.output {
+        output::check_writable(output)?;
+    }
+    let fail = |reason: String| UserError::Counters {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let counts = crate::tma::parse_perf_csv(&text).map_err(|e| fail(e.to_string()))?;
+    let tma = crate::tma::analyze(&counts, cli.slots).map_err(|e| fail(e.to_string()))?;
+    let meta = RunMeta {
+        mode: "topdown",
+        event: "counters",
+        frequency_hz: 0,
+        duration_s: 0.0,
+        target: format!("counters from {}", path.display()),
+        cpus: 0,
+        notes: counts
+            .not_counted
+            .iter()
+            .map(|e| format!("{e}: not counted by perf"))
+            .collect(),
+        counters: Vec::new(),
+    };
+    let report = super::from_counters(meta, tma);
+    let renderer = report::renderer(format);
+    output::write_report(cli.output.as_deref(), &|out| renderer.topdown(&report, out))?;
+    Ok(0)
+}
