@@ -15,6 +15,10 @@ use crate::{
     profile::{Health, RawProfile, RawSample, StackRead},
 };
 
+/// How often the kernel maps are drained, in a run, `top` and the agent alike: often enough that
+/// a map never fills, rarely enough to cost nothing.
+pub const DRAIN_EVERY: Duration = Duration::from_secs(1);
+
 const EFAULT: i32 = 14;
 const EEXIST: i32 = 17;
 

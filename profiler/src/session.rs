@@ -4,7 +4,6 @@ use std::{
     collections::HashSet,
     os::fd::{FromRawFd as _, OwnedFd, RawFd},
     path::Path,
-    time::Duration,
 };
 
 use anyhow::Context as _;
@@ -38,10 +37,6 @@ use crate::{
     symbolize::Symbolizer,
     tma::Counts,
 };
-
-/// How often the kernel maps are drained: often enough that a map never fills, rarely enough
-/// to cost nothing.
-const DRAIN_EVERY: Duration = Duration::from_secs(1);
 
 /// One run (`bpfprof [--mode …] [-p …] [-- command]`): load, collect, report. The result is the
 /// process exit code (the command's own, when there is one).
@@ -493,7 +488,7 @@ async fn record(plan: &Plan, tracefs: &Path, mut live: Option<&mut dyn Live>) ->
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sigchld = signal(SignalKind::child())?;
     // The only periodic wake-up: everything else (signals, exits, new processes) wakes us itself.
-    let mut drain_timer = interval(DRAIN_EVERY);
+    let mut drain_timer = interval(crate::collect::DRAIN_EVERY);
     drain_timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
     drain_timer.tick().await;
     let targets_exited = all_exited(&exits);

@@ -46,8 +46,6 @@ use metrics::Metrics;
 use push::{PushConfig, Pusher, Upload};
 use store::Store;
 
-/// How often the kernel maps are drained (as in a run).
-const DRAIN_EVERY: Duration = Duration::from_secs(1);
 /// Profiles being taken for the endpoint at once.
 const MAX_PULLS: usize = 4;
 /// Profiles waiting for the renderer; beyond, a window is dropped (and counted).
@@ -239,7 +237,7 @@ async fn agent(
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
-    let mut drain_timer = interval(DRAIN_EVERY);
+    let mut drain_timer = interval(crate::collect::DRAIN_EVERY);
     drain_timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut window_timer = interval_at(Instant::now() + config.window, config.window);
     window_timer.set_missed_tick_behavior(MissedTickBehavior::Delay);

@@ -528,7 +528,7 @@ fn topdown_functions(r: &TopdownReport, event: &str, out: &mut dyn Write) -> io:
             writeln!(
                 out,
                 "{:<name_width$} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6}",
-                clip(&f.function, name_width),
+                super::cut(&f.function, name_width),
                 f.samples,
                 pct(l.map(|l| l.retiring)),
                 pct(l.map(|l| l.bad_speculation)),
@@ -542,14 +542,14 @@ fn topdown_functions(r: &TopdownReport, event: &str, out: &mut dyn Write) -> io:
     let names: Vec<&String> = first.counters.keys().collect();
     write!(out, "{:<name_width$} {:>8}", "function", "samples")?;
     for name in &names {
-        write!(out, " {:>16}", clip(name, 16))?;
+        write!(out, " {:>16}", super::cut(name, 16))?;
     }
     writeln!(out)?;
     for f in &r.functions {
         write!(
             out,
             "{:<name_width$} {:>8}",
-            clip(&f.function, name_width),
+            super::cut(&f.function, name_width),
             f.samples
         )?;
         for name in &names {
@@ -558,14 +558,6 @@ fn topdown_functions(r: &TopdownReport, event: &str, out: &mut dyn Write) -> io:
         writeln!(out)?;
     }
     Ok(())
-}
-
-/// At most `width` characters, marked with `…` when cut.
-fn clip(s: &str, width: usize) -> String {
-    match s.char_indices().nth(width.saturating_sub(1)) {
-        Some((i, _)) if s[i..].chars().count() > 1 => format!("{}…", &s[..i]),
-        _ => s.to_string(),
-    }
 }
 
 fn tma_text(r: &TopdownReport, tma: &crate::tma::Tma, out: &mut dyn Write) -> io::Result<()> {

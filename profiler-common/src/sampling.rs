@@ -1,0 +1,230 @@
+//! Sampling: the sample and stack maps' keys and values, counters read at samples, the
+//! processes followed (fork, exit, announcements) and the health counters every mode reports.
+use core::mem::size_of;
+
+/// Deepest stack `bpf_get_stackid` records (the kernel's `PERF_MAX_STACK_DEPTH`).
+pub const MAX_STACK_DEPTH: usize = 127;
+/// Distinct stacks per epoch (per stack map). Each entry is `MAX_STACK_DEPTH * 8` bytes.
+pub const STACK_MAP_ENTRIES: u32 = 16 * 1024;
+/// Distinct (thread, user stack, kernel stack) keys per epoch.
+pub const SAMPLE_MAP_ENTRIES: u32 = 32 * 1024;
+/// Processes that may be targeted at once (the `-p` list plus their descendants).
+pub const TARGET_MAP_ENTRIES: u32 = 8 * 1024;
+/// Processes remembered as "already announced to user space" (LRU).
+pub const SEEN_MAP_ENTRIES: u32 = 16 * 1024;
+/// Threads whose counter deltas wait for their next sample (LRU: threads that exit lose theirs).
+pub const PENDING_DELTA_ENTRIES: u32 = 16 * 1024;
+/// Ring buffer for process announcements.
+pub const EVENT_RING_BYTES: u32 = 64 * 1024;
+/// Length of `task_struct::comm`.
+pub const COMM_LEN: usize = 16;
+
+/// The two epoch slots: the kernel writes into one pair of maps while user space drains the other.
+pub const EPOCH_SLOTS: u32 = 2;
+
+/// Key of the sample-count maps: one per (thread, user stack, kernel stack).
+///
+/// A negative stack id is the kernel's error for that stack (for example `-EFAULT` when there is
+/// no user stack, `-EEXIST` on a stack-map collision); user space decides what each means.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SampleKey {
+    pub tgid: u32,
+    pub tid: u32,
+    pub user_stack_id: i32,
+    pub kernel_stack_id: i32,
+    pub comm: [u8; COMM_LEN],
+    /// 1: `user_stack_id` names a table-unwound stack in `USER_STACKS_n`; 0: a frame-pointer
+    /// stack in the stack-trace map.
+    pub user_unwound: u32,
+    /// How many times the process exec'd since the run started (`EXEC_GENERATIONS`): which of
+    /// its memory maps the user addresses belong to.
+    pub exec_generation: u32,
+}
+const _: () = assert!(size_of::<SampleKey>() == 40);
+
+/// Counters whose deltas the sampling program attributes to the sampled stack: room for the
+/// largest topdown set (7 events on Intel ICL+ and AMD Zen 4/5, with cycles and instructions).
+pub const MAX_COUNTERS: usize = 8;
+
+/// Value of the sample maps: how often a stack was sampled.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SampleValue {
+    pub count: u64,
+}
+const _: () = assert!(size_of::<SampleValue>() == 8);
+
+/// Value of the counter-delta maps (same key as the sample maps; shrunk to one entry when no
+/// counter is in use): how much each counter advanced on that CPU between a sample of this stack
+/// and the previous sample of the same thread there, and for how long it was on the PMU in those
+/// intervals. `value × enabled_ns / running_ns[k]` estimates a multiplexed counter, as perf does.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CounterDeltas {
+    /// Length of the intervals (time the counters were enabled).
+    pub enabled_ns: u64,
+    pub values: [u64; MAX_COUNTERS],
+    pub running_ns: [u64; MAX_COUNTERS],
+}
+const _: () = assert!(size_of::<CounterDeltas>() == 8 + 16 * MAX_COUNTERS);
+
+impl CounterDeltas {
+    pub fn add(&mut self, other: &CounterDeltas) {
+        self.enabled_ns += other.enabled_ns;
+        for k in 0..MAX_COUNTERS {
+            self.values[k] += other.values[k];
+            self.running_ns[k] += other.running_ns[k];
+        }
+    }
+
+    /// Counter `k`'s estimate over these intervals: as counted when it ran all the time (or when
+    /// no times were recorded), scaled by enabled / running when it was multiplexed, none when it
+    /// never ran.
+    pub fn estimate(&self, k: usize) -> Option<u64> {
+        let (value, running) = (self.values[k], self.running_ns[k]);
+        match (running, self.enabled_ns) {
+            (0, 0) => Some(value),
+            (0, _) => None,
+            (r, e) if r >= e => Some(value),
+            (r, e) => Some((value as u128 * e as u128 / r as u128) as u64),
+        }
+    }
+
+    /// Share of these intervals counter `k` was on the PMU (1 when not multiplexed).
+    pub fn running_share(&self, k: usize) -> f64 {
+        match self.enabled_ns {
+            0 => 1.0,
+            e => (self.running_ns[k] as f64 / e as f64).min(1.0),
+        }
+    }
+}
+
+/// Per CPU: the counter readings at the previous sample, and whose sample it was.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CounterBaseline {
+    pub tid: u32,
+    pub _pad: u32,
+    pub values: [u64; MAX_COUNTERS],
+    pub enabled_ns: [u64; MAX_COUNTERS],
+    pub running_ns: [u64; MAX_COUNTERS],
+}
+const _: () = assert!(size_of::<CounterBaseline>() == 8 + 24 * MAX_COUNTERS);
+
+/// Why user space should look at a process now, while it is alive.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcessEventKind {
+    /// The first sample of a process in this run (or since its last exec): capture its memory
+    /// map for symbolization.
+    FirstSample = 1,
+    /// A sampled pc lies outside the mappings the unwinder was given: capture it again.
+    MappingsChanged = 2,
+}
+
+/// Sent through the event ring buffer; rare (once per process), never per sample.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessEvent {
+    pub tgid: u32,
+    pub kind: u32,
+}
+const _: () = assert!(size_of::<ProcessEvent>() == 8);
+
+/// Indexes into the per-CPU `COUNTERS` array. Every way a sample can be lost or damaged has one,
+/// so reports can state them instead of hiding them.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    /// Samples recorded into the sample map (idle and filtered-out samples are not included).
+    Samples = 0,
+    /// Samples taken while the CPU was idle (pid 0), counted but not recorded.
+    Idle = 1,
+    /// Samples dropped because the sample map was full.
+    SampleMapFull = 2,
+    /// User stacks lost to a stack-map hash collision (`-EEXIST`).
+    UserStackCollision = 3,
+    /// Kernel stacks lost to a stack-map hash collision (`-EEXIST`).
+    KernelStackCollision = 4,
+    /// User stacks that failed for another reason than "no user stack" (e.g. stack map full).
+    UserStackError = 5,
+    /// Kernel stacks that failed for another reason than "sample taken in user mode".
+    KernelStackError = 6,
+    /// Process announcements dropped because the event ring buffer was full.
+    EventLost = 7,
+    /// Descendants of targets that could not be added because the target map was full.
+    TargetMapFull = 8,
+    /// Context switches seen by the sched programs (all tasks, before filtering).
+    SchedSwitches = 9,
+    /// Tasks not tracked because the per-task map was full.
+    TaskMapFull = 10,
+    /// Slow scheduling events dropped because their ring buffer was full.
+    SlowEventLost = 11,
+    /// Off-CPU intervals not recorded because the off-CPU map was full.
+    OffCpuMapFull = 12,
+    /// Exited tasks whose stats were dropped because the exited-task map was full.
+    ExitedMapFull = 13,
+    /// Samples whose counter deltas were dropped because the delta map was full.
+    DeltaMapFull = 14,
+    /// Table-unwound user stacks that reached MAX_FRAMES.
+    UnwindTruncated = 15,
+    /// Table-unwound user stacks that ended early: a return address could not be read or a
+    /// frame had no usable rule (the stack is kept as far as it got).
+    UnwindFailed = 16,
+    /// User stacks walked through the unwind tables.
+    UnwindWalks = 17,
+    /// Table-unwound stacks lost to a hash collision or a full stack map.
+    UnwindStackLost = 18,
+    /// Lock waits timed (futex waits of targets that returned).
+    LockWaits = 19,
+    /// Lock waits not recorded because a lock map was full.
+    LockMapFull = 20,
+}
+pub const COUNTER_COUNT: u32 = 21;
+
+impl Counter {
+    pub const ALL: [Counter; COUNTER_COUNT as usize] = [
+        Counter::Samples,
+        Counter::Idle,
+        Counter::SampleMapFull,
+        Counter::UserStackCollision,
+        Counter::KernelStackCollision,
+        Counter::UserStackError,
+        Counter::KernelStackError,
+        Counter::EventLost,
+        Counter::TargetMapFull,
+        Counter::SchedSwitches,
+        Counter::TaskMapFull,
+        Counter::SlowEventLost,
+        Counter::OffCpuMapFull,
+        Counter::ExitedMapFull,
+        Counter::DeltaMapFull,
+        Counter::UnwindTruncated,
+        Counter::UnwindFailed,
+        Counter::UnwindWalks,
+        Counter::UnwindStackLost,
+        Counter::LockWaits,
+        Counter::LockMapFull,
+    ];
+}
+
+/// Offsets of the `sched:sched_process_fork` fields we read, taken at start-up from the tracefs
+/// format file because they differ between kernels (`parent_comm` became `__data_loc` in 6.x).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ForkOffsets {
+    pub parent_pid: u32,
+    pub child_pid: u32,
+}
+const _: () = assert!(size_of::<ForkOffsets>() == 8);
+
+/// Offsets of the `sched:sched_process_exit` fields we read.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExitOffsets {
+    pub pid: u32,
+    /// Offset of `group_dead`, or `u32::MAX` on kernels without it.
+    pub group_dead: u32,
+}
+const _: () = assert!(size_of::<ExitOffsets>() == 8);

@@ -1,0 +1,228 @@
+//! Sched mode and topdown's thread states: per-task statistics, run-queue latency histograms,
+//! off-CPU intervals and the slow-wait events, and the `task_struct` offsets they read.
+use core::mem::size_of;
+
+use crate::COMM_LEN;
+
+/// Latency histograms: log-linear, 2^HIST_SUB_BITS sub-buckets per power of two, so a bucket is
+/// at most 1/16 (6.25%) wide relative to its values: fine enough for honest p50/p99.
+pub const HIST_SUB_BITS: u32 = 4;
+const HIST_SUB: u64 = 1 << HIST_SUB_BITS;
+/// Covers 0 ns .. 2^40 ns (18 minutes); larger values land in the last bucket.
+pub const HIST_BUCKETS: usize = 37 * 16;
+
+/// The histogram bucket of a value (nanoseconds). Branch-light and loop-free for the verifier.
+#[inline(always)]
+pub fn hist_bucket(value: u64) -> usize {
+    if value < HIST_SUB {
+        return value as usize;
+    }
+    let exp = 63 - value.leading_zeros() as u64; // >= HIST_SUB_BITS
+    let sub = (value >> (exp - HIST_SUB_BITS as u64)) & (HIST_SUB - 1);
+    let index = ((exp - HIST_SUB_BITS as u64 + 1) * HIST_SUB + sub) as usize;
+    if index < HIST_BUCKETS {
+        index
+    } else {
+        HIST_BUCKETS - 1
+    }
+}
+
+/// The smallest value in a bucket; the bucket holds values up to the next bucket's lower bound.
+pub fn hist_lower_bound(index: usize) -> u64 {
+    let index = index as u64;
+    if index < HIST_SUB {
+        return index;
+    }
+    let exp = index / HIST_SUB - 1 + HIST_SUB_BITS as u64;
+    let sub = index % HIST_SUB;
+    (HIST_SUB + sub) << (exp - HIST_SUB_BITS as u64)
+}
+
+/// Coarse buckets of the heatmap: 2 per power of two (every 8th histogram bucket).
+pub const HEAT_BUCKETS: usize = HIST_BUCKETS / 8;
+
+/// Key of `EXITED`: a task's stats move there when it exits, so its tid can be reused at once.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ExitedKey {
+    pub tid: u32,
+    pub _pad: u32,
+    pub exited_at_ns: u64,
+}
+const _: () = assert!(size_of::<ExitedKey>() == 16);
+
+/// When and why a task became runnable.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Enqueued {
+    pub at_ns: u64,
+    /// The task that woke it; 0 when it was preempted (still runnable).
+    pub waker_tid: u32,
+    pub waker_tgid: u32,
+    /// The waker's `task_struct`; its name is read from it only for a slow wait.
+    pub waker_task: u64,
+    pub waker_comm: [u8; COMM_LEN],
+}
+const _: () = assert!(size_of::<Enqueued>() == 40);
+
+/// When a task went to sleep, and where.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OffCpuStart {
+    pub at_ns: u64,
+    pub user_stack_id: i32,
+    pub kernel_stack_id: i32,
+    /// Why it left the CPU: a `switch_reason`.
+    pub reason: u32,
+    pub tgid: u32,
+    /// 1: `user_stack_id` names a table-unwound stack in `OFFCPU_USER_STACKS`.
+    pub user_unwound: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<OffCpuStart>() == 32);
+
+/// Per-task scheduling statistics, keyed by tid in `TASK_STATS`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct TaskSched {
+    pub tgid: u32,
+    pub tid: u32,
+    pub comm: [u8; COMM_LEN],
+    /// Times the task was switched in (its timeslices).
+    pub runs: u64,
+    /// Run-queue waits measured (switch-ins after a wake-up or preemption seen by bpfprof).
+    pub delays: u64,
+    pub total_delay_ns: u64,
+    pub max_delay_ns: u64,
+    /// `bpf_ktime_get_ns()` when the longest wait ended.
+    pub max_at_ns: u64,
+    /// Time spent switched out while sleeping (S) and blocked (D).
+    pub sleeping_ns: u64,
+    pub blocked_ns: u64,
+    /// Time on a CPU, from switch-in to switch-out.
+    pub running_ns: u64,
+    /// When it was last switched in.
+    pub last_in_ns: u64,
+    /// Runnable since (0: not waiting for a CPU). Kept in the task's own entry, not a map of its
+    /// own: wake-up, switch and exit of one task are serialized by its run-queue lock, so plain
+    /// field writes replace hash-map inserts and deletes on the hottest path of the kernel.
+    pub enqueued: Enqueued,
+    /// Blocked since (0: not off CPU).
+    pub offcpu: OffCpuStart,
+    pub hist: [u32; HIST_BUCKETS],
+}
+const _: () = assert!(size_of::<TaskSched>() == 96 + 40 + 32 + 4 * HIST_BUCKETS);
+
+/// Total blocked time per (thread, stacks): the value of `OFFCPU`, keyed by `SampleKey`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OffCpuTime {
+    pub total_ns: u64,
+    pub count: u64,
+}
+const _: () = assert!(size_of::<OffCpuTime>() == 16);
+
+/// One stretch of a CPU's time held by one task.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuRun {
+    pub tid: u32,
+    pub _pad: u32,
+    /// Its `task_struct`, to read its name only if a slow wait needs it (all-zero name when
+    /// the task has gone since: user space then asks /proc).
+    pub task: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub comm: [u8; COMM_LEN],
+}
+const _: () = assert!(size_of::<CpuRun>() == 48);
+
+/// Recent tasks on one CPU (a small ring), to name who held the CPU while a task waited.
+pub const CPU_HISTORY: usize = 8;
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CpuHistory {
+    pub next: u64,
+    pub last_switch_ns: u64,
+    pub runs: [CpuRun; CPU_HISTORY],
+}
+const _: () = assert!(size_of::<CpuHistory>() == 16 + 48 * CPU_HISTORY);
+
+/// How many CPU holders a slow event names.
+pub const SLOW_CULPRITS: usize = 4;
+
+/// A run-queue wait longer than the threshold, sent to user space as it happens.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SlowEvent {
+    pub tid: u32,
+    pub tgid: u32,
+    pub cpu: u32,
+    pub culprit_count: u32,
+    pub delay_ns: u64,
+    pub at_ns: u64,
+    pub comm: [u8; COMM_LEN],
+    pub waker: Enqueued,
+    pub culprits: [CpuRun; SLOW_CULPRITS],
+}
+const _: () = assert!(size_of::<SlowEvent>() == 48 + 40 + 48 * SLOW_CULPRITS);
+
+/// Where the running kernel keeps what the raw sched tracepoints read from a `task_struct`,
+/// from its BTF at start-up.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TaskOffsets {
+    pub pid: u32,
+    pub comm: u32,
+    /// `__state` (`state` before 5.14): read only where `sched_switch` does not pass it.
+    pub state: u32,
+    /// 1 when `sched_switch` passes `prev_state` as its fourth argument (5.18 and later).
+    pub switch_has_state_arg: u32,
+}
+const _: () = assert!(size_of::<TaskOffsets>() == 16);
+
+/// The scheduler's raw task states (`include/linux/sched.h`), as `sched_switch` sees them.
+pub mod task_state {
+    pub const UNINTERRUPTIBLE: u64 = 0x2;
+    pub const DEAD: u64 = 0x80;
+    /// With UNINTERRUPTIBLE: `TASK_IDLE`, an idle kernel thread, not I/O.
+    pub const NOLOAD: u64 = 0x400;
+    /// A sleeping lock on PREEMPT_RT: uninterruptible.
+    pub const RTLOCK_WAIT: u64 = 0x1000;
+}
+
+/// Which stacks the switch program walks when a task goes to sleep (`OFFCPU_STACKS_ENABLED`).
+pub mod offcpu_stacks {
+    pub const NONE: u32 = 0;
+    /// User stacks; kernel stacks only for uninterruptible sleeps and kernel threads.
+    pub const AUTO: u32 = 1;
+    pub const ALL: u32 = 2;
+}
+
+/// How a task left the CPU, reduced from its raw state by the switch program.
+pub mod switch_reason {
+    pub const PREEMPTED: u32 = 0;
+    /// Waiting for an event; also stopped, traced, parked and idle kernel threads.
+    pub const SLEEPING: u32 = 1;
+    /// Uninterruptible sleep (I/O, kernel locks), not counting idle kernel threads.
+    pub const BLOCKED: u32 = 2;
+    pub const EXITING: u32 = 3;
+
+    /// The reason for a switch-out from `sched_switch`'s `preempt` and `prev_state`. A preempted
+    /// task stays runnable whatever its state says (it was preempted on its way to sleep).
+    #[inline(always)]
+    pub const fn classify(preempt: bool, prev_state: u64) -> u32 {
+        use super::task_state::*;
+        if preempt || prev_state == 0 {
+            PREEMPTED
+        } else if prev_state & DEAD != 0 {
+            EXITING
+        } else if prev_state & RTLOCK_WAIT != 0
+            || (prev_state & UNINTERRUPTIBLE != 0 && prev_state & NOLOAD == 0)
+        {
+            BLOCKED
+        } else {
+            SLEEPING
+        }
+    }
+}

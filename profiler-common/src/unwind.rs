@@ -1,0 +1,118 @@
+//! Table-based unwinding (x86-64): rows built from `.eh_frame` in user space, walked in BPF.
+use core::mem::size_of;
+
+/// Rows in the shared row array (all files' tables, 16 bytes each).
+pub const ROWS: u32 = 1 << 20;
+/// Executable mappings with tables per process.
+pub const MAX_MAPPINGS: usize = 64;
+/// Processes with tables at once.
+pub const PROCESSES: u32 = 4096;
+/// Deepest user stack walked (like `bpf_get_stackid`'s limit).
+pub const MAX_FRAMES: usize = 127;
+/// Frames unwound per program run; the walk continues in a tail call of itself.
+pub const FRAMES_PER_RUN: usize = 12;
+/// Distinct table-unwound user stacks per epoch.
+pub const STACK_ENTRIES: u32 = 8 * 1024;
+/// Binary-search steps: enough for `ROWS` rows and `MAX_MAPPINGS` mappings.
+pub const ROW_SEARCH_STEPS: usize = 21;
+pub const MAPPING_SEARCH_STEPS: usize = 7;
+/// Slot of the unwinding program in the program array.
+pub const PROGRAM_SLOT: u32 = 0;
+
+/// How the canonical frame address (the caller's stack pointer) is found at a pc.
+pub mod cfa {
+    /// No rule bpfprof can follow (an expression): try the frame pointer instead.
+    pub const UNSUPPORTED: u8 = 0;
+    pub const RSP: u8 = 1;
+    pub const RBP: u8 = 2;
+    /// PLT stubs' standard expression: rsp + 8, plus 8 past the stub's push.
+    pub const PLT: u8 = 3;
+    /// The return address is undefined here: the outermost frame (`_start`, thread start).
+    pub const END: u8 = 4;
+    /// No table covers this pc (a gap between functions).
+    pub const NONE: u8 = 5;
+}
+
+/// Where the caller's rbp was saved.
+pub mod rbp {
+    /// Not saved: unchanged in the caller.
+    pub const SAME: u8 = 0;
+    /// At CFA + offset.
+    pub const AT_CFA: u8 = 1;
+}
+
+/// One row: from `pc` (the file's virtual address) to the next row's pc.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Row {
+    pub pc: u64,
+    pub cfa_offset: i16,
+    pub rbp_offset: i16,
+    pub cfa: u8,
+    pub rbp: u8,
+    pub _pad: u16,
+}
+const _: () = assert!(size_of::<Row>() == 16);
+
+/// An executable mapping: runtime address = file virtual address + `bias`. `rows` = 0: no
+/// table (walked with frame pointers).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    pub bias: u64,
+    pub first_row: u32,
+    pub rows: u32,
+}
+const _: () = assert!(size_of::<Mapping>() == 32);
+
+/// A process's executable mappings, sorted by start.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct ProcessMappings {
+    pub count: u32,
+    /// Set by the walker when a pc fell outside every mapping (a library loaded since, or
+    /// a mapping gone) and it asked user space to capture the process again; a fresh value
+    /// from user space clears it, so that is asked once per version.
+    pub missed: u32,
+    pub mappings: [Mapping; MAX_MAPPINGS],
+}
+const _: () = assert!(size_of::<ProcessMappings>() == 8 + 32 * MAX_MAPPINGS);
+
+/// A walk in progress (per CPU): the registers of the frame being stepped, and the stack so
+/// far (stored as it is once the walk ends).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct Walk {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    pub stack: UserStack,
+}
+const _: () = assert!(size_of::<Walk>() == 32 + size_of::<UserStack>());
+
+/// Why a walk ended.
+pub mod stop {
+    pub const WALKING: u32 = 0;
+    /// Reached the outermost frame (clean end).
+    pub const END: u32 = 1;
+    /// MAX_FRAMES reached.
+    pub const TRUNCATED: u32 = 2;
+    /// A return address could not be read, or led nowhere (frame pointer chain ended).
+    pub const FAILED: u32 = 3;
+}
+
+/// A table-unwound stack as stored: the full hash (the map key is its low bits), the
+/// frames, and how the walk ended.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct UserStack {
+    pub hash: u64,
+    pub len: u32,
+    pub stop: u32,
+    pub frames: [u64; MAX_FRAMES],
+}
+const _: () = assert!(size_of::<UserStack>() == 16 + 8 * MAX_FRAMES);
