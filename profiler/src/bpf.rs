@@ -19,9 +19,9 @@ use std::os::fd::{AsFd as _, AsRawFd as _};
 
 use crate::{
     cli::{Event, LockSource, OffCpuStacks},
-    counting::{Counting, CountingError, Scope},
+    counters::counting::{Counting, CountingError, Scope},
+    counters::events::{EventSpec, Pmu, Source},
     error::UserError,
-    events::{EventSpec, Pmu, Source},
     modes::lock::probes::LockLibrary,
     preflight::tracepoint_field_offset,
 };

@@ -1,7 +1,7 @@
 //! The command line: a contract later modes and users rely on.
 use std::{ffi::OsString, path::PathBuf};
 
-use crate::events::EventSpec;
+use crate::counters::events::EventSpec;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 #[derive(Debug, Parser)]
@@ -87,7 +87,7 @@ pub struct Cli {
     /// events and IPC), `branches`, `cache`, `tlb` (need a hardware PMU), or `software`
     /// (task-clock, context switches, migrations, page faults: work everywhere).
     #[arg(long, value_name = "SET",
-          value_parser = clap::builder::PossibleValuesParser::new(crate::events::PRESETS))]
+          value_parser = clap::builder::PossibleValuesParser::new(crate::counters::events::PRESETS))]
     pub preset: Option<String>,
     /// Topdown mode: compute the report from a `perf stat -x,` CSV taken elsewhere (no BPF, no root).
     #[arg(long, value_name = "FILE")]
@@ -348,7 +348,7 @@ impl CounterEvent {
 
     /// How the kernel is asked for it (PERF_COUNT_SW_* / PERF_COUNT_HW_* configs).
     pub fn spec(self) -> EventSpec {
-        use crate::events::{hw, sw};
+        use crate::counters::events::{hw, sw};
         let name = self.name();
         match self {
             CounterEvent::PageFaults => sw(name, 2),

@@ -19,8 +19,9 @@ use crate::{
     bpf::{LoadOptions, Loaded},
     cli::{Cli, Event, LockSource, Mode},
     collect::{add_batch, KernelSource, SampleSource as _},
+    counters::events::{self, EventSpec, Pmu},
+    counters::tma::Counts,
     error::UserError,
-    events::{self, EventSpec, Pmu},
     launcher::{self, RunningCommand},
     modes::{
         hotspot,
@@ -35,7 +36,6 @@ use crate::{
     profile::{Health, RawProfile},
     report::{self, RunMeta},
     symbolize::Symbolizer,
-    tma::Counts,
 };
 
 /// One run (`bpfprof [--mode …] [-p …] [-- command]`): load, collect, report. The result is the
@@ -686,7 +686,7 @@ mod tests {
             let fds = vec![pidfd(child.id()).unwrap()];
             let started = Instant::now();
             all_exited(&fds).await; // the child is a zombie here: not reaped yet
-            assert!(started.elapsed() >= Duration::from_millis(150));
+            assert!(started.elapsed() >= std::time::Duration::from_millis(150));
             child.wait().unwrap();
             assert!(pidfd(u32::MAX >> 2).is_err());
         });

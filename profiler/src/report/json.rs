@@ -5,6 +5,7 @@ use serde::Serialize;
 
 use super::Renderer;
 use crate::{
+    counters::tma::Level1,
     modes::{
         hotspot::{FunctionStat, HotspotReport, Stack},
         lock::{LockReport, LockStat},
@@ -12,7 +13,6 @@ use crate::{
         topdown::{CounterValue, FunctionCounters, ThreadState, TopdownReport},
     },
     profile::Health,
-    tma::Level1,
 };
 
 pub struct Json;

@@ -560,7 +560,7 @@ fn topdown_functions(r: &TopdownReport, event: &str, out: &mut dyn Write) -> io:
     Ok(())
 }
 
-fn tma_text(r: &TopdownReport, tma: &crate::tma::Tma, out: &mut dyn Write) -> io::Result<()> {
+fn tma_text(r: &TopdownReport, tma: &crate::counters::tma::Tma, out: &mut dyn Write) -> io::Result<()> {
     writeln!(out, "bpfprof topdown: {} | {}", r.meta.target, tma.family)?;
     for note in &r.meta.notes {
         writeln!(out, "note: {note}")?;
@@ -568,8 +568,8 @@ fn tma_text(r: &TopdownReport, tma: &crate::tma::Tma, out: &mut dyn Write) -> io
     tma_sections(tma, out)
 }
 
-fn tma_sections(tma: &crate::tma::Tma, out: &mut dyn Write) -> io::Result<()> {
-    use crate::tma::assess;
+fn tma_sections(tma: &crate::counters::tma::Tma, out: &mut dyn Write) -> io::Result<()> {
+    use crate::counters::tma::assess;
     match &tma.level1 {
         Some(l) => {
             writeln!(out, "\nLevel 1: where the pipeline slots went")?;

@@ -5,15 +5,15 @@ use std::path::Path;
 
 use crate::{
     cli::{Cli, Format, Mode},
-    counting::{Counting, Scope},
-    cpu::Method,
+    counters::counting::{Counting, Scope},
+    counters::cpu::Method,
+    counters::events::{self, CounterSet, Pmu},
+    counters::tma::Counts,
     error::UserError,
-    events::{self, CounterSet, Pmu},
     output,
     plan::Plan,
     process::threads_of,
     report::{self, RunMeta},
-    tma::Counts,
 };
 
 /// Topdown's whole-run counting, and what its report needs to know about the machine: asked
@@ -48,7 +48,7 @@ impl TopdownCounting<Counting> {
         let set = events::preset(&plan.preset, method)
             .ok_or_else(|| UserError::Usage(format!("unknown --preset {}", plan.preset)))?;
         let core = Pmu::core(Path::new(events::SYSFS_PMUS));
-        let missing_pmu = crate::pmu::missing_reason();
+        let missing_pmu = crate::counters::pmu::missing_reason();
         let countable = !(set.hardware && missing_pmu.is_some());
         if let (false, Some(reason)) = (countable, &missing_pmu) {
             eprintln!(
@@ -137,8 +137,8 @@ pub fn from_counters_file(cli: &Cli, path: &Path) -> anyhow::Result<i32> {
         reason,
     };
     let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-    let counts = crate::tma::parse_perf_csv(&text).map_err(|e| fail(e.to_string()))?;
-    let tma = crate::tma::analyze(&counts, cli.slots).map_err(|e| fail(e.to_string()))?;
+    let counts = crate::counters::tma::parse_perf_csv(&text).map_err(|e| fail(e.to_string()))?;
+    let tma = crate::counters::tma::analyze(&counts, cli.slots).map_err(|e| fail(e.to_string()))?;
     let meta = RunMeta {
         mode: "topdown",
         event: "counters",

@@ -13,9 +13,9 @@ use super::{
     sched::{OpenState, SchedCollection},
 };
 use crate::{
+    counters::tma::{self, Count, Counts, Level1, Tma},
     profile::Health,
     report::RunMeta,
-    tma::{self, Count, Counts, Level1, Tma},
 };
 
 /// Functions shown in the per-function table (by own samples).
@@ -139,7 +139,7 @@ pub fn thread_states(meta: RunMeta, health: Health, c: &SchedCollection, reason:
         health,
         source: "thread-state",
         reason,
-        cpu: crate::cpu::describe(),
+        cpu: crate::counters::cpu::describe(),
         tma: None,
         preset: None,
         counters: Vec::new(),

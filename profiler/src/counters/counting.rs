@@ -8,9 +8,9 @@ use std::{
 };
 
 use crate::{
-    events::{resolve, EventSpec, Pmu},
-    pmu::{perf_event_open, Attr},
-    tma::{Count, Counts},
+    counters::events::{resolve, EventSpec, Pmu},
+    counters::pmu::{perf_event_open, Attr},
+    counters::tma::{Count, Counts},
 };
 
 const FORMAT_TOTAL_TIME_ENABLED: u64 = 1;
@@ -240,13 +240,13 @@ mod tests {
     #[test]
     fn software_counters_count_this_threads_work() {
         for group in [false, true] {
-            let set = crate::events::CounterSet {
+            let set = crate::counters::events::CounterSet {
                 group,
-                ..crate::events::preset("software", crate::cpu::Method::Unknown).unwrap()
+                ..crate::counters::events::preset("software", crate::counters::cpu::Method::Unknown).unwrap()
             };
             let tid = unsafe { libc::gettid() } as u32;
             // As root (the test suite's requirement): perf_event_paranoid does not apply.
-            let core = Pmu::core(std::path::Path::new(crate::events::SYSFS_PMUS));
+            let core = Pmu::core(std::path::Path::new(crate::counters::events::SYSFS_PMUS));
             let counting =
                 Counting::start(set.events, set.group, core.as_ref(), &Scope::Threads(vec![tid])).unwrap();
             let pages = 256;

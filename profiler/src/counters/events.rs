@@ -7,7 +7,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::cpu::{parse_number, Method};
+use crate::counters::cpu::{parse_number, Method};
 
 /// How the kernel is asked for one event.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -404,7 +404,7 @@ mod tests {
 
     #[test]
     fn every_family_has_the_events_its_formula_needs() {
-        use crate::tma::{analyze, Count, Counts};
+        use crate::counters::tma::{analyze, Count, Counts};
         for method in [
             Method::IntelPreIcl,
             Method::IntelIcl { slots: 5 },

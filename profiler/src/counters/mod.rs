@@ -1,0 +1,8 @@
+//! Hardware and software counters: what the CPU is and which topdown method it has (`cpu`), the
+//! PMUs and events the kernel exposes (`pmu`, `events`), counting them over a run (`counting`)
+//! and the topdown analysis of their totals (`tma`).
+pub mod counting;
+pub mod cpu;
+pub mod events;
+pub mod pmu;
+pub mod tma;
