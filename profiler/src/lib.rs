@@ -8,6 +8,7 @@ pub mod collect;
 pub mod counters;
 pub mod error;
 pub mod launcher;
+pub mod model;
 pub mod modes;
 pub mod output;
 pub mod plan;
@@ -31,7 +32,7 @@ pub fn run(mut cli: Cli) -> anyhow::Result<i32> {
         Some(Subcommands::Report(args)) => views::run_report(args),
         Some(Subcommands::Top(args)) => views::top::run(args),
         None => match cli.counters.clone() {
-            Some(path) => modes::topdown::counting::from_counters_file(&cli, &path),
+            Some(path) => session::topdown_from_counters(&cli, &path),
             None => session::run(cli),
         },
     }

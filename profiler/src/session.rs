@@ -17,12 +17,13 @@ use tokio::{
 
 use crate::{
     bpf::{LoadOptions, Loaded},
-    cli::{Cli, Event, LockSource, Mode},
+    cli::{Cli, Event, Format, LockSource, Mode},
     collect::{add_batch, KernelSource, SampleSource as _},
     counters::events::{self, EventSpec, Pmu},
     counters::tma::Counts,
     error::UserError,
     launcher::{self, RunningCommand},
+    model::RunMeta,
     modes::{
         hotspot,
         lock::{self, probes, LockCollection, LockMaps},
@@ -34,9 +35,52 @@ use crate::{
     preflight,
     process::Processes,
     profile::{Health, RawProfile},
-    report::{self, RunMeta},
+    report,
     symbolize::Symbolizer,
 };
+
+/// `--mode topdown --counters FILE`: the analysis of counts taken elsewhere. No BPF, no root.
+pub fn topdown_from_counters(cli: &Cli, path: &Path) -> anyhow::Result<i32> {
+    if cli.mode != Mode::Topdown {
+        return Err(UserError::Usage("--counters goes with --mode topdown".into()).into());
+    }
+    let format = cli.resolved_format();
+    if !matches!(format, Format::Text | Format::Json) {
+        return Err(UserError::FormatUnavailable {
+            format: format.name(),
+            mode: "topdown",
+        }
+        .into());
+    }
+    if let Some(output) = &cli.output {
+        output::check_writable(output)?;
+    }
+    let fail = |reason: String| UserError::Counters {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let counts = crate::counters::tma::parse_perf_csv(&text).map_err(|e| fail(e.to_string()))?;
+    let tma = crate::counters::tma::analyze(&counts, cli.slots).map_err(|e| fail(e.to_string()))?;
+    let meta = RunMeta {
+        mode: "topdown",
+        event: "counters",
+        frequency_hz: 0,
+        duration_s: 0.0,
+        target: format!("counters from {}", path.display()),
+        cpus: 0,
+        notes: counts
+            .not_counted
+            .iter()
+            .map(|e| format!("{e}: not counted by perf"))
+            .collect(),
+        counters: Vec::new(),
+    };
+    let report = topdown::from_counters(meta, tma);
+    let renderer = report::renderer(format);
+    output::write_report(cli.output.as_deref(), &|out| renderer.topdown(&report, out))?;
+    Ok(0)
+}
 
 /// One run (`bpfprof [--mode …] [-p …] [-- command]`): load, collect, report. The result is the
 /// process exit code (the command's own, when there is one).
@@ -142,7 +186,7 @@ fn symbolized(
     meta: RunMeta,
     profile: &RawProfile,
     procs: &Processes,
-) -> hotspot::HotspotReport {
+) -> crate::model::StackReport {
     let symbols = symbolizer.symbolize(profile, procs);
     warn_failures(&symbols.failures);
     hotspot::build(meta, profile, &symbols)

@@ -33,11 +33,12 @@ use crate::{
     cli::{AgentArgs, Event, OffCpuStacks, Unwind},
     collect::{add_batch, KernelSource, SampleSource as _},
     error::UserError,
+    model::RunMeta,
     modes::hotspot,
     preflight,
     process::{FileId, FileSnapshot, ProcessInfo, Processes, UserAddr},
     profile::{Health, RawProfile},
-    report::{pprof, RunMeta},
+    report::pprof,
     session::{capture_announced, event_ring, give_tables, load_following_processes, prepare_to_load},
     symbolize::Symbolizer,
 };

@@ -12,12 +12,11 @@ use profiler_common::{
 };
 use serde::Serialize;
 
-use super::hotspot::{self, HotspotReport};
+use crate::model::{self, RunMeta, StackReport, Weight};
 use crate::{
     collect::{comm_string, read_stack, read_unwound},
     process::Processes,
     profile::{Health, RawProfile, RawSample},
-    report::RunMeta,
     symbolize::Symbols,
 };
 
@@ -435,7 +434,7 @@ pub struct SchedReport {
     /// Most total delay first.
     pub tasks: Vec<TaskLatency>,
     /// Off-CPU stacks weighted by blocked nanoseconds (for flamegraphs and pprof).
-    pub offcpu: HotspotReport,
+    pub offcpu: StackReport,
     pub offcpu_stacks: Vec<OffCpuStack>,
     pub slow_threshold_ns: u64,
     /// How many waits exceeded the threshold (only the longest are listed).
@@ -520,8 +519,12 @@ pub fn build(
         counters: vec![OFFCPU_BLOCKS],
         ..meta.clone()
     };
-    let mut offcpu = hotspot::build(offcpu_meta, &collection.offcpu_ns, symbols);
-    offcpu.weight = hotspot::Weight::OffCpuNanoseconds;
+    let offcpu = model::build(
+        offcpu_meta,
+        &collection.offcpu_ns,
+        symbols,
+        Weight::OffCpuNanoseconds,
+    );
     let offcpu_stacks = offcpu
         .stacks
         .iter()

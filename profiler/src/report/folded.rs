@@ -5,12 +5,12 @@ use std::{
 };
 
 use super::Renderer;
-use crate::{modes::hotspot::HotspotReport, symbolize::Frame};
+use crate::{model::StackReport, symbolize::Frame};
 
 pub struct Folded;
 
 impl Renderer for Folded {
-    fn hotspot(&self, report: &HotspotReport, out: &mut dyn Write) -> io::Result<()> {
+    fn hotspot(&self, report: &StackReport, out: &mut dyn Write) -> io::Result<()> {
         for line in folded_lines(report) {
             writeln!(out, "{line}")?;
         }
@@ -19,7 +19,7 @@ impl Renderer for Folded {
 }
 
 /// One line per distinct stack (threads of a process with the same name merge), sorted.
-pub fn folded_lines(report: &HotspotReport) -> Vec<String> {
+pub fn folded_lines(report: &StackReport) -> Vec<String> {
     let mut merged: BTreeMap<String, u64> = BTreeMap::new();
     for stack in &report.stacks {
         let mut line = clean(&stack.comm);

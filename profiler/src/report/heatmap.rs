@@ -3,7 +3,7 @@
 use std::io::{self, Write};
 
 use super::{human_ns, Renderer};
-use crate::modes::{hotspot::HotspotReport, sched::SchedReport};
+use crate::{model::StackReport, modes::sched::SchedReport};
 
 pub struct Heatmap;
 
@@ -12,7 +12,7 @@ const LEFT: usize = 80;
 const TOP: usize = 40;
 
 impl Renderer for Heatmap {
-    fn hotspot(&self, _: &HotspotReport, _: &mut dyn Write) -> io::Result<()> {
+    fn hotspot(&self, _: &StackReport, _: &mut dyn Write) -> io::Result<()> {
         Err(io::Error::other("the heatmap format is for --mode sched"))
     }
 

@@ -6,8 +6,8 @@ use serde::Serialize;
 use super::Renderer;
 use crate::{
     counters::tma::Level1,
+    model::{FunctionStat, Stack, StackReport},
     modes::{
-        hotspot::{FunctionStat, HotspotReport, Stack},
         lock::{LockReport, LockStat},
         sched::{OffCpuStack, SchedReport, SlowWait, TaskLatency},
         topdown::{CounterValue, FunctionCounters, ThreadState, TopdownReport},
@@ -170,7 +170,7 @@ impl Renderer for Json {
         write_json(out, &doc)
     }
 
-    fn hotspot(&self, r: &HotspotReport, out: &mut dyn Write) -> io::Result<()> {
+    fn hotspot(&self, r: &StackReport, out: &mut dyn Write) -> io::Result<()> {
         let doc = HotspotJson {
             mode: r.meta.mode,
             event: r.meta.event,

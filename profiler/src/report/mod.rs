@@ -1,11 +1,10 @@
 //! Renderers: one per output format behind one trait, each writing to any `Write`.
 use std::io::{self, Write};
 
-use serde::Serialize;
-
 use crate::{
     cli::Format,
-    modes::{hotspot::HotspotReport, lock::LockReport, sched::SchedReport, topdown::TopdownReport},
+    model::StackReport,
+    modes::{lock::LockReport, sched::SchedReport, topdown::TopdownReport},
 };
 
 mod folded;
@@ -18,24 +17,8 @@ mod text;
 pub use folded::folded_lines;
 pub use pprof::proto as pprof_proto;
 
-/// What was measured, how, and for how long: the header of every report.
-#[derive(Clone, Debug, Serialize)]
-pub struct RunMeta {
-    pub mode: &'static str,
-    pub event: &'static str,
-    pub frequency_hz: u64,
-    pub duration_s: f64,
-    /// What was profiled, in words ("system-wide", "pid 1234", "command ./w").
-    pub target: String,
-    pub cpus: u32,
-    /// Things the user should know about the run (e.g. a target exited early).
-    pub notes: Vec<String>,
-    /// Counters whose deltas are attributed to stacks (`--counter`), in order.
-    pub counters: Vec<&'static str>,
-}
-
 pub trait Renderer {
-    fn hotspot(&self, report: &HotspotReport, out: &mut dyn Write) -> io::Result<()>;
+    fn hotspot(&self, report: &StackReport, out: &mut dyn Write) -> io::Result<()>;
 
     /// Stack formats (folded, flamegraph, pprof) show the off-CPU stacks, weighted by time.
     fn sched(&self, report: &SchedReport, out: &mut dyn Write) -> io::Result<()> {
@@ -113,11 +96,11 @@ pub(crate) fn percent(a: u64, b: u64) -> f64 {
 pub(crate) mod tests {
     use super::*;
     use crate::{
-        modes::hotspot::{function_stats, tests::stack},
+        model::{function_stats, tests::stack, RunMeta},
         profile::Health,
     };
 
-    pub fn sample_report() -> HotspotReport {
+    pub fn sample_report() -> StackReport {
         let mut stacks = vec![
             stack(&["main", "run", "hot_a"], 60),
             stack(&["main", "run", "hot_b"], 30),
@@ -127,10 +110,10 @@ pub(crate) mod tests {
         stacks[2].frames.push(crate::symbolize::Frame {
             kernel: true,
             module: "[kernel.kallsyms]".into(),
-            ..crate::modes::hotspot::tests::frame("ksys_read")
+            ..crate::model::tests::frame("ksys_read")
         });
-        HotspotReport {
-            weight: crate::modes::hotspot::Weight::Samples,
+        StackReport {
+            weight: crate::model::Weight::Samples,
             meta: RunMeta {
                 mode: "hotspot",
                 event: "cpu-clock",
@@ -159,7 +142,7 @@ pub(crate) mod tests {
         assert_eq!(cut("é€xyz", 3), "é€…");
     }
 
-    pub fn render(format: Format, report: &HotspotReport) -> Vec<u8> {
+    pub fn render(format: Format, report: &StackReport) -> Vec<u8> {
         let mut out = Vec::new();
         renderer(format).hotspot(report, &mut out).unwrap();
         out

@@ -9,7 +9,7 @@ use prost::Message;
 
 use super::Renderer;
 use crate::{
-    modes::hotspot::{HotspotReport, Weight},
+    model::{StackReport, Weight},
     symbolize::Frame,
 };
 
@@ -114,7 +114,7 @@ pub mod proto {
 pub struct Pprof;
 
 impl Renderer for Pprof {
-    fn hotspot(&self, report: &HotspotReport, out: &mut dyn Write) -> io::Result<()> {
+    fn hotspot(&self, report: &StackReport, out: &mut dyn Write) -> io::Result<()> {
         write_gz(&hotspot_profile(report), out)
     }
 }
@@ -219,7 +219,7 @@ impl Builder {
     }
 }
 
-pub fn hotspot_profile(report: &HotspotReport) -> proto::Profile {
+pub fn hotspot_profile(report: &StackReport) -> proto::Profile {
     hotspot_profile_labeled(report, &|_| Vec::new())
 }
 
@@ -228,7 +228,7 @@ pub type ProcessLabels<'a> = dyn Fn(u32) -> Vec<(&'static str, String)> + 'a;
 
 /// The hotspot profile with more labels per process, and the report's health problems and notes
 /// as comments (a fleet tool shows them next to the profile).
-pub fn hotspot_profile_labeled(report: &HotspotReport, labels: &ProcessLabels<'_>) -> proto::Profile {
+pub fn hotspot_profile_labeled(report: &StackReport, labels: &ProcessLabels<'_>) -> proto::Profile {
     let mut b = Builder::new();
     let timed = report.weight != Weight::Samples;
     let cpu_clock = report.meta.event == "cpu-clock" && !timed;

@@ -4,12 +4,12 @@ use std::io::{self, Write};
 use inferno::flamegraph::{self, Options};
 
 use super::{folded_lines, Renderer};
-use crate::modes::hotspot::{HotspotReport, Weight};
+use crate::model::{StackReport, Weight};
 
 pub struct Svg;
 
 impl Renderer for Svg {
-    fn hotspot(&self, report: &HotspotReport, out: &mut dyn Write) -> io::Result<()> {
+    fn hotspot(&self, report: &StackReport, out: &mut dyn Write) -> io::Result<()> {
         let lines = folded_lines(report);
         let mut options = Options::default();
         options.title = match report.weight {

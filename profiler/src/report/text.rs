@@ -4,8 +4,8 @@ use std::io::{self, Write};
 use super::{human_ns, percent, Renderer};
 use crate::{
     cli::LockSource,
+    model::{FunctionStat, StackReport},
     modes::{
-        hotspot::{FunctionStat, HotspotReport},
         lock::{lock_label, LockReport},
         sched::SchedReport,
         topdown::TopdownReport,
@@ -350,7 +350,7 @@ Where each thread's time went (thread states from the scheduler, not PMU counter
         Ok(())
     }
 
-    fn hotspot(&self, r: &HotspotReport, out: &mut dyn Write) -> io::Result<()> {
+    fn hotspot(&self, r: &StackReport, out: &mut dyn Write) -> io::Result<()> {
         let m = &r.meta;
         writeln!(
             out,
@@ -455,7 +455,7 @@ enum Column {
 
 fn function_table(
     out: &mut dyn Write,
-    r: &HotspotReport,
+    r: &StackReport,
     rows: &[&FunctionStat],
     order: Column,
 ) -> io::Result<()> {

@@ -10,7 +10,7 @@ use std::{
 
 use crate::{
     error::UserError,
-    modes::hotspot::{HotspotReport, Weight},
+    model::{StackReport, Weight},
     symbolize::Frame,
 };
 
@@ -48,7 +48,7 @@ fn executing(frames: &[Frame]) -> &[Frame] {
 }
 
 /// The function to annotate: an exact name, else the one function whose name contains `wanted`.
-fn resolve<'a>(report: &'a HotspotReport, wanted: &str) -> Result<&'a str, UserError> {
+fn resolve<'a>(report: &'a StackReport, wanted: &str) -> Result<&'a str, UserError> {
     let mut samples: HashMap<&str, u64> = HashMap::new();
     for stack in &report.stacks {
         for frame in executing(&stack.frames) {
@@ -93,7 +93,7 @@ fn resolve<'a>(report: &'a HotspotReport, wanted: &str) -> Result<&'a str, UserE
     }
 }
 
-pub fn annotate(report: &HotspotReport, wanted: &str) -> Result<Annotation, UserError> {
+pub fn annotate(report: &StackReport, wanted: &str) -> Result<Annotation, UserError> {
     let function = resolve(report, wanted)?.to_string();
     let mut annotation = Annotation {
         module: String::new(),
@@ -398,7 +398,7 @@ fn decode(bytes: &[u8], start: u64) -> Vec<(u64, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{modes::hotspot::tests::frame, report::tests::sample_report};
+    use crate::{model::tests::frame, report::tests::sample_report};
 
     fn at(name: &str, line: u32, offset: u64, inlined: bool) -> Frame {
         Frame {
@@ -412,13 +412,13 @@ mod tests {
         }
     }
 
-    fn profile(leaves: &[(Vec<Frame>, u64)]) -> HotspotReport {
+    fn profile(leaves: &[(Vec<Frame>, u64)]) -> StackReport {
         let mut report = sample_report();
         report.stacks = leaves
             .iter()
-            .map(|(frames, n)| crate::modes::hotspot::Stack {
+            .map(|(frames, n)| crate::model::Stack {
                 frames: [vec![frame("main")], frames.clone()].concat(),
-                ..crate::modes::hotspot::tests::stack(&[], *n)
+                ..crate::model::tests::stack(&[], *n)
             })
             .collect();
         report.samples = leaves.iter().map(|(_, n)| n).sum();

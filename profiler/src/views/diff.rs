@@ -15,7 +15,7 @@ use serde::Serialize;
 use crate::{
     cli::Format,
     error::UserError,
-    modes::hotspot::{HotspotReport, Weight},
+    model::{StackReport, Weight},
     report::folded_lines,
 };
 
@@ -71,8 +71,8 @@ fn unit(weight: Weight) -> &'static str {
 
 /// Compare two profiles of the same kind (samples with samples, off-CPU time with off-CPU time).
 pub fn diff(
-    (before_name, before): (&str, &HotspotReport),
-    (after_name, after): (&str, &HotspotReport),
+    (before_name, before): (&str, &StackReport),
+    (after_name, after): (&str, &StackReport),
 ) -> Result<Diff, UserError> {
     if before.weight != after.weight {
         return Err(UserError::Usage(format!(
@@ -125,7 +125,7 @@ pub fn diff(
     })
 }
 
-fn side(name: &str, report: &HotspotReport) -> Side {
+fn side(name: &str, report: &StackReport) -> Side {
     Side {
         name: name.to_string(),
         mode: report.meta.mode,
@@ -134,7 +134,7 @@ fn side(name: &str, report: &HotspotReport) -> Side {
     }
 }
 
-fn counts(report: &HotspotReport) -> HashMap<String, u64> {
+fn counts(report: &StackReport) -> HashMap<String, u64> {
     folded_lines(report)
         .into_iter()
         .filter_map(|line| {
@@ -146,7 +146,7 @@ fn counts(report: &HotspotReport) -> HashMap<String, u64> {
 
 /// Every stack of either profile with both counts, BEFORE's scaled so both totals match (as
 /// `inferno-diff-folded --normalize` does): colours then show shares, not run lengths.
-fn differential_stacks(before: &HotspotReport, after: &HotspotReport) -> Vec<(String, u64, u64)> {
+fn differential_stacks(before: &StackReport, after: &StackReport) -> Vec<(String, u64, u64)> {
     let (old, new) = (counts(before), counts(after));
     let scale = match before.samples {
         0 => 0.0,
@@ -280,7 +280,7 @@ fn svg(diff: &Diff, before_widths: bool, out: &mut dyn Write) -> io::Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{modes::hotspot::tests::stack, report::tests::sample_report};
+    use crate::{model::tests::stack, report::tests::sample_report};
 
     /// The fill colour of the first frame named `name` in an inferno SVG; empty when absent.
     fn fill(svg: &str, name: &str) -> Vec<u32> {
@@ -295,14 +295,14 @@ mod tests {
             .collect()
     }
 
-    fn profile(split: &[(&str, u64)]) -> HotspotReport {
+    fn profile(split: &[(&str, u64)]) -> StackReport {
         let mut report = sample_report();
         report.stacks = split
             .iter()
             .map(|(leaf, n)| stack(&["main", "run", leaf], *n))
             .collect();
         report.samples = split.iter().map(|(_, n)| n).sum();
-        report.functions = crate::modes::hotspot::function_stats(&report.stacks);
+        report.functions = crate::model::function_stats(&report.stacks);
         report
     }
 

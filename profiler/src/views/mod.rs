@@ -8,7 +8,7 @@ pub mod top;
 use crate::{
     cli::{format_for, DiffArgs, Format, ReportArgs},
     error::UserError,
-    modes::hotspot::Weight,
+    model::Weight,
     output, report,
 };
 

@@ -9,14 +9,14 @@ use serde_json::Value;
 
 use crate::{
     error::UserError,
-    modes::hotspot::{function_stats, HotspotReport, Stack, Weight},
+    model::{function_stats, RunMeta, Stack, StackReport, Weight},
     profile::Health,
-    report::{pprof::proto, RunMeta},
+    report::pprof::proto,
     symbolize::Frame,
 };
 
 /// A saved profile, as the report it was rendered from (as far as the format kept it).
-pub fn load(path: &Path) -> Result<HotspotReport, UserError> {
+pub fn load(path: &Path) -> Result<StackReport, UserError> {
     let fail = |reason: String| UserError::SavedProfile {
         path: path.to_path_buf(),
         reason,
@@ -27,7 +27,7 @@ pub fn load(path: &Path) -> Result<HotspotReport, UserError> {
 }
 
 /// The format is told by the content, not the name: gzip (pprof), `{` (JSON), else folded.
-pub fn parse(bytes: &[u8], name: &str) -> Result<HotspotReport, String> {
+pub fn parse(bytes: &[u8], name: &str) -> Result<StackReport, String> {
     let (weight, meta, stacks) = if bytes.starts_with(&[0x1f, 0x8b]) {
         let mut raw = Vec::new();
         std::io::Read::read_to_end(&mut GzDecoder::new(bytes), &mut raw)
@@ -43,9 +43,9 @@ pub fn parse(bytes: &[u8], name: &str) -> Result<HotspotReport, String> {
     Ok(report(weight, meta, stacks))
 }
 
-fn report(weight: Weight, meta: RunMeta, mut stacks: Vec<Stack>) -> HotspotReport {
+fn report(weight: Weight, meta: RunMeta, mut stacks: Vec<Stack>) -> StackReport {
     stacks.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.frames.cmp(&b.frames)));
-    HotspotReport {
+    StackReport {
         meta,
         weight,
         health: Health::default(),
@@ -281,14 +281,14 @@ mod tests {
         report::{renderer, tests::sample_report},
     };
 
-    fn round_trip(format: Format) -> HotspotReport {
+    fn round_trip(format: Format) -> StackReport {
         let original = sample_report();
         let mut bytes = Vec::new();
         renderer(format).hotspot(&original, &mut bytes).unwrap();
         parse(&bytes, "saved").unwrap()
     }
 
-    fn leaves(report: &HotspotReport) -> Vec<(String, u64)> {
+    fn leaves(report: &StackReport) -> Vec<(String, u64)> {
         let mut leaves: Vec<(String, u64)> = report
             .stacks
             .iter()

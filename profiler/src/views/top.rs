@@ -26,9 +26,10 @@ use crossterm::{
 use crate::{
     cli::{Mode, TopArgs},
     error::UserError,
+    model::RunMeta,
     modes::{hotspot, lock},
     plan::Plan,
-    report::{human_ns, RunMeta},
+    report::human_ns,
     session::{run_live, Live, LiveData},
     symbolize::Symbolizer,
 };

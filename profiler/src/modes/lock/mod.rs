@@ -29,13 +29,12 @@ use profiler_common::{
 };
 use serde::Serialize;
 
-use super::hotspot::{self, frames_of, HotspotReport, Stack, Weight};
+use crate::model::{frames_of, RunMeta, Stack, StackReport, Weight};
 use crate::{
     cli::LockSource,
     collect::{read_stack, read_unwound},
     process::{FileId, FileTable as _, Processes},
     profile::{Health, RawProfile, RawSample, StackRead},
-    report::RunMeta,
     symbolize::{Frame, Symbols},
     unwind::{bias_of, segments_of, Segment},
 };
@@ -232,7 +231,7 @@ pub struct LockReport {
     /// Most total wait first.
     pub locks: Vec<LockStat>,
     /// The waiting stacks weighted by wait, with the lock as the leaf: for the stack formats.
-    pub waits: HotspotReport,
+    pub waits: StackReport,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -357,7 +356,7 @@ pub fn lock_label(lock: &LockStat) -> String {
 }
 
 /// Every waiting stack, weighted by its wait, with the lock as a frame below the leaf.
-fn flame(meta: RunMeta, health: Health, locks: &[LockStat]) -> HotspotReport {
+fn flame(meta: RunMeta, health: Health, locks: &[LockStat]) -> StackReport {
     let mut stacks: Vec<Stack> = Vec::new();
     for lock in locks {
         for waiter in &lock.waiters {
@@ -374,12 +373,12 @@ fn flame(meta: RunMeta, health: Health, locks: &[LockStat]) -> HotspotReport {
         }
     }
     stacks.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.frames.cmp(&b.frames)));
-    HotspotReport {
+    StackReport {
         meta,
         weight: Weight::LockWaitNanoseconds,
         health,
         samples: stacks.iter().map(|s| s.count).sum(),
-        functions: hotspot::function_stats(&stacks),
+        functions: crate::model::function_stats(&stacks),
         stacks,
     }
 }
@@ -520,7 +519,7 @@ mod tests {
 
     fn waiter(functions: &[&str]) -> WaiterStat {
         WaiterStat {
-            frames: functions.iter().map(|f| hotspot::tests::frame(f)).collect(),
+            frames: functions.iter().map(|f| crate::model::tests::frame(f)).collect(),
             contentions: 1,
             total_wait_ns: 1,
             max_wait_ns: 1,

@@ -1,19 +1,18 @@
 //! Topdown's counters over the whole run (`--preset`): what is counted is decided once, before
 //! anything is loaded; counted per thread of the targets or per CPU while the run lasts; read at
-//! its end. And the analysis of counts taken elsewhere (`--counters FILE`).
+//! its end.
 use std::path::Path;
 
 use crate::{
-    cli::{Cli, Format, Mode},
-    counters::counting::{Counting, Scope},
-    counters::cpu::Method,
-    counters::events::{self, CounterSet, Pmu},
-    counters::tma::Counts,
+    counters::{
+        counting::{Counting, Scope},
+        cpu::Method,
+        events::{self, CounterSet, Pmu},
+        tma::Counts,
+    },
     error::UserError,
-    output,
     plan::Plan,
     process::threads_of,
-    report::{self, RunMeta},
 };
 
 /// Topdown's whole-run counting, and what its report needs to know about the machine: asked
@@ -114,47 +113,4 @@ impl TopdownCounting<Counting> {
             core: self.core,
         }
     }
-}
-
-/// `--mode topdown --counters FILE`: the analysis of counts taken elsewhere. No BPF, no root.
-pub fn from_counters_file(cli: &Cli, path: &Path) -> anyhow::Result<i32> {
-    if cli.mode != Mode::Topdown {
-        return Err(UserError::Usage("--counters goes with --mode topdown".into()).into());
-    }
-    let format = cli.resolved_format();
-    if !matches!(format, Format::Text | Format::Json) {
-        return Err(UserError::FormatUnavailable {
-            format: format.name(),
-            mode: "topdown",
-        }
-        .into());
-    }
-    if let Some(output) = &cli.output {
-        output::check_writable(output)?;
-    }
-    let fail = |reason: String| UserError::Counters {
-        path: path.to_path_buf(),
-        reason,
-    };
-    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-    let counts = crate::counters::tma::parse_perf_csv(&text).map_err(|e| fail(e.to_string()))?;
-    let tma = crate::counters::tma::analyze(&counts, cli.slots).map_err(|e| fail(e.to_string()))?;
-    let meta = RunMeta {
-        mode: "topdown",
-        event: "counters",
-        frequency_hz: 0,
-        duration_s: 0.0,
-        target: format!("counters from {}", path.display()),
-        cpus: 0,
-        notes: counts
-            .not_counted
-            .iter()
-            .map(|e| format!("{e}: not counted by perf"))
-            .collect(),
-        counters: Vec::new(),
-    };
-    let report = super::from_counters(meta, tma);
-    let renderer = report::renderer(format);
-    output::write_report(cli.output.as_deref(), &|out| renderer.topdown(&report, out))?;
-    Ok(0)
 }

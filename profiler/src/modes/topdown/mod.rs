@@ -8,14 +8,11 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use super::{
-    hotspot::HotspotReport,
-    sched::{OpenState, SchedCollection},
-};
+use super::sched::{OpenState, SchedCollection};
 use crate::{
     counters::tma::{self, Count, Counts, Level1, Tma},
+    model::{RunMeta, StackReport},
     profile::Health,
-    report::RunMeta,
 };
 
 /// Functions shown in the per-function table (by own samples).
@@ -220,7 +217,7 @@ pub fn with_counts(
 /// counter deltas of its own samples and, for the topdown set, the level-1 split they give.
 pub fn with_functions(
     mut report: TopdownReport,
-    sampled: &HotspotReport,
+    sampled: &StackReport,
     set: &str,
     slots: Option<u32>,
 ) -> TopdownReport {
@@ -330,7 +327,7 @@ mod tests {
     /// pre-ICL formulas), two functions with opposite profiles and one without cycles.
     #[test]
     fn functions_get_their_own_level1_and_ipc_from_their_deltas() {
-        use crate::modes::hotspot::{function_stats, tests::stack};
+        use crate::model::{function_stats, tests::stack};
         let names = vec![
             "cpu_clk_unhalted.thread",
             "instructions",
