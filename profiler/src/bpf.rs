@@ -28,6 +28,11 @@ use crate::{
 
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
 
+/// A map the loaded object must have, taken out of it (the caller owns it from now on).
+pub fn take_map(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {
+    ebpf.take_map(name).with_context(|| format!("map {name} missing"))
+}
+
 pub struct Loaded {
     pub ebpf: Ebpf,
     targets: BpfHashMap<MapData, u32, u8>,
@@ -223,7 +228,7 @@ impl Loaded {
         let mut ebpf = loader
             .load(BPF_OBJECT)
             .context("loading the BPF programs into the kernel")?;
-        let targets = ebpf.take_map(names::TARGETS).context("map TARGETS missing")?;
+        let targets = take_map(&mut ebpf, names::TARGETS)?;
         let targets = BpfHashMap::try_from(targets)?;
         Ok(Loaded {
             ebpf,
@@ -417,12 +422,8 @@ impl Loaded {
                 .context("loading the lock stack unwinding program")?;
             self.install_walker(names::PROG_UNWIND_LOCK, names::LOCK_UNWIND_PROGRAMS)?;
         }
-        let mut take = |name: &str| {
-            self.ebpf
-                .take_map(name)
-                .with_context(|| format!("map {name} missing"))
-        };
-        crate::unwind::Tables::new(take(names::UNWIND_ROWS)?, take(names::UNWIND_PROCESSES)?)
+        let rows = take_map(&mut self.ebpf, names::UNWIND_ROWS)?;
+        crate::unwind::Tables::new(rows, take_map(&mut self.ebpf, names::UNWIND_PROCESSES)?)
     }
 
     /// Put a loaded walker into the program array its walks tail-call (kept open for the run).
@@ -433,10 +434,7 @@ impl Loaded {
             .with_context(|| format!("program {walker} missing"))?
             .fd()?
             .try_clone()?;
-        let programs = self
-            .ebpf
-            .take_map(array)
-            .with_context(|| format!("map {array} missing"))?;
+        let programs = take_map(&mut self.ebpf, array)?;
         let mut programs = aya::maps::ProgramArray::try_from(programs)?;
         programs.set(profiler_common::unwind::PROGRAM_SLOT, &fd, 0)?;
         self.unwind_programs.push(programs);

@@ -45,7 +45,7 @@ pub struct KernelSource {
 
 impl KernelSource {
     pub fn take(ebpf: &mut Ebpf, with_deltas: bool) -> anyhow::Result<Self> {
-        let mut take = |name: &str| ebpf.take_map(name).with_context(|| format!("map {name} missing"));
+        let mut take = |name: &str| crate::bpf::take_map(ebpf, name);
         let epoch = Array::try_from(take(names::EPOCH)?)?;
         let samples = [
             BpfHashMap::try_from(take(names::SAMPLES[0])?)?,

@@ -658,10 +658,7 @@ pub(crate) fn load_following_processes(
     procs: &mut Processes,
 ) -> anyhow::Result<(Loaded, Option<crate::unwind::Tables>)> {
     let mut loaded = Loaded::load(options)?;
-    let generations = loaded
-        .ebpf
-        .take_map(names::EXEC_GENERATIONS)
-        .context("map EXEC_GENERATIONS missing")?;
+    let generations = crate::bpf::take_map(&mut loaded.ebpf, names::EXEC_GENERATIONS)?;
     let generations: aya::maps::HashMap<MapData, u32, u32> = aya::maps::HashMap::try_from(generations)?;
     procs.with_generations(move |pid| generations.get(&pid, 0).unwrap_or(0));
     let tables = match options.walks_tables() {
@@ -676,10 +673,7 @@ pub(crate) fn load_following_processes(
 
 /// The ring the kernel announces new processes in, watched by the event loop.
 pub(crate) fn event_ring(loaded: &mut Loaded) -> anyhow::Result<AsyncFd<RingBuf<MapData>>> {
-    let events = loaded
-        .ebpf
-        .take_map(names::EVENTS)
-        .context("map EVENTS missing")?;
+    let events = crate::bpf::take_map(&mut loaded.ebpf, names::EVENTS)?;
     // SAFETY: the ring buffer owns its descriptor and outlives the registration (both are
     // dropped together).
     unsafe { AsyncFd::register(RingBuf::try_from(events)?) }

@@ -1,7 +1,6 @@
 //! Sched mode: run-queue delay per task (the kernel's `run_delay`), its distribution, where tasks
 //! block off-CPU, and the slowest waits with who woke the task and who held its CPU.
 
-use anyhow::Context as _;
 use aya::{
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues, RingBuf, StackTraceMap},
     Ebpf,
@@ -168,7 +167,7 @@ pub struct SchedSource {
 
 impl SchedSource {
     pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
-        let mut take = |name: &str| ebpf.take_map(name).with_context(|| format!("map {name} missing"));
+        let mut take = |name: &str| crate::bpf::take_map(ebpf, name);
         Ok(SchedSource {
             tasks: BpfHashMap::try_from(take(names::TASK_STATS)?)?,
             exited: BpfHashMap::try_from(take(names::EXITED)?)?,

@@ -16,7 +16,6 @@ use std::collections::HashMap;
 
 pub mod probes;
 
-use anyhow::Context as _;
 use aya::{
     maps::{HashMap as BpfHashMap, MapData, StackTraceMap},
     Ebpf,
@@ -115,7 +114,7 @@ impl LockCollection {
 
 impl LockMaps {
     pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
-        let mut take = |name: &str| ebpf.take_map(name).with_context(|| format!("map {name} missing"));
+        let mut take = |name: &str| crate::bpf::take_map(ebpf, name);
         Ok(LockMaps {
             waiters: BpfHashMap::try_from(take(names::LOCK_WAITERS)?)?,
             holders: BpfHashMap::try_from(take(names::LOCK_HOLDERS)?)?,
