@@ -1,6 +1,8 @@
 //! Addresses to functions with blazesym: one long-lived `Symbolizer`, addresses batched per file
 //! (user) or in one batch (kernel). An address that fails becomes an `[unknown]` frame; it never
 //! fails the report.
+pub mod data;
+
 use std::{
     cell::RefCell,
     collections::{BTreeMap, HashMap, HashSet},

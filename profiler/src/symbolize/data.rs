@@ -1,0 +1,148 @@
+//! Names for data addresses (a lock's): the data symbols of the files a process maps (global and
+//! static objects, `.bss` included, with the offset of a member), and the kernel's from
+//! `/proc/kallsyms`.
+use std::collections::HashMap;
+
+use object::{Object as _, ObjectSymbol as _, SymbolKind};
+
+use crate::{
+    process::{FileId, FileTable as _, Processes},
+    unwind::{bias_of, segments_of, Segment},
+};
+
+/// Names kernel data addresses (a static kernel lock) from `/proc/kallsyms`: the nearest data
+/// symbol at or below, with the offset into it (sizes are not listed: an offset past the next
+/// symbol cannot happen, one into a large object may name a member).
+pub struct KernelData {
+    /// (address, name), sorted.
+    symbols: Vec<(u64, String)>,
+}
+
+impl KernelData {
+    pub fn read() -> KernelData {
+        let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+        KernelData::parse(&text)
+    }
+
+    pub fn parse(text: &str) -> KernelData {
+        let mut symbols: Vec<(u64, String)> = text
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split_whitespace();
+                let address = u64::from_str_radix(fields.next()?, 16).ok()?;
+                let kind = fields.next()?;
+                let name = fields.next()?;
+                (address != 0 && matches!(kind, "d" | "D" | "b" | "B")).then(|| (address, name.to_string()))
+            })
+            .collect();
+        symbols.sort();
+        KernelData { symbols }
+    }
+
+    pub fn name(&self, address: u64) -> Option<String> {
+        let i = self.symbols.partition_point(|s| s.0 <= address).checked_sub(1)?;
+        let (start, name) = &self.symbols[i];
+        // Past the last data symbol (heap, per-CPU areas): no name.
+        self.symbols.get(i + 1)?;
+        match address - start {
+            0 => Some(name.clone()),
+            offset if offset < 4096 => Some(format!("{name}+{offset:#x}")),
+            _ => None,
+        }
+    }
+}
+
+/// Names data addresses (a global or static lock, including zero-initialised ones in `.bss`)
+/// from the symbol tables of the files a process maps. Each file is read once.
+#[derive(Default)]
+pub struct DataSymbols {
+    files: HashMap<FileId, Option<FileData>>,
+}
+
+struct FileData {
+    segments: Vec<Segment>,
+    /// (address, size, name), sorted by address.
+    objects: Vec<(u64, u64, String)>,
+}
+
+impl DataSymbols {
+    pub fn name(&mut self, procs: &Processes, pid: u32, generation: u32, address: u64) -> Option<String> {
+        for (file, start, file_offset) in procs.mapped_files(pid, generation) {
+            let data = self
+                .files
+                .entry(file)
+                .or_insert_with(|| FileData::read(&procs.file(file)?.read_path()));
+            let Some(data) = data else {
+                continue;
+            };
+            let Some(bias) = bias_of(&data.segments, start, file_offset) else {
+                continue;
+            };
+            let vaddr = address.wrapping_sub(bias);
+            if !data.segments.iter().any(|s| s.holds(vaddr)) {
+                continue;
+            }
+            return data.object_at(vaddr);
+        }
+        None
+    }
+}
+
+impl FileData {
+    fn read(path: &std::path::Path) -> Option<FileData> {
+        let bytes = std::fs::read(path).ok()?;
+        let file = object::File::parse(&*bytes).ok()?;
+        let mut objects: Vec<(u64, u64, String)> = file
+            .symbols()
+            .chain(file.dynamic_symbols())
+            .filter(|s| s.kind() == SymbolKind::Data && s.size() > 0)
+            .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+            .collect();
+        objects.sort();
+        objects.dedup_by_key(|o| o.0);
+        Some(FileData {
+            segments: segments_of(&file),
+            objects,
+        })
+    }
+
+    /// The object covering `vaddr`, with the offset into it when the lock is a member.
+    fn object_at(&self, vaddr: u64) -> Option<String> {
+        let i = self.objects.partition_point(|o| o.0 <= vaddr).checked_sub(1)?;
+        let (address, size, name) = &self.objects[i];
+        match vaddr - address {
+            offset if offset >= *size => None,
+            0 => Some(name.clone()),
+            offset => Some(format!("{name}+{offset:#x}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernel_locks_are_named_from_kallsyms_data_symbols() {
+        let kallsyms = "ffffffff81000000 T _text\nffffffff82a00000 D rtnl_mutex\nffffffff82a00040 d other\nffffffff83000000 B __bss_stop\n";
+        let data = KernelData::parse(kallsyms);
+        assert_eq!(data.name(0xffffffff82a00000).as_deref(), Some("rtnl_mutex"));
+        assert_eq!(data.name(0xffffffff82a00010).as_deref(), Some("rtnl_mutex+0x10"));
+        assert_eq!(data.name(0xffffffff82a10000), None);
+        assert_eq!(data.name(0xffff888000001000), None);
+        assert_eq!(data.name(0xffffffff81000000), None);
+    }
+
+    #[test]
+    fn data_objects_are_named_with_member_offsets() {
+        let data = FileData {
+            segments: Vec::new(),
+            objects: vec![(0x1000, 40, "table_lock".into()), (0x2000, 8, "flag".into())],
+        };
+        assert_eq!(data.object_at(0x1000).as_deref(), Some("table_lock"));
+        assert_eq!(data.object_at(0x1010).as_deref(), Some("table_lock+0x10"));
+        assert_eq!(data.object_at(0x1028), None);
+        assert_eq!(data.object_at(0xfff), None);
+        assert_eq!(data.object_at(0x2004).as_deref(), Some("flag+0x4"));
+    }
+}
