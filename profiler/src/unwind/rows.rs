@@ -1,0 +1,315 @@
+//! A file's unwind rows, built from its `.eh_frame` (or `.debug_frame`) with gimli, and the
+//! arithmetic that maps a process's addresses to the file's. x86-64: the rules kept are
+//! CFA = rsp/rbp + offset, the PLT expression, rbp saved at CFA + offset, and "return address
+//! undefined" (the outermost frame). Anything else falls back to the frame pointer in BPF.
+use gimli::{CfaRule, RegisterRule, X86_64};
+use object::{Object as _, ObjectSection as _, ObjectSegment as _};
+use profiler_common::unwind::{cfa, rbp, Row};
+
+/// Why a file has no table (it is then walked with frame pointers).
+#[derive(Debug, thiserror::Error)]
+pub enum TableError {
+    #[error("not an ELF file bpfprof can read: {0}")]
+    Elf(#[from] object::Error),
+    #[error("no .eh_frame or .debug_frame section")]
+    NoFrameInfo,
+    #[error("its unwind information is corrupt: {0}")]
+    Corrupt(#[from] gimli::Error),
+}
+
+/// The unwind rows of an ELF image, sorted by pc, with rows that change nothing merged.
+pub fn rows_of(data: &[u8]) -> Result<Vec<Row>, TableError> {
+    rows_of_file(&object::File::parse(data)?)
+}
+
+pub(super) fn rows_of_file(file: &object::File<'_>) -> Result<Vec<Row>, TableError> {
+    let address = |name: &str| file.section_by_name(name).map(|s| s.address());
+    let mut bases = gimli::BaseAddresses::default();
+    if let Some(a) = address(".text") {
+        bases = bases.set_text(a);
+    }
+    if let Some(a) = address(".got") {
+        bases = bases.set_got(a);
+    }
+    if let Some(a) = address(".eh_frame_hdr") {
+        bases = bases.set_eh_frame_hdr(a);
+    }
+    let mut rows = Vec::new();
+    if let Some(section) = file.section_by_name(".eh_frame") {
+        let bases = bases.set_eh_frame(section.address());
+        let eh_frame = gimli::EhFrame::new(section.data()?, gimli::LittleEndian);
+        collect_rows(&eh_frame, &bases, &mut rows)?;
+    } else if let Some(section) = file.section_by_name(".debug_frame") {
+        let debug_frame = gimli::DebugFrame::new(section.data()?, gimli::LittleEndian);
+        collect_rows(&debug_frame, &bases, &mut rows)?;
+    } else {
+        return Err(TableError::NoFrameInfo);
+    }
+    Ok(compact(rows))
+}
+
+fn collect_rows<'a, S>(
+    section: &S,
+    bases: &gimli::BaseAddresses,
+    rows: &mut Vec<Row>,
+) -> Result<(), gimli::Error>
+where
+    S: gimli::UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>,
+{
+    let mut ctx = Box::new(gimli::UnwindContext::new());
+    let mut entries = section.entries(bases);
+    while let Some(entry) = entries.next()? {
+        let gimli::CieOrFde::Fde(partial) = entry else {
+            continue;
+        };
+        let fde = partial.parse(|s, b, o| s.cie_from_offset(b, o))?;
+        let mut table = fde.rows(section, bases, &mut ctx)?;
+        while let Some(row) = table.next_row()? {
+            rows.push(convert(section, row));
+        }
+        // Past the function's end there is no information until the next FDE says otherwise.
+        rows.push(Row {
+            pc: fde.end_address(),
+            cfa: cfa::NONE,
+            ..Row::default()
+        });
+    }
+    Ok(())
+}
+
+fn convert<'a, S>(section: &S, row: &gimli::UnwindTableRow<usize>) -> Row
+where
+    S: gimli::UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>,
+{
+    let mut out = Row {
+        pc: row.start_address(),
+        ..Row::default()
+    };
+    if matches!(row.register(X86_64::RA), Some(RegisterRule::Undefined)) {
+        out.cfa = cfa::END;
+        return out;
+    }
+    match row.cfa() {
+        CfaRule::RegisterAndOffset { register, offset } => match i16::try_from(*offset) {
+            Ok(offset) if *register == X86_64::RSP => (out.cfa, out.cfa_offset) = (cfa::RSP, offset),
+            Ok(offset) if *register == X86_64::RBP => (out.cfa, out.cfa_offset) = (cfa::RBP, offset),
+            _ => out.cfa = cfa::UNSUPPORTED,
+        },
+        CfaRule::Expression(expression) => {
+            out.cfa = cfa::UNSUPPORTED;
+            if let Ok(expression) = expression.get(section) {
+                if let Some(threshold) = plt_threshold(expression.0.slice()) {
+                    (out.cfa, out.cfa_offset) = (cfa::PLT, threshold);
+                }
+            }
+        }
+    }
+    if let Some(RegisterRule::Offset(offset)) = row.register(X86_64::RBP) {
+        if let Ok(offset) = i16::try_from(offset) {
+            (out.rbp, out.rbp_offset) = (rbp::AT_CFA, offset);
+        }
+    }
+    out
+}
+
+/// The expression every x86-64 PLT carries: CFA = rsp + 8 + ((rip & 15) >= N) << 3, N = 10 or 11
+/// (DW_OP_breg7 8; DW_OP_breg16 0; DW_OP_lit15; DW_OP_and; DW_OP_litN; DW_OP_ge; DW_OP_lit3;
+/// DW_OP_shl; DW_OP_plus). Returns N.
+fn plt_threshold(expression: &[u8]) -> Option<i16> {
+    const LIT0: u8 = 0x30;
+    match expression {
+        [0x77, 8, 0x80, 0, 0x3f, 0x1a, lit, 0x2a, 0x33, 0x24, 0x22] if (LIT0..=LIT0 + 31).contains(lit) => {
+            Some((lit - LIT0) as i16)
+        }
+        _ => None,
+    }
+}
+
+/// Sort by pc; where two rows start at the same pc the later FDE's real rule beats an earlier
+/// FDE's end marker; then drop rows that repeat the previous rule.
+fn compact(mut rows: Vec<Row>) -> Vec<Row> {
+    rows.sort_by_key(|r| (r.pc, r.cfa != cfa::NONE));
+    let mut out: Vec<Row> = Vec::with_capacity(rows.len());
+    for row in rows {
+        if let Some(last) = out.last_mut() {
+            if last.pc == row.pc {
+                *last = row;
+                continue;
+            }
+            let same = Row { pc: last.pc, ..row } == *last;
+            if same {
+                continue;
+            }
+        }
+        out.push(row);
+    }
+    out
+}
+
+/// A loadable segment: where it is in the file, and its virtual address.
+#[derive(Clone, Copy, Debug)]
+pub struct Segment {
+    offset: u64,
+    size: u64,
+    vaddr: u64,
+    /// In memory: with the zero-filled tail (`.bss`).
+    mem_size: u64,
+}
+
+impl Segment {
+    /// Whether the file virtual address lies in the segment as loaded.
+    pub fn holds(&self, vaddr: u64) -> bool {
+        self.vaddr <= vaddr && vaddr < self.vaddr + self.mem_size
+    }
+
+    /// Where the file virtual address is in the file, if the segment has it there.
+    pub fn file_offset(&self, vaddr: u64) -> Option<u64> {
+        (self.vaddr <= vaddr && vaddr < self.vaddr + self.size).then(|| self.offset + (vaddr - self.vaddr))
+    }
+}
+
+pub fn segments_of(file: &object::File<'_>) -> Vec<Segment> {
+    file.segments()
+        .map(|seg| {
+            let (offset, size) = seg.file_range();
+            Segment {
+                offset,
+                size,
+                vaddr: seg.address(),
+                mem_size: seg.size(),
+            }
+        })
+        .collect()
+}
+
+/// The runtime address minus the file's virtual address for one mapping of the file: from the
+/// loadable segment the mapping starts (a mapping begins at the page of its segment's file offset;
+/// the segment before may share that page, so an exact start wins over mere overlap).
+pub fn bias_of(segments: &[Segment], start: u64, file_offset: u64) -> Option<u64> {
+    let off = file_offset;
+    let starts_here = segments.iter().find(|s| s.offset & !0xfff == off);
+    let overlaps = || {
+        segments
+            .iter()
+            .find(|s| s.offset <= off && off < s.offset + s.size)
+    };
+    let s = starts_here.or_else(overlaps)?;
+    Some(start.wrapping_sub(s.vaddr.wrapping_add(off).wrapping_sub(s.offset)))
+}
+
+#[cfg(test)]
+mod tests {
+    use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+
+    use super::*;
+
+    fn own_binary() -> Vec<u8> {
+        std::fs::read("/proc/self/exe").unwrap()
+    }
+
+    #[test]
+    fn rows_of_a_real_binary_are_sorted_and_start_functions_at_rsp_plus_8() {
+        let rows = rows_of(&own_binary()).unwrap();
+        assert!(rows.len() > 1000, "{} rows", rows.len());
+        assert!(
+            rows.windows(2).all(|w| w[0].pc < w[1].pc),
+            "sorted, one row per pc"
+        );
+        // At a function's first instruction the CFA is rsp + 8 (the return address just pushed).
+        let entry = rows_of_function(
+            &rows,
+            rows_of_a_real_binary_are_sorted_and_start_functions_at_rsp_plus_8 as *const () as usize,
+        );
+        assert_eq!((entry.cfa, entry.cfa_offset), (cfa::RSP, 8), "{entry:?}");
+        assert!(
+            rows.iter().any(|r| r.rbp == rbp::AT_CFA),
+            "some function saves rbp"
+        );
+    }
+
+    /// The row in force at the function's own entry address (as linked in the file).
+    fn rows_of_function(rows: &[Row], runtime: usize) -> Row {
+        let maps = crate::process::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let line = maps
+            .iter()
+            .find(|l| l.path == exe.to_str().unwrap() && (l.start..l.end).contains(&(runtime as u64)))
+            .unwrap();
+        let data = own_binary();
+        let segments = segments_of(&object::File::parse(&*data).unwrap());
+        let pc = runtime as u64 - bias_of(&segments, line.start, line.file_offset).unwrap();
+        let i = rows.partition_point(|r| r.pc <= pc);
+        rows[i - 1]
+    }
+
+    #[test]
+    fn bias_maps_runtime_addresses_to_the_files_symbols() {
+        let data = own_binary();
+        let file = object::File::parse(&*data).unwrap();
+        let symbol = file
+            .symbols()
+            .find(|s| {
+                s.name()
+                    .is_ok_and(|n| n.contains("bias_maps_runtime_addresses_to_the_files_symbols"))
+            })
+            .expect("the test's own symbol");
+        let runtime = bias_maps_runtime_addresses_to_the_files_symbols as *const () as u64;
+        let maps = crate::process::parse_maps(&std::fs::read_to_string("/proc/self/maps").unwrap());
+        let line = maps.iter().find(|l| (l.start..l.end).contains(&runtime)).unwrap();
+        assert_eq!(
+            runtime - bias_of(&segments_of(&file), line.start, line.file_offset).unwrap(),
+            symbol.address()
+        );
+    }
+
+    #[test]
+    fn corrupt_or_missing_frame_information_is_an_error_not_a_panic() {
+        let data = own_binary();
+        let file = object::File::parse(&*data).unwrap();
+        let (offset, size) = file.section_by_name(".eh_frame").unwrap().file_range().unwrap();
+        let mut corrupt = data.clone();
+        corrupt[offset as usize..(offset + size) as usize].fill(0xff);
+        assert!(matches!(rows_of(&corrupt), Err(TableError::Corrupt(_))));
+
+        let mut renamed = data.clone();
+        for name in [&b".eh_frame\0"[..], &b".debug_frame\0"[..]] {
+            let mut at = 0;
+            while let Some(i) = renamed[at..].windows(name.len()).position(|w| w == name) {
+                renamed[at + i + 1] = b'x';
+                at += i + 1;
+            }
+        }
+        assert!(matches!(rows_of(&renamed), Err(TableError::NoFrameInfo)));
+        assert!(matches!(rows_of(b"not an ELF file"), Err(TableError::Elf(_))));
+    }
+
+    #[test]
+    fn plt_expression_and_row_compaction() {
+        let plt = [0x77, 8, 0x80, 0, 0x3f, 0x1a, 0x3b, 0x2a, 0x33, 0x24, 0x22];
+        assert_eq!(plt_threshold(&plt), Some(11));
+        assert_eq!(plt_threshold(&plt[..10]), None);
+
+        let row = |pc, cfa_kind, cfa_offset| Row {
+            pc,
+            cfa: cfa_kind,
+            cfa_offset,
+            ..Row::default()
+        };
+        let rows = compact(vec![
+            row(0x20, cfa::RSP, 8),
+            row(0x10, cfa::RSP, 8),
+            row(0x14, cfa::RSP, 16),
+            row(0x18, cfa::RSP, 16),
+            // One function ends where the next begins: the next one's rule wins.
+            row(0x20, cfa::NONE, 0),
+        ]);
+        assert_eq!(
+            rows,
+            vec![
+                row(0x10, cfa::RSP, 8),
+                row(0x14, cfa::RSP, 16),
+                row(0x20, cfa::RSP, 8)
+            ]
+        );
+    }
+}
