@@ -22,10 +22,13 @@ pub const DRAIN_EVERY: Duration = Duration::from_secs(1);
 const EFAULT: i32 = 14;
 const EEXIST: i32 = 17;
 
-/// Where drained samples come from.
+/// Where drained samples come from: the kernel's maps, or recorded batches played back.
 pub trait SampleSource {
-    /// Everything recorded since the last drain.
-    fn drain(&mut self) -> anyhow::Result<Vec<RawSample>>;
+    /// Switch the kernel to the other epoch slot; returns the slot to drain. Every map with two
+    /// slots (samples, the scheduler's) is drained from the slot this returns.
+    fn flip(&mut self) -> anyhow::Result<usize>;
+    /// Everything recorded in one epoch slot, which is left empty.
+    fn drain_slot(&mut self, slot: usize) -> anyhow::Result<Vec<RawSample>>;
     /// The kernel's counters of lost and damaged samples, cumulative.
     fn health(&self) -> anyhow::Result<Health>;
 }
@@ -77,9 +80,20 @@ impl KernelSource {
             active: 0,
         })
     }
+}
 
-    /// Everything recorded in one epoch slot (see `flip`), which is left empty.
-    pub fn drain_slot(&mut self, slot: usize) -> anyhow::Result<Vec<RawSample>> {
+impl SampleSource for KernelSource {
+    /// A program that read the old epoch just before the switch may still be writing into it: it
+    /// runs for microseconds, so the wait here is generous.
+    fn flip(&mut self) -> anyhow::Result<usize> {
+        let old = self.active as usize;
+        self.active ^= 1;
+        self.epoch.set(0, self.active, 0).context("switching the epoch")?;
+        std::thread::sleep(Duration::from_millis(2));
+        Ok(old)
+    }
+
+    fn drain_slot(&mut self, slot: usize) -> anyhow::Result<Vec<RawSample>> {
         let mut deltas = std::collections::HashMap::new();
         if let Some(maps) = &mut self.deltas {
             let keys: Vec<SampleKey> = maps[slot].keys().collect::<Result<_, _>>()?;
@@ -120,26 +134,6 @@ impl KernelSource {
             let _ = self.user_stacks[slot].remove(&id);
         }
         Ok(out)
-    }
-}
-
-impl KernelSource {
-    /// Switch the kernel to the other epoch slot; returns the slot to drain. A program that read
-    /// the old epoch just before the switch may still be writing into it: it runs for
-    /// microseconds, so the wait here is generous.
-    pub fn flip(&mut self) -> anyhow::Result<usize> {
-        let old = self.active as usize;
-        self.active ^= 1;
-        self.epoch.set(0, self.active, 0).context("switching the epoch")?;
-        std::thread::sleep(Duration::from_millis(2));
-        Ok(old)
-    }
-}
-
-impl SampleSource for KernelSource {
-    fn drain(&mut self) -> anyhow::Result<Vec<RawSample>> {
-        let old = self.flip()?;
-        self.drain_slot(old)
     }
 
     fn health(&self) -> anyhow::Result<Health> {
@@ -227,7 +221,11 @@ impl ReplaySource {
 }
 
 impl SampleSource for ReplaySource {
-    fn drain(&mut self) -> anyhow::Result<Vec<RawSample>> {
+    fn flip(&mut self) -> anyhow::Result<usize> {
+        Ok(0)
+    }
+
+    fn drain_slot(&mut self, _slot: usize) -> anyhow::Result<Vec<RawSample>> {
         Ok(self.batches.pop_front().unwrap_or_default())
     }
 
@@ -236,19 +234,8 @@ impl SampleSource for ReplaySource {
     }
 }
 
-/// Drain `source` into `profile`, capturing the memory map of any process whose addresses are
-/// not covered yet (new process, exec, dlopen) while it is still alive.
-pub fn drain_into(
-    source: &mut dyn SampleSource,
-    profile: &mut RawProfile,
-    procs: &mut Processes,
-    not_captured: &mut std::collections::HashSet<u32>,
-) -> anyhow::Result<()> {
-    add_batch(source.drain()?, profile, procs, not_captured);
-    Ok(())
-}
-
-/// Fold drained samples into `profile` (see `drain_into`).
+/// Fold drained samples into `profile`, capturing the memory map of any process whose addresses
+/// are not covered yet (new process, exec, dlopen) while it is still alive.
 pub fn add_batch(
     batch: Vec<RawSample>,
     profile: &mut RawProfile,
@@ -298,8 +285,15 @@ mod tests {
         procs.insert_maps(7, parse_maps("1000-2000 r-xp 00000000 fd:01 5 /bin/w\n"));
         let mut profile = RawProfile::new();
         let mut not_captured = Default::default();
-        drain_into(&mut source, &mut profile, &mut procs, &mut not_captured).unwrap();
-        drain_into(&mut source, &mut profile, &mut procs, &mut not_captured).unwrap();
+        for _ in 0..2 {
+            let slot = source.flip().unwrap();
+            add_batch(
+                source.drain_slot(slot).unwrap(),
+                &mut profile,
+                &mut procs,
+                &mut not_captured,
+            );
+        }
         assert_eq!(profile.total_samples(), 6);
         assert_eq!(profile.stacks.len(), 2);
         assert_eq!(profile.health.drains, 2);

@@ -6,6 +6,7 @@ pub mod btf;
 pub mod cli;
 pub mod collect;
 pub mod counters;
+pub mod driver;
 pub mod error;
 pub mod launcher;
 pub mod model;

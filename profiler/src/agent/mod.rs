@@ -23,15 +23,15 @@ use std::{
 use anyhow::Context as _;
 use bytes::Bytes;
 use tokio::{
-    signal::unix::{signal, SignalKind},
     sync::{mpsc, oneshot},
-    time::{interval, interval_at, Instant, MissedTickBehavior},
+    time::Instant,
 };
 
 use crate::{
     bpf::LoadOptions,
     cli::{AgentArgs, Event, OffCpuStacks, Unwind},
-    collect::{add_batch, KernelSource, SampleSource as _},
+    collect::add_batch,
+    driver::{monotonic_ns, prepare_to_load, Drained, Driver, Sink, Stops},
     error::UserError,
     model::RunMeta,
     modes::hotspot,
@@ -39,7 +39,6 @@ use crate::{
     process::{FileId, FileSnapshot, ProcessInfo, Processes, UserAddr},
     profile::{Health, RawProfile},
     report::pprof,
-    session::{capture_announced, event_ring, give_tables, load_following_processes, prepare_to_load},
     symbolize::Symbolizer,
 };
 use http::{Endpoint, PullRequest};
@@ -192,7 +191,7 @@ async fn agent(
         counters: Vec::new(),
     };
     let (jobs, renderer) = start_renderer(store, pusher, latest.clone(), metrics.clone(), meta);
-    let (pull_tx, mut pull_rx) = mpsc::channel::<PullRequest>(MAX_PULLS);
+    let (pull_tx, pull_rx) = mpsc::channel::<PullRequest>(MAX_PULLS);
     if let Some(listener) = listener {
         let listener = tokio::net::TcpListener::from_std(listener).context("serving the endpoint")?;
         let endpoint = Arc::new(Endpoint {
@@ -207,7 +206,6 @@ async fn agent(
         drop(pull_tx);
     }
 
-    let mut procs = Processes::new();
     let options = LoadOptions {
         sampling: true,
         sched: None,
@@ -221,11 +219,11 @@ async fn agent(
         sample_map_entries: config.sample_map_entries,
         tracefs,
     };
-    let (mut loaded, mut tables) = load_following_processes(&options, &mut procs)?;
-    loaded.attach_process_tracking()?;
-    let mut kernel = KernelSource::take(&mut loaded.ebpf, false)?;
-    let mut events = event_ring(&mut loaded)?;
-    loaded.attach_sampling(Event::CpuClock, config.frequency_hz)?;
+    let mut driver = Driver::load(&options)?;
+    driver.kernel.attach_process_tracking()?;
+    driver
+        .kernel
+        .attach_sampling(Event::CpuClock, config.frequency_hz)?;
     eprintln!(
         "bpfprof agent: sampling all {cpus} CPUs at {} Hz; a window every {:.0} s into {}{}{}; SIGTERM or Ctrl-C writes the last window and stops",
         config.frequency_hz,
@@ -235,57 +233,29 @@ async fn agent(
         config.push.as_ref().map_or(String::new(), |p| format!("; pushing to {}", p.url)),
     );
 
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let mut sighup = signal(SignalKind::hangup())?;
-    let mut drain_timer = interval(crate::collect::DRAIN_EVERY);
-    drain_timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut window_timer = interval_at(Instant::now() + config.window, config.window);
-    window_timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut collector = AgentCollector {
         window: Window::new(),
+        window_every: config.window,
+        window_due: Instant::now() + config.window,
+        closing: None,
         pulls: Vec::new(),
+        requests: pull_rx,
         health: Health::default(),
         metrics: metrics.clone(),
+        unwind_files,
         jobs,
     };
-    loop {
-        tokio::select! {
-            _ = sigint.recv() => break,
-            _ = sigterm.recv() => break,
-            _ = sighup.recv() => {
-                eprintln!("bpfprof agent: SIGHUP: nothing to reload (settings are read at start); carrying on");
-            }
-            guard = events.readable_mut() => {
-                let mut guard = guard?;
-                capture_announced(guard.get_inner_mut(), &mut procs);
-                guard.clear_ready();
-                give_tables(&mut tables, &mut procs);
-            }
-            Some(request) = pull_rx.recv() => collector.start_pull(request),
-            _ = drain_timer.tick() => {
-                collector.drain(&mut kernel, &mut procs)?;
-                give_tables(&mut tables, &mut procs);
-            }
-            _ = window_timer.tick() => {
-                let forgotten = collector.close_window(&mut kernel, &mut procs)?;
-                if let Some(tables) = &mut tables {
-                    tables.forget(&forgotten);
-                    metrics.unwind_rows_used.store(tables.rows_used().into(), Relaxed);
-                    *unwind_files.lock().unwrap_or_else(|e| e.into_inner()) = Some(tables.files_with_rows());
-                }
-            }
-        }
-    }
+    let mut stops = Stops {
+        survive_hangup: true,
+        ..Stops::default()
+    };
+    driver.collect(&mut stops, &mut collector).await?;
     // Flush: what was collected since the last window is a (shorter) window of its own.
-    capture_announced(events.get_mut(), &mut procs);
-    collector.close_window(&mut kernel, &mut procs)?;
+    let mut stopped = driver.stop(&mut collector, monotonic_ns())?;
+    collector.close_window(stopped.health, &mut stopped.procs, HashSet::new());
     for pull in collector.pulls.drain(..) {
         let _ = pull.reply.send(Err("the agent is stopping".into()));
     }
-    drop(events);
-    drop(kernel);
-    drop(loaded); // detaches every program
     drop(collector); // closes the renderer's queue: it finishes what it has, then the pusher
     let _ = tokio::task::spawn_blocking(move || renderer.join()).await;
     eprintln!(
@@ -298,14 +268,97 @@ async fn agent(
     Ok(())
 }
 
-/// What the loop collects into: the current window and the endpoint's profiles in progress.
+/// The agent's sink: the current window and the endpoint's profiles in progress.
 struct AgentCollector {
     window: Window,
+    window_every: Duration,
+    /// When the current window ends: the driver drains then, and the window goes to the renderer.
+    window_due: Instant,
+    /// The processes that had exited before the drain that closes the window (so every sample
+    /// they left is in it): forgotten after it, unless a pull still needs them.
+    closing: Option<HashSet<u32>>,
     pulls: Vec<Pull>,
+    /// Profiles asked for at the endpoint, started at the next drain.
+    requests: mpsc::Receiver<PullRequest>,
     /// The kernel's cumulative counters at the last window's end.
     health: Health,
     metrics: Arc<Metrics>,
+    unwind_files: Arc<Mutex<Option<Vec<crate::unwind::FileWithRows>>>>,
     jobs: std_mpsc::SyncSender<Job>,
+}
+
+impl Sink for AgentCollector {
+    fn wake_at(&self) -> Option<Instant> {
+        Some(self.window_due)
+    }
+
+    fn before_drain(&mut self, procs: &Processes) {
+        if Instant::now() >= self.window_due {
+            self.closing = Some(
+                procs
+                    .pids()
+                    .into_iter()
+                    .filter(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+                    .collect(),
+            );
+        }
+    }
+
+    /// Everything the kernel recorded since the last drain, into the window and every pull;
+    /// pulls that are due go to the renderer, and so does the window when it is due.
+    fn drained(&mut self, drained: Drained<'_>) -> anyhow::Result<()> {
+        while let Ok(request) = self.requests.try_recv() {
+            self.start_pull(request);
+        }
+        let Drained {
+            samples,
+            procs,
+            tables,
+            source,
+            ..
+        } = drained;
+        for pull in &mut self.pulls {
+            for sample in &samples {
+                pull.profile.add(sample.clone(), procs);
+            }
+        }
+        add_batch(
+            samples,
+            &mut self.window.profile,
+            procs,
+            &mut self.window.not_captured,
+        );
+        let now = Instant::now();
+        let (due, waiting): (Vec<Pull>, Vec<Pull>) = self.pulls.drain(..).partition(|p| p.until <= now);
+        self.pulls = waiting;
+        for pull in due {
+            let rendering = rendering(pull.profile, procs, pull.started, pull.since.elapsed());
+            if let Err(std_mpsc::TrySendError::Full(Job::Pull(_, reply))) =
+                self.jobs.try_send(Job::Pull(rendering, pull.reply))
+            {
+                let _ = reply.send(Err("the agent is busy writing a window: retry".into()));
+            }
+        }
+        if let Some(exited) = self.closing.take() {
+            // The next window ends a window's length after this one was due, or after now if
+            // this drain came later than that.
+            let next = self.window_due + self.window_every;
+            self.window_due = match next > now {
+                true => next,
+                false => now + self.window_every,
+            };
+            let forgotten = self.close_window(source.health()?, procs, exited);
+            if let Some(tables) = tables {
+                tables.forget(&forgotten);
+                self.metrics
+                    .unwind_rows_used
+                    .store(tables.rows_used().into(), Relaxed);
+                *self.unwind_files.lock().unwrap_or_else(|e| e.into_inner()) = Some(tables.files_with_rows());
+            }
+        }
+        self.update_gauges(procs);
+        Ok(())
+    }
 }
 
 impl AgentCollector {
@@ -326,53 +379,16 @@ impl AgentCollector {
         });
     }
 
-    /// Everything the kernel recorded since the last drain, into the window and every pull;
-    /// pulls that are due go to the renderer.
-    fn drain(&mut self, kernel: &mut KernelSource, procs: &mut Processes) -> anyhow::Result<()> {
-        let batch = kernel.drain()?;
-        for pull in &mut self.pulls {
-            for sample in &batch {
-                pull.profile.add(sample.clone(), procs);
-            }
-        }
-        add_batch(
-            batch,
-            &mut self.window.profile,
-            procs,
-            &mut self.window.not_captured,
-        );
-        let now = Instant::now();
-        let (due, waiting): (Vec<Pull>, Vec<Pull>) = self.pulls.drain(..).partition(|p| p.until <= now);
-        self.pulls = waiting;
-        for pull in due {
-            let rendering = rendering(pull.profile, procs, pull.started, pull.since.elapsed());
-            if let Err(std_mpsc::TrySendError::Full(Job::Pull(_, reply))) =
-                self.jobs.try_send(Job::Pull(rendering, pull.reply))
-            {
-                let _ = reply.send(Err("the agent is busy writing a window: retry".into()));
-            }
-        }
-        self.update_gauges(procs);
-        Ok(())
-    }
-
-    /// End the window: drain, hand it to the renderer, and forget the processes that had
-    /// exited before the drain (so every sample they left is in this window) unless a pull
-    /// still needs them.
-    /// Returns the processes forgotten.
+    /// End the window: hand it to the renderer with the kernel's counters since the last one
+    /// (`total`: cumulative), and forget the processes in `exited` unless a pull still needs
+    /// them. Returns the processes forgotten.
     fn close_window(
         &mut self,
-        kernel: &mut KernelSource,
+        total: Health,
         procs: &mut Processes,
-    ) -> anyhow::Result<HashSet<u32>> {
-        let mut exited: HashSet<u32> = procs
-            .pids()
-            .into_iter()
-            .filter(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
-            .collect();
-        self.drain(kernel, procs)?;
+        mut exited: HashSet<u32>,
+    ) -> HashSet<u32> {
         let window = std::mem::replace(&mut self.window, Window::new());
-        let total = kernel.health()?;
         let mut health = total.sampling_since(&self.health);
         health.processes_not_captured = window.not_captured.len() as u64;
         self.health = total;
@@ -389,7 +405,7 @@ impl AgentCollector {
         }
         procs.forget(&exited);
         self.update_gauges(procs);
-        Ok(exited)
+        exited
     }
 
     fn count(&self, health: &Health) {

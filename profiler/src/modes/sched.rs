@@ -153,8 +153,47 @@ pub struct SchedCollection {
     pub threads_at_start: Vec<(u32, u32)>,
 }
 
+/// The scheduler's maps and what has been read from them so far: drained with the samples, at
+/// the same epoch flip.
+pub struct SchedCollector {
+    source: SchedSource,
+    pub collection: Box<SchedCollection>,
+}
+
+impl SchedCollector {
+    /// The maps, and a collection starting now for the targets' threads of the moment.
+    pub fn take(ebpf: &mut Ebpf, started_ns: u64, threads_at_start: Vec<(u32, u32)>) -> anyhow::Result<Self> {
+        Ok(SchedCollector {
+            source: SchedSource::take(ebpf)?,
+            collection: Box::new(SchedCollection {
+                started_ns,
+                threads_at_start,
+                ..Default::default()
+            }),
+        })
+    }
+
+    /// After the epoch switched away from `old`.
+    pub fn drain(&mut self, old: usize) -> anyhow::Result<()> {
+        self.source.read_slow(&mut self.collection);
+        self.source.drain(old, &mut self.collection)
+    }
+
+    /// Every task's waits so far, for a live view.
+    pub fn latencies_now(&self, now_ns: u64) -> Vec<TaskLatency> {
+        let records = self.source.tasks_now(&self.collection, now_ns);
+        latencies(&records, self.collection.started_ns)
+    }
+
+    /// The collection, with the tasks still alive at `stopped_ns` and every off-CPU stack.
+    pub fn finish(mut self, procs: &mut Processes, stopped_ns: u64) -> anyhow::Result<Box<SchedCollection>> {
+        self.source.finish(&mut self.collection, procs, stopped_ns)?;
+        Ok(self.collection)
+    }
+}
+
 /// The kernel maps of the sched programs.
-pub struct SchedSource {
+struct SchedSource {
     tasks: BpfHashMap<MapData, u32, TaskSched>,
     exited: BpfHashMap<MapData, ExitedKey, TaskSched>,
     offcpu: BpfHashMap<MapData, SampleKey, OffCpuTime>,
@@ -162,11 +201,11 @@ pub struct SchedSource {
     /// Table-unwound user stacks (when the run walks tables).
     user_stacks: BpfHashMap<MapData, u32, UserStack>,
     heat: PerCpuArray<MapData, u64>,
-    pub slow: RingBuf<MapData>,
+    slow: RingBuf<MapData>,
 }
 
 impl SchedSource {
-    pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
+    fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
         let mut take = |name: &str| crate::bpf::take_map(ebpf, name);
         Ok(SchedSource {
             tasks: BpfHashMap::try_from(take(names::TASK_STATS)?)?,
@@ -181,7 +220,7 @@ impl SchedSource {
 
     /// Once a second, after the epoch switched away from `old`: one heatmap column, and the
     /// stats of the tasks that exited since.
-    pub fn drain(&mut self, old: usize, into: &mut SchedCollection) -> anyhow::Result<()> {
+    fn drain(&mut self, old: usize, into: &mut SchedCollection) -> anyhow::Result<()> {
         let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
         let mut column = vec![0u64; HEAT_BUCKETS];
         for (bucket, cell) in column.iter_mut().enumerate() {
@@ -207,7 +246,7 @@ impl SchedSource {
 
     /// Every task's statistics so far, without taking anything: those that exited (in `into`)
     /// and those still alive (read from the kernel). For a live view.
-    pub fn tasks_now(&self, collected: &SchedCollection, now_ns: u64) -> Vec<TaskRecord> {
+    fn tasks_now(&self, collected: &SchedCollection, now_ns: u64) -> Vec<TaskRecord> {
         let mut tasks = collected.tasks.clone();
         for (_, task) in self.tasks.iter().filter_map(Result::ok) {
             tasks.push(TaskRecord::from(&task).with_open_interval(&task, now_ns));
@@ -216,7 +255,7 @@ impl SchedSource {
     }
 
     /// Slow events waiting in the ring buffer; only the longest `SLOW_EVENTS_KEPT` are kept.
-    pub fn read_slow(&mut self, into: &mut SchedCollection) {
+    fn read_slow(&mut self, into: &mut SchedCollection) {
         while let Some(item) = self.slow.next() {
             if item.len() < std::mem::size_of::<SlowEvent>() {
                 continue;
@@ -259,7 +298,7 @@ impl SchedSource {
     }
 
     /// At the end: the tasks still alive, and every off-CPU stack.
-    pub fn finish(
+    fn finish(
         &mut self,
         into: &mut SchedCollection,
         procs: &mut Processes,

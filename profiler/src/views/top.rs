@@ -25,12 +25,15 @@ use crossterm::{
 
 use crate::{
     cli::{Mode, TopArgs},
+    collect::add_batch,
+    driver::{Drained, Sink},
     error::UserError,
     model::RunMeta,
     modes::{hotspot, lock},
     plan::Plan,
+    profile::{Health, RawProfile},
     report::human_ns,
-    session::{run_live, Live, LiveData},
+    session::run_live,
     symbolize::Symbolizer,
 };
 
@@ -200,10 +203,10 @@ impl TopView {
         })
     }
 
-    fn hotspot(&mut self, data: LiveData<'_>) {
-        let Some(profile) = data.stacks else { return };
+    fn hotspot(&mut self, data: Drained<'_>) {
         // This second's stacks are the view's: nothing else reports them.
-        let second = std::mem::take(profile);
+        let mut second = RawProfile::new();
+        add_batch(data.samples, &mut second, data.procs, &mut Default::default());
         let symbols = self.symbolizer.symbolize(&second, &*data.procs);
         let report = hotspot::build(self.meta.clone(), &second, &symbols);
         let functions = report
@@ -219,8 +222,9 @@ impl TopView {
         self.hot.push(report.samples, functions);
     }
 
-    fn sched(&mut self, data: LiveData<'_>) {
-        let Some(tasks) = data.tasks else { return };
+    fn sched(&mut self, data: Drained<'_>) {
+        let Some(sched) = data.sched else { return };
+        let tasks = sched.latencies_now(crate::driver::monotonic_ns());
         let mut now = HashMap::new();
         for task in &tasks {
             let key = (task.pid, task.tid);
@@ -240,14 +244,14 @@ impl TopView {
         self.task_info.retain(|key, _| waits.holds(key));
     }
 
-    fn lock(&mut self, data: LiveData<'_>) {
+    fn lock(&mut self, data: Drained<'_>, health: Health) {
         let Some(maps) = data.locks else { return };
         let collection = maps.collect(data.procs);
         let symbols = self.symbolizer.symbolize(&collection.stacks, &*data.procs);
         let report = lock::build(
             self.meta.clone(),
             crate::cli::LockSource::Futex,
-            data.health,
+            health,
             &collection,
             &symbols,
             data.procs,
@@ -321,22 +325,23 @@ impl TopView {
     }
 }
 
-impl Live for TopView {
-    fn refresh(&mut self, data: LiveData<'_>) -> anyhow::Result<()> {
+impl Sink for TopView {
+    fn drained(&mut self, data: Drained<'_>) -> anyhow::Result<()> {
         // The run's loop (and its SIGINT handler) is running now.
         LISTENING.store(true, SeqCst);
         if QUIT.load(SeqCst) {
             interrupt();
         }
         let (_, height) = terminal::size().unwrap_or((80, 24));
-        let status = match data.health.lost() {
+        let health = data.source.health()?;
+        let status = match health.lost() {
             0 => String::new(),
             n => format!(", {n} samples lost"),
         };
         match self.mode {
             Mode::Hotspot => self.hotspot(data),
             Mode::Sched => self.sched(data),
-            Mode::Lock => self.lock(data),
+            Mode::Lock => self.lock(data, health),
             Mode::Topdown => {}
         }
         let lines = self.lines((height as usize).saturating_sub(3).max(1), &status);

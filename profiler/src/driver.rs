@@ -1,0 +1,504 @@
+//! The one collection loop. A run, `top` and the agent all load through it, drain on its tick,
+//! stop on its conditions and detach in its order; they differ only in the sink each drained
+//! batch goes to: a run's keeps everything for the report at the end, `top`'s redraws the
+//! screen, the agent's cuts windows and serves pulls. A replay source drives the same loop in
+//! the unit tests.
+use std::{
+    os::fd::{FromRawFd as _, OwnedFd, RawFd},
+    path::Path,
+};
+
+use anyhow::Context as _;
+use aya::maps::{MapData, RingBuf};
+use profiler_common::{names, ProcessEvent, ProcessEventKind};
+use tokio::{
+    io::unix::AsyncFd,
+    signal::unix::{signal, Signal, SignalKind},
+    time::{interval, sleep_until, Instant, MissedTickBehavior},
+};
+
+use crate::{
+    bpf::{LoadOptions, Loaded},
+    collect::{KernelSource, SampleSource},
+    launcher::RunningCommand,
+    modes::{
+        lock::{LockCollection, LockMaps},
+        sched::{SchedCollection, SchedCollector},
+    },
+    preflight,
+    process::Processes,
+    profile::{Health, RawSample},
+    unwind::Tables,
+};
+
+/// Where each drain's records go.
+pub(crate) trait Sink {
+    /// One drain's records.
+    fn drained(&mut self, drained: Drained<'_>) -> anyhow::Result<()>;
+    /// A moment the sink wants a drain at, besides the regular ones (the end of an agent window).
+    fn wake_at(&self) -> Option<Instant> {
+        None
+    }
+    /// Just before a drain: a process that has exited by now left every sample it will ever
+    /// leave in the records about to be drained.
+    fn before_drain(&mut self, _procs: &Processes) {}
+}
+
+/// What a sink is handed after each drain.
+pub(crate) struct Drained<'a> {
+    /// The samples recorded since the previous drain (none when not sampling).
+    pub samples: Vec<RawSample>,
+    /// The scheduler's records so far (sched and topdown).
+    pub sched: Option<&'a SchedCollector>,
+    /// The lock records so far (lock mode).
+    pub locks: Option<&'a LockMaps>,
+    pub procs: &'a mut Processes,
+    /// The table walker's rows, when tables are walked.
+    pub tables: Option<&'a mut Tables>,
+    /// For the kernel's counters of lost and damaged records.
+    pub source: &'a dyn SampleSource,
+}
+
+/// Why the loop ended.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Stop {
+    Duration,
+    Interrupted,
+    Terminated,
+    CommandExited(i32),
+    TargetsExited,
+}
+
+/// What ends the loop besides SIGINT and SIGTERM.
+#[derive(Default)]
+pub(crate) struct Stops {
+    pub deadline: Option<Instant>,
+    /// The command being profiled: its exit ends the run.
+    pub command: Option<RunningCommand>,
+    /// `-p` targets: the run ends once all have exited.
+    pub targets: Vec<AsyncFd<OwnedFd>>,
+    /// SIGHUP is answered with a line and otherwise ignored (the agent), instead of ending
+    /// bpfprof as it does by default.
+    pub survive_hangup: bool,
+}
+
+/// What was loaded and what is drained from it.
+pub(crate) struct Driver<K = Loaded> {
+    /// What stays attached while the loop runs: dropped last, which detaches every program and
+    /// closes every perf event.
+    pub kernel: K,
+    /// The ring the kernel announces new processes and changed mappings in.
+    events: Option<AsyncFd<RingBuf<MapData>>>,
+    pub collector: Collector,
+}
+
+/// The maps drained at each tick and what follows the processes they name.
+pub(crate) struct Collector {
+    source: Box<dyn SampleSource>,
+    pub sched: Option<SchedCollector>,
+    pub locks: Option<LockMaps>,
+    pub procs: Processes,
+    pub tables: Option<Tables>,
+}
+
+/// What the loop leaves once everything is drained and detached.
+pub(crate) struct Stopped {
+    /// The kernel's counters at the end, with what only user space knows of the run.
+    pub health: Health,
+    pub sched: Option<Box<SchedCollection>>,
+    pub locks: Option<LockCollection>,
+    pub procs: Processes,
+}
+
+/// What every loading run needs once privileges are checked: tracefs, limits, the event loop.
+pub(crate) fn prepare_to_load() -> anyhow::Result<(&'static Path, tokio::runtime::Runtime)> {
+    let tracefs = preflight::ensure_tracefs()?;
+    preflight::raise_limits();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the event loop")?;
+    Ok((tracefs, runtime))
+}
+
+impl Driver<Loaded> {
+    /// Load the programs, and what follows processes for symbolization: the processes label
+    /// each capture with the exec generation the kernel counts, and the unwinder (where tables
+    /// are walked) gets each capture's mappings. Nothing is attached yet but the loader's own.
+    pub fn load(options: &LoadOptions<'_>) -> anyhow::Result<Self> {
+        let mut loaded = Loaded::load(options)?;
+        let mut procs = Processes::new();
+        let generations = crate::bpf::take_map(&mut loaded.ebpf, names::EXEC_GENERATIONS)?;
+        let generations: aya::maps::HashMap<MapData, u32, u32> = aya::maps::HashMap::try_from(generations)?;
+        procs.with_generations(move |pid| generations.get(&pid, 0).unwrap_or(0));
+        let tables = match options.walks_tables() {
+            true => {
+                procs.record_captures();
+                Some(loaded.enable_unwinding(options)?)
+            }
+            false => None,
+        };
+        let source = KernelSource::take(&mut loaded.ebpf, options.counters > 0)?;
+        let events = crate::bpf::take_map(&mut loaded.ebpf, names::EVENTS)?;
+        // SAFETY: the ring buffer owns its descriptor and outlives the registration (both are
+        // dropped together).
+        let events = unsafe { AsyncFd::register(RingBuf::try_from(events)?) }
+            .map_err(|e| anyhow::anyhow!("watching the event ring: {e}"))?;
+        Ok(Driver {
+            kernel: loaded,
+            events: Some(events),
+            collector: Collector {
+                source: Box::new(source),
+                sched: None,
+                locks: None,
+                procs,
+                tables,
+            },
+        })
+    }
+
+    /// Start tracing the scheduler: its records cover the run from now on.
+    pub fn trace_sched(&mut self, threads_at_start: Vec<(u32, u32)>) -> anyhow::Result<()> {
+        let sched = SchedCollector::take(&mut self.kernel.ebpf, monotonic_ns(), threads_at_start)?;
+        self.kernel.attach_sched()?;
+        self.collector.sched = Some(sched);
+        Ok(())
+    }
+
+    /// Take the lock maps, read at every drain and at the end.
+    pub fn take_locks(&mut self) -> anyhow::Result<()> {
+        self.collector.locks = Some(LockMaps::take(&mut self.kernel.ebpf)?);
+        Ok(())
+    }
+}
+
+impl<K> Driver<K> {
+    /// A driver over recorded batches, with nothing loaded: for tests of everything after
+    /// collection.
+    #[cfg(test)]
+    pub fn replay(kernel: K, source: crate::collect::ReplaySource) -> Self {
+        Driver {
+            kernel,
+            events: None,
+            collector: Collector {
+                source: Box::new(source),
+                sched: None,
+                locks: None,
+                procs: Processes::new(),
+                tables: None,
+            },
+        }
+    }
+
+    /// Drain every `DRAIN_EVERY` (and whenever the sink asks) until a stop condition; what
+    /// the kernel announces is captured as it comes.
+    pub async fn collect(&mut self, stops: &mut Stops, sink: &mut dyn Sink) -> anyhow::Result<Stop> {
+        let mut sigint = signal(SignalKind::interrupt())?;
+        let mut sigterm = signal(SignalKind::terminate())?;
+        let mut sigchld = signal(SignalKind::child())?;
+        // Registered only where it is survived: a handler stays for the life of the process.
+        let mut sighup = stops
+            .survive_hangup
+            .then(|| signal(SignalKind::hangup()))
+            .transpose()?;
+        // The only periodic wake-up: everything else (signals, exits, new processes) wakes us itself.
+        let mut drain_timer = interval(crate::collect::DRAIN_EVERY);
+        drain_timer.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        drain_timer.tick().await;
+        let targets_exited = all_exited(&stops.targets);
+        tokio::pin!(targets_exited);
+        let until_deadline = until(stops.deadline);
+        tokio::pin!(until_deadline);
+        let Driver {
+            events, collector, ..
+        } = self;
+        loop {
+            tokio::select! {
+                _ = &mut until_deadline => return Ok(Stop::Duration),
+                _ = sigint.recv() => return Ok(Stop::Interrupted),
+                _ = sigterm.recv() => return Ok(Stop::Terminated),
+                _ = received(&mut sighup) => {
+                    eprintln!("bpfprof agent: SIGHUP: nothing to reload (settings are read at start); carrying on");
+                }
+                _ = sigchld.recv() => {
+                    if let Some(code) = stops.command.as_mut().and_then(RunningCommand::try_wait) {
+                        return Ok(Stop::CommandExited(code));
+                    }
+                }
+                guard = announced(events) => {
+                    let mut guard = guard?;
+                    capture_announced(guard.get_inner_mut(), &mut collector.procs);
+                    guard.clear_ready();
+                    collector.give_tables();
+                }
+                _ = &mut targets_exited => return Ok(Stop::TargetsExited),
+                _ = drain_timer.tick() => {
+                    // Also a safety net for a SIGCHLD that raced the handler's registration.
+                    if let Some(code) = stops.command.as_mut().and_then(RunningCommand::try_wait) {
+                        return Ok(Stop::CommandExited(code));
+                    }
+                    collector.drain(sink)?;
+                }
+                _ = until(sink.wake_at()) => collector.drain(sink)?,
+            }
+        }
+    }
+
+    /// The last records, from both epoch slots so nothing recorded is left behind, then the
+    /// records only read at the end; detaches everything. Open scheduler states end at
+    /// `stopped_ns`.
+    pub fn stop(self, sink: &mut dyn Sink, stopped_ns: u64) -> anyhow::Result<Stopped> {
+        let Driver {
+            kernel,
+            mut events,
+            mut collector,
+        } = self;
+        if let Some(events) = &mut events {
+            capture_announced(events.get_mut(), &mut collector.procs);
+        }
+        collector.drain(sink)?;
+        collector.drain(sink)?;
+        let Collector {
+            source,
+            sched,
+            locks,
+            mut procs,
+            tables,
+        } = collector;
+        let mut health = source.health()?;
+        health.files_without_tables = tables.as_ref().map_or(0, Tables::files_without_tables);
+        let sched = match sched {
+            Some(sched) => {
+                let collection = sched.finish(&mut procs, stopped_ns)?;
+                health.slow_events = collection.slow_seen;
+                Some(collection)
+            }
+            None => None,
+        };
+        let locks = locks.map(|maps| maps.collect(&mut procs));
+        drop(events);
+        drop(source);
+        drop(kernel);
+        Ok(Stopped {
+            health,
+            sched,
+            locks,
+            procs,
+        })
+    }
+}
+
+impl Collector {
+    /// The one drain: one epoch flip for the samples and the scheduler's records alike.
+    fn drain(&mut self, sink: &mut dyn Sink) -> anyhow::Result<()> {
+        sink.before_drain(&self.procs);
+        let old = self.source.flip()?;
+        let samples = self.source.drain_slot(old)?;
+        if let Some(sched) = &mut self.sched {
+            sched.drain(old)?;
+        }
+        sink.drained(Drained {
+            samples,
+            sched: self.sched.as_ref(),
+            locks: self.locks.as_ref(),
+            procs: &mut self.procs,
+            tables: self.tables.as_mut(),
+            source: &*self.source,
+        })?;
+        self.give_tables();
+        Ok(())
+    }
+
+    /// Give the table walker the mappings (and files' tables) of processes captured since last
+    /// time: new targets, and processes whose map changed (exec, dlopen). A process it cannot be
+    /// given is walked with frame pointers.
+    pub fn give_tables(&mut self) {
+        let Some(tables) = &mut self.tables else {
+            return;
+        };
+        for (pid, maps) in self.procs.take_captured() {
+            if let Err(e) = tables.load_process(pid, &maps) {
+                log::warn!("unwind tables for pid {pid}: {e:#}");
+            }
+        }
+    }
+}
+
+/// Capture the memory map of every process the kernel announced, while it is alive.
+fn capture_announced(ring: &mut RingBuf<MapData>, procs: &mut Processes) {
+    while let Some(item) = ring.next() {
+        if item.len() < std::mem::size_of::<ProcessEvent>() {
+            continue;
+        }
+        // SAFETY: the ring carries only `ProcessEvent`s, checked for length above.
+        let event: ProcessEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+        let _ = match event.kind {
+            k if k == ProcessEventKind::MappingsChanged as u32 => procs.refresh(event.tgid),
+            _ => procs.capture(event.tgid),
+        };
+    }
+}
+
+type ReadyRing<'a> = tokio::io::unix::AsyncFdReadyMutGuard<'a, RingBuf<MapData>>;
+
+/// The event ring once it has something; never, without one.
+async fn announced(events: &mut Option<AsyncFd<RingBuf<MapData>>>) -> std::io::Result<ReadyRing<'_>> {
+    match events {
+        Some(events) => events.readable_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn received(signal: &mut Option<Signal>) {
+    match signal {
+        Some(signal) => {
+            signal.recv().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves at `deadline`; never, without one.
+async fn until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A descriptor that becomes readable when the process exits (a zombie counts as exited), and
+/// that keeps naming the same process even if its pid is reused.
+pub(crate) fn pidfd(pid: u32) -> std::io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor that nothing else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+    // SAFETY: the AsyncFd owns the descriptor it watches.
+    unsafe { AsyncFd::register(fd) }.map_err(|e| std::io::Error::other(e.to_string()))
+}
+
+/// Resolves once every process behind `fds` has exited; never, for an empty list.
+async fn all_exited(fds: &[AsyncFd<OwnedFd>]) {
+    if fds.is_empty() {
+        return std::future::pending().await;
+    }
+    for fd in fds {
+        let _ = fd.readable().await;
+    }
+}
+
+/// CLOCK_MONOTONIC, the clock of `bpf_ktime_get_ns()`.
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{
+        collect::{add_batch, ReplaySource},
+        profile::{RawProfile, StackRead},
+    };
+    use std::time::Duration;
+
+    #[test]
+    fn pidfds_report_exit_including_zombies() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let mut child = std::process::Command::new("sleep").arg("0.2").spawn().unwrap();
+            let fds = vec![pidfd(child.id()).unwrap()];
+            let started = Instant::now();
+            all_exited(&fds).await; // the child is a zombie here: not reaped yet
+            assert!(started.elapsed() >= std::time::Duration::from_millis(150));
+            child.wait().unwrap();
+            assert!(pidfd(u32::MAX >> 2).is_err());
+        });
+    }
+
+    /// A sink as a run's: everything into one profile; counts its drains and wake-ups.
+    #[derive(Default)]
+    struct Keeps {
+        profile: RawProfile,
+        drains: u32,
+        wake_at: Option<Instant>,
+        woken: u32,
+    }
+
+    impl Sink for Keeps {
+        fn drained(&mut self, drained: Drained<'_>) -> anyhow::Result<()> {
+            self.drains += 1;
+            if self.wake_at.is_some_and(|at| Instant::now() >= at) {
+                self.woken += 1;
+                self.wake_at = None;
+            }
+            add_batch(
+                drained.samples,
+                &mut self.profile,
+                drained.procs,
+                &mut Default::default(),
+            );
+            Ok(())
+        }
+
+        fn wake_at(&self) -> Option<Instant> {
+            self.wake_at
+        }
+    }
+
+    fn sample(pid: u32, count: u64) -> RawSample {
+        RawSample {
+            pid,
+            tid: pid,
+            comm: "w".into(),
+            user: StackRead::Absent,
+            kernel: StackRead::Frames(vec![0xffff_ffff_8100_0000]),
+            count,
+            exec_generation: 0,
+            deltas: Default::default(),
+        }
+    }
+
+    /// The loop a run takes, on recorded batches and a paused clock: a drain a second, one more
+    /// when the sink asks, and the two of the stop; every batch reaches the sink once.
+    #[test]
+    fn replayed_batches_reach_the_sink_at_each_drain_and_at_the_stop() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let batches = (1..=6).map(|n| vec![sample(7, n)]).collect();
+            let mut driver = Driver::replay((), ReplaySource::new(batches, Health::default()));
+            let started = Instant::now();
+            let mut sink = Keeps {
+                wake_at: Some(started + Duration::from_millis(1500)),
+                ..Default::default()
+            };
+            let mut stops = Stops {
+                deadline: Some(started + Duration::from_millis(3500)),
+                ..Default::default()
+            };
+            let stop = driver.collect(&mut stops, &mut sink).await.unwrap();
+            assert_eq!(stop, Stop::Duration);
+            // Ticks at 1, 2 and 3 s, and the sink's own at 1.5 s.
+            assert_eq!((sink.drains, sink.woken), (4, 1));
+            let stopped = driver.stop(&mut sink, monotonic_ns()).unwrap();
+            assert_eq!(sink.drains, 6);
+            assert_eq!(sink.profile.total_samples(), (1..=6).sum::<u64>());
+            assert!(stopped.sched.is_none() && stopped.locks.is_none());
+        });
+    }
+}
