@@ -10,7 +10,6 @@ use aya::{
         uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
         PerfEvent, ProgramError, RawTracePoint, TracePoint, UProbe,
     },
-    util::online_cpus,
     Ebpf, EbpfLoader,
 };
 use profiler_common::{names, offcpu_stacks, ExitOffsets, ForkOffsets, TaskOffsets};
@@ -19,6 +18,7 @@ use std::os::fd::{AsFd as _, AsRawFd as _};
 
 use crate::{
     cli::{Event, LockSource, OffCpuStacks},
+    collect::take_map,
     counters::counting::{Counting, CountingError, Scope},
     counters::events::{EventSpec, Pmu, Source},
     error::UserError,
@@ -27,11 +27,6 @@ use crate::{
 };
 
 static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/profiler"));
-
-/// A map the loaded object must have, taken out of it (the caller owns it from now on).
-pub fn take_map(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {
-    ebpf.take_map(name).with_context(|| format!("map {name} missing"))
-}
 
 pub struct Loaded {
     pub ebpf: Ebpf,
@@ -58,11 +53,6 @@ pub fn tracepoint_offsets(tracefs: &Path) -> anyhow::Result<(ForkOffsets, ExitOf
             .unwrap_or(u32::MAX),
     };
     Ok((fork, exit))
-}
-
-/// The ids of the online CPUs.
-pub fn online_cpu_ids() -> anyhow::Result<Vec<u32>> {
-    online_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))
 }
 
 /// Where the running kernel keeps the `task_struct` fields the raw sched tracepoints read.
@@ -360,17 +350,22 @@ impl Loaded {
             "at most {} counters per sample",
             names::COUNTER_READERS.len()
         );
-        let counting =
-            Counting::start(events, group, core, &Scope::Cpus(online_cpu_ids()?)).map_err(|e| match e {
-                CountingError::Unsupported { event, .. }
-                    if events
-                        .iter()
-                        .any(|s| s.name == event && !matches!(s.source, Source::Software(_))) =>
-                {
-                    anyhow::Error::from(UserError::NoPmu { event })
-                }
-                e => e.into(),
-            })?;
+        let counting = Counting::start(
+            events,
+            group,
+            core,
+            &Scope::Cpus(crate::counters::cpu::online_ids()?),
+        )
+        .map_err(|e| match e {
+            CountingError::Unsupported { event, .. }
+                if events
+                    .iter()
+                    .any(|s| s.name == event && !matches!(s.source, Source::Software(_))) =>
+            {
+                anyhow::Error::from(UserError::NoPmu { event })
+            }
+            e => e.into(),
+        })?;
         for (cpu, fds) in counting.per_cpu() {
             for (slot, fd) in fds.iter().enumerate() {
                 let name = names::COUNTER_READERS[slot];
@@ -460,7 +455,7 @@ impl Loaded {
         };
         let program: &mut PerfEvent = self.program(names::PROG_SAMPLE)?;
         program.load().context("loading the sampling program")?;
-        let cpus = online_cpu_ids()?;
+        let cpus = crate::counters::cpu::online_ids()?;
         for &cpu in &cpus {
             if let Err(err) =
                 program.attach(config, PerfEventScope::AllProcessesOneCpu { cpu }, policy, false)

@@ -19,6 +19,11 @@ use crate::{
 /// a map never fills, rarely enough to cost nothing.
 pub const DRAIN_EVERY: Duration = Duration::from_secs(1);
 
+/// A map the loaded object must have, taken out of it (the caller owns it from now on).
+pub fn take_map(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {
+    ebpf.take_map(name).with_context(|| format!("map {name} missing"))
+}
+
 const EFAULT: i32 = 14;
 const EEXIST: i32 = 17;
 
@@ -34,7 +39,7 @@ pub trait SampleSource {
 }
 
 /// The kernel maps of the sampling program.
-pub struct KernelSource {
+pub struct SampleMaps {
     epoch: Array<MapData, u32>,
     samples: [BpfHashMap<MapData, SampleKey, SampleValue>; 2],
     stacks: [StackTraceMap<MapData>; 2],
@@ -46,9 +51,9 @@ pub struct KernelSource {
     active: u32,
 }
 
-impl KernelSource {
+impl SampleMaps {
     pub fn take(ebpf: &mut Ebpf, with_deltas: bool) -> anyhow::Result<Self> {
-        let mut take = |name: &str| crate::bpf::take_map(ebpf, name);
+        let mut take = |name: &str| take_map(ebpf, name);
         let epoch = Array::try_from(take(names::EPOCH)?)?;
         let samples = [
             BpfHashMap::try_from(take(names::SAMPLES[0])?)?,
@@ -82,7 +87,7 @@ impl KernelSource {
     }
 }
 
-impl SampleSource for KernelSource {
+impl SampleSource for SampleMaps {
     /// A program that read the old epoch just before the switch may still be writing into it: it
     /// runs for microseconds, so the wait here is generous.
     fn flip(&mut self) -> anyhow::Result<usize> {

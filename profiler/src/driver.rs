@@ -19,7 +19,7 @@ use tokio::{
 
 use crate::{
     bpf::{LoadOptions, Loaded},
-    collect::{KernelSource, SampleSource},
+    collect::{SampleMaps, SampleSource},
     launcher::RunningCommand,
     modes::{
         lock::{LockCollection, LockMaps},
@@ -128,7 +128,7 @@ impl Driver<Loaded> {
     pub fn load(options: &LoadOptions<'_>) -> anyhow::Result<Self> {
         let mut loaded = Loaded::load(options)?;
         let mut procs = Processes::new();
-        let generations = crate::bpf::take_map(&mut loaded.ebpf, names::EXEC_GENERATIONS)?;
+        let generations = crate::collect::take_map(&mut loaded.ebpf, names::EXEC_GENERATIONS)?;
         let generations: aya::maps::HashMap<MapData, u32, u32> = aya::maps::HashMap::try_from(generations)?;
         procs.with_generations(move |pid| generations.get(&pid, 0).unwrap_or(0));
         let tables = match options.walks_tables() {
@@ -138,8 +138,8 @@ impl Driver<Loaded> {
             }
             false => None,
         };
-        let source = KernelSource::take(&mut loaded.ebpf, options.counters > 0)?;
-        let events = crate::bpf::take_map(&mut loaded.ebpf, names::EVENTS)?;
+        let source = SampleMaps::take(&mut loaded.ebpf, options.counters > 0)?;
+        let events = crate::collect::take_map(&mut loaded.ebpf, names::EVENTS)?;
         // SAFETY: the ring buffer owns its descriptor and outlives the registration (both are
         // dropped together).
         let events = unsafe { AsyncFd::register(RingBuf::try_from(events)?) }

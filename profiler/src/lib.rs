@@ -19,6 +19,7 @@ pub mod profile;
 pub mod report;
 pub mod session;
 pub mod symbolize;
+pub mod top;
 pub mod unwind;
 pub mod views;
 
@@ -31,7 +32,7 @@ pub fn run(mut cli: Cli) -> anyhow::Result<i32> {
         Some(Subcommands::Agent(args)) => agent::run(args),
         Some(Subcommands::Diff(args)) => views::run_diff(args),
         Some(Subcommands::Report(args)) => views::run_report(args),
-        Some(Subcommands::Top(args)) => views::top::run(args),
+        Some(Subcommands::Top(args)) => top::run(args),
         None => match cli.counters.clone() {
             Some(path) => session::topdown_from_counters(&cli, &path),
             None => session::run(cli),

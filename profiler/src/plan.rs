@@ -4,8 +4,11 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use crate::{
     cli::{Cli, Event, Format, LockSource, Mode, OffCpuStacks},
+    counters::{counting::Counting, events::EventSpec},
     error::UserError,
-    launcher, output, preflight,
+    launcher,
+    modes::topdown::counting::TopdownCounting,
+    output, preflight,
 };
 
 /// A validated command line.
@@ -138,6 +141,38 @@ impl Plan {
         })
     }
 
+    /// What the run is made of: asked once, before anything is loaded.
+    pub fn needs(&self) -> anyhow::Result<Needs> {
+        let counting = match self.mode {
+            Mode::Topdown => Some(TopdownCounting::plan(&self.preset)?),
+            _ => None,
+        };
+        // Topdown reads its set at each sample too, for the split per function, wherever it counts.
+        let per_function = counting.as_ref().and_then(TopdownCounting::per_function);
+        let (sample_counters, group) = match (self.mode, per_function) {
+            (_, Some(set)) => (set.events.to_vec(), set.group),
+            (Mode::Hotspot, None) => (self.counters.iter().map(|c| c.spec()).collect(), false),
+            _ => (Vec::new(), false),
+        };
+        let sampling = match self.mode {
+            Mode::Hotspot => Some(self.event),
+            Mode::Topdown => per_function.map(|set| match set.hardware {
+                // Sampled on the cycle counter's overflow where there is one.
+                true => Event::Cycles,
+                false => self.event,
+            }),
+            _ => None,
+        };
+        Ok(Needs {
+            sampling,
+            sample_counters,
+            group,
+            sched: matches!(self.mode, Mode::Sched | Mode::Topdown),
+            lock: (self.mode == Mode::Lock).then_some(self.lock_source),
+            counting,
+        })
+    }
+
     pub fn target_description(&self) -> String {
         let mut parts = Vec::new();
         if self.system_wide {
@@ -152,4 +187,19 @@ impl Plan {
         }
         parts.join(", ")
     }
+}
+
+/// What a run is made of, decided once from its plan: the run branches on these, not on modes.
+pub struct Needs {
+    /// The event stacks are sampled on (hotspot; topdown per function, where it counts).
+    pub sampling: Option<Event>,
+    /// Counters read at each sample, and whether they are opened as one group.
+    pub sample_counters: Vec<EventSpec>,
+    pub group: bool,
+    /// The scheduler's records (sched; topdown's thread states).
+    pub sched: bool,
+    /// Lock waits, and where they are timed.
+    pub lock: Option<LockSource>,
+    /// Topdown's counting over the whole run.
+    pub counting: Option<TopdownCounting<Counting>>,
 }

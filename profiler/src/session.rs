@@ -7,9 +7,9 @@ use tokio::time::Instant;
 
 use crate::{
     bpf::LoadOptions,
-    cli::{Cli, Event, Format, LockSource, Mode},
+    cli::{Cli, Format, LockSource, Mode},
     collect::add_batch,
-    counters::events::{self, EventSpec, Pmu},
+    counters::events::{self, Pmu},
     counters::tma::Counts,
     driver::{monotonic_ns, pidfd, prepare_to_load, Drained, Driver, Sink, Stop, Stopped, Stops},
     error::UserError,
@@ -22,7 +22,7 @@ use crate::{
         topdown::{self, counting::TopdownCounting},
     },
     output,
-    plan::Plan,
+    plan::{Needs, Plan},
     preflight,
     process::Processes,
     profile::{Health, RawProfile},
@@ -244,10 +244,17 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
         true => None,
         false => Some(launcher::spawn_paused(&plan.command)?),
     };
-    let tracing_sched = matches!(plan.mode, Mode::Sched | Mode::Topdown);
+    let Needs {
+        sampling,
+        sample_counters,
+        group,
+        sched: tracing_sched,
+        lock,
+        mut counting,
+    } = plan.needs()?;
     // Which file of each target has its lock functions: known before anything is loaded.
     let mut lock_libraries = Vec::new();
-    if plan.mode == Mode::Lock && plan.lock_source == LockSource::Pthread {
+    if lock == Some(LockSource::Pthread) {
         for &pid in &plan.pids {
             lock_libraries.push((pid, probes::for_process(pid)?));
         }
@@ -257,26 +264,6 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
     }
     // Missing BTF is the first thing to say, before anything is counted.
     let task_offsets = tracing_sched.then(crate::bpf::task_offsets).transpose()?;
-    let mut counting = match plan.mode {
-        Mode::Topdown => Some(TopdownCounting::plan(plan)?),
-        _ => None,
-    };
-    // Topdown reads its set at each sample too, for the split per function, wherever it counts.
-    let per_function = counting.as_ref().and_then(TopdownCounting::per_function);
-    let (sample_counters, group): (Vec<EventSpec>, bool) = match (plan.mode, per_function) {
-        (_, Some(set)) => (set.events.to_vec(), set.group),
-        (Mode::Hotspot, None) => (plan.counters.iter().map(|c| c.spec()).collect(), false),
-        _ => (Vec::new(), false),
-    };
-    let sampling = match plan.mode {
-        Mode::Hotspot => Some(plan.event),
-        Mode::Topdown => per_function.map(|set| match set.hardware {
-            // Sampled on the cycle counter's overflow where there is one.
-            true => Event::Cycles,
-            false => plan.event,
-        }),
-        _ => None,
-    };
     let load_options = LoadOptions {
         sampling: sampling.is_some(),
         sched: task_offsets,
@@ -285,7 +272,7 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
         offcpu_stacks: plan.offcpu_stacks,
         counters: sample_counters.len() as u32,
         unwind_tables: plan.unwind == crate::cli::Unwind::Tables,
-        lock: (plan.mode == Mode::Lock).then_some(plan.lock_source),
+        lock,
         nvcsw_offset: match lock_libraries.is_empty() {
             true => None,
             false => crate::bpf::nvcsw_offset(),
@@ -322,10 +309,10 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
     }
     loaded.attach_process_tracking()?;
     let mut doing = Vec::new();
-    if plan.mode == Mode::Lock {
+    if let Some(source) = lock {
         driver.take_locks()?;
         let loaded = &mut driver.kernel;
-        match plan.lock_source {
+        match source {
             LockSource::Futex => {
                 loaded.attach_futex()?;
                 doing.push("timing futex waits (contended locks)".to_string());
@@ -366,7 +353,7 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
         loaded.attach_sampling(event, plan.frequency_hz)?;
         doing.push(format!("sampling at {} Hz ({})", plan.frequency_hz, event.name()));
     }
-    let cpus = crate::bpf::online_cpu_ids().map_or(1, |c| c.len() as u32);
+    let cpus = crate::counters::cpu::online_ids().map_or(1, |c| c.len() as u32);
     // The scheduler last, just before the counters and the clock of the run start: its thread
     // states then cover the run the report's duration and the counters' totals speak of.
     if tracing_sched {
@@ -383,7 +370,13 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
         doing.insert(0, "tracing the scheduler".to_string());
     }
     if let Some(counting) = &mut counting {
-        counting.start(plan, paused.as_ref().map(|p| p.pid()))?;
+        let targets: Vec<u32> = plan
+            .pids
+            .iter()
+            .copied()
+            .chain(paused.as_ref().map(|p| p.pid()))
+            .collect();
+        counting.start(plan.system_wide, &targets)?;
     }
     stops.command = paused.map(|p| p.release()).transpose()?;
 

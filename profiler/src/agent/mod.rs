@@ -178,7 +178,7 @@ async fn agent(
     let latest = Arc::new(Mutex::new(None));
     let unwind_files = Arc::new(Mutex::new(None));
     let pusher = config.push.clone().map(|p| Pusher::start(p, metrics.clone()));
-    let cpus = crate::bpf::online_cpu_ids().map_or(1, |c| c.len() as u32);
+    let cpus = crate::counters::cpu::online_ids().map_or(1, |c| c.len() as u32);
     // What every window's report says of the run; each gets its own duration.
     let meta = RunMeta {
         mode: "hotspot",

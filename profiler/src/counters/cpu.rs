@@ -187,6 +187,11 @@ pub fn describe() -> String {
     }
 }
 
+/// The ids of the online CPUs.
+pub fn online_ids() -> anyhow::Result<Vec<u32>> {
+    aya::util::online_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

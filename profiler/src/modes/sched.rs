@@ -156,7 +156,7 @@ pub struct SchedCollection {
 /// The scheduler's maps and what has been read from them so far: drained with the samples, at
 /// the same epoch flip.
 pub struct SchedCollector {
-    source: SchedSource,
+    source: SchedMaps,
     pub collection: Box<SchedCollection>,
 }
 
@@ -164,7 +164,7 @@ impl SchedCollector {
     /// The maps, and a collection starting now for the targets' threads of the moment.
     pub fn take(ebpf: &mut Ebpf, started_ns: u64, threads_at_start: Vec<(u32, u32)>) -> anyhow::Result<Self> {
         Ok(SchedCollector {
-            source: SchedSource::take(ebpf)?,
+            source: SchedMaps::take(ebpf)?,
             collection: Box::new(SchedCollection {
                 started_ns,
                 threads_at_start,
@@ -193,7 +193,7 @@ impl SchedCollector {
 }
 
 /// The kernel maps of the sched programs.
-struct SchedSource {
+struct SchedMaps {
     tasks: BpfHashMap<MapData, u32, TaskSched>,
     exited: BpfHashMap<MapData, ExitedKey, TaskSched>,
     offcpu: BpfHashMap<MapData, SampleKey, OffCpuTime>,
@@ -204,10 +204,10 @@ struct SchedSource {
     slow: RingBuf<MapData>,
 }
 
-impl SchedSource {
+impl SchedMaps {
     fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
-        let mut take = |name: &str| crate::bpf::take_map(ebpf, name);
-        Ok(SchedSource {
+        let mut take = |name: &str| crate::collect::take_map(ebpf, name);
+        Ok(SchedMaps {
             tasks: BpfHashMap::try_from(take(names::TASK_STATS)?)?,
             exited: BpfHashMap::try_from(take(names::EXITED)?)?,
             offcpu: BpfHashMap::try_from(take(names::OFFCPU)?)?,

@@ -1,9 +1,8 @@
-//! Views on profiles beyond one report: comparing two saved runs (`diff`), where inside a
-//! function its time went (`annotate`), and the live terminal view (`top`).
+//! Views on profiles beyond one report: comparing two saved runs (`diff`), and where inside a
+//! function its time went (`annotate`).
 pub mod annotate;
 pub mod diff;
 pub mod saved;
-pub mod top;
 
 use crate::{
     cli::{format_for, DiffArgs, Format, ReportArgs},

@@ -115,7 +115,7 @@ impl LockCollection {
 
 impl LockMaps {
     pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
-        let mut take = |name: &str| crate::bpf::take_map(ebpf, name);
+        let mut take = |name: &str| crate::collect::take_map(ebpf, name);
         Ok(LockMaps {
             waiters: BpfHashMap::try_from(take(names::LOCK_WAITERS)?)?,
             holders: BpfHashMap::try_from(take(names::LOCK_HOLDERS)?)?,

@@ -11,7 +11,6 @@ use crate::{
         tma::Counts,
     },
     error::UserError,
-    plan::Plan,
     process::threads_of,
 };
 
@@ -40,20 +39,15 @@ impl<C> TopdownCounting<C> {
 }
 
 impl TopdownCounting<Counting> {
-    /// What topdown will count, decided before anything is loaded (the sampling program is sized
-    /// by it). When the set needs a PMU there is not, says so in one line and counts nothing.
-    pub fn plan(plan: &Plan) -> anyhow::Result<TopdownCounting<Counting>> {
+    /// What topdown will count (`--preset`), decided before anything is loaded: the sampling
+    /// program is sized by it.
+    pub fn plan(preset: &str) -> anyhow::Result<TopdownCounting<Counting>> {
         let method = Method::here();
-        let set = events::preset(&plan.preset, method)
-            .ok_or_else(|| UserError::Usage(format!("unknown --preset {}", plan.preset)))?;
+        let set = events::preset(preset, method)
+            .ok_or_else(|| UserError::Usage(format!("unknown --preset {preset}")))?;
         let core = Pmu::core(Path::new(events::SYSFS_PMUS));
         let missing_pmu = crate::counters::pmu::missing_reason();
         let countable = !(set.hardware && missing_pmu.is_some());
-        if let (false, Some(reason)) = (countable, &missing_pmu) {
-            eprintln!(
-                "bpfprof: topdown: {reason}. Showing where each thread's time went instead (thread states from the scheduler)."
-            );
-        }
         Ok(TopdownCounting {
             set,
             countable,
@@ -70,22 +64,20 @@ impl TopdownCounting<Counting> {
     }
 
     /// Start the counters over the whole run, once everything else is attached (so they cover
-    /// the same time as the thread states): per thread of the targets, inherited by what they
-    /// start, or per CPU.
-    pub fn start(&mut self, plan: &Plan, command: Option<u32>) -> anyhow::Result<()> {
+    /// the same time as the thread states): per thread of the `targets`, inherited by what they
+    /// start, or per CPU. When the set needs a PMU there is not, says so in one line and counts
+    /// nothing.
+    pub fn start(&mut self, system_wide: bool, targets: &[u32]) -> anyhow::Result<()> {
         if !self.countable {
+            eprintln!(
+                "bpfprof: topdown: {}. Showing where each thread's time went instead (thread states from the scheduler).",
+                self.reason
+            );
             return Ok(());
         }
-        let scope = if plan.system_wide {
-            Scope::Cpus(crate::bpf::online_cpu_ids()?)
-        } else {
-            Scope::Threads(
-                plan.pids
-                    .iter()
-                    .flat_map(|&pid| threads_of(pid))
-                    .chain(command)
-                    .collect(),
-            )
+        let scope = match system_wide {
+            true => Scope::Cpus(crate::counters::cpu::online_ids()?),
+            false => Scope::Threads(targets.iter().flat_map(|&pid| threads_of(pid)).collect()),
         };
         let set = self.set;
         let counting = Counting::start(set.events, set.group, self.core.as_ref(), &scope)
