@@ -90,6 +90,26 @@ pub(crate) struct Driver<K = Loaded> {
     /// The ring the kernel announces new processes and changed mappings in.
     events: Option<AsyncFd<RingBuf<MapData>>>,
     pub collector: Collector,
+    signals: Signals,
+}
+
+/// The signals that end the loop, listened for from the moment of loading: one that arrives
+/// while programs are being attached, or just after "Ctrl-C to stop" is printed, still ends the
+/// run with its report (at the loop's start) instead of killing bpfprof.
+struct Signals {
+    interrupt: Signal,
+    terminate: Signal,
+    child: Signal,
+}
+
+impl Signals {
+    fn listen() -> std::io::Result<Signals> {
+        Ok(Signals {
+            interrupt: signal(SignalKind::interrupt())?,
+            terminate: signal(SignalKind::terminate())?,
+            child: signal(SignalKind::child())?,
+        })
+    }
 }
 
 /// The maps drained at each tick and what follows the processes they name.
@@ -147,6 +167,7 @@ impl Driver<Loaded> {
         Ok(Driver {
             kernel: loaded,
             events: Some(events),
+            signals: Signals::listen()?,
             collector: Collector {
                 source: Box::new(source),
                 sched: None,
@@ -180,6 +201,7 @@ impl<K> Driver<K> {
         Driver {
             kernel,
             events: None,
+            signals: Signals::listen().expect("listening for signals"),
             collector: Collector {
                 source: Box::new(source),
                 sched: None,
@@ -193,9 +215,6 @@ impl<K> Driver<K> {
     /// Drain every `DRAIN_EVERY` (and whenever the sink asks) until a stop condition; what
     /// the kernel announces is captured as it comes.
     pub async fn collect(&mut self, stops: &mut Stops, sink: &mut dyn Sink) -> anyhow::Result<Stop> {
-        let mut sigint = signal(SignalKind::interrupt())?;
-        let mut sigterm = signal(SignalKind::terminate())?;
-        let mut sigchld = signal(SignalKind::child())?;
         // Registered only where it is survived: a handler stays for the life of the process.
         let mut sighup = stops
             .survive_hangup
@@ -210,17 +229,20 @@ impl<K> Driver<K> {
         let until_deadline = until(stops.deadline);
         tokio::pin!(until_deadline);
         let Driver {
-            events, collector, ..
+            events,
+            collector,
+            signals,
+            ..
         } = self;
         loop {
             tokio::select! {
                 _ = &mut until_deadline => return Ok(Stop::Duration),
-                _ = sigint.recv() => return Ok(Stop::Interrupted),
-                _ = sigterm.recv() => return Ok(Stop::Terminated),
+                _ = signals.interrupt.recv() => return Ok(Stop::Interrupted),
+                _ = signals.terminate.recv() => return Ok(Stop::Terminated),
                 _ = received(&mut sighup) => {
                     eprintln!("bpfprof agent: SIGHUP: nothing to reload (settings are read at start); carrying on");
                 }
-                _ = sigchld.recv() => {
+                _ = signals.child.recv() => {
                     if let Some(code) = stops.command.as_mut().and_then(RunningCommand::try_wait) {
                         return Ok(Stop::CommandExited(code));
                     }
@@ -252,6 +274,7 @@ impl<K> Driver<K> {
             kernel,
             mut events,
             mut collector,
+            ..
         } = self;
         if let Some(events) = &mut events {
             capture_announced(events.get_mut(), &mut collector.procs);
