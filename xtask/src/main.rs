@@ -20,6 +20,8 @@ mod bench;
 mod noise;
 mod setup;
 mod soak;
+#[cfg(test)]
+mod structure;
 mod test;
 
 #[derive(Parser)]
