@@ -252,7 +252,7 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
         lock,
         mut counting,
     } = plan.needs()?;
-    // Which file of each target has its lock functions: known before anything is loaded.
+    // Which file of each target has its lock functions: known before anything is driver.kernel.
     let mut lock_libraries = Vec::new();
     if lock == Some(LockSource::Pthread) {
         for &pid in &plan.pids {
@@ -294,35 +294,32 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
         },
         ..Stops::default()
     };
-    let loaded = &mut driver.kernel;
     for &pid in &plan.pids {
-        loaded.add_target(pid)?;
+        driver.kernel.add_target(pid)?;
         for tid in crate::process::threads_of(pid) {
-            loaded.add_target(tid)?;
+            driver.kernel.add_target(tid)?;
         }
         let _ = driver.collector.procs.capture(pid);
     }
     driver.collector.give_tables();
-    let loaded = &mut driver.kernel;
     if let Some(paused) = &paused {
-        loaded.add_target(paused.pid())?;
+        driver.kernel.add_target(paused.pid())?;
     }
-    loaded.attach_process_tracking()?;
+    driver.kernel.attach_process_tracking()?;
     let mut doing = Vec::new();
     if let Some(source) = lock {
         driver.take_locks()?;
-        let loaded = &mut driver.kernel;
         match source {
             LockSource::Futex => {
-                loaded.attach_futex()?;
+                driver.kernel.attach_futex()?;
                 doing.push("timing futex waits (contended locks)".to_string());
             }
             LockSource::Kernel => {
-                loaded.attach_kernel_locks()?;
+                driver.kernel.attach_kernel_locks()?;
                 doing.push("timing kernel lock contention".to_string());
             }
             LockSource::Pthread => {
-                loaded.attach_pthread(&lock_libraries)?;
+                driver.kernel.attach_pthread(&lock_libraries)?;
                 let probed: Vec<String> = lock_libraries.iter().map(|(_, l)| l.display.clone()).collect();
                 doing.push(format!(
                     "probing the pthread lock functions of {}",
@@ -342,15 +339,16 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
         }
     }
     if let Some(event) = sampling {
-        let loaded = &mut driver.kernel;
         if !sample_counters.is_empty() {
             let core = match &counting {
                 Some(c) => c.core.clone(),
                 None => Pmu::core(Path::new(events::SYSFS_PMUS)),
             };
-            loaded.open_counters(&sample_counters, group, core.as_ref())?;
+            driver
+                .kernel
+                .open_counters(&sample_counters, group, core.as_ref())?;
         }
-        loaded.attach_sampling(event, plan.frequency_hz)?;
+        driver.kernel.attach_sampling(event, plan.frequency_hz)?;
         doing.push(format!("sampling at {} Hz ({})", plan.frequency_hz, event.name()));
     }
     let cpus = crate::counters::cpu::online_ids().map_or(1, |c| c.len() as u32);
