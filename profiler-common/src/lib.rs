@@ -23,6 +23,8 @@ mod pod {
     // SAFETY: plain old data, `#[repr(C)]`, no padding bytes (sizes asserted above).
     unsafe impl aya::Pod for SampleKey {}
     unsafe impl aya::Pod for SampleValue {}
+    unsafe impl aya::Pod for BuildIdStack {}
+    unsafe impl aya::Pod for BuildIdKey {}
     unsafe impl aya::Pod for CounterDeltas {}
     unsafe impl aya::Pod for unwind::Row {}
     unsafe impl aya::Pod for unwind::ProcessMappings {}

@@ -1,6 +1,7 @@
 //! Names of maps and programs, used by both sides so a rename cannot silently break loading.
 pub const SAMPLES: [&str; 2] = ["SAMPLES_0", "SAMPLES_1"];
 pub const STACKS: [&str; 2] = ["STACKS_0", "STACKS_1"];
+pub const BUILD_ID_STACKS: [&str; 2] = ["BUILD_ID_STACKS_0", "BUILD_ID_STACKS_1"];
 pub const EPOCH: &str = "EPOCH";
 pub const TARGETS: &str = "TARGETS";
 pub const COUNTERS: &str = "COUNTERS";

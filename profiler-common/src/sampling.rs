@@ -132,6 +132,48 @@ pub struct ProcessEvent {
 }
 const _: () = assert!(size_of::<ProcessEvent>() == 8);
 
+/// Innermost frames of a frame-pointer user stack the kernel also resolves to (build ID, file
+/// offset): enough for the leaf and its callers, which is what a process that exits before its
+/// memory map is read would otherwise lose.
+pub const BUILD_ID_FRAMES: usize = 32;
+/// Frame-pointer stacks resolved by build ID per epoch slot. Only processes without unwind
+/// tables take this path (new, or gone before user space read their map), one entry per
+/// distinct stack of each.
+pub const BUILD_ID_STACK_ENTRIES: u32 = 512;
+/// `BuildIdFrame::status` when the kernel found the file: `build_id` and `offset` hold.
+pub const BUILD_ID_VALID: i32 = 1;
+
+/// One frame as `bpf_get_stack(BPF_F_USER_BUILD_ID)` writes it (`struct bpf_stack_build_id`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BuildIdFrame {
+    pub status: i32,
+    /// Zero-padded: a build ID may be shorter than 20 bytes.
+    pub build_id: [u8; 20],
+    /// The file offset when `status` is `BUILD_ID_VALID`, else the address.
+    pub offset: u64,
+}
+const _: () = assert!(size_of::<BuildIdFrame>() == 32);
+
+/// The build-ID frames of one frame-pointer user stack, leaf first, in the order of the stack's
+/// addresses (the same walk of the same registers); unused frames are zero.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BuildIdStack {
+    pub frames: [BuildIdFrame; BUILD_ID_FRAMES],
+}
+const _: () = assert!(size_of::<BuildIdStack>() == 32 * BUILD_ID_FRAMES);
+
+/// Which process's stack: stack ids are shared by every process with the same addresses, and
+/// the same addresses in two processes can be two different files.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BuildIdKey {
+    pub tgid: u32,
+    pub stack_id: u32,
+}
+const _: () = assert!(size_of::<BuildIdKey>() == 8);
+
 /// Indexes into the per-CPU `COUNTERS` array. Every way a sample can be lost or damaged has one,
 /// so reports can state them instead of hiding them.
 #[repr(u32)]
@@ -180,8 +222,10 @@ pub enum Counter {
     LockWaits = 19,
     /// Lock waits not recorded because a lock map was full.
     LockMapFull = 20,
+    /// Frame-pointer stacks not resolved by build ID because their map was full.
+    BuildIdMapFull = 21,
 }
-pub const COUNTER_COUNT: u32 = 21;
+pub const COUNTER_COUNT: u32 = 22;
 
 impl Counter {
     pub const ALL: [Counter; COUNTER_COUNT as usize] = [
@@ -206,6 +250,7 @@ impl Counter {
         Counter::UnwindStackLost,
         Counter::LockWaits,
         Counter::LockMapFull,
+        Counter::BuildIdMapFull,
     ];
 }
 

@@ -3,16 +3,17 @@
 //! Maps come in two epoch slots. User space flips `EPOCH` and drains the idle slot, so a long run
 //! never fills a map and never races a read against an increment.
 use aya_ebpf::{
-    bindings::{bpf_perf_event_value, BPF_F_CURRENT_CPU, BPF_F_USER_STACK},
-    helpers::bpf_get_current_comm,
+    bindings::{bpf_perf_event_value, BPF_F_CURRENT_CPU, BPF_F_USER_BUILD_ID, BPF_F_USER_STACK, BPF_NOEXIST},
+    helpers::{bpf_get_current_comm, bpf_get_stack},
     macros::{map, perf_event, raw_tracepoint},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerfEventArray, RingBuf, StackTrace},
     programs::{tracing::StackIdContext as _, PerfEventContext, RawTracePointContext},
+    EbpfContext as _,
 };
 use profiler_common::{
-    Counter, CounterBaseline, CounterDeltas, ProcessEvent, ProcessEventKind, SampleKey, SampleValue,
-    EVENT_RING_BYTES, MAX_COUNTERS, PENDING_DELTA_ENTRIES, SAMPLE_MAP_ENTRIES, SEEN_MAP_ENTRIES,
-    STACK_MAP_ENTRIES,
+    BuildIdKey, BuildIdStack, Counter, CounterBaseline, CounterDeltas, ProcessEvent, ProcessEventKind,
+    SampleKey, SampleValue, BUILD_ID_STACK_ENTRIES, EVENT_RING_BYTES, MAX_COUNTERS, PENDING_DELTA_ENTRIES,
+    SAMPLE_MAP_ENTRIES, SEEN_MAP_ENTRIES, STACK_MAP_ENTRIES,
 };
 
 use crate::{
@@ -78,6 +79,17 @@ static COUNTER_BASELINE: PerCpuArray<CounterBaseline> = PerCpuArray::with_max_en
 static STACKS_0: StackTrace = StackTrace::with_max_entries(STACK_MAP_ENTRIES, 0);
 #[map(name = "STACKS_1")]
 static STACKS_1: StackTrace = StackTrace::with_max_entries(STACK_MAP_ENTRIES, 0);
+/// Frame-pointer user stacks the kernel resolved to (build ID, file offset), per process: what
+/// symbolizes a process that exits before user space reads its memory map.
+#[map(name = "BUILD_ID_STACKS_0")]
+static BUILD_ID_STACKS_0: HashMap<BuildIdKey, BuildIdStack> =
+    HashMap::with_max_entries(BUILD_ID_STACK_ENTRIES, 0);
+#[map(name = "BUILD_ID_STACKS_1")]
+static BUILD_ID_STACKS_1: HashMap<BuildIdKey, BuildIdStack> =
+    HashMap::with_max_entries(BUILD_ID_STACK_ENTRIES, 0);
+/// Where a build-ID stack is written before it is inserted (too big for the BPF stack).
+#[map(name = "BUILD_ID_SCRATCH")]
+static BUILD_ID_SCRATCH: PerCpuArray<BuildIdStack> = PerCpuArray::with_max_entries(1, 0);
 /// Processes already announced to user space.
 #[map(name = "SEEN")]
 pub(crate) static SEEN: LruHashMap<u32, u8> = LruHashMap::with_max_entries(SEEN_MAP_ENTRIES, 0);
@@ -114,25 +126,42 @@ fn try_sample_stack(ctx: &PerfEventContext) -> Result<(), i64> {
 pub fn record_sample(ctx: &PerfEventContext, tgid: u32, tid: u32, unwound: Option<i32>) {
     let slot = EPOCH.get(0).copied().unwrap_or(0);
     let _ = if slot == 0 {
-        record(ctx, tgid, tid, &STACKS_0, &SAMPLES_0, &DELTAS_0, unwound)
+        record(
+            ctx,
+            (tgid, tid),
+            (&STACKS_0, &BUILD_ID_STACKS_0),
+            &SAMPLES_0,
+            &DELTAS_0,
+            unwound,
+        )
     } else {
-        record(ctx, tgid, tid, &STACKS_1, &SAMPLES_1, &DELTAS_1, unwound)
+        record(
+            ctx,
+            (tgid, tid),
+            (&STACKS_1, &BUILD_ID_STACKS_1),
+            &SAMPLES_1,
+            &DELTAS_1,
+            unwound,
+        )
     };
 }
 
 #[inline(always)]
 fn record(
     ctx: &PerfEventContext,
-    tgid: u32,
-    tid: u32,
-    stacks: &StackTrace,
+    (tgid, tid): (u32, u32),
+    (stacks, build_ids): (&StackTrace, &HashMap<BuildIdKey, BuildIdStack>),
     samples: &HashMap<SampleKey, SampleValue>,
     deltas: &HashMap<SampleKey, CounterDeltas>,
     unwound: Option<i32>,
 ) -> Result<(), i64> {
     let (user_stack_id, user_unwound) = match unwound {
         Some(id) => (id, 1),
-        None => (stack_id(ctx, stacks, BPF_F_USER_STACK as u64, true), 0),
+        None => {
+            let id = stack_id(ctx, stacks, BPF_F_USER_STACK as u64, true);
+            record_build_ids(ctx, tgid, id, build_ids);
+            (id, 0)
+        }
     };
     let kernel_stack_id = stack_id(ctx, stacks, 0, false);
     let key = SampleKey {
@@ -152,6 +181,53 @@ fn record(
     add_counter_deltas(tid, &key, deltas);
     bump(Counter::Samples);
     Ok(())
+}
+
+/// Beside a frame-pointer stack, the same stack as (build ID, file offset) per frame, once per
+/// process and stack in an epoch. Only while tables are in use: then this path is taken only by
+/// processes user space has not captured yet, and some of those exit before it can (a vfork
+/// child before its exec runs in its parent's memory, which is never captured for it).
+#[inline(always)]
+fn record_build_ids(
+    ctx: &PerfEventContext,
+    tgid: u32,
+    stack_id: i32,
+    build_ids: &HashMap<BuildIdKey, BuildIdStack>,
+) {
+    if stack_id < 0 || !crate::unwind::tables_in_use() {
+        return;
+    }
+    let key = BuildIdKey {
+        tgid,
+        stack_id: stack_id as u32,
+    };
+    if build_ids.get_ptr(key).is_some() {
+        return;
+    }
+    let Some(scratch) = BUILD_ID_SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // The kernel walks the same registers as the stack id's walk, and zeroes what it leaves.
+    let written = unsafe {
+        bpf_get_stack(
+            ctx.as_ptr(),
+            scratch.cast(),
+            core::mem::size_of::<BuildIdStack>() as u32,
+            (BPF_F_USER_STACK | BPF_F_USER_BUILD_ID) as u64,
+        )
+    };
+    if written <= 0 {
+        return;
+    }
+    // By reference: a 1 KiB value would not fit the BPF stack.
+    #[allow(clippy::needless_borrows_for_generic_args)]
+    let inserted = build_ids.insert(key, unsafe { &*scratch }, BPF_NOEXIST as u64);
+    match inserted {
+        Ok(()) => {}
+        // Another CPU recorded the same stack first.
+        Err(e) if i64::from(e) == -EEXIST => {}
+        Err(_) => bump(Counter::BuildIdMapFull),
+    }
 }
 
 /// The baseline was taken at a context switch: the interval since belongs to the thread that

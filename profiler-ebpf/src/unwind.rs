@@ -73,6 +73,12 @@ static PTHREAD_UNWIND_PROGRAMS: ProgramArray = ProgramArray::with_max_entries(1,
 #[map(name = "PTHREAD_WALK")]
 static PTHREAD_WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
 
+/// Tables are in use for this run (whether or not a given process has them yet).
+#[inline(always)]
+pub fn tables_in_use() -> bool {
+    unsafe { core::ptr::read_volatile(&UNWIND_ENABLED) != 0 }
+}
+
 /// The process has tables: its user stacks are walked through them.
 #[inline(always)]
 pub fn has_tables(tgid: u32) -> bool {

@@ -172,6 +172,9 @@ fn unused_maps(options: &LoadOptions<'_>) -> Vec<&'static str> {
     if !options.walks_tables() {
         unused.extend([names::UNWIND_ROWS, names::UNWIND_PROCESSES]);
     }
+    if !options.unwind_tables {
+        unused.extend(names::BUILD_ID_STACKS);
+    }
     if options.sched.is_none() {
         unused.extend([
             names::TASK_STATS,

@@ -8,10 +8,13 @@ use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
     Ebpf,
 };
-use profiler_common::{names, unwind::UserStack, Counter, CounterDeltas, SampleKey, SampleValue};
+use profiler_common::{
+    names, unwind::UserStack, BuildIdKey, BuildIdStack, Counter, CounterDeltas, SampleKey, SampleValue,
+    BUILD_ID_VALID,
+};
 
 use crate::{
-    process::Processes,
+    process::{ObjectOffset, Processes},
     profile::{Health, RawProfile, RawSample, StackRead},
 };
 
@@ -47,6 +50,8 @@ pub struct SampleMaps {
     deltas: Option<[BpfHashMap<MapData, SampleKey, CounterDeltas>; 2]>,
     /// Table-unwound user stacks (empty unless tables are in use).
     user_stacks: [BpfHashMap<MapData, u32, UserStack>; 2],
+    /// Frame-pointer stacks the kernel also resolved by build ID (with tables in use).
+    build_ids: [BpfHashMap<MapData, BuildIdKey, BuildIdStack>; 2],
     counters: PerCpuArray<MapData, u64>,
     active: u32,
 }
@@ -74,6 +79,10 @@ impl SampleMaps {
             BpfHashMap::try_from(take(names::USER_STACKS[0])?)?,
             BpfHashMap::try_from(take(names::USER_STACKS[1])?)?,
         ];
+        let build_ids = [
+            BpfHashMap::try_from(take(names::BUILD_ID_STACKS[0])?)?,
+            BpfHashMap::try_from(take(names::BUILD_ID_STACKS[1])?)?,
+        ];
         let counters = PerCpuArray::try_from(take(names::COUNTERS)?)?;
         Ok(Self {
             epoch,
@@ -81,6 +90,7 @@ impl SampleMaps {
             stacks,
             deltas,
             user_stacks,
+            build_ids,
             counters,
             active: 0,
         })
@@ -109,6 +119,14 @@ impl SampleSource for SampleMaps {
                 let _ = maps[slot].remove(&key);
             }
         }
+        let mut objects = std::collections::HashMap::new();
+        let keys: Vec<BuildIdKey> = self.build_ids[slot].keys().collect::<Result<_, _>>()?;
+        for key in keys {
+            if let Ok(stack) = self.build_ids[slot].get(&key, 0) {
+                objects.insert((key.tgid, key.stack_id), object_offsets(&stack));
+            }
+            let _ = self.build_ids[slot].remove(&key);
+        }
         let keys: Vec<SampleKey> = self.samples[slot].keys().collect::<Result<_, _>>()?;
         let mut out = Vec::with_capacity(keys.len());
         for key in keys {
@@ -128,6 +146,10 @@ impl SampleSource for SampleMaps {
                 count: value.count,
                 exec_generation: key.exec_generation,
                 deltas: deltas.remove(&key).unwrap_or_default(),
+                user_objects: match (key.user_unwound, u32::try_from(key.user_stack_id)) {
+                    (0, Ok(id)) => objects.get(&(key.tgid, id)).cloned().unwrap_or_default(),
+                    _ => Vec::new(),
+                },
             });
         }
         let ids: Vec<u32> = self.stacks[slot].stack_ids().filter_map(Result::ok).collect();
@@ -169,6 +191,24 @@ impl SampleSource for SampleMaps {
             ..Health::default()
         })
     }
+}
+
+/// The kernel's build-ID frames of a stack, leaf first: a file offset where it found the file.
+fn object_offsets(stack: &BuildIdStack) -> Vec<Option<ObjectOffset>> {
+    let used = stack
+        .frames
+        .iter()
+        .rposition(|f| f.status != 0)
+        .map_or(0, |last| last + 1);
+    stack.frames[..used]
+        .iter()
+        .map(|f| {
+            (f.status == BUILD_ID_VALID).then_some(ObjectOffset {
+                build_id: f.build_id,
+                offset: f.offset,
+            })
+        })
+        .collect()
 }
 
 pub(crate) fn read_stack(map: &StackTraceMap<MapData>, id: i32) -> StackRead {
@@ -278,6 +318,7 @@ mod tests {
             count,
             exec_generation: 0,
             deltas: Default::default(),
+            user_objects: Vec::new(),
         };
         let mut source = ReplaySource::new(
             vec![
@@ -306,6 +347,27 @@ mod tests {
             not_captured.contains(&(u32::MAX - 3)),
             "a vanished process is reported"
         );
+    }
+
+    #[test]
+    fn build_id_frames_are_read_leaf_first_up_to_the_last_reported() {
+        let mut stack = BuildIdStack {
+            frames: [Default::default(); profiler_common::BUILD_ID_FRAMES],
+        };
+        let frame = |status, offset| profiler_common::BuildIdFrame {
+            status,
+            build_id: [9; 20],
+            offset,
+        };
+        // Resolved, then an address the kernel found no file for (status 2: an ip), resolved.
+        stack.frames[0] = frame(BUILD_ID_VALID, 0x10);
+        stack.frames[1] = frame(2, 0x7fff_0000);
+        stack.frames[2] = frame(BUILD_ID_VALID, 0x30);
+        let objects = object_offsets(&stack);
+        assert_eq!(objects.len(), 3, "unused frames are not frames");
+        assert_eq!(objects[0].map(|o| o.offset), Some(0x10));
+        assert_eq!(objects[1], None);
+        assert_eq!(objects[2].map(|o| (o.build_id, o.offset)), Some(([9; 20], 0x30)));
     }
 
     #[test]

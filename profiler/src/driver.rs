@@ -490,6 +490,7 @@ mod tests {
             count,
             exec_generation: 0,
             deltas: Default::default(),
+            user_objects: Vec::new(),
         }
     }
 

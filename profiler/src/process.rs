@@ -38,6 +38,29 @@ impl UserAddr {
     }
 }
 
+/// A GNU build ID as the kernel reports it: zero-padded to 20 bytes.
+pub type BuildId = [u8; 20];
+
+/// A user frame the kernel resolved itself, from the memory map at the moment of the sample:
+/// which file (by build ID) and where in it. What symbolizes a process gone before its map was
+/// read, when another process maps the same file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectOffset {
+    pub build_id: BuildId,
+    pub offset: u64,
+}
+
+/// The build ID of an ELF file, read through its open handle (only the headers and the note).
+fn build_id_of(file: &File) -> Option<BuildId> {
+    let cache = object::ReadCache::new(file);
+    let elf = object::File::parse(&cache).ok()?;
+    let id = object::Object::build_id(&elf).ok()??;
+    let mut padded = [0; 20];
+    let n = id.len().min(20);
+    padded[..n].copy_from_slice(&id[..n]);
+    Some(padded)
+}
+
 #[derive(Clone, Debug)]
 pub struct MappedFile {
     /// The path as the process saw it (may be in another mount namespace, or deleted).
@@ -225,6 +248,8 @@ pub struct Processes {
     info: HashMap<u32, ProcessInfo>,
     files: HashMap<FileId, MappedFile>,
     file_ids: HashMap<(String, u64), FileId>,
+    /// The open files by build ID, for frames the kernel resolved (see `ObjectOffset`).
+    by_build_id: HashMap<BuildId, FileId>,
     next_file: FileId,
     /// With `record_captures`: the maps captured since `take_captured` (for the unwinder).
     captured: Option<Vec<(u32, Vec<MapsLine>)>>,
@@ -357,6 +382,9 @@ impl Processes {
         let handle = open.and_then(|open| open().ok());
         let id = self.next_file;
         self.next_file = self.next_file.wrapping_add(1);
+        if let Some(build_id) = handle.as_ref().and_then(build_id_of) {
+            self.by_build_id.insert(build_id, id);
+        }
         self.files.insert(
             id,
             MappedFile {
@@ -404,6 +432,7 @@ impl Processes {
             .collect();
         self.files.retain(|id, _| used.contains(id));
         self.file_ids.retain(|_, id| used.contains(id));
+        self.by_build_id.retain(|_, id| used.contains(id));
     }
 
     /// The files `ids` name, shareable with another thread.
@@ -463,6 +492,18 @@ impl Processes {
             Region::Vdso => UserAddr::Vdso { addr },
             Region::Anon => UserAddr::Anon { addr },
         }
+    }
+
+    /// A frame the kernel resolved (see `ObjectOffset`), in an open file with its build ID. The
+    /// file offset is moved back as far as `addr` was from the sampled address (a caller's
+    /// return address).
+    pub fn resolve_object(&self, object: &ObjectOffset, addr: u64, moved_back: u64) -> Option<UserAddr> {
+        let &file = self.by_build_id.get(&object.build_id)?;
+        Some(UserAddr::File {
+            file,
+            offset: object.offset.checked_sub(moved_back)?,
+            addr,
+        })
     }
 }
 
@@ -586,6 +627,44 @@ mod tests {
             cgroup_v2("0::/system.slice/sshd.service\n"),
             Some("/system.slice/sshd.service".into())
         );
+    }
+
+    #[test]
+    fn frames_the_kernel_resolved_find_their_file_by_build_id() {
+        let mut procs = Processes::new();
+        let own = std::process::id();
+        procs.capture(own).unwrap();
+        let build_id = build_id_of(&File::open("/proc/self/exe").unwrap())
+            .expect("the test binary has a build ID (the linker's default here)");
+        let here = frames_the_kernel_resolved_find_their_file_by_build_id as *const () as u64;
+        let UserAddr::File { file, offset, .. } = procs.normalize(own, 0, here) else {
+            panic!("own code is in a file");
+        };
+        // As the kernel reports a caller's frame: the return address's offset, moved back one.
+        let object = ObjectOffset {
+            build_id,
+            offset: offset + 1,
+        };
+        assert_eq!(
+            procs.resolve_object(&object, here, 1),
+            Some(UserAddr::File {
+                file,
+                offset,
+                addr: here
+            })
+        );
+        let unknown = ObjectOffset {
+            build_id: [7; 20],
+            offset,
+        };
+        assert_eq!(
+            procs.resolve_object(&unknown, here, 0),
+            None,
+            "a build ID no open file has"
+        );
+        // Once no process maps the file, its build ID is forgotten with it.
+        procs.forget(&HashSet::from([own]));
+        assert_eq!(procs.resolve_object(&object, here, 1), None);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use profiler_common::CounterDeltas;
 
-use crate::process::{Processes, UserAddr};
+use crate::process::{ObjectOffset, Processes, UserAddr};
 
 /// One stack as read from a stack map.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -34,6 +34,9 @@ pub struct RawSample {
     pub exec_generation: u32,
     /// What each requested counter advanced while this stack was sampled (see `--counter`).
     pub deltas: CounterDeltas,
+    /// Per user frame, leaf first, the kernel's own (build ID, file offset) where it resolved
+    /// one: frame-pointer stacks of processes without tables. Empty for most samples.
+    pub user_objects: Vec<Option<ObjectOffset>>,
 }
 
 /// Why frames are missing from a stack; shown as a frame so the sample is never misattributed.
@@ -74,6 +77,9 @@ pub struct Health {
     pub target_map_full: u64,
     /// Processes with samples whose memory map could not be captured before they exited.
     pub processes_not_captured: u64,
+    /// User frames of processes without a captured map there, resolved by the kernel's build ID
+    /// and file offset through a file another process maps.
+    pub user_frames_by_build_id: u64,
     /// How many times the kernel maps were drained.
     pub drains: u64,
     /// Sched mode: context switches seen, and what could not be recorded.
@@ -170,8 +176,14 @@ impl Health {
         }
         if self.processes_not_captured > 0 {
             out.push(format!(
-                "{} processes exited before their memory map could be read: their user frames are [unknown]",
+                "{} processes exited before their memory map could be read: their user frames are [unknown] where the kernel could not name the file by build ID",
                 self.processes_not_captured
+            ));
+        }
+        if self.user_frames_by_build_id > 0 {
+            out.push(format!(
+                "{} user frames outside any memory map read (processes gone before it was, a child before its exec) were resolved by the kernel's build ID and file offset",
+                self.user_frames_by_build_id
             ));
         }
         if self.task_map_full > 0 {
@@ -264,12 +276,30 @@ impl RawProfile {
     /// (exec, dlopen).
     pub fn add(&mut self, sample: RawSample, procs: &Processes) {
         let (user, user_lost) = match sample.user {
-            StackRead::Frames(ips) => (
-                adjust_callers(&ips)
-                    .map(|ip| procs.normalize(sample.pid, sample.exec_generation, ip))
-                    .collect(),
-                None,
-            ),
+            StackRead::Frames(ips) => {
+                let objects = &sample.user_objects;
+                let user: Vec<UserAddr> = adjust_callers(&ips)
+                    .zip(&ips)
+                    .enumerate()
+                    .map(|(i, (addr, &raw))| {
+                        let at = procs.normalize(sample.pid, sample.exec_generation, addr);
+                        let object = objects.get(i).and_then(Option::as_ref);
+                        match (at, object) {
+                            (UserAddr::Unmapped { .. }, Some(object)) => {
+                                match procs.resolve_object(object, addr, raw - addr) {
+                                    Some(resolved) => {
+                                        self.health.user_frames_by_build_id += 1;
+                                        resolved
+                                    }
+                                    None => at,
+                                }
+                            }
+                            _ => at,
+                        }
+                    })
+                    .collect();
+                (user, None)
+            }
             StackRead::Absent => (Vec::new(), None),
             StackRead::Collision => (Vec::new(), Some(LostStack::Collision)),
             StackRead::Error(_) => (Vec::new(), Some(LostStack::Error)),
@@ -323,7 +353,65 @@ mod tests {
             count,
             exec_generation: 0,
             deltas: CounterDeltas::default(),
+            user_objects: Vec::new(),
         }
+    }
+
+    #[test]
+    fn frames_outside_every_map_read_take_the_kernels_build_id_resolution() {
+        let mut procs = Processes::new();
+        procs.capture(std::process::id()).unwrap();
+        let own = crate::process::ObjectOffset {
+            build_id: build_id_of_self(),
+            offset: 0x1234,
+        };
+        // A process never captured (gone before its map was read): its leaf the kernel resolved,
+        // its caller it could not (status not valid: no object), its third frame not reported.
+        let mut gone = sample(
+            StackRead::Frames(vec![0x5000, 0x6001, 0x7001]),
+            StackRead::Absent,
+            3,
+        );
+        gone.pid = u32::MAX - 3;
+        gone.user_objects = vec![Some(own), None];
+        let mut caller = gone.clone();
+        caller.user = StackRead::Frames(vec![0x5000, 0x6001]);
+        caller.user_objects = vec![None, Some(own)];
+        let mut profile = RawProfile::new();
+        profile.add(gone, &procs);
+        profile.add(caller, &procs);
+        let stacks: Vec<&Vec<UserAddr>> = profile.stacks.keys().map(|k| &k.user).collect();
+        let leaf_first = stacks.iter().find(|s| s.len() == 3).unwrap();
+        assert!(matches!(
+            leaf_first[0],
+            UserAddr::File {
+                offset: 0x1234,
+                addr: 0x5000,
+                ..
+            }
+        ));
+        assert_eq!(leaf_first[1], UserAddr::Unmapped { addr: 0x6000 });
+        assert_eq!(leaf_first[2], UserAddr::Unmapped { addr: 0x7000 });
+        // A caller's return address is moved back one byte, its file offset with it.
+        let caller_first = stacks.iter().find(|s| s.len() == 2).unwrap();
+        assert!(matches!(
+            caller_first[1],
+            UserAddr::File {
+                offset: 0x1233,
+                addr: 0x6000,
+                ..
+            }
+        ));
+        assert_eq!(profile.health.user_frames_by_build_id, 2);
+    }
+
+    fn build_id_of_self() -> crate::process::BuildId {
+        let text = std::fs::read("/proc/self/exe").unwrap();
+        let elf = object::File::parse(&*text).unwrap();
+        let id = object::Object::build_id(&elf).unwrap().unwrap();
+        let mut padded = [0; 20];
+        padded[..id.len()].copy_from_slice(id);
+        padded
     }
 
     #[test]

@@ -216,6 +216,7 @@ impl RunSink {
         RawProfile {
             health: Health {
                 drains: self.profile.health.drains,
+                user_frames_by_build_id: self.profile.health.user_frames_by_build_id,
                 processes_not_captured: self.not_captured.len() as u64,
                 ..health.clone()
             },

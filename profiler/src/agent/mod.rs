@@ -391,6 +391,7 @@ impl AgentCollector {
         let window = std::mem::replace(&mut self.window, Window::new());
         let mut health = total.sampling_since(&self.health);
         health.processes_not_captured = window.not_captured.len() as u64;
+        health.user_frames_by_build_id = window.profile.health.user_frames_by_build_id;
         self.health = total;
         self.count(&health);
         let mut profile = window.profile;

@@ -326,6 +326,7 @@ impl SchedMaps {
                 count: time.total_ns,
                 exec_generation: key.exec_generation,
                 deltas,
+                user_objects: Vec::new(),
             };
             if let crate::profile::StackRead::Frames(ips) = &sample.user {
                 let _ = procs.refresh_unless_covered(key.tgid, key.exec_generation, ips);

@@ -519,6 +519,7 @@ mod tests {
                 count: 1,
                 exec_generation: 0,
                 deltas: Default::default(),
+                user_objects: Vec::new(),
             },
             &procs,
         );

@@ -106,6 +106,7 @@ impl LockCollection {
                 count: record.time.total_ns,
                 exec_generation: record.exec_generation,
                 deltas: Default::default(),
+                user_objects: Vec::new(),
             },
             procs,
         );
