@@ -51,7 +51,7 @@ pub struct ObjectOffset {
 }
 
 /// The build ID of an ELF file, read through its open handle (only the headers and the note).
-fn build_id_of(file: &File) -> Option<BuildId> {
+pub(crate) fn build_id_of(file: &File) -> Option<BuildId> {
     let cache = object::ReadCache::new(file);
     let elf = object::File::parse(&cache).ok()?;
     let id = object::Object::build_id(&elf).ok()??;

@@ -283,19 +283,14 @@ impl RawProfile {
                     .enumerate()
                     .map(|(i, (addr, &raw))| {
                         let at = procs.normalize(sample.pid, sample.exec_generation, addr);
-                        let object = objects.get(i).and_then(Option::as_ref);
-                        match (at, object) {
+                        let resolved = match (at, objects.get(i).and_then(Option::as_ref)) {
                             (UserAddr::Unmapped { .. }, Some(object)) => {
-                                match procs.resolve_object(object, addr, raw - addr) {
-                                    Some(resolved) => {
-                                        self.health.user_frames_by_build_id += 1;
-                                        resolved
-                                    }
-                                    None => at,
-                                }
+                                procs.resolve_object(object, addr, raw - addr)
                             }
-                            _ => at,
-                        }
+                            _ => None,
+                        };
+                        self.health.user_frames_by_build_id += u64::from(resolved.is_some());
+                        resolved.unwrap_or(at)
                     })
                     .collect();
                 (user, None)
@@ -406,12 +401,7 @@ mod tests {
     }
 
     fn build_id_of_self() -> crate::process::BuildId {
-        let text = std::fs::read("/proc/self/exe").unwrap();
-        let elf = object::File::parse(&*text).unwrap();
-        let id = object::Object::build_id(&elf).unwrap().unwrap();
-        let mut padded = [0; 20];
-        padded[..id.len()].copy_from_slice(id);
-        padded
+        crate::process::build_id_of(&std::fs::File::open("/proc/self/exe").unwrap()).unwrap()
     }
 
     #[test]
