@@ -356,7 +356,7 @@ fn capture_announced(ring: &mut RingBuf<MapData>, procs: &mut Processes) {
         // SAFETY: the ring carries only `ProcessEvent`s, checked for length above.
         let event: ProcessEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
         let _ = match event.kind {
-            k if k == ProcessEventKind::MappingsChanged as u32 => procs.refresh(event.tgid),
+            k if k == ProcessEventKind::MappingsChanged as u32 => procs.refresh_changed(event.tgid),
             _ => procs.capture(event.tgid),
         };
     }

@@ -286,6 +286,29 @@ impl Processes {
 
     /// Read the process's executable mappings and open its files. Fails if it is gone.
     pub fn capture(&mut self, pid: u32) -> io::Result<()> {
+        let (generation, lines) = self.read_maps(pid)?;
+        self.install_captured(pid, generation, lines);
+        Ok(())
+    }
+
+    /// Capture the process again now if its map is not the one installed for its image. The
+    /// kernel's walker announces a pc outside every mapping it was given once per table load,
+    /// so that announcement must never be dropped (a library loaded moments after another
+    /// capture would be walked without its tables until the next drain noticed); and a map
+    /// that has not changed is not installed again, because the tables it would load could
+    /// not place that pc either.
+    pub fn refresh_changed(&mut self, pid: u32) -> io::Result<()> {
+        let (generation, lines) = self.read_maps(pid)?;
+        let installed = self.maps.get(&(pid, generation));
+        if installed.is_some_and(|maps| self.same_map(maps, &lines)) {
+            return Ok(());
+        }
+        self.install_captured(pid, generation, lines);
+        Ok(())
+    }
+
+    /// The executable mappings of `pid` and the exec generation they belong to.
+    fn read_maps(&mut self, pid: u32) -> io::Result<(u32, Vec<MapsLine>)> {
         // The generation read on both sides of the map: equal, the map belongs to it (an exec
         // in between would have changed it).
         let (mut text, mut generation) = (String::new(), 0);
@@ -300,13 +323,28 @@ impl Processes {
         if let Some(info) = ProcessInfo::read(pid) {
             self.info.insert(pid, info);
         }
-        let lines = parse_maps(&text);
+        Ok((generation, parse_maps(&text)))
+    }
+
+    fn install_captured(&mut self, pid: u32, generation: u32, lines: Vec<MapsLine>) {
         self.captured_at.insert(pid, std::time::Instant::now());
         if let Some(captured) = &mut self.captured {
             captured.push((pid, lines.clone()));
         }
         self.install((pid, generation), lines, true);
-        Ok(())
+    }
+
+    /// `lines` map what `installed` maps: the same ranges of the same files.
+    fn same_map(&self, installed: &[Mapping], lines: &[MapsLine]) -> bool {
+        installed.len() == lines.len()
+            && installed.iter().zip(lines).all(|(m, line)| {
+                let file = self.file_ids.get(&(line.dev.clone(), line.inode)).copied();
+                (m.start, m.end, m.file_offset) == (line.start, line.end, line.file_offset)
+                    && match m.region {
+                        Region::File(id) => file == Some(id),
+                        Region::Vdso | Region::Anon => file.is_none(),
+                    }
+            })
     }
 
     /// Capture again because its map seems to have changed (an address outside it), unless it
@@ -665,6 +703,61 @@ mod tests {
         // Once no process maps the file, its build ID is forgotten with it.
         procs.forget(&HashSet::from([own]));
         assert_eq!(procs.resolve_object(&object, here, 1), None);
+    }
+
+    #[test]
+    fn a_library_mapped_moments_after_a_capture_is_captured_at_once() {
+        let own = std::process::id();
+        let mut procs = Processes::new();
+        procs.record_captures();
+        procs.capture(own).unwrap();
+        procs.take_captured();
+        // What a dlopen leaves behind: an executable mapping of a file, well within the
+        // interval that limits refreshes after the capture above.
+        let file = File::open("/bin/true").unwrap();
+        // SAFETY: a fresh private read-only mapping of an open file, unmapped below.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ | libc::PROT_EXEC,
+                libc::MAP_PRIVATE,
+                std::os::fd::AsRawFd::as_raw_fd(&file),
+                0,
+            )
+        };
+        assert_ne!(addr, libc::MAP_FAILED);
+        procs.refresh_changed(own).unwrap();
+        let captured = procs.take_captured();
+        // SAFETY: the mapping made above, used by nothing else.
+        unsafe { libc::munmap(addr, 4096) };
+        assert!(
+            captured
+                .iter()
+                .flat_map(|(_, lines)| lines)
+                .any(|line| line.start == addr as u64 && line.path.ends_with("true")),
+            "the new mapping is captured for the walker: {captured:?}"
+        );
+    }
+
+    #[test]
+    fn an_unchanged_map_is_not_installed_again() {
+        let mut procs = Processes::new();
+        procs.insert_maps(10, parse_maps(MAPS));
+        let installed = procs.maps[&(10, 0)].clone();
+        let mut lines = parse_maps(MAPS);
+        assert!(procs.same_map(&installed, &lines));
+        lines[0].end += 0x1000;
+        assert!(!procs.same_map(&installed, &lines), "a range that grew");
+        lines = parse_maps(MAPS);
+        lines[0].inode += 1;
+        assert!(
+            !procs.same_map(&installed, &lines),
+            "another file at the same place"
+        );
+        lines = parse_maps(MAPS);
+        lines.pop();
+        assert!(!procs.same_map(&installed, &lines), "a mapping fewer");
     }
 
     #[test]

@@ -219,7 +219,12 @@ fn off_cpu_stacks_through_libc_keep_the_whole_chain() {
 #[test]
 fn libraries_loaded_during_the_run_get_tables() {
     let lib = unwind_lib();
-    let (report, pid) = profile("unwind-dlopen.json", &["dlopen", "2", &lib], &[]);
+    // A second copy (another file to the loader) loaded 0.1 s after the first: the walker asks
+    // for the second's tables moments after the first's were read, and must get them then.
+    let copy = temp_path("libunwindlib-second.so");
+    std::fs::copy(&lib, &copy).unwrap();
+    let copy = copy.to_str().unwrap();
+    let (report, pid) = profile("unwind-dlopen.json", &["dlopen", "2", &lib, copy], &[]);
     let chain = ["main", "run_dlopen", "lib_entry", "lib_middle", "lib_leaf"];
     let (full, leaf) = count_leaf(&report, pid, "lib_leaf", |f| ends_with(f, &chain));
     assert!(leaf > 400, "{leaf} samples in lib_leaf");

@@ -7,9 +7,11 @@
  *   unwind deep SECONDS    main -> run_deep -> recurse x 200 -> leaf_work: deeper than any walk
  *   unwind sleep SECONDS   main -> run_sleep -> nap_outer -> nap_inner -> nanosleep (libc), 1 ms
  *                          naps: off-CPU stacks through libc
- *   unwind dlopen SECONDS LIB
+ *   unwind dlopen SECONDS LIB [LIB2]
  *                          a quarter of the time in run_qsort, then dlopen(LIB) and the rest in
- *                          main -> run_dlopen -> lib_entry -> lib_middle -> lib_leaf
+ *                          main -> run_dlopen -> lib_entry -> lib_middle -> lib_leaf; with LIB2
+ *                          (another copy), LIB runs only a twentieth of the time before LIB2 is
+ *                          loaded the same way: plugins loaded one after another
  *   unwind dlcycle SECONDS LIB
  *                          main -> run_dlcycle -> lib_entry ..., with LIB loaded and unloaded
  *                          every 20 ms: mappings disappear under the walker
@@ -168,7 +170,7 @@ __attribute__((noinline)) void run_dlcycle(double seconds, const char *lib) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s chain|qsort|deep|sleep|exec SECONDS | dlopen|dlcycle SECONDS LIB\n", argv[0]);
+        fprintf(stderr, "usage: %s chain|qsort|deep|sleep|exec SECONDS | dlopen SECONDS LIB [LIB2] | dlcycle SECONDS LIB\n", argv[0]);
         return 2;
     }
     double seconds = atof(argv[2]);
@@ -178,7 +180,10 @@ int main(int argc, char **argv) {
     else if (strcmp(argv[1], "sleep") == 0) run_sleep(seconds);
     else if (strcmp(argv[1], "dlopen") == 0 && argc > 3) {
         run_qsort(seconds / 4);
-        run_dlopen(seconds * 3 / 4, argv[3]);
+        if (argc > 4) {
+            run_dlopen(seconds / 20, argv[3]);
+            run_dlopen(seconds * 7 / 10, argv[4]);
+        } else run_dlopen(seconds * 3 / 4, argv[3]);
     } else if (strcmp(argv[1], "dlcycle") == 0 && argc > 3) run_dlcycle(seconds, argv[3]);
     else if (strcmp(argv[1], "exec") == 0) {
         run_qsort(seconds / 4);
