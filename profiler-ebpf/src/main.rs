@@ -5,6 +5,7 @@
 #![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
 #![cfg_attr(target_arch = "bpf", allow(internal_features))]
 
+mod arch;
 mod counters;
 mod lock;
 mod sampling;

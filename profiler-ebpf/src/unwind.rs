@@ -11,7 +11,7 @@
 //! per-CPU scratch: a sample can interrupt a switch or a syscall on the same CPU.
 use aya_ebpf::{
     bindings::{pt_regs, BPF_F_MMAPABLE},
-    helpers::{bpf_get_current_task_btf, bpf_probe_read_kernel, bpf_probe_read_user},
+    helpers::{bpf_get_current_task_btf, bpf_probe_read_user},
     macros::{map, perf_event, raw_tracepoint, tracepoint, uprobe},
     maps::{Array, HashMap, PerCpuArray, ProgramArray},
     programs::{PerfEventContext, ProbeContext, RawTracePointContext, TracePointContext},
@@ -26,14 +26,13 @@ use profiler_common::{
 };
 
 use crate::{
+    arch,
     counters::bump,
     sampling::{announce, record_sample, EPOCH},
 };
 
 const EEXIST: i32 = 17;
 const ENOSPC: i32 = 28;
-/// Addresses above this are the kernel's, never a user pc.
-const USER_SPACE_END: u64 = 0x0000_8000_0000_0000;
 
 /// Set by user space when tables are in use.
 #[unsafe(no_mangle)]
@@ -103,8 +102,8 @@ pub fn start(ctx: &PerfEventContext, tgid: u32, tid: u32) {
         return;
     }
     let regs = unsafe { &(*ctx.ctx).regs };
-    let registers = match regs.cs & 3 == 3 {
-        true => Some((regs.rip, regs.rsp, regs.rbp)),
+    let registers = match arch::in_user_mode(regs) {
+        true => Some(arch::registers(regs)),
         false => saved_user_registers(),
     };
     launch(ctx, &WALK, &UNWIND_PROGRAMS, registers, None, tgid, tid);
@@ -203,14 +202,7 @@ fn saved_user_registers() -> Option<(u64, u64, u64)> {
     if saved.is_null() {
         return None;
     }
-    let cs = unsafe { bpf_probe_read_kernel(&(*saved).cs) }.ok()?;
-    if cs & 3 != 3 {
-        return None;
-    }
-    let ip = unsafe { bpf_probe_read_kernel(&(*saved).rip) }.ok()?;
-    let sp = unsafe { bpf_probe_read_kernel(&(*saved).rsp) }.ok()?;
-    let bp = unsafe { bpf_probe_read_kernel(&(*saved).rbp) }.ok()?;
-    Some((ip, sp, bp))
+    arch::saved(saved)
 }
 
 #[perf_event]
@@ -356,7 +348,7 @@ fn step(walk: &mut Walk, mappings: &mut ProcessMappings) {
         Some(_) => {}
         // Only the interrupted pc itself surely runs code: a later frame's miss may be a
         // frame-pointer walk gone astray, not a new mapping.
-        None if first && pc < USER_SPACE_END && mappings.missed == 0 => {
+        None if first && pc < arch::USER_SPACE_END && mappings.missed == 0 => {
             mappings.missed = 1;
             announce(walk.tgid, ProcessEventKind::MappingsChanged);
         }

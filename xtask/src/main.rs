@@ -2,6 +2,7 @@
 //!
 //!   cargo xtask setup            install what the build and tests need (idempotent, fast when done)
 //!   cargo xtask build            release binary at target/release/bpfprof
+//!                                [--target aarch64: target/aarch64-unknown-linux-gnu/release/bpfprof]
 //!   cargo xtask run -- ARGS      build, then run bpfprof ARGS (as root)
 //!   cargo xtask test             unit tests, then privileged end-to-end tests, then a short soak
 //!                                [--repeat N] [--noise] [FILTER]
@@ -36,7 +37,12 @@ enum Task {
     /// Install the nightly rust-src, bpf-linker, test tools; mount tracefs.
     Setup,
     /// Build the release binary (target/release/bpfprof).
-    Build,
+    Build {
+        /// Build for another machine: `aarch64` (Graviton, Neoverse) cross-builds bpfprof and its
+        /// BPF object for arm64 into target/aarch64-unknown-linux-gnu/release/bpfprof.
+        #[arg(long, value_enum)]
+        target: Option<CrossTarget>,
+    },
     /// Build and run bpfprof with the given arguments.
     Run {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -74,11 +80,21 @@ enum Task {
     },
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum CrossTarget {
+    Aarch64,
+}
+
 fn main() {
     let args = Args::parse();
     let result = match args.task {
         Task::Setup => setup::run(setup::Needs::Test),
-        Task::Build => setup::run(setup::Needs::Build).and_then(|()| build()),
+        Task::Build { target: None } => setup::run(setup::Needs::Build).and_then(|()| build()),
+        Task::Build {
+            target: Some(CrossTarget::Aarch64),
+        } => setup::run(setup::Needs::Build)
+            .and_then(|()| setup::ensure_arm64_cross())
+            .and_then(|()| build_arm64()),
         Task::Run { args } => setup::run(setup::Needs::Build)
             .and_then(|()| build())
             .and_then(|()| run_bpfprof(&args)),
@@ -131,6 +147,28 @@ pub fn cargo() -> Command {
 
 fn build() -> Result<()> {
     sh(cargo().args(["build", "--release", "-p", "profiler"]))
+}
+
+pub const ARM64_TRIPLE: &str = "aarch64-unknown-linux-gnu";
+
+/// bpfprof for arm64: the user side cross-compiled and linked with Debian's cross gcc; aya-build
+/// builds the embedded BPF object for the target's architecture (its `pt_regs`, its registers).
+fn build_arm64() -> Result<()> {
+    sh(cargo()
+        .args(["build", "--release", "-p", "profiler", "--target", ARM64_TRIPLE])
+        .env(
+            "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER",
+            "aarch64-linux-gnu-gcc",
+        ))?;
+    eprintln!(
+        "xtask build: {}",
+        workspace_root()
+            .join("target")
+            .join(ARM64_TRIPLE)
+            .join("release/bpfprof")
+            .display()
+    );
+    Ok(())
 }
 
 /// BPF needs root; re-run through sudo when we are not.

@@ -42,6 +42,16 @@ pub fn run(needs: Needs) -> Result<()> {
     Ok(())
 }
 
+/// What cross-building for arm64 needs: the Rust target's standard library and Debian's cross
+/// linker (which brings the arm64 C library to link against).
+pub fn ensure_arm64_cross() -> Result<()> {
+    let installed = output(Command::new("rustup").args(["target", "list", "--installed"]))?;
+    if !installed.lines().any(|t| t.trim() == crate::ARM64_TRIPLE) {
+        sh(Command::new("rustup").args(["target", "add", crate::ARM64_TRIPLE]))?;
+    }
+    ensure_packages(&[("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu")])
+}
+
 fn output(cmd: &mut Command) -> Result<String> {
     let out = cmd.output().with_context(|| format!("starting {cmd:?}"))?;
     if !out.status.success() {

@@ -12,8 +12,7 @@
 use aya_ebpf::{
     bindings::pt_regs,
     helpers::{
-        bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
-        generated::bpf_get_attach_cookie,
+        bpf_get_current_task, bpf_ktime_get_ns, bpf_probe_read_kernel, generated::bpf_get_attach_cookie,
     },
     macros::{map, uprobe, uretprobe},
     maps::{HashMap, LruHashMap, PerCpuArray},
@@ -30,6 +29,7 @@ use profiler_common::{
 
 use super::{add, LOCK_HOLDERS, LOCK_WAITERS, NO_STACK};
 use crate::{
+    arch,
     counters::{atomic_add, bump},
     targets::{current_ids, exec_generation},
 };
@@ -58,7 +58,7 @@ fn try_pthread_enter(ctx: &ProbeContext) -> Result<(), i64> {
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let kind = call::kind(cookie);
     let regs = unsafe { &*ctx.regs };
-    let uaddr = argument(regs, call::register(cookie));
+    let uaddr = arch::register(regs, call::register(cookie));
     let id = LockId { tgid, _pad: 0, uaddr };
     let now = unsafe { bpf_ktime_get_ns() };
     if call::destroys(kind) {
@@ -85,7 +85,7 @@ fn try_pthread_enter(ctx: &ProbeContext) -> Result<(), i64> {
         let entry = LockCall {
             uaddr,
             entry_ns: now,
-            entry_ip: regs.rip,
+            entry_ip: arch::pc(regs),
             kind,
             flags,
             switches: voluntary_switches(),
@@ -108,7 +108,7 @@ fn try_pthread_enter(ctx: &ProbeContext) -> Result<(), i64> {
                     role: WAITER_AT_ENTRY,
                     instance: 0,
                 };
-                start_walk(ctx, tgid, tid, walk_for, regs.rip, caller);
+                start_walk(ctx, tgid, tid, walk_for, arch::pc(regs), caller);
             }
             return Ok(());
         }
@@ -138,18 +138,14 @@ fn try_pthread_enter(ctx: &ProbeContext) -> Result<(), i64> {
         role: HOLDER,
         instance: state.instance,
     };
-    walk(ctx, tgid, tid, walk_for, regs.rip, caller);
+    walk(ctx, tgid, tid, walk_for, arch::pc(regs), caller);
     Ok(())
 }
 
-/// The registers of the lock function's caller at a probe in its prologue: its return address
-/// is where the pushes before the probed instruction left it, above it the caller's stack, and
-/// the frame pointer is still the caller's (the probe point is chosen before any write to rbp).
+/// The registers of the lock function's caller at the probe (see `arch::caller_at_prologue`).
 #[inline(always)]
 fn caller_registers(regs: &pt_regs, cookie: u64) -> Option<(u64, u64, u64)> {
-    let sp = regs.rsp + call::pushed(cookie) as u64;
-    let return_address = unsafe { bpf_probe_read_user(sp as *const u64) }.ok()?;
-    Some((return_address, sp + 8, regs.rbp))
+    arch::caller_at_prologue(regs, call::pushed(cookie) as u64)
 }
 
 #[uretprobe]
@@ -173,7 +169,7 @@ fn try_pthread_return(ctx: &RetProbeContext) -> Result<(), i64> {
         uaddr: entry.uaddr,
     };
     // A condition wait returns holding the mutex whatever it returns.
-    let acquired = regs.rax as u32 == 0 || entry.kind == call::COND_WAIT;
+    let acquired = arch::return_value(regs) as u32 == 0 || entry.kind == call::COND_WAIT;
     let state = unsafe { &mut *state_of(id, now).ok_or(0)? };
     let waited_as_waiter = entry.flags & call_flags::WAITING != 0;
     if waited_as_waiter {
@@ -210,14 +206,7 @@ fn try_pthread_return(ctx: &RetProbeContext) -> Result<(), i64> {
         instance: state.instance,
     };
     // The return lands in the caller: its registers start the walk below the lock function.
-    walk(
-        ctx,
-        tgid,
-        tid,
-        walk_for,
-        entry.entry_ip,
-        (regs.rip, regs.rsp, regs.rbp),
-    );
+    walk(ctx, tgid, tid, walk_for, entry.entry_ip, arch::registers(regs));
     Ok(())
 }
 
@@ -428,17 +417,6 @@ fn record(tgid: u32, uaddr: u64, role: u32, instance: u32, wait: u64, stack_id: 
         }
         _ => add(&LOCK_HOLDERS, key, wait),
     }
-}
-
-/// The register numbered `register` (`call::reg`). Copied out first: the verifier refuses a
-/// context load at a computed offset.
-#[inline(always)]
-fn argument(regs: &pt_regs, register: u32) -> u64 {
-    let all = [
-        regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8, regs.r9, regs.rax, regs.rbx, regs.r10, regs.r11,
-        regs.r12, regs.r13, regs.r14, regs.r15,
-    ];
-    all.get(register as usize).copied().unwrap_or(0)
 }
 
 /// A thread that exits inside a lock call (killed) leaves no entry, and no waiter, behind.

@@ -1,0 +1,145 @@
+//! The machine registers the programs read, per architecture: the rest of the programs ask for
+//! a pc, a stack pointer, a frame pointer, a return value or a numbered register, never for a
+//! field of `pt_regs` by name.
+//!
+//! Both supported architectures keep the same frame record where frame pointers are kept: the
+//! caller's frame pointer at the frame pointer, the return address above it (x86-64: rbp and
+//! the call's push; AArch64: x29 and x30 stored as a pair), so a frame-pointer step is shared.
+use aya_ebpf::{bindings::pt_regs, helpers::bpf_probe_read_kernel};
+
+/// (pc, stack pointer, frame pointer) of a thread's user code.
+pub type UserRegisters = (u64, u64, u64);
+
+#[cfg(bpf_target_arch = "x86_64")]
+mod imp {
+    use super::*;
+
+    /// Addresses at or above this are the kernel's (or non-canonical), never a user pc.
+    pub const USER_SPACE_END: u64 = 0x0000_8000_0000_0000;
+
+    #[inline(always)]
+    pub fn in_user_mode(regs: &pt_regs) -> bool {
+        regs.cs & 3 == 3
+    }
+
+    #[inline(always)]
+    pub fn registers(regs: &pt_regs) -> UserRegisters {
+        (regs.rip, regs.rsp, regs.rbp)
+    }
+
+    #[inline(always)]
+    pub fn pc(regs: &pt_regs) -> u64 {
+        regs.rip
+    }
+
+    #[inline(always)]
+    pub fn return_value(regs: &pt_regs) -> u64 {
+        regs.rax
+    }
+
+    /// The register numbered `n` in `profiler_common::lock::call::reg`. Copied out first: the
+    /// verifier refuses a context load at a computed offset.
+    #[inline(always)]
+    pub fn register(regs: &pt_regs, n: u32) -> u64 {
+        let all = [
+            regs.rdi, regs.rsi, regs.rdx, regs.rcx, regs.r8, regs.r9, regs.rax, regs.rbx, regs.r10, regs.r11,
+            regs.r12, regs.r13, regs.r14, regs.r15,
+        ];
+        all.get(n as usize).copied().unwrap_or(0)
+    }
+
+    /// The caller's registers at a probe in a function's prologue, after `pushed` bytes were
+    /// pushed: the return address the call pushed sits above them, and the frame pointer is still
+    /// the caller's (the probe point is chosen before any write to rbp).
+    #[inline(always)]
+    pub fn caller_at_prologue(regs: &pt_regs, pushed: u64) -> Option<UserRegisters> {
+        let sp = regs.rsp + pushed;
+        let return_address = unsafe { aya_ebpf::helpers::bpf_probe_read_user(sp as *const u64) }.ok()?;
+        Some((return_address, sp + 8, regs.rbp))
+    }
+
+    /// The user registers the kernel saved for the current thread (`bpf_task_pt_regs`).
+    #[inline(always)]
+    pub fn saved(saved: *const pt_regs) -> Option<UserRegisters> {
+        let cs = unsafe { bpf_probe_read_kernel(&(*saved).cs) }.ok()?;
+        if cs & 3 != 3 {
+            return None;
+        }
+        let ip = unsafe { bpf_probe_read_kernel(&(*saved).rip) }.ok()?;
+        let sp = unsafe { bpf_probe_read_kernel(&(*saved).rsp) }.ok()?;
+        let bp = unsafe { bpf_probe_read_kernel(&(*saved).rbp) }.ok()?;
+        Some((ip, sp, bp))
+    }
+}
+
+#[cfg(bpf_target_arch = "aarch64")]
+mod imp {
+    use super::*;
+
+    /// User addresses have at most 52 bits (48 on most kernels); the kernel's start with 0xffff.
+    pub const USER_SPACE_END: u64 = 1 << 52;
+
+    /// PSTATE.M[3:0] is 0 (EL0t) in user mode; bit 4 set is a 32-bit task, which is not walked.
+    const MODE_MASK: u64 = 0x1f;
+
+    #[inline(always)]
+    pub fn in_user_mode(regs: &pt_regs) -> bool {
+        regs.pstate & MODE_MASK == 0
+    }
+
+    #[inline(always)]
+    pub fn registers(regs: &pt_regs) -> UserRegisters {
+        (regs.pc, regs.sp, regs.regs[29])
+    }
+
+    #[inline(always)]
+    pub fn pc(regs: &pt_regs) -> u64 {
+        regs.pc
+    }
+
+    #[inline(always)]
+    pub fn return_value(regs: &pt_regs) -> u64 {
+        regs.regs[0]
+    }
+
+    /// x`n` (31 and above: 0). A match, not an index: the verifier refuses a context load at a
+    /// computed offset, and copying all 31 registers out would take half the BPF stack.
+    #[inline(always)]
+    pub fn register(regs: &pt_regs, n: u32) -> u64 {
+        macro_rules! pick {
+            ($($i:literal)*) => {
+                match n {
+                    $($i => regs.regs[$i],)*
+                    _ => 0,
+                }
+            };
+        }
+        pick!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 21 22 23 24 25 26 27 28 29 30)
+    }
+
+    /// The caller's registers at a probe on a function's first instruction: the return address
+    /// is still in x30 and nothing is pushed yet (probes on AArch64 are placed at entry).
+    #[inline(always)]
+    pub fn caller_at_prologue(regs: &pt_regs, pushed: u64) -> Option<UserRegisters> {
+        if pushed != 0 {
+            return None;
+        }
+        Some((regs.regs[30], regs.sp, regs.regs[29]))
+    }
+
+    /// The user registers the kernel saved for the current thread (`bpf_task_pt_regs`: the
+    /// kernel's `pt_regs` begins with the user-visible `user_pt_regs`).
+    #[inline(always)]
+    pub fn saved(saved: *const pt_regs) -> Option<UserRegisters> {
+        let pstate = unsafe { bpf_probe_read_kernel(&(*saved).pstate) }.ok()?;
+        if pstate & MODE_MASK != 0 {
+            return None;
+        }
+        let ip = unsafe { bpf_probe_read_kernel(&(*saved).pc) }.ok()?;
+        let sp = unsafe { bpf_probe_read_kernel(&(*saved).sp) }.ok()?;
+        let fp = unsafe { bpf_probe_read_kernel(&(*saved).regs[29]) }.ok()?;
+        Some((ip, sp, fp))
+    }
+}
+
+pub use imp::*;
