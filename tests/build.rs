@@ -39,7 +39,14 @@ fn main() {
 
 fn compile_rust(out: &std::path::Path, name: &str, flags: &[&str]) {
     let rustc = env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
-    let status = Command::new(rustc)
+    let mut cmd = Command::new(rustc);
+    let target = env::var("TARGET").unwrap();
+    if target != env::var("HOST").unwrap() {
+        // The arm64 guest's workloads: linked by the same cross compiler as the C ones.
+        let linker = cc::Build::new().get_compiler().path().display().to_string();
+        cmd.args(["--target", &target, "-C", &format!("linker={linker}")]);
+    }
+    let status = cmd
         .args(["--edition", "2021", "-O", "-g"])
         .args(flags)
         .arg("-o")

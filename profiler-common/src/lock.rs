@@ -60,7 +60,9 @@ pub mod call {
         matches!(kind, MUTEX_DESTROY | RWLOCK_DESTROY)
     }
 
-    /// Registers an argument can be found in at a probe, as numbered in the cookie.
+    /// Registers an argument can be found in at a probe, as numbered in the cookie. On AArch64
+    /// the number is the register's own (x0..x30): the first four arguments, x0..x3, have the
+    /// numbers of their x86-64 counterparts here.
     pub mod reg {
         pub const RDI: u32 = 0;
         pub const RSI: u32 = 1;

@@ -1,4 +1,5 @@
-//! Table-based unwinding (x86-64): rows built from `.eh_frame` in user space, walked in BPF.
+//! Table-based unwinding (x86-64 and AArch64): rows built from `.eh_frame` in user space, walked
+//! in BPF. "sp" and "fp" are rsp and rbp on x86-64, sp and x29 on AArch64.
 use core::mem::size_of;
 
 /// Rows in the shared row array (all files' tables, 16 bytes each).
@@ -23,8 +24,8 @@ pub const PROGRAM_SLOT: u32 = 0;
 pub mod cfa {
     /// No rule bpfprof can follow (an expression): try the frame pointer instead.
     pub const UNSUPPORTED: u8 = 0;
-    pub const RSP: u8 = 1;
-    pub const RBP: u8 = 2;
+    pub const SP: u8 = 1;
+    pub const FP: u8 = 2;
     /// PLT stubs' standard expression: rsp + 8, plus 8 past the stub's push.
     pub const PLT: u8 = 3;
     /// The return address is undefined here: the outermost frame (`_start`, thread start).
@@ -33,8 +34,8 @@ pub mod cfa {
     pub const NONE: u8 = 5;
 }
 
-/// Where the caller's rbp was saved.
-pub mod rbp {
+/// Where the caller's frame pointer was saved.
+pub mod fp {
     /// Not saved: unchanged in the caller.
     pub const SAME: u8 = 0;
     /// At CFA + offset.
@@ -47,10 +48,13 @@ pub mod rbp {
 pub struct Row {
     pub pc: u64,
     pub cfa_offset: i16,
-    pub rbp_offset: i16,
+    pub fp_offset: i16,
     pub cfa: u8,
-    pub rbp: u8,
-    pub _pad: u16,
+    pub fp: u8,
+    /// Where the return address was saved, from the CFA (x86-64: always -8, the call's push);
+    /// 0: not saved, still in the link register (x30 of an AArch64 function that calls nothing,
+    /// or before its prologue): only the innermost frame can be there.
+    pub ra_offset: i16,
 }
 const _: () = assert!(size_of::<Row>() == 16);
 
@@ -87,12 +91,15 @@ const _: () = assert!(size_of::<ProcessMappings>() == 8 + 32 * MAX_MAPPINGS);
 pub struct Walk {
     pub ip: u64,
     pub sp: u64,
-    pub bp: u64,
+    pub fp: u64,
+    /// The link register (AArch64 x30) while the innermost frame is stepped; 0 after it, and
+    /// always on x86-64.
+    pub lr: u64,
     pub tgid: u32,
     pub tid: u32,
     pub stack: UserStack,
 }
-const _: () = assert!(size_of::<Walk>() == 32 + size_of::<UserStack>());
+const _: () = assert!(size_of::<Walk>() == 40 + size_of::<UserStack>());
 
 /// Why a walk ended.
 pub mod stop {

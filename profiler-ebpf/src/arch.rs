@@ -7,8 +7,16 @@
 //! the call's push; AArch64: x29 and x30 stored as a pair), so a frame-pointer step is shared.
 use aya_ebpf::{bindings::pt_regs, helpers::bpf_probe_read_kernel};
 
-/// (pc, stack pointer, frame pointer) of a thread's user code.
-pub type UserRegisters = (u64, u64, u64);
+/// The registers a user stack walk starts from.
+#[derive(Clone, Copy)]
+pub struct UserRegisters {
+    pub pc: u64,
+    pub sp: u64,
+    pub fp: u64,
+    /// AArch64's link register: the return address of a frame that has not saved it yet. 0
+    /// where unknown, and on x86-64 (the call pushes it).
+    pub lr: u64,
+}
 
 #[cfg(bpf_target_arch = "x86_64")]
 mod imp {
@@ -22,9 +30,20 @@ mod imp {
         regs.cs & 3 == 3
     }
 
+    /// A return address read from the stack, as the code address it is.
+    #[inline(always)]
+    pub fn code_address(saved: u64) -> u64 {
+        saved
+    }
+
     #[inline(always)]
     pub fn registers(regs: &pt_regs) -> UserRegisters {
-        (regs.rip, regs.rsp, regs.rbp)
+        UserRegisters {
+            pc: regs.rip,
+            sp: regs.rsp,
+            fp: regs.rbp,
+            lr: 0,
+        }
     }
 
     #[inline(always)]
@@ -55,7 +74,12 @@ mod imp {
     pub fn caller_at_prologue(regs: &pt_regs, pushed: u64) -> Option<UserRegisters> {
         let sp = regs.rsp + pushed;
         let return_address = unsafe { aya_ebpf::helpers::bpf_probe_read_user(sp as *const u64) }.ok()?;
-        Some((return_address, sp + 8, regs.rbp))
+        Some(UserRegisters {
+            pc: return_address,
+            sp: sp + 8,
+            fp: regs.rbp,
+            lr: 0,
+        })
     }
 
     /// The user registers the kernel saved for the current thread (`bpf_task_pt_regs`).
@@ -67,8 +91,13 @@ mod imp {
         }
         let ip = unsafe { bpf_probe_read_kernel(&(*saved).rip) }.ok()?;
         let sp = unsafe { bpf_probe_read_kernel(&(*saved).rsp) }.ok()?;
-        let bp = unsafe { bpf_probe_read_kernel(&(*saved).rbp) }.ok()?;
-        Some((ip, sp, bp))
+        let fp = unsafe { bpf_probe_read_kernel(&(*saved).rbp) }.ok()?;
+        Some(UserRegisters {
+            pc: ip,
+            sp,
+            fp,
+            lr: 0,
+        })
     }
 }
 
@@ -87,9 +116,22 @@ mod imp {
         regs.pstate & MODE_MASK == 0
     }
 
+    /// A return address read from the stack, as the code address it is: with pointer
+    /// authentication (-mbranch-protection) its signature fills the bits above the 48-bit
+    /// address.
+    #[inline(always)]
+    pub fn code_address(saved: u64) -> u64 {
+        saved & ((1 << 48) - 1)
+    }
+
     #[inline(always)]
     pub fn registers(regs: &pt_regs) -> UserRegisters {
-        (regs.pc, regs.sp, regs.regs[29])
+        UserRegisters {
+            pc: regs.pc,
+            sp: regs.sp,
+            fp: regs.regs[29],
+            lr: regs.regs[30],
+        }
     }
 
     #[inline(always)]
@@ -124,7 +166,13 @@ mod imp {
         if pushed != 0 {
             return None;
         }
-        Some((regs.regs[30], regs.sp, regs.regs[29]))
+        // The caller has called: its own return address is saved in its frame, not in x30.
+        Some(UserRegisters {
+            pc: regs.regs[30],
+            sp: regs.sp,
+            fp: regs.regs[29],
+            lr: 0,
+        })
     }
 
     /// The user registers the kernel saved for the current thread (`bpf_task_pt_regs`: the
@@ -138,7 +186,10 @@ mod imp {
         let ip = unsafe { bpf_probe_read_kernel(&(*saved).pc) }.ok()?;
         let sp = unsafe { bpf_probe_read_kernel(&(*saved).sp) }.ok()?;
         let fp = unsafe { bpf_probe_read_kernel(&(*saved).regs[29]) }.ok()?;
-        Some((ip, sp, fp))
+        // Where the thread entered the kernel (a syscall, a fault) x30 may still hold the
+        // return address of a function that has not saved it: a leaf making a syscall.
+        let lr = unsafe { bpf_probe_read_kernel(&(*saved).regs[30]) }.ok()?;
+        Some(UserRegisters { pc: ip, sp, fp, lr })
     }
 }
 

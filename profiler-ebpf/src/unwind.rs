@@ -19,14 +19,14 @@ use aya_ebpf::{
 };
 use profiler_common::{
     unwind::{
-        cfa, rbp, stop, Mapping, ProcessMappings, Row, UserStack, Walk, FRAMES_PER_RUN, MAPPING_SEARCH_STEPS,
+        cfa, fp, stop, Mapping, ProcessMappings, Row, UserStack, Walk, FRAMES_PER_RUN, MAPPING_SEARCH_STEPS,
         MAX_FRAMES, MAX_MAPPINGS, PROCESSES, PROGRAM_SLOT, ROWS, ROW_SEARCH_STEPS, STACK_ENTRIES,
     },
     Counter, ProcessEventKind,
 };
 
 use crate::{
-    arch,
+    arch::{self, UserRegisters},
     counters::bump,
     sampling::{announce, record_sample, EPOCH},
 };
@@ -148,7 +148,7 @@ pub fn start_lock(ctx: &TracePointContext, tgid: u32, tid: u32) {
 /// pointers from the caller on (which a frame-pointer walk from inside the lock function would
 /// skip). Must be the probe's last act; returns only if the walk could not start.
 #[inline(always)]
-pub fn start_pthread<C: EbpfContext>(ctx: &C, tgid: u32, tid: u32, leaf: u64, registers: (u64, u64, u64)) {
+pub fn start_pthread<C: EbpfContext>(ctx: &C, tgid: u32, tid: u32, leaf: u64, registers: UserRegisters) {
     launch(
         ctx,
         &PTHREAD_WALK,
@@ -168,21 +168,22 @@ fn launch<C: EbpfContext>(
     ctx: &C,
     scratch: &PerCpuArray<Walk>,
     walker: &ProgramArray,
-    registers: Option<(u64, u64, u64)>,
+    registers: Option<UserRegisters>,
     leaf: Option<u64>,
     tgid: u32,
     tid: u32,
 ) {
-    let Some((ip, sp, bp)) = registers else {
+    let Some(registers) = registers else {
         return;
     };
     let Some(walk) = scratch.get_ptr_mut(0) else {
         return;
     };
     let walk = unsafe { &mut *walk };
-    walk.ip = ip;
-    walk.sp = sp;
-    walk.bp = bp;
+    walk.ip = registers.pc;
+    walk.sp = registers.sp;
+    walk.fp = registers.fp;
+    walk.lr = registers.lr;
     walk.tgid = tgid;
     walk.tid = tid;
     walk.stack.len = 0;
@@ -196,7 +197,7 @@ fn launch<C: EbpfContext>(
 
 /// The user registers saved when the current thread entered the kernel. None for kernel threads.
 #[inline(always)]
-fn saved_user_registers() -> Option<(u64, u64, u64)> {
+fn saved_user_registers() -> Option<UserRegisters> {
     let task = unsafe { bpf_get_current_task_btf() };
     let saved = unsafe { aya_ebpf::helpers::generated::bpf_task_pt_regs(task) } as *const pt_regs;
     if saved.is_null() {
@@ -306,10 +307,10 @@ fn advance<C: EbpfContext>(ctx: &C, walk: &mut Walk, programs: &ProgramArray) {
 const UNSUPPORTED: Row = Row {
     pc: 0,
     cfa_offset: 0,
-    rbp_offset: 0,
+    fp_offset: 0,
     cfa: cfa::UNSUPPORTED,
-    rbp: 0,
-    _pad: 0,
+    fp: 0,
+    ra_offset: 0,
 };
 
 /// Record the current frame. Returns the pc to look its caller up by, or None if the stack is
@@ -366,30 +367,46 @@ fn step_by(walk: &mut Walk, mut rule: Row, pc: u64) {
             walk.stack.stop = stop::END;
             return;
         }
-        cfa::RSP => walk.sp.wrapping_add(rule.cfa_offset as i64 as u64),
-        cfa::RBP => walk.bp.wrapping_add(rule.cfa_offset as i64 as u64),
+        cfa::SP => walk.sp.wrapping_add(rule.cfa_offset as i64 as u64),
+        cfa::FP => walk.fp.wrapping_add(rule.cfa_offset as i64 as u64),
         cfa::PLT => {
             let past_push = (pc & 15) >= rule.cfa_offset as u64;
             walk.sp + 8 + if past_push { 8 } else { 0 }
         }
         _ => {
-            // No table here: the frame pointer's frame (saved rbp at rbp, return address above).
-            if walk.bp == 0 {
+            // No table here: the frame record at the frame pointer (the caller's frame pointer
+            // at fp, the return address above it; the same on both architectures).
+            if walk.fp == 0 {
                 walk.stack.stop = stop::FAILED;
                 return;
             }
-            rule.rbp = rbp::AT_CFA;
-            rule.rbp_offset = -16;
-            walk.bp + 16
+            rule.fp = fp::AT_CFA;
+            rule.fp_offset = -16;
+            rule.ra_offset = -8;
+            walk.fp + 16
         }
     };
-    let Ok(return_address) = (unsafe { bpf_probe_read_user((cfa - 8) as *const u64) }) else {
-        walk.stack.stop = stop::FAILED;
-        return;
+    let return_address = match rule.ra_offset {
+        // Not saved yet: still in the link register, which only the innermost frame can use.
+        0 if walk.lr != 0 => walk.lr,
+        0 => {
+            walk.stack.stop = stop::FAILED;
+            return;
+        }
+        offset => {
+            match unsafe { bpf_probe_read_user(cfa.wrapping_add(offset as i64 as u64) as *const u64) } {
+                Ok(address) => arch::code_address(address),
+                Err(_) => {
+                    walk.stack.stop = stop::FAILED;
+                    return;
+                }
+            }
+        }
     };
-    if rule.rbp == rbp::AT_CFA {
-        match unsafe { bpf_probe_read_user(cfa.wrapping_add(rule.rbp_offset as i64 as u64) as *const u64) } {
-            Ok(bp) => walk.bp = bp,
+    walk.lr = 0;
+    if rule.fp == fp::AT_CFA {
+        match unsafe { bpf_probe_read_user(cfa.wrapping_add(rule.fp_offset as i64 as u64) as *const u64) } {
+            Ok(bp) => walk.fp = bp,
             Err(_) => {
                 walk.stack.stop = stop::FAILED;
                 return;

@@ -51,8 +51,9 @@ pub fn topdown_from_counters(cli: &Cli, path: &Path) -> anyhow::Result<i32> {
         reason,
     };
     let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
-    let counts = crate::counters::tma::parse_perf_csv(&text).map_err(|e| fail(e.to_string()))?;
-    let tma = crate::counters::tma::analyze(&counts, cli.slots).map_err(|e| fail(e.to_string()))?;
+    let counts = crate::counters::perf_csv::parse_perf_csv(&text).map_err(|e| fail(e.to_string()))?;
+    let tma = crate::counters::tma::analyze(&counts, crate::counters::tma::Machine::with_slots(cli.slots))
+        .map_err(|e| fail(e.to_string()))?;
     let meta = RunMeta {
         mode: "topdown",
         event: "counters",
@@ -111,11 +112,11 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             let collection = sched.context("topdown run without thread states")?;
             let mut report = topdown::thread_states(meta.clone(), health, &collection, topdown.reason);
             if let Some(counts) = &topdown.counts {
-                report = topdown::with_counts(report, topdown.set.name, counts, topdown.slots);
+                report = topdown::with_counts(report, &topdown.set, counts, topdown.machine);
             }
             if let Some(profile) = stacks {
                 let sampled = symbolized(&symbolizer, meta, &profile, &procs);
-                report = topdown::with_functions(report, &sampled, topdown.set.name, topdown.slots);
+                report = topdown::with_functions(report, &sampled, topdown.set.name, topdown.machine);
             }
             output::write_report(plan.output.as_deref(), &|out| renderer.topdown(&report, out))?;
             format!(

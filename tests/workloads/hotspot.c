@@ -93,6 +93,7 @@ static long long faults;
 /* A system call made from the calling function itself, not through libc (which has no frame
  * pointers, so a frame-pointer walk from inside it would skip its caller). */
 static inline long raw_syscall6(long nr, long a, long b, long c, long d, long e, long f) {
+#if defined(__x86_64__)
     long ret;
     register long r10 __asm__("r10") = d;
     register long r8 __asm__("r8") = e;
@@ -100,6 +101,19 @@ static inline long raw_syscall6(long nr, long a, long b, long c, long d, long e,
     __asm__ volatile("syscall" : "=a"(ret) : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
                      : "rcx", "r11", "memory");
     return ret;
+#elif defined(__aarch64__)
+    register long x8 __asm__("x8") = nr;
+    register long x0 __asm__("x0") = a;
+    register long x1 __asm__("x1") = b;
+    register long x2 __asm__("x2") = c;
+    register long x3 __asm__("x3") = d;
+    register long x4 __asm__("x4") = e;
+    register long x5 __asm__("x5") = f;
+    __asm__ volatile("svc #0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5) : "memory");
+    return x0;
+#else
+#error "raw_syscall6: x86-64 and AArch64 only"
+#endif
 }
 
 /* Maps fresh anonymous memory and touches every page: one page fault per page, all here. */

@@ -94,8 +94,17 @@ static void *busy(void *arg) {
 __attribute__((noinline)) long long sleep_known(long long ns) {
     struct timespec ts = {0, ns};
     long long t0 = wall_ns();
+#if defined(__x86_64__)
     long ret;
     __asm__ volatile("syscall" : "=a"(ret) : "0"(SYS_nanosleep), "D"(&ts), "S"(0) : "rcx", "r11", "memory");
+#elif defined(__aarch64__)
+    register long x8 __asm__("x8") = SYS_nanosleep;
+    register long x0 __asm__("x0") = (long)&ts;
+    register long x1 __asm__("x1") = 0;
+    __asm__ volatile("svc #0" : "+r"(x0) : "r"(x8), "r"(x1) : "memory");
+#else
+#error "sleep_known: x86-64 and AArch64 only"
+#endif
     return wall_ns() - t0;
 }
 

@@ -6,6 +6,7 @@
 //!   cargo xtask run -- ARGS      build, then run bpfprof ARGS (as root)
 //!   cargo xtask test             unit tests, then privileged end-to-end tests, then a short soak
 //!                                [--repeat N] [--noise] [FILTER]
+//!   cargo xtask guest [FILTER]   only the arm64 suites, in the emulated Neoverse N1 (QEMU)
 //!   cargo xtask bench [MODE]     overhead benchmarks (hotspot, sched, unwind, lock, agent)
 //!   cargo xtask soak --minutes N the agent under process churn: memory and descriptors stay flat
 //!   cargo xtask noise            a busy machine (CPU hogs, short-lived processes) until Ctrl-C
@@ -18,6 +19,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod guest;
 mod noise;
 mod setup;
 mod soak;
@@ -58,6 +60,12 @@ enum Task {
         #[arg(long)]
         noise: bool,
         /// Extra arguments for the test harness (e.g. a test name filter; the soak is then left out).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Only the arm64 suites, in the emulated Neoverse (part of `test`).
+    Guest {
+        /// Extra arguments for the test harness (a test name filter).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -105,6 +113,9 @@ fn main() {
                 filter: args,
             })
         }),
+        Task::Guest { args } => setup::run(setup::Needs::Test)
+            .and_then(|()| setup::ensure_arm64_guest_tools())
+            .and_then(|()| test::run_guest(&args)),
         Task::Bench { mode } => setup::run(setup::Needs::Test)
             .and_then(|()| build())
             .and_then(|()| bench::run(&mode)),
@@ -150,16 +161,16 @@ fn build() -> Result<()> {
 }
 
 pub const ARM64_TRIPLE: &str = "aarch64-unknown-linux-gnu";
+/// Debian's cross compiler, which links arm64 binaries; cargo is told through this variable.
+pub const ARM64_GCC: &str = "aarch64-linux-gnu-gcc";
+pub const ARM64_LINKER_ENV: &str = "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER";
 
 /// bpfprof for arm64: the user side cross-compiled and linked with Debian's cross gcc; aya-build
 /// builds the embedded BPF object for the target's architecture (its `pt_regs`, its registers).
-fn build_arm64() -> Result<()> {
+pub fn build_arm64() -> Result<()> {
     sh(cargo()
         .args(["build", "--release", "-p", "profiler", "--target", ARM64_TRIPLE])
-        .env(
-            "CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER",
-            "aarch64-linux-gnu-gcc",
-        ))?;
+        .env(ARM64_LINKER_ENV, ARM64_GCC))?;
     eprintln!(
         "xtask build: {}",
         workspace_root()

@@ -38,6 +38,8 @@ pub fn run(needs: Needs) -> Result<()> {
             // The live view's tests drive it in a real terminal.
             ("tmux", "tmux"),
         ])?;
+        // The AArch64 unwind-table unit test reads the arm64 C library the cross compiler brings.
+        ensure_arm64_cross()?;
     }
     Ok(())
 }
@@ -49,10 +51,26 @@ pub fn ensure_arm64_cross() -> Result<()> {
     if !installed.lines().any(|t| t.trim() == crate::ARM64_TRIPLE) {
         sh(Command::new("rustup").args(["target", "add", crate::ARM64_TRIPLE]))?;
     }
-    ensure_packages(&[("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu")])
+    ensure_packages(&[(crate::ARM64_GCC, "gcc-aarch64-linux-gnu")])
 }
 
-fn output(cmd: &mut Command) -> Result<String> {
+/// What the emulated Neoverse needs besides the cross build: QEMU, cpio for its initramfs, and
+/// apt knowing Debian's arm64 packages (the guest's kernel, busybox and C library come from them).
+pub fn ensure_arm64_guest_tools() -> Result<()> {
+    ensure_arm64_cross()?;
+    ensure_packages(&[("qemu-system-aarch64", "qemu-system-arm"), ("cpio", "cpio")])?;
+    let foreign = output(Command::new("dpkg").arg("--print-foreign-architectures"))?;
+    if !foreign.lines().any(|a| a.trim() == "arm64") {
+        eprintln!("xtask setup: adding Debian's arm64 architecture (for the arm64 guest's packages)");
+        sh(Command::new("dpkg").args(["--add-architecture", "arm64"]))?;
+        sh(Command::new("apt-get")
+            .args(["update", "-qq"])
+            .env("DEBIAN_FRONTEND", "noninteractive"))?;
+    }
+    Ok(())
+}
+
+pub fn output(cmd: &mut Command) -> Result<String> {
     let out = cmd.output().with_context(|| format!("starting {cmd:?}"))?;
     if !out.status.success() {
         bail!("{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));

@@ -29,7 +29,7 @@ use profiler_common::{
 
 use super::{add, LOCK_HOLDERS, LOCK_WAITERS, NO_STACK};
 use crate::{
-    arch,
+    arch::{self, UserRegisters},
     counters::{atomic_add, bump},
     targets::{current_ids, exec_generation},
 };
@@ -144,7 +144,7 @@ fn try_pthread_enter(ctx: &ProbeContext) -> Result<(), i64> {
 
 /// The registers of the lock function's caller at the probe (see `arch::caller_at_prologue`).
 #[inline(always)]
-fn caller_registers(regs: &pt_regs, cookie: u64) -> Option<(u64, u64, u64)> {
+fn caller_registers(regs: &pt_regs, cookie: u64) -> Option<UserRegisters> {
     arch::caller_at_prologue(regs, call::pushed(cookie) as u64)
 }
 
@@ -347,7 +347,7 @@ fn walk<C: EbpfContext>(
     tid: u32,
     walk_for: WalkFor,
     leaf: u64,
-    registers: (u64, u64, u64),
+    registers: UserRegisters,
 ) {
     start_walk(ctx, tgid, tid, walk_for, leaf, registers);
     record(
@@ -368,7 +368,7 @@ fn start_walk<C: EbpfContext>(
     tid: u32,
     walk_for: WalkFor,
     leaf: u64,
-    registers: (u64, u64, u64),
+    registers: UserRegisters,
 ) {
     if let Some(slot) = PTHREAD_WALK_FOR.get_ptr_mut(0) {
         unsafe { *slot = walk_for };

@@ -2,14 +2,18 @@
 //! kernel exposes in /sys/bus/event_source/devices. Event tables per family live in `events`.
 use serde::Serialize;
 
+use super::tma::ArmCore;
+
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct CpuId {
     pub vendor: String,
     pub family: u32,
     pub model: u32,
-    /// Arm: implementer and part number (0 elsewhere).
+    /// Arm: implementer, part number, variant and revision (the MIDR's fields; 0 elsewhere).
     pub arm_implementer: u32,
     pub arm_part: u32,
+    pub arm_variant: u32,
+    pub arm_revision: u32,
     pub name: String,
 }
 
@@ -43,6 +47,8 @@ pub fn parse_cpuinfo(text: &str) -> Option<CpuId> {
                 cpu.vendor = "ARM".into();
             }
             "CPU part" => cpu.arm_part = number(value)?,
+            "CPU variant" => cpu.arm_variant = number(value)?,
+            "CPU revision" => cpu.arm_revision = number(value)?,
             _ => {}
         }
     }
@@ -64,9 +70,11 @@ pub enum Method {
     },
     /// AMD Zen 3 and older: no per-slot dispatch events, IPC only.
     AmdNoSlots,
-    /// Arm Neoverse N2/V2 and later: STALL_SLOT_* with the slot count from caps/slots.
-    ArmSlots,
-    /// Arm Neoverse N1/V1: stall cycles only, no four-way split.
+    /// Arm Neoverse V1, N2, V2 and later: STALL_SLOT_*, by the core's formula.
+    ArmSlots {
+        core: ArmCore,
+    },
+    /// Arm Neoverse N1: stall cycles only, no four-way split.
     ArmCycles,
     Unknown,
 }
@@ -77,6 +85,7 @@ impl Method {
         match self {
             Method::IntelPreIcl => Some(4),
             Method::IntelIcl { slots } | Method::AmdZen { slots } => Some(slots),
+            Method::ArmSlots { core } => Some(core.slots()),
             _ => None,
         }
     }
@@ -96,8 +105,8 @@ impl Method {
             Method::AmdNoSlots => {
                 "none: no per-slot dispatch events on this AMD core, so no level-1 split (IPC only)".into()
             }
-            Method::ArmSlots => "Arm slots: STALL_SLOT_* (slots from caps/slots)".into(),
-            Method::ArmCycles => "Arm N1/V1: stall cycles only, no four-way split".into(),
+            Method::ArmSlots { core } => format!("Arm slots: STALL_SLOT_*, {core:?} formula"),
+            Method::ArmCycles => "Arm N1: stall cycles only, no four-way split".into(),
             Method::Unknown => "unknown: check perf list for topdown events".into(),
         }
     }
@@ -125,10 +134,22 @@ pub fn topdown_method(cpu: &CpuId) -> (&'static str, Method) {
         ("AuthenticAMD", _) => ("AMD before Zen 3", Method::AmdNoSlots),
         ("ARM", _) => match cpu.arm_part {
             0xd0c => ("Neoverse N1", Method::ArmCycles),
-            0xd40 => ("Neoverse V1", Method::ArmCycles),
-            0xd49 => ("Neoverse N2", Method::ArmSlots),
-            0xd4f => ("Neoverse V2", Method::ArmSlots),
-            _ => ("Arm core (part not in bpfprof's table)", Method::ArmSlots),
+            0xd40 => ("Neoverse V1", Method::ArmSlots { core: ArmCore::V1 }),
+            0xd49 => {
+                // r0p0..r0p2 have the STALL_SLOT erratum; r0p3 and later do not.
+                let erratum = cpu.arm_variant == 0 && cpu.arm_revision <= 2;
+                (
+                    "Neoverse N2",
+                    Method::ArmSlots {
+                        core: ArmCore::N2 { erratum },
+                    },
+                )
+            }
+            0xd4f => ("Neoverse V2", Method::ArmSlots { core: ArmCore::V2 }),
+            _ => (
+                "Arm core (part not in bpfprof's table)",
+                Method::ArmSlots { core: ArmCore::V2 },
+            ),
         },
         _ => ("unknown CPU", Method::Unknown),
     }
@@ -225,19 +246,54 @@ mod tests {
     }
 
     #[test]
-    fn arm_neoverse_parts() {
-        let n2 = "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd49\n\n";
+    fn arm_neoverse_parts_by_midr() {
+        let n2 = "processor\t: 0\nBogoMIPS\t: 50.00\nCPU implementer\t: 0x41\nCPU architecture: 8\nCPU variant\t: 0x0\nCPU part\t: 0xd49\nCPU revision\t: 1\n\n";
         let cpu = parse_cpuinfo(n2).unwrap();
-        assert_eq!((cpu.arm_implementer, cpu.arm_part), (0x41, 0xd49));
-        assert_eq!(topdown_method(&cpu).0, "Neoverse N2");
         assert_eq!(
-            topdown_method(&CpuId {
-                arm_part: 0xd0c,
-                ..cpu
-            })
-            .1,
-            Method::ArmCycles
+            (
+                cpu.arm_implementer,
+                cpu.arm_part,
+                cpu.arm_variant,
+                cpu.arm_revision
+            ),
+            (0x41, 0xd49, 0, 1)
         );
+        assert_eq!(
+            topdown_method(&cpu),
+            (
+                "Neoverse N2",
+                Method::ArmSlots {
+                    core: ArmCore::N2 { erratum: true }
+                }
+            )
+        );
+        let r0p3 = CpuId {
+            arm_revision: 3,
+            ..cpu.clone()
+        };
+        assert_eq!(
+            topdown_method(&r0p3).1,
+            Method::ArmSlots {
+                core: ArmCore::N2 { erratum: false }
+            }
+        );
+        assert_eq!(topdown_method(&r0p3).1.slots(), Some(5));
+        let part = |arm_part| {
+            topdown_method(&CpuId {
+                arm_part,
+                ..cpu.clone()
+            })
+        };
+        assert_eq!(part(0xd0c), ("Neoverse N1", Method::ArmCycles));
+        assert_eq!(
+            part(0xd40),
+            ("Neoverse V1", Method::ArmSlots { core: ArmCore::V1 })
+        );
+        assert_eq!(
+            part(0xd4f),
+            ("Neoverse V2", Method::ArmSlots { core: ArmCore::V2 })
+        );
+        assert_eq!(part(0xd40).1.slots(), Some(8));
     }
 
     #[test]

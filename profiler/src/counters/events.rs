@@ -116,6 +116,7 @@ const ARM_SLOTS: &[EventSpec] = &[
     raw("stall_slot", &[("event", 0x3f)]),
     raw("op_retired", &[("event", 0x3a)]),
     raw("op_spec", &[("event", 0x3b)]),
+    raw("br_mis_pred", &[("event", 0x10)]),
 ];
 const ARM_CYCLES: &[EventSpec] = &[
     raw("cpu_cycles", &[("event", 0x11)]),
@@ -130,7 +131,7 @@ pub fn topdown_set(method: Method) -> CounterSet {
         Method::IntelPreIcl => (INTEL_PRE_ICL, false),
         Method::IntelIcl { .. } => (INTEL_ICL, true),
         Method::AmdZen { .. } => (AMD_ZEN, false),
-        Method::ArmSlots => (ARM_SLOTS, false),
+        Method::ArmSlots { .. } => (ARM_SLOTS, false),
         Method::ArmCycles => (ARM_CYCLES, false),
         Method::AmdNoSlots | Method::Unknown => (IPC_ONLY, false),
     };
@@ -404,12 +405,14 @@ mod tests {
 
     #[test]
     fn every_family_has_the_events_its_formula_needs() {
-        use crate::counters::tma::{analyze, Count, Counts};
+        use crate::counters::tma::{analyze, Count, Counts, Machine};
         for method in [
             Method::IntelPreIcl,
             Method::IntelIcl { slots: 5 },
             Method::AmdZen { slots: 6 },
-            Method::ArmSlots,
+            Method::ArmSlots {
+                core: crate::counters::tma::ArmCore::V1,
+            },
         ] {
             // Each family's own table, every counter 1000 (metric events 64 each): level 1 must
             // come out, so the table and the formula agree on names.
@@ -429,7 +432,7 @@ mod tests {
                 events,
                 not_counted: Vec::new(),
             };
-            let tma = analyze(&counts, Some(5)).unwrap();
+            let tma = analyze(&counts, Machine::with_slots(Some(5))).unwrap();
             assert!(tma.level1.is_some(), "{method:?}");
             assert!(tma.ipc.is_some(), "{method:?} has IPC");
         }

@@ -1,8 +1,9 @@
 //! Hardware and software counters: what the CPU is and which topdown method it has (`cpu`), the
 //! PMUs and events the kernel exposes (`pmu`, `events`), counting them over a run (`counting`)
-//! and the topdown analysis of their totals (`tma`).
+//! and the topdown analysis of their totals (`tma`), also from `perf stat` output (`perf_csv`).
 pub mod counting;
 pub mod cpu;
 pub mod events;
+pub mod perf_csv;
 pub mod pmu;
 pub mod tma;

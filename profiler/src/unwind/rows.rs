@@ -1,10 +1,12 @@
 //! A file's unwind rows, built from its `.eh_frame` (or `.debug_frame`) with gimli, and the
-//! arithmetic that maps a process's addresses to the file's. x86-64: the rules kept are
-//! CFA = rsp/rbp + offset, the PLT expression, rbp saved at CFA + offset, and "return address
-//! undefined" (the outermost frame). Anything else falls back to the frame pointer in BPF.
-use gimli::{CfaRule, RegisterRule, X86_64};
+//! arithmetic that maps a process's addresses to the file's. The rules kept: CFA = sp/fp +
+//! offset, the x86-64 PLT expression, fp saved at CFA + offset, where the return address is
+//! (x86-64: always CFA - 8; AArch64: saved at CFA + offset, or still in x30), and "return
+//! address undefined" (the outermost frame). Anything else falls back to the frame pointer in
+//! BPF.
+use gimli::{AArch64, CfaRule, Register, RegisterRule, X86_64};
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
-use profiler_common::unwind::{cfa, rbp, Row};
+use profiler_common::unwind::{cfa, fp, Row};
 
 /// Why a file has no table (it is then walked with frame pointers).
 #[derive(Debug, thiserror::Error)]
@@ -15,6 +17,38 @@ pub enum TableError {
     NoFrameInfo,
     #[error("its unwind information is corrupt: {0}")]
     Corrupt(#[from] gimli::Error),
+    #[error("built for {0:?}, which bpfprof does not walk")]
+    Architecture(object::Architecture),
+}
+
+/// The DWARF registers the walker knows, by architecture.
+#[derive(Clone, Copy)]
+struct Registers {
+    sp: Register,
+    fp: Register,
+    ra: Register,
+    /// Where the call leaves the return address, if the architecture fixes it (x86-64's push).
+    ra_at: Option<i16>,
+}
+
+impl Registers {
+    fn of(architecture: object::Architecture) -> Result<Registers, TableError> {
+        match architecture {
+            object::Architecture::X86_64 => Ok(Registers {
+                sp: X86_64::RSP,
+                fp: X86_64::RBP,
+                ra: X86_64::RA,
+                ra_at: Some(-8),
+            }),
+            object::Architecture::Aarch64 => Ok(Registers {
+                sp: AArch64::SP,
+                fp: AArch64::X29,
+                ra: AArch64::X30,
+                ra_at: None,
+            }),
+            other => Err(TableError::Architecture(other)),
+        }
+    }
 }
 
 /// The unwind rows of an ELF image, sorted by pc, with rows that change nothing merged.
@@ -23,6 +57,7 @@ pub fn rows_of(data: &[u8]) -> Result<Vec<Row>, TableError> {
 }
 
 pub(super) fn rows_of_file(file: &object::File<'_>) -> Result<Vec<Row>, TableError> {
+    let registers = Registers::of(file.architecture())?;
     let address = |name: &str| file.section_by_name(name).map(|s| s.address());
     let mut bases = gimli::BaseAddresses::default();
     if let Some(a) = address(".text") {
@@ -38,10 +73,10 @@ pub(super) fn rows_of_file(file: &object::File<'_>) -> Result<Vec<Row>, TableErr
     if let Some(section) = file.section_by_name(".eh_frame") {
         let bases = bases.set_eh_frame(section.address());
         let eh_frame = gimli::EhFrame::new(section.data()?, gimli::LittleEndian);
-        collect_rows(&eh_frame, &bases, &mut rows)?;
+        collect_rows(&eh_frame, &bases, registers, &mut rows)?;
     } else if let Some(section) = file.section_by_name(".debug_frame") {
         let debug_frame = gimli::DebugFrame::new(section.data()?, gimli::LittleEndian);
-        collect_rows(&debug_frame, &bases, &mut rows)?;
+        collect_rows(&debug_frame, &bases, registers, &mut rows)?;
     } else {
         return Err(TableError::NoFrameInfo);
     }
@@ -51,6 +86,7 @@ pub(super) fn rows_of_file(file: &object::File<'_>) -> Result<Vec<Row>, TableErr
 fn collect_rows<'a, S>(
     section: &S,
     bases: &gimli::BaseAddresses,
+    registers: Registers,
     rows: &mut Vec<Row>,
 ) -> Result<(), gimli::Error>
 where
@@ -65,7 +101,7 @@ where
         let fde = partial.parse(|s, b, o| s.cie_from_offset(b, o))?;
         let mut table = fde.rows(section, bases, &mut ctx)?;
         while let Some(row) = table.next_row()? {
-            rows.push(convert(section, row));
+            rows.push(convert(section, registers, row));
         }
         // Past the function's end there is no information until the next FDE says otherwise.
         rows.push(Row {
@@ -77,7 +113,7 @@ where
     Ok(())
 }
 
-fn convert<'a, S>(section: &S, row: &gimli::UnwindTableRow<usize>) -> Row
+fn convert<'a, S>(section: &S, registers: Registers, row: &gimli::UnwindTableRow<usize>) -> Row
 where
     S: gimli::UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>,
 {
@@ -85,14 +121,14 @@ where
         pc: row.start_address(),
         ..Row::default()
     };
-    if matches!(row.register(X86_64::RA), Some(RegisterRule::Undefined)) {
+    if matches!(row.register(registers.ra), Some(RegisterRule::Undefined)) {
         out.cfa = cfa::END;
         return out;
     }
     match row.cfa() {
         CfaRule::RegisterAndOffset { register, offset } => match i16::try_from(*offset) {
-            Ok(offset) if *register == X86_64::RSP => (out.cfa, out.cfa_offset) = (cfa::RSP, offset),
-            Ok(offset) if *register == X86_64::RBP => (out.cfa, out.cfa_offset) = (cfa::RBP, offset),
+            Ok(offset) if *register == registers.sp => (out.cfa, out.cfa_offset) = (cfa::SP, offset),
+            Ok(offset) if *register == registers.fp => (out.cfa, out.cfa_offset) = (cfa::FP, offset),
             _ => out.cfa = cfa::UNSUPPORTED,
         },
         CfaRule::Expression(expression) => {
@@ -104,10 +140,24 @@ where
             }
         }
     }
-    if let Some(RegisterRule::Offset(offset)) = row.register(X86_64::RBP) {
+    if let Some(RegisterRule::Offset(offset)) = row.register(registers.fp) {
         if let Ok(offset) = i16::try_from(offset) {
-            (out.rbp, out.rbp_offset) = (rbp::AT_CFA, offset);
+            (out.fp, out.fp_offset) = (fp::AT_CFA, offset);
         }
+    }
+    out.ra_offset = match (registers.ra_at, row.register(registers.ra)) {
+        (Some(at), _) => at,
+        // Saved by the prologue; 0 (not saved: still in the link register) otherwise. A saved
+        // offset is never 0: the save area is below the CFA.
+        (None, Some(RegisterRule::Offset(offset))) => i16::try_from(offset).unwrap_or(0),
+        (None, _) => 0,
+    };
+    if registers.ra_at.is_none()
+        && out.ra_offset == 0
+        && !matches!(row.register(registers.ra), None | Some(RegisterRule::SameValue))
+    {
+        // Somewhere the walker cannot follow (another register, an expression).
+        out.cfa = cfa::UNSUPPORTED;
     }
     out
 }
@@ -220,11 +270,44 @@ mod tests {
             &rows,
             rows_of_a_real_binary_are_sorted_and_start_functions_at_rsp_plus_8 as *const () as usize,
         );
-        assert_eq!((entry.cfa, entry.cfa_offset), (cfa::RSP, 8), "{entry:?}");
+        assert_eq!((entry.cfa, entry.cfa_offset), (cfa::SP, 8), "{entry:?}");
+        assert!(rows.iter().any(|r| r.fp == fp::AT_CFA), "some function saves rbp");
+    }
+
+    #[test]
+    fn aarch64_rows_keep_the_return_address_in_x30_until_the_prologue_saves_it() {
+        // Debian's arm64 C library, which the cross compiler brings (cargo xtask setup).
+        let path = "/usr/aarch64-linux-gnu/lib/libc.so.6";
+        let libc = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}: run cargo xtask setup"));
+        let rows = rows_of(&libc).unwrap();
+        assert!(rows.len() > 1000, "{} rows", rows.len());
+        // At a function's first instruction: CFA = sp, the return address still in x30.
+        assert!(rows
+            .iter()
+            .any(|r| (r.cfa, r.cfa_offset, r.ra_offset) == (cfa::SP, 0, 0)));
+        // After `stp x29, x30, [sp, #-N]!`: the frame record, x29 with x30 above it.
         assert!(
-            rows.iter().any(|r| r.rbp == rbp::AT_CFA),
-            "some function saves rbp"
+            rows.iter()
+                .any(|r| r.fp == fp::AT_CFA && r.ra_offset < 0 && r.ra_offset == r.fp_offset + 8),
+            "some function saves its frame record"
         );
+        // Below the CFA wherever the CFA is a register's (an expression's rows are walked by the
+        // frame pointer, which ignores them).
+        let above: Vec<_> = rows
+            .iter()
+            .filter(|r| matches!(r.cfa, cfa::SP | cfa::FP) && r.ra_offset > 0)
+            .collect();
+        assert!(
+            above.is_empty(),
+            "{} rows, e.g. {:x?}",
+            above.len(),
+            &above[..above.len().min(3)]
+        );
+        // x86-64's call always leaves it at CFA - 8.
+        assert!(rows_of(&own_binary())
+            .unwrap()
+            .iter()
+            .all(|r| r.ra_offset == -8 || r.cfa == cfa::NONE || r.cfa == cfa::END));
     }
 
     /// The row in force at the function's own entry address (as linked in the file).
@@ -296,19 +379,19 @@ mod tests {
             ..Row::default()
         };
         let rows = compact(vec![
-            row(0x20, cfa::RSP, 8),
-            row(0x10, cfa::RSP, 8),
-            row(0x14, cfa::RSP, 16),
-            row(0x18, cfa::RSP, 16),
+            row(0x20, cfa::SP, 8),
+            row(0x10, cfa::SP, 8),
+            row(0x14, cfa::SP, 16),
+            row(0x18, cfa::SP, 16),
             // One function ends where the next begins: the next one's rule wins.
             row(0x20, cfa::NONE, 0),
         ]);
         assert_eq!(
             rows,
             vec![
-                row(0x10, cfa::RSP, 8),
-                row(0x14, cfa::RSP, 16),
-                row(0x20, cfa::RSP, 8)
+                row(0x10, cfa::SP, 8),
+                row(0x14, cfa::SP, 16),
+                row(0x20, cfa::SP, 8)
             ]
         );
     }

@@ -54,6 +54,18 @@ pub struct ProbePoint {
     pub emulated: bool,
 }
 
+impl ProbePoint {
+    /// The function's first instruction, where the lock argument is still where the call put it.
+    fn entry(argument: Register) -> ProbePoint {
+        ProbePoint {
+            offset: 0,
+            register: cookie_register(argument).unwrap_or(reg::RDI),
+            pushed: 0,
+            emulated: false,
+        }
+    }
+}
+
 /// One probe to attach: on `path` at `file_offset`, with its cookie; a return probe too when
 /// `returns`.
 #[derive(Clone, Debug)]
@@ -189,7 +201,12 @@ fn read(open: &Path, display: &str) -> Option<LockLibrary> {
         };
         let code = bytes.get(offset as usize..(offset + symbol.size()) as usize)?;
         let returns = call::acquires(kind);
-        let point = probe_point(code, argument, returns);
+        let point = match file.architecture() {
+            // The arguments are in x0.. at the first instruction, numbered as x86-64's first
+            // four (`call::reg`: 0..3 are x0..x3 there), and nothing is pushed yet.
+            object::Architecture::Aarch64 => ProbePoint::entry(argument),
+            _ => probe_point(code, argument, returns),
+        };
         probes.push(LockProbe {
             function,
             file_offset: offset + point.offset,
@@ -214,12 +231,7 @@ fn read(open: &Path, display: &str) -> Option<LockLibrary> {
 /// the lock argument is and how much was pushed by then; the entry itself if there is none
 /// (single-stepped, but right).
 pub fn probe_point(code: &[u8], argument: Register, unmoved_stack: bool) -> ProbePoint {
-    let entry = ProbePoint {
-        offset: 0,
-        register: cookie_register(argument).unwrap_or(reg::RDI),
-        pushed: 0,
-        emulated: false,
-    };
+    let entry = ProbePoint::entry(argument);
     let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
     let mut info = InstructionInfoFactory::new();
     let mut holding = vec![argument];

@@ -8,7 +8,7 @@ use crate::{
         counting::{Counting, Scope},
         cpu::Method,
         events::{self, CounterSet, Pmu},
-        tma::Counts,
+        tma::{Counts, Machine},
     },
     error::UserError,
     process::threads_of,
@@ -25,8 +25,9 @@ pub struct TopdownCounting<C> {
     pub counts: Option<C>,
     /// Why there is no level-1 split from hardware, unless counts give one.
     pub reason: String,
-    /// Pipeline slots per cycle, where the family or the PMU says.
-    pub slots: Option<u32>,
+    /// The slots per cycle (the PMU's caps/slots where the kernel exposes it, else the
+    /// family's) and the Arm core, for the formulas.
+    pub machine: Machine,
     /// The CPU's core PMU, as sysfs describes it.
     pub core: Option<Pmu>,
 }
@@ -58,7 +59,13 @@ impl TopdownCounting<Counting> {
                     set.name
                 )
             }),
-            slots: method.slots().or_else(|| core.as_ref()?.slots()),
+            machine: Machine {
+                slots: core.as_ref().and_then(Pmu::slots).or(method.slots()),
+                arm: match method {
+                    Method::ArmSlots { core } => Some(core),
+                    _ => None,
+                },
+            },
             core,
         })
     }
@@ -101,7 +108,7 @@ impl TopdownCounting<Counting> {
             countable: self.countable,
             counts,
             reason: self.reason,
-            slots: self.slots,
+            machine: self.machine,
             core: self.core,
         }
     }

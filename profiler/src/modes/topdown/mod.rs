@@ -10,7 +10,10 @@ use serde::Serialize;
 
 use super::sched::{OpenState, SchedCollection};
 use crate::{
-    counters::tma::{self, Count, Counts, Level1, Tma},
+    counters::{
+        events::CounterSet,
+        tma::{self, Count, Counts, Level1, Machine, Tma},
+    },
     model::{RunMeta, StackReport},
     profile::Health,
 };
@@ -171,10 +174,11 @@ pub fn from_counters(meta: RunMeta, tma: Tma) -> TopdownReport {
 /// family has one (then the source is "pmu"), else IPC and derived metrics with the reason.
 pub fn with_counts(
     mut report: TopdownReport,
-    preset: &'static str,
+    set: &CounterSet,
     counts: &Counts,
-    slots: Option<u32>,
+    machine: Machine,
 ) -> TopdownReport {
+    let preset = set.name;
     let mut counters: Vec<CounterValue> = counts
         .events
         .iter()
@@ -188,7 +192,7 @@ pub fn with_counts(
     let tma = if preset != "topdown" {
         tma::derived_only(counts)
     } else {
-        match tma::analyze(counts, slots) {
+        match tma::analyze(counts, machine) {
             Ok(tma) => {
                 report.source = "pmu";
                 report.reason.clear();
@@ -199,6 +203,20 @@ pub fn with_counts(
                 tma::derived_only(counts)
             }
         }
+    };
+    // A hardware counter that ran the whole time and read exactly 0 is an event this CPU does
+    // not count (the stall events of QEMU's emulated PMU), not a measured zero: no share or
+    // split is made of it.
+    let silent = counts.silent();
+    let tma = match (set.hardware, silent.is_empty()) {
+        (true, false) => {
+            report.meta.notes.push(format!(
+                "counted nothing over the whole run (each read exactly 0: this CPU does not count them), so nothing is derived from them: {}",
+                silent.join(", ")
+            ));
+            tma::without_silent(tma, &silent)
+        }
+        _ => tma,
     };
     if !counts.not_counted.is_empty() {
         report.meta.notes.push(format!(
@@ -219,7 +237,7 @@ pub fn with_functions(
     mut report: TopdownReport,
     sampled: &StackReport,
     set: &str,
-    slots: Option<u32>,
+    machine: Machine,
 ) -> TopdownReport {
     let names = &sampled.meta.counters;
     report.functions = sampled
@@ -249,7 +267,7 @@ pub fn with_functions(
             // Level 1 needs cycles in the function's intervals; a function sampled only on
             // intervals another thread began has none, and gets no split rather than a wrong one.
             let tma = match set {
-                "topdown" => tma::analyze(&counts, slots).unwrap_or_else(|_| tma::derived_only(&counts)),
+                "topdown" => tma::analyze(&counts, machine).unwrap_or_else(|_| tma::derived_only(&counts)),
                 _ => tma::derived_only(&counts),
             };
             FunctionCounters {
@@ -375,7 +393,7 @@ mod tests {
             ),
             &sampled,
             "topdown",
-            None,
+            Machine::default(),
         );
         let get = |n: &str| report.functions.iter().find(|f| f.function == n).unwrap();
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;

@@ -1,0 +1,297 @@
+//! The emulated Neoverse N1 (issue 21): the one machine here with a hardware PMU. Debian's arm64
+//! cloud kernel (6.1: the older LTS line many Graviton fleets run) boots under
+//! `qemu-system-aarch64 -cpu neoverse-n1 -icount shift=0` from an initramfs holding busybox,
+//! Debian's arm64 C library, the arm64 `bpfprof`, the arm64 workloads and the arm64 builds of the
+//! end-to-end test files. The guest's init runs those test binaries and prints their harness
+//! output on the serial console, which is read here line by line as the host suites are.
+//!
+//! Under `-icount shift=0` every instruction takes one virtual nanosecond, and QEMU's PMU counts
+//! CPU_CYCLES at 1 GHz of virtual time: instructions and cycles are equal, so IPC is exactly 1.0
+//! and each function's instruction count is exact ground truth. The stall events read 0.
+use std::{
+    io::{BufRead as _, BufReader},
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use anyhow::{bail, Context as _, Result};
+
+use crate::{cargo, sh, test::Outcome, test::Tally, workspace_root, ARM64_TRIPLE};
+
+/// The end-to-end test files the guest runs, in this order.
+pub const GUEST_SUITES: &[&str] = &["pmu"];
+
+/// Of those, the ones written for a machine with a PMU: the host (which has none) leaves them out.
+pub const GUEST_ONLY: &[&str] = &["pmu"];
+
+/// The whole guest run, boot to power-off, must end within this (a hung guest fails the suite).
+const GUEST_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+
+/// Printed by the guest's init around each suite: `<MARK> begin NAME`, `<MARK> end NAME RC`.
+const MARK: &str = "xtask-guest:";
+
+/// Debian's arm64 packages the guest is made of, downloaded once into `target/arm64-guest`.
+struct Packages {
+    kernel: PathBuf,
+    /// The extracted packages: busybox, the C library and libgcc, as Debian installs them.
+    root: PathBuf,
+}
+
+fn guest_dir() -> PathBuf {
+    workspace_root().join("target/arm64-guest")
+}
+
+/// Download (once) and extract the kernel, busybox and the C library.
+fn packages() -> Result<Packages> {
+    let dir = guest_dir();
+    let debs = dir.join("debs");
+    let extracted = dir.join("packages");
+    let kernel_of = |dir: &Path| -> Option<PathBuf> {
+        std::fs::read_dir(dir.join("boot"))
+            .ok()?
+            .filter_map(|e| e.ok())
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
+            })
+    };
+    if let Some(kernel) = kernel_of(&extracted) {
+        return Ok(Packages {
+            kernel,
+            root: extracted,
+        });
+    }
+    crate::setup::ensure_arm64_guest_tools()?;
+    std::fs::create_dir_all(&debs)?;
+    // The metapackage names today's kernel package; the image itself is what is downloaded.
+    let depends =
+        crate::setup::output(Command::new("apt-cache").args(["depends", "linux-image-cloud-arm64:arm64"]))?;
+    let image = depends
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Depends: "))
+        .map(|p| p.trim().trim_end_matches(":arm64").to_string())
+        .context("apt-cache names no kernel image for linux-image-cloud-arm64:arm64")?;
+    let wanted = [
+        format!("{image}:arm64"),
+        "busybox-static:arm64".into(),
+        "libc6:arm64".into(),
+        "libgcc-s1:arm64".into(),
+    ];
+    eprintln!("xtask test: downloading the arm64 guest: {}", wanted.join(" "));
+    sh(Command::new("apt-get")
+        .arg("download")
+        .args(&wanted)
+        .current_dir(&debs))?;
+    let _ = std::fs::remove_dir_all(&extracted);
+    for deb in std::fs::read_dir(&debs)?.filter_map(|e| e.ok()) {
+        sh(Command::new("dpkg-deb").arg("-x").arg(deb.path()).arg(&extracted))?;
+    }
+    let kernel = kernel_of(&extracted).context("the kernel package held no /boot/vmlinuz-*")?;
+    Ok(Packages {
+        kernel,
+        root: extracted,
+    })
+}
+
+/// The arm64 builds the guest runs.
+struct Builds {
+    bpfprof: PathBuf,
+    workloads: PathBuf,
+    /// (suite name, test executable)
+    suites: Vec<(String, PathBuf)>,
+}
+
+fn build() -> Result<Builds> {
+    crate::build_arm64()?;
+    // The test files' executables and the workloads' directory, as cargo reports them.
+    let out = cargo()
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "bpfprof-tests",
+            "--target",
+            ARM64_TRIPLE,
+            "--no-run",
+            "--message-format=json-render-diagnostics",
+        ])
+        .env(crate::ARM64_LINKER_ENV, crate::ARM64_GCC)
+        .stderr(Stdio::inherit())
+        .output()
+        .context("starting cargo test --no-run for arm64")?;
+    if !out.status.success() {
+        bail!("building the arm64 end-to-end tests failed");
+    }
+    let mut suites = Vec::new();
+    let mut workloads = None;
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let is_tests_package = message["package_id"]
+            .as_str()
+            .is_some_and(|id| id.contains("/tests#") || id.contains("bpfprof-tests"));
+        match message["reason"].as_str() {
+            Some("build-script-executed") if is_tests_package => {
+                workloads = message["out_dir"].as_str().map(PathBuf::from);
+            }
+            Some("compiler-artifact") if message["profile"]["test"] == true => {
+                let name = message["target"]["name"].as_str().unwrap_or_default();
+                if let (true, Some(exe)) = (GUEST_SUITES.contains(&name), message["executable"].as_str()) {
+                    suites.push((name.to_string(), PathBuf::from(exe)));
+                }
+            }
+            _ => {}
+        }
+    }
+    suites.sort_by_key(|(name, _)| GUEST_SUITES.iter().position(|s| s == name));
+    if suites.len() != GUEST_SUITES.len() {
+        bail!(
+            "cargo built {} of the guest's {} test files",
+            suites.len(),
+            GUEST_SUITES.len()
+        );
+    }
+    Ok(Builds {
+        bpfprof: workspace_root()
+            .join("target")
+            .join(ARM64_TRIPLE)
+            .join("release/bpfprof"),
+        workloads: workloads.context("cargo did not report the arm64 workloads' directory")?,
+        suites,
+    })
+}
+
+/// The guest's init: mount what bpfprof reads, run each suite, power off.
+fn init_script(suites: &[(String, PathBuf)], filter: &[String]) -> String {
+    let filter: Vec<String> = filter
+        .iter()
+        .map(|f| format!("'{}'", f.replace('\'', "")))
+        .collect();
+    let mut script = String::from(
+        "#!/bin/busybox sh\n\
+         /bin/busybox --install -s /bin\n\
+         export PATH=/bin HOME=/root TMPDIR=/tmp BPFPROF_BIN=/bpfprof BPFPROF_WORKLOADS=/workloads\n\
+         mount -t proc proc /proc\n\
+         mount -t sysfs sysfs /sys\n\
+         mount -t devtmpfs devtmpfs /dev\n\
+         mount -t tracefs tracefs /sys/kernel/tracing\n\
+         mount -t tmpfs tmpfs /tmp\n\
+         ip link set lo up 2>/dev/null\n",
+    );
+    script +=
+        &format!("echo \"{MARK} kernel $(uname -r), $(nproc) CPUs, $(grep -m1 'CPU part' /proc/cpuinfo)\"\n");
+    for (name, _) in suites {
+        script += &format!(
+            "echo \"{MARK} begin {name}\"\n/tests/{name} --test-threads=1 {}\necho \"{MARK} end {name} $?\"\n",
+            filter.join(" ")
+        );
+    }
+    script += &format!("echo \"{MARK} done\"\npoweroff -f\n");
+    script
+}
+
+/// The initramfs: Debian's packages, then ours on top.
+fn initramfs(packages: &Packages, builds: &Builds, filter: &[String]) -> Result<PathBuf> {
+    let root = guest_dir().join("root");
+    let _ = std::fs::remove_dir_all(&root);
+    sh(Command::new("cp").arg("-a").arg(&packages.root).arg(&root))?;
+    // The kernel's modules are not needed (everything the tests use is built in): 100 MB less.
+    let _ = std::fs::remove_dir_all(root.join("lib/modules"));
+    let _ = std::fs::remove_dir_all(root.join("boot"));
+    for dir in ["proc", "sys", "dev", "tmp", "root", "tests"] {
+        std::fs::create_dir_all(root.join(dir))?;
+    }
+    std::fs::copy(&builds.bpfprof, root.join("bpfprof"))?;
+    sh(Command::new("cp")
+        .arg("-a")
+        .arg(&builds.workloads)
+        .arg(root.join("workloads")))?;
+    for (name, exe) in &builds.suites {
+        std::fs::copy(exe, root.join("tests").join(name))?;
+    }
+    let init = root.join("init");
+    std::fs::write(&init, init_script(&builds.suites, filter))?;
+    sh(Command::new("chmod").arg("+x").arg(&init))?;
+    let image = guest_dir().join("initramfs.cpio");
+    let file = std::fs::File::create(&image)?;
+    // newc, the format the kernel unpacks; uncompressed (the kernel reads it as is, and xz of
+    // 50 MB would take longer than the boot).
+    sh(Command::new("sh")
+        .args(["-c", "find . | cpio -o -H newc --quiet"])
+        .current_dir(&root)
+        .stdout(file))?;
+    Ok(image)
+}
+
+/// Build, boot, run every guest suite; one outcome per suite, as the host suites give.
+pub fn run_suites(filter: &[String]) -> Result<Vec<Outcome>> {
+    let packages = packages()?;
+    let builds = build()?;
+    let image = initramfs(&packages, &builds, filter)?;
+    let mut qemu = Command::new("qemu-system-aarch64");
+    qemu.args(["-M", "virt", "-cpu", "neoverse-n1", "-smp", "2", "-m", "1G"])
+        // One instruction per virtual ns: cycles = instructions, exactly.
+        .args(["-icount", "shift=0"])
+        .args(["-nographic", "-no-reboot"])
+        .arg("-kernel")
+        .arg(&packages.kernel)
+        .arg("-initrd")
+        .arg(&image)
+        .args(["-append", "console=ttyAMA0 quiet panic=-1"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    let started = Instant::now();
+    let mut child = qemu.spawn().context("starting qemu-system-aarch64")?;
+    let pid = child.id();
+    // A hung guest is killed, and its suite fails with what it printed so far.
+    std::thread::spawn(move || {
+        std::thread::sleep(GUEST_TIMEOUT);
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    });
+    let mut outcomes = Vec::new();
+    let mut current: Option<(String, Tally, Instant)> = None;
+    let mut finished = false;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line?;
+        let line = line.trim_end_matches('\r');
+        println!("{line}");
+        let Some(mark) = line.strip_prefix(MARK).map(str::trim) else {
+            if let Some((_, tally, _)) = &mut current {
+                tally.read(line);
+            }
+            continue;
+        };
+        if let Some(name) = mark.strip_prefix("begin ") {
+            current = Some((name.to_string(), Tally::default(), Instant::now()));
+        } else if let Some(rest) = mark.strip_prefix("end ") {
+            let code = rest.rsplit(' ').next().unwrap_or_default();
+            let failed_with = (code != "0").then(|| format!("exit code {code}"));
+            if let Some((name, tally, began)) = current.take() {
+                outcomes.push(tally.outcome(&format!("arm64 {name}"), failed_with, began.elapsed()));
+            }
+        } else if mark == "done" {
+            finished = true;
+        }
+    }
+    let status = child.wait()?;
+    if let Some((name, tally, began)) = current.take() {
+        let failed_with = Some(format!("the guest stopped: {status}"));
+        outcomes.push(tally.outcome(&format!("arm64 {name}"), failed_with, began.elapsed()));
+    }
+    if !finished {
+        outcomes.push(Outcome {
+            suite: "arm64 guest".into(),
+            passed: 0,
+            failed: 1,
+            failures: vec![format!(
+                "the guest did not finish its suites ({status} after {:.0} s)",
+                started.elapsed().as_secs_f64()
+            )],
+            took: started.elapsed(),
+        });
+    }
+    Ok(outcomes)
+}
