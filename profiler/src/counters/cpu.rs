@@ -85,7 +85,7 @@ impl Method {
         match self {
             Method::IntelPreIcl => Some(4),
             Method::IntelIcl { slots } | Method::AmdZen { slots } => Some(slots),
-            Method::ArmSlots { core } => Some(core.slots()),
+            Method::ArmSlots { core } => core.slots(),
             _ => None,
         }
     }
@@ -148,7 +148,9 @@ pub fn topdown_method(cpu: &CpuId) -> (&'static str, Method) {
             0xd4f => ("Neoverse V2", Method::ArmSlots { core: ArmCore::V2 }),
             _ => (
                 "Arm core (part not in bpfprof's table)",
-                Method::ArmSlots { core: ArmCore::V2 },
+                Method::ArmSlots {
+                    core: ArmCore::Unlisted,
+                },
             ),
         },
         _ => ("unknown CPU", Method::Unknown),
@@ -294,6 +296,11 @@ mod tests {
             ("Neoverse V2", Method::ArmSlots { core: ArmCore::V2 })
         );
         assert_eq!(part(0xd40).1.slots(), Some(8));
+        assert_eq!(
+            part(0xd81).1.slots(),
+            None,
+            "an unlisted core's slots come from its PMU"
+        );
     }
 
     #[test]

@@ -84,17 +84,21 @@ pub enum ArmCore {
     /// Neoverse N2 (5 slots); before r0p3 STALL_SLOT and STALL_SLOT_FRONTEND count one slot per
     /// cycle too many (erratum).
     N2 { erratum: bool },
-    /// Neoverse V2 (8 slots), and the formula taken for Arm cores not in the table.
-    #[default]
+    /// Neoverse V2 (8 slots).
     V2,
+    /// An Arm core not in bpfprof's table (and a counters file's): V2's formula, Arm's current
+    /// one, with the slot count the PMU gives (caps/slots, or `--slots`), never a guessed one.
+    #[default]
+    Unlisted,
 }
 
 impl ArmCore {
-    /// Slots per cycle, where the core fixes it (a PMU's caps/slots says otherwise for others).
-    pub fn slots(self) -> u32 {
+    /// Slots per cycle, where the core fixes it.
+    pub fn slots(self) -> Option<u32> {
         match self {
-            ArmCore::V1 | ArmCore::V2 => 8,
-            ArmCore::N2 { .. } => 5,
+            ArmCore::V1 | ArmCore::V2 => Some(8),
+            ArmCore::N2 { .. } => Some(5),
+            ArmCore::Unlisted => None,
         }
     }
 }
@@ -274,7 +278,7 @@ pub fn level1(family: Family, c: &Counts) -> Result<Option<Level1>, TmaError> {
             let mispredicts = mispredicts / cycles;
             let (frontend_bound, backend_bound) = match core {
                 ArmCore::V1 => (fe_stall / total - 4.0 * mispredicts, be_stall / total),
-                ArmCore::N2 { .. } | ArmCore::V2 => (
+                ArmCore::N2 { .. } | ArmCore::V2 | ArmCore::Unlisted => (
                     fe_stall / total - mispredicts,
                     be_stall / total - 3.0 * mispredicts,
                 ),
@@ -525,14 +529,14 @@ mod tests {
             ("br_mis_pred", 0.01e9),
         ]);
         let machine = Machine {
-            slots: Some(core.slots()),
+            slots: core.slots(),
             arm: Some(core),
         };
         let family = Family::detect(&c, machine).unwrap();
         assert_eq!(
             family,
             Family::ArmSlots {
-                slots: core.slots(),
+                slots: core.slots().unwrap(),
                 core
             }
         );
@@ -587,7 +591,7 @@ mod tests {
             Family::detect(&c, Machine::with_slots(Some(6))).unwrap(),
             Family::ArmSlots {
                 slots: 6,
-                core: ArmCore::V2
+                core: ArmCore::Unlisted
             },
             "a core not in the table: Arm's current formula, with the PMU's slot count"
         );
