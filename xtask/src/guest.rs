@@ -63,7 +63,6 @@ fn packages() -> Result<Packages> {
             root: extracted,
         });
     }
-    crate::setup::ensure_arm64_guest_tools()?;
     std::fs::create_dir_all(&debs)?;
     // The metapackage names today's kernel package; the image itself is what is downloaded.
     let depends =
@@ -79,7 +78,7 @@ fn packages() -> Result<Packages> {
         "libc6:arm64".into(),
         "libgcc-s1:arm64".into(),
     ];
-    eprintln!("xtask test: downloading the arm64 guest: {}", wanted.join(" "));
+    eprintln!("xtask guest: downloading {}", wanted.join(" "));
     sh(Command::new("apt-get")
         .arg("download")
         .args(&wanted)

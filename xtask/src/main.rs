@@ -63,7 +63,7 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Only the arm64 suites, in the emulated Neoverse (part of `test`).
+    /// Only the arm64 suites, in the emulated Neoverse (not yet part of `test`).
     Guest {
         /// Extra arguments for the test harness (a test name filter).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

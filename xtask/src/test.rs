@@ -120,11 +120,7 @@ pub fn run(options: &Options) -> Result<()> {
             println!("  run {}: {}", i + 1, totals_line(outcomes));
         }
     }
-    let failed: u32 = runs.iter().flatten().map(|o| o.failed).sum();
-    if failed > 0 {
-        bail!("{failed} test(s) failed");
-    }
-    Ok(())
+    any_failed(runs.iter().flatten())
 }
 
 /// Only the arm64 suites (`cargo xtask guest`).
@@ -132,7 +128,12 @@ pub fn run_guest(filter: &[String]) -> Result<()> {
     let outcomes = guest::run_suites(filter)?;
     println!();
     print_summary(1, 1, &outcomes, "");
-    let failed: u32 = outcomes.iter().map(|o| o.failed).sum();
+    any_failed(&outcomes)
+}
+
+/// An error naming how many tests failed, if any did.
+fn any_failed<'a>(outcomes: impl IntoIterator<Item = &'a Outcome>) -> Result<()> {
+    let failed: u32 = outcomes.into_iter().map(|o| o.failed).sum();
     if failed > 0 {
         bail!("{failed} test(s) failed");
     }
