@@ -341,6 +341,10 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
         }
     }
     if let Some(event) = sampling {
+        // The sampler opens before the counters read at each sample: created first, it is
+        // scheduled first, so a cycles sampler takes the PMU's dedicated cycle counter where
+        // there is one, and the counters share the general-purpose ones.
+        driver.kernel.attach_sampling(event, plan.frequency_hz)?;
         if !sample_counters.is_empty() {
             let core = match &counting {
                 Some(c) => c.core.clone(),
@@ -350,7 +354,6 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
                 .kernel
                 .open_counters(&sample_counters, group, core.as_ref())?;
         }
-        driver.kernel.attach_sampling(event, plan.frequency_hz)?;
         doing.push(format!("sampling at {} Hz ({})", plan.frequency_hz, event.name()));
     }
     let cpus = crate::counters::cpu::online_ids().map_or(1, |c| c.len() as u32);

@@ -272,6 +272,19 @@ impl Report {
         hits as f64 / total
     }
 
+    /// Share of `pid`'s samples with `function` anywhere on the stack (itself and its callees,
+    /// each sample once).
+    pub fn total_share(&self, pid: u32, function: &str) -> f64 {
+        let total = self.samples_of(pid) as f64;
+        let hits: u64 = self
+            .stacks_of(pid)
+            .iter()
+            .filter(|s| Report::frames(s).contains(&function))
+            .map(|s| s["count"].as_u64().unwrap())
+            .sum();
+        hits as f64 / total
+    }
+
     /// Whether some stack of `pid` contains `chain` as consecutive frames, outermost first.
     pub fn has_chain(&self, pid: u32, chain: &[&str]) -> bool {
         self.stacks_of(pid)

@@ -51,6 +51,35 @@ fn profile_split(name: &str, flags: &[&str]) -> (HashMap<String, f64>, std::path
     (truth(&stdout(&out)), json)
 }
 
+/// The events whose samples are taken where the counter overflows. QEMU 7.2 (Debian 12) raises
+/// the overflow interrupt of a general-purpose event counter only at the CPU's next exception,
+/// not when it overflows (measured: a loop without syscalls sampled with `-e instructions -F
+/// 499` gets 250 samples a second, the guest's timer tick, where `-e cycles` gets 483; with a
+/// syscall in the loop, 71% of them land in the kernel's `el0_svc_common`, where the system
+/// call unmasks interrupts). Its dedicated cycle counter, which `-e cycles` gets, is on time.
+/// An instructions sample's innermost frames are therefore the emulator's, not the program's;
+/// the stack below them is the program's, so its callers' shares still hold.
+const PRECISE: [&str; 2] = ["cycles", "cpu-clock"];
+
+/// Each burn's share (`got`, 0 to 1) against what the workload measured, within the tolerance;
+/// printed either way, each line starting with `label` and ending with `context` on failure.
+fn assert_shares(label: &str, got: impl Fn(&str) -> f64, truth: &HashMap<String, f64>, context: &str) {
+    let want = truth_shares(truth, &BURNS);
+    let shares: Vec<(f64, f64)> = BURNS
+        .iter()
+        .map(|name| (got(name) * 100.0, want[*name] * 100.0))
+        .collect();
+    for (name, (got, want)) in BURNS.iter().zip(&shares) {
+        eprintln!("{label}: {name} {got:.2}%, workload measured {want:.2}%");
+    }
+    for (name, (got, want)) in BURNS.iter().zip(shares) {
+        assert!(
+            (got - want).abs() <= TOLERANCE_PP,
+            "{label}: {name} {got:.2}%, workload measured {want:.2}%{context}"
+        );
+    }
+}
+
 #[test]
 fn hotspot_shares_on_cycles_instructions_and_cpu_clock_match_the_workload() {
     assert_pmu();
@@ -61,26 +90,22 @@ fn hotspot_shares_on_cycles_instructions_and_cpu_clock_match_the_workload() {
         report.assert_consistent();
         assert_eq!(report.0["lost"], 0, "-e {event}");
         let samples = report.samples_of(pid);
+        eprintln!("-e {event}: {samples} samples of the workload");
         assert!(samples > 500, "-e {event}: {samples} samples of the workload");
-        let want = truth_shares(&truth, &BURNS);
-        let shares: Vec<(f64, f64)> = BURNS
-            .iter()
-            .map(|name| (report.self_share(pid, name) * 100.0, want[*name] * 100.0))
-            .collect();
-        for (name, (got, want)) in BURNS.iter().zip(&shares) {
-            eprintln!("-e {event}: {name} {got:.2}% of {samples} samples, workload measured {want:.2}%");
-        }
         let leaves: Vec<String> = report
             .stacks_of(pid)
             .iter()
             .take(5)
             .map(|s| format!("{} x{}", Report::frames(s).last().unwrap_or(&"-"), s["count"]))
             .collect();
-        for (name, (got, want)) in BURNS.iter().zip(shares) {
-            assert!(
-                (got - want).abs() <= TOLERANCE_PP,
-                "-e {event}: {name} reported {got:.2}%, workload measured {want:.2}%; top stacks' leaves: {leaves:?}"
-            );
+        // A burn's own time includes the clock reads it makes (the workload times them in), so
+        // its samples with callees are what the workload measured.
+        let context = format!("; top stacks' leaves: {leaves:?}");
+        let label = format!("-e {event}, with callees");
+        assert_shares(&label, |f| report.total_share(pid, f), &truth, &context);
+        if PRECISE.contains(&event) {
+            let label = format!("-e {event}, self");
+            assert_shares(&label, |f| report.self_share(pid, f), &truth, &context);
         }
         assert!(
             report.has_chain(pid, &["main", "run_split", "phase_ab", "burn_a"]),
@@ -135,30 +160,18 @@ fn assert_function_shares(report: &Value, counter: &str, truth: &HashMap<String,
             .as_f64()
             .unwrap_or_else(|| panic!("{name} has no {counter}: {f}"))
     };
-    let got: Vec<f64> = BURNS.iter().map(|n| function(n)).collect();
-    let total: f64 = got.iter().sum();
-    let want = truth_shares(truth, &BURNS);
-    let shares: Vec<(f64, f64)> = BURNS
-        .iter()
-        .zip(got)
-        .map(|(name, got)| (got / total * 100.0, want[*name] * 100.0))
-        .collect();
-    for (name, (got, want)) in BURNS.iter().zip(&shares) {
-        eprintln!("{counter}: {name} {got:.2}% of the burns' {total:.0}, workload measured {want:.2}%");
-    }
-    for (name, (got, want)) in BURNS.iter().zip(shares) {
-        assert!(
-            (got - want).abs() <= TOLERANCE_PP,
-            "{counter}: {name} {got:.2}%, workload measured {want:.2}%"
-        );
-    }
+    let total: f64 = BURNS.iter().map(|n| function(n)).sum();
+    let label = format!("{counter} of the burns' {total:.0}");
+    assert_shares(&label, |n| function(n) / total, truth, "");
 }
 
 /// The headline command on a real counter: `--mode topdown -p PID`.
 #[test]
 fn topdown_of_a_running_process_counts_ipc_one_and_splits_instructions_by_function() {
     assert_pmu();
-    let workload = start_workload("hotspot", &["split", "30"]);
+    // Longer than any run here: bpfprof's start under emulation takes seconds of the
+    // workload's CPU time; it is stopped once the profile is written.
+    let workload = start_workload("hotspot", &["split", "600"]);
     let pid = workload.pid().to_string();
     let report = topdown("pmu-topdown.json", &["-p", &pid, "-d", "3", "-F", "499"]);
     let truth = truth(&workload.stop());

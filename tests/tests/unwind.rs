@@ -14,7 +14,15 @@ fn count_leaf(report: &Report, pid: u32, leaf: &str, pred: impl Fn(&[&str]) -> b
     let (mut hits, mut total) = (0, 0);
     for s in report.stacks_of(pid) {
         let frames = Report::frames(s);
-        if frames.last() != Some(&leaf) {
+        // The leaf is the innermost frame with machine code of its own: helpers inlined into it
+        // (on arm64, Rust's `Range::next` in a burn loop) are part of it.
+        let physical = s["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|f| f["inlined"] != true);
+        if physical.is_none_or(|f| f["function"] != leaf) {
             continue;
         }
         let n = s["count"].as_u64().unwrap();

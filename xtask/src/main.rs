@@ -4,8 +4,8 @@
 //!   cargo xtask build            release binary at target/release/bpfprof
 //!                                [--target aarch64: target/aarch64-unknown-linux-gnu/release/bpfprof]
 //!   cargo xtask run -- ARGS      build, then run bpfprof ARGS (as root)
-//!   cargo xtask test             unit tests, then privileged end-to-end tests, then a short soak
-//!                                [--repeat N] [--noise] [FILTER]
+//!   cargo xtask test             unit tests, privileged end-to-end tests, the arm64 suites in the
+//!                                emulated Neoverse N1, then a short soak [--repeat N] [--noise] [FILTER]
 //!   cargo xtask guest [FILTER]   only the arm64 suites, in the emulated Neoverse N1 (QEMU)
 //!   cargo xtask bench [MODE]     overhead benchmarks (hotspot, sched, unwind, lock, agent)
 //!   cargo xtask soak --minutes N the agent under process churn: memory and descriptors stay flat
@@ -63,7 +63,7 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Only the arm64 suites, in the emulated Neoverse (not yet part of `test`).
+    /// Only the arm64 suites, in the emulated Neoverse (`test` runs them after the host's).
     Guest {
         /// Extra arguments for the test harness (a test name filter).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -113,9 +113,7 @@ fn main() {
                 filter: args,
             })
         }),
-        Task::Guest { args } => setup::run(setup::Needs::Test)
-            .and_then(|()| setup::ensure_arm64_guest_tools())
-            .and_then(|()| test::run_guest(&args)),
+        Task::Guest { args } => setup::run(setup::Needs::Test).and_then(|()| test::run_guest(&args)),
         Task::Bench { mode } => setup::run(setup::Needs::Test)
             .and_then(|()| build())
             .and_then(|()| bench::run(&mode)),

@@ -38,8 +38,9 @@ pub fn run(needs: Needs) -> Result<()> {
             // The live view's tests drive it in a real terminal.
             ("tmux", "tmux"),
         ])?;
-        // The AArch64 unwind-table unit test reads the arm64 C library the cross compiler brings.
-        ensure_arm64_cross()?;
+        // The arm64 suites run in an emulated Neoverse (and the AArch64 unwind-table unit test
+        // reads the arm64 C library the cross compiler brings).
+        ensure_arm64_guest_tools()?;
     }
     Ok(())
 }

@@ -174,8 +174,18 @@ fn run_once(filter: &[String]) -> Result<Vec<Outcome>> {
             .env("TMPDIR", &scratch);
         outcomes.push(run_suite(&format!("e2e {suite}"), &mut cmd)?);
     }
-    // The arm64 suites (`cargo xtask guest`) join this run once they pass in the emulated
-    // Neoverse: not yet (see the README's Known limits).
+    // The arm64 suites, in the emulated Neoverse (`cargo xtask guest` alone). A guest that cannot
+    // be built or booted fails the run like a failing suite, after the host's suites have run.
+    match guest::run_suites(filter) {
+        Ok(guest) => outcomes.extend(guest),
+        Err(e) => outcomes.push(Outcome {
+            suite: "arm64 guest".into(),
+            passed: 0,
+            failed: 1,
+            failures: vec![format!("{e:#}")],
+            took: Duration::ZERO,
+        }),
+    }
     // The agent left running: only on a whole run (a filtered one is someone chasing one test).
     if filter.is_empty() {
         let started = Instant::now();
