@@ -35,10 +35,6 @@ pub const GUEST_SUITES: &[&str] = &["pmu", "unwind", "sched"];
 /// Of those, the ones written for a machine with a PMU: the host (which has none) leaves them out.
 pub const GUEST_ONLY: &[&str] = &["pmu"];
 
-/// Tests the guest does not run, each with why: named here, printed in every guest run, never
-/// dropped silently.
-const GUEST_SKIPS: &[(&str, &str)] = &[];
-
 /// The whole guest run, boot to power-off, must end within this (a hung guest fails the suite).
 const GUEST_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
@@ -205,13 +201,9 @@ fn init_script(suites: &[(String, PathBuf)], filter: &[String]) -> String {
     );
     script +=
         &format!("echo \"{MARK} kernel $(uname -r), $(nproc) CPUs, $(grep -m1 'CPU part' /proc/cpuinfo)\"\n");
-    let skips: String = GUEST_SKIPS
-        .iter()
-        .map(|(test, _)| format!(" --skip {test}"))
-        .collect();
     for (name, _) in suites {
         script += &format!(
-            "echo \"{MARK} begin {name}\"\n/tests/{name} --test-threads=1{skips} {}\necho \"{MARK} end {name} $?\"\n",
+            "echo \"{MARK} begin {name}\"\n/tests/{name} --test-threads=1 {}\necho \"{MARK} end {name} $?\"\n",
             filter.join(" ")
         );
     }
@@ -254,9 +246,6 @@ fn initramfs(packages: &Packages, builds: &Builds, filter: &[String]) -> Result<
 
 /// Build, boot, run every guest suite; one outcome per suite, as the host suites give.
 pub fn run_suites(filter: &[String]) -> Result<Vec<Outcome>> {
-    for (test, why) in GUEST_SKIPS {
-        println!("xtask guest: not run in the guest: {test}: {why}");
-    }
     let packages = packages()?;
     let builds = build()?;
     let image = initramfs(&packages, &builds, filter)?;
