@@ -20,6 +20,13 @@ fn share_a(stdout: &str) -> f64 {
     truth_shares(&truth(stdout), &["burn_a", "burn_b", "burn_c"])["burn_a"]
 }
 
+/// hot_loop's floating-point division, as the annotated machine code names it.
+const DIVISION: &str = if cfg!(target_arch = "aarch64") {
+    "fdiv"
+} else {
+    "divsd"
+};
+
 /// The `fill="rgb(r,g,b)"` of the widest frame named `name` in an inferno SVG.
 fn fill_of(svg: &str, name: &str) -> [u32; 3] {
     let title = format!("<title>{name} (");
@@ -147,8 +154,8 @@ fn annotate_puts_the_deliberately_hot_line_on_top_live_and_saved() {
     // Its source text is shown, and the machine code was read from the binary.
     assert!(first.contains("x = x / 1.0000001"), "{first}");
     assert!(
-        text.contains("divsd"),
-        "the division in the instructions:\n{text}"
+        text.contains(DIVISION),
+        "the division ({DIVISION}) in the instructions:\n{text}"
     );
 
     // The same from a saved profile.
@@ -183,7 +190,7 @@ fn annotate_says_plainly_when_there_is_no_line_information() {
     let text = stdout(&out);
     assert!(text.contains("No line information"), "{text}");
     // The instructions still carry the samples.
-    assert!(text.contains("divsd"), "{text}");
+    assert!(text.contains(DIVISION), "{text}");
     let unknown = run(&[
         "-F",
         "997",
@@ -213,7 +220,10 @@ struct Tmux(String);
 
 impl Tmux {
     fn start() -> Tmux {
-        let name = format!("bpfprof-test-{}", std::process::id());
+        // One session per test, whether or not the harness runs them side by side.
+        static SESSIONS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let number = SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("bpfprof-test-{}-{number}", std::process::id());
         let ok = Command::new("tmux")
             .args([
                 "new-session",

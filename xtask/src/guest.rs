@@ -24,13 +24,20 @@ use anyhow::{bail, Context as _, Result};
 
 use crate::{cargo, sh, test::Outcome, test::Tally, workspace_root, ARM64_TRIPLE};
 
-/// The end-to-end test files the guest runs, in this order.
-///
-/// Not yet `lock`: in the guest its timings move with the host's load (when the emulated CPU
-/// idles, icount's virtual clock follows the host's): quiet, seven of eight passed; beside
-/// `cargo xtask noise`, `pthread_source_the_shared_lock_its_wait_its_holders_and_hold_times`
-/// failed (holders charged 817 of 1469 ms).
-pub const GUEST_SUITES: &[&str] = &["pmu", "unwind", "sched"];
+/// The end-to-end test files the guest runs, in this order, each with the name filter of its
+/// tests that run there (`None`: all of them). Of `views`, the annotate tests (AArch64 machine
+/// code): its `top` tests drive a terminal through tmux, which the guest has not.
+pub const GUEST_SUITES: &[(&str, Option<&str>)] = &[
+    ("pmu", None),
+    ("unwind", None),
+    ("sched", None),
+    ("lock", None),
+    ("views", Some("annotate")),
+];
+
+fn guest_suite(name: &str) -> Option<usize> {
+    GUEST_SUITES.iter().position(|(suite, _)| *suite == name)
+}
 
 /// Of those, the ones written for a machine with a PMU: the host (which has none) leaves them out.
 pub const GUEST_ONLY: &[&str] = &["pmu"];
@@ -148,14 +155,14 @@ fn build() -> Result<Builds> {
             }
             Some("compiler-artifact") if message["profile"]["test"] == true => {
                 let name = message["target"]["name"].as_str().unwrap_or_default();
-                if let (true, Some(exe)) = (GUEST_SUITES.contains(&name), message["executable"].as_str()) {
+                if let (Some(_), Some(exe)) = (guest_suite(name), message["executable"].as_str()) {
                     suites.push((name.to_string(), PathBuf::from(exe)));
                 }
             }
             _ => {}
         }
     }
-    suites.sort_by_key(|(name, _)| GUEST_SUITES.iter().position(|s| s == name));
+    suites.sort_by_key(|(name, _)| guest_suite(name));
     if suites.len() != GUEST_SUITES.len() {
         bail!(
             "cargo built {} of the guest's {} test files",
@@ -179,7 +186,8 @@ fn build() -> Result<Builds> {
 /// Thread ids start above the 300 the kernel never hands out again, as on a machine that has
 /// been up a while, and wrap at 4096: the sched suite's reused-thread-id test waits for its
 /// first thread's id to come back, which below 300 never happens (seen: 122,880 threads created
-/// in vain, most of the suite's 16 minutes).
+/// in vain, most of the suite's 16 minutes). `/tmp` stays on the initramfs, no tmpfs over it: the
+/// workloads' sources are there when the clone is under `/tmp`.
 fn init_script(suites: &[(String, PathBuf)], filter: &[String]) -> String {
     let filter: Vec<String> = filter
         .iter()
@@ -193,7 +201,6 @@ fn init_script(suites: &[(String, PathBuf)], filter: &[String]) -> String {
          mount -t sysfs sysfs /sys\n\
          mount -t devtmpfs devtmpfs /dev\n\
          mount -t tracefs tracefs /sys/kernel/tracing\n\
-         mount -t tmpfs tmpfs /tmp\n\
          ip link set lo up 2>/dev/null\n\
          echo 0 > /proc/sys/kernel/perf_cpu_time_max_percent\n\
          echo 4096 > /proc/sys/kernel/pid_max\n\
@@ -202,9 +209,14 @@ fn init_script(suites: &[(String, PathBuf)], filter: &[String]) -> String {
     script +=
         &format!("echo \"{MARK} kernel $(uname -r), $(nproc) CPUs, $(grep -m1 'CPU part' /proc/cpuinfo)\"\n");
     for (name, _) in suites {
+        // A filter given to xtask picks tests across the suites; else each suite's own.
+        let own = guest_suite(name).and_then(|i| GUEST_SUITES[i].1);
+        let filter = match (filter.is_empty(), own) {
+            (true, Some(own)) => format!("'{own}'"),
+            _ => filter.join(" "),
+        };
         script += &format!(
-            "echo \"{MARK} begin {name}\"\n/tests/{name} --test-threads=1 {}\necho \"{MARK} end {name} $?\"\n",
-            filter.join(" ")
+            "echo \"{MARK} begin {name}\"\n/tests/{name} --test-threads=1 {filter}\necho \"{MARK} end {name} $?\"\n"
         );
     }
     script += &format!("echo \"{MARK} done\"\npoweroff -f\n");
@@ -223,6 +235,13 @@ fn initramfs(packages: &Packages, builds: &Builds, filter: &[String]) -> Result<
         std::fs::create_dir_all(root.join(dir))?;
     }
     std::fs::copy(&builds.bpfprof, root.join("bpfprof"))?;
+    // The workloads' sources, where their debug info says they are: annotate shows source lines.
+    let sources = root.join(workspace_root().strip_prefix("/")?).join("tests");
+    std::fs::create_dir_all(&sources)?;
+    sh(Command::new("cp")
+        .arg("-a")
+        .arg(workspace_root().join("tests/workloads"))
+        .arg(&sources))?;
     sh(Command::new("cp")
         .arg("-a")
         .arg(&builds.workloads)

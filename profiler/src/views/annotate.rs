@@ -332,14 +332,21 @@ pub struct Instruction {
 /// size (or just past the last sampled instruction, when the size is unknown).
 fn machine_code(module: &str, sampled: &BTreeMap<(u64, u64), u64>) -> Result<Vec<Instruction>, String> {
     use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
-    if !cfg!(target_arch = "x86_64") {
-        return Err("decoding is implemented for x86-64 only".into());
-    }
     if !module.starts_with('/') {
         return Err(format!("{module} is not a file"));
     }
     let data = std::fs::read(module).map_err(|e| format!("{module}: {e}"))?;
     let file = object::File::parse(&*data).map_err(|e| format!("{module}: {e}"))?;
+    // The binary's own architecture, not this build's: a saved arm64 profile annotates on x86-64.
+    let decode = match file.architecture() {
+        object::Architecture::X86_64 => decode_x86_64,
+        object::Architecture::Aarch64 => decode_aarch64,
+        other => {
+            return Err(format!(
+                "{module} is {other:?} code; bpfprof decodes x86-64 and AArch64"
+            ))
+        }
+    };
     let mut listing = Vec::new();
     let starts: std::collections::BTreeSet<u64> = sampled.keys().map(|(s, _)| *s).collect();
     for start in starts {
@@ -380,7 +387,7 @@ fn machine_code(module: &str, sampled: &BTreeMap<(u64, u64), u64>) -> Result<Vec
 }
 
 /// x86-64 instructions in AT&T syntax (as objdump and perf annotate print them), by offset.
-fn decode(bytes: &[u8], start: u64) -> Vec<(u64, String)> {
+fn decode_x86_64(bytes: &[u8], start: u64) -> Vec<(u64, String)> {
     use iced_x86::{Decoder, DecoderOptions, Formatter as _, GasFormatter};
     let mut decoder = Decoder::with_ip(64, bytes, start, DecoderOptions::NONE);
     let mut formatter = GasFormatter::new();
@@ -391,6 +398,47 @@ fn decode(bytes: &[u8], start: u64) -> Vec<(u64, String)> {
         let mut text = String::new();
         formatter.format(&instruction, &mut text);
         out.push((instruction.ip() - start, text));
+    }
+    out
+}
+
+/// AArch64 instructions (fixed 4-byte words) in Arm's syntax, by offset. A branch or address's
+/// PC-relative target is printed as the absolute address, as objdump and the x86-64 listing do.
+/// A word the decoder does not know is shown as `.inst`, and the listing goes on.
+fn decode_aarch64(bytes: &[u8], start: u64) -> Vec<(u64, String)> {
+    use yaxpeax_arch::{Decoder as _, U8Reader};
+    use yaxpeax_arm::armv8::a64::{InstDecoder, Opcode, Operand};
+    let decoder = InstDecoder::default();
+    let mut out = Vec::new();
+    for (index, word) in bytes.chunks_exact(4).enumerate() {
+        let offset = 4 * index as u64;
+        let pc = start + offset;
+        let text = match decoder.decode(&mut U8Reader::new(word)) {
+            Ok(instruction) => {
+                let mut text = instruction.to_string();
+                // At most one PC-relative operand per instruction; adrp's is from the PC's page.
+                let relative = instruction.operands.iter().find_map(|o| match o {
+                    Operand::PCOffset(offset) => Some(*offset),
+                    _ => None,
+                });
+                if let Some(relative) = relative {
+                    let base = if instruction.opcode == Opcode::ADRP {
+                        pc & !0xfff
+                    } else {
+                        pc
+                    };
+                    let shown = if relative < 0 {
+                        format!("$-{:#x}", relative.wrapping_neg())
+                    } else {
+                        format!("$+{relative:#x}")
+                    };
+                    text = text.replace(&shown, &format!("{:#x}", base.wrapping_add_signed(relative)));
+                }
+                text
+            }
+            Err(_) => format!(".inst {:#010x}", u32::from_le_bytes(word.try_into().unwrap())),
+        };
+        out.push((offset, text));
     }
     out
 }
@@ -503,5 +551,27 @@ mod tests {
         assert!(listing.len() >= 2, "{}", listing.len());
         assert_eq!(listing[0].offset, 0);
         assert!(listing.iter().any(|i| i.text.starts_with("ret")), "ends in ret");
+    }
+
+    #[test]
+    fn aarch64_words_decode_with_absolute_targets() {
+        // stp x29, x30, [sp, #-0x10]!; mov x29, sp; bl +0x10; adrp x0 (this page); b.ne -0x8;
+        // ret; and a word no AArch64 instruction has.
+        let words: [u32; 7] = [
+            0xa9bf7bfd, 0x910003fd, 0x94000004, 0x90000000, 0x54ffffc1, 0xd65f03c0, 0xffffffff,
+        ];
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        let listing = decode_aarch64(&bytes, 0x40_1ff8);
+        let texts: Vec<&str> = listing.iter().map(|(_, t)| t.as_str()).collect();
+        assert_eq!(
+            listing.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
+            [0, 4, 8, 12, 16, 20, 24]
+        );
+        assert!(texts[0].starts_with("stp x29, x30, [sp"), "{}", texts[0]);
+        assert_eq!(texts[2], "bl 0x402010");
+        assert_eq!(texts[3], "adrp x0, 0x402000");
+        assert_eq!(texts[4], "b.ne 0x402000");
+        assert_eq!(texts[5], "ret");
+        assert_eq!(texts[6], ".inst 0xffffffff");
     }
 }
