@@ -40,6 +40,7 @@ pub const COUNTER_READERS: [&str; super::MAX_COUNTERS] = [
 ];
 pub const DELTAS: [&str; 2] = ["DELTAS_0", "DELTAS_1"];
 pub const PENDING_DELTAS: &str = "PENDING_DELTAS";
+pub const COUNTER_TOTALS: &str = "COUNTER_TOTALS";
 pub const USER_STACKS: [&str; 2] = ["USER_STACKS_0", "USER_STACKS_1"];
 pub const UNWIND_ROWS: &str = "UNWIND_ROWS";
 pub const UNWIND_PROCESSES: &str = "UNWIND_PROCESSES";

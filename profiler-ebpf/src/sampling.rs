@@ -75,6 +75,12 @@ static DELTAS_0: HashMap<SampleKey, CounterDeltas> = HashMap::with_max_entries(S
 static DELTAS_1: HashMap<SampleKey, CounterDeltas> = HashMap::with_max_entries(SAMPLE_MAP_ENTRIES, 0);
 #[map(name = "COUNTER_BASELINE")]
 static COUNTER_BASELINE: PerCpuArray<CounterBaseline> = PerCpuArray::with_max_entries(1, 0);
+/// Per CPU, what the counters advanced over every interval a target thread ran: the run's
+/// totals, from the same counters as the samples' deltas. A second set of counters for the
+/// totals would compete with these for the PMU's few counters (and, counted per thread, lose:
+/// the kernel schedules per-CPU events first).
+#[map(name = "COUNTER_TOTALS")]
+static COUNTER_TOTALS: PerCpuArray<CounterDeltas> = PerCpuArray::with_max_entries(1, 0);
 #[map(name = "STACKS_0")]
 static STACKS_0: StackTrace = StackTrace::with_max_entries(STACK_MAP_ENTRIES, 0);
 #[map(name = "STACKS_1")]
@@ -254,12 +260,13 @@ fn try_counter_switch() -> Result<(), ()> {
     let base = unsafe { &mut *COUNTER_BASELINE.get_ptr_mut(0).ok_or(())? };
     // In the switch, `current` is still the thread leaving the CPU.
     let (tgid, tid) = current_ids();
-    let pending = match tid != 0 && owns_interval(base, tid) && is_target(tgid) {
+    let owned = tid != 0 && owns_interval(base, tid) && is_target(tgid);
+    let pending = match owned {
         true => get_or_insert!(PENDING_DELTAS, tid, CounterDeltas).unwrap_or(core::ptr::null_mut()),
         false => core::ptr::null_mut(),
     };
     base.tid = SWITCHED_IN;
-    advance_counters(base, pending);
+    advance_counters(base, pending, owned);
     Ok(())
 }
 
@@ -303,13 +310,18 @@ fn add_counter_deltas(tid: u32, key: &SampleKey, deltas: &HashMap<SampleKey, Cou
         }
         let _ = PENDING_DELTAS.remove(tid);
     }
-    advance_counters(base, if ours { target } else { core::ptr::null_mut() });
+    advance_counters(base, if ours { target } else { core::ptr::null_mut() }, ours);
 }
 
 /// Read every counter in use on this CPU: add what each advanced since the baseline to `into`
-/// (when not null), and make the readings the new baseline.
+/// (when not null) and, when a target thread `owned` the interval, to the run's totals; make the
+/// readings the new baseline.
 #[inline(always)]
-fn advance_counters(base: &mut CounterBaseline, into: *mut CounterDeltas) {
+fn advance_counters(base: &mut CounterBaseline, into: *mut CounterDeltas, owned: bool) {
+    let totals = match owned {
+        true => COUNTER_TOTALS.get_ptr_mut(0).unwrap_or(core::ptr::null_mut()),
+        false => core::ptr::null_mut(),
+    };
     let in_use = counters_in_use();
     let mut enabled_delta: u64 = 0;
     for k in 0..MAX_COUNTERS {
@@ -336,11 +348,16 @@ fn advance_counters(base: &mut CounterBaseline, into: *mut CounterDeltas) {
         ) else {
             continue;
         };
-        if !into.is_null() && now.counter >= *value && now.enabled >= *enabled && now.running >= *running {
-            let t = unsafe { &mut *into };
-            if let (Some(dv), Some(dr)) = (t.values.get_mut(k), t.running_ns.get_mut(k)) {
-                atomic_add(dv, now.counter - *value);
-                atomic_add(dr, now.running - *running);
+        if now.counter >= *value && now.enabled >= *enabled && now.running >= *running {
+            for t in [into, totals] {
+                if t.is_null() {
+                    continue;
+                }
+                let t = unsafe { &mut *t };
+                if let (Some(dv), Some(dr)) = (t.values.get_mut(k), t.running_ns.get_mut(k)) {
+                    atomic_add(dv, now.counter - *value);
+                    atomic_add(dr, now.running - *running);
+                }
             }
             // Every counter is enabled for the same intervals: one length per interval.
             enabled_delta = now.enabled - *enabled;
@@ -349,8 +366,10 @@ fn advance_counters(base: &mut CounterBaseline, into: *mut CounterDeltas) {
         *enabled = now.enabled;
         *running = now.running;
     }
-    if !into.is_null() {
-        atomic_add(unsafe { &mut (*into).enabled_ns }, enabled_delta);
+    for t in [into, totals] {
+        if !t.is_null() {
+            atomic_add(unsafe { &mut (*t).enabled_ns }, enabled_delta);
+        }
     }
 }
 

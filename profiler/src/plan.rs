@@ -4,7 +4,7 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use crate::{
     cli::{Cli, Event, Format, LockSource, Mode, OffCpuStacks},
-    counters::{counting::Counting, events::EventSpec},
+    counters::events::EventSpec,
     error::UserError,
     launcher,
     modes::topdown::counting::TopdownCounting,
@@ -201,5 +201,5 @@ pub struct Needs {
     /// Lock waits, and where they are timed.
     pub lock: Option<LockSource>,
     /// Topdown's counting over the whole run.
-    pub counting: Option<TopdownCounting<Counting>>,
+    pub counting: Option<TopdownCounting>,
 }

@@ -10,7 +10,6 @@ use crate::{
     cli::{Cli, Format, LockSource, Mode},
     collect::add_batch,
     counters::events::{self, Pmu},
-    counters::tma::Counts,
     driver::{monotonic_ns, pidfd, prepare_to_load, Drained, Driver, Sink, Stop, Stopped, Stops},
     error::UserError,
     launcher,
@@ -186,7 +185,7 @@ pub(crate) struct Recording {
     pub meta: RunMeta,
     pub exit_code: i32,
     /// Topdown: the whole-run counter totals, and what the report needs to know of the machine.
-    pub topdown: Option<TopdownCounting<Counts>>,
+    pub topdown: Option<TopdownCounting>,
     /// Whether stacks were sampled (hotspot; topdown per function).
     pub sampled: bool,
 }
@@ -252,7 +251,7 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
         group,
         sched: tracing_sched,
         lock,
-        mut counting,
+        counting,
     } = plan.needs()?;
     // Which file of each target has its lock functions: known before anything is driver.kernel.
     let mut lock_libraries = Vec::new();
@@ -372,14 +371,8 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
         )?;
         doing.insert(0, "tracing the scheduler".to_string());
     }
-    if let Some(counting) = &mut counting {
-        let targets: Vec<u32> = plan
-            .pids
-            .iter()
-            .copied()
-            .chain(paused.as_ref().map(|p| p.pid()))
-            .collect();
-        counting.start(plan.system_wide, &targets)?;
+    if let Some(counting) = &counting {
+        counting.announce();
     }
     stops.command = paused.map(|p| p.release()).transpose()?;
 
@@ -396,7 +389,7 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
     // the counters' totals at that moment (a command's counts include its exited children:
     // they fold into the inherited parent counters).
     let stopped_ns = monotonic_ns();
-    let topdown = counting.map(TopdownCounting::read);
+    let topdown = counting.map(|c| c.with_totals(driver.kernel.counter_totals()));
     let stopped = driver.stop(sink, stopped_ns)?;
 
     let mut notes = Vec::new();

@@ -162,6 +162,30 @@ const TLB: &[EventSpec] = &[
     cache("itlb-loads", ITLB, false),
     cache("itlb-load-misses", ITLB, true),
 ];
+// Arm's common events by their architected numbers and names (Arm ARM, PMU event list; the names
+// Neoverse telemetry specifications and `perf list` use): the kernel's generic cache events
+// leave out L2 and the TLB walks, and map LL reads on some cores only.
+const ARM_BRANCHES: &[EventSpec] = &[
+    raw("cpu_cycles", &[("event", 0x11)]),
+    raw("inst_retired", &[("event", 0x08)]),
+    raw("br_retired", &[("event", 0x21)]),
+    raw("br_mis_pred_retired", &[("event", 0x22)]),
+];
+const ARM_CACHE: &[EventSpec] = &[
+    raw("l1d_cache", &[("event", 0x04)]),
+    raw("l1d_cache_refill", &[("event", 0x03)]),
+    raw("l2d_cache", &[("event", 0x16)]),
+    raw("l2d_cache_refill", &[("event", 0x17)]),
+    raw("ll_cache_rd", &[("event", 0x36)]),
+    raw("ll_cache_miss_rd", &[("event", 0x37)]),
+];
+const ARM_TLB: &[EventSpec] = &[
+    raw("l1d_tlb", &[("event", 0x25)]),
+    raw("dtlb_walk", &[("event", 0x34)]),
+    raw("l1i_tlb", &[("event", 0x26)]),
+    raw("itlb_walk", &[("event", 0x35)]),
+];
+
 /// Counted by the kernel itself: works everywhere, including VMs without a PMU.
 const SOFTWARE: &[EventSpec] = &[
     sw("task-clock", 1),
@@ -173,8 +197,10 @@ const SOFTWARE: &[EventSpec] = &[
 /// `--preset` names, for the CLI.
 pub const PRESETS: &[&str] = &["topdown", "branches", "cache", "tlb", "software"];
 
-/// A preset by name; `topdown` depends on the CPU family.
+/// A preset by name; `topdown` depends on the CPU family, and on Arm the others are Arm's own
+/// events (their derived metrics are Arm's: `tma::RATIOS`).
 pub fn preset(name: &str, method: Method) -> Option<CounterSet> {
+    let arm = matches!(method, Method::ArmSlots { .. } | Method::ArmCycles);
     let set = |name, events| CounterSet {
         name,
         events,
@@ -183,9 +209,9 @@ pub fn preset(name: &str, method: Method) -> Option<CounterSet> {
     };
     Some(match name {
         "topdown" => topdown_set(method),
-        "branches" => set("branches", BRANCHES),
-        "cache" => set("cache", CACHE),
-        "tlb" => set("tlb", TLB),
+        "branches" => set("branches", if arm { ARM_BRANCHES } else { BRANCHES }),
+        "cache" => set("cache", if arm { ARM_CACHE } else { CACHE }),
+        "tlb" => set("tlb", if arm { ARM_TLB } else { TLB }),
         "software" => CounterSet {
             hardware: false,
             ..set("software", SOFTWARE)
@@ -449,5 +475,34 @@ mod tests {
         assert!(software.events.iter().all(|e| resolve(e, None).is_ok()));
         let raw = &INTEL_PRE_ICL[0];
         assert!(resolve(raw, None).unwrap_err().contains("does not expose"));
+    }
+
+    #[test]
+    fn arm_presets_count_arms_events_and_give_arms_metrics() {
+        use crate::counters::tma::{derived_only, Count, Counts};
+        for name in ["branches", "cache", "tlb"] {
+            let set = preset(name, Method::ArmCycles).unwrap();
+            assert!(
+                set.events.iter().all(|e| matches!(e.source, Source::Raw(_))),
+                "{name}"
+            );
+            // Every event of the set feeds one of the metrics derived from it.
+            let mut counts = Counts::default();
+            for event in set.events {
+                let count = Count {
+                    value: 1000.0,
+                    running: 1.0,
+                };
+                counts.events.insert(event.name.to_string(), count);
+            }
+            let tma = derived_only(&counts);
+            let expected = match name {
+                "branches" => 1,
+                "cache" => 3,
+                _ => 2,
+            };
+            assert_eq!(tma.metrics.len(), expected, "{name}: {:?}", tma.metrics);
+        }
+        assert_eq!(preset("cache", Method::Unknown).unwrap().events, CACHE);
     }
 }

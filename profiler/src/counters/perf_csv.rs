@@ -92,4 +92,51 @@ mod tests {
         ));
         assert!(matches!(parse_perf_csv(""), Err(TmaError::NotPerfCsv { .. })));
     }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    /// `perf stat -x, -e ...` on a Graviton (Neoverse N1), Arm's event names as perf lists them.
+    const GRAVITON_CSV: &str = "\
+3000000000,,cpu_cycles,1000000000,100.00,,
+4500000000,,inst_retired,1000000000,100.00,1.50,insn per cycle
+600000000,,stall_backend,1000000000,100.00,,
+300000000,,stall_frontend,1000000000,100.00,,
+50000000,,br_retired,1000000000,50.00,,
+1000000,,br_mis_pred_retired,1000000000,50.00,,
+2000000000,,l1d_cache,1000000000,50.00,,
+40000000,,l1d_cache_refill,1000000000,50.00,,
+40000000,,l2d_cache,1000000000,50.00,,
+10000000,,l2d_cache_refill,1000000000,50.00,,
+8000000,,ll_cache_rd,1000000000,50.00,,
+2000000,,ll_cache_miss_rd,1000000000,50.00,,
+1000000000,,l1d_tlb,1000000000,50.00,,
+3000000,,dtlb_walk,1000000000,50.00,,
+";
+
+    #[test]
+    fn arm_event_names_give_arms_derived_metrics() {
+        let c = parse_perf_csv(GRAVITON_CSV).unwrap();
+        let tma = crate::counters::tma::derived_only(&c);
+        assert!(close(tma.ipc.unwrap(), 1.5));
+        let metric = |name: &str| {
+            tma.metrics
+                .iter()
+                .find(|(n, _)| n == name)
+                .unwrap_or_else(|| panic!("{name} in {:?}", tma.metrics))
+                .1
+        };
+        // Worked by hand from the counts above.
+        assert!(close(metric("frontend_stall_cycles"), 0.10));
+        assert!(close(metric("backend_stall_cycles"), 0.20));
+        assert!(close(metric("branch_mispredict_rate"), 0.02));
+        assert!(close(metric("l1d_miss_rate"), 0.02));
+        assert!(close(metric("l2_miss_rate"), 0.25));
+        assert!(close(metric("llc_miss_rate"), 0.25));
+        assert!(close(metric("dtlb_walk_rate"), 0.003));
+        // No l1i_tlb / itlb_walk counted: no iTLB figure rather than a made-up one.
+        assert!(tma.metrics.iter().all(|(n, _)| n != "itlb_walk_rate"));
+        assert_eq!(crate::counters::tma::assess("dtlb_walk_rate", 0.003), "ok");
+    }
 }

@@ -296,7 +296,9 @@ pub fn level1(family: Family, c: &Counts) -> Result<Option<Level1>, TmaError> {
     }))
 }
 
-/// (metric name, numerator event, denominator event)
+/// (metric name, numerator event, denominator event). Generic and Intel events first, then Arm's
+/// by Arm's event names, as the Neoverse telemetry specifications define each ratio (a TLB
+/// "miss" there is a walk: the access missed every level of the TLB).
 const RATIOS: &[(&str, &str, &str)] = &[
     ("branch_mispredict_rate", "branch-misses", "branches"),
     ("l1d_miss_rate", "l1-dcache-load-misses", "l1-dcache-loads"),
@@ -306,6 +308,13 @@ const RATIOS: &[(&str, &str, &str)] = &[
     ("itlb_miss_rate", "itlb-load-misses", "itlb-loads"),
     ("frontend_stall_cycles", "stall_frontend", "cpu_cycles"),
     ("backend_stall_cycles", "stall_backend", "cpu_cycles"),
+    ("backend_memory_stall_cycles", "stall_backend_mem", "cpu_cycles"),
+    ("branch_mispredict_rate", "br_mis_pred_retired", "br_retired"),
+    ("l1d_miss_rate", "l1d_cache_refill", "l1d_cache"),
+    ("l2_miss_rate", "l2d_cache_refill", "l2d_cache"),
+    ("llc_miss_rate", "ll_cache_miss_rd", "ll_cache_rd"),
+    ("dtlb_walk_rate", "dtlb_walk", "l1d_tlb"),
+    ("itlb_walk_rate", "itlb_walk", "l1i_tlb"),
 ];
 
 /// The cycle and instruction counters' names, by CPU family.
@@ -391,7 +400,7 @@ pub fn assess(name: &str, value: f64) -> &'static str {
         "branch_mispredict_rate" => value > 0.02,
         "l1d_miss_rate" => value > 0.05,
         "llc_miss_rate" => value > 0.30,
-        "dtlb_miss_rate" | "itlb_miss_rate" => value > 0.01,
+        "dtlb_miss_rate" | "itlb_miss_rate" | "dtlb_walk_rate" | "itlb_walk_rate" => value > 0.01,
         _ => false,
     };
     if investigate {

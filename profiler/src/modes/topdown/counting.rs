@@ -1,28 +1,25 @@
 //! Topdown's counters over the whole run (`--preset`): what is counted is decided once, before
-//! anything is loaded; counted per thread of the targets or per CPU while the run lasts; read at
-//! its end.
+//! anything is loaded; counted by the counters read at each sample, per CPU, over the targets'
+//! intervals; read at the run's end.
 use std::path::Path;
 
 use crate::{
     counters::{
-        counting::{Counting, Scope},
         cpu::Method,
         events::{self, CounterSet, Pmu},
         tma::{Counts, Machine},
     },
     error::UserError,
-    process::threads_of,
 };
 
 /// Topdown's whole-run counting, and what its report needs to know about the machine: asked
 /// once, at the start.
-pub struct TopdownCounting<C> {
+pub struct TopdownCounting {
     pub set: CounterSet,
     /// The set can be counted here (it needs no PMU, or there is one).
     countable: bool,
-    /// The counters while running (`Counting`), their totals once read (`Counts`); none when the
-    /// set needs a PMU there is not.
-    pub counts: Option<C>,
+    /// The totals once read; none when the set needs a PMU there is not.
+    pub counts: Option<Counts>,
     /// Why there is no level-1 split from hardware, unless counts give one.
     pub reason: String,
     /// The slots per cycle (the PMU's caps/slots where the kernel exposes it, else the
@@ -32,17 +29,15 @@ pub struct TopdownCounting<C> {
     pub core: Option<Pmu>,
 }
 
-impl<C> TopdownCounting<C> {
+impl TopdownCounting {
     /// The set can be counted here, so it is also read at each sample, per function.
     pub fn per_function(&self) -> Option<CounterSet> {
         self.countable.then_some(self.set)
     }
-}
 
-impl TopdownCounting<Counting> {
     /// What topdown will count (`--preset`), decided before anything is loaded: the sampling
     /// program is sized by it.
-    pub fn plan(preset: &str) -> anyhow::Result<TopdownCounting<Counting>> {
+    pub fn plan(preset: &str) -> anyhow::Result<TopdownCounting> {
         let method = Method::here();
         let set = events::preset(preset, method)
             .ok_or_else(|| UserError::Usage(format!("unknown --preset {preset}")))?;
@@ -70,39 +65,29 @@ impl TopdownCounting<Counting> {
         })
     }
 
-    /// Start the counters over the whole run, once everything else is attached (so they cover
-    /// the same time as the thread states): per thread of the `targets`, inherited by what they
-    /// start, or per CPU. When the set needs a PMU there is not, says so in one line and counts
-    /// nothing.
-    pub fn start(&mut self, system_wide: bool, targets: &[u32]) -> anyhow::Result<()> {
+    /// Say, in one line, when the set needs a PMU there is not (thread states stand in). The
+    /// set is counted by the counters read at each sample, per CPU: their deltas over the
+    /// targets' intervals add up to the run's totals (`Loaded::counter_totals`). Counting it a
+    /// second time, per thread, would leave the kernel scheduling two sets on one PMU: the
+    /// per-CPU one first, the other multiplexed or never on at all.
+    pub fn announce(&self) {
         if !self.countable {
             eprintln!(
                 "bpfprof: topdown: {}. Showing where each thread's time went instead (thread states from the scheduler).",
                 self.reason
             );
-            return Ok(());
         }
-        let scope = match system_wide {
-            true => Scope::Cpus(crate::counters::cpu::online_ids()?),
-            false => Scope::Threads(targets.iter().flat_map(|&pid| threads_of(pid)).collect()),
-        };
-        let set = self.set;
-        let counting = Counting::start(set.events, set.group, self.core.as_ref(), &scope)
-            .map_err(|e| UserError::Counting(e.to_string()))?;
-        log::info!("counting the {} set: {} events", set.name, set.events.len());
-        self.counts = Some(counting);
-        Ok(())
     }
 
-    /// The totals at this moment; a failed read keeps the thread states and says so.
-    pub fn read(self) -> TopdownCounting<Counts> {
-        let counts = self.counts.and_then(|counting| match counting.read() {
-            Ok(counts) => Some(counts),
+    /// The run's totals, once read; a failed read keeps the thread states and says so.
+    pub fn with_totals(self, totals: anyhow::Result<Option<Counts>>) -> TopdownCounting {
+        let counts = match totals {
+            Ok(counts) => counts,
             Err(e) => {
                 log::warn!("reading the {} counters: {e}", self.set.name);
                 None
             }
-        });
+        };
         TopdownCounting {
             set: self.set,
             countable: self.countable,
