@@ -356,8 +356,9 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
         doing.push(format!("sampling at {} Hz ({})", plan.frequency_hz, event.name()));
     }
     let cpus = crate::counters::cpu::online_ids().map_or(1, |c| c.len() as u32);
-    // The scheduler last, just before the counters and the clock of the run start: its thread
-    // states then cover the run the report's duration and the counters' totals speak of.
+    // The scheduler last, just before the clock of the run starts: its thread states then cover
+    // the run the report's duration speaks of. (The counters' totals start at the sampler; a
+    // command is still paused then, and a running process's first milliseconds count.)
     if tracing_sched {
         driver.trace_sched(
             plan.pids
@@ -386,8 +387,8 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
     let stop = driver.collect(&mut stops, sink).await?;
     let elapsed = started.elapsed();
     // Where the thread states still open end (the drains below take time of their own), and
-    // the counters' totals at that moment (a command's counts include its exited children:
-    // they fold into the inherited parent counters).
+    // the counters' totals at that moment (a command's include the processes it started: they
+    // are targets too).
     let stopped_ns = monotonic_ns();
     let topdown = counting.map(|c| c.with_totals(driver.kernel.counter_totals()));
     let stopped = driver.stop(sink, stopped_ns)?;
