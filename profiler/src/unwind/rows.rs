@@ -80,7 +80,36 @@ pub(super) fn rows_of_file(file: &object::File<'_>) -> Result<Vec<Row>, TableErr
     } else {
         return Err(TableError::NoFrameInfo);
     }
+    rows.extend(aarch64_plt_rows(file));
     Ok(compact(rows))
+}
+
+/// AArch64 linkers give the PLT no unwind information. A stub loads an address and branches
+/// (`br`, not `bl`): sp, x29 and x30 are still the caller's at the call, so it unwinds as a
+/// function's first instruction does: CFA = sp, the return address in x30. (The lazy-binding
+/// stub at the head of `.plt` pushes 16 bytes before it branches to the resolver; a sample in
+/// those few instructions gets its caller right and the next CFA 16 bytes short.)
+fn aarch64_plt_rows(file: &object::File<'_>) -> Vec<Row> {
+    if file.architecture() != object::Architecture::Aarch64 {
+        return Vec::new();
+    }
+    file.sections()
+        .filter(|s| matches!(s.name(), Ok(".plt" | ".iplt")) && s.size() > 0)
+        .flat_map(|plt| {
+            [
+                Row {
+                    pc: plt.address(),
+                    cfa: cfa::SP,
+                    ..Row::default()
+                },
+                Row {
+                    pc: plt.address() + plt.size(),
+                    cfa: cfa::NONE,
+                    ..Row::default()
+                },
+            ]
+        })
+        .collect()
 }
 
 fn collect_rows<'a, S>(
@@ -303,6 +332,18 @@ mod tests {
             above.len(),
             &above[..above.len().min(3)]
         );
+        // The PLT, which has no unwind information: as at a function's first instruction.
+        let file = object::File::parse(&*libc).unwrap();
+        let plt = file.section_by_name(".plt").expect("libc calls through its PLT");
+        let at = |pc: u64| rows[rows.partition_point(|r| r.pc <= pc) - 1];
+        for pc in [plt.address(), plt.address() + plt.size() - 4] {
+            let row = at(pc);
+            assert_eq!(
+                (row.cfa, row.cfa_offset, row.fp, row.ra_offset),
+                (cfa::SP, 0, fp::SAME, 0),
+                "{pc:#x}"
+            );
+        }
         // x86-64's call always leaves it at CFA - 8.
         assert!(rows_of(&own_binary())
             .unwrap()
