@@ -69,6 +69,10 @@ mod tests {
         );
         assert_eq!(sum.estimate(2), None, "never ran: no estimate");
         assert_eq!(sum.running_share(1), 0.25);
+        // A run's share of running sums: the later reading less the earlier one.
+        let run = sum.since(&d);
+        assert_eq!(run, d, "two intervals summed, less the first");
+        assert_eq!(d.since(&sum).values[0], 0, "never below zero");
         let untimed = CounterDeltas {
             values: [5; MAX_COUNTERS],
             ..Default::default()

@@ -70,6 +70,19 @@ pub struct CounterDeltas {
 const _: () = assert!(size_of::<CounterDeltas>() == 8 + 16 * MAX_COUNTERS);
 
 impl CounterDeltas {
+    /// What was added to these running sums since `earlier`, a reading of the same sums.
+    pub fn since(&self, earlier: &CounterDeltas) -> CounterDeltas {
+        let mut d = CounterDeltas {
+            enabled_ns: self.enabled_ns.saturating_sub(earlier.enabled_ns),
+            ..*self
+        };
+        for k in 0..MAX_COUNTERS {
+            d.values[k] = self.values[k].saturating_sub(earlier.values[k]);
+            d.running_ns[k] = self.running_ns[k].saturating_sub(earlier.running_ns[k]);
+        }
+        d
+    }
+
     pub fn add(&mut self, other: &CounterDeltas) {
         self.enabled_ns += other.enabled_ns;
         for k in 0..MAX_COUNTERS {

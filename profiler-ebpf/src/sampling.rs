@@ -323,7 +323,9 @@ fn advance_counters(base: &mut CounterBaseline, into: *mut CounterDeltas, owned:
         false => core::ptr::null_mut(),
     };
     let in_use = counters_in_use();
+    // The interval's length: the first counter read's enabled time (0 until one is read).
     let mut enabled_delta: u64 = 0;
+    let mut have_length = false;
     for k in 0..MAX_COUNTERS {
         if k >= in_use {
             break;
@@ -349,6 +351,16 @@ fn advance_counters(base: &mut CounterBaseline, into: *mut CounterDeltas, owned:
             continue;
         };
         if now.counter >= *value && now.enabled >= *enabled && now.running >= *running {
+            // Every counter is enabled for the same intervals: one length per interval. Each
+            // counter's time on the PMU is that length less its own time off it, so a counter
+            // never multiplexed reads exactly the interval though it was read a moment later.
+            let own_enabled = now.enabled - *enabled;
+            if !have_length {
+                enabled_delta = own_enabled;
+                have_length = true;
+            }
+            let off_pmu = own_enabled.saturating_sub(now.running - *running);
+            let on_pmu = enabled_delta.saturating_sub(off_pmu);
             for t in [into, totals] {
                 if t.is_null() {
                     continue;
@@ -356,11 +368,9 @@ fn advance_counters(base: &mut CounterBaseline, into: *mut CounterDeltas, owned:
                 let t = unsafe { &mut *t };
                 if let (Some(dv), Some(dr)) = (t.values.get_mut(k), t.running_ns.get_mut(k)) {
                     atomic_add(dv, now.counter - *value);
-                    atomic_add(dr, now.running - *running);
+                    atomic_add(dr, on_pmu);
                 }
             }
-            // Every counter is enabled for the same intervals: one length per interval.
-            enabled_delta = now.enabled - *enabled;
         }
         *value = now.counter;
         *enabled = now.enabled;

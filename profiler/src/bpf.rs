@@ -19,9 +19,8 @@ use std::os::fd::{AsFd as _, AsRawFd as _};
 use crate::{
     cli::{Event, LockSource, OffCpuStacks},
     collect::take_map,
-    counters::counting::{counts_of, Counting, CountingError, Reading, Scope},
+    counters::counting::{Counting, CountingError, Scope},
     counters::events::{EventSpec, Pmu, Source},
-    counters::tma::Counts,
     error::UserError,
     modes::lock::probes::LockLibrary,
     preflight::tracepoint_field_offset,
@@ -398,31 +397,19 @@ impl Loaded {
         Ok(())
     }
 
-    /// What the counters read at each sample counted over every interval a target thread ran,
-    /// summed over the CPUs (each CPU's scaled by its own running share, as perf does): the run's
-    /// totals. `None` when no counters are read at samples.
-    pub fn counter_totals(&self) -> anyhow::Result<Option<Counts>> {
-        let Some(counting) = &self.counters else {
+    /// Per CPU, what the counters read at each sample have counted so far over the intervals
+    /// target threads ran (running sums: the run's totals are the difference of two readings).
+    /// `None` when no counters are read at samples.
+    pub fn counter_totals(&self) -> anyhow::Result<Option<Vec<CounterDeltas>>> {
+        if self.counters.is_none() {
             return Ok(None);
-        };
+        }
         let map = self
             .ebpf
             .map(names::COUNTER_TOTALS)
             .with_context(|| format!("map {} missing", names::COUNTER_TOTALS))?;
         let totals: PerCpuArray<&MapData, CounterDeltas> = PerCpuArray::try_from(map)?;
-        let mut readings = vec![Reading::default(); counting.names().len()];
-        for cpu in totals.get(&0, 0)?.iter() {
-            for (k, reading) in readings.iter_mut().enumerate() {
-                // One interval length serves every counter, read a moment apart: a counter that
-                // ran throughout shows a few ns more or less running than enabled per interval.
-                let running = match cpu.running_ns[k] >= cpu.enabled_ns - cpu.enabled_ns / 10_000 {
-                    true => cpu.enabled_ns,
-                    false => cpu.running_ns[k],
-                };
-                reading.add(cpu.values[k], cpu.enabled_ns, running);
-            }
-        }
-        Ok(Some(counts_of(counting.names(), &readings)))
+        Ok(Some(totals.get(&0, 0)?.iter().copied().collect()))
     }
 
     /// Load the table walkers the run needs (`options`: as loaded), hand each to the program

@@ -251,7 +251,7 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
         group,
         sched: tracing_sched,
         lock,
-        counting,
+        mut counting,
     } = plan.needs()?;
     // Which file of each target has its lock functions: known before anything is driver.kernel.
     let mut lock_libraries = Vec::new();
@@ -356,9 +356,8 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
         doing.push(format!("sampling at {} Hz ({})", plan.frequency_hz, event.name()));
     }
     let cpus = crate::counters::cpu::online_ids().map_or(1, |c| c.len() as u32);
-    // The scheduler last, just before the clock of the run starts: its thread states then cover
-    // the run the report's duration speaks of. (The counters' totals start at the sampler; a
-    // command is still paused then, and a running process's first milliseconds count.)
+    // The scheduler last, just before the counters' totals and the clock of the run start: its
+    // thread states then cover the run the report's duration and the counters' totals speak of.
     if tracing_sched {
         driver.trace_sched(
             plan.pids
@@ -372,8 +371,8 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
         )?;
         doing.insert(0, "tracing the scheduler".to_string());
     }
-    if let Some(counting) = &counting {
-        counting.announce();
+    if let Some(counting) = &mut counting {
+        counting.start(driver.kernel.counter_totals())?;
     }
     stops.command = paused.map(|p| p.release()).transpose()?;
 
@@ -390,7 +389,7 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
     // the counters' totals at that moment (a command's include the processes it started: they
     // are targets too).
     let stopped_ns = monotonic_ns();
-    let topdown = counting.map(|c| c.with_totals(driver.kernel.counter_totals()));
+    let topdown = counting.map(|c| c.finish(driver.kernel.counter_totals()));
     let stopped = driver.stop(sink, stopped_ns)?;
 
     let mut notes = Vec::new();

@@ -3,8 +3,11 @@
 //! intervals; read at the run's end.
 use std::path::Path;
 
+use profiler_common::CounterDeltas;
+
 use crate::{
     counters::{
+        counting::{counts_of, Reading},
         cpu::Method,
         events::{self, CounterSet, Pmu},
         tma::{Counts, Machine},
@@ -27,6 +30,8 @@ pub struct TopdownCounting {
     pub machine: Machine,
     /// The CPU's core PMU, as sysfs describes it.
     pub core: Option<Pmu>,
+    /// Per CPU, the counters' running sums when the run started.
+    at_start: Option<Vec<CounterDeltas>>,
 }
 
 impl TopdownCounting {
@@ -62,39 +67,50 @@ impl TopdownCounting {
                 },
             },
             core,
+            at_start: None,
         })
     }
 
-    /// Say, in one line, when the set needs a PMU there is not (thread states stand in). The
-    /// set is counted by the counters read at each sample, per CPU: their deltas over the
-    /// targets' intervals add up to the run's totals (`Loaded::counter_totals`). Counting it a
-    /// second time, per thread, would leave the kernel scheduling two sets on one PMU: the
-    /// per-CPU one first, the other multiplexed or never on at all.
-    pub fn announce(&self) {
+    /// The run starts (with the thread states): say, in one line, when the set needs a PMU there
+    /// is not (thread states stand in); else take the counters' running sums (`sums`), per CPU.
+    /// The set is counted by the counters read at each sample, per CPU, over the targets'
+    /// intervals (`Loaded::counter_totals`). Counting it a second time, per thread, would leave
+    /// the kernel scheduling two sets on one PMU: the per-CPU one first, the other multiplexed
+    /// or never on at all.
+    pub fn start(&mut self, sums: anyhow::Result<Option<Vec<CounterDeltas>>>) -> anyhow::Result<()> {
         if !self.countable {
             eprintln!(
                 "bpfprof: topdown: {}. Showing where each thread's time went instead (thread states from the scheduler).",
                 self.reason
             );
+            return Ok(());
         }
+        self.at_start = sums?;
+        Ok(())
     }
 
-    /// The run's totals, once read; a failed read keeps the thread states and says so.
-    pub fn with_totals(self, totals: anyhow::Result<Option<Counts>>) -> TopdownCounting {
-        let counts = match totals {
-            Ok(counts) => counts,
-            Err(e) => {
+    /// The run ends: its totals are what the running sums (`sums`, per CPU) gained since the
+    /// start, each CPU's scaled by its own running share as perf does. A failed read keeps the
+    /// thread states and says so.
+    pub fn finish(mut self, sums: anyhow::Result<Option<Vec<CounterDeltas>>>) -> TopdownCounting {
+        let names: Vec<&str> = self.set.events.iter().map(|e| e.name).collect();
+        self.counts = match (sums, &self.at_start) {
+            (Ok(Some(end)), Some(start)) => {
+                let mut readings = vec![Reading::default(); names.len()];
+                for (end, start) in end.iter().zip(start) {
+                    let run = end.since(start);
+                    for (k, reading) in readings.iter_mut().enumerate() {
+                        reading.add(run.values[k], run.enabled_ns, run.running_ns[k]);
+                    }
+                }
+                Some(counts_of(&names, &readings))
+            }
+            (Ok(_), _) => None,
+            (Err(e), _) => {
                 log::warn!("reading the {} counters: {e}", self.set.name);
                 None
             }
         };
-        TopdownCounting {
-            set: self.set,
-            countable: self.countable,
-            counts,
-            reason: self.reason,
-            machine: self.machine,
-            core: self.core,
-        }
+        self
     }
 }
