@@ -134,11 +134,6 @@ impl Counting {
     }
 
     /// Per-CPU instances: each CPU with its counters, in event order.
-    /// The events, in the order they were opened.
-    pub fn names(&self) -> &[&'static str] {
-        &self.names
-    }
-
     pub fn per_cpu(&self) -> impl Iterator<Item = (u32, &[OwnedFd])> {
         self.instances
             .iter()
