@@ -14,6 +14,8 @@ fn main() {
     // The lock workload is built like most binaries: no frame pointers (its waiters' stacks go
     // through libc's futex wait, which has none either).
     compile_c(&out, "lockload", &[]);
+    // Contention beside waits for events (a condition variable, joins), no frame pointers either.
+    compile_c(&out, "waits", &[]);
     // The agent's churn workload: short-lived processes, built like most binaries too.
     compile_c(&out, "churn", &[]);
     // The same, statically linked and stripped: no symbols for the pthread source to probe.

@@ -41,6 +41,7 @@ mod pod {
     unsafe impl aya::Pod for lock::LockTime {}
     unsafe impl aya::Pod for lock::LockId {}
     unsafe impl aya::Pod for lock::LockState {}
+    unsafe impl aya::Pod for lock::ThreadOffsets {}
 }
 
 #[cfg(test)]

@@ -28,6 +28,35 @@ pub mod futex {
     }
 }
 
+/// Futex source: what a wait's own arguments and the kernel say it is, where its stack may not
+/// (one cut short, or one in a binary without symbols). Recorded per wait in `LockKey::flags`.
+pub mod futex_hint {
+    /// The futex is a thread's `clear_child_tid` (glibc: `&pd->tid`), which the kernel clears and
+    /// wakes when that thread exits: the waiter is joining it.
+    pub const JOIN: u32 = 1 << 0;
+    /// A priority-inheritance lock (`FUTEX_LOCK_PI`): a mutex.
+    pub const PI_LOCK: u32 = 1 << 1;
+    /// It slept while the word read 2, the "locked, with waiters" state of glibc's low-level lock
+    /// (every mutex) and of Rust's std mutex.
+    pub const LOCK_WORD: u32 = 1 << 2;
+}
+
+/// Offsets in `task_struct` (from BTF) the futex source reads at thread creation: where the
+/// new thread's `clear_child_tid` is (see `futex_hint::JOIN`), and its process id.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ThreadOffsets {
+    /// `u32::MAX`: unknown (joins are then told from their stacks only).
+    pub clear_child_tid: u32,
+    pub tgid: u32,
+    pub pid: u32,
+    pub _pad: u32,
+}
+const _: () = assert!(size_of::<ThreadOffsets>() == 16);
+
+/// Threads whose exit a joiner may wait for (per `LockId` of their `clear_child_tid`).
+pub const JOINABLE_ENTRIES: u32 = 16 * 1024;
+
 /// pthread source: what the probed function does to the lock. The attach cookie of each
 /// probe carries it with where the lock's address is and how far the stack pointer has moved
 /// at the probed instruction (probes sit a few instructions in, on one the kernel emulates,
@@ -142,8 +171,11 @@ pub struct Waiting {
     /// Futex source: 1 when `stack_id` names a table-unwound stack in `LOCK_USER_STACKS`.
     /// Kernel source: the contention flags.
     pub aux: u32,
+    /// Futex source: `futex_hint::*`.
+    pub hints: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(size_of::<Waiting>() == 24);
+const _: () = assert!(size_of::<Waiting>() == 32);
 
 /// One lock of one process (or, for nested kernel waits, one lock of one thread).
 #[repr(C)]
@@ -192,7 +224,7 @@ pub struct LockKey {
     /// pthread source: how many times a lock at this address was destroyed before (memory
     /// reused for a new lock is a new lock).
     pub instance: u32,
-    /// Kernel source: the contention flags.
+    /// Kernel source: the contention flags. Futex source: `futex_hint::*`.
     pub flags: u32,
 }
 const _: () = assert!(size_of::<LockKey>() == 32);
@@ -211,7 +243,8 @@ const _: () = assert!(size_of::<LockTime>() == 24);
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WalkFor {
     pub uaddr: u64,
-    /// pthread source: the wait to add under the walked stack.
+    /// pthread source: the wait to add under the walked stack; futex source, `WAITER_AT_EXIT`:
+    /// the wait that ended.
     pub wait_ns: u64,
     /// `WAITER` or `WAKER`/`HOLDER`.
     pub role: u32,
@@ -223,6 +256,10 @@ pub const WAKER: u32 = 1;
 pub const HOLDER: u32 = 1;
 /// pthread source: a waiter's stack walked at entry, kept in its `LockCall` for the return.
 pub const WAITER_AT_ENTRY: u32 = 2;
+/// Futex source: a waiter whose process had no unwind tables when it began to wait, walked
+/// again as the wait ends (the thread is still in the syscall: the same user stack) because the
+/// tables came meanwhile; the wait is counted once the walk is done.
+pub const WAITER_AT_EXIT: u32 = 3;
 
 /// pthread source: one lock's holder and waiters (per `LockId`, LRU). The wait a release is
 /// charged with is the waiting done since the last change of holder: `waiting_at_since`

@@ -12,7 +12,9 @@ use aya::{
     },
     Ebpf, EbpfLoader,
 };
-use profiler_common::{names, offcpu_stacks, CounterDeltas, ExitOffsets, ForkOffsets, TaskOffsets};
+use profiler_common::{
+    lock::ThreadOffsets, names, offcpu_stacks, CounterDeltas, ExitOffsets, ForkOffsets, TaskOffsets,
+};
 
 use std::os::fd::{AsFd as _, AsRawFd as _};
 
@@ -83,6 +85,29 @@ pub fn nvcsw_offset() -> Option<u32> {
     btf.member_offset("task_struct", "nvcsw")
 }
 
+/// Where the running kernel keeps the `task_struct` fields the futex source reads at thread
+/// creation (to tell a join). Without them (no BTF, or a kernel without the field) joins are told
+/// from their stacks only.
+pub fn thread_offsets() -> ThreadOffsets {
+    let unknown = ThreadOffsets {
+        clear_child_tid: u32::MAX,
+        ..Default::default()
+    };
+    let Ok(btf) = crate::btf::Btf::from_file(&crate::btf::kernel_btf_path()) else {
+        return unknown;
+    };
+    let field = |name: &str| btf.member_offset("task_struct", name);
+    match (field("clear_child_tid"), field("tgid"), field("pid")) {
+        (Some(clear_child_tid), Some(tgid), Some(pid)) => ThreadOffsets {
+            clear_child_tid,
+            tgid,
+            pid,
+            _pad: 0,
+        },
+        _ => unknown,
+    }
+}
+
 /// What to load for a run.
 pub struct LoadOptions<'a> {
     /// The sampling program and its stack maps are used.
@@ -146,7 +171,7 @@ fn unused_maps(options: &LoadOptions<'_>) -> Vec<&'static str> {
         unused.push(names::LOCK_WAITERS);
     }
     if lock != Some(LockSource::Futex) {
-        unused.extend([names::LOCK_WAITING, names::LOCK_WAKES]);
+        unused.extend([names::LOCK_WAITING, names::LOCK_WAKES, names::LOCK_JOINABLE]);
     }
     if !matches!(lock, Some(LockSource::Futex | LockSource::Pthread)) {
         unused.push(names::LOCK_HOLDERS);
@@ -199,6 +224,13 @@ impl Loaded {
         };
         let unwind = u32::from(options.unwind_tables);
         let nvcsw = options.nvcsw_offset.unwrap_or(u32::MAX);
+        let threads = match options.lock {
+            Some(LockSource::Futex) => thread_offsets(),
+            _ => ThreadOffsets {
+                clear_child_tid: u32::MAX,
+                ..Default::default()
+            },
+        };
         let mut loader = EbpfLoader::new();
         loader
             .override_global(names::G_FILTER, &filter, true)
@@ -209,7 +241,8 @@ impl Loaded {
             .override_global(names::G_OFFCPU_STACKS, &stacks, true)
             .override_global(names::G_COUNTERS, &options.counters, true)
             .override_global(names::G_UNWIND, &unwind, true)
-            .override_global(names::G_NVCSW, &nvcsw, true);
+            .override_global(names::G_NVCSW, &nvcsw, true)
+            .override_global(names::G_THREAD_OFFSETS, &threads, true);
         for map in unused_maps(options) {
             loader.map_max_entries(map, 1);
         }
@@ -248,6 +281,14 @@ impl Loaded {
 
     /// Time targets' futex waits and record who wakes them.
     pub fn attach_futex(&mut self) -> anyhow::Result<()> {
+        // Before the waits: a thread's creation records what joining it waits on.
+        let program: &mut RawTracePoint = self.program(names::PROG_THREAD_NEW)?;
+        program
+            .load()
+            .with_context(|| format!("loading {}", names::PROG_THREAD_NEW))?;
+        program
+            .attach("sched_process_fork")
+            .context("attaching the lock thread tracker to the raw tracepoint sched_process_fork")?;
         self.attach_tracepoints(&[
             (names::PROG_FUTEX_ENTER, "syscalls", "sys_enter_futex"),
             (names::PROG_FUTEX_EXIT, "syscalls", "sys_exit_futex"),

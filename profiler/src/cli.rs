@@ -73,6 +73,12 @@ pub struct Cli {
         default_value = "futex"
     )]
     pub lock_source: LockSource,
+    /// Lock mode: which waits the stack formats (svg, folded, pprof) carry. `contention`: waits for
+    /// a lock another thread held (mutex, rwlock, spinlock, semaphore, kernel locks); `all`: also
+    /// threads waiting for an event (condition variables, joins, barriers, bare futex queues).
+    /// Text and JSON always show both, apart.
+    #[arg(long, value_enum, value_name = "WHICH", default_value = "contention")]
+    pub waits: Waits,
     /// How user stacks are walked when sampling. `tables`: with unwind tables built from each
     /// binary's `.eh_frame`, right without frame pointers (most distribution binaries), frame
     /// pointers where a binary has no table; `fp`: frame pointers only (cheaper, wrong for code
@@ -204,6 +210,10 @@ pub struct TopArgs {
     /// Stop after this many seconds (default: at `q` or Ctrl-C).
     #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_seconds)]
     pub duration: Option<f64>,
+    /// Lock: `contention` (locks other threads held) or `all` (also waits for events: condition
+    /// variables, joins, barriers).
+    #[arg(long, value_enum, value_name = "WHICH", default_value = "contention")]
+    pub waits: Waits,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -261,6 +271,14 @@ impl LockSource {
             LockSource::Kernel => "kernel",
         }
     }
+}
+
+/// Lock mode: which waits a view of stacks carries (see `--waits`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Waits {
+    #[default]
+    Contention,
+    All,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

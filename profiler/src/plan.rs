@@ -30,6 +30,8 @@ pub struct Plan {
     pub preset: String,
     pub unwind: crate::cli::Unwind,
     pub lock_source: crate::cli::LockSource,
+    /// Lock: the waits the stack formats (and `top`) carry.
+    pub waits: crate::cli::Waits,
     /// Hotspot: annotate this function instead of the report.
     pub annotate: Option<String>,
 }
@@ -107,6 +109,7 @@ impl Plan {
             preset: cli.preset.clone().unwrap_or_else(|| "topdown".into()),
             unwind: cli.unwind,
             lock_source: cli.lock_source,
+            waits: cli.waits,
             annotate: cli.annotate,
         })
     }
@@ -137,6 +140,7 @@ impl Plan {
             preset: "topdown".into(),
             unwind: crate::cli::Unwind::Tables,
             lock_source: LockSource::Futex,
+            waits: args.waits,
             annotate: None,
         })
     }

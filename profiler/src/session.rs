@@ -128,9 +128,21 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
             let collection = locks.context("lock run without its records")?;
             let symbols = symbolizer.symbolize(&collection.stacks, &procs);
             warn_failures(&symbols.failures);
-            let report = lock::build(meta, plan.lock_source, health, &collection, &symbols, &procs);
+            let report = lock::build(
+                meta,
+                plan.lock_source,
+                plan.waits,
+                health,
+                &collection,
+                &symbols,
+                &procs,
+            );
             output::write_report(plan.output.as_deref(), &|out| renderer.lock(&report, out))?;
-            format!("{} contended locks", report.locks.len())
+            let waited_for_events = report.of_class(lock::WaitClass::Waiting).count();
+            format!(
+                "{} contended locks, {waited_for_events} waits for events",
+                report.locks.len() - waited_for_events
+            )
         }
         Mode::Sched => {
             let collection = sched.context("sched run without its records")?;

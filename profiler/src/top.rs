@@ -145,6 +145,8 @@ fn listen_for_quit() {
 struct TopView {
     meta: RunMeta,
     mode: Mode,
+    /// Lock: the classes of waits shown.
+    lock_waits: crate::cli::Waits,
     symbolizer: Symbolizer,
     screen: Screen,
     hot: Sliding<FunctionKey>,
@@ -191,6 +193,7 @@ impl TopView {
                 counters: Vec::new(),
             },
             mode: plan.mode,
+            lock_waits: plan.waits,
             symbolizer: Symbolizer::long_lived(),
             screen: Screen::enter()?,
             hot: Sliding::new(window),
@@ -251,25 +254,16 @@ impl TopView {
         let report = lock::build(
             self.meta.clone(),
             crate::cli::LockSource::Futex,
+            self.lock_waits,
             health,
             &collection,
             &symbols,
             data.procs,
         );
         let mut now = HashMap::new();
-        for l in &report.locks {
+        for l in report.locks.iter().filter(|l| l.class.shown_in(self.lock_waits)) {
             let key = (l.pid, lock::lock_label(l));
-            // Where the program waited: its innermost frame outside the C library and the kernel.
-            let caller =
-                l.waiters
-                    .first()
-                    .and_then(|w| {
-                        w.frames.iter().rev().find(|f| {
-                            !f.kernel && !f.module.contains("libc") && !f.module.contains("libpthread")
-                        })
-                    })
-                    .map_or("?", |f| f.function.as_str())
-                    .to_string();
+            let caller = l.waited_in.as_deref().unwrap_or("?").to_string();
             let entry = now.entry(key.clone()).or_insert([0, 0]);
             entry[0] += l.total_wait_ns;
             entry[1] += l.contentions;
@@ -312,8 +306,12 @@ impl TopView {
                 lines.extend(sched_lines(&self.waits, &self.task_info, rows));
             }
             Mode::Lock => {
+                let which = match self.lock_waits {
+                    crate::cli::Waits::Contention => "lock contention (futex)",
+                    crate::cli::Waits::All => "futex waits, contention and events",
+                };
                 lines.push(format!(
-                    "[q] bpfprof top: lock, {}, contended futex waits in the last {} s{status}",
+                    "[q] bpfprof top: lock, {}, {which} in the last {} s{status}",
                     self.meta.target,
                     self.locks.seconds()
                 ));

@@ -422,3 +422,225 @@ fn stack_formats_weigh_waiting_stacks_by_wait() {
         truth["wait_ns"]
     );
 }
+
+/// `waits 2` under lock mode, written as `output` (its format from the extension).
+fn waits_run(output: &str, extra: &[&str]) -> (std::collections::HashMap<String, f64>, std::path::PathBuf) {
+    let path = temp_path(output);
+    let bin = workload("waits");
+    let mut args = vec!["--mode", "lock", "-o", path.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    args.extend(["--", bin.to_str().unwrap(), "2"]);
+    let out = run(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    (truth(&stdout(&out)), path)
+}
+
+fn wait_of(entries: &[&Value]) -> f64 {
+    entries.iter().map(|l| l["total_wait_ns"].as_f64().unwrap()).sum()
+}
+
+#[test]
+fn contention_leads_and_waits_for_events_stand_apart() {
+    let (truth, json) = waits_run("waits.json", &[]);
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let pid = truth["pid"] as u32;
+    let locks: Vec<&Value> = report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["pid"] == pid)
+        .collect();
+    let of = |class: &str| -> Vec<&Value> { locks.iter().copied().filter(|l| l["class"] == class).collect() };
+    let (contention, waiting) = (of("contention"), of("waiting"));
+    assert_eq!(
+        contention.len() + waiting.len(),
+        locks.len(),
+        "every entry has a class: {locks:?}"
+    );
+
+    // The static (local symbol) mutex leads the contention, named, with its own wait.
+    let top = contention.first().expect("a contended lock");
+    assert_eq!(top["address"], address_of(&truth, "table_lock").as_str());
+    assert_eq!(top["symbol"], "table_lock", "a local static named from .symtab");
+    assert_eq!(top["kind"], "mutex");
+    let waited = top["total_wait_ns"].as_f64().unwrap();
+    assert!(
+        (waited - truth["wait_ns"]).abs() <= TOLERANCE * truth["wait_ns"],
+        "table_lock {waited} ns waited, the workload timed {} ns",
+        truth["wait_ns"]
+    );
+    let in_update: f64 = top["waiters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| functions(&w["frames"]).contains(&"update_table"))
+        .map(|w| w["total_wait_ns"].as_f64().unwrap())
+        .sum();
+    assert!(
+        in_update >= 0.90 * waited,
+        "update_table waits {in_update} of {waited} ns"
+    );
+    assert_eq!(top["waited_in"], "update_table");
+
+    // Joins and the condition variable are waits for events, never contention.
+    for lock in &contention {
+        assert!(
+            !matches!(
+                lock["kind"].as_str(),
+                Some("join" | "condvar" | "barrier" | "futex")
+            ),
+            "an event wait among contention: {lock}"
+        );
+    }
+    let joins: Vec<&Value> = waiting.iter().copied().filter(|l| l["kind"] == "join").collect();
+    let joined = wait_of(&joins);
+    assert!(
+        (joined - truth["join_ns"]).abs() <= TOLERANCE * truth["join_ns"],
+        "joins: {joined} ns waited, the main thread timed {} ns in pthread_join",
+        truth["join_ns"]
+    );
+    // The first join began before bpfprof could read the process's memory map (it is the
+    // process's first futex wait, right after it started its threads): its stack is still whole.
+    for join in &joins {
+        assert!(join["thread"].as_u64().is_some(), "the thread joined: {join}");
+        for waiter in join["waiters"].as_array().unwrap() {
+            let f = functions(&waiter["frames"]);
+            assert!(f.contains(&"main"), "a join's stack without main: {f:?}");
+        }
+    }
+    let condvars: Vec<&Value> = waiting
+        .iter()
+        .copied()
+        .filter(|l| l["kind"] == "condvar")
+        .collect();
+    let cond_waited = wait_of(&condvars);
+    assert!(
+        (cond_waited - truth["cond_wait_ns"]).abs() <= TOLERANCE * truth["cond_wait_ns"],
+        "condition variable: {cond_waited} ns waited, the consumer timed {} ns in pthread_cond_wait",
+        truth["cond_wait_ns"]
+    );
+    // Who signalled: the producer's stack, for (nearly) all of the wait it ended.
+    let (signalled, from) = condvars
+        .iter()
+        .map(|c| held_by(c, "producer"))
+        .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+    assert!(
+        signalled >= 0.90 * from && from >= 0.80 * cond_waited,
+        "signalled from producer for {signalled} of {from} ns attributed ({cond_waited} ns waited)"
+    );
+    // However long, the waits for events rank below the contention, which leads the list.
+    let first_waiting = locks.iter().position(|l| l["class"] == "waiting").unwrap();
+    assert_eq!(first_waiting, contention.len(), "contention first");
+    assert!(
+        wait_of(&waiting) > waited,
+        "this workload waits longer for events than for the lock"
+    );
+}
+
+#[test]
+fn stack_formats_carry_contention_unless_asked_for_every_wait() {
+    let (_, folded) = waits_run("waits.folded", &[]);
+    let folded = std::fs::read_to_string(folded).unwrap();
+    assert!(folded.contains("[lock table_lock]"), "{folded}");
+    // The consumer's mutex, taken again as its condition variable wait returns, is contention;
+    // the condition variable (`ready`, its futex a member) and the joins are not.
+    for line in folded.lines() {
+        assert!(
+            !line.contains("[lock ready+") && !line.contains("[lock thread "),
+            "an event wait in the contention view: {line}"
+        );
+    }
+    let (_, all) = waits_run("waits-all.folded", &["--waits", "all"]);
+    let all = std::fs::read_to_string(all).unwrap();
+    assert!(all.contains("[lock table_lock]"), "{all}");
+    assert!(
+        all.lines()
+            .any(|l| l.contains("wait_for_work") && l.contains("[lock ready+")),
+        "--waits all carries the condition variable's waits: {all}"
+    );
+    assert!(
+        all.lines().any(|l| l.contains("[lock thread ")),
+        "and the joins: {all}"
+    );
+}
+
+/// Text that compresses, made here (so the test needs no data set).
+fn compressible_text(bytes: usize) -> Vec<u8> {
+    let words = [
+        "lock", "wait", "futex", "thread", "mutex", "signal", "queue", "worker", "block", "xz",
+    ];
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut text = Vec::with_capacity(bytes + 16);
+    while text.len() < bytes {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        text.extend_from_slice(words[(state % 10) as usize].as_bytes());
+        text.push(if state.is_multiple_of(13) { b'\n' } else { b' ' });
+        text.extend_from_slice(format!("{}", state % 1000).as_bytes());
+    }
+    text
+}
+
+#[test]
+fn a_compressors_worker_pool_waits_for_work_it_does_not_contend() {
+    // Debian's xz, multi-threaded: workers wait on condition variables for blocks, the main thread
+    // for their output; its mutexes are held for microseconds.
+    let data = temp_path("xz-input.txt");
+    std::fs::write(&data, compressible_text(24 << 20)).unwrap();
+    let json = temp_path("xz.json");
+    let out = run(&[
+        "--mode",
+        "lock",
+        "-o",
+        json.to_str().unwrap(),
+        "--",
+        "xz",
+        "-T2",
+        "--block-size=2MiB",
+        "-k",
+        "-f",
+        "-6",
+        data.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(temp_path("xz-input.txt.xz").exists(), "xz compressed");
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let locks: Vec<&Value> = report["locks"].as_array().unwrap().iter().collect();
+    let of = |class: &str| -> Vec<&Value> { locks.iter().copied().filter(|l| l["class"] == class).collect() };
+    let (contention, waiting) = (of("contention"), of("waiting"));
+    let condvars: Vec<&Value> = waiting
+        .iter()
+        .copied()
+        .filter(|l| l["kind"] == "condvar")
+        .collect();
+    let (contended, cond_waited) = (wait_of(&contention), wait_of(&condvars));
+    eprintln!(
+        "xz -T2: {} contended locks {:.3} ms, {} condition variables {:.1} ms, {} waits for events {:.1} ms",
+        contention.len(),
+        contended / 1e6,
+        condvars.len(),
+        cond_waited / 1e6,
+        waiting.len(),
+        wait_of(&waiting) / 1e6
+    );
+    assert!(
+        cond_waited > 1e8,
+        "xz's threads wait on condition variables: {cond_waited} ns"
+    );
+    for condvar in &condvars {
+        let waits_in_cond = condvar["waiters"].as_array().unwrap().iter().all(|w| {
+            functions(&w["frames"])
+                .iter()
+                .any(|f| f.contains("pthread_cond_"))
+        });
+        assert!(
+            waits_in_cond,
+            "a condition variable's waiters are in pthread_cond_*: {condvar}"
+        );
+    }
+    assert!(
+        contended <= 0.05 * cond_waited,
+        "contention {contended} ns is small beside the waits for work ({cond_waited} ns)"
+    );
+}

@@ -35,6 +35,8 @@ pub fn run(needs: Needs) -> Result<()> {
             ("bpftrace", "bpftrace"),
             ("go", "golang-go"),
             ("setpriv", "util-linux"),
+            // The lock suite profiles a real worker pool: Debian's multi-threaded xz.
+            ("xz", "xz-utils"),
             // The live view's tests drive it in a real terminal.
             ("tmux", "tmux"),
         ])?;

@@ -4,14 +4,15 @@
 //! that released the lock), charged with the wait it caused.
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
-    helpers::bpf_ktime_get_ns,
-    macros::{map, tracepoint},
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
+    macros::{map, raw_tracepoint, tracepoint},
     maps::{HashMap, LruHashMap, PerCpuArray},
-    programs::{tracing::StackIdContext as _, TracePointContext},
+    programs::{tracing::StackIdContext as _, RawTracePointContext, TracePointContext},
 };
 use profiler_common::{
     lock::{
-        futex, stack, LastWake, LockId, LockKey, Waiting, WalkFor, WAITER, WAIT_ENTRIES, WAKER, WAKE_ENTRIES,
+        futex, futex_hint, stack, LastWake, LockId, LockKey, ThreadOffsets, Waiting, WalkFor,
+        JOINABLE_ENTRIES, WAITER, WAITER_AT_EXIT, WAIT_ENTRIES, WAKER, WAKE_ENTRIES,
     },
     Counter,
 };
@@ -26,9 +27,22 @@ use crate::{
 /// number (padded to 8): `uaddr` at 16, `op` at 24. `sys_exit_futex` has no field we need.
 const UADDR: usize = 16;
 const OP: usize = 24;
+const VAL: usize = 32;
+
+/// Set by the loader from BTF (`clear_child_tid` `u32::MAX`: not known, no joins recorded).
+#[unsafe(no_mangle)]
+static LOCK_THREAD_OFFSETS: ThreadOffsets = ThreadOffsets {
+    clear_child_tid: u32::MAX,
+    tgid: 0,
+    pid: 0,
+    _pad: 0,
+};
 
 #[map(name = "LOCK_WAITING")]
 static LOCK_WAITING: HashMap<u32, Waiting> = HashMap::with_max_entries(WAIT_ENTRIES, 0);
+/// Per (process, `clear_child_tid`), the thread the kernel wakes that futex for when it exits.
+#[map(name = "LOCK_JOINABLE")]
+static LOCK_JOINABLE: LruHashMap<LockId, u32> = LruHashMap::with_max_entries(JOINABLE_ENTRIES, 0);
 #[map(name = "LOCK_WAKES")]
 static LOCK_WAKES: LruHashMap<LockId, LastWake> = LruHashMap::with_max_entries(WAKE_ENTRIES, 0);
 /// Whose stack the walk in progress on this CPU is (syscall tracepoint programs do not nest on
@@ -59,6 +73,8 @@ fn try_futex_enter(ctx: &TracePointContext) -> Result<(), i64> {
             start_ns: now,
             stack_id: NO_STACK,
             aux: 0,
+            hints: hints(ctx, tgid, uaddr, cmd),
+            _pad: 0,
         };
         if LOCK_WAITING.insert(tid, waiting, 0).is_err() {
             bump(Counter::LockMapFull);
@@ -96,18 +112,76 @@ fn try_futex_enter(ctx: &TracePointContext) -> Result<(), i64> {
     Ok(())
 }
 
+/// What the wait's own arguments say it is (see `futex_hint`).
+#[inline(always)]
+fn hints(ctx: &TracePointContext, tgid: u32, uaddr: u64, cmd: u64) -> u32 {
+    let mut hints = 0;
+    if matches!(cmd, futex::LOCK_PI | futex::LOCK_PI2) {
+        hints |= futex_hint::PI_LOCK;
+    } else if unsafe { ctx.read_at::<u32>(VAL) } == Ok(2) {
+        hints |= futex_hint::LOCK_WORD;
+    }
+    if LOCK_JOINABLE.get_ptr(LockId { tgid, _pad: 0, uaddr }).is_some() {
+        hints |= futex_hint::JOIN;
+    }
+    hints
+}
+
+/// `sched_process_fork` (raw: the child's `task_struct`): a target's new thread, whose exit a
+/// joiner will wait for on its `clear_child_tid`. Its process is announced too: a process that
+/// starts threads is about to contend, and its memory map now holds the C library.
+#[raw_tracepoint(tracepoint = "sched_process_fork")]
+pub fn lock_thread_new(ctx: RawTracePointContext) -> u32 {
+    match try_thread_new(&ctx) {
+        Ok(()) => 0,
+        Err(_) => 1,
+    }
+}
+
+fn try_thread_new(ctx: &RawTracePointContext) -> Result<(), i64> {
+    let (parent, _) = current_ids();
+    if !is_target(parent) {
+        return Ok(());
+    }
+    crate::sampling::announce_once(parent);
+    let offsets = unsafe { core::ptr::read_volatile(&LOCK_THREAD_OFFSETS) };
+    if offsets.clear_child_tid == u32::MAX {
+        return Ok(());
+    }
+    let child: *const u8 = ctx.arg(1);
+    let read_u32 =
+        |offset: u32| unsafe { bpf_probe_read_kernel(child.wrapping_add(offset as usize) as *const u32) };
+    let clear_child_tid: u64 =
+        unsafe { bpf_probe_read_kernel(child.wrapping_add(offsets.clear_child_tid as usize) as *const u64) }?;
+    if clear_child_tid == 0 {
+        return Ok(());
+    }
+    let tgid = read_u32(offsets.tgid)?;
+    let tid = read_u32(offsets.pid)?;
+    let key = LockId {
+        tgid,
+        _pad: 0,
+        uaddr: clear_child_tid,
+    };
+    let _ = LOCK_JOINABLE.insert(key, tid, 0);
+    Ok(())
+}
+
 /// The user stack of the wait or wake this CPU is recording (see `LOCK_WALK_FOR`).
 #[inline(always)]
 pub fn user_stack_walked(tgid: u32, tid: u32, id: i32, unwound: bool) {
     let Some(walk_for) = LOCK_WALK_FOR.get(0).copied() else {
         return;
     };
-    if walk_for.role == WAITER {
+    if walk_for.role == WAITER || walk_for.role == WAITER_AT_EXIT {
         if let Some(waiting) = LOCK_WAITING.get_ptr_mut(tid) {
             unsafe {
                 (*waiting).stack_id = id;
                 (*waiting).aux = unwound as u32;
             }
+        }
+        if walk_for.role == WAITER_AT_EXIT {
+            wait_ended(tgid, tid, walk_for.wait_ns);
         }
     } else {
         let key = LockId {
@@ -125,20 +199,43 @@ pub fn user_stack_walked(tgid: u32, tid: u32, id: i32, unwound: bool) {
 }
 
 #[tracepoint]
-pub fn futex_exit(_ctx: TracePointContext) -> u32 {
-    let _ = try_futex_exit();
+pub fn futex_exit(ctx: TracePointContext) -> u32 {
+    let _ = try_futex_exit(&ctx);
     0
 }
 
-fn try_futex_exit() -> Result<(), i64> {
+fn try_futex_exit(ctx: &TracePointContext) -> Result<(), i64> {
     let (tgid, tid) = current_ids();
     let Some(waiting) = LOCK_WAITING.get_ptr(tid) else {
         return Ok(());
     };
     let waiting = unsafe { *waiting };
+    let wait = unsafe { bpf_ktime_get_ns() }.saturating_sub(waiting.start_ns);
+    // Begun before its process had tables (walked with frame pointers, cut short in a library
+    // without them), and the tables came during the wait: walk it again, now, from the same
+    // user registers. The walk's end counts the wait (a tail call: no return).
+    if waiting.aux == 0 && crate::unwind::has_tables(tgid) {
+        if let Some(walk_for) = LOCK_WALK_FOR.get_ptr_mut(0) {
+            unsafe {
+                (*walk_for).uaddr = waiting.uaddr;
+                (*walk_for).role = WAITER_AT_EXIT;
+                (*walk_for).wait_ns = wait;
+            }
+            crate::unwind::start_lock(ctx, tgid, tid);
+        }
+    }
+    wait_ended(tgid, tid, wait);
+    Ok(())
+}
+
+/// Count the ended wait of `tid` (in `LOCK_WAITING`) and charge it to the wake that ended it.
+#[inline(always)]
+fn wait_ended(tgid: u32, tid: u32, wait: u64) {
+    let Some(waiting) = LOCK_WAITING.get_ptr(tid) else {
+        return;
+    };
+    let waiting = unsafe { *waiting };
     let _ = LOCK_WAITING.remove(tid);
-    let now = unsafe { bpf_ktime_get_ns() };
-    let wait = now.saturating_sub(waiting.start_ns);
     bump(Counter::LockWaits);
     let generation = exec_generation(tgid);
     add(
@@ -149,6 +246,7 @@ fn try_futex_exit() -> Result<(), i64> {
             uaddr: waiting.uaddr,
             stack_kind: stack_kind(waiting.aux),
             exec_generation: generation,
+            flags: waiting.hints,
             ..Default::default()
         },
         wait,
@@ -177,7 +275,6 @@ fn try_futex_exit() -> Result<(), i64> {
             );
         }
     }
-    Ok(())
 }
 
 #[inline(always)]

@@ -57,6 +57,7 @@ fn try_contention_begin(ctx: &TracePointContext) -> Result<(), i64> {
         start_ns: unsafe { bpf_ktime_get_ns() },
         stack_id,
         aux: flags,
+        ..Default::default()
     };
     if LOCK_KERNEL_WAITING.insert(key, waiting, 0).is_err() {
         bump(profiler_common::Counter::LockMapFull);

@@ -6,7 +6,7 @@ use crate::{
     cli::LockSource,
     model::{FunctionStat, StackReport},
     modes::{
-        lock::{lock_label, LockReport},
+        lock::{lock_label, LockReport, LockStat, WaitClass},
         sched::SchedReport,
         topdown::TopdownReport,
     },
@@ -32,111 +32,52 @@ const LOCK_FRAMES_SHOWN: usize = 8;
 impl Renderer for Text {
     fn lock(&self, r: &LockReport, out: &mut dyn Write) -> io::Result<()> {
         let m = &r.meta;
-        let total: u64 = r.locks.iter().map(|l| l.total_wait_ns).sum();
+        let contended: Vec<&LockStat> = r.of_class(WaitClass::Contention).collect();
+        let events: Vec<&LockStat> = r.of_class(WaitClass::Waiting).collect();
+        let total = |locks: &[&LockStat]| locks.iter().map(|l| l.total_wait_ns).sum::<u64>();
+        let worst = match contended.first() {
+            Some(lock) => format!(", worst {} ({})", lock_label(lock), human_ns(lock.total_wait_ns)),
+            None => String::new(),
+        };
         writeln!(
             out,
-            "bpfprof lock ({} waits): {} | {:.1} s | {} contended locks, {} waited in all",
+            "bpfprof lock ({} waits): {} | {:.1} s | {} contended locks, {} waited in all{worst}",
             r.source.name(),
             m.target,
             m.duration_s,
-            r.locks.len(),
-            human_ns(total)
+            contended.len(),
+            human_ns(total(&contended))
         )?;
+        if !events.is_empty() {
+            writeln!(
+                out,
+                "  apart: {} waits for events (condition variables, joins, barriers), {} waited in all",
+                events.len(),
+                human_ns(total(&events))
+            )?;
+        }
         for note in &m.notes {
             writeln!(out, "note: {note}")?;
         }
         for warning in r.health.warnings() {
             writeln!(out, "warning: {warning}")?;
         }
-        if r.locks.is_empty() {
+        if contended.is_empty() {
             writeln!(
                 out,
-                "\nNo contended lock: no thread waited for a lock during the run."
+                "\nNo contended lock: no thread waited for a lock another thread held during the run."
             )?;
-            return Ok(());
+        } else {
+            writeln!(out, "\nContention: locks by total wait (stacks leaf first)")?;
+            lock_entries(r, &contended, out)?;
         }
-        writeln!(out, "\nLocks by total wait (stacks leaf first)")?;
-        for (i, lock) in r.locks.iter().take(TOP_LOCKS).enumerate() {
+        if !events.is_empty() {
             writeln!(
                 out,
-                "\n[{}] {} ({}, {:#x}) pid {} {}: {} waits, total {}, avg {}, max {}",
-                i + 1,
-                lock_label(lock),
-                lock.kind,
-                lock.address,
-                lock.pid,
-                lock.comm,
-                lock.contentions,
-                human_ns(lock.total_wait_ns),
-                human_ns(lock.avg_wait_ns),
-                human_ns(lock.max_wait_ns)
+                "\nWaiting for events, not contention: threads with nothing to do until a condition variable \
+                 is signalled, a thread exits or a barrier fills (stacks leaf first)"
             )?;
-            if lock.instance > 0 {
-                writeln!(
-                    out,
-                    "  (lock number {} at this address: the memory of {} destroyed before it)",
-                    lock.instance + 1,
-                    match lock.instance {
-                        1 => "one lock".to_string(),
-                        n => format!("{n} locks"),
-                    }
-                )?;
-            }
-            if let Some(h) = &lock.holds {
-                writeln!(
-                    out,
-                    "  held {} times, avg {}, max {}",
-                    h.holds,
-                    human_ns(h.avg_hold_ns),
-                    human_ns(h.max_hold_ns)
-                )?;
-            }
-            for w in lock.waiters.iter().take(LOCK_STACKS_SHOWN) {
-                writeln!(
-                    out,
-                    "  waited {:>5.1}%  {} in {} waits (max {})",
-                    percent(w.total_wait_ns, lock.total_wait_ns),
-                    human_ns(w.total_wait_ns),
-                    w.contentions,
-                    human_ns(w.max_wait_ns)
-                )?;
-                for frame in w.frames.iter().rev().take(LOCK_FRAMES_SHOWN) {
-                    writeln!(out, "      {}", describe(frame))?;
-                }
-            }
-            let (caused, events) = match r.source {
-                LockSource::Pthread => ("held during", "releases"),
-                _ => ("released", "wakes"),
-            };
-            for h in lock.holders.iter().take(LOCK_STACKS_SHOWN) {
-                writeln!(
-                    out,
-                    "  {caused} {:>5.1}%  of the wait ({} over {} {events}), from",
-                    percent(h.total_wait_ns, lock.total_wait_ns),
-                    human_ns(h.total_wait_ns),
-                    h.wakes
-                )?;
-                for frame in h.frames.iter().rev().take(LOCK_FRAMES_SHOWN) {
-                    writeln!(out, "      {}", describe(frame))?;
-                }
-            }
-            if lock.unattributed_wait_ns > 0 {
-                let why = match r.source {
-                    LockSource::Futex => {
-                        "no wake seen (timeouts, signals, or released before the waiter slept)"
-                    }
-                    LockSource::Pthread => "no holder (the hand-over from a release to the next acquisition)",
-                    LockSource::Kernel => "holder not observable with the kernel source",
-                };
-                writeln!(out, "  {why}: {}", human_ns(lock.unattributed_wait_ns))?;
-            }
-        }
-        if r.locks.len() > TOP_LOCKS {
-            writeln!(
-                out,
-                "\n... {} more locks (all of them in --format json)",
-                r.locks.len() - TOP_LOCKS
-            )?;
+            lock_entries(r, &events, out)?;
         }
         Ok(())
     }
@@ -487,6 +428,101 @@ fn function_table(
 
 fn short_module(module: &str) -> &str {
     module.rsplit('/').next().unwrap_or(module)
+}
+
+/// The entries of one section of the lock report, each with its waiting and releasing stacks.
+fn lock_entries(r: &LockReport, locks: &[&LockStat], out: &mut dyn Write) -> io::Result<()> {
+    for (i, lock) in locks.iter().take(TOP_LOCKS).enumerate() {
+        let waits = match lock.class {
+            WaitClass::Contention => "waits",
+            WaitClass::Waiting => "waits for it",
+        };
+        writeln!(
+            out,
+            "\n[{}] {} ({}, {:#x}) pid {} {}: {} {waits}, total {}, avg {}, max {}",
+            i + 1,
+            lock_label(lock),
+            lock.kind,
+            lock.address,
+            lock.pid,
+            lock.comm,
+            lock.contentions,
+            human_ns(lock.total_wait_ns),
+            human_ns(lock.avg_wait_ns),
+            human_ns(lock.max_wait_ns)
+        )?;
+        if lock.instance > 0 {
+            writeln!(
+                out,
+                "  (lock number {} at this address: the memory of {} destroyed before it)",
+                lock.instance + 1,
+                match lock.instance {
+                    1 => "one lock".to_string(),
+                    n => format!("{n} locks"),
+                }
+            )?;
+        }
+        if let Some(h) = &lock.holds {
+            writeln!(
+                out,
+                "  held {} times, avg {}, max {}",
+                h.holds,
+                human_ns(h.avg_hold_ns),
+                human_ns(h.max_hold_ns)
+            )?;
+        }
+        for w in lock.waiters.iter().take(LOCK_STACKS_SHOWN) {
+            writeln!(
+                out,
+                "  waited {:>5.1}%  {} in {} waits (max {})",
+                percent(w.total_wait_ns, lock.total_wait_ns),
+                human_ns(w.total_wait_ns),
+                w.contentions,
+                human_ns(w.max_wait_ns)
+            )?;
+            for frame in w.frames.iter().rev().take(LOCK_FRAMES_SHOWN) {
+                writeln!(out, "      {}", describe(frame))?;
+            }
+        }
+        let (caused, events) = match (r.source, lock.class) {
+            (LockSource::Pthread, _) => ("held during", "releases"),
+            (_, WaitClass::Waiting) => ("signalled", "wakes"),
+            _ => ("released", "wakes"),
+        };
+        for h in lock.holders.iter().take(LOCK_STACKS_SHOWN) {
+            writeln!(
+                out,
+                "  {caused} {:>5.1}%  of the wait ({} over {} {events}), from",
+                percent(h.total_wait_ns, lock.total_wait_ns),
+                human_ns(h.total_wait_ns),
+                h.wakes
+            )?;
+            for frame in h.frames.iter().rev().take(LOCK_FRAMES_SHOWN) {
+                writeln!(out, "      {}", describe(frame))?;
+            }
+        }
+        if lock.unattributed_wait_ns > 0 {
+            let why = match (r.source, lock.kind) {
+                (LockSource::Futex, "join") => "ended by the thread's exit (the kernel's wake, not a call)",
+                (LockSource::Futex, _) => {
+                    "no wake seen (timeouts, signals, or released before the waiter slept)"
+                }
+                (LockSource::Pthread, _) => {
+                    "no holder (the hand-over from a release to the next acquisition)"
+                }
+                (LockSource::Kernel, _) => "holder not observable with the kernel source",
+            };
+            writeln!(out, "  {why}: {}", human_ns(lock.unattributed_wait_ns))?;
+        }
+    }
+    if locks.len() > TOP_LOCKS {
+        writeln!(
+            out,
+            "\n... {} more (all of them in --format json)",
+            locks.len() - TOP_LOCKS
+        )?;
+    }
+    Ok(())
 }
 
 fn describe(frame: &Frame) -> String {

@@ -21,7 +21,7 @@ use aya::{
     Ebpf,
 };
 use profiler_common::{
-    lock::{kernel, stack, LockId, LockKey, LockState, LockTime},
+    lock::{futex_hint, kernel, stack, LockId, LockKey, LockState, LockTime},
     names,
     unwind::UserStack,
 };
@@ -29,7 +29,7 @@ use serde::Serialize;
 
 use crate::model::{frames_of, RunMeta, Stack, StackReport, Weight};
 use crate::{
-    cli::LockSource,
+    cli::{LockSource, Waits},
     collect::{read_stack, read_unwound},
     process::Processes,
     profile::{Health, RawProfile, RawSample, StackRead},
@@ -51,6 +51,8 @@ pub struct LockMaps {
     user_stacks: BpfHashMap<MapData, u32, UserStack>,
     /// pthread source: per lock, its holds (empty for the other sources).
     states: BpfHashMap<MapData, LockId, LockState>,
+    /// Futex source: the thread whose exit each `clear_child_tid` futex stands for.
+    joinable: BpfHashMap<MapData, LockId, u32>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,6 +92,8 @@ pub struct LockCollection {
     pub stacks: RawProfile,
     /// pthread source: holds per (pid, address, instance) for the locks still followed.
     pub holds: HashMap<(u32, u64, u32), Holds>,
+    /// Futex source: per (pid, address) of a thread's `clear_child_tid`, that thread.
+    pub threads_joinable: HashMap<(u32, u64), u32>,
 }
 
 impl LockCollection {
@@ -123,6 +127,7 @@ impl LockMaps {
             stacks: StackTraceMap::try_from(take(names::LOCK_STACKS)?)?,
             user_stacks: BpfHashMap::try_from(take(names::LOCK_USER_STACKS)?)?,
             states: BpfHashMap::try_from(take(names::LOCK_STATES)?)?,
+            joinable: BpfHashMap::try_from(take(names::LOCK_JOINABLE)?)?,
         })
     }
 
@@ -165,6 +170,12 @@ impl LockMaps {
                     .insert((id.tgid, id.uaddr, state.instance), holds);
             }
         }
+        collection.threads_joinable = self
+            .joinable
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(id, tid)| ((id.tgid, id.uaddr), tid))
+            .collect();
         collection
     }
 }
@@ -186,6 +197,31 @@ pub struct HolderStat {
     pub total_wait_ns: u64,
 }
 
+/// Two different answers: a thread that waits for a lock another thread holds is contention (what
+/// an investigation of lock contention is after); one that waits for an event (a condition
+/// variable's signal, a thread's exit, a barrier's last arrival) is a thread with nothing to do,
+/// however long it waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WaitClass {
+    Contention,
+    Waiting,
+}
+
+impl WaitClass {
+    fn of_kind(kind: &str) -> WaitClass {
+        match kind {
+            "condvar" | "join" | "barrier" | "park" | "futex" => WaitClass::Waiting,
+            _ => WaitClass::Contention,
+        }
+    }
+
+    /// Whether a view of `waits` carries this class.
+    pub fn shown_in(self, waits: Waits) -> bool {
+        waits == Waits::All || self == WaitClass::Contention
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct LockStat {
     pub pid: u32,
@@ -203,10 +239,19 @@ pub struct LockStat {
     pub flags: u32,
     /// The global or static variable at the address (None: heap or stack memory).
     pub symbol: Option<String>,
+    /// A join: the thread joined (whose exit the kernel signals at this address).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub thread: Option<u32>,
+    /// The program's own function that waited longest for it (the innermost frame of its
+    /// most-waited stack outside the C library): what tells a lock without a symbol (heap
+    /// memory) apart.
+    pub waited_in: Option<String>,
     /// What waited on it, from the waiters' stacks: mutex, rwlock, condvar, semaphore, barrier,
     /// join, or futex when no pthread or semaphore function was seen; for kernel locks the
     /// type from the contention flags (spinlock, mutex, rwsem:R, ...).
     pub kind: &'static str,
+    /// Contention (a lock held by another thread) or waiting for an event; from the kind.
+    pub class: WaitClass,
     pub contentions: u64,
     pub total_wait_ns: u64,
     pub max_wait_ns: u64,
@@ -229,10 +274,18 @@ pub struct LockReport {
     pub meta: RunMeta,
     pub source: LockSource,
     pub health: Health,
-    /// Most total wait first.
+    /// Contention first, then waits for events; each by most total wait first.
     pub locks: Vec<LockStat>,
-    /// The waiting stacks weighted by wait, with the lock as the leaf: for the stack formats.
+    /// The waiting stacks weighted by wait, with the lock as the leaf, of the classes `--waits`
+    /// asked for: for the stack formats.
     pub waits: StackReport,
+}
+
+impl LockReport {
+    /// The entries of one class, most waited first.
+    pub fn of_class(&self, class: WaitClass) -> impl Iterator<Item = &LockStat> {
+        self.locks.iter().filter(move |l| l.class == class)
+    }
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -243,6 +296,7 @@ fn is_zero(n: &u32) -> bool {
 pub fn build(
     meta: RunMeta,
     source: LockSource,
+    waits: Waits,
     health: Health,
     collection: &LockCollection,
     symbols: &Symbols,
@@ -267,7 +321,10 @@ pub fn build(
             exec_generation: record.exec_generation,
             flags: 0,
             symbol: None,
+            thread: None,
+            waited_in: None,
             kind: "futex",
+            class: WaitClass::Waiting,
             contentions: 0,
             total_wait_ns: 0,
             max_wait_ns: 0,
@@ -310,8 +367,15 @@ pub fn build(
                 }
                 None => {
                     lock.symbol = data.name(procs, lock.pid, lock.exec_generation, lock.address);
-                    lock.kind = kind_of(&lock.waiters);
+                    lock.kind = kind_of(&lock.waiters, lock.flags);
                 }
+            }
+            lock.class = WaitClass::of_kind(lock.kind);
+            if lock.kind == "join" {
+                lock.thread = collection
+                    .threads_joinable
+                    .get(&(lock.pid, lock.address))
+                    .copied();
             }
             lock.avg_wait_ns = lock.total_wait_ns / lock.contentions.max(1);
             let attributed: u64 = lock.holders.iter().map(|h| h.total_wait_ns).sum();
@@ -326,15 +390,22 @@ pub fn build(
                     .cmp(&a.total_wait_ns)
                     .then_with(|| a.frames.cmp(&b.frames))
             });
+            lock.waited_in = lock
+                .waiters
+                .first()
+                .and_then(|w| program_caller(&w.frames))
+                .map(str::to_string);
             lock
         })
         .collect();
     locks.sort_by(|a, b| {
-        b.total_wait_ns
-            .cmp(&a.total_wait_ns)
+        a.class
+            .cmp(&b.class)
+            .then_with(|| b.total_wait_ns.cmp(&a.total_wait_ns))
             .then_with(|| a.address.cmp(&b.address))
     });
-    let waits = flame(meta.clone(), health.clone(), &locks);
+    let shown: Vec<&LockStat> = locks.iter().filter(|l| l.class.shown_in(waits)).collect();
+    let waits = flame(meta.clone(), health.clone(), &shown);
     for lock in &mut locks {
         lock.waiters.truncate(STACKS_PER_LOCK);
         lock.holders.truncate(STACKS_PER_LOCK);
@@ -348,16 +419,34 @@ pub fn build(
     }
 }
 
-/// How a lock is shown: its symbol, else its address.
+/// How a lock is shown: its symbol, else the thread a join waits for, else its address and the
+/// function that waited for it longest.
 pub fn lock_label(lock: &LockStat) -> String {
-    match &lock.symbol {
-        Some(symbol) => symbol.clone(),
-        None => format!("{:#x}", lock.address),
+    match (&lock.symbol, lock.thread, &lock.waited_in) {
+        (Some(symbol), _, _) => symbol.clone(),
+        (None, Some(tid), _) => format!("thread {tid}"),
+        (None, None, Some(function)) => format!("{:#x} in {function}", lock.address),
+        (None, None, None) => format!("{:#x}", lock.address),
     }
 }
 
+/// The innermost frame of a waiting stack that is the program's own: outside the kernel, the C
+/// library and the thread library.
+pub fn program_caller(frames: &[Frame]) -> Option<&str> {
+    frames
+        .iter()
+        .rev()
+        .find(|f| {
+            !f.kernel
+                && !f.module.contains("libc")
+                && !f.module.contains("libpthread")
+                && !f.function.starts_with('[')
+        })
+        .map(|f| f.function.as_str())
+}
+
 /// Every waiting stack, weighted by its wait, with the lock as a frame below the leaf.
-fn flame(meta: RunMeta, health: Health, locks: &[LockStat]) -> StackReport {
+fn flame(meta: RunMeta, health: Health, locks: &[&LockStat]) -> StackReport {
     let mut stacks: Vec<Stack> = Vec::new();
     for lock in locks {
         for waiter in &lock.waiters {
@@ -384,26 +473,65 @@ fn flame(meta: RunMeta, health: Health, locks: &[LockStat]) -> StackReport {
     }
 }
 
-/// What kind of lock the waiters were in, from the library function they waited in.
-fn kind_of(waiters: &[WaiterStat]) -> &'static str {
-    const KINDS: [(&str, &str); 7] = [
-        ("pthread_mutex", "mutex"),
-        ("pthread_rwlock", "rwlock"),
-        ("pthread_cond", "condvar"),
-        ("pthread_barrier", "barrier"),
-        ("pthread_join", "join"),
-        ("sem_", "semaphore"),
-        ("pthread_spin", "spinlock"),
-    ];
+/// What the waiters waited in. A join is told by the kernel (the futex is a thread's
+/// `clear_child_tid`); otherwise by the innermost frame that names a lock or wait function (glibc's
+/// pthread and semaphore functions, Rust's std and parking_lot), so that a mutex taken again
+/// inside `pthread_cond_wait` is a mutex; then by what the wait's arguments say (a PI lock, or a
+/// word in glibc's "locked, with waiters" state: a mutex), for stacks cut short or without
+/// symbols; else a bare futex wait.
+fn kind_of(waiters: &[WaiterStat], hints: u32) -> &'static str {
+    if hints & futex_hint::JOIN != 0 {
+        return "join";
+    }
     for waiter in waiters {
         for frame in waiter.frames.iter().rev() {
-            let name = frame.function.trim_start_matches('_');
-            if let Some((_, kind)) = KINDS.iter().find(|(prefix, _)| name.starts_with(prefix)) {
+            if let Some(kind) = kind_of_function(&frame.function) {
                 return kind;
             }
         }
     }
+    if hints & (futex_hint::PI_LOCK | futex_hint::LOCK_WORD) != 0 {
+        return "mutex";
+    }
     "futex"
+}
+
+/// The kind of wait a function is, when its name says.
+fn kind_of_function(function: &str) -> Option<&'static str> {
+    // C library entry points (and their internal names), by prefix once leading '_' are gone.
+    const PREFIXES: [(&str, &str); 14] = [
+        ("pthread_mutex", "mutex"),
+        ("lll_lock_wait", "mutex"),
+        ("lll_clocklock_wait", "mutex"),
+        ("pthread_rwlock", "rwlock"),
+        ("pthread_cond", "condvar"),
+        ("pthread_barrier", "barrier"),
+        ("pthread_join", "join"),
+        ("pthread_clockjoin", "join"),
+        ("pthread_timedjoin", "join"),
+        ("pthread_tryjoin", "join"),
+        ("sem_", "semaphore"),
+        ("new_sem_wait", "semaphore"),
+        ("old_sem_wait", "semaphore"),
+        ("pthread_spin", "spinlock"),
+    ];
+    // Rust (std, parking_lot) and C++ (libstdc++ waits on futexes itself for atomics).
+    const PATHS: [(&str, &str); 8] = [
+        ("::Mutex::lock_contended", "mutex"),
+        ("raw_mutex::RawMutex::lock_slow", "mutex"),
+        ("::RwLock::", "rwlock"),
+        ("raw_rwlock::RawRwLock::", "rwlock"),
+        ("::Condvar::wait", "condvar"),
+        ("condvar::Condvar::wait", "condvar"),
+        ("std::thread::park", "park"),
+        ("::JoinInner", "join"),
+    ];
+    let bare = function.trim_start_matches('_');
+    PREFIXES
+        .iter()
+        .find(|(prefix, _)| bare.starts_with(prefix))
+        .or_else(|| PATHS.iter().find(|(path, _)| function.contains(path)))
+        .map(|(_, kind)| *kind)
 }
 
 #[cfg(test)]
@@ -422,14 +550,60 @@ mod tests {
     #[test]
     fn kind_comes_from_the_library_function_waited_in() {
         let mutex = waiter(&["main", "work", "___pthread_mutex_lock", "__lll_lock_wait"]);
-        assert_eq!(kind_of(&[mutex]), "mutex");
+        assert_eq!(kind_of(&[mutex], 0), "mutex");
         let cond = waiter(&[
             "main",
             "consumer",
             "___pthread_cond_wait",
             "__futex_abstimed_wait_common",
         ]);
-        assert_eq!(kind_of(&[cond]), "condvar");
-        assert_eq!(kind_of(&[waiter(&["main", "syscall"])]), "futex");
+        assert_eq!(kind_of(&[cond], 0), "condvar");
+        // The mutex taken again as the condition variable's wait returns is contention.
+        let retaken = waiter(&[
+            "consumer",
+            "___pthread_cond_wait",
+            "__pthread_mutex_cond_lock",
+            "__lll_lock_wait",
+        ]);
+        assert_eq!(kind_of(&[retaken], 0), "mutex");
+        let join = waiter(&["main", "__pthread_clockjoin_ex", "__futex_abstimed_wait_common"]);
+        assert_eq!(kind_of(&[join], 0), "join");
+        let rust = waiter(&[
+            "worker",
+            "std::sys::sync::mutex::futex::Mutex::lock_contended",
+            "syscall",
+        ]);
+        assert_eq!(kind_of(&[rust], 0), "mutex");
+        assert_eq!(kind_of(&[waiter(&["main", "syscall"])], 0), "futex");
+    }
+
+    #[test]
+    fn a_cut_stack_is_told_by_what_the_kernel_and_the_arguments_say() {
+        let cut = || waiter(&["__futex_abstimed_wait_common"]);
+        assert_eq!(kind_of(&[cut()], futex_hint::JOIN), "join");
+        // The kernel's word beats a stack: the futex is a thread's clear_child_tid.
+        assert_eq!(
+            kind_of(
+                &[waiter(&["main", "syscall"])],
+                futex_hint::JOIN | futex_hint::LOCK_WORD
+            ),
+            "join"
+        );
+        assert_eq!(kind_of(&[cut()], futex_hint::LOCK_WORD), "mutex");
+        assert_eq!(kind_of(&[cut()], futex_hint::PI_LOCK), "mutex");
+        assert_eq!(kind_of(&[cut()], 0), "futex");
+    }
+
+    #[test]
+    fn contention_and_waiting_for_events_are_apart() {
+        for kind in ["mutex", "rwlock", "spinlock", "semaphore", "rwsem:R", "rtmutex"] {
+            assert_eq!(WaitClass::of_kind(kind), WaitClass::Contention, "{kind}");
+        }
+        for kind in ["condvar", "join", "barrier", "futex", "park"] {
+            assert_eq!(WaitClass::of_kind(kind), WaitClass::Waiting, "{kind}");
+        }
+        assert!(WaitClass::Waiting.shown_in(Waits::All));
+        assert!(!WaitClass::Waiting.shown_in(Waits::Contention));
+        assert!(WaitClass::Contention.shown_in(Waits::Contention));
     }
 }
