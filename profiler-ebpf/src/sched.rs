@@ -69,11 +69,11 @@ fn offsets() -> TaskOffsets {
 
 /// A `task_struct` the tracepoint passed.
 #[derive(Clone, Copy)]
-struct Task(*const u8);
+pub(crate) struct Task(pub(crate) *const u8);
 
 impl Task {
     #[inline(always)]
-    fn read<T>(self, offset: u32) -> Result<T, i64> {
+    pub(crate) fn read<T>(self, offset: u32) -> Result<T, i64> {
         unsafe { bpf_probe_read_kernel(self.0.wrapping_add(offset as usize) as *const T) }
             .map_err(|e| e as i64)
     }

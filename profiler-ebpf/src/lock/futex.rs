@@ -4,7 +4,7 @@
 //! that released the lock), charged with the wait it caused.
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
-    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel},
+    helpers::bpf_ktime_get_ns,
     macros::{map, raw_tracepoint, tracepoint},
     maps::{HashMap, LruHashMap, PerCpuArray},
     programs::{tracing::StackIdContext as _, RawTracePointContext, TracePointContext},
@@ -20,6 +20,7 @@ use profiler_common::{
 use super::{add, LOCK_HOLDERS, LOCK_STACKS, LOCK_WAITERS, NO_STACK};
 use crate::{
     counters::bump,
+    sched::Task,
     targets::{current_ids, exec_generation, is_target},
 };
 
@@ -148,16 +149,13 @@ fn try_thread_new(ctx: &RawTracePointContext) -> Result<(), i64> {
     if offsets.clear_child_tid == u32::MAX {
         return Ok(());
     }
-    let child: *const u8 = ctx.arg(1);
-    let read_u32 =
-        |offset: u32| unsafe { bpf_probe_read_kernel(child.wrapping_add(offset as usize) as *const u32) };
-    let clear_child_tid: u64 =
-        unsafe { bpf_probe_read_kernel(child.wrapping_add(offsets.clear_child_tid as usize) as *const u64) }?;
+    let child = Task(ctx.arg(1));
+    let clear_child_tid: u64 = child.read(offsets.clear_child_tid)?;
     if clear_child_tid == 0 {
         return Ok(());
     }
-    let tgid = read_u32(offsets.tgid)?;
-    let tid = read_u32(offsets.pid)?;
+    let tgid: u32 = child.read(offsets.tgid)?;
+    let tid: u32 = child.read(offsets.pid)?;
     let key = LockId {
         tgid,
         _pad: 0,
