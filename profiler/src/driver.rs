@@ -289,7 +289,11 @@ impl<K> Driver<K> {
             tables,
         } = collector;
         let mut health = source.health()?;
-        health.files_without_tables = tables.as_ref().map_or(0, Tables::files_without_tables);
+        health.files_without_tables_named = tables
+            .as_ref()
+            .map(Tables::files_without_tables)
+            .unwrap_or_default();
+        health.files_without_tables = health.files_without_tables_named.len() as u64;
         let sched = match sched {
             Some(sched) => {
                 let collection = sched.finish(&mut procs, stopped_ns)?;

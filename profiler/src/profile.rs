@@ -97,8 +97,11 @@ pub struct Health {
     pub unwind_truncated: u64,
     pub unwind_failed: u64,
     pub unwind_stacks_lost: u64,
-    /// Executables and libraries without a usable unwind table (walked with frame pointers).
+    /// Executables and libraries without a usable unwind table (walked with frame pointers),
+    /// and which: "path: reason".
     pub files_without_tables: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files_without_tables_named: Vec<String>,
     /// Lock mode: futex waits timed, and waits lost because a lock map was full.
     pub lock_waits: u64,
     pub lock_map_full: u64,
@@ -217,9 +220,16 @@ impl Health {
             ));
         }
         if self.files_without_tables > 0 {
+            const SHOWN: usize = 3;
+            let named = &self.files_without_tables_named;
+            let more = match named.len().saturating_sub(SHOWN) {
+                0 => String::new(),
+                n => format!(" and {n} more"),
+            };
             out.push(format!(
-                "{} executables or libraries have no usable unwind table: their frames were walked with frame pointers",
-                self.files_without_tables
+                "{} executables or libraries have no usable unwind table, their frames were walked with frame pointers: {}{more}",
+                self.files_without_tables,
+                named[..named.len().min(SHOWN)].join("; ")
             ));
         }
         if self.unwind_stacks_lost > 0 {

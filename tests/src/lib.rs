@@ -46,9 +46,15 @@ pub fn run(args: &[&str]) -> Output {
 /// A thread's time on a CPU so far, in ns (the first field of its schedstat): the kernel's own
 /// account of how much a workload ran, whatever else the machine was doing.
 pub fn on_cpu_ns(pid: u32, tid: u32) -> f64 {
+    schedstat(pid, tid)[0]
+}
+
+/// A thread's schedstat: ns on a CPU, ns waiting on a run queue, timeslices.
+pub fn schedstat(pid: u32, tid: u32) -> [f64; 3] {
     let path = format!("/proc/{pid}/task/{tid}/schedstat");
     let stat = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    stat.split_whitespace().next().unwrap().parse().unwrap()
+    let fields: Vec<f64> = stat.split_whitespace().map(|f| f.parse().unwrap()).collect();
+    [fields[0], fields[1], fields[2]]
 }
 
 /// The thread ids of `pid`, once it has at least `count` threads (a workload that starts its

@@ -641,3 +641,161 @@ fn a_compressors_worker_pool_waits_for_work_it_does_not_contend() {
         "contention {contended} ns is small beside the waits for work ({cond_waited} ns)"
     );
 }
+
+/// Redis's one I/O thread (`io_thd_1`) of `redis-server --io-threads 2`, once it exists.
+fn redis_io_thread(pid: u32) -> u32 {
+    let mut io_thread = None;
+    wait_until(
+        "redis-server's I/O thread",
+        std::time::Duration::from_secs(20),
+        || {
+            io_thread = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .unwrap()
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .find(|tid| {
+                    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                        .is_ok_and(|comm| comm.trim() == "io_thd_1")
+                });
+            io_thread.is_some()
+        },
+    );
+    io_thread.unwrap()
+}
+
+#[test]
+fn a_key_value_server_under_load_names_its_contended_lock_and_its_waiter() {
+    // Debian's Redis with a second I/O thread, under its own benchmark client on loopback. When
+    // the main thread has few replies pending it parks the I/O thread by holding
+    // `io_threads_mutex[1]`; the I/O thread blocks in pthread_mutex_lock there until the main
+    // thread hands it work again. Redis links with -rdynamic, so the array is in .dynsym.
+    let port = free_port().to_string();
+    let dir = temp_path("redis");
+    std::fs::create_dir_all(&dir).unwrap();
+    let quiet = || std::process::Stdio::null();
+    // Server and client at a high priority: the I/O thread spins for work before it blocks, so
+    // on a machine whose CPUs other processes fill it would be runnable all the time instead of
+    // waiting on its mutex (what this test is about).
+    #[rustfmt::skip]
+    let server = Running::spawn(
+        std::process::Command::new("nice")
+            .args(["-n", "-15", "redis-server", "--port", &port, "--bind", "127.0.0.1",
+                   "--save", "", "--appendonly", "no",
+                   "--io-threads", "2", "--io-threads-do-reads", "yes", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(quiet()),
+    );
+    let pid = server.pid();
+    wait_until(
+        "redis-server answering",
+        std::time::Duration::from_secs(20),
+        || {
+            std::process::Command::new("redis-cli")
+                .args(["-p", &port, "ping"])
+                .output()
+                .is_ok_and(|out| String::from_utf8_lossy(&out.stdout).contains("PONG"))
+        },
+    );
+    let io_thread = redis_io_thread(pid);
+    let _client = Running::spawn(
+        std::process::Command::new("nice")
+            .args([
+                "-n",
+                "-15",
+                "redis-benchmark",
+                "-p",
+                &port,
+                "-c",
+                "50",
+                "-P",
+                "4",
+                "-t",
+                "set,get",
+                "-l",
+                "-q",
+            ])
+            .stdout(quiet())
+            .stderr(quiet()),
+    );
+    // The I/O thread at work: the load has reached it.
+    wait_for_cpu_time(pid, io_thread, 2e8);
+
+    let json = temp_path("redis-lock.json");
+    let pid_arg = pid.to_string();
+    let window = std::time::Duration::from_secs(10);
+    let (bpfprof, stderr) = start_bpfprof(&[
+        "--mode",
+        "lock",
+        "-p",
+        &pid_arg,
+        "-d",
+        &window.as_secs().to_string(),
+        "-o",
+        json.to_str().unwrap(),
+    ]);
+    // The kernel's account of the I/O thread over the same window: its time neither on a CPU
+    // nor runnable is time blocked, and its only blocking call is that mutex.
+    let (began, before) = (std::time::Instant::now(), schedstat(pid, io_thread));
+    std::thread::sleep(window);
+    let (wall, after) = (began.elapsed().as_nanos() as f64, schedstat(pid, io_thread));
+    let (status, err) = finish_bpfprof(bpfprof, stderr);
+    assert!(status.success(), "{err}");
+    let (ran, queued) = (after[0] - before[0], after[1] - before[1]);
+    let blocked = wall - ran - queued;
+
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let top = report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["class"] == "contention")
+        .unwrap_or_else(|| panic!("no contention in {report}"));
+    let waited = top["total_wait_ns"].as_f64().unwrap();
+    eprintln!(
+        "redis io thread: {} in {}: {:.3} s in {} waits; kernel: blocked {:.3} s, runnable {:.3} s",
+        top["symbol"],
+        top["waited_in"],
+        waited / 1e9,
+        top["contentions"],
+        blocked / 1e9,
+        queued / 1e9
+    );
+    assert!(
+        top["symbol"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("io_threads_mutex")),
+        "the top contention names Redis's lock: {}",
+        top["symbol"]
+    );
+    assert_eq!(
+        top["waited_in"], "IOThreadMain",
+        "and the function that waits for it"
+    );
+    let waiter = functions(&top["waiters"][0]["frames"]);
+    assert!(
+        waiter.contains(&"IOThreadMain") && waiter.iter().any(|f| f.contains("pthread_mutex_lock")),
+        "{waiter:?}"
+    );
+    // Released by the main thread's event loop.
+    let total = |stacks: &Value, pick: &dyn Fn(&[&str]) -> bool| -> f64 {
+        stacks
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| pick(&functions(&s["frames"])))
+            .map(|s| s["total_wait_ns"].as_f64().unwrap())
+            .sum()
+    };
+    let by_event_loop = total(&top["holders"], &|f| f.contains(&"aeMain"));
+    assert!(
+        by_event_loop >= (1.0 - TOLERANCE) * waited,
+        "released from aeMain: {by_event_loop} of {waited} ns"
+    );
+    // Each wait is the time blocked plus, once woken, the wait for a CPU: between the kernel's
+    // blocked time and that plus all the thread's run-queue time.
+    assert!(waited > 1e8, "the I/O thread waited: {waited} ns");
+    assert!(
+        waited >= (1.0 - TOLERANCE) * blocked && waited <= (1.0 + TOLERANCE) * (blocked + queued),
+        "wait {waited} ns against the kernel's blocked {blocked} ns (+ runnable {queued} ns)"
+    );
+}

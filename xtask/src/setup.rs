@@ -37,6 +37,9 @@ pub fn run(needs: Needs) -> Result<()> {
             ("setpriv", "util-linux"),
             // The lock suite profiles a real worker pool: Debian's multi-threaded xz.
             ("xz", "xz-utils"),
+            // ... and a real server under its own benchmark client: Debian's Redis.
+            ("redis-server", "redis-server"),
+            ("redis-benchmark", "redis-tools"),
             // The live view's tests drive it in a real terminal.
             ("tmux", "tmux"),
         ])?;

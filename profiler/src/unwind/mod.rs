@@ -16,7 +16,6 @@ pub use rows::{bias_of, rows_of, segments_of, Segment, TableError};
 
 use crate::process::MapsLine;
 
-/// Why a file has no table (it is then walked with frame pointers).
 /// What the walker needs of one file, read and parsed once.
 struct FileTable {
     /// The path it was first mapped from (what `/debug/unwind` shows).
@@ -226,9 +225,17 @@ impl Tables {
         self.placed.files_with_rows()
     }
 
-    /// Executables and libraries seen without a usable table (walked with frame pointers).
-    pub fn files_without_tables(&self) -> u64 {
-        self.placed.files.values().filter(|f| f.rows.is_err()).count() as u64
+    /// Executables and libraries seen without a usable table (walked with frame pointers), as
+    /// "path: why", sorted.
+    pub fn files_without_tables(&self) -> Vec<String> {
+        let mut named: Vec<String> = self
+            .placed
+            .files
+            .values()
+            .filter_map(|f| f.rows.as_ref().err().map(|why| format!("{}: {why}", f.path)))
+            .collect();
+        named.sort();
+        named
     }
 
     /// Give the BPF walker `pid`'s executable mappings and their files' tables (built once per

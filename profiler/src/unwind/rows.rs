@@ -127,10 +127,24 @@ where
         let gimli::CieOrFde::Fde(partial) = entry else {
             continue;
         };
-        let fde = partial.parse(|s, b, o| s.cie_from_offset(b, o))?;
-        let mut table = fde.rows(section, bases, &mut ctx)?;
-        while let Some(row) = table.next_row()? {
-            rows.push(convert(section, registers, row));
+        // One function's bad instructions cost that function, not the file: hand-written
+        // assembly (libgcrypt's ciphers) sets a CFA register after a CFA expression, which
+        // gimli refuses. Its range is walked with frame pointers; the rest keeps its table.
+        let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
+            continue;
+        };
+        let first = rows.len();
+        if let Err(e) = push_rows_of(section, bases, &mut ctx, registers, &fde, rows) {
+            log::debug!(
+                "unwind rows of {:#x}: {e}: frame pointers there",
+                fde.initial_address()
+            );
+            rows.truncate(first);
+            rows.push(Row {
+                pc: fde.initial_address(),
+                cfa: cfa::UNSUPPORTED,
+                ..Row::default()
+            });
         }
         // Past the function's end there is no information until the next FDE says otherwise.
         rows.push(Row {
@@ -138,6 +152,24 @@ where
             cfa: cfa::NONE,
             ..Row::default()
         });
+    }
+    Ok(())
+}
+
+fn push_rows_of<'a, S>(
+    section: &S,
+    bases: &gimli::BaseAddresses,
+    ctx: &mut gimli::UnwindContext<usize>,
+    registers: Registers,
+    fde: &gimli::FrameDescriptionEntry<gimli::EndianSlice<'a, gimli::LittleEndian>>,
+    rows: &mut Vec<Row>,
+) -> Result<(), gimli::Error>
+where
+    S: gimli::UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>,
+{
+    let mut table = fde.rows(section, bases, ctx)?;
+    while let Some(row) = table.next_row()? {
+        rows.push(convert(section, registers, row));
     }
     Ok(())
 }
@@ -405,6 +437,39 @@ mod tests {
         }
         assert!(matches!(rows_of(&renamed), Err(TableError::NoFrameInfo)));
         assert!(matches!(rows_of(b"not an ELF file"), Err(TableError::Elf(_))));
+    }
+
+    #[test]
+    fn a_function_with_instructions_gimli_refuses_falls_back_alone() {
+        // CIE (zR, udata4 pointers; CFA = rsp + 8, return address at CFA - 8), then two FDEs:
+        // 0x1000..0x1010 pushes 8 bytes after one instruction; 0x2000..0x2010 sets the CFA by
+        // an expression and then names a CFA register, as libgcrypt's assembly does.
+        #[rustfmt::skip]
+        let eh_frame: &[u8] = &[
+            20, 0, 0, 0,  0, 0, 0, 0,  1, b'z', b'R', 0,  1, 0x78, 16,  1, 0x03,
+            0x0c, 7, 8,  0x90, 1,  0, 0,
+            16, 0, 0, 0,  28, 0, 0, 0,  0x00, 0x10, 0, 0,  0x10, 0, 0, 0,  0,
+            0x41, 0x0e, 16,
+            20, 0, 0, 0,  48, 0, 0, 0,  0x00, 0x20, 0, 0,  0x10, 0, 0, 0,  0,
+            0x0f, 2, 0x77, 8,  0x41, 0x0d, 6,
+            0, 0, 0, 0,
+        ];
+        let mut section = gimli::EhFrame::new(eh_frame, gimli::LittleEndian);
+        section.set_address_size(8);
+        let registers = Registers::of(object::Architecture::X86_64).unwrap();
+        let mut rows = Vec::new();
+        collect_rows(&section, &gimli::BaseAddresses::default(), registers, &mut rows).unwrap();
+        let rules: Vec<_> = rows.iter().map(|r| (r.pc, r.cfa, r.cfa_offset)).collect();
+        assert_eq!(
+            rules,
+            [
+                (0x1000, cfa::SP, 8),
+                (0x1001, cfa::SP, 16),
+                (0x1010, cfa::NONE, 0),
+                (0x2000, cfa::UNSUPPORTED, 0),
+                (0x2010, cfa::NONE, 0),
+            ]
+        );
     }
 
     #[test]
