@@ -88,7 +88,7 @@ pub struct TaskSched {
     pub tgid: u32,
     pub tid: u32,
     pub comm: [u8; COMM_LEN],
-    /// Times the task was switched in (its timeslices).
+    /// Times the task was switched in (its timeslices; with the kernel's accounting, its count).
     pub runs: u64,
     /// Run-queue waits measured (switch-ins after a wake-up or preemption seen by bpfprof).
     pub delays: u64,
@@ -109,9 +109,18 @@ pub struct TaskSched {
     pub enqueued: Enqueued,
     /// Blocked since (0: not off CPU).
     pub offcpu: OffCpuStart,
+    /// With the kernel's accounting: its totals at this task's last switch-out (or first
+    /// sight), and the wake-up that began the wait before its current run. A wait's delay and a
+    /// run's time are the growth of those totals from one switch-out to the next, so they are
+    /// counted at the switch-out that ends the run.
+    pub kernel: KernelTotals,
+    pub last_wait: Enqueued,
+    /// 1: `kernel` holds the kernel's totals (delay and running time are the kernel's own).
+    pub kernel_accounting: u32,
+    pub _pad: u32,
     pub hist: [u32; HIST_BUCKETS],
 }
-const _: () = assert!(size_of::<TaskSched>() == 96 + 40 + 32 + 4 * HIST_BUCKETS);
+const _: () = assert!(size_of::<TaskSched>() == 96 + 40 + 32 + 24 + 40 + 8 + 4 * HIST_BUCKETS);
 
 /// Total blocked time per (thread, stacks): the value of `OFFCPU`, keyed by `SampleKey`.
 #[repr(C)]
@@ -178,8 +187,40 @@ pub struct TaskOffsets {
     pub state: u32,
     /// 1 when `sched_switch` passes `prev_state` as its fourth argument (5.18 and later).
     pub switch_has_state_arg: u32,
+    /// `sched_info.pcount` (followed by `run_delay`, read together as a `SchedInfoHead`) and
+    /// `se.sum_exec_runtime`: the kernel's own count of runs, run-queue delay and time on a CPU
+    /// (what /proc/PID/task/TID/schedstat prints). 0 where the kernel has no `CONFIG_SCHED_INFO`
+    /// or its BTF does not say: then they are counted and timed at the tracepoints.
+    pub sched_info: u32,
+    pub sum_exec_runtime: u32,
 }
-const _: () = assert!(size_of::<TaskOffsets>() == 16);
+const _: () = assert!(size_of::<TaskOffsets>() == 24);
+
+impl TaskOffsets {
+    /// The kernel's own accounting can be read.
+    pub fn kernel_accounting(&self) -> bool {
+        self.sched_info != 0 && self.sum_exec_runtime != 0
+    }
+}
+
+/// The head of the kernel's `struct sched_info`: runs so far (arrivals on a CPU) and the time
+/// spent runnable, waiting for a CPU.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SchedInfoHead {
+    pub pcount: u64,
+    pub run_delay_ns: u64,
+}
+const _: () = assert!(size_of::<SchedInfoHead>() == 16);
+
+/// A task's `sched_info` head and `se.sum_exec_runtime` when bpfprof last read them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KernelTotals {
+    pub sched_info: SchedInfoHead,
+    pub sum_exec_ns: u64,
+}
+const _: () = assert!(size_of::<KernelTotals>() == 24);
 
 /// The scheduler's raw task states (`include/linux/sched.h`), as `sched_switch` sees them.
 pub mod task_state {

@@ -18,9 +18,9 @@ use aya_ebpf::{
     programs::{tracing::StackIdContext as _, RawTracePointContext},
 };
 use profiler_common::{
-    hist_bucket, offcpu_stacks, switch_reason, Counter, CpuHistory, CpuRun, Enqueued, ExitedKey, OffCpuStart,
-    OffCpuTime, SampleKey, SlowEvent, TaskOffsets, TaskSched, COMM_LEN, CPU_HISTORY, HEAT_BUCKETS,
-    SLOW_CULPRITS, STACK_MAP_ENTRIES,
+    hist_bucket, offcpu_stacks, switch_reason, Counter, CpuHistory, CpuRun, Enqueued, ExitedKey,
+    KernelTotals, OffCpuStart, OffCpuTime, SampleKey, SlowEvent, TaskOffsets, TaskSched, COMM_LEN,
+    CPU_HISTORY, HEAT_BUCKETS, SLOW_CULPRITS, STACK_MAP_ENTRIES,
 };
 
 use crate::{counters::bump, sampling::EPOCH, targets::is_target};
@@ -31,6 +31,8 @@ static TASK_OFFSETS: TaskOffsets = TaskOffsets {
     comm: 0,
     state: 0,
     switch_has_state_arg: 1,
+    sched_info: 0,
+    sum_exec_runtime: 0,
 };
 /// An `offcpu_stacks` policy. A kernel stack walk costs about three times a user one (measured
 /// here: ~3 us against ~1 us), so `AUTO` walks it only where the kernel is the reason for the
@@ -81,6 +83,21 @@ impl Task {
     #[inline(always)]
     fn tid(self, off: &TaskOffsets) -> Result<u32, i64> {
         self.read::<i32>(off.pid).map(|tid| tid as u32)
+    }
+
+    /// The kernel's own runs, run-queue delay and time on a CPU for this task so far, where it
+    /// keeps them. `sum_exec_runtime` is brought up to date before `sched_switch` fires for the
+    /// task leaving; `pcount` and `run_delay` grow when a task arrives on a CPU, after
+    /// `sched_switch` for it.
+    #[inline(always)]
+    fn kernel_totals(self, off: &TaskOffsets) -> Option<KernelTotals> {
+        if !off.kernel_accounting() {
+            return None;
+        }
+        Some(KernelTotals {
+            sched_info: self.read(off.sched_info).ok()?,
+            sum_exec_ns: self.read(off.sum_exec_runtime).ok()?,
+        })
     }
 }
 
@@ -182,6 +199,7 @@ fn try_switch(ctx: &RawTracePointContext) -> Result<(), i64> {
             prev_task,
             switch_reason::classify(preempt, prev_state),
             now,
+            history_start,
         );
     }
     if tracked(next) {
@@ -237,6 +255,7 @@ fn switch_out(
     prev_task: Task,
     reason: u32,
     now: u64,
+    history: Option<*mut CpuHistory>,
 ) -> Option<u32> {
     if reason == switch_reason::EXITING {
         // Its last switch-out: the exit tracepoint already moved its stats to EXITED.
@@ -244,7 +263,9 @@ fn switch_out(
     }
     let stats = task_stats(prev, prev_task, off)?;
     let stats = unsafe { &mut *stats };
-    if stats.last_in_ns != 0 && now > stats.last_in_ns {
+    if stats.kernel_accounting != 0 {
+        settle_run(off, stats, prev, prev_task, history);
+    } else if stats.last_in_ns != 0 && now > stats.last_in_ns {
         stats.running_ns += now - stats.last_in_ns;
     }
     // The switch tracepoint runs in the outgoing task's context: its tgid is current.
@@ -309,6 +330,10 @@ fn task_stats(tid: u32, task: Task, off: &TaskOffsets) -> Option<*mut TaskSched>
     unsafe {
         (*template).tid = tid;
         (*template).comm = task.read(off.comm).unwrap_or([0; COMM_LEN]);
+        // The kernel's totals so far: what happens from now on is their growth.
+        let totals = task.kernel_totals(off);
+        (*template).kernel = totals.unwrap_or_default();
+        (*template).kernel_accounting = totals.is_some() as u32;
     }
     // By reference: a copy of the 2.5 KB value would not fit on the 512-byte BPF stack.
     #[allow(clippy::needless_borrows_for_generic_args)]
@@ -324,33 +349,26 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: O
         return;
     };
     let stats = unsafe { &mut *stats };
-    stats.runs += 1;
     stats.last_in_ns = now;
 
     let enqueued = stats.enqueued;
-    if enqueued.at_ns != 0 {
-        stats.enqueued.at_ns = 0;
-        let delay = now.saturating_sub(enqueued.at_ns);
-        stats.delays += 1;
-        stats.total_delay_ns += delay;
-        if delay > stats.max_delay_ns {
-            stats.max_delay_ns = delay;
-            stats.max_at_ns = now;
-        }
-        // Through an opaque load and a mask: the optimizer must not fold the bounds check into
-        // arithmetic the verifier cannot follow.
-        let bucket = hist_bucket(delay);
-        let bucket = unsafe { core::ptr::read_volatile(&bucket) } & 1023;
-        if let Some(count) = stats.hist.get_mut(bucket) {
-            *count += 1;
-        }
-        let slot = EPOCH.get(0).copied().unwrap_or(0) & 1;
-        let heat = slot as usize * HEAT_BUCKETS + (bucket / 8).min(HEAT_BUCKETS - 1);
-        if let Some(cell) = HEAT.get_ptr_mut(heat as u32) {
-            unsafe { *cell += 1 };
-        }
-        if delay >= unsafe { core::ptr::read_volatile(&SLOW_THRESHOLD_NS) } {
-            report_slow(off, stats, next, delay, now, &enqueued, history);
+    stats.enqueued.at_ns = 0;
+    if stats.kernel_accounting != 0 {
+        // The kernel adds this wait to run_delay just after this tracepoint: it is counted at
+        // the switch-out that ends this run, with what is known of it now.
+        stats.last_wait = enqueued;
+    } else {
+        stats.runs += 1;
+        if enqueued.at_ns != 0 {
+            record_wait(
+                off,
+                stats,
+                next,
+                now.saturating_sub(enqueued.at_ns),
+                now,
+                &enqueued,
+                history,
+            );
         }
     }
 
@@ -397,6 +415,73 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: O
         {
             bump(Counter::OffCpuMapFull);
         }
+    }
+}
+
+/// The growth of the kernel's totals since the task's last switch-out: the wait that preceded
+/// this run and the run itself, exactly as the kernel counted them. A task first seen running
+/// (its run began before bpfprof saw it) only starts from here.
+#[inline(always)]
+fn settle_run(
+    off: &TaskOffsets,
+    stats: &mut TaskSched,
+    tid: u32,
+    task: Task,
+    history: Option<*mut CpuHistory>,
+) {
+    let Some(totals) = task.kernel_totals(off) else {
+        return;
+    };
+    if stats.last_in_ns != 0 {
+        stats.running_ns += totals.sum_exec_ns.saturating_sub(stats.kernel.sum_exec_ns);
+        // One run as a rule; more where the kernel counted an arrival with no `sched_switch`
+        // for it (seen here: one in a few hundred runs of a busy thread).
+        stats.runs += totals
+            .sched_info
+            .pcount
+            .saturating_sub(stats.kernel.sched_info.pcount);
+        let delay = totals
+            .sched_info
+            .run_delay_ns
+            .saturating_sub(stats.kernel.sched_info.run_delay_ns);
+        let wait = stats.last_wait;
+        record_wait(off, stats, tid, delay, stats.last_in_ns, &wait, history);
+    }
+    stats.kernel = totals;
+}
+
+/// One run-queue wait of `delay` ns that ended at `ended_ns`: totals, histogram, heatmap, and
+/// a slow event if it is slow.
+#[inline(always)]
+fn record_wait(
+    off: &TaskOffsets,
+    stats: &mut TaskSched,
+    tid: u32,
+    delay: u64,
+    ended_ns: u64,
+    enqueued: &Enqueued,
+    history: Option<*mut CpuHistory>,
+) {
+    stats.delays += 1;
+    stats.total_delay_ns += delay;
+    if delay > stats.max_delay_ns {
+        stats.max_delay_ns = delay;
+        stats.max_at_ns = ended_ns;
+    }
+    // Through an opaque load and a mask: the optimizer must not fold the bounds check into
+    // arithmetic the verifier cannot follow.
+    let bucket = hist_bucket(delay);
+    let bucket = unsafe { core::ptr::read_volatile(&bucket) } & 1023;
+    if let Some(count) = stats.hist.get_mut(bucket) {
+        *count += 1;
+    }
+    let slot = EPOCH.get(0).copied().unwrap_or(0) & 1;
+    let heat = slot as usize * HEAT_BUCKETS + (bucket / 8).min(HEAT_BUCKETS - 1);
+    if let Some(cell) = HEAT.get_ptr_mut(heat as u32) {
+        unsafe { *cell += 1 };
+    }
+    if delay >= unsafe { core::ptr::read_volatile(&SLOW_THRESHOLD_NS) } {
+        report_slow(off, stats, tid, delay, ended_ns, enqueued, history);
     }
 }
 
@@ -482,7 +567,13 @@ pub fn forget_task(tid: u32) {
     };
     let now = unsafe { bpf_ktime_get_ns() };
     unsafe {
-        if (*stats).last_in_ns != 0 && now > (*stats).last_in_ns {
+        if (*stats).kernel_accounting != 0 {
+            // Its last run, to the kernel's last update of its time (at most a tick ago).
+            let off = offsets();
+            let task = Task(bpf_get_current_task() as *const u8);
+            settle_run(&off, &mut *stats, tid, task, CPU_HISTORY_MAP.get_ptr_mut(0));
+            (*stats).last_in_ns = 0;
+        } else if (*stats).last_in_ns != 0 && now > (*stats).last_in_ns {
             (*stats).running_ns += now - (*stats).last_in_ns;
             (*stats).last_in_ns = 0;
         }

@@ -69,6 +69,22 @@ pub fn task_offsets() -> Result<TaskOffsets, UserError> {
     let switch_params = btf
         .fn_pointer_params("btf_trace_sched_switch")
         .ok_or_else(|| no_btf("the kernel's BTF does not describe the sched_switch tracepoint".into()))?;
+    let nested = |outer: &str, inner_type: &str, inner: &str| {
+        Some(btf.member_offset("task_struct", outer)? + btf.member_offset(inner_type, inner)?)
+    };
+    let (sched_info, sum_exec_runtime) = match (
+        nested("sched_info", "sched_info", "pcount"),
+        nested("sched_info", "sched_info", "run_delay"),
+        nested("se", "sched_entity", "sum_exec_runtime"),
+    ) {
+        // The tests' and benchmarks' way to run the fallback on a kernel that has the fields.
+        _ if std::env::var_os("BPFPROF_TRACEPOINT_CLOCKS").is_some() => (0, 0),
+        // Read as one `SchedInfoHead`, as every kernel since 2.6 lays them out.
+        (Some(pcount), Some(run_delay), Some(sum_exec_runtime)) if run_delay == pcount + 8 => {
+            (pcount, sum_exec_runtime)
+        }
+        _ => (0, 0),
+    };
     Ok(TaskOffsets {
         pid: field("pid")?,
         comm: field("comm")?,
@@ -76,8 +92,15 @@ pub fn task_offsets() -> Result<TaskOffsets, UserError> {
         state: field("__state").or_else(|_| field("state"))?,
         // The probe's data pointer, preempt, prev, next[, prev_state (5.18 and later)].
         switch_has_state_arg: u32::from(switch_params >= 5),
+        sched_info,
+        sum_exec_runtime,
     })
 }
+
+/// What a report says when the kernel's own run-queue and CPU accounting cannot be read.
+pub const TRACEPOINT_CLOCKS_NOTE: &str = "run-queue delay and running time are timed at the scheduler \
+     tracepoints (a few microseconds from the kernel's own figures per switch): this kernel's BTF has no \
+     task_struct.sched_info.pcount and run_delay or se.sum_exec_runtime (CONFIG_SCHED_INFO off?)";
 
 /// Offset of `task_struct.nvcsw` in the running kernel, if its BTF says.
 pub fn nvcsw_offset() -> Option<u32> {

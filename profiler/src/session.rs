@@ -417,6 +417,9 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
         }
         Stop::CommandExited(_) | Stop::Duration => {}
     }
+    if task_offsets.is_some_and(|o| !o.kernel_accounting()) {
+        notes.push(crate::bpf::TRACEPOINT_CLOCKS_NOTE.to_string());
+    }
     let exit_code = match (stop, stops.command.as_mut()) {
         (Stop::CommandExited(code), _) => code,
         (stop, Some(command)) => {

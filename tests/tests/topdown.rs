@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use bpfprof_tests::*;
 use serde_json::Value;
 
-const TOLERANCE: f64 = 0.10;
-/// See tests/sched.rs: tracepoints fire a few microseconds away from the kernel's own clock
-/// points (measured here: up to 7.7 us per run).
-const PER_SWITCH_OFFSET_NS: f64 = 10_000.0;
+/// Running and runnable time are the kernel's own figures (what schedstat prints): 2%, for
+/// what a thread does after reading its own. Sleeping is timed at the tracepoints: 10%.
+const TOLERANCE: f64 = 0.02;
+const SLEEP_TOLERANCE: f64 = 0.10;
 
 fn has_pmu() -> bool {
     ["cpu", "cpu_core", "armv8_pmuv3_0"]
@@ -73,20 +73,19 @@ fn without_a_pmu_thread_states_match_the_kernel() {
         let running = thread["running_ns"].as_f64().unwrap();
         let runnable = thread["runnable_ns"].as_f64().unwrap();
         assert!(
-            (running - kv["oncpu"]).abs() <= TOLERANCE * kv["oncpu"] + PER_SWITCH_OFFSET_NS * kv["pcount"],
+            (running - kv["oncpu"]).abs() <= TOLERANCE * kv["oncpu"],
             "tid {tid}: running {running} ns, kernel on-CPU {} ns",
             kv["oncpu"]
         );
         assert!(
-            (runnable - kv["run_delay"]).abs()
-                <= TOLERANCE * kv["run_delay"] + PER_SWITCH_OFFSET_NS * kv["pcount"],
+            (runnable - kv["run_delay"]).abs() <= TOLERANCE * kv["run_delay"],
             "tid {tid}: runnable {runnable} ns, kernel run_delay {} ns",
             kv["run_delay"]
         );
         if kv["slept"] > 0.0 {
             let sleeping = thread["sleeping_ns"].as_f64().unwrap();
             assert!(
-                (sleeping - kv["slept"]).abs() <= TOLERANCE * kv["slept"],
+                (sleeping - kv["slept"]).abs() <= SLEEP_TOLERANCE * kv["slept"],
                 "tid {tid}: sleeping {sleeping} vs {}",
                 kv["slept"]
             );

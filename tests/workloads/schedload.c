@@ -3,8 +3,9 @@
  *   schedload SECONDS BUSY_THREADS
  *
  * Starts BUSY_THREADS threads that spin (more than there are CPUs, so they wait in the run
- * queue) and one thread that sleeps 2 ms at a time in sleep_known(). Before exiting, every thread
- * reads its own /proc/self/task/<tid>/schedstat and prints:
+ * queue) and one thread that sleeps 1 ms at a time in sleep_known(): thousands of short runs, as
+ * a latency-sensitive server thread has. Before exiting, every thread reads its own
+ * /proc/self/task/<tid>/schedstat and prints:
  *   TASK tid=<tid> role=busy|sleeper run_delay=<ns> pcount=<n> oncpu=<ns> slept=<ns>
  * where slept is the sleeper's time asleep in sleep_known() by the kernel's accounting (not the
  * wall time of its sleeps, which on a busy machine also holds the waits for a CPU after each).
@@ -109,7 +110,7 @@ __attribute__((noinline)) long long sleep_known(long long ns) {
 }
 
 static void *sleeper(void *arg) {
-    long long slept = sleep_until(wall_ns() + (long long)(seconds * 1e9), 2000000);
+    long long slept = sleep_until(wall_ns() + (long long)(seconds * 1e9), 1000000);
     pthread_barrier_wait(&done);
     report(arg, "sleeper", slept);
     return NULL;

@@ -108,8 +108,18 @@ struct Cost {
 }
 
 impl Profiler {
+    /// `args` may begin with `NAME=VALUE` settings of bpfprof's environment, as env(1) takes them.
     fn start_bpfprof(args: &[&str]) -> Result<Profiler> {
         let mut command = Command::new(bpfprof_bin());
+        let settings = args
+            .iter()
+            .take_while(|a| a.contains('=') && !a.starts_with('-'))
+            .count();
+        for setting in &args[..settings] {
+            let (name, value) = setting.split_once('=').unwrap();
+            command.env(name, value);
+        }
+        let args = &args[settings..];
         command.args(args);
         if args.first() != Some(&"agent") {
             command.args(["-o", "/tmp/bpfprof-bench.json"]);
@@ -340,6 +350,9 @@ fn sched() -> Result<()> {
             &["--mode", "sched", "-a", "--offcpu-stacks", "none"],
             // Where threads sleep walked with frame pointers instead of the unwind tables.
             &["--mode", "sched", "-a", "--unwind", "fp"],
+            // Delay and running time timed at the tracepoints, as before the kernel's own
+            // fields were read (and as on a kernel without them).
+            &["BPFPROF_TRACEPOINT_CLOCKS=1", "--mode", "sched", "-a"],
         ],
         references: &[
             &["perf", "sched", "record", "-a", "-q", "-o", PERF_DATA],

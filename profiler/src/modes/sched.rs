@@ -53,6 +53,17 @@ pub enum OpenState {
 }
 
 impl TaskRecord {
+    fn add_wait(&mut self, delay: u64, ended_ns: u64) {
+        self.delays += 1;
+        self.total_delay_ns += delay;
+        if delay > self.max_delay_ns {
+            (self.max_delay_ns, self.max_at_ns) = (delay, ended_ns);
+        }
+        if let Some(count) = self.hist.get_mut(profiler_common::hist_bucket(delay)) {
+            *count += 1;
+        }
+    }
+
     /// A task still alive at `now`: what it was doing, since when.
     fn with_open_interval(mut self, t: &TaskSched, now: u64) -> Self {
         let since = |at: u64| now.saturating_sub(at);
@@ -73,6 +84,12 @@ impl TaskRecord {
             };
             Some((state, since(t.offcpu.at_ns)))
         } else if t.last_in_ns != 0 {
+            if t.kernel_accounting != 0 && t.last_wait.at_ns != 0 && t.last_in_ns >= t.last_wait.at_ns {
+                // The kernel's figures for this run and the wait before it are read as the run
+                // ends, which it has not: the wait as the tracepoints timed it.
+                self.add_wait(t.last_in_ns - t.last_wait.at_ns, t.last_in_ns);
+                self.runs += 1;
+            }
             Some((OpenState::Running, since(t.last_in_ns)))
         } else {
             None
@@ -646,6 +663,37 @@ mod tests {
             assert!((got - truth).abs() / truth < 0.07, "p{q}: {got} vs {truth}");
         }
         assert_eq!(percentile(&vec![0; HIST_BUCKETS], 0.5), 0);
+    }
+
+    #[test]
+    fn a_run_still_going_at_the_end_brings_its_wait_where_the_kernel_has_not_counted_it_yet() {
+        // SAFETY: TaskSched is plain old data; all-zero is a task with nothing recorded.
+        let mut t: TaskSched = unsafe { std::mem::zeroed() };
+        t.tid = 7;
+        t.tgid = 7;
+        (t.runs, t.delays, t.total_delay_ns) = (3, 3, 9_000);
+        t.last_wait.at_ns = 1_000;
+        t.last_in_ns = 5_000;
+        let counted = |kernel_accounting| {
+            let mut t = t;
+            t.kernel_accounting = kernel_accounting;
+            TaskRecord::from(&t).with_open_interval(&t, 9_000)
+        };
+        // The kernel's figures: this run and the wait before it are read at its switch-out.
+        let kernel = counted(1);
+        assert_eq!(
+            (kernel.runs, kernel.delays, kernel.total_delay_ns),
+            (4, 4, 13_000)
+        );
+        assert_eq!(kernel.hist[hist_bucket(4_000)], 1);
+        assert_eq!(kernel.open, Some((OpenState::Running, 4_000)));
+        // Timed at the tracepoints: both were counted as the run began.
+        let tracepoints = counted(0);
+        assert_eq!(
+            (tracepoints.runs, tracepoints.delays, tracepoints.total_delay_ns),
+            (3, 3, 9_000)
+        );
+        assert_eq!(tracepoints.open, Some((OpenState::Running, 4_000)));
     }
 
     #[test]
