@@ -193,8 +193,10 @@ pub struct TaskOffsets {
     /// or its BTF does not say: then they are counted and timed at the tracepoints.
     pub sched_info: u32,
     pub sum_exec_runtime: u32,
+    pub tgid: u32,
+    pub _pad: u32,
 }
-const _: () = assert!(size_of::<TaskOffsets>() == 24);
+const _: () = assert!(size_of::<TaskOffsets>() == 32);
 
 impl TaskOffsets {
     /// The kernel's own accounting can be read.

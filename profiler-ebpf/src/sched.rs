@@ -10,8 +10,8 @@
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::{
-        bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_get_smp_processor_id,
-        bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_get_current_comm, bpf_get_current_task_btf, bpf_get_smp_processor_id, bpf_ktime_get_ns,
+        bpf_probe_read_kernel,
     },
     macros::{map, raw_tracepoint},
     maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
@@ -19,8 +19,8 @@ use aya_ebpf::{
 };
 use profiler_common::{
     hist_bucket, offcpu_stacks, switch_reason, Counter, CpuHistory, CpuRun, Enqueued, ExitedKey,
-    KernelTotals, OffCpuStart, OffCpuTime, SampleKey, SlowEvent, TaskOffsets, TaskSched, COMM_LEN,
-    CPU_HISTORY, HEAT_BUCKETS, SLOW_CULPRITS, STACK_MAP_ENTRIES,
+    KernelTotals, OffCpuStart, OffCpuTime, SampleKey, SchedInfoHead, SlowEvent, TaskOffsets, TaskSched,
+    COMM_LEN, CPU_HISTORY, HEAT_BUCKETS, SLOW_CULPRITS, STACK_MAP_ENTRIES,
 };
 
 use crate::{counters::bump, sampling::EPOCH, targets::is_target};
@@ -33,6 +33,8 @@ static TASK_OFFSETS: TaskOffsets = TaskOffsets {
     switch_has_state_arg: 1,
     sched_info: 0,
     sum_exec_runtime: 0,
+    tgid: 0,
+    _pad: 0,
 };
 /// An `offcpu_stacks` policy. A kernel stack walk costs about three times a user one (measured
 /// here: ~3 us against ~1 us), so `AUTO` walks it only where the kernel is the reason for the
@@ -101,6 +103,49 @@ impl Task {
     }
 }
 
+/// The task running this program, as the kernel's BTF types it: its fields are plain loads at
+/// offsets fixed at load time (the verifier reads them from the frozen `.rodata`), where a
+/// `Task` costs a helper call per read.
+#[derive(Clone, Copy)]
+struct Current(*const u8);
+
+impl Current {
+    #[inline(always)]
+    fn get() -> Current {
+        Current(unsafe { bpf_get_current_task_btf() } as *const u8)
+    }
+
+    #[inline(always)]
+    fn field<T: Copy>(self, offset: u32) -> T {
+        unsafe { core::ptr::read(self.0.wrapping_add(offset as usize) as *const T) }
+    }
+
+    #[inline(always)]
+    fn tid(self, off: &TaskOffsets) -> u32 {
+        self.field::<i32>(off.pid) as u32
+    }
+
+    #[inline(always)]
+    fn tgid(self, off: &TaskOffsets) -> u32 {
+        self.field::<i32>(off.tgid) as u32
+    }
+
+    /// As `Task::kernel_totals`.
+    #[inline(always)]
+    fn kernel_totals(self, off: &TaskOffsets) -> Option<KernelTotals> {
+        if !off.kernel_accounting() {
+            return None;
+        }
+        Some(KernelTotals {
+            sched_info: SchedInfoHead {
+                pcount: self.field(off.sched_info),
+                run_delay_ns: self.field(off.sched_info + 8),
+            },
+            sum_exec_ns: self.field(off.sum_exec_runtime),
+        })
+    }
+}
+
 #[inline(always)]
 fn tracked(tid: u32) -> bool {
     tid != 0 && is_target(tid)
@@ -154,13 +199,13 @@ fn woken(task: Task, tid: u32, off: &TaskOffsets) {
     let stats = unsafe { &mut *stats };
     // A task woken again while still queued keeps the time it first became runnable.
     if stats.enqueued.at_ns == 0 {
-        let waker = bpf_get_current_pid_tgid();
+        let waker = Current::get();
         stats.enqueued = Enqueued {
             at_ns: unsafe { bpf_ktime_get_ns() },
-            waker_tid: waker as u32,
-            waker_tgid: (waker >> 32) as u32,
+            waker_tid: waker.tid(off),
+            waker_tgid: waker.tgid(off),
             // Its name only if this wait turns out slow: copying it on every wake-up costs.
-            waker_task: unsafe { bpf_get_current_task() },
+            waker_task: waker.0 as u64,
             waker_comm: [0; COMM_LEN],
         };
     }
@@ -180,7 +225,9 @@ fn try_switch(ctx: &RawTracePointContext) -> Result<(), i64> {
     bump(Counter::SchedSwitches);
     let off = offsets();
     let (prev_task, next_task) = (Task(ctx.arg(1)), Task(ctx.arg(2)));
-    let prev = bpf_get_current_pid_tgid() as u32;
+    // `prev` is the task running this program.
+    let current = Current::get();
+    let prev = current.tid(&off);
     let next = next_task.tid(&off)?;
     let now = unsafe { bpf_ktime_get_ns() };
     let history_start = remember_cpu_holder(prev, prev_task, now);
@@ -197,6 +244,7 @@ fn try_switch(ctx: &RawTracePointContext) -> Result<(), i64> {
             &off,
             prev,
             prev_task,
+            current,
             switch_reason::classify(preempt, prev_state),
             now,
             history_start,
@@ -253,6 +301,7 @@ fn switch_out(
     off: &TaskOffsets,
     prev: u32,
     prev_task: Task,
+    current: Current,
     reason: u32,
     now: u64,
     history: Option<*mut CpuHistory>,
@@ -264,12 +313,11 @@ fn switch_out(
     let stats = task_stats(prev, prev_task, off)?;
     let stats = unsafe { &mut *stats };
     if stats.kernel_accounting != 0 {
-        settle_run(off, stats, prev, prev_task, history);
+        settle_run(off, stats, prev, current.kernel_totals(off), history);
     } else if stats.last_in_ns != 0 && now > stats.last_in_ns {
         stats.running_ns += now - stats.last_in_ns;
     }
-    // The switch tracepoint runs in the outgoing task's context: its tgid is current.
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    let tgid = current.tgid(off);
     stats.tgid = tgid;
     if reason == switch_reason::PREEMPTED {
         // Preempted: still runnable, waiting for a CPU from now on. (Any earlier enqueue time
@@ -426,10 +474,10 @@ fn settle_run(
     off: &TaskOffsets,
     stats: &mut TaskSched,
     tid: u32,
-    task: Task,
+    totals: Option<KernelTotals>,
     history: Option<*mut CpuHistory>,
 ) {
-    let Some(totals) = task.kernel_totals(off) else {
+    let Some(totals) = totals else {
         return;
     };
     if stats.last_in_ns != 0 {
@@ -570,8 +618,8 @@ pub fn forget_task(tid: u32) {
         if (*stats).kernel_accounting != 0 {
             // Its last run, to the kernel's last update of its time (at most a tick ago).
             let off = offsets();
-            let task = Task(bpf_get_current_task() as *const u8);
-            settle_run(&off, &mut *stats, tid, task, CPU_HISTORY_MAP.get_ptr_mut(0));
+            let totals = Current::get().kernel_totals(&off);
+            settle_run(&off, &mut *stats, tid, totals, CPU_HISTORY_MAP.get_ptr_mut(0));
             (*stats).last_in_ns = 0;
         } else if (*stats).last_in_ns != 0 && now > (*stats).last_in_ns {
             (*stats).running_ns += now - (*stats).last_in_ns;

@@ -94,6 +94,8 @@ pub fn task_offsets() -> Result<TaskOffsets, UserError> {
         switch_has_state_arg: u32::from(switch_params >= 5),
         sched_info,
         sum_exec_runtime,
+        tgid: field("tgid")?,
+        _pad: 0,
     })
 }
 

@@ -108,13 +108,18 @@ struct Cost {
 }
 
 impl Profiler {
-    /// `args` may begin with `NAME=VALUE` settings of bpfprof's environment, as env(1) takes them.
+    /// `args` may begin with `NAME=VALUE` settings of bpfprof's environment, as env(1) takes them;
+    /// `BPFPROF_BIN=PATH` runs that binary instead (a baseline build: see `compare`).
     fn start_bpfprof(args: &[&str]) -> Result<Profiler> {
-        let mut command = Command::new(bpfprof_bin());
         let settings = args
             .iter()
             .take_while(|a| a.contains('=') && !a.starts_with('-'))
             .count();
+        let bin = args[..settings]
+            .iter()
+            .find_map(|a| a.strip_prefix("BPFPROF_BIN="))
+            .map_or_else(bpfprof_bin, std::path::PathBuf::from);
+        let mut command = Command::new(bin);
         for setting in &args[..settings] {
             let (name, value) = setting.split_once('=').unwrap();
             command.env(name, value);
@@ -498,7 +503,28 @@ fn pthread_source(bin: &Path, args: &[&str], what: &str, pairs: f64) -> Result<(
     Ok(())
 }
 
+/// With `BENCH_BASELINE=PATH` (another build of bpfprof, say the commit before a change), its
+/// first configuration also runs under that binary, in the same interleaved rounds: a before
+/// and after that the machine's drift between two bench runs cannot blur.
 fn compare(c: Comparison<'_>) -> Result<()> {
+    let baseline = std::env::var("BENCH_BASELINE").ok().map(|bin| {
+        [
+            vec![format!("BPFPROF_BIN={bin}")],
+            c.bpfprof[0].iter().map(|a| a.to_string()).collect(),
+        ]
+        .concat()
+    });
+    let baseline: Vec<&str> = baseline.iter().flatten().map(String::as_str).collect();
+    let configs: Vec<&[&str]> = c
+        .bpfprof
+        .iter()
+        .copied()
+        .chain((!baseline.is_empty()).then_some(&baseline[..]))
+        .collect();
+    let c = Comparison {
+        bpfprof: &configs,
+        ..c
+    };
     // The timed rounds run with BPF statistics off: they add two clock reads to every program
     // run, which on a switch-heavy load would be charged to bpfprof.
     let stats_before = std::fs::read_to_string(BPF_STATS).unwrap_or_else(|_| "0".into());

@@ -1,0 +1,303 @@
+//! Sched mode: run-queue delay per task (the kernel's `run_delay`), its distribution, where tasks
+//! block off-CPU, and the slowest waits with who woke the task and who held its CPU.
+
+mod collect;
+
+pub use collect::{OpenState, SchedCollection, SchedCollector, SlowRecord, TaskRecord, SLOW_EVENTS_KEPT};
+
+use profiler_common::{hist_lower_bound, COMM_LEN, HEAT_BUCKETS, HIST_BUCKETS};
+use serde::Serialize;
+
+use crate::model::{self, RunMeta, StackReport, Weight};
+use crate::{profile::Health, symbolize::Symbols};
+
+/// The counter slot of off-CPU stacks: how many times the thread blocked there.
+const OFFCPU_BLOCKS: &str = "blocks";
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Bucket {
+    pub le_ns: u64,
+    pub count: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TaskLatency {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub runs: u64,
+    /// Waits measured (switch-ins after a wake-up or preemption seen during the run).
+    pub waits: u64,
+    pub total_delay_ns: u64,
+    pub avg_delay_ns: u64,
+    pub p50_delay_ns: u64,
+    pub p99_delay_ns: u64,
+    pub max_delay_ns: u64,
+    /// Seconds after the start of the run when the longest wait ended.
+    pub max_at_s: f64,
+    pub running_ns: u64,
+    pub sleeping_ns: u64,
+    pub blocked_ns: u64,
+    /// Non-empty buckets only: waits of at most `le_ns` (and more than the previous bucket's).
+    pub histogram: Vec<Bucket>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TaskRef {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CpuHolder {
+    pub tid: u32,
+    pub comm: String,
+    /// How long it held the CPU while the waiting task waited.
+    pub held_ns: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SlowWait {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub cpu: u32,
+    pub delay_ns: u64,
+    pub at_s: f64,
+    /// Who woke it; `null` when it was preempted (it never stopped being runnable).
+    pub waker: Option<TaskRef>,
+    /// Who ran on its CPU while it waited, most recent first.
+    pub cpu_holders: Vec<CpuHolder>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct OffCpuStack {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub total_ns: u64,
+    pub count: u64,
+    pub frames: Vec<crate::symbolize::Frame>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Heatmap {
+    pub column_s: f64,
+    /// Lower bound (ns) of each row's bucket.
+    pub row_lower_ns: Vec<u64>,
+    /// `columns[t][row]` = waits ending in second `t` in that bucket.
+    pub columns: Vec<Vec<u64>>,
+}
+
+#[derive(Clone, Debug)]
+pub struct SchedReport {
+    pub meta: RunMeta,
+    pub health: Health,
+    /// Most total delay first.
+    pub tasks: Vec<TaskLatency>,
+    /// Off-CPU stacks weighted by blocked nanoseconds (for flamegraphs and pprof).
+    pub offcpu: StackReport,
+    pub offcpu_stacks: Vec<OffCpuStack>,
+    pub slow_threshold_ns: u64,
+    /// How many waits exceeded the threshold (only the longest are listed).
+    pub slow_total: u64,
+    pub slow: Vec<SlowWait>,
+    pub heatmap: Heatmap,
+}
+
+/// The value at quantile `q` of a histogram: the midpoint of the bucket holding it.
+pub fn percentile(hist: &[u32], q: f64) -> u64 {
+    let total: u64 = hist.iter().map(|&c| c as u64).sum();
+    if total == 0 {
+        return 0;
+    }
+    let rank = ((q * total as f64).ceil() as u64).max(1);
+    let mut seen = 0;
+    for (i, &count) in hist.iter().enumerate() {
+        seen += count as u64;
+        if seen >= rank {
+            let (lo, hi) = (hist_lower_bound(i), hist_lower_bound(i + 1));
+            return lo + (hi - lo) / 2;
+        }
+    }
+    0
+}
+
+/// Each task that ran or waited, most total run-queue delay first.
+pub fn latencies(records: &[TaskRecord], started_ns: u64) -> Vec<TaskLatency> {
+    let mut tasks: Vec<TaskLatency> = records
+        .iter()
+        .filter(|t| t.runs > 0 || t.delays > 0)
+        .map(|t| task_latency(t, started_ns))
+        .collect();
+    tasks.sort_by(|a, b| b.total_delay_ns.cmp(&a.total_delay_ns).then(a.tid.cmp(&b.tid)));
+    tasks
+}
+
+fn task_latency(t: &TaskRecord, started_ns: u64) -> TaskLatency {
+    let histogram = t
+        .hist
+        .iter()
+        .enumerate()
+        .filter(|(_, &c)| c > 0)
+        .map(|(i, &c)| Bucket {
+            le_ns: hist_lower_bound(i + 1).saturating_sub(1),
+            count: c as u64,
+        })
+        .collect();
+    TaskLatency {
+        pid: t.pid,
+        tid: t.tid,
+        comm: t.comm.clone(),
+        runs: t.runs,
+        waits: t.delays,
+        total_delay_ns: t.total_delay_ns,
+        avg_delay_ns: t.total_delay_ns.checked_div(t.delays).unwrap_or(0),
+        p50_delay_ns: percentile(&t.hist, 0.50).min(t.max_delay_ns),
+        p99_delay_ns: percentile(&t.hist, 0.99).min(t.max_delay_ns),
+        max_delay_ns: t.max_delay_ns,
+        max_at_s: seconds_since(t.max_at_ns, started_ns),
+        running_ns: t.running_ns,
+        sleeping_ns: t.sleeping_ns,
+        blocked_ns: t.blocked_ns,
+        histogram,
+    }
+}
+
+fn seconds_since(at_ns: u64, started_ns: u64) -> f64 {
+    at_ns.saturating_sub(started_ns) as f64 / 1e9
+}
+
+pub fn build(
+    meta: RunMeta,
+    health: Health,
+    collection: &SchedCollection,
+    symbols: &Symbols,
+    slow_threshold_ns: u64,
+) -> SchedReport {
+    let tasks = latencies(&collection.tasks, collection.started_ns);
+
+    let offcpu_meta = RunMeta {
+        counters: vec![OFFCPU_BLOCKS],
+        ..meta.clone()
+    };
+    let offcpu = model::build(
+        offcpu_meta,
+        &collection.offcpu_ns,
+        symbols,
+        Weight::OffCpuNanoseconds,
+    );
+    let offcpu_stacks = offcpu
+        .stacks
+        .iter()
+        .map(|s| OffCpuStack {
+            pid: s.pid,
+            tid: s.tid,
+            comm: s.comm.clone(),
+            total_ns: s.count,
+            count: s.counters.first().copied().unwrap_or(0),
+            frames: s.frames.clone(),
+        })
+        .collect();
+
+    let slow = collection
+        .slow
+        .iter()
+        .map(|e| SlowWait {
+            pid: e.pid,
+            tid: e.tid,
+            comm: e.comm.clone(),
+            cpu: e.cpu,
+            delay_ns: e.delay_ns,
+            at_s: seconds_since(e.at_ns, collection.started_ns),
+            waker: e.waker.as_ref().map(|(pid, tid, comm)| TaskRef {
+                pid: *pid,
+                tid: *tid,
+                comm: comm.clone(),
+            }),
+            cpu_holders: e
+                .holders
+                .iter()
+                .map(|(tid, comm, start_ns, end_ns)| CpuHolder {
+                    tid: *tid,
+                    comm: comm.clone(),
+                    held_ns: end_ns.saturating_sub((*start_ns).max(e.at_ns.saturating_sub(e.delay_ns))),
+                })
+                .collect(),
+        })
+        .collect();
+
+    let heatmap = Heatmap {
+        column_s: 1.0,
+        row_lower_ns: (0..HEAT_BUCKETS).map(|b| hist_lower_bound(b * 8)).collect(),
+        columns: collection.heat.clone(),
+    };
+    SchedReport {
+        meta,
+        health,
+        tasks,
+        offcpu,
+        offcpu_stacks,
+        slow_threshold_ns,
+        slow_total: collection.slow_seen,
+        slow,
+        heatmap,
+    }
+}
+
+const _: () = assert!(HIST_BUCKETS.is_multiple_of(8) && COMM_LEN == 16);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use profiler_common::hist_bucket;
+
+    fn hist_of(values: &[u64]) -> Vec<u32> {
+        let mut hist = vec![0u32; HIST_BUCKETS];
+        for &v in values {
+            hist[hist_bucket(v)] += 1;
+        }
+        hist
+    }
+
+    #[test]
+    fn percentiles_are_within_a_bucket_of_the_truth() {
+        let values: Vec<u64> = (1..=1000).map(|i| i * 10_000).collect(); // 10 us .. 10 ms
+        let hist = hist_of(&values);
+        for (q, truth) in [(0.5, 5_000_000.0), (0.99, 9_900_000.0)] {
+            let got = percentile(&hist, q) as f64;
+            assert!((got - truth).abs() / truth < 0.07, "p{q}: {got} vs {truth}");
+        }
+        assert_eq!(percentile(&vec![0; HIST_BUCKETS], 0.5), 0);
+    }
+
+    #[test]
+    fn task_table_rows_add_up() {
+        let record = TaskRecord {
+            pid: 1,
+            tid: 2,
+            comm: "w".into(),
+            runs: 10,
+            delays: 4,
+            total_delay_ns: 4_000,
+            max_delay_ns: 2_500,
+            max_at_ns: 3_000_000_000,
+            running_ns: 0,
+            sleeping_ns: 0,
+            blocked_ns: 0,
+            hist: hist_of(&[500, 500, 500, 2_500]),
+            open: None,
+        };
+        let row = task_latency(&record, 1_000_000_000);
+        assert_eq!(row.avg_delay_ns, 1_000);
+        assert_eq!(row.max_at_s, 2.0);
+        assert!(
+            row.p99_delay_ns <= 2_500 && row.p99_delay_ns >= 2_400,
+            "{}",
+            row.p99_delay_ns
+        );
+        assert_eq!(row.histogram.iter().map(|b| b.count).sum::<u64>(), 4);
+        assert!(row.histogram.windows(2).all(|w| w[0].le_ns < w[1].le_ns));
+    }
+}
