@@ -649,13 +649,10 @@ fn redis_io_thread(pid: u32) -> u32 {
         "redis-server's I/O thread",
         std::time::Duration::from_secs(20),
         || {
-            io_thread = std::fs::read_dir(format!("/proc/{pid}/task"))
-                .unwrap()
-                .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-                .find(|tid| {
-                    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
-                        .is_ok_and(|comm| comm.trim() == "io_thd_1")
-                });
+            io_thread = threads_of(pid, 1).into_iter().find(|tid| {
+                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+                    .is_ok_and(|comm| comm.trim() == "io_thd_1")
+            });
             io_thread.is_some()
         },
     );

@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 static volatile unsigned long sink;
 static volatile sig_atomic_t stop_early;
 static void on_stop(int sig) { (void)sig; stop_early = 1; }
@@ -34,12 +36,6 @@ static long long spent_a, spent_b, spent_c, reads;
 static long long thread_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static long long wall_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
@@ -148,10 +144,10 @@ __attribute__((noinline)) void *burn_fixed(void *arg) {
 static int run_fixed(unsigned long iterations, int threads) {
     pthread_t tids[64];
     if (threads < 1 || threads > 64) return 2;
-    long long t0 = wall_ns();
+    long long t0 = now_ns();
     for (int i = 0; i < threads; i++) pthread_create(&tids[i], NULL, burn_fixed, &iterations);
     for (int i = 0; i < threads; i++) pthread_join(tids[i], NULL);
-    printf("ELAPSED=%lld\n", wall_ns() - t0);
+    printf("ELAPSED=%lld\n", now_ns() - t0);
     return 0;
 }
 

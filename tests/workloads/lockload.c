@@ -35,6 +35,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
 
 enum { MAX_THREADS = 16 };
@@ -97,17 +99,6 @@ struct worker {
     long long hold_ns;
     long long acquisitions;
 };
-
-static long long now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void spin_for(long long ns) {
-    long long end = now_ns() + ns;
-    while (now_ns() < end) sink++;
-}
 
 /* Holds the shared lock for 1 ms: its waiters' stacks and the releasing stack both name it. */
 __attribute__((noinline)) void critical_section(struct worker *w) {

@@ -29,6 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 static double seconds;
 static volatile unsigned long sink;
 
@@ -44,12 +46,6 @@ static struct result results[65];
 /* Everyone stops working before anyone reads: a read taken while others still compete for the
  * CPUs would miss waits the thread still has ahead of it (its exit). */
 static pthread_barrier_t done;
-
-static long long wall_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 long long sleep_known(long long ns);
 
@@ -74,16 +70,16 @@ static void report(struct result *r, const char *role, long long slept) {
  * time runnable, waiting for one (after each wake-up, longer on a busy machine). */
 static long long sleep_until(long long end, long long ns) {
     unsigned long long oncpu0, delay0, n0, oncpu1, delay1, n1;
-    long long t0 = wall_ns();
+    long long t0 = now_ns();
     schedstat(&oncpu0, &delay0, &n0);
-    while (wall_ns() < end) sleep_known(ns);
+    while (now_ns() < end) sleep_known(ns);
     schedstat(&oncpu1, &delay1, &n1);
-    return wall_ns() - t0 - (long long)(oncpu1 - oncpu0) - (long long)(delay1 - delay0);
+    return now_ns() - t0 - (long long)(oncpu1 - oncpu0) - (long long)(delay1 - delay0);
 }
 
 static void *busy(void *arg) {
-    long long end = wall_ns() + (long long)(seconds * 1e9);
-    while (wall_ns() < end)
+    long long end = now_ns() + (long long)(seconds * 1e9);
+    while (now_ns() < end)
         for (int i = 0; i < 100000; i++) sink += i;
     pthread_barrier_wait(&done);
     report(arg, "busy", 0);
@@ -94,7 +90,7 @@ static void *busy(void *arg) {
  * pointers), so the off-CPU stack's innermost user frame is this function. */
 __attribute__((noinline)) long long sleep_known(long long ns) {
     struct timespec ts = {0, ns};
-    long long t0 = wall_ns();
+    long long t0 = now_ns();
 #if defined(__x86_64__)
     long ret;
     __asm__ volatile("syscall" : "=a"(ret) : "0"(SYS_nanosleep), "D"(&ts), "S"(0) : "rcx", "r11", "memory");
@@ -106,11 +102,11 @@ __attribute__((noinline)) long long sleep_known(long long ns) {
 #else
 #error "sleep_known: x86-64 and AArch64 only"
 #endif
-    return wall_ns() - t0;
+    return now_ns() - t0;
 }
 
 static void *sleeper(void *arg) {
-    long long slept = sleep_until(wall_ns() + (long long)(seconds * 1e9), 1000000);
+    long long slept = sleep_until(now_ns() + (long long)(seconds * 1e9), 1000000);
     pthread_barrier_wait(&done);
     report(arg, "sleeper", slept);
     return NULL;
@@ -134,11 +130,11 @@ static int pingpong(long n) {
     round_trips = n;
     if (pipe(pipes[0]) || pipe(pipes[1])) return 1;
     pthread_create(&t, NULL, pong, NULL);
-    long long t0 = wall_ns();
+    long long t0 = now_ns();
     for (long i = 0; i < n; i++) {
         if (write(pipes[0][1], &c, 1) != 1 || read(pipes[1][0], &c, 1) != 1) return 1;
     }
-    long long elapsed = wall_ns() - t0;
+    long long elapsed = now_ns() - t0;
     pthread_join(t, NULL);
     printf("ELAPSED=%lld\n", elapsed);
     return 0;

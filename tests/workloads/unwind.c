@@ -28,14 +28,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 static volatile unsigned long sink;
 static long long rounds;
-
-static long long wall_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 /* The thread's own CPU time: the busy modes run for SECONDS of it, so they do the same work
  * (and give a profiler the same number of samples) however busy the machine is. */
@@ -134,8 +130,8 @@ __attribute__((noinline)) void nap_outer(void) {
 }
 
 __attribute__((noinline)) void run_sleep(double seconds) {
-    long long end = wall_ns() + (long long)(seconds * 1e9);
-    while (wall_ns() < end) {
+    long long end = now_ns() + (long long)(seconds * 1e9);
+    while (now_ns() < end) {
         nap_outer();
         rounds++;
     }

@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
+
 static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t ready_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t ready = PTHREAD_COND_INITIALIZER;
@@ -27,17 +29,6 @@ static int done;
 static double seconds;
 static volatile unsigned long sink;
 static long long wait_ns, cond_wait_ns;
-
-static long long now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-static void spin_for(long long ns) {
-    long long end = now_ns() + ns;
-    while (now_ns() < end) sink++;
-}
 
 __attribute__((noinline)) void update_table(void) {
     long long before = now_ns();
