@@ -75,9 +75,10 @@ pub struct OffCpuStart {
     /// Why it left the CPU: a `switch_reason`.
     pub reason: u32,
     pub tgid: u32,
-    /// 1: `user_stack_id` names a table-unwound stack in `OFFCPU_USER_STACKS`.
+    /// 1: `user_stack_id` names a table-unwound stack in `OFFCPU_USER_STACKS_n`.
     pub user_unwound: u32,
-    pub _pad: u32,
+    /// The epoch generation it went to sleep in: its stacks are in that generation's slot.
+    pub generation: u32,
 }
 const _: () = assert!(size_of::<OffCpuStart>() == 32);
 
@@ -145,6 +146,11 @@ pub struct CpuRun {
     pub comm: [u8; COMM_LEN],
 }
 const _: () = assert!(size_of::<CpuRun>() == 48);
+
+/// Off-CPU keys (thread, stacks) per epoch slot: a slot holds one drain interval's sleeps.
+pub const OFFCPU_ENTRIES: u32 = 8 * 1024;
+/// Stacks taken at switch-out per epoch slot (each slot holds one drain interval's).
+pub const OFFCPU_STACK_ENTRIES: u32 = 8 * 1024;
 
 /// Recent tasks on one CPU (a small ring), to name who held the CPU while a task waited.
 pub const CPU_HISTORY: usize = 8;

@@ -40,6 +40,7 @@ macro_rules! get_or_insert {
     }};
 }
 
+/// The epoch's generation, counted up at every flip; its low bit is the slot being written.
 #[map(name = "EPOCH")]
 pub(crate) static EPOCH: Array<u32> = Array::with_max_entries(1, 0);
 #[map(name = "SAMPLES_0")]
@@ -130,7 +131,7 @@ fn try_sample_stack(ctx: &PerfEventContext) -> Result<(), i64> {
 /// without one, the frame-pointer walk's.
 #[inline(always)]
 pub fn record_sample(ctx: &PerfEventContext, tgid: u32, tid: u32, unwound: Option<i32>) {
-    let slot = EPOCH.get(0).copied().unwrap_or(0);
+    let slot = EPOCH.get(0).copied().unwrap_or(0) & 1;
     let _ = if slot == 0 {
         record(
             ctx,

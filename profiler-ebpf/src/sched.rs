@@ -20,7 +20,7 @@ use aya_ebpf::{
 use profiler_common::{
     hist_bucket, offcpu_stacks, switch_reason, Counter, CpuHistory, CpuRun, Enqueued, ExitedKey,
     KernelTotals, OffCpuStart, OffCpuTime, SampleKey, SchedInfoHead, SlowEvent, TaskOffsets, TaskSched,
-    COMM_LEN, CPU_HISTORY, HEAT_BUCKETS, SLOW_CULPRITS, STACK_MAP_ENTRIES,
+    BEGAN_EARLIER, COMM_LEN, CPU_HISTORY, HEAT_BUCKETS, OFFCPU_ENTRIES, OFFCPU_STACK_ENTRIES, SLOW_CULPRITS,
 };
 
 use crate::{counters::bump, sampling::EPOCH, targets::is_target};
@@ -54,10 +54,16 @@ static EXITED: HashMap<ExitedKey, TaskSched> = HashMap::with_max_entries(2048, 0
 /// A zeroed `TaskSched` to insert from: the value is too large for the BPF stack.
 #[map(name = "TASK_TEMPLATE")]
 static TASK_TEMPLATE: PerCpuArray<TaskSched> = PerCpuArray::with_max_entries(1, 0);
-#[map(name = "OFFCPU")]
-static OFFCPU: HashMap<SampleKey, OffCpuTime> = HashMap::with_max_entries(16384, 0);
-#[map(name = "OFFCPU_STACKS")]
-static OFFCPU_STACKS: StackTrace = StackTrace::with_max_entries(STACK_MAP_ENTRIES, 0);
+/// Off-CPU time by stack, in the epoch slot of the moment each sleep ended; its stacks are in
+/// the slot of the moment it began (see `BEGAN_EARLIER`).
+#[map(name = "OFFCPU_0")]
+static OFFCPU_0: HashMap<SampleKey, OffCpuTime> = HashMap::with_max_entries(OFFCPU_ENTRIES, 0);
+#[map(name = "OFFCPU_1")]
+static OFFCPU_1: HashMap<SampleKey, OffCpuTime> = HashMap::with_max_entries(OFFCPU_ENTRIES, 0);
+#[map(name = "OFFCPU_STACKS_0")]
+static OFFCPU_STACKS_0: StackTrace = StackTrace::with_max_entries(OFFCPU_STACK_ENTRIES, 0);
+#[map(name = "OFFCPU_STACKS_1")]
+static OFFCPU_STACKS_1: StackTrace = StackTrace::with_max_entries(OFFCPU_STACK_ENTRIES, 0);
 #[map(name = "CPU_HISTORY")]
 static CPU_HISTORY_MAP: PerCpuArray<CpuHistory> = PerCpuArray::with_max_entries(1, 0);
 /// Per-CPU heatmap counts of the current epoch: index = epoch slot * HEAT_BUCKETS + bucket.
@@ -144,6 +150,12 @@ impl Current {
             sum_exec_ns: self.field(off.sum_exec_runtime),
         })
     }
+}
+
+/// The epoch's generation now (its low bit: the slot being written).
+#[inline(always)]
+fn generation() -> u32 {
+    EPOCH.get(0).copied().unwrap_or(0)
 }
 
 #[inline(always)]
@@ -258,7 +270,11 @@ fn try_switch(ctx: &RawTracePointContext) -> Result<(), i64> {
         // stint end) before this program returns: it is still on this CPU until the switch ends.
         crate::unwind::start_offcpu(ctx, tgid, prev);
         // The walk could not start: a frame-pointer stack after all.
-        offcpu_user_stack(prev, stack_id(ctx, BPF_F_USER_STACK as u64), false);
+        offcpu_user_stack(
+            prev,
+            stack_id(ctx, offcpu_generation(prev), BPF_F_USER_STACK as u64),
+            false,
+        );
     }
     Ok(())
 }
@@ -272,6 +288,15 @@ pub fn offcpu_user_stack(tid: u32, id: i32, unwound: bool) {
             (*stats).offcpu.user_stack_id = id;
             (*stats).offcpu.user_unwound = unwound as u32;
         }
+    }
+}
+
+/// The epoch generation `tid` went to sleep in.
+#[inline(always)]
+pub fn offcpu_generation(tid: u32) -> u32 {
+    match TASK_STATS.get_ptr(tid) {
+        Some(stats) => unsafe { (*stats).offcpu.generation },
+        None => generation(),
     }
 }
 
@@ -333,16 +358,17 @@ fn switch_out(
     crate::sampling::announce_once(tgid);
     let policy = unsafe { core::ptr::read_volatile(&OFFCPU_STACKS_ENABLED) };
     let tables = policy != offcpu_stacks::NONE && crate::unwind::has_tables(tgid);
+    let generation = generation();
     let user_stack_id = match policy == offcpu_stacks::NONE || tables {
         // With tables, filled in by the walk the caller starts.
         true => NO_STACK,
-        false => stack_id(ctx, BPF_F_USER_STACK as u64),
+        false => stack_id(ctx, generation, BPF_F_USER_STACK as u64),
     };
     let kernel_stack_id = match policy == offcpu_stacks::ALL
         || (policy != offcpu_stacks::NONE
             && (reason == switch_reason::BLOCKED || (!tables && user_stack_id < 0)))
     {
-        true => stack_id(ctx, 0),
+        true => stack_id(ctx, generation, 0),
         false => NO_STACK,
     };
     stats.offcpu = OffCpuStart {
@@ -352,7 +378,7 @@ fn switch_out(
         reason,
         tgid,
         user_unwound: tables as u32,
-        _pad: 0,
+        generation,
     };
     tables.then_some(tgid)
 }
@@ -361,8 +387,12 @@ fn switch_out(
 const NO_STACK: i32 = -14;
 
 #[inline(always)]
-fn stack_id(ctx: &RawTracePointContext, flags: u64) -> i32 {
-    match ctx.get_stackid(&OFFCPU_STACKS, flags) {
+fn stack_id(ctx: &RawTracePointContext, generation: u32, flags: u64) -> i32 {
+    let stacks = match generation & 1 {
+        0 => &OFFCPU_STACKS_0,
+        _ => &OFFCPU_STACKS_1,
+    };
+    match ctx.get_stackid(stacks, flags) {
         Ok(id) => id as i32,
         Err(err) => err,
     }
@@ -422,7 +452,6 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: O
 
     let start = stats.offcpu;
     if start.at_ns != 0 {
-        stats.offcpu.at_ns = 0;
         // Asleep until the wake-up; from then on it was runnable, which is run-queue delay
         // (counted above), not off-CPU time: the thread's states add up to its time.
         let woke = match enqueued.at_ns >= start.at_ns {
@@ -435,34 +464,49 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: O
         } else {
             stats.sleeping_ns += blocked;
         }
+        let generation = generation();
+        let began_earlier = match start.generation == generation {
+            true => 0,
+            false => BEGAN_EARLIER,
+        };
         let key = SampleKey {
             tgid: start.tgid,
             tid: next,
             user_stack_id: start.user_stack_id,
             kernel_stack_id: start.kernel_stack_id,
             comm: stats.comm,
-            user_unwound: start.user_unwound,
+            user_unwound: start.user_unwound | began_earlier,
             exec_generation: crate::targets::exec_generation(start.tgid),
         };
-        if let Some(total) = OFFCPU.get_ptr_mut(key) {
-            // Only this task's switch-in updates its keys: no other CPU writes them concurrently.
-            unsafe {
-                (*total).total_ns += blocked;
-                (*total).count += 1;
-            }
-        } else if OFFCPU
-            .insert(
-                key,
-                OffCpuTime {
-                    total_ns: blocked,
-                    count: 1,
-                },
-                0,
-            )
-            .is_err()
-        {
-            bump(Counter::OffCpuMapFull);
+        match generation & 1 {
+            0 => add_offcpu(&OFFCPU_0, &key, blocked),
+            _ => add_offcpu(&OFFCPU_1, &key, blocked),
         }
+        // Only now: user space, seeing the task awake, knows its sleep is in the map.
+        stats.offcpu.at_ns = 0;
+    }
+}
+
+#[inline(always)]
+fn add_offcpu(map: &HashMap<SampleKey, OffCpuTime>, key: &SampleKey, blocked: u64) {
+    if let Some(total) = map.get_ptr_mut(key) {
+        // Only this task's switch-in updates its keys: no other CPU writes them concurrently.
+        unsafe {
+            (*total).total_ns += blocked;
+            (*total).count += 1;
+        }
+    } else if map
+        .insert(
+            key,
+            OffCpuTime {
+                total_ns: blocked,
+                count: 1,
+            },
+            0,
+        )
+        .is_err()
+    {
+        bump(Counter::OffCpuMapFull);
     }
 }
 
@@ -523,7 +567,7 @@ fn record_wait(
     if let Some(count) = stats.hist.get_mut(bucket) {
         *count += 1;
     }
-    let slot = EPOCH.get(0).copied().unwrap_or(0) & 1;
+    let slot = generation() & 1;
     let heat = slot as usize * HEAT_BUCKETS + (bucket / 8).min(HEAT_BUCKETS - 1);
     if let Some(cell) = HEAT.get_ptr_mut(heat as u32) {
         unsafe { *cell += 1 };

@@ -55,9 +55,12 @@ static USER_STACKS_1: HashMap<u32, UserStack> = HashMap::with_max_entries(STACK_
 static OFFCPU_UNWIND_PROGRAMS: ProgramArray = ProgramArray::with_max_entries(1, 0);
 #[map(name = "OFFCPU_WALK")]
 static OFFCPU_WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
-/// Where threads went to sleep: kept for the whole run, like the off-CPU stack-trace map.
-#[map(name = "OFFCPU_USER_STACKS")]
-static OFFCPU_USER_STACKS: HashMap<u32, UserStack> = HashMap::with_max_entries(STACK_ENTRIES, 0);
+/// Where threads went to sleep, in the epoch slot of the moment they did (as the off-CPU
+/// stack-trace maps).
+#[map(name = "OFFCPU_USER_STACKS_0")]
+static OFFCPU_USER_STACKS_0: HashMap<u32, UserStack> = HashMap::with_max_entries(STACK_ENTRIES, 0);
+#[map(name = "OFFCPU_USER_STACKS_1")]
+static OFFCPU_USER_STACKS_1: HashMap<u32, UserStack> = HashMap::with_max_entries(STACK_ENTRIES, 0);
 
 #[map(name = "LOCK_UNWIND_PROGRAMS")]
 static LOCK_UNWIND_PROGRAMS: ProgramArray = ProgramArray::with_max_entries(1, 0);
@@ -215,7 +218,7 @@ pub fn unwind_user(ctx: PerfEventContext) -> u32 {
 fn try_unwind_user(ctx: &PerfEventContext) -> Result<(), ()> {
     let walk = unsafe { &mut *WALK.get_ptr_mut(0).ok_or(())? };
     advance(ctx, walk, &UNWIND_PROGRAMS);
-    let stacks = match EPOCH.get(0).copied().unwrap_or(0) {
+    let stacks = match EPOCH.get(0).copied().unwrap_or(0) & 1 {
         0 => &USER_STACKS_0,
         _ => &USER_STACKS_1,
     };
@@ -234,7 +237,12 @@ pub fn unwind_offcpu(ctx: RawTracePointContext) -> u32 {
 fn try_unwind_offcpu(ctx: &RawTracePointContext) -> Result<(), ()> {
     let walk = unsafe { &mut *OFFCPU_WALK.get_ptr_mut(0).ok_or(())? };
     advance(ctx, walk, &OFFCPU_UNWIND_PROGRAMS);
-    let stack_id = store(&OFFCPU_USER_STACKS, walk);
+    // The slot the switch program took the sleep's other stack in, even if the epoch moved since.
+    let stacks = match crate::sched::offcpu_generation(walk.tid) & 1 {
+        0 => &OFFCPU_USER_STACKS_0,
+        _ => &OFFCPU_USER_STACKS_1,
+    };
+    let stack_id = store(stacks, walk);
     crate::sched::offcpu_user_stack(walk.tid, stack_id, true);
     Ok(())
 }

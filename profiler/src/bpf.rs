@@ -189,7 +189,7 @@ fn unused_maps(options: &LoadOptions<'_>) -> Vec<&'static str> {
         unused.extend(names::USER_STACKS);
     }
     if !options.offcpu_stacks() || !options.unwind_tables {
-        unused.push(names::OFFCPU_USER_STACKS);
+        unused.extend(names::OFFCPU_USER_STACKS);
     }
     let lock = options.lock;
     if lock.is_none() {
@@ -226,12 +226,8 @@ fn unused_maps(options: &LoadOptions<'_>) -> Vec<&'static str> {
         unused.extend(names::BUILD_ID_STACKS);
     }
     if options.sched.is_none() {
-        unused.extend([
-            names::TASK_STATS,
-            names::EXITED,
-            names::OFFCPU,
-            names::OFFCPU_STACKS,
-        ]);
+        unused.extend([names::TASK_STATS, names::EXITED]);
+        unused.extend(names::OFFCPU.iter().chain(&names::OFFCPU_STACKS));
     }
     unused
 }

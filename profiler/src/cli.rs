@@ -251,9 +251,63 @@ pub struct AgentArgs {
     /// How user stacks are walked (see the main command's --unwind).
     #[arg(long, value_enum, value_name = "HOW", default_value = "tables")]
     pub unwind: Unwind,
+    /// What each window profiles, comma-separated: `cpu` (on-CPU stacks), `offcpu` (time asleep
+    /// by stack), `runqueue` (time waiting for a CPU, per thread), or `all`.
+    #[arg(long, value_name = "LIST", default_value = "cpu", value_parser = parse_signals)]
+    pub signals: Signals,
     /// Testing: entries of the kernel's sample map (to prove a full map is reported).
     #[arg(long = "sample-map-entries", value_name = "N", hide = true)]
     pub sample_map_entries: Option<u32>,
+}
+
+/// The agent's signals: each window is one profile per signal.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Signals {
+    pub cpu: bool,
+    pub offcpu: bool,
+    pub runqueue: bool,
+}
+
+impl Signals {
+    /// The scheduler's programs are needed.
+    pub fn sched(self) -> bool {
+        self.offcpu || self.runqueue
+    }
+
+    pub fn names(self) -> Vec<&'static str> {
+        [
+            (self.cpu, "cpu"),
+            (self.offcpu, "offcpu"),
+            (self.runqueue, "runqueue"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect()
+    }
+}
+
+fn parse_signals(s: &str) -> Result<Signals, String> {
+    let mut signals = Signals::default();
+    for name in s.split(',').map(str::trim) {
+        match name {
+            "cpu" => signals.cpu = true,
+            "offcpu" | "off-cpu" => signals.offcpu = true,
+            "runqueue" | "run-queue" => signals.runqueue = true,
+            "all" => {
+                signals = Signals {
+                    cpu: true,
+                    offcpu: true,
+                    runqueue: true,
+                }
+            }
+            other => {
+                return Err(format!(
+                    "`{other}` is not a signal: give cpu, offcpu, runqueue or all (comma-separated)"
+                ))
+            }
+        }
+    }
+    Ok(signals)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -30,11 +30,33 @@ pub fn take_map(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {
 const EFAULT: i32 = 14;
 const EEXIST: i32 = 17;
 
+/// One switch of the epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flip {
+    /// The slot to drain now (the one written until the switch).
+    pub slot: usize,
+    /// The generation written from now on (the drained slot's is the one before).
+    pub generation: u32,
+    /// When the kernel was switched (CLOCK_MONOTONIC ns, as `bpf_ktime_get_ns`).
+    pub at_ns: u64,
+}
+
+/// CLOCK_MONOTONIC, the clock of `bpf_ktime_get_ns()`.
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Where drained samples come from: the kernel's maps, or recorded batches played back.
 pub trait SampleSource {
-    /// Switch the kernel to the other epoch slot; returns the slot to drain. Every map with two
-    /// slots (samples, the scheduler's) is drained from the slot this returns.
-    fn flip(&mut self) -> anyhow::Result<usize>;
+    /// Switch the kernel to the other epoch slot. Every map with two slots (samples, the
+    /// scheduler's) is drained from the slot this returns.
+    fn flip(&mut self) -> anyhow::Result<Flip>;
     /// Everything recorded in one epoch slot, which is left empty.
     fn drain_slot(&mut self, slot: usize) -> anyhow::Result<Vec<RawSample>>;
     /// The kernel's counters of lost and damaged samples, cumulative.
@@ -53,7 +75,8 @@ pub struct SampleMaps {
     /// Frame-pointer stacks the kernel also resolved by build ID (with tables in use).
     build_ids: [BpfHashMap<MapData, BuildIdKey, BuildIdStack>; 2],
     counters: PerCpuArray<MapData, u64>,
-    active: u32,
+    /// The generation being written (its low bit: the slot).
+    generation: u32,
 }
 
 impl SampleMaps {
@@ -92,7 +115,7 @@ impl SampleMaps {
             user_stacks,
             build_ids,
             counters,
-            active: 0,
+            generation: 0,
         })
     }
 }
@@ -100,12 +123,19 @@ impl SampleMaps {
 impl SampleSource for SampleMaps {
     /// A program that read the old epoch just before the switch may still be writing into it: it
     /// runs for microseconds, so the wait here is generous.
-    fn flip(&mut self) -> anyhow::Result<usize> {
-        let old = self.active as usize;
-        self.active ^= 1;
-        self.epoch.set(0, self.active, 0).context("switching the epoch")?;
+    fn flip(&mut self) -> anyhow::Result<Flip> {
+        let slot = (self.generation & 1) as usize;
+        self.generation = self.generation.wrapping_add(1);
+        self.epoch
+            .set(0, self.generation, 0)
+            .context("switching the epoch")?;
+        let at_ns = monotonic_ns();
         std::thread::sleep(Duration::from_millis(2));
-        Ok(old)
+        Ok(Flip {
+            slot,
+            generation: self.generation,
+            at_ns,
+        })
     }
 
     fn drain_slot(&mut self, slot: usize) -> anyhow::Result<Vec<RawSample>> {
@@ -152,14 +182,7 @@ impl SampleSource for SampleMaps {
                 },
             });
         }
-        let ids: Vec<u32> = self.stacks[slot].stack_ids().filter_map(Result::ok).collect();
-        for id in ids {
-            let _ = self.stacks[slot].remove(&id);
-        }
-        let ids: Vec<u32> = self.user_stacks[slot].keys().filter_map(Result::ok).collect();
-        for id in ids {
-            let _ = self.user_stacks[slot].remove(&id);
-        }
+        clear_stacks(&mut self.stacks[slot], &mut self.user_stacks[slot]);
         Ok(out)
     }
 
@@ -190,6 +213,21 @@ impl SampleSource for SampleMaps {
             lock_map_full: read(Counter::LockMapFull)?,
             ..Health::default()
         })
+    }
+}
+
+/// Empty one epoch slot's stack maps (frame-pointer and table-unwound) for its next interval.
+pub(crate) fn clear_stacks(
+    stacks: &mut StackTraceMap<MapData>,
+    user_stacks: &mut BpfHashMap<MapData, u32, UserStack>,
+) {
+    let ids: Vec<u32> = stacks.stack_ids().filter_map(Result::ok).collect();
+    for id in ids {
+        let _ = stacks.remove(&id);
+    }
+    let ids: Vec<u32> = user_stacks.keys().filter_map(Result::ok).collect();
+    for id in ids {
+        let _ = user_stacks.remove(&id);
     }
 }
 
@@ -266,8 +304,12 @@ impl ReplaySource {
 }
 
 impl SampleSource for ReplaySource {
-    fn flip(&mut self) -> anyhow::Result<usize> {
-        Ok(0)
+    fn flip(&mut self) -> anyhow::Result<Flip> {
+        Ok(Flip {
+            slot: 0,
+            generation: 0,
+            at_ns: 0,
+        })
     }
 
     fn drain_slot(&mut self, _slot: usize) -> anyhow::Result<Vec<RawSample>> {
@@ -334,7 +376,7 @@ mod tests {
         for _ in 0..2 {
             let slot = source.flip().unwrap();
             add_batch(
-                source.drain_slot(slot).unwrap(),
+                source.drain_slot(slot.slot).unwrap(),
                 &mut profile,
                 &mut procs,
                 &mut not_captured,

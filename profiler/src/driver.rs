@@ -19,7 +19,7 @@ use tokio::{
 
 use crate::{
     bpf::{LoadOptions, Loaded},
-    collect::{SampleMaps, SampleSource},
+    collect::{monotonic_ns, SampleMaps, SampleSource},
     launcher::RunningCommand,
     modes::{
         lock::{LockCollection, LockMaps},
@@ -48,8 +48,11 @@ pub(crate) trait Sink {
 pub(crate) struct Drained<'a> {
     /// The samples recorded since the previous drain (none when not sampling).
     pub samples: Vec<RawSample>,
+    /// The off-CPU time by stack since the previous drain, in ns, when the scheduler's
+    /// collector hands it out (`SchedCollector::keep_offcpu` off).
+    pub offcpu: Vec<RawSample>,
     /// The scheduler's records so far (sched and topdown).
-    pub sched: Option<&'a SchedCollector>,
+    pub sched: Option<&'a mut SchedCollector>,
     /// The lock records so far (lock mode).
     pub locks: Option<&'a LockMaps>,
     pub procs: &'a mut Processes,
@@ -296,7 +299,7 @@ impl<K> Driver<K> {
         health.files_without_tables = health.files_without_tables_named.len() as u64;
         let sched = match sched {
             Some(sched) => {
-                let collection = sched.finish(&mut procs, stopped_ns)?;
+                let collection = sched.finish(stopped_ns)?;
                 health.slow_events = collection.slow_seen;
                 Some(collection)
             }
@@ -319,14 +322,16 @@ impl Collector {
     /// The one drain: one epoch flip for the samples and the scheduler's records alike.
     fn drain(&mut self, sink: &mut dyn Sink) -> anyhow::Result<()> {
         sink.before_drain(&self.procs);
-        let old = self.source.flip()?;
-        let samples = self.source.drain_slot(old)?;
-        if let Some(sched) = &mut self.sched {
-            sched.drain(old)?;
-        }
+        let flip = self.source.flip()?;
+        let samples = self.source.drain_slot(flip.slot)?;
+        let offcpu = match &mut self.sched {
+            Some(sched) => sched.drain(flip, &mut self.procs)?,
+            None => Vec::new(),
+        };
         sink.drained(Drained {
             samples,
-            sched: self.sched.as_ref(),
+            offcpu,
+            sched: self.sched.as_mut(),
             locks: self.locks.as_ref(),
             procs: &mut self.procs,
             tables: self.tables.as_mut(),
@@ -415,17 +420,6 @@ async fn all_exited(fds: &[AsyncFd<OwnedFd>]) {
     for fd in fds {
         let _ = fd.readable().await;
     }
-}
-
-/// CLOCK_MONOTONIC, the clock of `bpf_ktime_get_ns()`.
-pub(crate) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes one timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 #[cfg(test)]

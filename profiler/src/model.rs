@@ -218,17 +218,7 @@ pub(crate) mod tests {
     use super::*;
 
     pub fn frame(name: &str) -> Frame {
-        Frame {
-            function: name.into(),
-            module: "/bin/w".into(),
-            file: None,
-            line: None,
-            kernel: false,
-            inlined: false,
-            address: 0,
-            start: None,
-            offset: None,
-        }
+        Frame::named(name.into(), "/bin/w")
     }
 
     pub fn stack(names: &[&str], count: u64) -> Stack {

@@ -227,7 +227,7 @@ impl TopView {
 
     fn sched(&mut self, data: Drained<'_>) {
         let Some(sched) = data.sched else { return };
-        let tasks = sched.latencies_now(crate::driver::monotonic_ns());
+        let tasks = sched.latencies_now(crate::collect::monotonic_ns());
         let mut now = HashMap::new();
         for task in &tasks {
             let key = (task.pid, task.tid);

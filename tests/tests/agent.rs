@@ -537,3 +537,145 @@ fn unwind_rows_of_a_binary_no_process_maps_are_freed() {
     );
     assert_no_programs_left();
 }
+
+/// A `KEY k=v ...` line of a workload's output, by key.
+fn line_fields(
+    stdout: &str,
+    prefix: &str,
+    pick: impl Fn(&HashMap<&str, &str>) -> bool,
+) -> HashMap<String, f64> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix(prefix))
+        .map(|rest| {
+            rest.split_whitespace()
+                .filter_map(|kv| kv.split_once('='))
+                .collect::<HashMap<&str, &str>>()
+        })
+        .find(|kv| pick(kv))
+        .unwrap_or_else(|| panic!("no {prefix:?} line: {stdout}"))
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.to_string(), v.parse().ok()?)))
+        .collect()
+}
+
+/// Every signal on: a thread that sleeps 2.5 s at a time (each sleep spans two or three drains,
+/// and most window ends) shows, in every window it spans wholly, off-CPU time equal to the
+/// window's length in the function it sleeps in; over all windows, what the kernel counts it
+/// asleep; the busy threads' run-queue delay over the windows is their schedstat's. Each signal's
+/// files and pulls are read by `go tool pprof`.
+#[test]
+fn every_signal_in_windows_off_cpu_across_window_ends_and_run_queue_delay() {
+    let dir = temp_path("agent-signals");
+    let _ = std::fs::remove_dir_all(&dir);
+    let agent = Agent::start(&[
+        "--signals",
+        "all",
+        "--window",
+        "2",
+        "-F",
+        "99",
+        "--output-dir",
+        dir.to_str().unwrap(),
+    ]);
+    // Three busy threads on this machine's CPUs: they wait for one another.
+    let load = start_workload("schedload", &["naps", "9", "3"]);
+    let url = format!("http://{}/debug/pprof/offcpu?seconds=3", agent.address);
+    let pulled = go_pprof_top(&["-seconds", "3", &url]);
+    assert!(
+        pulled.contains("sleep_known"),
+        "the pulled off-CPU profile:\n{pulled}"
+    );
+    let stdout = load.finish();
+    // Two more windows: the last sleep's end is drained and written.
+    let written = agent.metric("bpfprof_agent_windows_written_total");
+    wait_until("two more windows", Duration::from_secs(30), || {
+        agent.metric("bpfprof_agent_windows_written_total") >= written + 2.0
+    });
+    let page =
+        String::from_utf8_lossy(&bpfprof_tests::http_get(&agent.address, "/metrics").unwrap().1).into_owned();
+    let (ok, stderr, _) = agent.stop(Duration::from_secs(15));
+    assert!(ok, "the agent failed: {stderr}");
+    assert_no_programs_left();
+    let waits = profiler::agent::metrics::value(&page, "bpfprof_runqueue_delay_seconds_count").unwrap();
+    assert!(waits > 0.0, "no run-queue wait in the histogram:\n{page}");
+
+    let naps = line_fields(&stdout, "NAPS ", |_| true);
+    let sleeper = line_fields(&stdout, "TASK ", |kv| kv["role"] == "sleeper");
+    let napper = naps["tid"] as i64;
+    let (from, to) = (naps["from"] as i64, naps["to"] as i64);
+    let files = |signal: &str| -> Vec<PathBuf> {
+        windows_in(&dir)
+            .into_iter()
+            .filter(|p| p.to_string_lossy().ends_with(&format!(".{signal}.pb.gz")))
+            .collect()
+    };
+    let (mut whole_windows, mut asleep_total) = (0, 0.0);
+    for file in files("offcpu") {
+        let profile = decode_pprof(&std::fs::read(&file).unwrap());
+        let asleep: i64 = profile
+            .sample
+            .iter()
+            .filter(|s| label_num(&profile, s, "tid") == Some(napper))
+            .filter(|s| frames(&profile, s).iter().any(|(f, _)| f == "sleep_known"))
+            .map(|s| s.value[0])
+            .sum();
+        let (start, length) = (profile.time_nanos, profile.duration_nanos);
+        eprintln!(
+            "{}: window {:.3} s, the napper asleep {:.3} s in sleep_known",
+            file.display(),
+            length as f64 / 1e9,
+            asleep as f64 / 1e9
+        );
+        asleep_total += asleep as f64;
+        if start >= from && start + length <= to {
+            whole_windows += 1;
+            assert!(
+                (asleep - length).abs() as f64 <= 0.1 * length as f64,
+                "{}: asleep {asleep} ns in a window of {length} ns",
+                file.display()
+            );
+        }
+        go_pprof_top(&[file.to_str().unwrap()]);
+    }
+    assert!(whole_windows >= 2, "{whole_windows} windows within the naps");
+    assert!(
+        (asleep_total - sleeper["slept"]).abs() <= 0.1 * sleeper["slept"],
+        "off-CPU over all windows {asleep_total} ns; the kernel has the napper asleep {} ns",
+        sleeper["slept"]
+    );
+
+    // Run-queue delay per busy thread, summed over the windows, against its schedstat.
+    let mut delay_of: HashMap<i64, i64> = HashMap::new();
+    for file in files("runqueue") {
+        let profile = decode_pprof(&std::fs::read(&file).unwrap());
+        for s in &profile.sample {
+            *delay_of
+                .entry(label_num(&profile, s, "tid").unwrap())
+                .or_default() += s.value[0];
+        }
+        let top = go_pprof_top(&[file.to_str().unwrap()]);
+        assert!(
+            top.contains("runqueue-delay") || !profile.sample.is_empty(),
+            "{top}"
+        );
+    }
+    for line in stdout
+        .lines()
+        .filter(|l| l.starts_with("TASK ") && l.contains("role=busy"))
+    {
+        let busy = line_fields(line, "TASK ", |_| true);
+        let got = delay_of.get(&(busy["tid"] as i64)).copied().unwrap_or(0) as f64;
+        eprintln!(
+            "busy thread {}: run-queue delay {got} ns over the windows, schedstat {} ns",
+            busy["tid"], busy["run_delay"]
+        );
+        assert!(
+            (got - busy["run_delay"]).abs() <= 0.1 * busy["run_delay"] + 1e6,
+            "busy thread {}: {got} ns in the windows, {} ns by schedstat",
+            busy["tid"],
+            busy["run_delay"]
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -16,6 +16,12 @@
  * and that one sleeps 600 x 2 ms. Both print their TASK line (role=first, role=second); prints
  * NOREUSE and exits 3 if the id never came back.
  *
+ *   schedload naps SECONDS BUSY_THREADS
+ *
+ * As the first form, but the sleeper sleeps 2.5 s at a time (each sleep spans two or three of a
+ * profiler's one-second drains) and also prints NAPS tid=<tid> from=<ns> to=<ns>: the wall-clock
+ * (CLOCK_REALTIME) span of its sleeps, during which it is asleep but for microseconds.
+ *
  *   schedload pingpong ROUND_TRIPS
  *
  * Two threads pass a byte back and forth over two pipes (two context switches per round trip);
@@ -89,7 +95,7 @@ static void *busy(void *arg) {
 /* The nanosleep system call made from this function itself (not through libc, which has no frame
  * pointers), so the off-CPU stack's innermost user frame is this function. */
 __attribute__((noinline)) long long sleep_known(long long ns) {
-    struct timespec ts = {0, ns};
+    struct timespec ts = {ns / 1000000000, ns % 1000000000};
     long long t0 = now_ns();
 #if defined(__x86_64__)
     long ret;
@@ -105,8 +111,13 @@ __attribute__((noinline)) long long sleep_known(long long ns) {
     return now_ns() - t0;
 }
 
+static long long nap_ns = 1000000;
+static struct timespec naps_from, naps_to;
+
 static void *sleeper(void *arg) {
-    long long slept = sleep_until(now_ns() + (long long)(seconds * 1e9), 1000000);
+    clock_gettime(CLOCK_REALTIME, &naps_from);
+    long long slept = sleep_until(now_ns() + (long long)(seconds * 1e9), nap_ns);
+    clock_gettime(CLOCK_REALTIME, &naps_to);
     pthread_barrier_wait(&done);
     report(arg, "sleeper", slept);
     return NULL;
@@ -181,8 +192,14 @@ static int reuse(void) {
 int main(int argc, char **argv) {
     if (argc == 2 && argv[1][0] == 'r') return reuse();
     if (argc == 3 && argv[1][0] == 'p') return pingpong(atol(argv[2]));
+    int naps = argc == 4 && argv[1][0] == 'n';
+    if (naps) {
+        nap_ns = 2500000000LL;
+        argv++;
+        argc--;
+    }
     if (argc != 3) {
-        fprintf(stderr, "usage: %s SECONDS BUSY_THREADS\n", argv[0]);
+        fprintf(stderr, "usage: %s [naps] SECONDS BUSY_THREADS\n", argv[0]);
         return 2;
     }
     seconds = atof(argv[1]);
@@ -196,5 +213,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i <= n; i++)
         printf("TASK tid=%lld role=%s run_delay=%llu pcount=%llu oncpu=%llu slept=%lld\n", results[i].tid,
                results[i].role, results[i].delay, results[i].pcount, results[i].oncpu, results[i].slept);
+    if (naps)
+        printf("NAPS tid=%lld from=%lld to=%lld\n", results[n].tid,
+               naps_from.tv_sec * 1000000000LL + naps_from.tv_nsec, naps_to.tv_sec * 1000000000LL + naps_to.tv_nsec);
     return 0;
 }

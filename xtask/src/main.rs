@@ -9,6 +9,7 @@
 //!   cargo xtask guest [FILTER]   only the arm64 suites, in the emulated Neoverse N1 (QEMU)
 //!   cargo xtask bench [MODE]     overhead benchmarks (hotspot, sched, unwind, lock, agent)
 //!   cargo xtask soak --minutes N the agent under process churn: memory and descriptors stay flat
+//!                                [--signals all: every signal on]
 //!   cargo xtask noise            a busy machine (CPU hogs, short-lived processes) until Ctrl-C
 use std::{
     path::{Path, PathBuf},
@@ -78,6 +79,9 @@ enum Task {
     Soak {
         #[arg(long, default_value_t = 60.0)]
         minutes: f64,
+        /// The agent's --signals (e.g. `all`).
+        #[arg(long, default_value = "cpu")]
+        signals: String,
     },
     /// Load the machine as a busy host would: a CPU hog on every CPU and a stream of
     /// short-lived processes, until stopped.
@@ -117,9 +121,9 @@ fn main() {
         Task::Bench { mode } => setup::run(setup::Needs::Test)
             .and_then(|()| build())
             .and_then(|()| bench::run(&mode)),
-        Task::Soak { minutes } => setup::run(setup::Needs::Build)
+        Task::Soak { minutes, signals } => setup::run(setup::Needs::Build)
             .and_then(|()| build())
-            .and_then(|()| soak::run(minutes)),
+            .and_then(|()| soak::run(minutes, &signals)),
         Task::Noise { seconds } => noise::run(seconds),
     };
     if let Err(err) = result {

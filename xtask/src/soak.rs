@@ -92,7 +92,7 @@ fn terminate(pid: u32) {
     let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
 }
 
-pub fn run(minutes: f64) -> Result<()> {
+pub fn run(minutes: f64, signals: &str) -> Result<()> {
     if minutes < 1.0 {
         bail!("--minutes: at least 1 (the warm-up alone is a minute)");
     }
@@ -112,7 +112,7 @@ pub fn run(minutes: f64) -> Result<()> {
             "--keep",
             "4",
         ])
-        .args(["--output-dir", DIR, "--listen", address])
+        .args(["--output-dir", DIR, "--listen", address, "--signals", signals])
         .stderr(Stdio::piped())
         .spawn()
         .context("starting the agent")?;
@@ -132,7 +132,7 @@ pub fn run(minutes: f64) -> Result<()> {
         .spawn()
         .context("starting the churn workload")?;
     eprintln!(
-        "soak: {minutes} min of the agent (99 Hz, {WINDOW_S} s windows) under process churn; warm-up {:.0} s, then RSS and descriptors must stay within {:.0}%",
+        "soak: {minutes} min of the agent ({signals}; 99 Hz, {WINDOW_S} s windows) under process churn; warm-up {:.0} s, then RSS and descriptors must stay within {:.0}%",
         warm_up.as_secs_f64(),
         TOLERANCE * 100.0
     );
@@ -193,7 +193,7 @@ pub fn run(minutes: f64) -> Result<()> {
     let cpu =
         metric(&page, "bpfprof_agent_cpu_seconds_total") / metric(&page, "bpfprof_agent_uptime_seconds");
     println!(
-        "soak: {minutes} min, {} windows, {processes} processes churned; RSS {:.1} MB after warm-up, then {:+.1}%..{:+.1}% (last {:.1} MB); fds {}, then {:+.1}%..{:+.1}%; samples {}, lost {}, processes not captured {}, windows dropped {}; agent CPU {:.2}% of one core; stopped cleanly: {stopped_ok}: {}",
+        "soak: {minutes} min ({signals}), {} windows, {processes} processes churned; RSS {:.1} MB after warm-up, then {:+.1}%..{:+.1}% (last {:.1} MB); fds {}, then {:+.1}%..{:+.1}%; samples {}, lost {}, processes not captured {}, windows dropped {}; agent CPU {:.2}% of one core; stopped cleanly: {stopped_ok}: {}",
         metric(&page, "bpfprof_agent_windows_written_total"),
         base.rss as f64 / 1e6,
         rss_lo * 100.0,

@@ -1,7 +1,9 @@
 //! Pull: the endpoint fleet profilers scrape. `/debug/pprof/profile?seconds=N` is the convention
-//! Parca and Pyroscope scrape and `go tool pprof` fetches (N seconds from now, all processes);
-//! `/debug/pprof/latest` the last finished window; `/metrics` the agent's own health; `/healthz`;
-//! `/debug/unwind` which files hold rows of the kernel's unwind table array.
+//! Parca and Pyroscope scrape and `go tool pprof` fetches (CPU, N seconds from now, all
+//! processes); `/debug/pprof/offcpu?seconds=N` the same for time off the CPU;
+//! `/debug/pprof/latest?signal=S` the last finished window's profile of a signal; `/metrics` the
+//! agent's own health and the run-queue histogram; `/healthz`; `/debug/unwind` which files hold
+//! rows of the kernel's unwind table array.
 use std::{convert::Infallible, sync::Arc, time::Duration};
 
 use bytes::Bytes;
@@ -10,7 +12,12 @@ use hyper::{body::Incoming, server::conn::http1, service::service_fn, Request, R
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
-use super::metrics::{Metrics, OwnUsage};
+use super::{
+    metrics::{Metrics, OwnUsage},
+    render::Latest,
+    Signal,
+};
+use crate::cli::Signals;
 use crate::unwind::FileWithRows;
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -23,18 +30,21 @@ const MAX_CONNECTIONS: usize = 16;
 
 /// A request for a profile of the next `seconds`, answered by the agent's loop.
 pub struct PullRequest {
+    pub signal: Signal,
     pub seconds: u64,
     pub reply: oneshot::Sender<Result<Bytes, String>>,
 }
 
 pub struct Endpoint {
     pub pulls: mpsc::Sender<PullRequest>,
-    pub latest: Arc<std::sync::Mutex<Option<Bytes>>>,
+    pub latest: Latest,
     pub metrics: Arc<Metrics>,
     /// The files holding unwind rows as of the last window's end (none: tables are off).
     pub unwind_files: Arc<std::sync::Mutex<Option<Vec<FileWithRows>>>>,
     /// The window length: `/healthz` fails when no window ended for twice that.
     pub window: Duration,
+    /// What the agent profiles: the others are not served.
+    pub signals: Signals,
 }
 
 pub async fn serve(listener: tokio::net::TcpListener, endpoint: Arc<Endpoint>) {
@@ -96,19 +106,31 @@ async fn handle(
     if request.method() != hyper::Method::GET {
         return Ok(text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n"));
     }
+    let query = request.uri().query();
     let response = match request.uri().path() {
         "/" => text(
             StatusCode::OK,
-            "bpfprof agent\n/debug/pprof/profile?seconds=N  CPU profile of the next N seconds (pprof)\n/debug/pprof/latest  the last window (pprof)\n/metrics  agent health (Prometheus)\n/healthz\n/debug/unwind  files holding unwind table rows\n",
+            "bpfprof agent\n/debug/pprof/profile?seconds=N  CPU profile of the next N seconds (pprof)\n/debug/pprof/offcpu?seconds=N  off-CPU time of the next N seconds (pprof, ns by stack)\n/debug/pprof/latest?signal=cpu|offcpu|runqueue  the last window (pprof)\n/metrics  agent health and run-queue delay (Prometheus)\n/healthz\n/debug/unwind  files holding unwind table rows\n",
         ),
-        "/debug/pprof/profile" => match seconds(request.uri().query()) {
-            Ok(seconds) => pull(&endpoint, seconds).await,
-            Err(message) => text(StatusCode::BAD_REQUEST, message),
-        },
-        "/debug/pprof/latest" => match endpoint.latest.lock().unwrap_or_else(|e| e.into_inner()).clone() {
-            Some(bytes) => pprof(bytes),
-            None => text(StatusCode::NOT_FOUND, "no window has ended yet\n"),
-        },
+        "/debug/pprof/profile" => pull(&endpoint, Signal::Cpu, query).await,
+        "/debug/pprof/offcpu" => pull(&endpoint, Signal::OffCpu, query).await,
+        "/debug/pprof/latest" => {
+            let signal = match parameter(query, "signal") {
+                None => Some(Signal::Cpu),
+                Some(name) => Signal::parse(name),
+            };
+            let latest = endpoint.latest.lock().unwrap_or_else(|e| e.into_inner());
+            match signal {
+                None => text(StatusCode::BAD_REQUEST, "signal: give cpu, offcpu or runqueue\n"),
+                Some(signal) if !endpoint.signals.names().contains(&signal.name()) => {
+                    off(signal)
+                }
+                Some(signal) => match latest.get(&signal) {
+                    Some(bytes) => pprof(bytes.clone()),
+                    None => text(StatusCode::NOT_FOUND, "no window has ended yet\n"),
+                },
+            }
+        }
         "/metrics" => reply(
             StatusCode::OK,
             "text/plain; version=0.0.4",
@@ -133,9 +155,35 @@ async fn handle(
     Ok(response)
 }
 
-async fn pull(endpoint: &Endpoint, seconds: u64) -> Response<Full<Bytes>> {
+/// A signal the agent was not started with.
+fn off(signal: Signal) -> Response<Full<Bytes>> {
+    text(
+        StatusCode::NOT_FOUND,
+        format!(
+            "the agent does not profile {0}: start it with --signals including {0}\n",
+            signal.name()
+        ),
+    )
+}
+
+async fn pull(endpoint: &Endpoint, signal: Signal, query: Option<&str>) -> Response<Full<Bytes>> {
+    if !endpoint.signals.names().contains(&signal.name()) {
+        return off(signal);
+    }
+    let seconds = match seconds(query) {
+        Ok(seconds) => seconds,
+        Err(message) => return text(StatusCode::BAD_REQUEST, message),
+    };
     let (reply, answer) = oneshot::channel();
-    if endpoint.pulls.try_send(PullRequest { seconds, reply }).is_err() {
+    if endpoint
+        .pulls
+        .try_send(PullRequest {
+            signal,
+            seconds,
+            reply,
+        })
+        .is_err()
+    {
         endpoint.metrics.pulls_refused.fetch_add(1, Relaxed);
         return text(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -173,13 +221,17 @@ fn unwind_listing(files: Option<&[FileWithRows]>) -> String {
     page
 }
 
-/// `seconds=N` from a query string: 1 to `MAX_SECONDS`, 30 when absent.
-fn seconds(query: Option<&str>) -> Result<u64, String> {
-    let Some(value) = query
+/// The value of `name=` in a query string.
+fn parameter<'a>(query: Option<&'a str>, name: &str) -> Option<&'a str> {
+    query
         .unwrap_or("")
         .split('&')
-        .find_map(|pair| pair.strip_prefix("seconds="))
-    else {
+        .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+}
+
+/// `seconds=N` from a query string: 1 to `MAX_SECONDS`, 30 when absent.
+fn seconds(query: Option<&str>) -> Result<u64, String> {
+    let Some(value) = parameter(query, "seconds") else {
         return Ok(DEFAULT_SECONDS);
     };
     match value.parse::<u64>() {

@@ -1,5 +1,6 @@
 //! What the agent says about itself on `/metrics` (Prometheus text format): what it sampled and
 //! lost, what it wrote and pushed, and what it costs (memory, descriptors, CPU, caches).
+use super::runqueue::{BOUNDS_NS, BUCKETS};
 use std::{
     fmt::Write as _,
     sync::atomic::{AtomicU64, Ordering::Relaxed},
@@ -33,6 +34,14 @@ pub struct Metrics {
     pub unwind_rows_used: AtomicU64,
     pub stored_windows: AtomicU64,
     pub stored_bytes: AtomicU64,
+    pub offcpu_ns: AtomicU64,
+    pub offcpu_map_full: AtomicU64,
+    pub offcpu_stacks_lost: AtomicU64,
+    pub offcpu_sleeps_carried: AtomicU64,
+    /// Run-queue waits per bucket of `runqueue::BOUNDS_NS` (not cumulative), and their sum.
+    pub runqueue_buckets: [AtomicU64; BUCKETS],
+    pub runqueue_delay_ns: AtomicU64,
+    pub runqueue_threads: AtomicU64,
 }
 
 impl Default for Metrics {
@@ -64,6 +73,13 @@ impl Default for Metrics {
             unwind_rows_used: zero(),
             stored_windows: zero(),
             stored_bytes: zero(),
+            offcpu_ns: zero(),
+            offcpu_map_full: zero(),
+            offcpu_stacks_lost: zero(),
+            offcpu_sleeps_carried: zero(),
+            runqueue_buckets: std::array::from_fn(|_| zero()),
+            runqueue_delay_ns: zero(),
+            runqueue_threads: zero(),
         }
     }
 }
@@ -185,6 +201,16 @@ impl Metrics {
                 &self.pushes_dropped,
                 "windows never pushed (queue full, or retries exhausted)",
             ),
+            (
+                "offcpu_map_full_total",
+                &self.offcpu_map_full,
+                "sleeps not recorded: the kernel's off-CPU map was full",
+            ),
+            (
+                "offcpu_stacks_lost_total",
+                &self.offcpu_stacks_lost,
+                "sleeps across a window's end whose stacks were gone before they could be kept",
+            ),
         ];
         for (name, counter, help) in counters {
             line(name, "counter", help, get(counter));
@@ -240,6 +266,16 @@ impl Metrics {
                 &self.last_window_unix_s,
                 "when the last window ended (unix time)",
             ),
+            (
+                "offcpu_sleeps_carried",
+                &self.offcpu_sleeps_carried,
+                "sleeps going on across the last drain, cut at it (their stacks kept by thread)",
+            ),
+            (
+                "runqueue_threads",
+                &self.runqueue_threads,
+                "threads whose run-queue totals are followed",
+            ),
         ];
         for (name, gauge, help) in gauges {
             line(name, "gauge", help, get(gauge));
@@ -263,11 +299,32 @@ impl Metrics {
             usage.cpu_seconds,
         );
         line(
+            "offcpu_seconds_total",
+            "counter",
+            "time threads spent off the CPU (asleep or blocked), windows ended so far",
+            get(&self.offcpu_ns) / 1e9,
+        );
+        line(
             "uptime_seconds",
             "gauge",
             "seconds since the agent started",
             self.started.elapsed().as_secs_f64(),
         );
+        // Waiting for a CPU, the kernel's own figures: a histogram over every thread.
+        let name = "bpfprof_runqueue_delay_seconds";
+        let _ = writeln!(out, "# HELP {name} time threads waited for a CPU after becoming runnable (kernel sched_info), windows ended so far");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        let mut cumulative = 0;
+        for (i, bucket) in self.runqueue_buckets.iter().enumerate() {
+            cumulative += bucket.load(Relaxed);
+            let le = match BOUNDS_NS.get(i) {
+                Some(&bound) => format!("{}", bound as f64 / 1e9),
+                None => "+Inf".into(),
+            };
+            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+        }
+        let _ = writeln!(out, "{name}_sum {}", get(&self.runqueue_delay_ns) / 1e9);
+        let _ = writeln!(out, "{name}_count {cumulative}");
         out
     }
 }

@@ -1,7 +1,7 @@
-//! `bpfprof agent`: always-on system-wide sampling, built on the same collect → aggregate →
-//! symbolize → render path as a run. Every window (default 60 s) becomes a pprof profile with
-//! per-process labels, written into a directory with retention, served over HTTP and optionally
-//! pushed. Everything it holds is bounded: processes are forgotten once they have exited and
+//! `bpfprof agent`: always-on system-wide profiling, built on the same collect → aggregate →
+//! symbolize → render path as a run. Every window (default 60 s) becomes one pprof profile per
+//! signal (on-CPU samples, off-CPU time, run-queue delay) with per-process labels, written into a
+//! directory with retention, served over HTTP and optionally pushed. Everything it holds is bounded: processes are forgotten once they have exited and
 //! their window is out, their files closed when no live process maps them, symbols cached per
 //! executable with a cap, queues with fixed lengths.
 //!
@@ -11,6 +11,8 @@
 mod http;
 pub mod metrics;
 mod push;
+mod render;
+mod runqueue;
 mod store;
 
 use std::{
@@ -29,27 +31,49 @@ use tokio::{
 
 use crate::{
     bpf::LoadOptions,
-    cli::{AgentArgs, Event, OffCpuStacks, Unwind},
-    collect::add_batch,
-    driver::{monotonic_ns, prepare_to_load, Drained, Driver, Sink, Stops},
+    cli::{AgentArgs, Event, OffCpuStacks, Signals, Unwind},
+    collect::{add_batch, monotonic_ns},
+    driver::{prepare_to_load, Drained, Driver, Sink, Stops},
     error::UserError,
     model::RunMeta,
-    modes::hotspot,
+    modes::sched::{SchedCollector, TaskRecord},
     preflight,
-    process::{FileId, FileSnapshot, ProcessInfo, Processes, UserAddr},
+    process::Processes,
     profile::{Health, RawProfile},
-    report::pprof,
-    symbolize::Symbolizer,
 };
 use http::{Endpoint, PullRequest};
 use metrics::Metrics;
-use push::{PushConfig, Pusher, Upload};
+use push::{PushConfig, Pusher};
+use render::{Figures, Job, Rendering};
+use runqueue::RunQueue;
 use store::Store;
 
 /// Profiles being taken for the endpoint at once.
 const MAX_PULLS: usize = 4;
-/// Profiles waiting for the renderer; beyond, a window is dropped (and counted).
-const RENDER_QUEUE: usize = 2;
+
+/// What a window holds a profile of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Signal {
+    Cpu,
+    OffCpu,
+    RunQueue,
+}
+
+impl Signal {
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Cpu => "cpu",
+            Signal::OffCpu => "offcpu",
+            Signal::RunQueue => "runqueue",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<Signal> {
+        [Signal::Cpu, Signal::OffCpu, Signal::RunQueue]
+            .into_iter()
+            .find(|s| s.name() == name)
+    }
+}
 
 pub struct Config {
     pub frequency_hz: u64,
@@ -57,6 +81,7 @@ pub struct Config {
     pub listen: Option<SocketAddr>,
     pub push: Option<PushConfig>,
     pub unwind: Unwind,
+    pub signals: Signals,
     pub sample_map_entries: Option<u32>,
 }
 
@@ -94,6 +119,7 @@ impl Config {
             listen,
             push,
             unwind: args.unwind,
+            signals: args.signals,
             sample_map_entries: args.sample_map_entries,
         })
     }
@@ -120,22 +146,9 @@ pub fn run(args: AgentArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-/// One profile to symbolize and encode, with what it needs of processes that may be gone.
-struct Rendering {
-    profile: RawProfile,
-    files: FileSnapshot,
-    labels: HashMap<u32, ProcessInfo>,
-    started: SystemTime,
-    duration: Duration,
-}
-
-enum Job {
-    Window(Rendering),
-    Pull(Rendering, oneshot::Sender<Result<Bytes, String>>),
-}
-
 /// A profile being taken for the endpoint.
 struct Pull {
+    signal: Signal,
     profile: RawProfile,
     started: SystemTime,
     since: Instant,
@@ -145,7 +158,12 @@ struct Pull {
 
 /// The window being collected.
 struct Window {
+    /// On-CPU samples.
     profile: RawProfile,
+    /// Off-CPU time by stack, in ns.
+    offcpu: RawProfile,
+    /// The records of threads that exited during the window (for run-queue delay).
+    exited: Vec<TaskRecord>,
     started: SystemTime,
     since: Instant,
     not_captured: HashSet<u32>,
@@ -155,6 +173,8 @@ impl Window {
     fn new() -> Window {
         Window {
             profile: RawProfile::new(),
+            offcpu: RawProfile::new(),
+            exited: Vec::new(),
             started: SystemTime::now(),
             since: Instant::now(),
             not_captured: HashSet::new(),
@@ -175,7 +195,7 @@ async fn agent(
     output_dir: &std::path::Path,
 ) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
-    let latest = Arc::new(Mutex::new(None));
+    let latest: render::Latest = Arc::new(Mutex::new(HashMap::new()));
     let unwind_files = Arc::new(Mutex::new(None));
     let pusher = config.push.clone().map(|p| Pusher::start(p, metrics.clone()));
     let cpus = crate::counters::cpu::online_ids().map_or(1, |c| c.len() as u32);
@@ -190,7 +210,7 @@ async fn agent(
         notes: Vec::new(),
         counters: Vec::new(),
     };
-    let (jobs, renderer) = start_renderer(store, pusher, latest.clone(), metrics.clone(), meta);
+    let (jobs, renderer) = render::start(store, pusher, latest.clone(), metrics.clone(), meta);
     let (pull_tx, pull_rx) = mpsc::channel::<PullRequest>(MAX_PULLS);
     if let Some(listener) = listener {
         let listener = tokio::net::TcpListener::from_std(listener).context("serving the endpoint")?;
@@ -200,18 +220,25 @@ async fn agent(
             metrics: metrics.clone(),
             unwind_files: unwind_files.clone(),
             window: config.window,
+            signals: config.signals,
         });
         tokio::spawn(http::serve(listener, endpoint));
     } else {
         drop(pull_tx);
     }
 
+    let signals = config.signals;
+    // Missing BTF is said before anything is loaded.
+    let task_offsets = signals.sched().then(crate::bpf::task_offsets).transpose()?;
     let options = LoadOptions {
-        sampling: true,
-        sched: None,
+        sampling: signals.cpu,
+        sched: task_offsets,
         filter: false,
         slow_threshold_ns: u64::MAX,
-        offcpu_stacks: OffCpuStacks::None,
+        offcpu_stacks: match signals.offcpu {
+            true => OffCpuStacks::Auto,
+            false => OffCpuStacks::None,
+        },
         counters: 0,
         unwind_tables: config.unwind == Unwind::Tables,
         lock: None,
@@ -221,11 +248,21 @@ async fn agent(
     };
     let mut driver = Driver::load(&options)?;
     driver.kernel.attach_process_tracking()?;
-    driver
-        .kernel
-        .attach_sampling(Event::CpuClock, config.frequency_hz)?;
+    if signals.cpu {
+        driver
+            .kernel
+            .attach_sampling(Event::CpuClock, config.frequency_hz)?;
+    }
+    if signals.sched() {
+        driver.trace_sched(Vec::new())?;
+        if let Some(sched) = &mut driver.collector.sched {
+            // Each drain's off-CPU time goes into the window; the collector keeps nothing.
+            sched.keep_offcpu = false;
+        }
+    }
     eprintln!(
-        "bpfprof agent: sampling all {cpus} CPUs at {} Hz; a window every {:.0} s into {}{}{}; SIGTERM or Ctrl-C writes the last window and stops",
+        "bpfprof agent: {} on all {cpus} CPUs (samples at {} Hz); a window every {:.0} s into {}{}{}; SIGTERM or Ctrl-C writes the last window and stops",
+        signals.names().join(", "),
         config.frequency_hz,
         config.window.as_secs_f64(),
         output_dir.display(),
@@ -234,6 +271,8 @@ async fn agent(
     );
 
     let mut collector = AgentCollector {
+        signals,
+        runqueue: RunQueue::default(),
         window: Window::new(),
         window_every: config.window,
         window_due: Instant::now() + config.window,
@@ -252,7 +291,9 @@ async fn agent(
     driver.collect(&mut stops, &mut collector).await?;
     // Flush: what was collected since the last window is a (shorter) window of its own.
     let mut stopped = driver.stop(&mut collector, monotonic_ns())?;
-    collector.close_window(stopped.health, &mut stopped.procs, HashSet::new());
+    // The threads still alive, as the scheduler's collection ends with them.
+    let live = stopped.sched.take().map(|c| c.tasks).unwrap_or_default();
+    collector.close_window(stopped.health, &mut stopped.procs, HashSet::new(), &live);
     for pull in collector.pulls.drain(..) {
         let _ = pull.reply.send(Err("the agent is stopping".into()));
     }
@@ -270,6 +311,9 @@ async fn agent(
 
 /// The agent's sink: the current window and the endpoint's profiles in progress.
 struct AgentCollector {
+    signals: Signals,
+    /// Each thread's run-queue totals at the last window's end.
+    runqueue: RunQueue,
     window: Window,
     window_every: Duration,
     /// When the current window ends: the driver drains then, and the window goes to the renderer.
@@ -312,27 +356,52 @@ impl Sink for AgentCollector {
         }
         let Drained {
             samples,
+            offcpu,
+            sched,
             procs,
             tables,
             source,
             ..
         } = drained;
         for pull in &mut self.pulls {
-            for sample in &samples {
+            let batch = match pull.signal {
+                Signal::OffCpu => &offcpu,
+                _ => &samples,
+            };
+            for sample in batch {
                 pull.profile.add(sample.clone(), procs);
             }
         }
-        add_batch(
-            samples,
-            &mut self.window.profile,
-            procs,
-            &mut self.window.not_captured,
-        );
+        if self.signals.cpu {
+            add_batch(
+                samples,
+                &mut self.window.profile,
+                procs,
+                &mut self.window.not_captured,
+            );
+        }
+        let mut live = Vec::new();
+        if let Some(sched) = sched {
+            self.metrics
+                .offcpu_ns
+                .fetch_add(offcpu.iter().map(|s| s.count).sum(), Relaxed);
+            add_batch(
+                offcpu,
+                &mut self.window.offcpu,
+                procs,
+                &mut self.window.not_captured,
+            );
+            self.take_sched(sched);
+            if self.closing.is_some() && self.signals.runqueue {
+                live = sched.live_tasks();
+            }
+        }
         let now = Instant::now();
         let (due, waiting): (Vec<Pull>, Vec<Pull>) = self.pulls.drain(..).partition(|p| p.until <= now);
         self.pulls = waiting;
         for pull in due {
-            let rendering = rendering(pull.profile, procs, pull.started, pull.since.elapsed());
+            let profiles = vec![(pull.signal, Figures::Stacks(pull.profile))];
+            let rendering = Rendering::new(profiles, procs, pull.started, pull.since.elapsed());
             if let Err(std_mpsc::TrySendError::Full(Job::Pull(_, reply))) =
                 self.jobs.try_send(Job::Pull(rendering, pull.reply))
             {
@@ -347,7 +416,7 @@ impl Sink for AgentCollector {
                 true => next,
                 false => now + self.window_every,
             };
-            let forgotten = self.close_window(source.health()?, procs, exited);
+            let forgotten = self.close_window(source.health()?, procs, exited, &live);
             if let Some(tables) = tables {
                 tables.forget(&forgotten);
                 self.metrics
@@ -371,6 +440,7 @@ impl AgentCollector {
         }
         let since = Instant::now();
         self.pulls.push(Pull {
+            signal: request.signal,
             profile: RawProfile::new(),
             started: SystemTime::now(),
             since,
@@ -379,24 +449,67 @@ impl AgentCollector {
         });
     }
 
+    /// What the scheduler's collector gathered this drain that the window needs; the rest
+    /// (heatmap columns) is let go, so nothing grows over a long run.
+    fn take_sched(&mut self, sched: &mut SchedCollector) {
+        let collection = &mut sched.collection;
+        if self.signals.runqueue {
+            self.window.exited.append(&mut collection.tasks);
+        }
+        collection.tasks.clear();
+        collection.heat.clear();
+        collection.slow.clear();
+        let m = &self.metrics;
+        m.offcpu_stacks_lost.store(collection.offcpu_stacks_lost, Relaxed);
+        m.offcpu_sleeps_carried
+            .store(sched.sleeps_carried() as u64, Relaxed);
+    }
+
     /// End the window: hand it to the renderer with the kernel's counters since the last one
     /// (`total`: cumulative), and forget the processes in `exited` unless a pull still needs
-    /// them. Returns the processes forgotten.
+    /// them; `live` is every thread's scheduler record now (for run-queue delay). Returns the
+    /// processes forgotten.
     fn close_window(
         &mut self,
         total: Health,
         procs: &mut Processes,
         mut exited: HashSet<u32>,
+        live: &[TaskRecord],
     ) -> HashSet<u32> {
         let window = std::mem::replace(&mut self.window, Window::new());
         let mut health = total.sampling_since(&self.health);
         health.processes_not_captured = window.not_captured.len() as u64;
         health.user_frames_by_build_id = window.profile.health.user_frames_by_build_id;
+        let offcpu_map_full = total.offcpu_map_full.saturating_sub(self.health.offcpu_map_full);
+        self.metrics.offcpu_map_full.fetch_add(offcpu_map_full, Relaxed);
         self.health = total;
         self.count(&health);
-        let mut profile = window.profile;
-        profile.health = health;
-        let rendering = rendering(profile, procs, window.started, window.since.elapsed());
+        let mut profiles = Vec::new();
+        if self.signals.cpu {
+            let mut profile = window.profile;
+            profile.health = health;
+            profiles.push((Signal::Cpu, Figures::Stacks(profile)));
+        }
+        if self.signals.offcpu {
+            let mut offcpu = window.offcpu;
+            offcpu.health = Health {
+                offcpu_map_full,
+                ..Health::default()
+            };
+            profiles.push((Signal::OffCpu, Figures::Stacks(offcpu)));
+        }
+        if self.signals.runqueue {
+            let waits = self.runqueue.window(&window.exited, live);
+            for (total, n) in self.metrics.runqueue_buckets.iter().zip(waits.buckets) {
+                total.fetch_add(n, Relaxed);
+            }
+            self.metrics.runqueue_delay_ns.fetch_add(waits.delay_ns, Relaxed);
+            self.metrics
+                .runqueue_threads
+                .store(self.runqueue.threads() as u64, Relaxed);
+            profiles.push((Signal::RunQueue, Figures::Threads(waits.threads)));
+        }
+        let rendering = Rendering::new(profiles, procs, window.started, window.since.elapsed());
         if self.jobs.try_send(Job::Window(rendering)).is_err() {
             self.metrics.windows_dropped.fetch_add(1, Relaxed);
             log::warn!("a window was dropped: the previous one is still being symbolized");
@@ -428,135 +541,4 @@ impl AgentCollector {
             .store(procs.process_count() as u64, Relaxed);
         self.metrics.files_open.store(procs.file_count() as u64, Relaxed);
     }
-}
-
-/// A profile with the files and labels of its processes, taken now (they may be forgotten later).
-fn rendering(profile: RawProfile, procs: &Processes, started: SystemTime, duration: Duration) -> Rendering {
-    let mut files: HashSet<FileId> = HashSet::new();
-    let mut pids: HashSet<u32> = HashSet::new();
-    for key in profile.stacks.keys() {
-        pids.insert(key.pid);
-        files.extend(key.user.iter().filter_map(|a| match a {
-            UserAddr::File { file, .. } => Some(*file),
-            _ => None,
-        }));
-    }
-    Rendering {
-        files: procs.snapshot(files),
-        labels: pids
-            .into_iter()
-            .filter_map(|pid| Some((pid, procs.info(pid)?.clone())))
-            .collect(),
-        profile,
-        started,
-        duration,
-    }
-}
-
-/// The renderer thread: symbolizes (one long-lived symbolizer), encodes, writes, publishes as
-/// the latest window and queues for the pusher. Ends when the queue's sender is dropped.
-fn start_renderer(
-    mut store: Store,
-    pusher: Option<Pusher>,
-    latest: Arc<Mutex<Option<Bytes>>>,
-    metrics: Arc<Metrics>,
-    meta: RunMeta,
-) -> (std_mpsc::SyncSender<Job>, std::thread::JoinHandle<()>) {
-    let (jobs, queue) = std_mpsc::sync_channel::<Job>(RENDER_QUEUE);
-    let thread = std::thread::Builder::new()
-        .name("bpfprof-render".into())
-        .spawn(move || {
-            let symbolizer = Symbolizer::long_lived();
-            for job in queue {
-                match job {
-                    Job::Pull(rendering, reply) => {
-                        let _ = reply.send(Ok(encode(&symbolizer, &rendering, &meta)));
-                    }
-                    Job::Window(rendering) => {
-                        let bytes = encode(&symbolizer, &rendering, &meta);
-                        let started = unix_ms(rendering.started);
-                        match store.write(started, &bytes) {
-                            Ok(_) => {
-                                metrics.windows_written.fetch_add(1, Relaxed);
-                            }
-                            Err(e) => {
-                                metrics.window_write_errors.fetch_add(1, Relaxed);
-                                eprintln!("bpfprof agent: cannot write a window: {e} (kept in memory for /debug/pprof/latest; retrying with the next window)");
-                            }
-                        }
-                        metrics.stored_windows.store(store.windows() as u64, Relaxed);
-                        metrics.stored_bytes.store(store.bytes(), Relaxed);
-                        let ended = unix_ms(rendering.started + rendering.duration);
-                        metrics.last_window_unix_s.store(ended / 1000, Relaxed);
-                        if let Some(pusher) = &pusher {
-                            pusher.enqueue(Upload {
-                                from_unix_s: started / 1000,
-                                until_unix_s: ended.div_ceil(1000),
-                                pprof_gz: bytes.clone(),
-                            });
-                        }
-                        *latest.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes);
-                    }
-                }
-                symbolizer.release_files();
-                release_freed_memory();
-                let size = symbolizer.cache_size();
-                metrics.frame_cache_entries.store(size.frames as u64, Relaxed);
-                metrics.frame_cache_bytes.store(size.frame_bytes as u64, Relaxed);
-                metrics.symbolizer_files.store(size.files as u64, Relaxed);
-            }
-            if let Some(pusher) = pusher {
-                pusher.finish();
-            }
-        })
-        .expect("starting the renderer thread");
-    (jobs, thread)
-}
-
-/// Returns the heap the last rendering freed to the system. glibc keeps a thread's freed arena
-/// memory for reuse; the renderer's peaks (a window's symbolization) would otherwise stay in the
-/// agent's RSS for good.
-fn release_freed_memory() {
-    #[cfg(target_env = "gnu")]
-    // SAFETY: malloc_trim only walks glibc's own arenas; no pointer of ours is involved.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-/// Symbolize a profile and encode it as pprof with its processes' labels.
-fn encode(symbolizer: &Symbolizer, rendering: &Rendering, meta: &RunMeta) -> Bytes {
-    let symbols = symbolizer.symbolize(&rendering.profile, &rendering.files);
-    for failure in &symbols.failures {
-        log::info!("symbolization: {failure}");
-    }
-    let meta = RunMeta {
-        duration_s: rendering.duration.as_secs_f64(),
-        ..meta.clone()
-    };
-    let report = hotspot::build(meta, &rendering.profile, &symbols);
-    let labels = |pid: u32| -> Vec<(&'static str, String)> {
-        let Some(info) = rendering.labels.get(&pid) else {
-            return Vec::new();
-        };
-        let mut labels = Vec::new();
-        if let Some(exe) = &info.executable {
-            labels.push(("executable", exe.clone()));
-        }
-        if let Some(cgroup) = &info.cgroup {
-            labels.push(("cgroup", cgroup.clone()));
-        }
-        if let Some(id) = info.container_id() {
-            labels.push(("container_id", id.to_string()));
-        }
-        labels
-    };
-    let mut profile = pprof::hotspot_profile_labeled(&report, &labels);
-    profile.time_nanos = rendering
-        .started
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64);
-    let mut out = Vec::new();
-    pprof::write_gz(&profile, &mut out).expect("writing into memory");
-    Bytes::from(out)
 }

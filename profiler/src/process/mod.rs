@@ -219,7 +219,7 @@ impl Processes {
         self.generations = Some(Generations(Box::new(current)));
     }
 
-    fn generation(&self, pid: u32) -> u32 {
+    pub fn current_generation(&self, pid: u32) -> u32 {
         self.generations.as_ref().map_or(0, |current| (current.0)(pid))
     }
 
@@ -252,9 +252,9 @@ impl Processes {
         // in between would have changed it).
         let (mut text, mut generation) = (String::new(), 0);
         for _ in 0..3 {
-            let before = self.generation(pid);
+            let before = self.current_generation(pid);
             text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-            generation = self.generation(pid);
+            generation = self.current_generation(pid);
             if before == generation {
                 break;
             }

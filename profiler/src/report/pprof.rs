@@ -197,6 +197,35 @@ impl Builder {
         id
     }
 
+    /// A sample's labels: its thread (`pid`, `tid`, `comm`) and its process's `labels`.
+    fn thread_labels(
+        &mut self,
+        pid: u32,
+        tid: u32,
+        comm: &str,
+        labels: &ProcessLabels<'_>,
+    ) -> Vec<proto::Label> {
+        let number = |key, num: u32| proto::Label {
+            key,
+            num: num as i64,
+            ..Default::default()
+        };
+        let mut label = vec![number(self.string("pid"), pid), number(self.string("tid"), tid)];
+        label.push(proto::Label {
+            key: self.string("comm"),
+            str: self.string(comm),
+            ..Default::default()
+        });
+        for (key, value) in labels(pid) {
+            label.push(proto::Label {
+                key: self.string(key),
+                str: self.string(&value),
+                ..Default::default()
+            });
+        }
+        label
+    }
+
     /// One location per distinct frame; an inlined frame is its own location at the same address.
     fn location(&mut self, frame: &Frame) -> u64 {
         if let Some(&id) = self.locations.get(frame) {
@@ -248,38 +277,13 @@ pub fn hotspot_profile_labeled(report: &StackReport, labels: &ProcessLabels<'_>)
         b.profile.period_type = Some(samples);
         b.profile.period = 1;
     }
-    let (pid_key, tid_key, comm_key) = (b.string("pid"), b.string("tid"), b.string("comm"));
     for stack in &report.stacks {
         let location_id = stack.frames.iter().rev().map(|f| b.location(f)).collect();
         let mut value = vec![stack.count as i64];
         if cpu_clock {
             value.push(stack.count as i64 * period_ns);
         }
-        let comm = b.string(&stack.comm);
-        let mut label = vec![
-            proto::Label {
-                key: pid_key,
-                num: stack.pid as i64,
-                ..Default::default()
-            },
-            proto::Label {
-                key: tid_key,
-                num: stack.tid as i64,
-                ..Default::default()
-            },
-            proto::Label {
-                key: comm_key,
-                str: comm,
-                ..Default::default()
-            },
-        ];
-        for (key, value) in labels(stack.pid) {
-            label.push(proto::Label {
-                key: b.string(key),
-                str: b.string(&value),
-                ..Default::default()
-            });
-        }
+        let label = b.thread_labels(stack.pid, stack.tid, &stack.comm, labels);
         b.profile.sample.push(proto::Sample {
             location_id,
             value,
@@ -296,6 +300,49 @@ pub fn hotspot_profile_labeled(report: &StackReport, labels: &ProcessLabels<'_>)
     for text in report.health.warnings().iter().chain(&report.meta.notes) {
         let comment = b.string(text);
         b.profile.comment.push(comment);
+    }
+    b.profile
+}
+
+/// One thread's figure in a per-thread profile.
+pub struct ThreadValue<'a> {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: &'a str,
+    /// What the process is called (its executable's name, or its main thread's).
+    pub process: &'a str,
+    pub value: i64,
+    pub count: i64,
+}
+
+/// A profile of one figure per thread (e.g. time waiting for a CPU), with no stacks to go by:
+/// each thread's sample sits under a frame for its process and one for itself, so a flamegraph
+/// shows processes, then their threads; labels as a hotspot profile's.
+pub fn per_thread_profile(
+    value: (&str, &str),
+    count: (&str, &str),
+    threads: &[ThreadValue<'_>],
+    labels: &ProcessLabels<'_>,
+) -> proto::Profile {
+    let mut b = Builder::new();
+    let value_type = b.value_type(value.0, value.1);
+    let count_type = b.value_type(count.0, count.1);
+    b.profile.sample_type = vec![value_type.clone(), count_type];
+    b.profile.period_type = Some(value_type);
+    b.profile.period = 1;
+    for thread in threads {
+        let process = Frame::named(format!("{} ({})", thread.process, thread.pid), "[process]");
+        let process = b.location(&process);
+        let own = b.location(&Frame::named(
+            format!("{} ({})", thread.comm, thread.tid),
+            "[thread]",
+        ));
+        let label = b.thread_labels(thread.pid, thread.tid, thread.comm, labels);
+        b.profile.sample.push(proto::Sample {
+            location_id: vec![own, process],
+            value: vec![thread.value, thread.count],
+            label,
+        });
     }
     b.profile
 }

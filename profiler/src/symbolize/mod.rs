@@ -44,6 +44,24 @@ pub struct Frame {
     pub offset: Option<u64>,
 }
 
+impl Frame {
+    /// A frame that stands for something other than code (a process, a thread): a name in a
+    /// module of its own, nothing else known.
+    pub fn named(function: String, module: &str) -> Frame {
+        Frame {
+            function,
+            module: module.to_string(),
+            file: None,
+            line: None,
+            kernel: false,
+            inlined: false,
+            address: 0,
+            start: None,
+            offset: None,
+        }
+    }
+}
+
 /// Serializes an address as "0x...".
 pub(crate) fn hex<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(&format!("{v:#x}"))

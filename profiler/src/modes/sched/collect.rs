@@ -7,14 +7,18 @@ use aya::{
 };
 use profiler_common::{
     names, switch_reason, unwind::UserStack, ExitedKey, OffCpuTime, SampleKey, SlowEvent, TaskSched,
-    HEAT_BUCKETS, HIST_BUCKETS,
+    BEGAN_EARLIER, HEAT_BUCKETS, HIST_BUCKETS,
 };
 
-use super::{latencies, TaskLatency};
+use super::{
+    latencies,
+    offcpu::{Asleep, SleepsInFlight, SlotStacks},
+    TaskLatency,
+};
 use crate::{
-    collect::{comm_string, read_stack, read_unwound},
+    collect::{clear_stacks, comm_string, read_stack, read_unwound, Flip},
     process::Processes,
-    profile::{RawProfile, RawSample},
+    profile::{RawProfile, RawSample, StackRead},
 };
 
 /// How many slow waits a report keeps (the longest).
@@ -155,6 +159,8 @@ pub struct SchedCollection {
     pub tasks: Vec<TaskRecord>,
     /// Off-CPU stacks weighted by nanoseconds blocked, with the number of blocks as counter 0.
     pub offcpu_ns: RawProfile,
+    /// Sleeps whose stacks were gone before they could be kept across a flip.
+    pub offcpu_stacks_lost: u64,
     pub slow: Vec<SlowRecord>,
     pub slow_seen: u64,
     pub heat: Vec<Vec<u64>>,
@@ -170,6 +176,9 @@ pub struct SchedCollection {
 pub struct SchedCollector {
     source: SchedMaps,
     pub collection: Box<SchedCollection>,
+    sleeps: SleepsInFlight,
+    /// Off-CPU time is kept in the collection (a run); otherwise each drain's is handed out.
+    pub keep_offcpu: bool,
 }
 
 impl SchedCollector {
@@ -182,13 +191,45 @@ impl SchedCollector {
                 threads_at_start,
                 ..Default::default()
             }),
+            sleeps: SleepsInFlight::default(),
+            keep_offcpu: true,
         })
     }
 
-    /// After the epoch switched away from `old`.
-    pub fn drain(&mut self, old: usize) -> anyhow::Result<()> {
+    /// After `flip`: slow waits, a heatmap column, exited tasks, and the off-CPU time of the
+    /// interval that ended: kept, or returned when `keep_offcpu` is off.
+    pub fn drain(&mut self, flip: Flip, procs: &mut Processes) -> anyhow::Result<Vec<RawSample>> {
         self.source.read_slow(&mut self.collection);
-        self.source.drain(old, &mut self.collection)
+        self.source.drain(flip.slot, &mut self.collection)?;
+        let offcpu = self.source.drain_offcpu(flip, &mut self.sleeps, procs)?;
+        self.collection.offcpu_stacks_lost = self.sleeps.stacks_lost;
+        for sample in &offcpu {
+            if let StackRead::Frames(ips) = &sample.user {
+                let _ = procs.refresh_unless_covered(sample.pid, sample.exec_generation, ips);
+            }
+        }
+        if !self.keep_offcpu {
+            return Ok(offcpu);
+        }
+        for sample in offcpu {
+            self.collection.offcpu_ns.add(sample, procs);
+        }
+        Ok(Vec::new())
+    }
+
+    /// Every live task's record so far, read from the kernel (its current state left open).
+    pub fn live_tasks(&self) -> Vec<TaskRecord> {
+        self.source
+            .tasks
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(_, task)| TaskRecord::from(&task))
+            .collect()
+    }
+
+    /// Sleeps being carried across flips now (for the agent's gauges).
+    pub fn sleeps_carried(&self) -> usize {
+        self.sleeps.kept()
     }
 
     /// Every task's waits so far, for a live view.
@@ -197,9 +238,9 @@ impl SchedCollector {
         latencies(&records, self.collection.started_ns)
     }
 
-    /// The collection, with the tasks still alive at `stopped_ns` and every off-CPU stack.
-    pub fn finish(mut self, procs: &mut Processes, stopped_ns: u64) -> anyhow::Result<Box<SchedCollection>> {
-        self.source.finish(&mut self.collection, procs, stopped_ns)?;
+    /// The collection, with the tasks still alive at `stopped_ns`.
+    pub fn finish(mut self, stopped_ns: u64) -> anyhow::Result<Box<SchedCollection>> {
+        self.source.finish(&mut self.collection, stopped_ns)?;
         Ok(self.collection)
     }
 }
@@ -208,10 +249,10 @@ impl SchedCollector {
 struct SchedMaps {
     tasks: BpfHashMap<MapData, u32, TaskSched>,
     exited: BpfHashMap<MapData, ExitedKey, TaskSched>,
-    offcpu: BpfHashMap<MapData, SampleKey, OffCpuTime>,
-    stacks: StackTraceMap<MapData>,
+    offcpu: [BpfHashMap<MapData, SampleKey, OffCpuTime>; 2],
+    stacks: [StackTraceMap<MapData>; 2],
     /// Table-unwound user stacks (when the run walks tables).
-    user_stacks: BpfHashMap<MapData, u32, UserStack>,
+    user_stacks: [BpfHashMap<MapData, u32, UserStack>; 2],
     heat: PerCpuArray<MapData, u64>,
     slow: RingBuf<MapData>,
 }
@@ -222,9 +263,18 @@ impl SchedMaps {
         Ok(SchedMaps {
             tasks: BpfHashMap::try_from(take(names::TASK_STATS)?)?,
             exited: BpfHashMap::try_from(take(names::EXITED)?)?,
-            offcpu: BpfHashMap::try_from(take(names::OFFCPU)?)?,
-            stacks: StackTraceMap::try_from(take(names::OFFCPU_STACKS)?)?,
-            user_stacks: BpfHashMap::try_from(take(names::OFFCPU_USER_STACKS)?)?,
+            offcpu: [
+                BpfHashMap::try_from(take(names::OFFCPU[0])?)?,
+                BpfHashMap::try_from(take(names::OFFCPU[1])?)?,
+            ],
+            stacks: [
+                StackTraceMap::try_from(take(names::OFFCPU_STACKS[0])?)?,
+                StackTraceMap::try_from(take(names::OFFCPU_STACKS[1])?)?,
+            ],
+            user_stacks: [
+                BpfHashMap::try_from(take(names::OFFCPU_USER_STACKS[0])?)?,
+                BpfHashMap::try_from(take(names::OFFCPU_USER_STACKS[1])?)?,
+            ],
             heat: PerCpuArray::try_from(take(names::HEAT)?)?,
             slow: RingBuf::try_from(take(names::SLOW_EVENTS)?)?,
         })
@@ -309,44 +359,81 @@ impl SchedMaps {
         }
     }
 
-    /// At the end: the tasks still alive, and every off-CPU stack.
-    fn finish(
+    /// The off-CPU time of the interval that ended at `flip` (see `offcpu`), leaving the slot
+    /// empty for the interval after next.
+    fn drain_offcpu(
         &mut self,
-        into: &mut SchedCollection,
-        procs: &mut Processes,
-        now_ns: u64,
-    ) -> anyhow::Result<()> {
+        flip: Flip,
+        sleeps: &mut SleepsInFlight,
+        procs: &Processes,
+    ) -> anyhow::Result<Vec<RawSample>> {
+        let slot = flip.slot;
+        let ended: Vec<(SampleKey, OffCpuTime)> = {
+            let map = &mut self.offcpu[slot];
+            let keys: Vec<SampleKey> = map.keys().filter_map(Result::ok).collect();
+            let mut ended = Vec::with_capacity(keys.len());
+            for key in keys {
+                if let Ok(time) = map.get(&key, 0) {
+                    ended.push((key, time));
+                }
+                let _ = map.remove(&key);
+            }
+            ended
+        };
+        // In this order: a sleep not seen asleep here has its record in the live slot already.
+        let asleep: Vec<Asleep> = self
+            .tasks
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, t)| t.offcpu.at_ns != 0)
+            .map(|(tid, t)| Asleep {
+                tid,
+                comm: t.comm,
+                start: t.offcpu,
+                woke_ns: (t.enqueued.at_ns != 0 && t.enqueued.at_ns >= t.offcpu.at_ns)
+                    .then_some(t.enqueued.at_ns),
+            })
+            .collect();
+        let ended_since: Vec<SampleKey> = self.offcpu[slot ^ 1]
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| k.user_unwound & BEGAN_EARLIER != 0)
+            .collect();
+        let stacks = SlotMaps {
+            stacks: &self.stacks[slot],
+            user_stacks: &self.user_stacks[slot],
+        };
+        let generation_of = |pid: u32| procs.current_generation(pid);
+        let out = sleeps.drain(flip, ended, &asleep, &ended_since, &stacks, &generation_of);
+        clear_stacks(&mut self.stacks[slot], &mut self.user_stacks[slot]);
+        Ok(out)
+    }
+
+    /// At the end: the tasks still alive.
+    fn finish(&mut self, into: &mut SchedCollection, now_ns: u64) -> anyhow::Result<()> {
         for (_, task) in self.tasks.iter().filter_map(Result::ok) {
             into.tasks
                 .push(TaskRecord::from(&task).with_open_interval(&task, now_ns));
         }
         add_quiet_threads(into, now_ns);
-        for (key, time) in self.offcpu.iter().filter_map(Result::ok) {
-            // Weighted by time blocked; how many blocks rides in the first counter slot.
-            // Untimed, so taken as they are (see `CounterDeltas::estimate`).
-            let mut deltas = profiler_common::CounterDeltas::default();
-            deltas.values[0] = time.count;
-            let sample = RawSample {
-                pid: key.tgid,
-                tid: key.tid,
-                comm: comm_string(&key.comm),
-                user: match key.user_unwound {
-                    0 => read_stack(&self.stacks, key.user_stack_id),
-                    _ => read_unwound(&self.user_stacks, key.user_stack_id),
-                },
-                kernel: read_stack(&self.stacks, key.kernel_stack_id),
-                count: time.total_ns,
-                exec_generation: key.exec_generation,
-                deltas,
-                user_objects: Vec::new(),
-            };
-            if let crate::profile::StackRead::Frames(ips) = &sample.user {
-                let _ = procs.refresh_unless_covered(key.tgid, key.exec_generation, ips);
-            }
-            into.offcpu_ns.add(sample, procs);
-        }
         keep_longest(&mut into.slow);
         Ok(())
+    }
+}
+
+/// One slot's off-CPU stacks.
+struct SlotMaps<'a> {
+    stacks: &'a StackTraceMap<MapData>,
+    user_stacks: &'a BpfHashMap<MapData, u32, UserStack>,
+}
+
+impl SlotStacks for SlotMaps<'_> {
+    fn read(&self, key: &SampleKey) -> (StackRead, StackRead) {
+        let user = match key.user_unwound & 1 {
+            0 => read_stack(self.stacks, key.user_stack_id),
+            _ => read_unwound(self.user_stacks, key.user_stack_id),
+        };
+        (user, read_stack(self.stacks, key.kernel_stack_id))
     }
 }
 

@@ -2,6 +2,7 @@
 //! block off-CPU, and the slowest waits with who woke the task and who held its CPU.
 
 mod collect;
+mod offcpu;
 
 pub use collect::{OpenState, SchedCollection, SchedCollector, SlowRecord, TaskRecord, SLOW_EVENTS_KEPT};
 

@@ -1,0 +1,264 @@
+//! The renderer thread: symbolizes (one long-lived symbolizer), encodes one pprof per signal,
+//! writes the window, publishes it as the latest and queues it for the pusher.
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{atomic::Ordering::Relaxed, mpsc as std_mpsc, Arc, Mutex},
+    time::{Duration, SystemTime},
+};
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use super::{
+    metrics::Metrics,
+    push::{Pusher, Upload},
+    runqueue::ThreadWait,
+    store::Store,
+    unix_ms, Signal,
+};
+use crate::{
+    model::{self, RunMeta, Weight},
+    process::{FileId, FileSnapshot, ProcessInfo, Processes, UserAddr},
+    profile::RawProfile,
+    report::pprof,
+    symbolize::Symbolizer,
+};
+
+/// Profiles waiting for the renderer; beyond, a window is dropped (and counted).
+const RENDER_QUEUE: usize = 2;
+
+/// One signal's figures in a window or a pull.
+pub enum Figures {
+    /// By stack: samples (CPU) or nanoseconds (off-CPU).
+    Stacks(RawProfile),
+    /// Per thread: run-queue delay.
+    Threads(Vec<ThreadWait>),
+}
+
+/// A window's (or a pull's) profiles with what they need of processes that may be gone.
+pub struct Rendering {
+    pub profiles: Vec<(Signal, Figures)>,
+    files: FileSnapshot,
+    labels: HashMap<u32, ProcessInfo>,
+    pub started: SystemTime,
+    pub duration: Duration,
+}
+
+impl Rendering {
+    /// Taken now: the processes may be forgotten later.
+    pub fn new(
+        profiles: Vec<(Signal, Figures)>,
+        procs: &Processes,
+        started: SystemTime,
+        duration: Duration,
+    ) -> Rendering {
+        let mut files: HashSet<FileId> = HashSet::new();
+        let mut pids: HashSet<u32> = HashSet::new();
+        for (_, figures) in &profiles {
+            match figures {
+                Figures::Stacks(profile) => {
+                    for key in profile.stacks.keys() {
+                        pids.insert(key.pid);
+                        files.extend(key.user.iter().filter_map(|a| match a {
+                            UserAddr::File { file, .. } => Some(*file),
+                            _ => None,
+                        }));
+                    }
+                }
+                Figures::Threads(threads) => pids.extend(threads.iter().map(|t| t.pid)),
+            }
+        }
+        Rendering {
+            files: procs.snapshot(files),
+            labels: pids
+                .into_iter()
+                .filter_map(|pid| Some((pid, procs.info(pid)?.clone())))
+                .collect(),
+            profiles,
+            started,
+            duration,
+        }
+    }
+}
+
+pub enum Job {
+    Window(Rendering),
+    /// A pull: one signal, answered with its pprof.
+    Pull(Rendering, oneshot::Sender<Result<Bytes, String>>),
+}
+
+/// The latest window's pprof per signal.
+pub type Latest = Arc<Mutex<HashMap<Signal, Bytes>>>;
+
+/// Starts the renderer; it ends when the queue's sender is dropped.
+pub fn start(
+    mut store: Store,
+    pusher: Option<Pusher>,
+    latest: Latest,
+    metrics: Arc<Metrics>,
+    meta: RunMeta,
+) -> (std_mpsc::SyncSender<Job>, std::thread::JoinHandle<()>) {
+    let (jobs, queue) = std_mpsc::sync_channel::<Job>(RENDER_QUEUE);
+    let thread = std::thread::Builder::new()
+        .name("bpfprof-render".into())
+        .spawn(move || {
+            let symbolizer = Symbolizer::long_lived();
+            for job in queue {
+                match job {
+                    Job::Pull(rendering, reply) => {
+                        let encoded = encode(&symbolizer, &rendering, &meta);
+                        let _ =
+                            reply.send(Ok(encoded.into_iter().next().map(|(_, b)| b).unwrap_or_default()));
+                    }
+                    Job::Window(rendering) => {
+                        let encoded = encode(&symbolizer, &rendering, &meta);
+                        write_window(&mut store, &rendering, &encoded, &metrics, pusher.as_ref());
+                        let mut latest = latest.lock().unwrap_or_else(|e| e.into_inner());
+                        latest.extend(encoded);
+                    }
+                }
+                symbolizer.release_files();
+                release_freed_memory();
+                let size = symbolizer.cache_size();
+                metrics.frame_cache_entries.store(size.frames as u64, Relaxed);
+                metrics.frame_cache_bytes.store(size.frame_bytes as u64, Relaxed);
+                metrics.symbolizer_files.store(size.files as u64, Relaxed);
+            }
+            if let Some(pusher) = pusher {
+                pusher.finish();
+            }
+        })
+        .expect("starting the renderer thread");
+    (jobs, thread)
+}
+
+/// Into the store (CPU under the window's plain name, as before there were signals), and the CPU
+/// profile to the pusher.
+fn write_window(
+    store: &mut Store,
+    rendering: &Rendering,
+    encoded: &[(Signal, Bytes)],
+    metrics: &Metrics,
+    pusher: Option<&Pusher>,
+) {
+    let started = unix_ms(rendering.started);
+    let files: Vec<(Option<&str>, &[u8])> = encoded
+        .iter()
+        .map(|(signal, bytes)| {
+            let name = (*signal != Signal::Cpu).then(|| signal.name());
+            (name, &bytes[..])
+        })
+        .collect();
+    match store.write(started, &files) {
+        Ok(_) => {
+            metrics.windows_written.fetch_add(1, Relaxed);
+        }
+        Err(e) => {
+            metrics.window_write_errors.fetch_add(1, Relaxed);
+            eprintln!("bpfprof agent: cannot write a window: {e} (kept in memory for /debug/pprof/latest; retrying with the next window)");
+        }
+    }
+    metrics.stored_windows.store(store.windows() as u64, Relaxed);
+    metrics.stored_bytes.store(store.bytes(), Relaxed);
+    let ended = unix_ms(rendering.started + rendering.duration);
+    metrics.last_window_unix_s.store(ended / 1000, Relaxed);
+    if let (Some(pusher), Some((_, bytes))) = (pusher, encoded.iter().find(|(s, _)| *s == Signal::Cpu)) {
+        pusher.enqueue(Upload {
+            from_unix_s: started / 1000,
+            until_unix_s: ended.div_ceil(1000),
+            pprof_gz: bytes.clone(),
+        });
+    }
+}
+
+/// Returns the heap the last rendering freed to the system. glibc keeps a thread's freed arena
+/// memory for reuse; the renderer's peaks (a window's symbolization) would otherwise stay in the
+/// agent's RSS for good.
+fn release_freed_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only walks glibc's own arenas; no pointer of ours is involved.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Symbolize each profile and encode it as pprof with its processes' labels.
+fn encode(symbolizer: &Symbolizer, rendering: &Rendering, meta: &RunMeta) -> Vec<(Signal, Bytes)> {
+    let labels = |pid: u32| -> Vec<(&'static str, String)> {
+        let Some(info) = rendering.labels.get(&pid) else {
+            return Vec::new();
+        };
+        let mut labels = Vec::new();
+        if let Some(exe) = &info.executable {
+            labels.push(("executable", exe.clone()));
+        }
+        if let Some(cgroup) = &info.cgroup {
+            labels.push(("cgroup", cgroup.clone()));
+        }
+        if let Some(id) = info.container_id() {
+            labels.push(("container_id", id.to_string()));
+        }
+        labels
+    };
+    let meta = RunMeta {
+        duration_s: rendering.duration.as_secs_f64(),
+        ..meta.clone()
+    };
+    let mut out = Vec::with_capacity(rendering.profiles.len());
+    for (signal, figures) in &rendering.profiles {
+        let mut profile = match figures {
+            Figures::Stacks(raw) => {
+                let symbols = symbolizer.symbolize(raw, &rendering.files);
+                for failure in &symbols.failures {
+                    log::info!("symbolization: {failure}");
+                }
+                let (weight, meta) = match signal {
+                    Signal::OffCpu => (
+                        Weight::OffCpuNanoseconds,
+                        RunMeta {
+                            mode: "sched",
+                            event: "sched_switch",
+                            ..meta.clone()
+                        },
+                    ),
+                    _ => (Weight::Samples, meta.clone()),
+                };
+                let report = model::build(meta, raw, &symbols, weight);
+                pprof::hotspot_profile_labeled(&report, &labels)
+            }
+            Figures::Threads(threads) => {
+                let values: Vec<pprof::ThreadValue<'_>> = threads
+                    .iter()
+                    .map(|t| pprof::ThreadValue {
+                        pid: t.pid,
+                        tid: t.tid,
+                        comm: &t.comm,
+                        process: rendering
+                            .labels
+                            .get(&t.pid)
+                            .and_then(|info| info.executable.as_deref())
+                            .map_or(&t.comm, |exe| exe.rsplit('/').next().unwrap_or(exe)),
+                        value: t.delay_ns as i64,
+                        count: t.waits as i64,
+                    })
+                    .collect();
+                let mut profile = pprof::per_thread_profile(
+                    ("runqueue-delay", "nanoseconds"),
+                    ("waits", "count"),
+                    &values,
+                    &labels,
+                );
+                profile.duration_nanos = rendering.duration.as_nanos() as i64;
+                profile
+            }
+        };
+        profile.time_nanos = rendering
+            .started
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as i64);
+        let mut bytes = Vec::new();
+        pprof::write_gz(&profile, &mut bytes).expect("writing into memory");
+        out.push((*signal, Bytes::from(bytes)));
+    }
+    out
+}
