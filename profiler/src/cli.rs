@@ -239,13 +239,18 @@ pub struct AgentArgs {
     /// Push each window to this Pyroscope-compatible server (`http://host:4040`: POST /ingest).
     #[arg(long, value_name = "URL")]
     pub push: Option<String>,
+    /// Export each window, every signal, to this OTLP/HTTP profiles endpoint
+    /// (`http://collector:4318`; the path `/v1development/profiles` is added when none is given).
+    #[arg(long, value_name = "URL")]
+    pub otlp: Option<String>,
     /// The application name pushed windows are stored under (labels in braces allowed).
     #[arg(long = "push-name", value_name = "NAME", default_value = "bpfprof.cpu")]
     pub push_name: String,
-    /// Windows waiting to be pushed at most; beyond, the oldest is dropped (and counted).
+    /// Windows waiting to be pushed (or exported) at most; beyond, the oldest is dropped (and
+    /// counted).
     #[arg(long = "push-queue", value_name = "N", default_value_t = 8)]
     pub push_queue: usize,
-    /// Give up on one push attempt after this long.
+    /// Give up on one push (or export) attempt after this long.
     #[arg(long = "push-timeout", value_name = "SECONDS", default_value = "10", value_parser = parse_seconds)]
     pub push_timeout: f64,
     /// How user stacks are walked (see the main command's --unwind).

@@ -679,3 +679,203 @@ fn every_signal_in_windows_off_cpu_across_window_ends_and_run_queue_delay() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A cgroup v2 directory named as Docker names a container's, removed on drop.
+struct FakeContainer {
+    dir: PathBuf,
+    id: String,
+}
+
+impl FakeContainer {
+    fn new() -> FakeContainer {
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+        let root = mounts
+            .lines()
+            .find_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                (f.get(2) == Some(&"cgroup2")).then(|| PathBuf::from(f[1]))
+            })
+            .expect("a cgroup v2 hierarchy");
+        let id = format!("{:0>64x}", std::process::id() as u128 * 0x9e37_79b9_7f4a_7c15);
+        let dir = root.join(format!("docker-{id}.scope"));
+        std::fs::create_dir_all(&dir).unwrap();
+        FakeContainer { dir, id }
+    }
+}
+
+impl Drop for FakeContainer {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// The receiver of OTLP exports: PyPI's `opentelemetry-proto` decodes them (tests/otlp).
+struct Receiver {
+    child: std::process::Child,
+    out: PathBuf,
+    port: u16,
+}
+
+impl Receiver {
+    fn start() -> Receiver {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let python = root.join("../target/otlp-receiver/bin/python");
+        assert!(
+            python.is_file(),
+            "{} missing: `cargo xtask setup` installs PyPI's opentelemetry-proto there",
+            python.display()
+        );
+        let port = bpfprof_tests::free_port();
+        let out = temp_path("otlp-received.jsonl");
+        let _ = std::fs::remove_file(&out);
+        let mut child = Command::new(python)
+            .arg(root.join("otlp/receiver.py"))
+            .arg(port.to_string())
+            .arg(&out)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut ready = [0u8; 6];
+        child.stdout.as_mut().unwrap().read_exact(&mut ready).unwrap();
+        assert_eq!(&ready, b"READY\n");
+        Receiver { child, out, port }
+    }
+
+    /// Every request received, as the receiver summarized it.
+    fn requests(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.out)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every window goes to an OTLP/HTTP receiver that decodes it with PyPI's opentelemetry-proto:
+/// three profiles per request (CPU samples, off-CPU ns, run-queue delay) sharing one dictionary;
+/// the workload's samples carry its pid, executable, thread name and container id, its hot
+/// functions' split is its own, and every window's CPU samples are the pprof window's on disk.
+#[test]
+fn windows_are_exported_over_otlp_and_decoded_by_an_independent_receiver() {
+    let receiver = Receiver::start();
+    let container = FakeContainer::new();
+    let dir = temp_path("agent-otlp");
+    let _ = std::fs::remove_dir_all(&dir);
+    let agent = Agent::start(&[
+        "--signals",
+        "all",
+        "--window",
+        "2",
+        "-F",
+        "499",
+        "--output-dir",
+        dir.to_str().unwrap(),
+        "--otlp",
+        &format!("http://127.0.0.1:{}", receiver.port),
+    ]);
+    // In the container's cgroup from its first instruction: moved there before the exec.
+    let hotspot = bpfprof_tests::workload("hotspot");
+    let script = format!(
+        "echo $$ > {}/cgroup.procs && exec {} split 3",
+        container.dir.display(),
+        hotspot.display()
+    );
+    let load = bpfprof_tests::Running::spawn(
+        Command::new("sh")
+            .args(["-c", &script])
+            .stdout(std::process::Stdio::piped()),
+    );
+    let truth = truth(&load.finish());
+    let written = agent.metric("bpfprof_agent_windows_written_total");
+    wait_until("two more windows", Duration::from_secs(30), || {
+        agent.metric("bpfprof_agent_windows_written_total") >= written + 2.0
+    });
+    let (ok, stderr, _) = agent.stop(Duration::from_secs(15));
+    assert!(ok, "the agent failed: {stderr}");
+    let requests = receiver.requests();
+    let windows: Vec<PathBuf> = windows_in(&dir)
+        .into_iter()
+        .filter(|p| !p.to_string_lossy().contains(".offcpu.") && !p.to_string_lossy().contains(".runqueue."))
+        .collect();
+    eprintln!(
+        "{} OTLP requests, {} CPU windows on disk",
+        requests.len(),
+        windows.len()
+    );
+    assert!(requests.len() >= 3, "{} requests received", requests.len());
+    assert_eq!(requests.len(), windows.len(), "one request per window");
+
+    let pid = truth["pid"] as i64;
+    let mut burns: HashMap<&str, i64> = HashMap::new();
+    for (request, window) in requests.iter().zip(&windows) {
+        let resource = &request["resources"][0];
+        assert_eq!(resource["attributes"]["service.name"], "bpfprof");
+        assert!(resource["attributes"]["host.name"]
+            .as_str()
+            .is_some_and(|h| !h.is_empty()));
+        let profiles = resource["profiles"].as_array().unwrap();
+        let types: Vec<&str> = profiles
+            .iter()
+            .map(|p| p["sample_type"][0].as_str().unwrap())
+            .collect();
+        assert_eq!(types, ["samples", "off-cpu", "runqueue-delay"]);
+        let cpu = &profiles[0];
+        // The same window, as pprof on disk: every sample counted alike.
+        let pprof = decode_pprof(&std::fs::read(window).unwrap());
+        let on_disk: i64 = pprof.sample.iter().map(|s| s.value[0]).sum();
+        let exported: i64 = cpu["samples"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["values"][0].as_i64().unwrap())
+            .sum();
+        assert_eq!(
+            exported,
+            on_disk,
+            "{}: samples exported and on disk",
+            window.display()
+        );
+        assert_eq!(cpu["time_unix_nano"].as_i64(), Some(pprof.time_nanos));
+        for sample in cpu["samples"].as_array().unwrap() {
+            let attributes = &sample["attributes"];
+            if attributes["process.pid"].as_i64() != Some(pid) {
+                continue;
+            }
+            assert_eq!(attributes["process.executable.name"], "hotspot", "{sample}");
+            assert_eq!(attributes["container.id"], container.id.as_str(), "{sample}");
+            assert!(
+                attributes["thread.name"].as_str().is_some() && attributes["thread.id"].as_i64().is_some()
+            );
+            let frames: Vec<&str> = sample["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f.as_str().unwrap())
+                .collect();
+            for burn in ["burn_a", "burn_b", "burn_c"] {
+                if frames.contains(&burn) {
+                    *burns.entry(burn).or_default() += sample["values"][0].as_i64().unwrap();
+                }
+            }
+        }
+    }
+    let total: i64 = burns.values().sum();
+    let want = bpfprof_tests::truth_shares(&truth, &["burn_a", "burn_b", "burn_c"]);
+    eprintln!("hotspot over OTLP: {burns:?} of {total} samples; truth {want:?}");
+    assert!(total > 500, "{total} samples of the workload");
+    for (burn, share) in &want {
+        let got = burns.get(burn.as_str()).copied().unwrap_or(0) as f64 / total as f64;
+        assert!(
+            (got - share).abs() <= 0.03,
+            "{burn}: {got:.3} of the samples, {share:.3} of the CPU time"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -229,24 +229,37 @@ fn hotspot() -> Result<()> {
 
 const AGENT_DIR: &str = "/tmp/bpfprof-bench-agent";
 
-/// The agent at its default 19 Hz and at 99 Hz: what it costs on an idle machine, and on a busy
-/// one (both CPUs running fixed work) how much slower that work gets, beside `perf record -a`.
+/// The agent at its default 19 Hz, at 99 Hz, and at 19 Hz with every signal (the scheduler's
+/// programs too): what it costs on an idle machine, and on a busy one (both CPUs running fixed
+/// work) how much slower that work gets, beside `perf record -a`.
 fn agent() -> Result<()> {
     let agent_19: &[&str] = &["agent", "-F", "19", "--listen", "off", "--output-dir", AGENT_DIR];
     let agent_99: &[&str] = &["agent", "-F", "99", "--listen", "off", "--output-dir", AGENT_DIR];
+    let agent_all: &[&str] = &[
+        "agent",
+        "-F",
+        "19",
+        "--signals",
+        "all",
+        "--listen",
+        "off",
+        "--output-dir",
+        AGENT_DIR,
+    ];
+    let configs = [agent_19, agent_99, agent_all];
     let seconds = 30.0;
     let stats_before = std::fs::read_to_string(BPF_STATS).unwrap_or_else(|_| "0".into());
     let _ = std::fs::write(BPF_STATS, "1");
-    let idle = agent_costs("idle", &[agent_19, agent_99], seconds, None)?;
+    let idle = agent_costs("idle", &configs, seconds, None)?;
     // Busy: the fixed work back to back on both CPUs for about as long.
     let (what, workload) = fixed_cpu_work()?;
-    let busy = agent_costs("busy", &[agent_19, agent_99], seconds, Some(&*workload))?;
+    let busy = agent_costs("busy", &configs, seconds, Some(&*workload))?;
     let _ = std::fs::write(BPF_STATS, stats_before.trim());
     compare(Comparison {
         mode: "agent",
         what,
         workload,
-        bpfprof: &[agent_19, agent_99],
+        bpfprof: &configs,
         references: &[&["perf", "record", "-F", "19", "-g", "-a", "-q", "-o", PERF_DATA]],
         ratio_target: Some(1.005),
         perf_share_target: None,
@@ -268,7 +281,7 @@ fn agent_costs<'a>(
     configs: &[&'a [&'a str]],
     seconds: f64,
     load: Option<&dyn Fn() -> Result<f64>>,
-) -> Result<Vec<(&'a str, Cost)>> {
+) -> Result<Vec<(String, Cost)>> {
     let mut costs = Vec::new();
     for args in configs {
         eprintln!(
@@ -285,22 +298,26 @@ fn agent_costs<'a>(
             }
             None => std::thread::sleep(Duration::from_secs_f64(seconds)),
         }
-        costs.push((args[2], profiler.stop()?));
+        let label = match args.contains(&"--signals") {
+            true => format!("{} Hz, all signals", args[2]),
+            false => format!("{} Hz", args[2]),
+        };
+        costs.push((label, profiler.stop()?));
     }
     Ok(costs)
 }
 
-fn print_agent_costs(costs: &[(&str, Cost)]) {
-    for (hz, cost) in costs {
+fn print_agent_costs(costs: &[(String, Cost)]) {
+    for (label, cost) in costs {
         let bpf = cost.bpf_ns as f64 / 1e9 / cost.wall;
         let total = cost.cpu + bpf;
         println!(
-            "  {hz:>3} Hz: agent process {:.3}% + BPF programs {:.3}% = {:.3}% of one core{}",
+            "  {label:>20}: agent process {:.3}% + BPF programs {:.3}% = {:.3}% of one core{}",
             100.0 * cost.cpu,
             100.0 * bpf,
             100.0 * total,
-            match *hz {
-                "19" => format!(" (target <= 0.5%: {})", verdict(total <= 0.005)),
+            match label.as_str() {
+                "19 Hz" => format!(" (target <= 0.5%: {})", verdict(total <= 0.005)),
                 _ => String::new(),
             }
         );

@@ -46,6 +46,7 @@ pub fn run(needs: Needs) -> Result<()> {
         // The arm64 suites run in an emulated Neoverse (and the AArch64 unwind-table unit test
         // reads the arm64 C library the cross compiler brings).
         ensure_arm64_guest_tools()?;
+        ensure_otlp_receiver()?;
     }
     Ok(())
 }
@@ -171,6 +172,39 @@ fn ensure_bpf_linker(nightly: &str) -> Result<()> {
     Ok(())
 }
 
+/// The OTLP profiles messages the agent's OTLP export is pinned to: PyPI's package of them.
+pub const OTLP_PROTO_VERSION: &str = "1.45.2";
+
+/// A Python environment with PyPI's `opentelemetry-proto` (the pinned version), for the OTLP
+/// receiver the agent's test decodes exports with (`tests/otlp/receiver.py`).
+fn ensure_otlp_receiver() -> Result<()> {
+    let venv = crate::workspace_root().join("target/otlp-receiver");
+    let stamp = venv.join(format!(".opentelemetry-proto-{OTLP_PROTO_VERSION}"));
+    if stamp.is_file() {
+        return Ok(());
+    }
+    eprintln!(
+        "xtask setup: a Python environment with opentelemetry-proto {OTLP_PROTO_VERSION} in {}",
+        venv.display()
+    );
+    let _ = std::fs::remove_dir_all(&venv);
+    // Debian's Python: its venv module needs python3-venv.
+    let created = Command::new("/usr/bin/python3")
+        .arg("-m")
+        .arg("venv")
+        .arg(&venv)
+        .status();
+    if !matches!(created, Ok(s) if s.success()) {
+        apt_install(&["python3-venv"])?;
+        sh(Command::new("/usr/bin/python3").arg("-m").arg("venv").arg(&venv))?;
+    }
+    sh(Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check"])
+        .arg(format!("opentelemetry-proto=={OTLP_PROTO_VERSION}")))?;
+    std::fs::write(stamp, "")?;
+    Ok(())
+}
+
 fn ensure_tracefs() {
     if Path::new(TRACEFS).join("events").is_dir() || Path::new("/sys/kernel/debug/tracing/events").is_dir() {
         return;
@@ -199,6 +233,10 @@ fn ensure_packages(tools: &[(&str, &str)]) -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
+    apt_install(&missing)
+}
+
+fn apt_install(missing: &[&str]) -> Result<()> {
     eprintln!("xtask setup: installing {}", missing.join(" "));
     let root = crate::is_root();
     let apt = |args: &[&str]| {
@@ -214,5 +252,5 @@ fn ensure_packages(tools: &[(&str, &str)]) -> Result<()> {
         cmd
     };
     sh(&mut apt(&["update", "-qq"]))?;
-    sh(apt(&["install", "-y", "-qq"]).args(&missing))
+    sh(apt(&["install", "-y", "-qq"]).args(missing))
 }

@@ -22,10 +22,9 @@ pub struct Metrics {
     pub last_window_unix_s: AtomicU64,
     pub pulls_served: AtomicU64,
     pub pulls_refused: AtomicU64,
-    pub pushes_sent: AtomicU64,
-    pub push_failures: AtomicU64,
-    pub pushes_dropped: AtomicU64,
-    pub push_queue: AtomicU64,
+    /// Pyroscope pushes (`--push`) and OTLP exports (`--otlp`).
+    pub push: PushCounters,
+    pub otlp: PushCounters,
     pub processes_tracked: AtomicU64,
     pub files_open: AtomicU64,
     pub frame_cache_entries: AtomicU64,
@@ -61,10 +60,8 @@ impl Default for Metrics {
             last_window_unix_s: zero(),
             pulls_served: zero(),
             pulls_refused: zero(),
-            pushes_sent: zero(),
-            push_failures: zero(),
-            pushes_dropped: zero(),
-            push_queue: zero(),
+            push: PushCounters::default(),
+            otlp: PushCounters::default(),
             processes_tracked: zero(),
             files_open: zero(),
             frame_cache_entries: zero(),
@@ -82,6 +79,15 @@ impl Default for Metrics {
             runqueue_threads: zero(),
         }
     }
+}
+
+/// One destination's uploads.
+#[derive(Default)]
+pub struct PushCounters {
+    pub sent: AtomicU64,
+    pub failures: AtomicU64,
+    pub dropped: AtomicU64,
+    pub queue: AtomicU64,
 }
 
 /// This process's own use of the machine, read from `/proc/self`.
@@ -188,18 +194,33 @@ impl Metrics {
             ),
             (
                 "pushes_sent_total",
-                &self.pushes_sent,
+                &self.push.sent,
                 "windows pushed to the ingest URL",
             ),
             (
                 "push_failures_total",
-                &self.push_failures,
+                &self.push.failures,
                 "push attempts that failed (retried)",
             ),
             (
                 "pushes_dropped_total",
-                &self.pushes_dropped,
+                &self.push.dropped,
                 "windows never pushed (queue full, or retries exhausted)",
+            ),
+            (
+                "otlp_exports_sent_total",
+                &self.otlp.sent,
+                "windows exported to the OTLP endpoint",
+            ),
+            (
+                "otlp_export_failures_total",
+                &self.otlp.failures,
+                "OTLP export attempts that failed (retried)",
+            ),
+            (
+                "otlp_exports_dropped_total",
+                &self.otlp.dropped,
+                "windows never exported (queue full, or retries exhausted)",
             ),
             (
                 "offcpu_map_full_total",
@@ -218,8 +239,13 @@ impl Metrics {
         let gauges = [
             (
                 "push_queue_windows",
-                &self.push_queue,
+                &self.push.queue,
                 "windows waiting to be pushed",
+            ),
+            (
+                "otlp_queue_windows",
+                &self.otlp.queue,
+                "windows waiting to be exported over OTLP",
             ),
             (
                 "processes_tracked",

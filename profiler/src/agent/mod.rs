@@ -10,6 +10,7 @@
 //! the pusher when pushing.
 mod http;
 pub mod metrics;
+mod otlp;
 mod push;
 mod render;
 mod runqueue;
@@ -43,7 +44,7 @@ use crate::{
 };
 use http::{Endpoint, PullRequest};
 use metrics::Metrics;
-use push::{PushConfig, Pusher};
+use push::{Destination, PushConfig, Pusher};
 use render::{Figures, Job, Rendering};
 use runqueue::RunQueue;
 use store::Store;
@@ -80,6 +81,7 @@ pub struct Config {
     pub window: Duration,
     pub listen: Option<SocketAddr>,
     pub push: Option<PushConfig>,
+    pub otlp: Option<PushConfig>,
     pub unwind: Unwind,
     pub signals: Signals,
     pub sample_map_entries: Option<u32>,
@@ -106,10 +108,21 @@ impl Config {
             }
             Some(url) => Some(PushConfig {
                 url: url.clone(),
-                name: args.push_name.clone(),
+                destination: Destination::Pyroscope {
+                    name: args.push_name.clone(),
+                    frequency_hz: args.frequency,
+                },
                 capacity: args.push_queue.max(1),
                 timeout: Duration::from_secs_f64(args.push_timeout),
-                frequency_hz: args.frequency,
+            }),
+            None => None,
+        };
+        let otlp = match &args.otlp {
+            Some(url) => Some(PushConfig {
+                url: otlp_url(url)?,
+                destination: Destination::Otlp,
+                capacity: args.push_queue.max(1),
+                timeout: Duration::from_secs_f64(args.push_timeout),
             }),
             None => None,
         };
@@ -118,11 +131,31 @@ impl Config {
             window: Duration::from_secs_f64(args.window),
             listen,
             push,
+            otlp,
             unwind: args.unwind,
             signals: args.signals,
             sample_map_entries: args.sample_map_entries,
         })
     }
+}
+
+/// The OTLP/HTTP export URL: `/v1development/profiles` added to a URL without a path. gRPC
+/// (port 4317) is not spoken: said at once rather than failing every export.
+fn otlp_url(url: &str) -> Result<String, UserError> {
+    let usage = |why: &str| UserError::Usage(format!("--otlp {url}: {why}"));
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or_else(|| usage("give an http:// URL of an OTLP/HTTP endpoint (e.g. http://collector:4318)"))?;
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    if authority.ends_with(":4317") {
+        return Err(usage(
+            "port 4317 is OTLP/gRPC, which bpfprof does not speak: give the collector's OTLP/HTTP port (4318)",
+        ));
+    }
+    Ok(match path.trim_end_matches('/') {
+        "" => format!("http://{authority}/v1development/profiles"),
+        _ => url.to_string(),
+    })
 }
 
 pub fn run(args: AgentArgs) -> anyhow::Result<i32> {
@@ -198,6 +231,7 @@ async fn agent(
     let latest: render::Latest = Arc::new(Mutex::new(HashMap::new()));
     let unwind_files = Arc::new(Mutex::new(None));
     let pusher = config.push.clone().map(|p| Pusher::start(p, metrics.clone()));
+    let exporter = config.otlp.clone().map(|p| Pusher::start(p, metrics.clone()));
     let cpus = crate::counters::cpu::online_ids().map_or(1, |c| c.len() as u32);
     // What every window's report says of the run; each gets its own duration.
     let meta = RunMeta {
@@ -210,7 +244,7 @@ async fn agent(
         notes: Vec::new(),
         counters: Vec::new(),
     };
-    let (jobs, renderer) = render::start(store, pusher, latest.clone(), metrics.clone(), meta);
+    let (jobs, renderer) = render::start(store, [pusher, exporter], latest.clone(), metrics.clone(), meta);
     let (pull_tx, pull_rx) = mpsc::channel::<PullRequest>(MAX_PULLS);
     if let Some(listener) = listener {
         let listener = tokio::net::TcpListener::from_std(listener).context("serving the endpoint")?;
@@ -261,13 +295,14 @@ async fn agent(
         }
     }
     eprintln!(
-        "bpfprof agent: {} on all {cpus} CPUs (samples at {} Hz); a window every {:.0} s into {}{}{}; SIGTERM or Ctrl-C writes the last window and stops",
+        "bpfprof agent: {} on all {cpus} CPUs (samples at {} Hz); a window every {:.0} s into {}{}{}{}; SIGTERM or Ctrl-C writes the last window and stops",
         signals.names().join(", "),
         config.frequency_hz,
         config.window.as_secs_f64(),
         output_dir.display(),
         config.listen.map_or(String::new(), |a| format!("; endpoint http://{a}/")),
         config.push.as_ref().map_or(String::new(), |p| format!("; pushing to {}", p.url)),
+        config.otlp.as_ref().map_or(String::new(), |p| format!("; exporting OTLP to {}", p.url)),
     );
 
     let mut collector = AgentCollector {

@@ -1,5 +1,7 @@
-//! Push: each window sent to a Pyroscope-compatible server (`POST /ingest?format=pprof`, the
-//! profile as a multipart `profile` field) from a thread of its own, through a bounded queue.
+//! Push: each window sent from a thread of its own, through a bounded queue, to a
+//! Pyroscope-compatible server (`POST /ingest?format=pprof`, the CPU profile as a multipart
+//! `profile` field) or to an OTLP/HTTP endpoint (`POST …/v1development/profiles`, every signal's
+//! profile in one `ExportProfilesServiceRequest`).
 //! A down or slow server costs at most `capacity` windows of memory and never delays a window:
 //! attempts time out, failures back off, and the oldest window is dropped when the queue is full.
 use std::{
@@ -11,7 +13,7 @@ use std::{
 
 use bytes::Bytes;
 
-use super::metrics::Metrics;
+use super::metrics::{Metrics, PushCounters};
 
 /// Attempts per window before it is given up on.
 const MAX_ATTEMPTS: u32 = 5;
@@ -21,19 +23,28 @@ const BOUNDARY: &str = "bpfprof-pprof-upload-7f3a9c";
 
 #[derive(Clone, Debug)]
 pub struct PushConfig {
-    /// The server's base URL (`http://host:4040`).
+    /// Pyroscope: the server's base URL (`http://host:4040`); OTLP: the export URL.
     pub url: String,
-    /// The application name, with labels in braces.
-    pub name: String,
+    pub destination: Destination,
     pub capacity: usize,
     pub timeout: Duration,
-    pub frequency_hz: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Destination {
+    Pyroscope {
+        /// The application name, with labels in braces.
+        name: String,
+        frequency_hz: u64,
+    },
+    Otlp,
 }
 
 pub struct Upload {
     pub from_unix_s: u64,
     pub until_unix_s: u64,
-    pub pprof_gz: Bytes,
+    /// Pyroscope: the gzipped pprof; OTLP: the encoded export request.
+    pub body: Bytes,
 }
 
 struct Queue {
@@ -45,7 +56,16 @@ pub struct Pusher {
     shared: Arc<(Mutex<Queue>, Condvar)>,
     capacity: usize,
     metrics: Arc<Metrics>,
+    destination: Destination,
     thread: Option<JoinHandle<()>>,
+}
+
+/// The counters of a destination.
+fn counters<'a>(metrics: &'a Metrics, destination: &Destination) -> &'a PushCounters {
+    match destination {
+        Destination::Pyroscope { .. } => &metrics.push,
+        Destination::Otlp => &metrics.otlp,
+    }
 }
 
 impl Pusher {
@@ -68,6 +88,7 @@ impl Pusher {
             shared,
             capacity: config.capacity.max(1),
             metrics,
+            destination: config.destination,
             thread: Some(thread),
         }
     }
@@ -76,12 +97,13 @@ impl Pusher {
     pub fn enqueue(&self, upload: Upload) {
         let (lock, wake) = &*self.shared;
         let mut queue = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let counters = counters(&self.metrics, &self.destination);
         if queue.uploads.len() >= self.capacity {
             queue.uploads.pop_front();
-            self.metrics.pushes_dropped.fetch_add(1, Relaxed);
+            counters.dropped.fetch_add(1, Relaxed);
         }
         queue.uploads.push_back((upload, 0));
-        self.metrics.push_queue.store(queue.uploads.len() as u64, Relaxed);
+        counters.queue.store(queue.uploads.len() as u64, Relaxed);
         wake.notify_all();
     }
 
@@ -100,6 +122,7 @@ impl Pusher {
 }
 
 fn push_loop(config: &PushConfig, shared: &(Mutex<Queue>, Condvar), metrics: &Metrics) {
+    let metrics = counters(metrics, &config.destination);
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(config.timeout))
         .build()
@@ -116,16 +139,14 @@ fn push_loop(config: &PushConfig, shared: &(Mutex<Queue>, Condvar), metrics: &Me
             if queue.closed {
                 let deadline = *closing_deadline.get_or_insert_with(|| Instant::now() + config.timeout);
                 if queue.uploads.is_empty() || Instant::now() >= deadline {
-                    metrics
-                        .pushes_dropped
-                        .fetch_add(queue.uploads.len() as u64, Relaxed);
+                    metrics.dropped.fetch_add(queue.uploads.len() as u64, Relaxed);
                     queue.uploads.clear();
-                    metrics.push_queue.store(0, Relaxed);
+                    metrics.queue.store(0, Relaxed);
                     return;
                 }
             }
             let (upload, _) = queue.uploads.front().expect("not empty");
-            (upload.pprof_gz.clone(), upload.from_unix_s, upload.until_unix_s)
+            (upload.body.clone(), upload.from_unix_s, upload.until_unix_s)
         };
         let result = send(&agent, config, &body, from, until);
         let mut queue = lock.lock().unwrap_or_else(|e| e.into_inner());
@@ -136,14 +157,14 @@ fn push_loop(config: &PushConfig, shared: &(Mutex<Queue>, Condvar), metrics: &Me
             .is_some_and(|(u, _)| u.from_unix_s == from && u.until_unix_s == until);
         match result {
             Ok(()) => {
-                metrics.pushes_sent.fetch_add(1, Relaxed);
+                metrics.sent.fetch_add(1, Relaxed);
                 if same {
                     queue.uploads.pop_front();
                 }
                 backoff = FIRST_BACKOFF;
             }
             Err(e) => {
-                metrics.push_failures.fetch_add(1, Relaxed);
+                metrics.failures.fetch_add(1, Relaxed);
                 log::warn!("pushing a window to {}: {e}", config.url);
                 if same {
                     let attempts = {
@@ -153,7 +174,7 @@ fn push_loop(config: &PushConfig, shared: &(Mutex<Queue>, Condvar), metrics: &Me
                     };
                     if attempts >= MAX_ATTEMPTS || queue.closed {
                         queue.uploads.pop_front();
-                        metrics.pushes_dropped.fetch_add(1, Relaxed);
+                        metrics.dropped.fetch_add(1, Relaxed);
                     }
                 }
                 if !queue.closed {
@@ -166,25 +187,26 @@ fn push_loop(config: &PushConfig, shared: &(Mutex<Queue>, Condvar), metrics: &Me
                 }
             }
         }
-        metrics.push_queue.store(queue.uploads.len() as u64, Relaxed);
+        metrics.queue.store(queue.uploads.len() as u64, Relaxed);
     }
 }
 
-fn send(
-    agent: &ureq::Agent,
-    config: &PushConfig,
-    pprof_gz: &[u8],
-    from: u64,
-    until: u64,
-) -> Result<(), String> {
-    let url = ingest_url(config, from, until);
-    let body = multipart(pprof_gz);
+fn send(agent: &ureq::Agent, config: &PushConfig, body: &[u8], from: u64, until: u64) -> Result<(), String> {
+    let (url, content_type, body) = match &config.destination {
+        Destination::Pyroscope { name, frequency_hz } => (
+            ingest_url(&config.url, name, *frequency_hz, from, until),
+            format!("multipart/form-data; boundary={BOUNDARY}"),
+            multipart(body),
+        ),
+        Destination::Otlp => (
+            config.url.clone(),
+            "application/x-protobuf".to_string(),
+            body.to_vec(),
+        ),
+    };
     agent
         .post(&url)
-        .header(
-            "Content-Type",
-            format!("multipart/form-data; boundary={BOUNDARY}"),
-        )
+        .header("Content-Type", content_type)
         .send(&body[..])
         .map(|_| ())
         .map_err(|e| e.to_string())
@@ -192,16 +214,15 @@ fn send(
 
 /// `…/ingest?name=…&from=…&until=…&format=pprof`: the name gets the host as a label unless it
 /// carries labels of its own.
-pub fn ingest_url(config: &PushConfig, from: u64, until: u64) -> String {
-    let name = match config.name.contains('{') {
-        true => config.name.clone(),
-        false => format!("{}{{hostname={}}}", config.name, hostname()),
+pub fn ingest_url(base: &str, name: &str, frequency_hz: u64, from: u64, until: u64) -> String {
+    let name = match name.contains('{') {
+        true => name.to_string(),
+        false => format!("{name}{{hostname={}}}", hostname()),
     };
     format!(
-        "{}/ingest?name={}&from={from}&until={until}&format=pprof&sampleRate={}&spyName=bpfprof",
-        config.url.trim_end_matches('/'),
+        "{}/ingest?name={}&from={from}&until={until}&format=pprof&sampleRate={frequency_hz}&spyName=bpfprof",
+        base.trim_end_matches('/'),
         percent_encode(&name),
-        config.frequency_hz
     )
 }
 
@@ -227,7 +248,7 @@ fn percent_encode(s: &str) -> String {
         .collect()
 }
 
-fn hostname() -> String {
+pub fn hostname() -> String {
     nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
@@ -241,23 +262,23 @@ mod tests {
     fn config(url: &str, capacity: usize) -> PushConfig {
         PushConfig {
             url: url.into(),
-            name: "app.cpu{env=test}".into(),
+            destination: Destination::Pyroscope {
+                name: "app.cpu{env=test}".into(),
+                frequency_hz: 19,
+            },
             capacity,
             timeout: Duration::from_millis(300),
-            frequency_hz: 19,
         }
     }
 
     #[test]
     fn url_and_body_follow_the_ingest_convention() {
-        let url = ingest_url(&config("http://h:4040/", 1), 10, 70);
+        let url = ingest_url("http://h:4040/", "app.cpu{env=test}", 19, 10, 70);
         assert_eq!(
             url,
             "http://h:4040/ingest?name=app.cpu%7Benv%3Dtest%7D&from=10&until=70&format=pprof&sampleRate=19&spyName=bpfprof"
         );
-        let mut plain = config("http://h", 1);
-        plain.name = "bpfprof.cpu".into();
-        assert!(ingest_url(&plain, 1, 2).contains("name=bpfprof.cpu%7Bhostname%3D"));
+        assert!(ingest_url("http://h", "bpfprof.cpu", 19, 1, 2).contains("name=bpfprof.cpu%7Bhostname%3D"));
         let body = multipart(b"\x1f\x8bDATA");
         let text = String::from_utf8_lossy(&body);
         assert!(
@@ -275,9 +296,9 @@ mod tests {
             pusher.enqueue(Upload {
                 from_unix_s: i,
                 until_unix_s: i + 1,
-                pprof_gz: Bytes::from_static(b"x"),
+                body: Bytes::from_static(b"x"),
             });
-            assert!(metrics.push_queue.load(Relaxed) <= 2);
+            assert!(metrics.push.queue.load(Relaxed) <= 2);
         }
         let started = Instant::now();
         pusher.finish();
@@ -286,13 +307,13 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
-        assert_eq!(metrics.pushes_sent.load(Relaxed), 0);
-        assert!(metrics.push_failures.load(Relaxed) >= 1);
+        assert_eq!(metrics.push.sent.load(Relaxed), 0);
+        assert!(metrics.push.failures.load(Relaxed) >= 1);
         assert_eq!(
-            metrics.pushes_dropped.load(Relaxed),
+            metrics.push.dropped.load(Relaxed),
             10,
             "every window accounted for"
         );
-        assert_eq!(metrics.push_queue.load(Relaxed), 0);
+        assert_eq!(metrics.push.queue.load(Relaxed), 0);
     }
 }

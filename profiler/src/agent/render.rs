@@ -1,5 +1,6 @@
 //! The renderer thread: symbolizes (one long-lived symbolizer), encodes one pprof per signal,
-//! writes the window, publishes it as the latest and queues it for the pusher.
+//! writes the window, publishes it as the latest and queues it for the pusher (CPU, to
+//! Pyroscope) and the OTLP exporter (every signal, one request).
 use std::{
     collections::{HashMap, HashSet},
     sync::{atomic::Ordering::Relaxed, mpsc as std_mpsc, Arc, Mutex},
@@ -11,7 +12,8 @@ use tokio::sync::oneshot;
 
 use super::{
     metrics::Metrics,
-    push::{Pusher, Upload},
+    otlp,
+    push::{hostname, Pusher, Upload},
     runqueue::ThreadWait,
     store::Store,
     unix_ms, Signal,
@@ -93,7 +95,7 @@ pub type Latest = Arc<Mutex<HashMap<Signal, Bytes>>>;
 /// Starts the renderer; it ends when the queue's sender is dropped.
 pub fn start(
     mut store: Store,
-    pusher: Option<Pusher>,
+    [pusher, exporter]: [Option<Pusher>; 2],
     latest: Latest,
     metrics: Arc<Metrics>,
     meta: RunMeta,
@@ -106,13 +108,22 @@ pub fn start(
             for job in queue {
                 match job {
                     Job::Pull(rendering, reply) => {
-                        let encoded = encode(&symbolizer, &rendering, &meta);
-                        let _ =
-                            reply.send(Ok(encoded.into_iter().next().map(|(_, b)| b).unwrap_or_default()));
+                        let profiles = profiles(&symbolizer, &rendering, &meta);
+                        let bytes = profiles.first().map(|(_, p)| gzipped(p)).unwrap_or_default();
+                        let _ = reply.send(Ok(bytes));
                     }
                     Job::Window(rendering) => {
-                        let encoded = encode(&symbolizer, &rendering, &meta);
+                        let profiles = profiles(&symbolizer, &rendering, &meta);
+                        let encoded: Vec<(Signal, Bytes)> =
+                            profiles.iter().map(|(s, p)| (*s, gzipped(p))).collect();
                         write_window(&mut store, &rendering, &encoded, &metrics, pusher.as_ref());
+                        if let Some(exporter) = &exporter {
+                            exporter.enqueue(Upload {
+                                from_unix_s: unix_ms(rendering.started) / 1000,
+                                until_unix_s: unix_ms(rendering.started + rendering.duration).div_ceil(1000),
+                                body: Bytes::from(otlp::export_request(&profiles, &hostname())),
+                            });
+                        }
                         let mut latest = latest.lock().unwrap_or_else(|e| e.into_inner());
                         latest.extend(encoded);
                     }
@@ -124,7 +135,7 @@ pub fn start(
                 metrics.frame_cache_bytes.store(size.frame_bytes as u64, Relaxed);
                 metrics.symbolizer_files.store(size.files as u64, Relaxed);
             }
-            if let Some(pusher) = pusher {
+            for pusher in [pusher, exporter].into_iter().flatten() {
                 pusher.finish();
             }
         })
@@ -166,7 +177,7 @@ fn write_window(
         pusher.enqueue(Upload {
             from_unix_s: started / 1000,
             until_unix_s: ended.div_ceil(1000),
-            pprof_gz: bytes.clone(),
+            body: bytes.clone(),
         });
     }
 }
@@ -182,8 +193,19 @@ fn release_freed_memory() {
     }
 }
 
-/// Symbolize each profile and encode it as pprof with its processes' labels.
-fn encode(symbolizer: &Symbolizer, rendering: &Rendering, meta: &RunMeta) -> Vec<(Signal, Bytes)> {
+/// pprof's file form: the encoded message, gzipped.
+fn gzipped(profile: &pprof::proto::Profile) -> Bytes {
+    let mut bytes = Vec::new();
+    pprof::write_gz(profile, &mut bytes).expect("writing into memory");
+    Bytes::from(bytes)
+}
+
+/// Symbolize each profile and build it as pprof with its processes' labels.
+fn profiles(
+    symbolizer: &Symbolizer,
+    rendering: &Rendering,
+    meta: &RunMeta,
+) -> Vec<(Signal, pprof::proto::Profile)> {
     let labels = |pid: u32| -> Vec<(&'static str, String)> {
         let Some(info) = rendering.labels.get(&pid) else {
             return Vec::new();
@@ -256,9 +278,7 @@ fn encode(symbolizer: &Symbolizer, rendering: &Rendering, meta: &RunMeta) -> Vec
             .started
             .duration_since(SystemTime::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as i64);
-        let mut bytes = Vec::new();
-        pprof::write_gz(&profile, &mut bytes).expect("writing into memory");
-        out.push((*signal, Bytes::from(bytes)));
+        out.push((*signal, profile));
     }
     out
 }

@@ -1,0 +1,83 @@
+"""An OTLP/HTTP profiles receiver no one here wrote the decoding of: the messages come from PyPI's
+opentelemetry-proto (its generated stubs), only the summary below is ours.
+
+    receiver.py PORT OUT
+
+Serves POST /v1development/profiles on 127.0.0.1:PORT, decodes each body as an
+ExportProfilesServiceRequest and appends one JSON line per request to OUT: the resource's
+attributes and, per profile, its sample type, period type, time, duration and samples (value,
+attributes, function names leaf first). Prints READY once listening; exits on SIGTERM.
+"""
+import json
+import signal
+import sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2 as service
+
+
+def any_value(v):
+    kind = v.WhichOneof("value")
+    return getattr(v, kind) if kind else None
+
+
+def summary(request):
+    d = request.dictionary
+    text = lambda i: d.string_table[i]
+    out = {"resources": [], "dictionary_sizes": {
+        "strings": len(d.string_table), "stacks": len(d.stack_table),
+        "locations": len(d.location_table), "functions": len(d.function_table)}}
+    for rp in request.resource_profiles:
+        resource = {kv.key: any_value(kv.value) for kv in rp.resource.attributes}
+        profiles = []
+        for sp in rp.scope_profiles:
+            for p in sp.profiles:
+                samples = []
+                for s in p.samples:
+                    frames = []
+                    for li in d.stack_table[s.stack_index].location_indices:
+                        for line in d.location_table[li].lines:
+                            frames.append(text(d.function_table[line.function_index].name_strindex))
+                    attrs = {}
+                    for ai in s.attribute_indices:
+                        a = d.attribute_table[ai]
+                        attrs[text(a.key_strindex)] = any_value(a.value)
+                    samples.append({"values": list(s.values), "attributes": attrs, "frames": frames})
+                profiles.append({
+                    "scope": sp.scope.name,
+                    "sample_type": [text(p.sample_type.type_strindex), text(p.sample_type.unit_strindex)],
+                    "period_type": [text(p.period_type.type_strindex), text(p.period_type.unit_strindex)],
+                    "period": p.period,
+                    "time_unix_nano": p.time_unix_nano,
+                    "duration_nano": p.duration_nano,
+                    "samples": samples,
+                })
+        out["resources"].append({"attributes": resource, "profiles": profiles})
+    return out
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.path != "/v1development/profiles" or self.headers.get("Content-Type") != "application/x-protobuf":
+            self.send_response(404)
+            self.end_headers()
+            return
+        request = service.ExportProfilesServiceRequest.FromString(body)
+        with open(sys.argv[2], "a") as out:
+            out.write(json.dumps(summary(request)) + "\n")
+        reply = service.ExportProfilesServiceResponse().SerializeToString()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, *args):
+        pass
+
+
+server = HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+print("READY", flush=True)
+server.serve_forever()
