@@ -559,6 +559,15 @@ fn line_fields(
         .collect()
 }
 
+/// Wait until the agent has written two windows more than it has now: whatever the workload did
+/// until this moment has been drained into a window and written.
+fn two_more_windows(agent: &Agent) {
+    let written = agent.metric("bpfprof_agent_windows_written_total");
+    wait_until("two more windows", Duration::from_secs(30), || {
+        agent.metric("bpfprof_agent_windows_written_total") >= written + 2.0
+    });
+}
+
 /// Every signal on: a thread that sleeps 2.5 s at a time (each sleep spans two or three drains,
 /// and most window ends) shows, in every window it spans wholly, off-CPU time equal to the
 /// window's length in the function it sleeps in; over all windows, what the kernel counts it
@@ -588,10 +597,7 @@ fn every_signal_in_windows_off_cpu_across_window_ends_and_run_queue_delay() {
     );
     let stdout = load.finish();
     // Two more windows: the last sleep's end is drained and written.
-    let written = agent.metric("bpfprof_agent_windows_written_total");
-    wait_until("two more windows", Duration::from_secs(30), || {
-        agent.metric("bpfprof_agent_windows_written_total") >= written + 2.0
-    });
+    two_more_windows(&agent);
     let page =
         String::from_utf8_lossy(&bpfprof_tests::http_get(&agent.address, "/metrics").unwrap().1).into_owned();
     let (ok, stderr, _) = agent.stop(Duration::from_secs(15));
@@ -793,10 +799,7 @@ fn windows_are_exported_over_otlp_and_decoded_by_an_independent_receiver() {
             .stdout(std::process::Stdio::piped()),
     );
     let truth = truth(&load.finish());
-    let written = agent.metric("bpfprof_agent_windows_written_total");
-    wait_until("two more windows", Duration::from_secs(30), || {
-        agent.metric("bpfprof_agent_windows_written_total") >= written + 2.0
-    });
+    two_more_windows(&agent);
     let (ok, stderr, _) = agent.stop(Duration::from_secs(15));
     assert!(ok, "the agent failed: {stderr}");
     let requests = receiver.requests();

@@ -47,6 +47,13 @@ pub struct Endpoint {
     pub signals: Signals,
 }
 
+impl Endpoint {
+    /// The agent was started with this signal.
+    fn serves(&self, signal: Signal) -> bool {
+        self.signals.names().contains(&signal.name())
+    }
+}
+
 pub async fn serve(listener: tokio::net::TcpListener, endpoint: Arc<Endpoint>) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
@@ -122,7 +129,7 @@ async fn handle(
             let latest = endpoint.latest.lock().unwrap_or_else(|e| e.into_inner());
             match signal {
                 None => text(StatusCode::BAD_REQUEST, "signal: give cpu, offcpu or runqueue\n"),
-                Some(signal) if !endpoint.signals.names().contains(&signal.name()) => {
+                Some(signal) if !endpoint.serves(signal) => {
                     off(signal)
                 }
                 Some(signal) => match latest.get(&signal) {
@@ -167,7 +174,7 @@ fn off(signal: Signal) -> Response<Full<Bytes>> {
 }
 
 async fn pull(endpoint: &Endpoint, signal: Signal, query: Option<&str>) -> Response<Full<Bytes>> {
-    if !endpoint.signals.names().contains(&signal.name()) {
+    if !endpoint.serves(signal) {
         return off(signal);
     }
     let seconds = match seconds(query) {
