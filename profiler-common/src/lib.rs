@@ -42,6 +42,8 @@ mod pod {
     unsafe impl aya::Pod for lock::LockId {}
     unsafe impl aya::Pod for lock::LockState {}
     unsafe impl aya::Pod for lock::ThreadOffsets {}
+    unsafe impl aya::Pod for lock::Waiting {}
+    unsafe impl aya::Pod for lock::LastWake {}
 }
 
 #[cfg(test)]

@@ -441,7 +441,7 @@ impl Loaded {
                 let aya::maps::Map::PerfEventArray(data) = map else {
                     anyhow::bail!("map {name} is not a perf event array");
                 };
-                map_update(data.fd().as_fd().as_raw_fd(), cpu, fd.as_raw_fd() as u32).with_context(|| {
+                map_update(data.fd().as_fd(), cpu, fd.as_raw_fd() as u32).with_context(|| {
                     format!("handing the {} counter of CPU {cpu} to BPF", events[slot].name)
                 })?;
             }
@@ -565,34 +565,12 @@ fn is_missing_pmu(err: &ProgramError) -> bool {
 }
 
 /// `bpf(BPF_MAP_UPDATE_ELEM)` for a perf event array: aya's own type for it only opens ring buffers.
-fn map_update(map_fd: std::os::fd::RawFd, key: u32, value: u32) -> std::io::Result<()> {
-    #[repr(C)]
-    struct Update {
-        map_fd: u32,
-        _pad: u32,
-        key: u64,
-        value: u64,
-        flags: u64,
-    }
-    let attr = Update {
-        map_fd: map_fd as u32,
-        _pad: 0,
-        key: &key as *const u32 as u64,
-        value: &value as *const u32 as u64,
-        flags: 0,
-    };
+fn map_update(map_fd: std::os::fd::BorrowedFd<'_>, key: u32, mut value: u32) -> std::io::Result<()> {
     const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-    // SAFETY: the attribute points at live key and value for the duration of the call.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_MAP_UPDATE_ELEM,
-            &attr as *const Update,
-            std::mem::size_of::<Update>(),
-        )
-    };
-    if ret < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
+    crate::collect::map_elem_call(
+        BPF_MAP_UPDATE_ELEM,
+        map_fd,
+        (&key as *const u32).cast(),
+        (&mut value as *mut u32).cast(),
+    )
 }

@@ -257,12 +257,45 @@ pub struct AgentArgs {
     #[arg(long, value_enum, value_name = "HOW", default_value = "tables")]
     pub unwind: Unwind,
     /// What each window profiles, comma-separated: `cpu` (on-CPU stacks), `offcpu` (time asleep
-    /// by stack), `runqueue` (time waiting for a CPU, per thread), or `all`.
+    /// by stack), `runqueue` (time waiting for a CPU, per thread), `lock` (futex waits by lock
+    /// and stack), or `all`.
     #[arg(long, value_name = "LIST", default_value = "cpu", value_parser = parse_signals)]
     pub signals: Signals,
     /// Testing: entries of the kernel's sample map (to prove a full map is reported).
     #[arg(long = "sample-map-entries", value_name = "N", hide = true)]
     pub sample_map_entries: Option<u32>,
+}
+
+/// What an agent window holds a profile of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Signal {
+    Cpu,
+    OffCpu,
+    RunQueue,
+    Lock,
+}
+
+impl Signal {
+    pub const ALL: [Signal; 4] = [Signal::Cpu, Signal::OffCpu, Signal::RunQueue, Signal::Lock];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Signal::Cpu => "cpu",
+            Signal::OffCpu => "offcpu",
+            Signal::RunQueue => "runqueue",
+            Signal::Lock => "lock",
+        }
+    }
+
+    /// By its name, or another spelling users reach for.
+    pub fn parse(name: &str) -> Option<Signal> {
+        match name {
+            "off-cpu" => Some(Signal::OffCpu),
+            "run-queue" => Some(Signal::RunQueue),
+            "locks" | "mutex" => Some(Signal::Lock),
+            name => Signal::ALL.into_iter().find(|s| s.name() == name),
+        }
+    }
 }
 
 /// The agent's signals: each window is one profile per signal.
@@ -271,6 +304,7 @@ pub struct Signals {
     pub cpu: bool,
     pub offcpu: bool,
     pub runqueue: bool,
+    pub lock: bool,
 }
 
 impl Signals {
@@ -279,36 +313,45 @@ impl Signals {
         self.offcpu || self.runqueue
     }
 
+    pub fn has(self, signal: Signal) -> bool {
+        match signal {
+            Signal::Cpu => self.cpu,
+            Signal::OffCpu => self.offcpu,
+            Signal::RunQueue => self.runqueue,
+            Signal::Lock => self.lock,
+        }
+    }
+
+    fn add(&mut self, signal: Signal) {
+        match signal {
+            Signal::Cpu => self.cpu = true,
+            Signal::OffCpu => self.offcpu = true,
+            Signal::RunQueue => self.runqueue = true,
+            Signal::Lock => self.lock = true,
+        }
+    }
+
     pub fn names(self) -> Vec<&'static str> {
-        [
-            (self.cpu, "cpu"),
-            (self.offcpu, "offcpu"),
-            (self.runqueue, "runqueue"),
-        ]
-        .into_iter()
-        .filter_map(|(on, name)| on.then_some(name))
-        .collect()
+        Signal::ALL
+            .into_iter()
+            .filter(|s| self.has(*s))
+            .map(Signal::name)
+            .collect()
     }
 }
 
 fn parse_signals(s: &str) -> Result<Signals, String> {
     let mut signals = Signals::default();
     for name in s.split(',').map(str::trim) {
-        match name {
-            "cpu" => signals.cpu = true,
-            "offcpu" | "off-cpu" => signals.offcpu = true,
-            "runqueue" | "run-queue" => signals.runqueue = true,
-            "all" => {
-                signals = Signals {
-                    cpu: true,
-                    offcpu: true,
-                    runqueue: true,
-                }
-            }
-            other => {
+        match (name, Signal::parse(name)) {
+            ("all", _) => Signal::ALL.into_iter().for_each(|s| signals.add(s)),
+            (_, Some(signal)) => signals.add(signal),
+            (other, None) => {
+                let names: Vec<&str> = Signal::ALL.iter().map(|s| s.name()).collect();
                 return Err(format!(
-                    "`{other}` is not a signal: give cpu, offcpu, runqueue or all (comma-separated)"
-                ))
+                    "`{other}` is not a signal: give {} or all (comma-separated)",
+                    names.join(", ")
+                ));
             }
         }
     }
@@ -540,6 +583,31 @@ mod tests {
     #[test]
     fn command_line_definition_is_valid() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn signals_are_named_spelt_otherwise_or_all() {
+        let only = |names: &[&str]| {
+            names
+                .iter()
+                .map(|n| Signal::parse(n).unwrap())
+                .collect::<Vec<_>>()
+        };
+        let parsed = parse_signals("cpu, mutex,run-queue").unwrap();
+        assert_eq!(parsed.names(), ["cpu", "runqueue", "lock"]);
+        assert_eq!(
+            parse_signals("all").unwrap().names(),
+            ["cpu", "offcpu", "runqueue", "lock"]
+        );
+        assert_eq!(only(&["off-cpu", "locks"]), [Signal::OffCpu, Signal::Lock]);
+        let refused = parse_signals("cpu,disk").unwrap_err();
+        assert!(
+            refused.contains("`disk`") && refused.contains("cpu, offcpu, runqueue, lock"),
+            "{refused}"
+        );
+        for signal in Signal::ALL {
+            assert_eq!(Signal::parse(signal.name()), Some(signal));
+        }
     }
 
     #[test]

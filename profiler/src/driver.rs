@@ -22,7 +22,10 @@ use crate::{
     collect::{monotonic_ns, SampleMaps, SampleSource},
     launcher::RunningCommand,
     modes::{
-        lock::{LockCollection, LockMaps},
+        lock::{
+            window::{DrainedRecord, LockDrain},
+            LockCollection, LockMaps,
+        },
         sched::{SchedCollection, SchedCollector},
     },
     preflight,
@@ -55,6 +58,9 @@ pub(crate) struct Drained<'a> {
     pub sched: Option<&'a mut SchedCollector>,
     /// The lock records so far (lock mode).
     pub locks: Option<&'a LockMaps>,
+    /// The lock records taken out since the previous drain (the agent), and the drain's health.
+    pub lock_records: Vec<DrainedRecord>,
+    pub lock_drain: Option<&'a LockDrain>,
     pub procs: &'a mut Processes,
     /// The table walker's rows, when tables are walked.
     pub tables: Option<&'a mut Tables>,
@@ -120,6 +126,8 @@ pub(crate) struct Collector {
     source: Box<dyn SampleSource>,
     pub sched: Option<SchedCollector>,
     pub locks: Option<LockMaps>,
+    /// Lock records taken out at each drain (the agent; `locks` reads them once, at the end).
+    pub lock_drain: Option<LockDrain>,
     pub procs: Processes,
     pub tables: Option<Tables>,
 }
@@ -175,6 +183,7 @@ impl Driver<Loaded> {
                 source: Box::new(source),
                 sched: None,
                 locks: None,
+                lock_drain: None,
                 procs,
                 tables,
             },
@@ -194,6 +203,12 @@ impl Driver<Loaded> {
         self.collector.locks = Some(LockMaps::take(&mut self.kernel.ebpf)?);
         Ok(())
     }
+
+    /// Take the lock maps to empty at every drain, each handing out what ended since the last.
+    pub fn drain_locks(&mut self) -> anyhow::Result<()> {
+        self.collector.lock_drain = Some(LockDrain::take(&mut self.kernel.ebpf)?);
+        Ok(())
+    }
 }
 
 impl<K> Driver<K> {
@@ -209,6 +224,7 @@ impl<K> Driver<K> {
                 source: Box::new(source),
                 sched: None,
                 locks: None,
+                lock_drain: None,
                 procs: Processes::new(),
                 tables: None,
             },
@@ -290,6 +306,7 @@ impl<K> Driver<K> {
             locks,
             mut procs,
             tables,
+            ..
         } = collector;
         let mut health = source.health()?;
         health.files_without_tables_named = tables
@@ -328,11 +345,17 @@ impl Collector {
             Some(sched) => sched.drain(flip, &mut self.procs)?,
             None => Vec::new(),
         };
+        let lock_records = match &mut self.lock_drain {
+            Some(locks) => locks.drain(&mut self.procs),
+            None => Vec::new(),
+        };
         sink.drained(Drained {
             samples,
             offcpu,
             sched: self.sched.as_mut(),
             locks: self.locks.as_ref(),
+            lock_records,
+            lock_drain: self.lock_drain.as_ref(),
             procs: &mut self.procs,
             tables: self.tables.as_mut(),
             source: &*self.source,

@@ -137,7 +137,8 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 &collection,
                 &symbols,
                 &procs,
-            );
+            )
+            .limit_stacks();
             output::write_report(plan.output.as_deref(), &|out| renderer.lock(&report, out))?;
             let waited_for_events = report.of_class(lock::WaitClass::Waiting).count();
             format!(

@@ -686,6 +686,127 @@ fn every_signal_in_windows_off_cpu_across_window_ends_and_run_queue_delay() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The lock signal: two threads contend for one static mutex, timing every wait on their own
+/// clock. Each window wholly within the contention holds, under `shared_lock`, the wait of the
+/// waits that ended in it within 10%, and all windows together the workload's whole wait; the
+/// waiting stack names the function that took the lock. `/debug/pprof/mutex` is read by
+/// `go tool pprof` as Go's mutex profile.
+#[test]
+fn lock_waits_in_windows_match_the_workloads_own_clock() {
+    let dir = temp_path("agent-locks");
+    let _ = std::fs::remove_dir_all(&dir);
+    let agent = Agent::start(&[
+        "--signals",
+        "lock",
+        "--window",
+        "2",
+        "--output-dir",
+        dir.to_str().unwrap(),
+    ]);
+    let load = bpfprof_tests::Running::spawn(
+        Command::new(bpfprof_tests::workload("lockload"))
+            .args(["2", "8"])
+            .env("LOCKLOAD_WAITS", "1")
+            .stdout(std::process::Stdio::piped()),
+    );
+    let url = format!("http://{}/debug/pprof/mutex?seconds=2", agent.address);
+    let pulled = go_pprof_top(&["-seconds", "2", &url]);
+    assert!(
+        pulled.contains("Type: delay") && pulled.contains("shared_lock"),
+        "the pulled mutex profile:\n{pulled}"
+    );
+    let stdout = load.finish();
+    two_more_windows(&agent);
+    let page =
+        String::from_utf8_lossy(&bpfprof_tests::http_get(&agent.address, "/metrics").unwrap().1).into_owned();
+    let (ok, stderr, _) = agent.stop(Duration::from_secs(15));
+    assert!(ok, "the agent failed: {stderr}");
+    assert_no_programs_left();
+    let metric = |name: &str| profiler::agent::metrics::value(&page, name).unwrap();
+    assert_eq!(metric("bpfprof_agent_lock_map_full_total"), 0.0, "{page}");
+    assert_eq!(metric("bpfprof_agent_lock_stacks_lost_total"), 0.0, "{page}");
+
+    let truth = truth(&stdout);
+    let pid = truth["pid"] as i64;
+    let clock = line_fields(&stdout, "CLOCK ", |_| true);
+    let to_real = clock["real"] as i64 - clock["mono"] as i64;
+    // Each contended wait, by when it ended (wall clock, as windows are stamped), and how long.
+    let waits: Vec<(i64, i64)> = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("WAIT "))
+        .map(|l| {
+            let (from, to) = l.split_once(' ').unwrap();
+            let (from, to): (i64, i64) = (from.parse().unwrap(), to.parse().unwrap());
+            (to + to_real, to - from)
+        })
+        .collect();
+    let first_end = waits.iter().map(|w| w.0).min().unwrap();
+    let last_end = waits.iter().map(|w| w.0).max().unwrap();
+    let (mut whole_windows, mut waited_total) = (0, 0i64);
+    for file in windows_in(&dir)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(".lock.pb.gz"))
+    {
+        let profile = decode_pprof(&std::fs::read(&file).unwrap());
+        let types: Vec<&str> = profile
+            .sample_type
+            .iter()
+            .map(|t| string(&profile, t.r#type))
+            .collect();
+        assert_eq!(types, ["contentions", "delay"], "Go's mutex profile");
+        let shared: Vec<_> = profile
+            .sample
+            .iter()
+            .filter(|s| label_num(&profile, s, "pid") == Some(pid))
+            .filter(|s| label(&profile, s, "lock") == Some("shared_lock"))
+            .collect();
+        let waited: i64 = shared.iter().map(|s| s.value[1]).sum();
+        let in_critical_section: i64 = shared
+            .iter()
+            .filter(|s| frames(&profile, s).iter().any(|(f, _)| f == "critical_section"))
+            .map(|s| s.value[1])
+            .sum();
+        assert!(
+            in_critical_section as f64 >= 0.9 * waited as f64,
+            "{}: {in_critical_section} of {waited} ns under critical_section",
+            file.display()
+        );
+        let (start, length) = (profile.time_nanos, profile.duration_nanos);
+        let truth_in: i64 = waits
+            .iter()
+            .filter(|(end, _)| (start..start + length).contains(end))
+            .map(|w| w.1)
+            .sum();
+        eprintln!(
+            "{}: window {:.3} s, shared_lock waited {:.3} s, the workload timed {:.3} s",
+            file.display(),
+            length as f64 / 1e9,
+            waited as f64 / 1e9,
+            truth_in as f64 / 1e9
+        );
+        waited_total += waited;
+        if start >= first_end && start + length <= last_end {
+            whole_windows += 1;
+            assert!(
+                (waited - truth_in).abs() as f64 <= 0.1 * truth_in as f64,
+                "{}: shared_lock waited {waited} ns, the workload timed {truth_in} ns",
+                file.display()
+            );
+        }
+        go_pprof_top(&[file.to_str().unwrap()]);
+    }
+    assert!(
+        whole_windows >= 2,
+        "{whole_windows} windows within the contention"
+    );
+    let timed = truth["wait_ns"];
+    assert!(
+        (waited_total as f64 - timed).abs() <= 0.1 * timed,
+        "shared_lock over all windows {waited_total} ns; the workload timed {timed} ns"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A cgroup v2 directory named as Docker names a container's, removed on drop.
 struct FakeContainer {
     dir: PathBuf,
@@ -765,7 +886,8 @@ impl Drop for Receiver {
 }
 
 /// Every window goes to an OTLP/HTTP receiver that decodes it with PyPI's opentelemetry-proto:
-/// three profiles per request (CPU samples, off-CPU ns, run-queue delay) sharing one dictionary;
+/// four profiles per request (CPU samples, off-CPU ns, run-queue delay, lock-wait delay) sharing
+/// one dictionary;
 /// the workload's samples carry its pid, executable, thread name and container id, its hot
 /// functions' split is its own, and every window's CPU samples are the pprof window's on disk.
 #[test]
@@ -805,7 +927,14 @@ fn windows_are_exported_over_otlp_and_decoded_by_an_independent_receiver() {
     let requests = receiver.requests();
     let windows: Vec<PathBuf> = windows_in(&dir)
         .into_iter()
-        .filter(|p| !p.to_string_lossy().contains(".offcpu.") && !p.to_string_lossy().contains(".runqueue."))
+        // window-<ms>.pb.gz: the other signals' files have the signal's name before `.pb.gz`.
+        .filter(|p| {
+            !p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .trim_end_matches(".pb.gz")
+                .contains('.')
+        })
         .collect();
     eprintln!(
         "{} OTLP requests, {} CPU windows on disk",
@@ -828,7 +957,7 @@ fn windows_are_exported_over_otlp_and_decoded_by_an_independent_receiver() {
             .iter()
             .map(|p| p["sample_type"][0].as_str().unwrap())
             .collect();
-        assert_eq!(types, ["samples", "off-cpu", "runqueue-delay"]);
+        assert_eq!(types, ["samples", "off-cpu", "runqueue-delay", "delay"]);
         let cpu = &profiles[0];
         // The same window, as pprof on disk: every sample counted alike.
         let pprof = decode_pprof(&std::fs::read(window).unwrap());

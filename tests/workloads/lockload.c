@@ -21,6 +21,10 @@
  * shared lock> hold_ns=<sum of its holds> acquisitions=<n> held_while_waited_ns=<see below>
  * private0=<address> private1=... (decimal addresses)
  *
+ * With LOCKLOAD_WAITS set in the environment it also prints, before TRUTH, `CLOCK mono=<ns>
+ * real=<ns>` (the two clocks read together) and one `WAIT <from> <to>` line per contended wait for
+ * the shared lock (over 1 us, monotonic ns): the truth per interval, for windows.
+ *
  * held_while_waited_ns (held1_ns, held2_ns for reuse) is the truth for what a profiler charges to
  * the holders: the part of every wait during which another thread held the lock. The rest of a
  * wait is the hand-over (released, the woken waiter not yet running), which on one CPU can be
@@ -314,6 +318,14 @@ int main(int argc, char **argv) {
             spans_add(&waits, workers[i].waits.at[j].from, workers[i].waits.at[j].to);
         for (size_t j = 0; j < workers[i].holds.n; j++)
             spans_add(&holds, workers[i].holds.at[j].from, workers[i].holds.at[j].to);
+    }
+    if (getenv("LOCKLOAD_WAITS")) {
+        struct timespec real;
+        long long mono = now_ns();
+        clock_gettime(CLOCK_REALTIME, &real);
+        printf("CLOCK mono=%lld real=%lld\n", mono, real.tv_sec * 1000000000LL + real.tv_nsec);
+        for (size_t j = 0; j < waits.n; j++)
+            if (waits.at[j].to - waits.at[j].from > 1000) printf("WAIT %lld %lld\n", waits.at[j].from, waits.at[j].to);
     }
     printf("TRUTH pid=%d shared=%lu wait_ns=%lld hold_ns=%lld acquisitions=%lld held_while_waited_ns=%lld",
            (int)getpid(), (unsigned long)&shared_lock, wait_ns, hold_ns, acquisitions,

@@ -48,7 +48,7 @@ fn read(pid: u32) -> Option<Reading> {
 fn trace(elapsed: Duration, reading: &Reading, address: &str) {
     let page = metrics(address).unwrap_or_default();
     eprintln!(
-        "soak: {:>4.0} s  RSS {:.1} MB (anon {:.1})  fds {}  processes {}  files {}  frames {} ({:.0} KB)  symbolizer files {}  unwind rows {}",
+        "soak: {:>4.0} s  RSS {:.1} MB (anon {:.1})  fds {}  processes {}  files {}  frames {} ({:.0} KB)  symbolizer files {}  unwind rows {}  lock waits {} (stacks stored {}, freed {}, lost {})",
         elapsed.as_secs_f64(),
         reading.rss as f64 / 1e6,
         reading.rss_anon as f64 / 1e6,
@@ -59,6 +59,10 @@ fn trace(elapsed: Duration, reading: &Reading, address: &str) {
         metric(&page, "bpfprof_agent_symbolization_cache_bytes") / 1e3,
         metric(&page, "bpfprof_agent_symbolization_cache_files"),
         metric(&page, "bpfprof_agent_unwind_rows_used"),
+        metric(&page, "bpfprof_agent_lock_waits_total"),
+        metric(&page, "bpfprof_agent_lock_stacks_stored"),
+        metric(&page, "bpfprof_agent_lock_stacks_freed_total"),
+        metric(&page, "bpfprof_agent_lock_stacks_lost_total"),
     );
 }
 
@@ -193,7 +197,7 @@ pub fn run(minutes: f64, signals: &str) -> Result<()> {
     let cpu =
         metric(&page, "bpfprof_agent_cpu_seconds_total") / metric(&page, "bpfprof_agent_uptime_seconds");
     println!(
-        "soak: {minutes} min ({signals}), {} windows, {processes} processes churned; RSS {:.1} MB after warm-up, then {:+.1}%..{:+.1}% (last {:.1} MB); fds {}, then {:+.1}%..{:+.1}%; samples {}, lost {}, processes not captured {}, windows dropped {}; agent CPU {:.2}% of one core; stopped cleanly: {stopped_ok}: {}",
+        "soak: {minutes} min ({signals}), {} windows, {processes} processes churned; RSS {:.1} MB after warm-up, then {:+.1}%..{:+.1}% (last {:.1} MB); fds {}, then {:+.1}%..{:+.1}%; samples {}, lost {}, processes not captured {}, windows dropped {}; lock waits {}, lock map full {}, lock stacks lost {}; agent CPU {:.2}% of one core; stopped cleanly: {stopped_ok}: {}",
         metric(&page, "bpfprof_agent_windows_written_total"),
         base.rss as f64 / 1e6,
         rss_lo * 100.0,
@@ -206,6 +210,9 @@ pub fn run(minutes: f64, signals: &str) -> Result<()> {
         metric(&page, "bpfprof_agent_samples_lost_total"),
         metric(&page, "bpfprof_agent_processes_not_captured_total"),
         metric(&page, "bpfprof_agent_windows_dropped_total"),
+        metric(&page, "bpfprof_agent_lock_waits_total"),
+        metric(&page, "bpfprof_agent_lock_map_full_total"),
+        metric(&page, "bpfprof_agent_lock_stacks_lost_total"),
         cpu * 100.0,
         if pass { "PASS" } else { "FAIL" }
     );

@@ -1,6 +1,7 @@
 //! Pull: the endpoint fleet profilers scrape. `/debug/pprof/profile?seconds=N` is the convention
 //! Parca and Pyroscope scrape and `go tool pprof` fetches (CPU, N seconds from now, all
-//! processes); `/debug/pprof/offcpu?seconds=N` the same for time off the CPU;
+//! processes); `/debug/pprof/offcpu?seconds=N` the same for time off the CPU, and
+//! `/debug/pprof/mutex?seconds=N` for lock waits (as Go's mutex profile, which its clients read);
 //! `/debug/pprof/latest?signal=S` the last finished window's profile of a signal; `/metrics` the
 //! agent's own health and the run-queue histogram; `/healthz`; `/debug/unwind` which files hold
 //! rows of the kernel's unwind table array.
@@ -50,7 +51,7 @@ pub struct Endpoint {
 impl Endpoint {
     /// The agent was started with this signal.
     fn serves(&self, signal: Signal) -> bool {
-        self.signals.names().contains(&signal.name())
+        self.signals.has(signal)
     }
 }
 
@@ -117,10 +118,11 @@ async fn handle(
     let response = match request.uri().path() {
         "/" => text(
             StatusCode::OK,
-            "bpfprof agent\n/debug/pprof/profile?seconds=N  CPU profile of the next N seconds (pprof)\n/debug/pprof/offcpu?seconds=N  off-CPU time of the next N seconds (pprof, ns by stack)\n/debug/pprof/latest?signal=cpu|offcpu|runqueue  the last window (pprof)\n/metrics  agent health and run-queue delay (Prometheus)\n/healthz\n/debug/unwind  files holding unwind table rows\n",
+            "bpfprof agent\n/debug/pprof/profile?seconds=N  CPU profile of the next N seconds (pprof)\n/debug/pprof/offcpu?seconds=N  off-CPU time of the next N seconds (pprof, ns by stack)\n/debug/pprof/mutex?seconds=N  futex waits ending in the next N seconds (pprof, Go's mutex profile: contentions, delay by stack and lock)\n/debug/pprof/latest?signal=cpu|offcpu|runqueue|lock  the last window (pprof)\n/metrics  agent health and run-queue delay (Prometheus)\n/healthz\n/debug/unwind  files holding unwind table rows\n",
         ),
         "/debug/pprof/profile" => pull(&endpoint, Signal::Cpu, query).await,
         "/debug/pprof/offcpu" => pull(&endpoint, Signal::OffCpu, query).await,
+        "/debug/pprof/mutex" => pull(&endpoint, Signal::Lock, query).await,
         "/debug/pprof/latest" => {
             let signal = match parameter(query, "signal") {
                 None => Some(Signal::Cpu),
@@ -128,7 +130,7 @@ async fn handle(
             };
             let latest = endpoint.latest.lock().unwrap_or_else(|e| e.into_inner());
             match signal {
-                None => text(StatusCode::BAD_REQUEST, "signal: give cpu, offcpu or runqueue\n"),
+                None => text(StatusCode::BAD_REQUEST, "signal: give cpu, offcpu, runqueue or lock\n"),
                 Some(signal) if !endpoint.serves(signal) => {
                     off(signal)
                 }

@@ -37,6 +37,12 @@ pub struct Metrics {
     pub offcpu_map_full: AtomicU64,
     pub offcpu_stacks_lost: AtomicU64,
     pub offcpu_sleeps_carried: AtomicU64,
+    pub lock_waits: AtomicU64,
+    pub lock_wait_ns: AtomicU64,
+    pub lock_map_full: AtomicU64,
+    pub lock_stacks_freed: AtomicU64,
+    pub lock_stacks_lost: AtomicU64,
+    pub lock_stacks_stored: AtomicU64,
     /// Run-queue waits per bucket of `runqueue::BOUNDS_NS` (not cumulative), and their sum.
     pub runqueue_buckets: [AtomicU64; BUCKETS],
     pub runqueue_delay_ns: AtomicU64,
@@ -74,6 +80,12 @@ impl Default for Metrics {
             offcpu_map_full: zero(),
             offcpu_stacks_lost: zero(),
             offcpu_sleeps_carried: zero(),
+            lock_waits: zero(),
+            lock_wait_ns: zero(),
+            lock_map_full: zero(),
+            lock_stacks_freed: zero(),
+            lock_stacks_lost: zero(),
+            lock_stacks_stored: zero(),
             runqueue_buckets: std::array::from_fn(|_| zero()),
             runqueue_delay_ns: zero(),
             runqueue_threads: zero(),
@@ -232,6 +244,26 @@ impl Metrics {
                 &self.offcpu_stacks_lost,
                 "sleeps across a window's end whose stacks were gone before they could be kept",
             ),
+            (
+                "lock_waits_total",
+                &self.lock_waits,
+                "futex waits that ended (as drained, every second)",
+            ),
+            (
+                "lock_map_full_total",
+                &self.lock_map_full,
+                "futex waits not recorded: a kernel lock map was full",
+            ),
+            (
+                "lock_stacks_freed_total",
+                &self.lock_stacks_freed,
+                "lock stacks no wait or wake named any more, freed from the kernel's maps",
+            ),
+            (
+                "lock_stacks_lost_total",
+                &self.lock_stacks_lost,
+                "lock records whose stack was gone when read (shown under a lost-stack frame)",
+            ),
         ];
         for (name, counter, help) in counters {
             line(name, "counter", help, get(counter));
@@ -298,6 +330,11 @@ impl Metrics {
                 "sleeps going on across the last drain, cut at it (their stacks kept by thread)",
             ),
             (
+                "lock_stacks_stored",
+                &self.lock_stacks_stored,
+                "lock stacks held in the kernel's maps after the last sweep (bounded by the maps, 16 K each)",
+            ),
+            (
                 "runqueue_threads",
                 &self.runqueue_threads,
                 "threads whose run-queue totals are followed",
@@ -329,6 +366,12 @@ impl Metrics {
             "counter",
             "time threads spent off the CPU (asleep or blocked), windows ended so far",
             get(&self.offcpu_ns) / 1e9,
+        );
+        line(
+            "lock_wait_seconds_total",
+            "counter",
+            "time threads waited in futex(2) (locks, and waits for events), as drained",
+            get(&self.lock_wait_ns) / 1e9,
         );
         line(
             "uptime_seconds",

@@ -32,12 +32,15 @@ use tokio::{
 
 use crate::{
     bpf::LoadOptions,
-    cli::{AgentArgs, Event, OffCpuStacks, Signals, Unwind},
+    cli::{AgentArgs, Event, LockSource, OffCpuStacks, Signals, Unwind},
     collect::{add_batch, monotonic_ns},
     driver::{prepare_to_load, Drained, Driver, Sink, Stops},
     error::UserError,
     model::RunMeta,
-    modes::sched::{SchedCollector, TaskRecord},
+    modes::{
+        lock::{window::DrainedRecord, LockCollection},
+        sched::{SchedCollector, TaskRecord},
+    },
     preflight,
     process::Processes,
     profile::{Health, RawProfile},
@@ -45,36 +48,14 @@ use crate::{
 use http::{Endpoint, PullRequest};
 use metrics::Metrics;
 use push::{Destination, PushConfig, Pusher};
-use render::{Figures, Job, Rendering};
+use render::{Figures, Job, LockFigures, Rendering};
 use runqueue::RunQueue;
 use store::Store;
 
 /// Profiles being taken for the endpoint at once.
 const MAX_PULLS: usize = 4;
 
-/// What a window holds a profile of.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Signal {
-    Cpu,
-    OffCpu,
-    RunQueue,
-}
-
-impl Signal {
-    pub fn name(self) -> &'static str {
-        match self {
-            Signal::Cpu => "cpu",
-            Signal::OffCpu => "offcpu",
-            Signal::RunQueue => "runqueue",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<Signal> {
-        [Signal::Cpu, Signal::OffCpu, Signal::RunQueue]
-            .into_iter()
-            .find(|s| s.name() == name)
-    }
-}
+pub use crate::cli::Signal;
 
 pub struct Config {
     pub frequency_hz: u64,
@@ -183,6 +164,8 @@ pub fn run(args: AgentArgs) -> anyhow::Result<i32> {
 struct Pull {
     signal: Signal,
     profile: RawProfile,
+    /// The lock signal's records.
+    locks: LockCollection,
     started: SystemTime,
     since: Instant,
     until: Instant,
@@ -195,6 +178,8 @@ struct Window {
     profile: RawProfile,
     /// Off-CPU time by stack, in ns.
     offcpu: RawProfile,
+    /// Lock waits that ended in the window.
+    locks: LockCollection,
     /// The records of threads that exited during the window (for run-queue delay).
     exited: Vec<TaskRecord>,
     started: SystemTime,
@@ -207,6 +192,7 @@ impl Window {
         Window {
             profile: RawProfile::new(),
             offcpu: RawProfile::new(),
+            locks: LockCollection::default(),
             exited: Vec::new(),
             started: SystemTime::now(),
             since: Instant::now(),
@@ -275,7 +261,7 @@ async fn agent(
         },
         counters: 0,
         unwind_tables: config.unwind == Unwind::Tables,
-        lock: None,
+        lock: signals.lock.then_some(LockSource::Futex),
         nvcsw_offset: None,
         sample_map_entries: config.sample_map_entries,
         tracefs,
@@ -286,6 +272,10 @@ async fn agent(
         driver
             .kernel
             .attach_sampling(Event::CpuClock, config.frequency_hz)?;
+    }
+    if signals.lock {
+        driver.kernel.attach_futex()?;
+        driver.drain_locks()?;
     }
     if signals.sched() {
         driver.trace_sched(Vec::new())?;
@@ -396,15 +386,30 @@ impl Sink for AgentCollector {
             procs,
             tables,
             source,
+            lock_records,
+            lock_drain,
             ..
         } = drained;
         for pull in &mut self.pulls {
             let batch = match pull.signal {
                 Signal::OffCpu => &offcpu,
+                Signal::Lock => {
+                    lock_records.iter().for_each(|r| r.add_to(&mut pull.locks, procs));
+                    continue;
+                }
                 _ => &samples,
             };
             for sample in batch {
                 pull.profile.add(sample.clone(), procs);
+            }
+        }
+        if self.signals.lock {
+            self.take_locks(&lock_records, procs);
+            if let Some(drain) = lock_drain {
+                let m = &self.metrics;
+                m.lock_stacks_freed.store(drain.health.stacks_freed, Relaxed);
+                m.lock_stacks_lost.store(drain.health.stacks_lost, Relaxed);
+                m.lock_stacks_stored.store(drain.health.stacks_stored, Relaxed);
             }
         }
         if self.signals.cpu {
@@ -435,7 +440,11 @@ impl Sink for AgentCollector {
         let (due, waiting): (Vec<Pull>, Vec<Pull>) = self.pulls.drain(..).partition(|p| p.until <= now);
         self.pulls = waiting;
         for pull in due {
-            let profiles = vec![(pull.signal, Figures::Stacks(pull.profile))];
+            let figures = match pull.signal {
+                Signal::Lock => Figures::Locks(LockFigures::new(pull.locks, Health::default(), procs)),
+                _ => Figures::Stacks(pull.profile),
+            };
+            let profiles = vec![(pull.signal, figures)];
             let rendering = Rendering::new(profiles, procs, pull.started, pull.since.elapsed());
             if let Err(std_mpsc::TrySendError::Full(Job::Pull(_, reply))) =
                 self.jobs.try_send(Job::Pull(rendering, pull.reply))
@@ -477,11 +486,27 @@ impl AgentCollector {
         self.pulls.push(Pull {
             signal: request.signal,
             profile: RawProfile::new(),
+            locks: LockCollection::default(),
             started: SystemTime::now(),
             since,
             until: since + Duration::from_secs(request.seconds),
             reply: request.reply,
         });
+    }
+
+    /// The lock waits that ended since the last drain, into the window.
+    fn take_locks(&mut self, records: &[DrainedRecord], procs: &Processes) {
+        for drained in records {
+            drained.add_to(&mut self.window.locks, procs);
+            if drained.record.role == crate::modes::lock::Role::Waiter {
+                self.metrics
+                    .lock_waits
+                    .fetch_add(drained.record.time.count, Relaxed);
+                self.metrics
+                    .lock_wait_ns
+                    .fetch_add(drained.record.time.total_ns, Relaxed);
+            }
+        }
     }
 
     /// What the scheduler's collector gathered this drain that the window needs; the rest
@@ -517,6 +542,14 @@ impl AgentCollector {
         health.user_frames_by_build_id = window.profile.health.user_frames_by_build_id;
         let offcpu_map_full = total.offcpu_map_full.saturating_sub(self.health.offcpu_map_full);
         self.metrics.offcpu_map_full.fetch_add(offcpu_map_full, Relaxed);
+        let lock_health = Health {
+            lock_waits: total.lock_waits.saturating_sub(self.health.lock_waits),
+            lock_map_full: total.lock_map_full.saturating_sub(self.health.lock_map_full),
+            ..Health::default()
+        };
+        self.metrics
+            .lock_map_full
+            .fetch_add(lock_health.lock_map_full, Relaxed);
         self.health = total;
         self.count(&health);
         let mut profiles = Vec::new();
@@ -543,6 +576,10 @@ impl AgentCollector {
                 .runqueue_threads
                 .store(self.runqueue.threads() as u64, Relaxed);
             profiles.push((Signal::RunQueue, Figures::Threads(waits.threads)));
+        }
+        if self.signals.lock {
+            let locks = LockFigures::new(window.locks, lock_health, procs);
+            profiles.push((Signal::Lock, Figures::Locks(locks)));
         }
         let rendering = Rendering::new(profiles, procs, window.started, window.since.elapsed());
         if self.jobs.try_send(Job::Window(rendering)).is_err() {

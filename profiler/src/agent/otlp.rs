@@ -327,12 +327,16 @@ fn attributes_of(
         }
         "container_id" => vec![("container.id", Value::StringValue(text(label.str)))],
         "cgroup" => vec![("bpfprof.cgroup", Value::StringValue(text(label.str)))],
+        "lock" => vec![("bpfprof.lock", Value::StringValue(text(label.str)))],
+        "lock_kind" => vec![("bpfprof.lock.kind", Value::StringValue(text(label.str)))],
+        "wait_class" => vec![("bpfprof.lock.wait_class", Value::StringValue(text(label.str)))],
         _ => Vec::new(),
     }
 }
 
 /// One window's profiles (pprof, as the agent writes them) as an OTLP export request from
-/// `host`. Each becomes one OTLP profile of its first sample type.
+/// `host`. Each becomes one OTLP profile of one sample type: the first, but for locks the delay
+/// (Go's mutex profile puts contentions first).
 pub fn export_request(profiles: &[(Signal, pprof::Profile)], host: &str) -> Vec<u8> {
     let mut d = Dictionary::new();
     let mut out = Vec::with_capacity(profiles.len());
@@ -342,7 +346,11 @@ pub fn export_request(profiles: &[(Signal, pprof::Profile)], host: &str) -> Vec<
             type_strindex: d.string(&text(t.r#type)),
             unit_strindex: d.string(&text(t.unit)),
         };
-        let sample_type = from.sample_type.first().map(|t| value_type(&mut d, t));
+        let index = match signal {
+            Signal::Lock => 1,
+            _ => 0,
+        };
+        let sample_type = from.sample_type.get(index).map(|t| value_type(&mut d, t));
         let period_type = from.period_type.as_ref().map(|t| value_type(&mut d, t));
         let mut samples = Vec::with_capacity(from.sample.len());
         for sample in &from.sample {
@@ -361,7 +369,7 @@ pub fn export_request(profiles: &[(Signal, pprof::Profile)], host: &str) -> Vec<
             samples.push(proto::Sample {
                 stack_index,
                 attribute_indices,
-                values: sample.value.first().copied().into_iter().collect(),
+                values: sample.value.get(index).copied().into_iter().collect(),
             });
         }
         out.push(proto::Profile {

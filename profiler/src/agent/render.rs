@@ -19,9 +19,11 @@ use super::{
     unix_ms, Signal,
 };
 use crate::{
+    cli::{LockSource, Waits},
     model::{self, RunMeta, Weight},
-    process::{FileId, FileSnapshot, ProcessInfo, Processes, UserAddr},
-    profile::RawProfile,
+    modes::lock::{self, LockCollection, LockContext},
+    process::{FileId, FileSnapshot, FileTable, ProcessInfo, Processes, UserAddr},
+    profile::{Health, RawProfile},
     report::pprof,
     symbolize::Symbolizer,
 };
@@ -35,6 +37,61 @@ pub enum Figures {
     Stacks(RawProfile),
     /// Per thread: run-queue delay.
     Threads(Vec<ThreadWait>),
+    /// Lock waits by lock and stack.
+    Locks(Box<LockFigures>),
+}
+
+/// Per (pid, exec generation), the files that image maps (see `Processes::mapped_files`).
+type MappedFiles = HashMap<(u32, u32), Vec<(FileId, u64, u64)>>;
+
+/// A window's lock waits, with what naming their locks needs of processes that may be gone:
+/// the files each image maps (a static lock is named from their symbols).
+pub struct LockFigures {
+    collection: LockCollection,
+    mapped: MappedFiles,
+    health: Health,
+}
+
+impl LockFigures {
+    pub fn new(collection: LockCollection, health: Health, procs: &Processes) -> Box<LockFigures> {
+        let mapped = collection
+            .records
+            .iter()
+            .map(|r| (r.pid, r.exec_generation))
+            .collect::<HashSet<_>>()
+            .into_iter()
+            .map(|(pid, generation)| ((pid, generation), procs.mapped_files(pid, generation)))
+            .collect();
+        Box::new(LockFigures {
+            collection,
+            mapped,
+            health,
+        })
+    }
+}
+
+/// What `lock::build` asks of processes, answered from a rendering's snapshot.
+struct SnapshotContext<'a> {
+    rendering: &'a Rendering,
+    mapped: &'a MappedFiles,
+}
+
+impl LockContext for SnapshotContext<'_> {
+    fn comm(&self, pid: u32) -> String {
+        self.rendering
+            .labels
+            .get(&pid)
+            .map(|info| info.comm.clone())
+            .unwrap_or_default()
+    }
+
+    fn mapped_files(&self, pid: u32, generation: u32) -> Vec<(FileId, u64, u64)> {
+        self.mapped.get(&(pid, generation)).cloned().unwrap_or_default()
+    }
+
+    fn files(&self) -> &dyn FileTable {
+        &self.rendering.files
+    }
 }
 
 /// A window's (or a pull's) profiles with what they need of processes that may be gone.
@@ -68,6 +125,16 @@ impl Rendering {
                     }
                 }
                 Figures::Threads(threads) => pids.extend(threads.iter().map(|t| t.pid)),
+                Figures::Locks(locks) => {
+                    pids.extend(locks.collection.records.iter().map(|r| r.pid));
+                    files.extend(locks.mapped.values().flatten().map(|(file, _, _)| *file));
+                    for key in locks.collection.stacks.stacks.keys() {
+                        files.extend(key.user.iter().filter_map(|a| match a {
+                            UserAddr::File { file, .. } => Some(*file),
+                            _ => None,
+                        }));
+                    }
+                }
             }
         }
         Rendering {
@@ -247,6 +314,28 @@ fn profiles(
                 };
                 let report = model::build(meta, raw, &symbols, weight);
                 pprof::hotspot_profile_labeled(&report, &labels)
+            }
+            Figures::Locks(locks) => {
+                let symbols = symbolizer.symbolize(&locks.collection.stacks, &rendering.files);
+                let meta = RunMeta {
+                    mode: "lock",
+                    event: "futex",
+                    ..meta.clone()
+                };
+                let context = SnapshotContext {
+                    rendering,
+                    mapped: &locks.mapped,
+                };
+                let report = lock::build(
+                    meta,
+                    LockSource::Futex,
+                    Waits::All,
+                    locks.health.clone(),
+                    &locks.collection,
+                    &symbols,
+                    &context,
+                );
+                pprof::lock_profile(&report, &labels)
             }
             Figures::Threads(threads) => {
                 let values: Vec<pprof::ThreadValue<'_>> = threads

@@ -10,6 +10,7 @@ use prost::Message;
 use super::Renderer;
 use crate::{
     model::{StackReport, Weight},
+    modes::lock::{lock_label, LockReport, WaitClass},
     symbolize::Frame,
 };
 
@@ -197,11 +198,12 @@ impl Builder {
         id
     }
 
-    /// A sample's labels: its thread (`pid`, `tid`, `comm`) and its process's `labels`.
+    /// A sample's labels: its thread (`pid`, `tid` where known, `comm`) and its process's
+    /// `labels`.
     fn thread_labels(
         &mut self,
         pid: u32,
-        tid: u32,
+        tid: Option<u32>,
         comm: &str,
         labels: &ProcessLabels<'_>,
     ) -> Vec<proto::Label> {
@@ -210,7 +212,10 @@ impl Builder {
             num: num as i64,
             ..Default::default()
         };
-        let mut label = vec![number(self.string("pid"), pid), number(self.string("tid"), tid)];
+        let mut label = vec![number(self.string("pid"), pid)];
+        if let Some(tid) = tid {
+            label.push(number(self.string("tid"), tid));
+        }
         label.push(proto::Label {
             key: self.string("comm"),
             str: self.string(comm),
@@ -283,7 +288,7 @@ pub fn hotspot_profile_labeled(report: &StackReport, labels: &ProcessLabels<'_>)
         if cpu_clock {
             value.push(stack.count as i64 * period_ns);
         }
-        let label = b.thread_labels(stack.pid, stack.tid, &stack.comm, labels);
+        let label = b.thread_labels(stack.pid, Some(stack.tid), &stack.comm, labels);
         b.profile.sample.push(proto::Sample {
             location_id,
             value,
@@ -337,12 +342,66 @@ pub fn per_thread_profile(
             format!("{} ({})", thread.comm, thread.tid),
             "[thread]",
         ));
-        let label = b.thread_labels(thread.pid, thread.tid, thread.comm, labels);
+        let label = b.thread_labels(thread.pid, Some(thread.tid), thread.comm, labels);
         b.profile.sample.push(proto::Sample {
             location_id: vec![own, process],
             value: vec![thread.value, thread.count],
             label,
         });
+    }
+    b.profile
+}
+
+/// Lock waits as Go's mutex profile has them (`contentions`/count, `delay`/nanoseconds, so
+/// `go tool pprof` shows the delay by default): one sample per waiting stack of each lock, the
+/// lock as its leaf frame, and labelled with the lock, its kind and its class (contention, or
+/// waiting for an event).
+pub fn lock_profile(report: &LockReport, labels: &ProcessLabels<'_>) -> proto::Profile {
+    let mut b = Builder::new();
+    let contentions = b.value_type("contentions", "count");
+    let delay = b.value_type("delay", "nanoseconds");
+    b.profile.sample_type = vec![contentions.clone(), delay];
+    b.profile.period_type = Some(contentions);
+    b.profile.period = 1;
+    for lock in &report.locks {
+        let name = lock_label(lock);
+        let leaf = b.location(&Frame::marker(&format!("lock {name}"), false));
+        let class = match lock.class {
+            WaitClass::Contention => "contention",
+            WaitClass::Waiting => "waiting",
+        };
+        for waiter in &lock.waiters {
+            let mut location_id = vec![leaf];
+            location_id.extend(waiter.frames.iter().rev().map(|f| b.location(f)));
+            let mut label = b.thread_labels(lock.pid, None, &lock.comm, labels);
+            for (key, value) in [
+                ("lock", name.as_str()),
+                ("lock_kind", lock.kind),
+                ("wait_class", class),
+            ] {
+                label.push(proto::Label {
+                    key: b.string(key),
+                    str: b.string(value),
+                    ..Default::default()
+                });
+            }
+            b.profile.sample.push(proto::Sample {
+                location_id,
+                value: vec![waiter.contentions as i64, waiter.total_wait_ns as i64],
+                label,
+            });
+        }
+    }
+    b.profile.duration_nanos = (report.meta.duration_s * 1e9) as i64;
+    let comment = b.string(&format!(
+        "bpfprof lock ({}): {}",
+        report.source.name(),
+        report.meta.target
+    ));
+    b.profile.comment.push(comment);
+    for text in report.health.warnings().iter().chain(&report.meta.notes) {
+        let comment = b.string(text);
+        b.profile.comment.push(comment);
     }
     b.profile
 }

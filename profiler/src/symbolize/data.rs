@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use object::{Object as _, ObjectSymbol as _, SymbolKind};
 
 use crate::{
-    process::{FileId, FileTable as _, Processes},
+    process::{FileId, FileTable},
     unwind::{bias_of, segments_of, Segment},
 };
 
@@ -66,12 +66,19 @@ struct FileData {
 }
 
 impl DataSymbols {
-    pub fn name(&mut self, procs: &Processes, pid: u32, generation: u32, address: u64) -> Option<String> {
-        for (file, start, file_offset) in procs.mapped_files(pid, generation) {
+    /// The data object at `address` of one image of a process, given the files it maps
+    /// (`Processes::mapped_files`) and where to read them.
+    pub fn name(
+        &mut self,
+        files: &dyn FileTable,
+        mapped: &[(FileId, u64, u64)],
+        address: u64,
+    ) -> Option<String> {
+        for &(file, start, file_offset) in mapped {
             let data = self
                 .files
                 .entry(file)
-                .or_insert_with(|| FileData::read(&procs.file(file)?.read_path()));
+                .or_insert_with(|| FileData::read(&files.file(file)?.read_path()));
             let Some(data) = data else {
                 continue;
             };

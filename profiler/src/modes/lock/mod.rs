@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 
 pub mod probes;
+pub mod window;
 
 use aya::{
     maps::{HashMap as BpfHashMap, MapData, StackTraceMap},
@@ -31,7 +32,7 @@ use crate::model::{frames_of, RunMeta, Stack, StackReport, Weight};
 use crate::{
     cli::{LockSource, Waits},
     collect::{read_stack, read_unwound},
-    process::Processes,
+    process::{FileId, FileTable, Processes},
     profile::{Health, RawProfile, RawSample, StackRead},
     symbolize::{
         data::{DataSymbols, KernelData},
@@ -55,7 +56,7 @@ pub struct LockMaps {
     joinable: BpfHashMap<MapData, LockId, u32>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
     Waiter,
     Holder,
@@ -76,6 +77,21 @@ pub struct LockRecord {
     pub time: LockTime,
 }
 
+impl LockRecord {
+    /// The record of one kernel map entry.
+    pub fn of(key: &LockKey, role: Role, time: LockTime) -> LockRecord {
+        LockRecord {
+            pid: key.tgid,
+            exec_generation: key.exec_generation,
+            address: key.uaddr,
+            instance: key.instance,
+            flags: key.flags,
+            role,
+            time,
+        }
+    }
+}
+
 /// pthread source: the exclusive holds of one lock that ended during the run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct Holds {
@@ -94,12 +110,30 @@ pub struct LockCollection {
     pub holds: HashMap<(u32, u64, u32), Holds>,
     /// Futex source: per (pid, address) of a thread's `clear_child_tid`, that thread.
     pub threads_joinable: HashMap<(u32, u64), u32>,
+    /// Records added with `add_merged`, by what they are and their stacks as read.
+    merged: HashMap<MergeKey, u32>,
 }
+
+/// A record's identity apart from its stack's id: its role, process, image, lock, instance and
+/// flags, and its stacks' frames as the kernel recorded them.
+type MergeKey = (Role, u32, u32, u64, u32, u32, StackRead, StackRead);
 
 impl LockCollection {
     /// Add one record with its stack (resolved against the process's map now).
     pub fn add(&mut self, record: LockRecord, user: StackRead, kernel: StackRead, procs: &Processes) {
-        let index = self.records.len() as u32;
+        self.add_stack(self.records.len() as u32, &record, user, kernel, procs);
+        self.records.push(record);
+    }
+
+    /// The stack of record `index`, weighted by `record`'s wait.
+    fn add_stack(
+        &mut self,
+        index: u32,
+        record: &LockRecord,
+        user: StackRead,
+        kernel: StackRead,
+        procs: &Processes,
+    ) {
         self.stacks.add(
             RawSample {
                 pid: record.pid,
@@ -114,7 +148,30 @@ impl LockCollection {
             },
             procs,
         );
-        self.records.push(record);
+    }
+
+    /// Add one record, or add its time to the record with the same lock and stacks (drains
+    /// that see the same waits again, under a stack id that may have changed meanwhile).
+    pub fn add_merged(&mut self, record: LockRecord, user: StackRead, kernel: StackRead, procs: &Processes) {
+        let key: MergeKey = (
+            record.role,
+            record.pid,
+            record.exec_generation,
+            record.address,
+            record.instance,
+            record.flags,
+            user.clone(),
+            kernel.clone(),
+        );
+        let Some(&index) = self.merged.get(&key) else {
+            self.merged.insert(key, self.records.len() as u32);
+            return self.add(record, user, kernel, procs);
+        };
+        let time = &mut self.records[index as usize].time;
+        time.count += record.time.count;
+        time.total_ns += record.time.total_ns;
+        time.max_ns = time.max_ns.max(record.time.max_ns);
+        self.add_stack(index, &record, user, kernel, procs);
     }
 }
 
@@ -145,16 +202,7 @@ impl LockMaps {
                 if let StackRead::Frames(ips) = &user {
                     let _ = procs.refresh_unless_covered(key.tgid, key.exec_generation, ips);
                 }
-                let record = LockRecord {
-                    pid: key.tgid,
-                    exec_generation: key.exec_generation,
-                    address: key.uaddr,
-                    instance: key.instance,
-                    flags: key.flags,
-                    role,
-                    time,
-                };
-                collection.add(record, user, kernel, procs);
+                collection.add(LockRecord::of(&key, role, time), user, kernel, procs);
             }
         }
         for (id, state) in self.states.iter().filter_map(Result::ok) {
@@ -282,6 +330,16 @@ pub struct LockReport {
 }
 
 impl LockReport {
+    /// Only the stacks that waited (or held) longest per lock, for a report read by a person;
+    /// the rest stay in the lock's totals.
+    pub fn limit_stacks(mut self) -> LockReport {
+        for lock in &mut self.locks {
+            lock.waiters.truncate(STACKS_PER_LOCK);
+            lock.holders.truncate(STACKS_PER_LOCK);
+        }
+        self
+    }
+
     /// The entries of one class, most waited first.
     pub fn of_class(&self, class: WaitClass) -> impl Iterator<Item = &LockStat> {
         self.locks.iter().filter(move |l| l.class == class)
@@ -292,7 +350,31 @@ fn is_zero(n: &u32) -> bool {
     *n == 0
 }
 
-/// Fold the records into one entry per lock.
+/// What a lock report needs of the processes it names: their names, and the files each image
+/// maps with where to read them (to name static and global locks). A run asks its `Processes`;
+/// the agent's renderer, a snapshot taken as the window closed.
+pub trait LockContext {
+    fn comm(&self, pid: u32) -> String;
+    /// See `Processes::mapped_files`.
+    fn mapped_files(&self, pid: u32, generation: u32) -> Vec<(FileId, u64, u64)>;
+    fn files(&self) -> &dyn FileTable;
+}
+
+impl LockContext for Processes {
+    fn comm(&self, pid: u32) -> String {
+        self.name(pid).unwrap_or("").to_string()
+    }
+
+    fn mapped_files(&self, pid: u32, generation: u32) -> Vec<(FileId, u64, u64)> {
+        Processes::mapped_files(self, pid, generation)
+    }
+
+    fn files(&self) -> &dyn FileTable {
+        self
+    }
+}
+
+/// Fold the records into one entry per lock, every stack kept (see `LockReport::limit_stacks`).
 pub fn build(
     meta: RunMeta,
     source: LockSource,
@@ -300,7 +382,7 @@ pub fn build(
     health: Health,
     collection: &LockCollection,
     symbols: &Symbols,
-    procs: &Processes,
+    context: &dyn LockContext,
 ) -> LockReport {
     let mut frames_by_record: HashMap<u32, Vec<Frame>> = HashMap::new();
     for key in collection.stacks.stacks.keys() {
@@ -315,7 +397,7 @@ pub fn build(
         let id = (record.pid, record.address, record.instance);
         let lock = locks.entry(id).or_insert_with(|| LockStat {
             pid: record.pid,
-            comm: procs.name(record.pid).unwrap_or("").to_string(),
+            comm: context.comm(record.pid),
             address: record.address,
             instance: record.instance,
             exec_generation: record.exec_generation,
@@ -366,7 +448,8 @@ pub fn build(
                     lock.kind = kernel::lock_kind(lock.flags);
                 }
                 None => {
-                    lock.symbol = data.name(procs, lock.pid, lock.exec_generation, lock.address);
+                    let mapped = context.mapped_files(lock.pid, lock.exec_generation);
+                    lock.symbol = data.name(context.files(), &mapped, lock.address);
                     lock.kind = kind_of(&lock.waiters, lock.flags);
                 }
             }
@@ -406,10 +489,6 @@ pub fn build(
     });
     let shown: Vec<&LockStat> = locks.iter().filter(|l| l.class.shown_in(waits)).collect();
     let waits = flame(meta.clone(), health.clone(), &shown);
-    for lock in &mut locks {
-        lock.waiters.truncate(STACKS_PER_LOCK);
-        lock.holders.truncate(STACKS_PER_LOCK);
-    }
     LockReport {
         meta,
         source,
