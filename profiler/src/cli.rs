@@ -239,10 +239,15 @@ pub struct AgentArgs {
     /// Push each window to this Pyroscope-compatible server (`http://host:4040`: POST /ingest).
     #[arg(long, value_name = "URL")]
     pub push: Option<String>,
-    /// Export each window, every signal, to this OTLP/HTTP profiles endpoint
-    /// (`http://collector:4318`; the path `/v1development/profiles` is added when none is given).
+    /// Export each window, every signal, to this OTLP profiles endpoint: OTLP/HTTP
+    /// (`http://collector:4318`; the path `/v1development/profiles` is added when none is given)
+    /// or OTLP/gRPC (`http://collector:4317`).
     #[arg(long, value_name = "URL")]
     pub otlp: Option<String>,
+    /// How --otlp speaks: `grpc` or `http` (protobuf over HTTP/1.1). Default: gRPC on port 4317,
+    /// HTTP on any other.
+    #[arg(long, value_enum, value_name = "PROTOCOL")]
+    pub otlp_protocol: Option<OtlpProtocol>,
     /// The application name pushed windows are stored under (labels in braces allowed).
     #[arg(long = "push-name", value_name = "NAME", default_value = "bpfprof.cpu")]
     pub push_name: String,
@@ -264,6 +269,13 @@ pub struct AgentArgs {
     /// Testing: entries of the kernel's sample map (to prove a full map is reported).
     #[arg(long = "sample-map-entries", value_name = "N", hide = true)]
     pub sample_map_entries: Option<u32>,
+}
+
+/// The two transports of OTLP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OtlpProtocol {
+    Grpc,
+    Http,
 }
 
 /// What an agent window holds a profile of.

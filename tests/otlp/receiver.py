@@ -1,9 +1,11 @@
-"""An OTLP/HTTP profiles receiver no one here wrote the decoding of: the messages come from PyPI's
-opentelemetry-proto (its generated stubs), only the summary below is ours.
+"""An OTLP profiles receiver no one here wrote the decoding of: the messages and the gRPC service
+come from PyPI's opentelemetry-proto (its generated stubs) and grpcio, only the summary below is
+ours.
 
-    receiver.py PORT OUT
+    receiver.py PORT OUT [grpc]
 
-Serves POST /v1development/profiles on 127.0.0.1:PORT, decodes each body as an
+Serves POST /v1development/profiles on 127.0.0.1:PORT (OTLP/HTTP), or with `grpc` the profiles
+service's Export over gRPC (OTLP/gRPC), decodes each request as an
 ExportProfilesServiceRequest and appends one JSON line per request to OUT: the resource's
 attributes and, per profile, its sample type, period type, time, duration and samples (value,
 attributes, function names leaf first). Prints READY once listening; exits on SIGTERM.
@@ -63,9 +65,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_response(404)
             self.end_headers()
             return
-        request = service.ExportProfilesServiceRequest.FromString(body)
-        with open(sys.argv[2], "a") as out:
-            out.write(json.dumps(summary(request)) + "\n")
+        record(service.ExportProfilesServiceRequest.FromString(body))
         reply = service.ExportProfilesServiceResponse().SerializeToString()
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
@@ -77,7 +77,35 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
-server = HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+def record(request):
+    with open(sys.argv[2], "a") as out:
+        out.write(json.dumps(summary(request)) + "\n")
+
+
+def serve_grpc(port):
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2_grpc as rpc
+
+    class Servicer(rpc.ProfilesServiceServicer):
+        def Export(self, request, context):
+            record(request)
+            return service.ExportProfilesServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2),
+                         options=[("grpc.max_receive_message_length", 64 << 20)])
+    rpc.add_ProfilesServiceServicer_to_server(Servicer(), server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    server.start()
+    print("READY", flush=True)
+    server.wait_for_termination()
+
+
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-print("READY", flush=True)
-server.serve_forever()
+if sys.argv[3:] == ["grpc"]:
+    serve_grpc(int(sys.argv[1]))
+else:
+    server = HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+    print("READY", flush=True)
+    server.serve_forever()

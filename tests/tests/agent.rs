@@ -844,7 +844,8 @@ struct Receiver {
 }
 
 impl Receiver {
-    fn start() -> Receiver {
+    /// Over OTLP/HTTP, or with `grpc` OTLP/gRPC (grpcio's server).
+    fn start(grpc: bool) -> Receiver {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let python = root.join("../target/otlp-receiver/bin/python");
         assert!(
@@ -859,6 +860,7 @@ impl Receiver {
             .arg(root.join("otlp/receiver.py"))
             .arg(port.to_string())
             .arg(&out)
+            .args(grpc.then_some("grpc"))
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
@@ -887,12 +889,24 @@ impl Drop for Receiver {
 
 /// Every window goes to an OTLP/HTTP receiver that decodes it with PyPI's opentelemetry-proto:
 /// four profiles per request (CPU samples, off-CPU ns, run-queue delay, lock-wait delay) sharing
-/// one dictionary;
-/// the workload's samples carry its pid, executable, thread name and container id, its hot
-/// functions' split is its own, and every window's CPU samples are the pprof window's on disk.
+/// one dictionary; the workload's samples carry its pid, executable, thread name and container
+/// id, its hot functions' split is its own, and every window's CPU samples are the pprof window's
+/// on disk.
 #[test]
 fn windows_are_exported_over_otlp_and_decoded_by_an_independent_receiver() {
-    let receiver = Receiver::start();
+    exported_windows_decode(false);
+}
+
+/// The same over OTLP/gRPC, to grpcio's server with the package's service stubs, the protocol
+/// told by the port as collectors listen (`--otlp-protocol grpc` here, the test's port being free
+/// rather than 4317).
+#[test]
+fn windows_are_exported_over_otlp_grpc_to_grpcios_server() {
+    exported_windows_decode(true);
+}
+
+fn exported_windows_decode(grpc: bool) {
+    let receiver = Receiver::start(grpc);
     let container = FakeContainer::new();
     let dir = temp_path("agent-otlp");
     let _ = std::fs::remove_dir_all(&dir);
@@ -907,6 +921,8 @@ fn windows_are_exported_over_otlp_and_decoded_by_an_independent_receiver() {
         dir.to_str().unwrap(),
         "--otlp",
         &format!("http://127.0.0.1:{}", receiver.port),
+        "--otlp-protocol",
+        if grpc { "grpc" } else { "http" },
     ]);
     // In the container's cgroup from its first instruction: moved there before the exec.
     let hotspot = bpfprof_tests::workload("hotspot");

@@ -174,17 +174,21 @@ fn ensure_bpf_linker(nightly: &str) -> Result<()> {
 
 /// The OTLP profiles messages the agent's OTLP export is pinned to: PyPI's package of them.
 pub const OTLP_PROTO_VERSION: &str = "1.45.2";
+/// The gRPC server the OTLP/gRPC receiver runs on (its stubs need 1.63.2 or later).
+const GRPCIO_VERSION: &str = "1.85.3";
 
-/// A Python environment with PyPI's `opentelemetry-proto` (the pinned version), for the OTLP
-/// receiver the agent's test decodes exports with (`tests/otlp/receiver.py`).
+/// A Python environment with PyPI's `opentelemetry-proto` (the pinned version) and `grpcio`, for
+/// the OTLP receiver the agent's tests decode exports with (`tests/otlp/receiver.py`).
 fn ensure_otlp_receiver() -> Result<()> {
     let venv = crate::workspace_root().join("target/otlp-receiver");
-    let stamp = venv.join(format!(".opentelemetry-proto-{OTLP_PROTO_VERSION}"));
+    let stamp = venv.join(format!(
+        ".opentelemetry-proto-{OTLP_PROTO_VERSION}-grpcio-{GRPCIO_VERSION}"
+    ));
     if stamp.is_file() {
         return Ok(());
     }
     eprintln!(
-        "xtask setup: a Python environment with opentelemetry-proto {OTLP_PROTO_VERSION} in {}",
+        "xtask setup: a Python environment with opentelemetry-proto {OTLP_PROTO_VERSION} and grpcio {GRPCIO_VERSION} in {}",
         venv.display()
     );
     let _ = std::fs::remove_dir_all(&venv);
@@ -200,7 +204,8 @@ fn ensure_otlp_receiver() -> Result<()> {
     }
     sh(Command::new(venv.join("bin/pip"))
         .args(["install", "--quiet", "--disable-pip-version-check"])
-        .arg(format!("opentelemetry-proto=={OTLP_PROTO_VERSION}")))?;
+        .arg(format!("opentelemetry-proto=={OTLP_PROTO_VERSION}"))
+        .arg(format!("grpcio=={GRPCIO_VERSION}")))?;
     std::fs::write(stamp, "")?;
     Ok(())
 }

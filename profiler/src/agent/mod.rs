@@ -1,6 +1,6 @@
 //! `bpfprof agent`: always-on system-wide profiling, built on the same collect → aggregate →
 //! symbolize → render path as a run. Every window (default 60 s) becomes one pprof profile per
-//! signal (on-CPU samples, off-CPU time, run-queue delay) with per-process labels, written into a
+//! signal (on-CPU samples, off-CPU time, run-queue delay, lock waits) with per-process labels, written into a
 //! directory with retention, served over HTTP and optionally pushed. Everything it holds is bounded: processes are forgotten once they have exited and
 //! their window is out, their files closed when no live process maps them, symbols cached per
 //! executable with a cap, queues with fixed lengths.
@@ -8,6 +8,7 @@
 //! Threads: the event loop (kernel maps, process announcements, timers, signals, the endpoint),
 //! one renderer (symbolize + encode + write, so a slow symbolization never delays a capture), and
 //! the pusher when pushing.
+mod grpc;
 mod http;
 pub mod metrics;
 mod otlp;
@@ -32,7 +33,7 @@ use tokio::{
 
 use crate::{
     bpf::LoadOptions,
-    cli::{AgentArgs, Event, LockSource, OffCpuStacks, Signals, Unwind},
+    cli::{AgentArgs, Event, LockSource, OffCpuStacks, OtlpProtocol, Signals, Unwind},
     collect::{add_batch, monotonic_ns},
     driver::{prepare_to_load, Drained, Driver, Sink, Stops},
     error::UserError,
@@ -99,11 +100,14 @@ impl Config {
             None => None,
         };
         let otlp = match &args.otlp {
-            Some(url) => Some(PushConfig {
-                url: otlp_url(url)?,
-                destination: Destination::Otlp,
-                capacity: args.push_queue.max(1),
-                timeout: Duration::from_secs_f64(args.push_timeout),
+            Some(url) => Some({
+                let (url, destination) = otlp_destination(url, args.otlp_protocol)?;
+                PushConfig {
+                    url,
+                    destination,
+                    capacity: args.push_queue.max(1),
+                    timeout: Duration::from_secs_f64(args.push_timeout),
+                }
             }),
             None => None,
         };
@@ -120,23 +124,26 @@ impl Config {
     }
 }
 
-/// The OTLP/HTTP export URL: `/v1development/profiles` added to a URL without a path. gRPC
-/// (port 4317) is not spoken: said at once rather than failing every export.
-fn otlp_url(url: &str) -> Result<String, UserError> {
+/// Where and how `--otlp` exports: OTLP/HTTP to the export URL (`/v1development/profiles` added
+/// to a URL without a path), or OTLP/gRPC to `http://host:port` (by `protocol`, else by the port:
+/// 4317 is gRPC's).
+fn otlp_destination(url: &str, protocol: Option<OtlpProtocol>) -> Result<(String, Destination), UserError> {
     let usage = |why: &str| UserError::Usage(format!("--otlp {url}: {why}"));
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| usage("give an http:// URL of an OTLP/HTTP endpoint (e.g. http://collector:4318)"))?;
+    let rest = url.strip_prefix("http://").ok_or_else(|| {
+        usage("give an http:// URL of an OTLP endpoint (e.g. http://collector:4318 for HTTP, :4317 for gRPC); for https, export through a local collector")
+    })?;
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    if authority.ends_with(":4317") {
-        return Err(usage(
-            "port 4317 is OTLP/gRPC, which bpfprof does not speak: give the collector's OTLP/HTTP port (4318)",
-        ));
+    let path = path.trim_end_matches('/');
+    let grpc = protocol.map_or(authority.ends_with(":4317"), |p| p == OtlpProtocol::Grpc);
+    match (grpc, path) {
+        (true, "") => Ok((format!("http://{authority}"), Destination::OtlpGrpc)),
+        (true, _) => Err(usage("OTLP/gRPC takes no path: give http://host:port")),
+        (false, "") => Ok((
+            format!("http://{authority}/v1development/profiles"),
+            Destination::Otlp,
+        )),
+        (false, _) => Ok((url.to_string(), Destination::Otlp)),
     }
-    Ok(match path.trim_end_matches('/') {
-        "" => format!("http://{authority}/v1development/profiles"),
-        _ => url.to_string(),
-    })
 }
 
 pub fn run(args: AgentArgs) -> anyhow::Result<i32> {
@@ -292,7 +299,13 @@ async fn agent(
         output_dir.display(),
         config.listen.map_or(String::new(), |a| format!("; endpoint http://{a}/")),
         config.push.as_ref().map_or(String::new(), |p| format!("; pushing to {}", p.url)),
-        config.otlp.as_ref().map_or(String::new(), |p| format!("; exporting OTLP to {}", p.url)),
+        config.otlp.as_ref().map_or(String::new(), |p| {
+            let protocol = match p.destination {
+                Destination::OtlpGrpc => "gRPC",
+                _ => "HTTP",
+            };
+            format!("; exporting OTLP/{protocol} to {}", p.url)
+        }),
     );
 
     let mut collector = AgentCollector {
@@ -612,5 +625,39 @@ impl AgentCollector {
             .processes_tracked
             .store(procs.process_count() as u64, Relaxed);
         self.metrics.files_open.store(procs.file_count() as u64, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn otlp_speaks_grpc_on_its_port_or_when_told_and_http_otherwise() {
+        let to = |url: &str, protocol| otlp_destination(url, protocol).map_err(|e| e.to_string());
+        assert_eq!(
+            to("http://c:4318", None),
+            Ok(("http://c:4318/v1development/profiles".into(), Destination::Otlp))
+        );
+        assert_eq!(
+            to("http://c:4318/custom/", None),
+            Ok(("http://c:4318/custom/".into(), Destination::Otlp))
+        );
+        assert_eq!(
+            to("http://c:4317/", None),
+            Ok(("http://c:4317".into(), Destination::OtlpGrpc))
+        );
+        assert_eq!(
+            to("http://c:9000", Some(OtlpProtocol::Grpc)),
+            Ok(("http://c:9000".into(), Destination::OtlpGrpc))
+        );
+        assert_eq!(
+            to("http://c:4317", Some(OtlpProtocol::Http)),
+            Ok(("http://c:4317/v1development/profiles".into(), Destination::Otlp))
+        );
+        assert!(to("http://c:4317/v1/x", None)
+            .unwrap_err()
+            .contains("takes no path"));
+        assert!(to("https://c:4318", None).unwrap_err().contains("http://"));
     }
 }

@@ -1,7 +1,7 @@
 //! Push: each window sent from a thread of its own, through a bounded queue, to a
 //! Pyroscope-compatible server (`POST /ingest?format=pprof`, the CPU profile as a multipart
 //! `profile` field) or to an OTLP/HTTP endpoint (`POST …/v1development/profiles`, every signal's
-//! profile in one `ExportProfilesServiceRequest`).
+//! profile in one `ExportProfilesServiceRequest`), or the same request over OTLP/gRPC.
 //! A down or slow server costs at most `capacity` windows of memory and never delays a window:
 //! attempts time out, failures back off, and the oldest window is dropped when the queue is full.
 use std::{
@@ -37,7 +37,10 @@ pub enum Destination {
         name: String,
         frequency_hz: u64,
     },
+    /// OTLP/HTTP: the URL is the export URL.
     Otlp,
+    /// OTLP/gRPC: the URL is `http://host:port`.
+    OtlpGrpc,
 }
 
 pub struct Upload {
@@ -64,7 +67,7 @@ pub struct Pusher {
 fn counters<'a>(metrics: &'a Metrics, destination: &Destination) -> &'a PushCounters {
     match destination {
         Destination::Pyroscope { .. } => &metrics.push,
-        Destination::Otlp => &metrics.otlp,
+        Destination::Otlp | Destination::OtlpGrpc => &metrics.otlp,
     }
 }
 
@@ -127,6 +130,16 @@ fn push_loop(config: &PushConfig, shared: &(Mutex<Queue>, Condvar), metrics: &Me
         .timeout_global(Some(config.timeout))
         .build()
         .into();
+    // gRPC's client runs on an event loop of this thread's own.
+    let runtime = match config.destination {
+        Destination::OtlpGrpc => Some(
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("starting the push thread's event loop"),
+        ),
+        _ => None,
+    };
     let (lock, wake) = shared;
     let mut backoff = FIRST_BACKOFF;
     let mut closing_deadline: Option<Instant> = None;
@@ -148,7 +161,10 @@ fn push_loop(config: &PushConfig, shared: &(Mutex<Queue>, Condvar), metrics: &Me
             let (upload, _) = queue.uploads.front().expect("not empty");
             (upload.body.clone(), upload.from_unix_s, upload.until_unix_s)
         };
-        let result = send(&agent, config, &body, from, until);
+        let result = match &runtime {
+            Some(runtime) => export_grpc(runtime, config, body),
+            None => send(&agent, config, &body, from, until),
+        };
         let mut queue = lock.lock().unwrap_or_else(|e| e.into_inner());
         // The front may have been dropped for room meanwhile: only the same upload is settled.
         let same = queue
@@ -198,7 +214,7 @@ fn send(agent: &ureq::Agent, config: &PushConfig, body: &[u8], from: u64, until:
             format!("multipart/form-data; boundary={BOUNDARY}"),
             multipart(body),
         ),
-        Destination::Otlp => (
+        Destination::Otlp | Destination::OtlpGrpc => (
             config.url.clone(),
             "application/x-protobuf".to_string(),
             body.to_vec(),
@@ -210,6 +226,15 @@ fn send(agent: &ureq::Agent, config: &PushConfig, body: &[u8], from: u64, until:
         .send(&body[..])
         .map(|_| ())
         .map_err(|e| e.to_string())
+}
+
+/// One export over gRPC, within the push timeout (connection included).
+fn export_grpc(runtime: &tokio::runtime::Runtime, config: &PushConfig, body: Bytes) -> Result<(), String> {
+    let authority = config.url.trim_start_matches("http://").trim_end_matches('/');
+    // The timer is made inside the event loop: outside it there is no clock to arm.
+    runtime
+        .block_on(async { tokio::time::timeout(config.timeout, super::grpc::export(authority, body)).await })
+        .unwrap_or_else(|_| Err(format!("no answer within {:?}", config.timeout)))
 }
 
 /// `…/ingest?name=…&from=…&until=…&format=pprof`: the name gets the host as a label unless it
