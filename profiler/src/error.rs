@@ -48,6 +48,8 @@ pub mod exit {
     pub const OK: i32 = 0;
     pub const FAILURE: i32 = 1;
     pub const USAGE: i32 = 2;
+    /// Found but not run (the exec failed: permissions, format), as a shell says.
+    pub const COMMAND_NOT_RUN: i32 = 126;
     pub const COMMAND_NOT_FOUND: i32 = 127;
 }
 
@@ -55,6 +57,7 @@ impl UserError {
     pub fn exit_code(&self) -> i32 {
         match self {
             UserError::CommandNotFound(_) => exit::COMMAND_NOT_FOUND,
+            UserError::CommandFailed { .. } => exit::COMMAND_NOT_RUN,
             UserError::BadFrequency { .. } | UserError::Usage(_) | UserError::FormatUnavailable { .. } => {
                 exit::USAGE
             }

@@ -1,12 +1,35 @@
 //! Where the report goes. A file is written next to its destination and renamed into place, so a
-//! failed write never leaves half a report; a broken pipe on stdout is not an error.
+//! failed write never leaves half a report; a broken pipe on stdout is not an error. The file
+//! beside it is created new (`O_EXCL`) under a random name: bpfprof runs as root, and a
+//! predictable name in a directory others can write (`/tmp`) would let them plant a symlink there
+//! that root then writes through.
 use std::{
-    fs::File,
     io::{self, BufWriter, Write},
-    path::{Path, PathBuf},
+    path::Path,
 };
 
-use crate::error::UserError;
+use crate::{cli::Format, error::UserError};
+
+/// Before anything runs: the report's destination can take it. A file must be writable; a
+/// terminal gets no pprof or SVG bytes (gzip is garbage on a screen; a flamegraph is pages of
+/// XML), only a pipe or a file does.
+pub fn check_destination(format: Format, path: Option<&Path>) -> Result<(), UserError> {
+    use std::io::IsTerminal as _;
+    let example = match format {
+        Format::Pprof => "profile.pb.gz",
+        Format::Svg => "flame.svg",
+        Format::Heatmap => "waits.heatmap.svg",
+        Format::Text | Format::Json | Format::Folded => "",
+    };
+    match path {
+        Some(path) => check_writable(path),
+        None if !example.is_empty() && io::stdout().is_terminal() => Err(UserError::Usage(format!(
+            "{} output is not for a terminal: write it to a file with -o (e.g. -o {example}), or pipe it",
+            format.name()
+        ))),
+        None => Ok(()),
+    }
+}
 
 /// Fail before profiling, not after, when the report could not be written.
 pub fn check_writable(path: &Path) -> Result<(), UserError> {
@@ -17,18 +40,26 @@ pub fn check_writable(path: &Path) -> Result<(), UserError> {
     if path.is_dir() {
         return Err(err("it is a directory".into()));
     }
-    let probe = temp_path(path);
-    File::create(&probe).map_err(|e| err(e.to_string()))?;
-    let _ = std::fs::remove_file(&probe);
-    Ok(())
+    // Removed as it is dropped.
+    temp_beside(path).map(drop).map_err(|e| err(e.to_string()))
 }
 
-fn temp_path(path: &Path) -> PathBuf {
+/// A new file in `path`'s directory, named after it with a random part; removed unless persisted.
+fn temp_beside(path: &Path) -> io::Result<tempfile::NamedTempFile> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    path.with_file_name(format!(".{name}.bpfprof-{}", std::process::id()))
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".bpfprof")
+        // What File::create would give the report (before the umask), not tempfile's 0600.
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .tempfile_in(dir)
 }
 
 /// Write the report with `render`. On a file error the report is saved in the temp directory
@@ -71,17 +102,13 @@ pub fn write_report(
 
 /// Write `path` whole or not at all: into a temporary file beside it, synced, then renamed.
 pub fn write_atomically(path: &Path, render: &dyn Fn(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
-    let temp = temp_path(path);
-    let result = (|| {
-        let mut out = BufWriter::new(File::create(&temp)?);
-        render(&mut out)?;
-        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-        std::fs::rename(&temp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    result
+    let temp = temp_beside(path)?;
+    let mut out = BufWriter::new(temp);
+    render(&mut out)?;
+    let temp = out.into_inner().map_err(|e| e.into_error())?;
+    temp.as_file().sync_all()?;
+    // A failure drops (removes) the temporary file.
+    temp.persist(path).map(drop).map_err(|e| e.error)
 }
 
 #[cfg(test)]
@@ -108,5 +135,51 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&fallback).unwrap(), "kept");
         std::fs::remove_file(&fallback).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Someone who can write the report's directory plants symlinks at every name the temporary
+    /// file could have had when it was named after bpfprof's pid: nothing is written through
+    /// them, the report lands whole, and nothing is left beside it.
+    #[test]
+    fn a_planted_symlink_is_never_written_through() {
+        let dir = std::env::temp_dir().join(format!("bpfprof-symlink-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "untouched").unwrap();
+        let target = dir.join("report.txt");
+        let planted = dir.join(format!(".report.txt.bpfprof-{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        check_writable(&target).unwrap();
+        write_report(Some(&target), &|w| w.write_all(b"the report")).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "untouched");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "the report");
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                planted.file_name().unwrap().to_string_lossy().as_ref(),
+                "report.txt",
+                "victim"
+            ]
+        );
+        // The report keeps the permissions a new file gets.
+        let mode =
+            std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&target).unwrap().permissions());
+        assert_eq!(mode & 0o777, 0o666 & !umask(), "{mode:o}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn umask() -> u32 {
+        // SAFETY: umask only swaps the process's mask; it is set straight back.
+        unsafe {
+            let mask = libc::umask(0o022);
+            libc::umask(mask);
+            mask as u32
+        }
     }
 }

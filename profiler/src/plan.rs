@@ -83,9 +83,7 @@ impl Plan {
                 profiler_common::MAX_COUNTERS
             )));
         }
-        if let Some(path) = &cli.output {
-            output::check_writable(path)?;
-        }
+        output::check_destination(format, cli.output.as_deref())?;
         Ok(Plan {
             mode: cli.mode,
             event: cli.event,

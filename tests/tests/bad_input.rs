@@ -67,6 +67,50 @@ fn command_that_does_not_exist() {
     assert_fails(&out, 127, "command not found: no-such-command-bpfprof");
 }
 
+/// Found but not runnable (no execute permission): the shell's 126, after everything loaded is
+/// detached again.
+#[test]
+fn command_that_cannot_be_run() {
+    let path = temp_path("not-a-program");
+    std::fs::write(&path, "plain text\n").unwrap();
+    let out = run(&["-d", "5", "--", path.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(126), "{err}");
+    assert!(
+        err.contains("cannot run") && err.contains("ermission denied"),
+        "{err}"
+    );
+    std::fs::remove_file(&path).unwrap();
+}
+
+/// pprof and SVG bytes are refused on a terminal with what to do instead (through a pty that
+/// `script` gives the command), and written as ever into a pipe.
+#[test]
+fn binary_output_is_refused_on_a_terminal_and_piped_as_ever() {
+    let saved = temp_path("saved.folded");
+    std::fs::write(&saved, "main;work 10\n").unwrap();
+    let saved = saved.to_str().unwrap();
+    for format in ["pprof", "svg"] {
+        let command = format!("{} report {saved} --format {format}", bpfprof_bin().display());
+        let out = std::process::Command::new("script")
+            .args(["-qec", &command, "/dev/null"])
+            .output()
+            .unwrap();
+        let screen = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(2), "{format}: {screen}");
+        assert!(
+            screen.contains(&format!("{format} output is not for a terminal")) && screen.contains("-o"),
+            "{format}: {screen}"
+        );
+    }
+    let piped = bpfprof()
+        .args(["report", saved, "--format", "pprof"])
+        .output()
+        .unwrap();
+    assert!(piped.status.success(), "{}", stderr(&piped));
+    assert!(piped.stdout.starts_with(&[0x1f, 0x8b]), "gzip into the pipe");
+}
+
 #[test]
 fn hardware_event_without_pmu_is_explained() {
     // This VM has no PMU; where one exists the run must succeed instead.

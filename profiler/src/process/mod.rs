@@ -259,7 +259,12 @@ impl Processes {
                 break;
             }
         }
-        if let Some(info) = ProcessInfo::read(pid) {
+        // A process that has exited (a zombie) has no map and no executable left: what was
+        // captured while it lived stays.
+        if text.is_empty() && self.is_known(pid) {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "exited"));
+        }
+        if let Some(info) = ProcessInfo::read(pid).filter(|i| i.executable.is_some() || !self.is_known(pid)) {
             self.info.insert(pid, info);
         }
         Ok((generation, parse_maps(&text)))

@@ -21,9 +21,7 @@ pub fn run_diff(args: DiffArgs) -> anyhow::Result<i32> {
         ))
         .into());
     }
-    if let Some(path) = &args.output {
-        output::check_writable(path)?;
-    }
+    output::check_destination(format, args.output.as_deref())?;
     let before = saved::load(&args.before)?;
     let after = saved::load(&args.after)?;
     let names = (
@@ -54,9 +52,7 @@ pub fn run_report(args: ReportArgs) -> anyhow::Result<i32> {
             UserError::Usage("a saved profile has no run-queue waits to draw as a heatmap".into()).into(),
         );
     }
-    if let Some(path) = &args.output {
-        output::check_writable(path)?;
-    }
+    output::check_destination(format, args.output.as_deref())?;
     let profile = saved::load(&args.input)?;
     match &args.annotate {
         Some(function) => {

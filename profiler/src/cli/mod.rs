@@ -9,8 +9,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     name = "bpfprof",
     version,
     about = "eBPF profiler: hotspots, topdown, locks and scheduling latency",
-    after_help = "Examples:\n  sudo bpfprof -a -d 10                      system-wide hotspots for 10 s\n  sudo bpfprof -p 1234 -o flame.svg          flamegraph of a running process (Ctrl-C stops)\n  sudo bpfprof -F 999 -- ./my-program args   profile a command from its first instruction\n  sudo bpfprof agent                         always-on system-wide profiling (pprof windows, HTTP endpoint)",
-    args_conflicts_with_subcommands = true
+    after_help = "Examples:\n  sudo bpfprof -a -d 10                      system-wide hotspots for 10 s\n  sudo bpfprof -p 1234 -o flame.svg          flamegraph of a running process (Ctrl-C stops)\n  sudo bpfprof -F 999 -- ./my-program args   profile a command from its first instruction\n  sudo bpfprof agent                         always-on system-wide profiling (pprof windows, HTTP)",
+    after_long_help = EXIT_STATUS,
+    args_conflicts_with_subcommands = true,
+    propagate_version = true
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -116,15 +118,27 @@ pub enum Subcommands {
     /// Always-on system-wide profiling: every window a pprof profile, written into a directory
     /// (with retention), served over HTTP (`/debug/pprof/profile?seconds=N`, `/metrics`) and
     /// optionally pushed to a Pyroscope-compatible server. Runs in the foreground (systemd).
+    #[command(
+        after_help = "Examples:\n  sudo bpfprof agent                               CPU, a window a minute, served on 127.0.0.1:7071\n  sudo bpfprof agent --signals all --window 15     CPU, off-CPU, run queue and locks, 15 s windows\n  sudo bpfprof agent --otlp http://collector:4317  export every window over OTLP/gRPC\n  go tool pprof -seconds 30 http://127.0.0.1:7071/debug/pprof/profile\n                                                   30 s of CPU, pulled from a running agent"
+    )]
     Agent(AgentArgs),
     /// Compare two saved profiles (any mode with stacks: JSON, pprof or folded): a table of the
     /// functions whose share changed most, or a differential flamegraph (`-o diff.svg`: red grew,
     /// blue shrank). Shares are of each profile's own total, so runs of any length compare.
+    #[command(
+        after_help = "Examples:\n  bpfprof diff before.json after.json                the functions whose share changed most\n  bpfprof diff before.pb.gz after.pb.gz -o diff.svg  differential flamegraph (red grew, blue shrank)"
+    )]
     Diff(DiffArgs),
     /// Render a saved profile again (`-o flame.svg`), or annotate one of its functions.
+    #[command(
+        after_help = "Examples:\n  bpfprof report run.json -o flame.svg        a saved profile as a flamegraph\n  bpfprof report run.json --annotate hot_loop  where inside hot_loop its samples landed"
+    )]
     Report(ReportArgs),
     /// Live view: the hottest functions (or, with --mode sched/lock, the worst-waiting tasks or
     /// locks) refreshed every second in the terminal, like `perf top`. `q` or Ctrl-C quits.
+    #[command(
+        after_help = "Examples:\n  sudo bpfprof top                     the hottest functions, system-wide\n  sudo bpfprof top -p 1234 --mode lock  the locks a process waits on longest"
+    )]
     Top(TopArgs),
 }
 
@@ -270,6 +284,9 @@ pub struct AgentArgs {
     #[arg(long = "sample-map-entries", value_name = "N", hide = true)]
     pub sample_map_entries: Option<u32>,
 }
+
+/// The exit codes, for scripts (`--help` and the README).
+pub const EXIT_STATUS: &str = "Exit status:\n  0      the run finished and its report was written (or the agent stopped on SIGTERM/Ctrl-C)\n  1      it failed: the message says why and what to do\n  2      the command line was wrong\n  126    the command after -- was found but could not be run\n  127    the command after -- was not found\n  N      with a command after --, that command's own exit status\n  128+N  with a command after --, that command was killed by signal N";
 
 /// The two transports of OTLP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -588,118 +605,4 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::CommandFactory;
-
-    #[test]
-    fn command_line_definition_is_valid() {
-        Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn signals_are_named_spelt_otherwise_or_all() {
-        let only = |names: &[&str]| {
-            names
-                .iter()
-                .map(|n| Signal::parse(n).unwrap())
-                .collect::<Vec<_>>()
-        };
-        let parsed = parse_signals("cpu, mutex,run-queue").unwrap();
-        assert_eq!(parsed.names(), ["cpu", "runqueue", "lock"]);
-        assert_eq!(
-            parse_signals("all").unwrap().names(),
-            ["cpu", "offcpu", "runqueue", "lock"]
-        );
-        assert_eq!(only(&["off-cpu", "locks"]), [Signal::OffCpu, Signal::Lock]);
-        let refused = parse_signals("cpu,disk").unwrap_err();
-        assert!(
-            refused.contains("`disk`") && refused.contains("cpu, offcpu, runqueue, lock"),
-            "{refused}"
-        );
-        for signal in Signal::ALL {
-            assert_eq!(Signal::parse(signal.name()), Some(signal));
-        }
-    }
-
-    #[test]
-    fn format_follows_output_extension_unless_given() {
-        let cli = Cli::parse_from(["bpfprof", "-o", "out.pb.gz"]);
-        assert_eq!(cli.resolved_format(), Format::Pprof);
-        let cli = Cli::parse_from(["bpfprof", "-o", "Flame.SVG"]);
-        assert_eq!(cli.resolved_format(), Format::Svg);
-        let cli = Cli::parse_from(["bpfprof", "-o", "x.svg", "--format", "json"]);
-        assert_eq!(cli.resolved_format(), Format::Json);
-        let cli = Cli::parse_from(["bpfprof", "-o", "report"]);
-        assert_eq!(cli.resolved_format(), Format::Text);
-    }
-
-    #[test]
-    fn pids_command_and_mode_parse() {
-        let cli = Cli::parse_from(["bpfprof", "-p", "1,2,3", "--mode", "topdown", "-d", "2.5"]);
-        assert_eq!(cli.pids, vec![1, 2, 3]);
-        assert_eq!(cli.mode, Mode::Topdown);
-        assert_eq!(cli.duration, Some(2.5));
-        let cli = Cli::parse_from(["bpfprof", "-F", "999", "--", "ls", "-l"]);
-        assert_eq!(cli.command, vec![OsString::from("ls"), OsString::from("-l")]);
-        assert!(Cli::try_parse_from(["bpfprof", "-p", "1", "--", "ls"]).is_err());
-        assert!(Cli::try_parse_from(["bpfprof", "-p", "1", "-a"]).is_err());
-        assert!(Cli::try_parse_from(["bpfprof", "-d", "0"]).is_err());
-        assert!(Cli::try_parse_from(["bpfprof", "-d", "-3"]).is_err());
-    }
-
-    #[test]
-    fn agent_subcommand_parses_and_keeps_its_own_flags() {
-        let cli = Cli::parse_from([
-            "bpfprof",
-            "agent",
-            "--window",
-            "5",
-            "--max-bytes",
-            "10M",
-            "-F",
-            "99",
-        ]);
-        let Some(Subcommands::Agent(agent)) = cli.subcommand else {
-            panic!("not the agent");
-        };
-        assert_eq!(agent.window, 5.0);
-        assert_eq!(agent.max_bytes, 10 << 20);
-        assert_eq!(agent.frequency, 99);
-        assert_eq!(agent.listen, "127.0.0.1:7071");
-        assert!(Cli::try_parse_from(["bpfprof", "-p", "1", "agent"]).is_err());
-        assert!(Cli::try_parse_from(["bpfprof", "agent", "--mode", "lock"]).is_err());
-        assert_eq!(parse_bytes("4096"), Ok(4096));
-        assert_eq!(parse_bytes("2G"), Ok(2 << 30));
-        assert_eq!(parse_bytes("64KiB"), Ok(64 << 10));
-        assert!(parse_bytes("0").is_err() && parse_bytes("lots").is_err());
-    }
-
-    #[test]
-    fn view_subcommands_parse() {
-        let cli = Cli::parse_from([
-            "bpfprof", "diff", "a.json", "b.pb.gz", "-o", "d.svg", "--widths", "before",
-        ]);
-        let Some(Subcommands::Diff(diff)) = cli.subcommand else {
-            panic!("not diff");
-        };
-        assert_eq!(format_for(diff.format, diff.output.as_deref()), Format::Svg);
-        assert_eq!(diff.widths, Widths::Before);
-        assert!(Cli::try_parse_from(["bpfprof", "diff", "only-one.json"]).is_err());
-        let cli = Cli::parse_from(["bpfprof", "top", "--mode", "lock", "-p", "7"]);
-        let Some(Subcommands::Top(top)) = cli.subcommand else {
-            panic!("not top");
-        };
-        assert_eq!(
-            (top.mode.mode(), top.pids.as_slice(), top.window),
-            (Mode::Lock, &[7][..], 5)
-        );
-        assert!(Cli::try_parse_from(["bpfprof", "top", "--mode", "topdown"]).is_err());
-        let cli = Cli::parse_from(["bpfprof", "report", "p.json", "--annotate", "hot"]);
-        assert!(
-            matches!(cli.subcommand, Some(Subcommands::Report(r)) if r.annotate.as_deref() == Some("hot"))
-        );
-        let cli = Cli::parse_from(["bpfprof", "--annotate", "hot", "--", "./w"]);
-        assert_eq!(cli.annotate.as_deref(), Some("hot"));
-    }
-}
+mod tests;
