@@ -23,7 +23,7 @@ use crate::{
     launcher::RunningCommand,
     modes::{
         lock::{
-            window::{DrainedRecord, LockDrain},
+            window::{DrainHealth, DrainedRecord, LockDrain},
             LockCollection, LockMaps,
         },
         sched::{SchedCollection, SchedCollector},
@@ -58,9 +58,10 @@ pub(crate) struct Drained<'a> {
     pub sched: Option<&'a mut SchedCollector>,
     /// The lock records so far (lock mode).
     pub locks: Option<&'a LockMaps>,
-    /// The lock records taken out since the previous drain (the agent), and the drain's health.
+    /// The lock records taken out since the previous drain (the agent), and what the lock
+    /// drains have lost and freed so far.
     pub lock_records: Vec<DrainedRecord>,
-    pub lock_drain: Option<&'a LockDrain>,
+    pub lock_health: Option<DrainHealth>,
     pub procs: &'a mut Processes,
     /// The table walker's rows, when tables are walked.
     pub tables: Option<&'a mut Tables>,
@@ -355,7 +356,7 @@ impl Collector {
             sched: self.sched.as_mut(),
             locks: self.locks.as_ref(),
             lock_records,
-            lock_drain: self.lock_drain.as_ref(),
+            lock_health: self.lock_drain.as_ref().map(|d| d.health),
             procs: &mut self.procs,
             tables: self.tables.as_mut(),
             source: &*self.source,

@@ -12,15 +12,26 @@ fn state(pid: u32) -> Option<char> {
 
 #[test]
 fn a_zombie_keeps_its_map_and_executable() {
-    let mut child = Command::new("sleep").arg("0.3").spawn().unwrap();
+    let mut child = Command::new("sleep").arg("1").spawn().unwrap();
     let pid = child.id();
     let mut procs = Processes::new();
-    procs.capture(pid).unwrap();
+    // Captured once it runs `sleep`: just after the fork its map is still ours, or empty during
+    // the exec itself.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let _ = procs.capture(pid);
+        let runs_sleep = procs
+            .info(pid)
+            .and_then(|i| i.executable.as_deref())
+            .is_some_and(|e| e.ends_with("/sleep"));
+        if runs_sleep && !procs.mapped_files(pid, 0).is_empty() {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "sleep never started");
+        procs = Processes::new();
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let executable = procs.info(pid).and_then(|i| i.executable.clone());
-    assert!(
-        executable.as_deref().is_some_and(|e| e.ends_with("sleep")),
-        "{executable:?}"
-    );
     let (file, start, _) = procs.mapped_files(pid, 0)[0];
     // Not reaped: it stays a zombie.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

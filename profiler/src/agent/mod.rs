@@ -400,7 +400,7 @@ impl Sink for AgentCollector {
             tables,
             source,
             lock_records,
-            lock_drain,
+            lock_health,
             ..
         } = drained;
         for pull in &mut self.pulls {
@@ -418,11 +418,11 @@ impl Sink for AgentCollector {
         }
         if self.signals.lock {
             self.take_locks(&lock_records, procs);
-            if let Some(drain) = lock_drain {
+            if let Some(health) = lock_health {
                 let m = &self.metrics;
-                m.lock_stacks_freed.store(drain.health.stacks_freed, Relaxed);
-                m.lock_stacks_lost.store(drain.health.stacks_lost, Relaxed);
-                m.lock_stacks_stored.store(drain.health.stacks_stored, Relaxed);
+                m.lock_stacks_freed.store(health.stacks_freed, Relaxed);
+                m.lock_stacks_lost.store(health.stacks_lost, Relaxed);
+                m.lock_stacks_stored.store(health.stacks_stored, Relaxed);
             }
         }
         if self.signals.cpu {

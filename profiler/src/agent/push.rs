@@ -161,10 +161,7 @@ fn push_loop(config: &PushConfig, shared: &(Mutex<Queue>, Condvar), metrics: &Me
             let (upload, _) = queue.uploads.front().expect("not empty");
             (upload.body.clone(), upload.from_unix_s, upload.until_unix_s)
         };
-        let result = match &runtime {
-            Some(runtime) => export_grpc(runtime, config, body),
-            None => send(&agent, config, &body, from, until),
-        };
+        let result = send(&agent, runtime.as_ref(), config, &body, from, until);
         let mut queue = lock.lock().unwrap_or_else(|e| e.into_inner());
         // The front may have been dropped for room meanwhile: only the same upload is settled.
         let same = queue
@@ -207,18 +204,29 @@ fn push_loop(config: &PushConfig, shared: &(Mutex<Queue>, Condvar), metrics: &Me
     }
 }
 
-fn send(agent: &ureq::Agent, config: &PushConfig, body: &[u8], from: u64, until: u64) -> Result<(), String> {
+fn send(
+    agent: &ureq::Agent,
+    runtime: Option<&tokio::runtime::Runtime>,
+    config: &PushConfig,
+    body: &Bytes,
+    from: u64,
+    until: u64,
+) -> Result<(), String> {
     let (url, content_type, body) = match &config.destination {
         Destination::Pyroscope { name, frequency_hz } => (
             ingest_url(&config.url, name, *frequency_hz, from, until),
             format!("multipart/form-data; boundary={BOUNDARY}"),
             multipart(body),
         ),
-        Destination::Otlp | Destination::OtlpGrpc => (
+        Destination::Otlp => (
             config.url.clone(),
             "application/x-protobuf".to_string(),
             body.to_vec(),
         ),
+        Destination::OtlpGrpc => {
+            let runtime = runtime.expect("the push thread starts an event loop for gRPC");
+            return export_grpc(runtime, config, body.clone());
+        }
     };
     agent
         .post(&url)

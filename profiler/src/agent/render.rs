@@ -115,25 +115,12 @@ impl Rendering {
         let mut pids: HashSet<u32> = HashSet::new();
         for (_, figures) in &profiles {
             match figures {
-                Figures::Stacks(profile) => {
-                    for key in profile.stacks.keys() {
-                        pids.insert(key.pid);
-                        files.extend(key.user.iter().filter_map(|a| match a {
-                            UserAddr::File { file, .. } => Some(*file),
-                            _ => None,
-                        }));
-                    }
-                }
+                Figures::Stacks(profile) => stack_processes_and_files(profile, &mut pids, &mut files),
                 Figures::Threads(threads) => pids.extend(threads.iter().map(|t| t.pid)),
                 Figures::Locks(locks) => {
-                    pids.extend(locks.collection.records.iter().map(|r| r.pid));
+                    // Every record has its stack in the profile, under the record's pid.
+                    stack_processes_and_files(&locks.collection.stacks, &mut pids, &mut files);
                     files.extend(locks.mapped.values().flatten().map(|(file, _, _)| *file));
-                    for key in locks.collection.stacks.stacks.keys() {
-                        files.extend(key.user.iter().filter_map(|a| match a {
-                            UserAddr::File { file, .. } => Some(*file),
-                            _ => None,
-                        }));
-                    }
                 }
             }
         }
@@ -147,6 +134,17 @@ impl Rendering {
             started,
             duration,
         }
+    }
+}
+
+/// The processes a profile's stacks are of, and the files their user frames are in.
+fn stack_processes_and_files(profile: &RawProfile, pids: &mut HashSet<u32>, files: &mut HashSet<FileId>) {
+    for key in profile.stacks.keys() {
+        pids.insert(key.pid);
+        files.extend(key.user.iter().filter_map(|a| match a {
+            UserAddr::File { file, .. } => Some(*file),
+            _ => None,
+        }));
     }
 }
 

@@ -194,14 +194,7 @@ impl LockMaps {
         let mut collection = LockCollection::default();
         for (map, role) in [(&self.waiters, Role::Waiter), (&self.holders, Role::Holder)] {
             for (key, time) in map.iter().filter_map(Result::ok) {
-                let (user, kernel) = match key.stack_kind {
-                    stack::USER_FP => (read_stack(&self.stacks, key.stack_id), StackRead::Absent),
-                    stack::USER_UNWOUND => (read_unwound(&self.user_stacks, key.stack_id), StackRead::Absent),
-                    _ => (StackRead::Absent, read_stack(&self.stacks, key.stack_id)),
-                };
-                if let StackRead::Frames(ips) = &user {
-                    let _ = procs.refresh_unless_covered(key.tgid, key.exec_generation, ips);
-                }
+                let (user, kernel) = record_stacks(&key, &self.stacks, &self.user_stacks, procs);
                 collection.add(LockRecord::of(&key, role, time), user, kernel, procs);
             }
         }
@@ -226,6 +219,25 @@ impl LockMaps {
             .collect();
         collection
     }
+}
+
+/// A record's (user, kernel) stacks, from the map its `stack_kind` names. A process whose user
+/// stack falls outside its captured map is captured again first (it may have loaded a library).
+pub(crate) fn record_stacks(
+    key: &LockKey,
+    stacks: &StackTraceMap<MapData>,
+    user_stacks: &BpfHashMap<MapData, u32, UserStack>,
+    procs: &mut Processes,
+) -> (StackRead, StackRead) {
+    let (user, kernel) = match key.stack_kind {
+        stack::USER_FP => (read_stack(stacks, key.stack_id), StackRead::Absent),
+        stack::USER_UNWOUND => (read_unwound(user_stacks, key.stack_id), StackRead::Absent),
+        _ => (StackRead::Absent, read_stack(stacks, key.stack_id)),
+    };
+    if let StackRead::Frames(ips) = &user {
+        let _ = procs.refresh_unless_covered(key.tgid, key.exec_generation, ips);
+    }
+    (user, kernel)
 }
 
 #[derive(Clone, Debug, Serialize)]

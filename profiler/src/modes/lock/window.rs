@@ -17,12 +17,8 @@ use profiler_common::{
     unwind::UserStack,
 };
 
-use super::{LockCollection, LockRecord, Role};
-use crate::{
-    collect::{read_stack, read_unwound, take_entry},
-    process::Processes,
-    profile::StackRead,
-};
+use super::{record_stacks, LockCollection, LockRecord, Role};
+use crate::{collect::take_entry, process::Processes, profile::StackRead};
 
 /// Drains between sweeps of the stack maps (a sweep reads every wait in flight and every
 /// remembered wake: a few thousand entries on a busy machine).
@@ -41,11 +37,11 @@ enum StackMap {
 }
 
 impl StackMap {
-    fn of_key(key: &LockKey) -> Option<StackMap> {
+    /// Kernel stacks are in `LOCK_STACKS` too.
+    fn of_key(key: &LockKey) -> StackMap {
         match key.stack_kind {
-            stack::USER_FP => Some(StackMap::FramePointers),
-            stack::USER_UNWOUND => Some(StackMap::Unwound),
-            _ => None,
+            stack::USER_UNWOUND => StackMap::Unwound,
+            _ => StackMap::FramePointers,
         }
     }
 
@@ -57,16 +53,17 @@ impl StackMap {
     }
 }
 
-/// One record taken out of the kernel's maps, with its user stack as read then.
+/// One record taken out of the kernel's maps, with its stacks as read then.
 #[derive(Clone, Debug)]
 pub struct DrainedRecord {
     pub record: LockRecord,
     pub user: StackRead,
+    pub kernel: StackRead,
 }
 
 impl DrainedRecord {
     pub fn add_to(&self, collection: &mut LockCollection, procs: &Processes) {
-        collection.add_merged(self.record.clone(), self.user.clone(), StackRead::Absent, procs);
+        collection.add_merged(self.record.clone(), self.user.clone(), self.kernel.clone(), procs);
     }
 }
 
@@ -152,26 +149,20 @@ impl LockDrain {
                         continue;
                     }
                 };
-                let user = match StackMap::of_key(&key) {
-                    Some(StackMap::FramePointers) => read_stack(&self.stacks, key.stack_id),
-                    Some(StackMap::Unwound) => read_unwound(&self.user_stacks, key.stack_id),
-                    None => StackRead::Absent,
-                };
-                if let Some(map) = StackMap::of_key(&key) {
-                    if key.stack_id >= 0 {
-                        self.named.insert((map, key.stack_id as u32), self.sweeps);
-                    }
+                let (user, kernel) = record_stacks(&key, &self.stacks, &self.user_stacks, procs);
+                if key.stack_id >= 0 {
+                    self.named
+                        .insert((StackMap::of_key(&key), key.stack_id as u32), self.sweeps);
                 }
-                match &user {
-                    StackRead::Frames(ips) => {
-                        let _ = procs.refresh_unless_covered(key.tgid, key.exec_generation, ips);
-                    }
-                    StackRead::Error(id) if *id >= 0 => self.health.stacks_lost += 1,
-                    _ => {}
+                // A valid id whose stack is gone (not a walk that failed in the kernel).
+                let gone = |read: &StackRead| matches!(read, StackRead::Error(id) if *id >= 0);
+                if gone(&user) || gone(&kernel) {
+                    self.health.stacks_lost += 1;
                 }
                 drained.push(DrainedRecord {
                     record: LockRecord::of(&key, role, time),
                     user,
+                    kernel,
                 });
             }
         }
@@ -262,6 +253,7 @@ mod tests {
                 },
             },
             user: StackRead::Frames(ips.to_vec()),
+            kernel: StackRead::Absent,
         }
     }
 
