@@ -96,9 +96,24 @@ struct TopdownJson<'a> {
     processes: &'a [ThreadState],
 }
 
-/// One document on one line.
-fn write_json(out: &mut dyn Write, doc: &impl Serialize) -> io::Result<()> {
-    serde_json::to_writer(&mut *out, doc).map_err(io::Error::other)?;
+/// The version of the JSON reports' schema (docs/json.md), first in every document. Fields are
+/// only ever added within a version; renaming or removing one, or changing what it means, raises it.
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Serialize)]
+struct Versioned<'a, T> {
+    format_version: u32,
+    #[serde(flatten)]
+    report: &'a T,
+}
+
+/// One document on one line, its schema's version first.
+pub(crate) fn write_json(out: &mut dyn Write, doc: &impl Serialize) -> io::Result<()> {
+    let versioned = Versioned {
+        format_version: FORMAT_VERSION,
+        report: doc,
+    };
+    serde_json::to_writer(&mut *out, &versioned).map_err(io::Error::other)?;
     writeln!(out)
 }
 
@@ -200,6 +215,7 @@ mod tests {
     #[test]
     fn json_matches_documented_shape_and_adds_up() {
         let v: serde_json::Value = serde_json::from_slice(&render(Format::Json, &sample_report())).unwrap();
+        assert_eq!(v["format_version"], super::FORMAT_VERSION);
         assert_eq!(v["mode"], "hotspot");
         assert_eq!(v["samples"], 100);
         assert_eq!(v["lost"], 0);

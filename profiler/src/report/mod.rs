@@ -9,7 +9,7 @@ use crate::{
 
 mod folded;
 mod heatmap;
-mod json;
+pub(crate) mod json;
 pub mod pprof;
 mod svg;
 mod text;

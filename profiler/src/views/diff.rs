@@ -189,8 +189,7 @@ pub fn render(diff: &Diff, how: Rendering, out: &mut dyn Write) -> io::Result<()
         Format::Json => {
             let mut shown = diff.clone();
             shown.functions.truncate(limit);
-            serde_json::to_writer(&mut *out, &shown).map_err(io::Error::other)?;
-            writeln!(out)
+            crate::report::json::write_json(out, &shown)
         }
         other => Err(io::Error::other(format!(
             "format `{}` is not available for diff (text, svg, folded or json)",
