@@ -10,6 +10,7 @@
 //!   cargo xtask bench [MODE]     overhead benchmarks (hotspot, sched, unwind, lock, agent)
 //!   cargo xtask soak --minutes N the agent under process churn: memory and descriptors stay flat
 //!                                [--signals all: every signal on]
+//!   cargo xtask docs             shell completions and man pages, in target/docs
 //!   cargo xtask noise            a busy machine (CPU hogs, short-lived processes) until Ctrl-C
 use std::{
     path::{Path, PathBuf},
@@ -20,6 +21,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod docs;
 mod guest;
 mod noise;
 mod setup;
@@ -83,6 +85,8 @@ enum Task {
         #[arg(long, default_value = "cpu")]
         signals: String,
     },
+    /// Generate shell completions (bash, zsh, fish) and man pages into target/docs, and check them.
+    Docs,
     /// Load the machine as a busy host would: a CPU hog on every CPU and a stream of
     /// short-lived processes, until stopped.
     Noise {
@@ -124,6 +128,7 @@ fn main() {
         Task::Soak { minutes, signals } => setup::run(setup::Needs::Build)
             .and_then(|()| build())
             .and_then(|()| soak::run(minutes, &signals)),
+        Task::Docs => setup::run(setup::Needs::Build).and_then(|()| docs::run()),
         Task::Noise { seconds } => noise::run(seconds),
     };
     if let Err(err) = result {

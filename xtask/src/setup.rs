@@ -42,6 +42,8 @@ pub fn run(needs: Needs) -> Result<()> {
             ("redis-benchmark", "redis-tools"),
             // The live view's tests drive it in a real terminal.
             ("tmux", "tmux"),
+            // The generated man pages are rendered with warnings on (`cargo xtask docs`).
+            ("groff", "groff-base"),
         ])?;
         // The arm64 suites run in an emulated Neoverse (and the AArch64 unwind-table unit test
         // reads the arm64 C library the cross compiler brings).

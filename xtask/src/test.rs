@@ -10,7 +10,7 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::{bpfprof_bin, cargo, guest, is_root, noise::Noise, sh, soak, workspace_root};
+use crate::{bpfprof_bin, cargo, docs, guest, is_root, noise::Noise, sh, soak, workspace_root};
 
 /// The soak that a whole test run ends with (CI); 60 minutes by hand (`cargo xtask soak`).
 const CI_SOAK_MINUTES: f64 = 3.0;
@@ -168,6 +168,11 @@ fn run_once(filter: &[String]) -> Result<Vec<Outcome>> {
     ])
     .args(filter);
     outcomes.push(run_suite("unit", &mut unit)?);
+    // Completions and man pages are generated from the command line of this build, and checked.
+    if filter.is_empty() {
+        let started = Instant::now();
+        outcomes.push(Outcome::of_task("docs", docs::run(), started));
+    }
     for suite in e2e_suites()? {
         // Tests that load BPF share kernel state (the CPUs they sample): one at a time.
         let mut cmd = cargo();
@@ -194,15 +199,22 @@ fn run_once(filter: &[String]) -> Result<Vec<Outcome>> {
     if filter.is_empty() {
         let started = Instant::now();
         let result = soak::run(CI_SOAK_MINUTES, CI_SOAK_SIGNALS);
-        outcomes.push(Outcome {
-            suite: "soak".into(),
+        outcomes.push(Outcome::of_task("soak", result, started));
+    }
+    Ok(outcomes)
+}
+
+impl Outcome {
+    /// A task that is one check: passed or failed, with its error.
+    fn of_task(suite: &str, result: Result<()>, started: Instant) -> Outcome {
+        Outcome {
+            suite: suite.into(),
             passed: result.is_ok() as u32,
             failed: result.is_err() as u32,
             failures: result.err().map(|e| format!("{e:#}")).into_iter().collect(),
             took: started.elapsed(),
-        });
+        }
     }
-    Ok(outcomes)
 }
 
 /// The end-to-end test files (`tests/tests/NAME.rs`) the host runs, in name order.
