@@ -452,11 +452,17 @@ pub struct Agent {
 impl Agent {
     /// Start the agent with `args` and wait until its endpoint answers.
     pub fn start(args: &[&str]) -> Agent {
+        Agent::start_with_env(args, &[])
+    }
+
+    /// The same, with these variables in its environment.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Agent {
         let address = format!("127.0.0.1:{}", free_port());
         let child = bpfprof()
             .arg("agent")
             .args(["--listen", &address])
             .args(args)
+            .envs(env.iter().copied())
             .stderr(Stdio::piped())
             .spawn()
             .expect("starting the agent");

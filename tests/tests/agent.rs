@@ -374,6 +374,137 @@ fn a_dead_or_hanging_ingest_server_never_stalls_windows_or_shutdown() {
     assert_no_programs_left();
 }
 
+/// systemd's notify protocol, with this test as the manager: a datagram socket named by
+/// `NOTIFY_SOCKET`, and `WATCHDOG_USEC` as a unit's `WatchdogSec=` sets it.
+#[test]
+fn systemd_is_told_ready_fed_by_the_watchdog_and_told_stopping() {
+    let dir = temp_path("agent-notify");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket_path = dir.join("notify");
+    let socket = std::os::unix::net::UnixDatagram::bind(&socket_path).unwrap();
+    socket.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let received = || {
+        let mut buf = [0u8; 4096];
+        let n = socket
+            .recv(&mut buf)
+            .expect("no notification from the agent within 20 s");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let windows = dir.join("windows");
+    let started = Instant::now();
+    let agent = Agent::start_with_env(
+        &["--window", "2", "--output-dir", windows.to_str().unwrap()],
+        &[
+            ("NOTIFY_SOCKET", socket_path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "1000000"),
+        ],
+    );
+    let ready = received();
+    assert!(
+        ready.lines().any(|l| l == "READY=1"),
+        "the first notification is not READY=1: {ready:?}"
+    );
+    assert!(
+        ready.contains("STATUS=profiling cpu: a window every 2 s"),
+        "{ready:?}"
+    );
+    // Fed from the drains (one a second), at least every half interval asked.
+    let mut fed = Vec::new();
+    while fed.len() < 3 {
+        let message = received();
+        assert_eq!(message, "WATCHDOG=1\n", "after READY only the watchdog is fed");
+        fed.push(started.elapsed());
+    }
+    let gaps: Vec<Duration> = fed.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.iter().all(|g| *g < Duration::from_millis(2500)),
+        "the watchdog went hungry: pings at {fed:?}"
+    );
+    let agent_pid = agent.child.id();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent_pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    loop {
+        let message = received();
+        if message != "WATCHDOG=1\n" {
+            assert_eq!(message, "STOPPING=1\n");
+            break;
+        }
+    }
+    let (ok, err, _) = agent.stop(Duration::from_secs(20));
+    assert!(ok, "{err}");
+    assert!(!windows_in(&windows).is_empty(), "no window written: {err}");
+    socket.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 64];
+    let after = socket
+        .recv(&mut buf)
+        .map(|n| String::from_utf8_lossy(&buf[..n]).into_owned());
+    assert!(after.is_err(), "a notification after STOPPING=1: {after:?}");
+    socket.set_nonblocking(false).unwrap();
+
+    // A watchdog meant for another process (WATCHDOG_PID) is not fed; readiness still is sent.
+    let agent = Agent::start_with_env(
+        &["--window", "2", "--output-dir", windows.to_str().unwrap()],
+        &[
+            ("NOTIFY_SOCKET", socket_path.to_str().unwrap()),
+            ("WATCHDOG_USEC", "1000000"),
+            ("WATCHDOG_PID", "1"),
+        ],
+    );
+    assert!(received().contains("READY=1"));
+    socket.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let mut buf = [0u8; 64];
+    let next = socket
+        .recv(&mut buf)
+        .map(|n| String::from_utf8_lossy(&buf[..n]).into_owned());
+    assert!(next.is_err(), "fed a watchdog that is not its own: {next:?}");
+    let (ok, err, _) = agent.stop(Duration::from_secs(20));
+    assert!(ok, "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_no_programs_left();
+}
+
+/// The shipped unit passes systemd's own check (with ExecStart on the binary under test) and
+/// asks for what the agent does: notify readiness, feed a watchdog, start once the network is up.
+#[test]
+fn the_systemd_unit_verifies_and_uses_notify_and_the_watchdog() {
+    let unit = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../packaging/bpfprof-agent.service"
+    ))
+    .unwrap();
+    for line in [
+        "Type=notify",
+        "WatchdogSec=30",
+        "After=network-online.target",
+        "Wants=network-online.target",
+    ] {
+        assert!(unit.lines().any(|l| l == line), "the unit lacks {line}");
+    }
+    let dir = temp_path("agent-unit");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bpfprof-agent.service");
+    let bin = bpfprof_tests::bpfprof_bin();
+    std::fs::write(
+        &path,
+        unit.replace("/usr/local/bin/bpfprof", bin.to_str().unwrap()),
+    )
+    .unwrap();
+    let out = Command::new("systemd-analyze")
+        .arg("verify")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "systemd-analyze verify: {said}"
+    );
+}
+
 #[test]
 fn port_in_use_and_unusable_directories_are_refused_at_start() {
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();

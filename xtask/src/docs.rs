@@ -21,7 +21,16 @@ pub fn run() -> Result<()> {
     let out = out_dir();
     let _ = std::fs::remove_dir_all(&out);
     sh(cargo()
-        .args(["run", "--quiet", "--release", "-p", "profiler", "--example", "shell-docs", "--"])
+        .args([
+            "run",
+            "--quiet",
+            "--release",
+            "-p",
+            "profiler",
+            "--example",
+            "shell-docs",
+            "--",
+        ])
         .arg(&out))?;
     check(&out)?;
     println!(
@@ -36,20 +45,28 @@ pub fn run() -> Result<()> {
 fn check(out: &std::path::Path) -> Result<()> {
     let completions = out.join("completions");
     let bash = completions.join("bpfprof.bash");
-    let loaded = output(Command::new("bash").arg("-c").arg(format!(
-        "source '{}' && complete -p bpfprof",
-        bash.display()
-    )))
+    let loaded = output(
+        Command::new("bash")
+            .arg("-c")
+            .arg(format!("source '{}' && complete -p bpfprof", bash.display())),
+    )
     .context("bash could not load the completion")?;
-    ensure!(loaded.contains("_bpfprof"), "bash: no completion for bpfprof: {loaded}");
+    ensure!(
+        loaded.contains("_bpfprof"),
+        "bash: no completion for bpfprof: {loaded}"
+    );
     for file in ["bpfprof.bash", "_bpfprof", "bpfprof.fish"] {
         let text = std::fs::read_to_string(completions.join(file)).with_context(|| file.to_string())?;
-        for word in SUBCOMMANDS.iter().chain(&["--mode", "--signals", "hotspot", "topdown"]) {
+        for word in SUBCOMMANDS
+            .iter()
+            .chain(&["--mode", "--signals", "hotspot", "topdown"])
+        {
             let word = word.trim_start_matches('-');
             ensure!(text.contains(word), "{file} does not complete `{word}`");
         }
     }
-    let pages = std::iter::once("bpfprof".to_string()).chain(SUBCOMMANDS.iter().map(|s| format!("bpfprof-{s}")));
+    let pages =
+        std::iter::once("bpfprof".to_string()).chain(SUBCOMMANDS.iter().map(|s| format!("bpfprof-{s}")));
     for page in pages {
         let path = out.join("man").join(format!("{page}.1"));
         let rendered = Command::new("groff")

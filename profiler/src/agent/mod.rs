@@ -16,6 +16,7 @@ mod push;
 mod render;
 mod runqueue;
 mod store;
+mod systemd;
 
 use std::{
     collections::{HashMap, HashSet},
@@ -321,12 +322,14 @@ async fn agent(
         metrics: metrics.clone(),
         unwind_files,
         jobs,
+        notifier: systemd::Notifier::from_env(),
     };
     let mut stops = Stops {
         survive_hangup: true,
         ..Stops::default()
     };
     driver.collect(&mut stops, &mut collector).await?;
+    collector.notifier.stopping();
     // Flush: what was collected since the last window is a (shorter) window of its own.
     let mut stopped = driver.stop(&mut collector, monotonic_ns())?;
     // The threads still alive, as the scheduler's collection ends with them.
@@ -367,6 +370,7 @@ struct AgentCollector {
     metrics: Arc<Metrics>,
     unwind_files: Arc<Mutex<Option<Vec<crate::unwind::FileWithRows>>>>,
     jobs: std_mpsc::SyncSender<Job>,
+    notifier: systemd::Notifier,
 }
 
 impl Sink for AgentCollector {
@@ -483,6 +487,11 @@ impl Sink for AgentCollector {
             }
         }
         self.update_gauges(procs);
+        let (signals, every) = (self.signals, self.window_every);
+        self.notifier.drained(|| {
+            let names = signals.names().join(", ");
+            format!("profiling {names}: a window every {:.0} s", every.as_secs_f64())
+        });
         Ok(())
     }
 }
