@@ -2,13 +2,16 @@
 come from PyPI's opentelemetry-proto (its generated stubs) and grpcio, only the summary below is
 ours.
 
-    receiver.py PORT OUT [grpc]
+    receiver.py PORT OUT [grpc | tls CERT KEY]
 
 Serves POST /v1development/profiles on 127.0.0.1:PORT (OTLP/HTTP), or with `grpc` the profiles
 service's Export over gRPC (OTLP/gRPC), decodes each request as an
 ExportProfilesServiceRequest and appends one JSON line per request to OUT: the resource's
 attributes and, per profile, its sample type, period type, time, duration and samples (value,
-attributes, function names leaf first). Prints READY once listening; exits on SIGTERM.
+attributes, function names leaf first). With `tls` it serves https with CERT and KEY (PEM), and
+also takes Pyroscope's POST /ingest (recorded by path and size only). Over HTTP each line also
+holds the request's path and the headers a push authenticates with. Prints READY once listening;
+exits on SIGTERM.
 """
 import json
 import signal
@@ -58,14 +61,24 @@ def summary(request):
     return out
 
 
+AUTH_HEADERS = ["Authorization", "X-Scope-OrgID"]
+
+
 class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        seen = {"path": self.path, "headers": {h: self.headers.get(h) for h in AUTH_HEADERS}}
+        if self.path.startswith("/ingest?") and self.headers.get("Content-Type", "").startswith("multipart/form-data"):
+            write({**seen, "ingest_bytes": len(body)})
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.path != "/v1development/profiles" or self.headers.get("Content-Type") != "application/x-protobuf":
             self.send_response(404)
             self.end_headers()
             return
-        record(service.ExportProfilesServiceRequest.FromString(body))
+        record(service.ExportProfilesServiceRequest.FromString(body), seen)
         reply = service.ExportProfilesServiceResponse().SerializeToString()
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
@@ -77,9 +90,13 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
 
-def record(request):
+def record(request, seen=None):
+    write({**summary(request), **(seen or {})})
+
+
+def write(line):
     with open(sys.argv[2], "a") as out:
-        out.write(json.dumps(summary(request)) + "\n")
+        out.write(json.dumps(line) + "\n")
 
 
 def serve_grpc(port):
@@ -107,5 +124,11 @@ if sys.argv[3:] == ["grpc"]:
     serve_grpc(int(sys.argv[1]))
 else:
     server = HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+    if sys.argv[3:4] == ["tls"]:
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(sys.argv[4], sys.argv[5])
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     print("READY", flush=True)
     server.serve_forever()

@@ -22,6 +22,20 @@ pub fn bpfprof_bin() -> PathBuf {
     path
 }
 
+/// bpfprof built with the `https` feature: `BPFPROF_HTTPS_BIN`, else beside the release build.
+/// `cargo xtask test` builds it first; a missing binary fails the test, it never skips it.
+pub fn bpfprof_https_bin() -> PathBuf {
+    let path = std::env::var_os("BPFPROF_HTTPS_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/bpfprof-https"));
+    assert!(
+        path.is_file(),
+        "{} not found: run the tests with `cargo xtask test` (or `cargo xtask build --https`)",
+        path.display()
+    );
+    path
+}
+
 /// A test workload: in `BPFPROF_WORKLOADS` where set (the arm64 guest, which has them
 /// elsewhere), else where the build script put them.
 pub fn workload(name: &str) -> PathBuf {
@@ -457,8 +471,14 @@ impl Agent {
 
     /// The same, with these variables in its environment.
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Agent {
+        Agent::start_binary(&bpfprof_bin(), args, env)
+    }
+
+    /// The agent of another build of bpfprof.
+    pub fn start_binary(binary: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Agent {
         let address = format!("127.0.0.1:{}", free_port());
-        let child = bpfprof()
+        let child = Command::new(binary)
+            .env("RUST_LOG", "warn")
             .arg("agent")
             .args(["--listen", &address])
             .args(args)

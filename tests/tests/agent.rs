@@ -977,6 +977,14 @@ struct Receiver {
 impl Receiver {
     /// Over OTLP/HTTP, or with `grpc` OTLP/gRPC (grpcio's server).
     fn start(grpc: bool) -> Receiver {
+        Receiver::start_with(match grpc {
+            true => &["grpc"],
+            false => &[],
+        })
+    }
+
+    /// With the receiver's extra arguments (`grpc`, or `tls CERT KEY`).
+    fn start_with(how: &[&str]) -> Receiver {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let python = root.join("../target/otlp-receiver/bin/python");
         assert!(
@@ -991,7 +999,7 @@ impl Receiver {
             .arg(root.join("otlp/receiver.py"))
             .arg(port.to_string())
             .arg(&out)
-            .args(grpc.then_some("grpc"))
+            .args(how)
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
@@ -1016,6 +1024,191 @@ impl Drop for Receiver {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+fn openssl(args: &[&str]) {
+    let out = Command::new("openssl")
+        .args(args)
+        .output()
+        .expect("running openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A test CA (self-signed) and a certificate for localhost signed by it: (CA, cert, key) paths.
+fn test_certificates(dir: &Path) -> (String, String, String) {
+    let path = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    let (ca_key, ca, key, csr, cert, ext) = (
+        path("ca.key"),
+        path("ca.pem"),
+        path("server.key"),
+        path("server.csr"),
+        path("server.pem"),
+        path("server.ext"),
+    );
+    let quiet = ["-days", "1", "-nodes"];
+    openssl(
+        &[
+            &[
+                "req", "-x509", "-newkey", "rsa:2048", "-keyout", &ca_key, "-out", &ca,
+            ][..],
+            &quiet,
+            &["-subj", "/CN=bpfprof test CA"],
+        ]
+        .concat(),
+    );
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        &key,
+        "-out",
+        &csr,
+        "-subj",
+        "/CN=localhost",
+    ]);
+    std::fs::write(
+        &ext,
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &csr,
+        "-CA",
+        &ca,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-out",
+        &cert,
+        "-days",
+        "1",
+        "-extfile",
+        &ext,
+    ]);
+    (ca, cert, key)
+}
+
+/// The https build pushes (Pyroscope) and exports (OTLP/HTTP) to a TLS server whose certificate
+/// only `--push-ca` makes trusted, with a header and basic auth read from files; trusting the
+/// system's roots alone, the same server is refused (the certificate is really checked); the
+/// default build refuses an https URL at start and says how to get it.
+#[test]
+fn https_pushes_carry_credentials_and_check_the_servers_certificate() {
+    let dir = temp_path("agent-https");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ca, cert, key) = test_certificates(&dir);
+    let receiver = Receiver::start_with(&["tls", &cert, &key]);
+    let url = format!("https://localhost:{}", receiver.port);
+    let headers = dir.join("headers");
+    std::fs::write(&headers, "# the tenant\nX-Scope-OrgID: team-a\n").unwrap();
+    let auth = dir.join("auth");
+    std::fs::write(&auth, "bpfprof:s3cret\n").unwrap();
+    let windows = dir.join("windows");
+    let https = bpfprof_tests::bpfprof_https_bin();
+    let path = |p: &Path| p.to_str().unwrap().to_string();
+    let agent = Agent::start_binary(
+        &https,
+        &[
+            "--window",
+            "1",
+            "--output-dir",
+            &path(&windows),
+            "--push",
+            &url,
+            "--otlp",
+            &url,
+            "--push-ca",
+            &ca,
+            "--push-header-file",
+            &path(&headers),
+            "--push-basic-auth-file",
+            &path(&auth),
+        ],
+        &[],
+    );
+    let both = |requests: &[serde_json::Value]| {
+        requests.iter().any(|r| r.get("ingest_bytes").is_some())
+            && requests.iter().any(|r| r.get("resources").is_some())
+    };
+    wait_until("a push and an export over https", Duration::from_secs(30), || {
+        both(&receiver.requests())
+    });
+    let (ok, err, _) = agent.stop(Duration::from_secs(20));
+    assert!(ok, "{err}");
+    for request in receiver.requests() {
+        assert_eq!(request["headers"]["X-Scope-OrgID"], "team-a", "{request}");
+        // base64("bpfprof:s3cret")
+        assert_eq!(
+            request["headers"]["Authorization"], "Basic YnBmcHJvZjpzM2NyZXQ=",
+            "{request}"
+        );
+        match request.get("ingest_bytes") {
+            Some(bytes) => {
+                assert!(
+                    request["path"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("/ingest?name=bpfprof.cpu"),
+                    "{request}"
+                );
+                assert!(bytes.as_u64().unwrap() > 100, "{request}");
+            }
+            None => {
+                assert_eq!(request["path"], "/v1development/profiles");
+                let profiles = request["resources"][0]["profiles"].as_array().unwrap();
+                assert_eq!(profiles[0]["sample_type"][0], "samples", "{request}");
+            }
+        }
+    }
+
+    // The system's roots do not hold the test's CA: every attempt fails on the certificate.
+    let agent = Agent::start_binary(
+        &https,
+        &[
+            "--window",
+            "1",
+            "--output-dir",
+            &path(&windows),
+            "--otlp",
+            &url,
+            "--push-timeout",
+            "2",
+        ],
+        &[],
+    );
+    wait_until(
+        "an export refused on the certificate",
+        Duration::from_secs(30),
+        || agent.metric("bpfprof_agent_otlp_export_failures_total") >= 1.0,
+    );
+    assert_eq!(agent.metric("bpfprof_agent_otlp_exports_sent_total"), 0.0);
+    let (ok, err, _) = agent.stop(Duration::from_secs(20));
+    assert!(ok, "{err}");
+    assert!(
+        err.to_lowercase().contains("certificate") || err.contains("UnknownIssuer"),
+        "{err}"
+    );
+
+    // The default build says how to get https, before loading anything.
+    let out = bpfprof_tests::run(&["agent", "--output-dir", &path(&windows), "--otlp", &url]);
+    let err = bpfprof_tests::stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--features https") && err.contains("cargo xtask build --https"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_no_programs_left();
 }
 
 /// Every window goes to an OTLP/HTTP receiver that decodes it with PyPI's opentelemetry-proto:

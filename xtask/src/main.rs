@@ -43,6 +43,10 @@ enum Task {
     Setup,
     /// Build the release binary (target/release/bpfprof).
     Build {
+        /// Also build target/release/bpfprof-https: the agent's pushes and exports to https://
+        /// URLs (rustls; +1.4 MB, so not in the default build).
+        #[arg(long)]
+        https: bool,
         /// Build for another machine: `aarch64` (Graviton, Neoverse) cross-builds bpfprof and its
         /// BPF object for arm64 into target/aarch64-unknown-linux-gnu/release/bpfprof.
         #[arg(long, value_enum)]
@@ -105,9 +109,15 @@ fn main() {
     let args = Args::parse();
     let result = match args.task {
         Task::Setup => setup::run(setup::Needs::Test),
-        Task::Build { target: None } => setup::run(setup::Needs::Build).and_then(|()| build()),
+        Task::Build { target: None, https } => setup::run(setup::Needs::Build)
+            .and_then(|()| match https {
+                true => build_https(),
+                false => Ok(()),
+            })
+            .and_then(|()| build()),
         Task::Build {
             target: Some(CrossTarget::Aarch64),
+            ..
         } => setup::run(setup::Needs::Build)
             .and_then(|()| setup::ensure_arm64_cross())
             .and_then(|()| build_arm64()),
@@ -146,6 +156,20 @@ pub fn workspace_root() -> PathBuf {
 
 pub fn bpfprof_bin() -> PathBuf {
     workspace_root().join("target/release/bpfprof")
+}
+
+/// The same binary built with the `https` feature (the agent's https pushes), beside it.
+pub fn bpfprof_https_bin() -> PathBuf {
+    workspace_root().join("target/release/bpfprof-https")
+}
+
+/// Build bpfprof with the `https` feature as `bpfprof-https`. Its own features give it its own
+/// artifacts, so building it beside the default binary costs nothing once both are built; the
+/// default build runs last, so `target/release/bpfprof` stays the default binary.
+pub fn build_https() -> Result<()> {
+    sh(cargo().args(["build", "--release", "-p", "profiler", "--features", "https"]))?;
+    std::fs::copy(bpfprof_bin(), bpfprof_https_bin()).context("copying the https build")?;
+    Ok(())
 }
 
 /// Run a command, failing with its description if it does not succeed.

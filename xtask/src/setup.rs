@@ -44,6 +44,8 @@ pub fn run(needs: Needs) -> Result<()> {
             ("tmux", "tmux"),
             // The generated man pages are rendered with warnings on (`cargo xtask docs`).
             ("groff", "groff-base"),
+            // The agent's https test makes its own CA and server certificate.
+            ("openssl", "openssl"),
         ])?;
         // The arm64 suites run in an emulated Neoverse (and the AArch64 unwind-table unit test
         // reads the arm64 C library the cross compiler brings).

@@ -96,6 +96,7 @@ pub fn run(options: &Options) -> Result<()> {
     // One profile for everything: the release build of bpfprof is what the end-to-end tests run,
     // and sharing it avoids compiling the BPF object twice. Default members only: the BPF crate
     // is never built for the host.
+    crate::build_https()?;
     sh(cargo().args(["build", "--release"]))?;
     if !is_root() {
         bail!("the end-to-end tests load BPF programs and must run as root: sudo -E cargo xtask test");
@@ -180,6 +181,7 @@ fn run_once(filter: &[String]) -> Result<Vec<Outcome>> {
             .arg("--test-threads=1")
             .args(filter)
             .env("BPFPROF_BIN", bpfprof_bin())
+            .env("BPFPROF_HTTPS_BIN", crate::bpfprof_https_bin())
             .env("TMPDIR", &scratch);
         outcomes.push(run_suite(&format!("e2e {suite}"), &mut cmd)?);
     }

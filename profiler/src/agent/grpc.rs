@@ -38,7 +38,7 @@ pub fn outcome(headers: &HeaderMap, trailers: Option<&HeaderMap>) -> Result<(), 
 }
 
 /// Send one export request to `authority` (`host:port`).
-pub async fn export(authority: &str, message: Bytes) -> Result<(), String> {
+pub async fn export(authority: &str, headers: &[(String, String)], message: Bytes) -> Result<(), String> {
     let stream = tokio::net::TcpStream::connect(authority)
         .await
         .map_err(|e| format!("connecting to {authority}: {e}"))?;
@@ -46,9 +46,14 @@ pub async fn export(authority: &str, message: Bytes) -> Result<(), String> {
         .await
         .map_err(|e| format!("HTTP/2 with {authority}: {e}"))?;
     let connection = tokio::spawn(connection);
-    let request = Request::post(format!("http://{authority}{EXPORT_PATH}"))
+    let mut request = Request::post(format!("http://{authority}{EXPORT_PATH}"))
         .header("content-type", "application/grpc")
-        .header("te", "trailers")
+        .header("te", "trailers");
+    // gRPC metadata: HTTP/2 wants the names in lower case.
+    for (name, value) in headers {
+        request = request.header(name.to_ascii_lowercase(), value);
+    }
+    let request = request
         .body(Full::new(Bytes::from(frame(&message))))
         .map_err(|e| e.to_string())?;
     let result = async {

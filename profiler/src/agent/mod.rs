@@ -8,6 +8,7 @@
 //! Threads: the event loop (kernel maps, process announcements, timers, signals, the endpoint),
 //! one renderer (symbolize + encode + write, so a slow symbolization never delays a capture), and
 //! the pusher when pushing.
+mod credentials;
 mod grpc;
 mod http;
 pub mod metrics;
@@ -47,6 +48,7 @@ use crate::{
     process::Processes,
     profile::{Health, RawProfile},
 };
+use credentials::Credentials;
 use http::{Endpoint, PullRequest};
 use metrics::Metrics;
 use push::{Destination, PushConfig, Pusher};
@@ -83,33 +85,36 @@ impl Config {
                 reason: "not an address (e.g. 127.0.0.1:7071, or [::1]:7071)".into(),
             })?),
         };
+        let urls: Vec<&str> = args.push.iter().chain(&args.otlp).map(String::as_str).collect();
+        let credentials = Credentials::read(
+            args.push_header_file.as_deref(),
+            args.push_basic_auth_file.as_deref(),
+            args.push_ca.as_deref(),
+            &urls,
+        )?;
+        let to = |url: String, destination| PushConfig {
+            url,
+            destination,
+            capacity: args.push_queue.max(1),
+            timeout: Duration::from_secs_f64(args.push_timeout),
+            credentials: credentials.clone(),
+        };
         let push = match &args.push {
-            Some(url) if !url.starts_with("http://") => {
-                return Err(UserError::Usage(format!(
-                    "--push {url}: give an http:// URL (for https, push through a local TLS proxy)"
-                )))
-            }
-            Some(url) => Some(PushConfig {
-                url: url.clone(),
-                destination: Destination::Pyroscope {
+            Some(url) => {
+                credentials::check_scheme("--push", url)?;
+                let destination = Destination::Pyroscope {
                     name: args.push_name.clone(),
                     frequency_hz: args.frequency,
-                },
-                capacity: args.push_queue.max(1),
-                timeout: Duration::from_secs_f64(args.push_timeout),
-            }),
+                };
+                Some(to(url.clone(), destination))
+            }
             None => None,
         };
         let otlp = match &args.otlp {
-            Some(url) => Some({
+            Some(url) => {
                 let (url, destination) = otlp_destination(url, args.otlp_protocol)?;
-                PushConfig {
-                    url,
-                    destination,
-                    capacity: args.push_queue.max(1),
-                    timeout: Duration::from_secs_f64(args.push_timeout),
-                }
-            }),
+                Some(to(url, destination))
+            }
             None => None,
         };
         Ok(Config {
@@ -130,17 +135,24 @@ impl Config {
 /// 4317 is gRPC's).
 fn otlp_destination(url: &str, protocol: Option<OtlpProtocol>) -> Result<(String, Destination), UserError> {
     let usage = |why: &str| UserError::Usage(format!("--otlp {url}: {why}"));
-    let rest = url.strip_prefix("http://").ok_or_else(|| {
-        usage("give an http:// URL of an OTLP endpoint (e.g. http://collector:4318 for HTTP, :4317 for gRPC); for https, export through a local collector")
-    })?;
+    let (scheme, rest) = url
+        .split_once("://")
+        .filter(|(scheme, _)| ["http", "https"].contains(scheme))
+        .ok_or_else(|| usage("give the http:// URL of an OTLP endpoint (e.g. http://collector:4318 for HTTP, :4317 for gRPC)"))?;
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
     let path = path.trim_end_matches('/');
     let grpc = protocol.map_or(authority.ends_with(":4317"), |p| p == OtlpProtocol::Grpc);
+    if !grpc {
+        credentials::check_scheme("--otlp", url)?;
+    }
     match (grpc, path) {
+        (true, _) if scheme == "https" => Err(usage(
+            "OTLP/gRPC is sent without TLS (h2c): for https, use --otlp-protocol http (collectors serve OTLP/HTTP on 4318)",
+        )),
         (true, "") => Ok((format!("http://{authority}"), Destination::OtlpGrpc)),
         (true, _) => Err(usage("OTLP/gRPC takes no path: give http://host:port")),
         (false, "") => Ok((
-            format!("http://{authority}/v1development/profiles"),
+            format!("{scheme}://{authority}/v1development/profiles"),
             Destination::Otlp,
         )),
         (false, _) => Ok((url.to_string(), Destination::Otlp)),
@@ -667,6 +679,16 @@ mod tests {
         assert!(to("http://c:4317/v1/x", None)
             .unwrap_err()
             .contains("takes no path"));
-        assert!(to("https://c:4318", None).unwrap_err().contains("http://"));
+        assert!(to("ftp://c:4318", None).unwrap_err().contains("http://"));
+        assert!(to("https://c:4317", None)
+            .unwrap_err()
+            .contains("--otlp-protocol http"));
+        match cfg!(feature = "https") {
+            true => assert_eq!(
+                to("https://c", None),
+                Ok(("https://c/v1development/profiles".into(), Destination::Otlp))
+            ),
+            false => assert!(to("https://c", None).unwrap_err().contains("--features https")),
+        }
     }
 }

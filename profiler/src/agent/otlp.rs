@@ -172,12 +172,15 @@ pub mod proto {
 use proto::any_value::Value;
 
 /// The shared tables, each with its zero value at index 0.
+/// A location by what makes it one: its mapping, its address, and its lines (function, line).
+type LocationKey = (i32, u64, Vec<(i32, i64)>);
+
 struct Dictionary {
     tables: proto::ProfilesDictionary,
     strings: HashMap<String, i32>,
     mappings: HashMap<i32, i32>,
     functions: HashMap<(i32, i32), i32>,
-    locations: HashMap<(i32, u64, Vec<(i32, i64)>), i32>,
+    locations: HashMap<LocationKey, i32>,
     stacks: HashMap<Vec<i32>, i32>,
     attributes: HashMap<(i32, Value), i32>,
 }

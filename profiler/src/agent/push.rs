@@ -28,6 +28,8 @@ pub struct PushConfig {
     pub destination: Destination,
     pub capacity: usize,
     pub timeout: Duration,
+    /// Headers (auth) sent with every attempt, and the roots for https.
+    pub credentials: super::credentials::Credentials,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -126,10 +128,7 @@ impl Pusher {
 
 fn push_loop(config: &PushConfig, shared: &(Mutex<Queue>, Condvar), metrics: &Metrics) {
     let metrics = counters(metrics, &config.destination);
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(config.timeout))
-        .build()
-        .into();
+    let agent = http_agent(config);
     // gRPC's client runs on an event loop of this thread's own.
     let runtime = match config.destination {
         Destination::OtlpGrpc => Some(
@@ -204,6 +203,22 @@ fn push_loop(config: &PushConfig, shared: &(Mutex<Queue>, Condvar), metrics: &Me
     }
 }
 
+/// The HTTP client of a push thread: its timeout, and for https the roots read at start.
+fn http_agent(config: &PushConfig) -> ureq::Agent {
+    let builder = ureq::Agent::config_builder().timeout_global(Some(config.timeout));
+    #[cfg(feature = "https")]
+    let builder = match &config.credentials.roots {
+        Some(roots) => builder.tls_config(
+            ureq::tls::TlsConfig::builder()
+                .provider(ureq::tls::TlsProvider::Rustls)
+                .root_certs(ureq::tls::RootCerts::Specific(roots.clone()))
+                .build(),
+        ),
+        None => builder,
+    };
+    builder.build().into()
+}
+
 fn send(
     agent: &ureq::Agent,
     runtime: Option<&tokio::runtime::Runtime>,
@@ -228,12 +243,11 @@ fn send(
             return export_grpc(runtime, config, body.clone());
         }
     };
-    agent
-        .post(&url)
-        .header("Content-Type", content_type)
-        .send(&body[..])
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    let mut request = agent.post(&url).header("Content-Type", content_type);
+    for (name, value) in &config.credentials.headers {
+        request = request.header(name, value);
+    }
+    request.send(&body[..]).map(|_| ()).map_err(|e| e.to_string())
 }
 
 /// One export over gRPC, within the push timeout (connection included).
@@ -241,7 +255,10 @@ fn export_grpc(runtime: &tokio::runtime::Runtime, config: &PushConfig, body: Byt
     let authority = config.url.trim_start_matches("http://").trim_end_matches('/');
     // The timer is made inside the event loop: outside it there is no clock to arm.
     runtime
-        .block_on(async { tokio::time::timeout(config.timeout, super::grpc::export(authority, body)).await })
+        .block_on(async {
+            let export = super::grpc::export(authority, &config.credentials.headers, body);
+            tokio::time::timeout(config.timeout, export).await
+        })
         .unwrap_or_else(|_| Err(format!("no answer within {:?}", config.timeout)))
 }
 
@@ -301,6 +318,7 @@ mod tests {
             },
             capacity,
             timeout: Duration::from_millis(300),
+            credentials: Default::default(),
         }
     }
 

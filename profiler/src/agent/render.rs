@@ -31,7 +31,9 @@ use crate::{
 /// Profiles waiting for the renderer; beyond, a window is dropped (and counted).
 const RENDER_QUEUE: usize = 2;
 
-/// One signal's figures in a window or a pull.
+/// One signal's figures in a window or a pull. At most four per window, each moved twice: the
+/// inline CPU profile costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 pub enum Figures {
     /// By stack: samples (CPU) or nanoseconds (off-CPU).
     Stacks(RawProfile),

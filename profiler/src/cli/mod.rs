@@ -250,7 +250,8 @@ pub struct AgentArgs {
     /// Serve the HTTP endpoint here (`off`: no endpoint).
     #[arg(long, value_name = "ADDR:PORT", default_value = "127.0.0.1:7071")]
     pub listen: String,
-    /// Push each window to this Pyroscope-compatible server (`http://host:4040`: POST /ingest).
+    /// Push each window to this Pyroscope-compatible server (`http://host:4040`: POST /ingest;
+    /// https:// in a build with the `https` feature).
     #[arg(long, value_name = "URL")]
     pub push: Option<String>,
     /// Export each window, every signal, to this OTLP profiles endpoint: OTLP/HTTP
@@ -269,6 +270,18 @@ pub struct AgentArgs {
     /// counted).
     #[arg(long = "push-queue", value_name = "N", default_value_t = 8)]
     pub push_queue: usize,
+    /// Headers sent with every push and export, one `Name: value` per line (e.g.
+    /// `Authorization: Bearer …`, `X-Scope-OrgID: tenant`): read from a file, so no secret is on
+    /// the command line.
+    #[arg(long = "push-header-file", value_name = "FILE")]
+    pub push_header_file: Option<PathBuf>,
+    /// HTTP basic auth for every push and export: `user:password` on the file's first line.
+    #[arg(long = "push-basic-auth-file", value_name = "FILE")]
+    pub push_basic_auth_file: Option<PathBuf>,
+    /// https: trust the certificates in this PEM file instead of the system's roots
+    /// (/etc/ssl/certs/ca-certificates.crt, or SSL_CERT_FILE).
+    #[arg(long = "push-ca", value_name = "FILE")]
+    pub push_ca: Option<PathBuf>,
     /// Give up on one push (or export) attempt after this long.
     #[arg(long = "push-timeout", value_name = "SECONDS", default_value = "10", value_parser = parse_seconds)]
     pub push_timeout: f64,
