@@ -90,6 +90,8 @@ pub(crate) struct Stops {
     /// SIGHUP is answered with a line and otherwise ignored (the agent), instead of ending
     /// bpfprof as it does by default.
     pub survive_hangup: bool,
+    /// A run on a terminal: its status line, updated at each drain and erased at the end.
+    pub status: Option<crate::status::StatusLine>,
 }
 
 /// What was loaded and what is drained from it.
@@ -280,6 +282,9 @@ impl<K> Driver<K> {
                         return Ok(Stop::CommandExited(code));
                     }
                     collector.drain(sink)?;
+                    if let (Some(status), Ok(health)) = (&mut stops.status, collector.source.health()) {
+                        status.progress(&health);
+                    }
                 }
                 _ = until(sink.wake_at()) => collector.drain(sink)?,
             }

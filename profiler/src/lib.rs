@@ -18,6 +18,7 @@ pub mod process;
 pub mod profile;
 pub mod report;
 pub mod session;
+pub mod status;
 pub mod symbolize;
 pub mod top;
 pub mod unwind;

@@ -277,6 +277,13 @@ pub struct RawProfile {
 }
 
 impl RawProfile {
+    /// How many different addresses (user and kernel) its stacks hold: what symbolizing it means.
+    pub fn distinct_addresses(&self) -> usize {
+        let user: std::collections::HashSet<_> = self.stacks.keys().flat_map(|k| &k.user).collect();
+        let kernel: std::collections::HashSet<_> = self.stacks.keys().flat_map(|k| &k.kernel).collect();
+        user.len() + kernel.len()
+    }
+
     pub fn new() -> Self {
         Self::default()
     }

@@ -27,7 +27,8 @@ use crate::{
     process::Processes,
     profile::{Health, RawProfile},
     report,
-    symbolize::Symbolizer,
+    status::StatusLine,
+    symbolize::{Symbolizer, Symbols},
 };
 
 /// `--mode topdown --counters FILE`: the analysis of counts taken elsewhere. No BPF, no root.
@@ -81,7 +82,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     preflight::check_privileges()?;
     let (tracefs, runtime) = prepare_to_load()?;
     let mut sink = RunSink::default();
-    let recording = runtime.block_on(record(&plan, tracefs, &mut sink))?;
+    let recording = runtime.block_on(record(&plan, tracefs, &mut sink, Feedback::StatusLine))?;
     // Collection is over and everything is detached: a further Ctrl-C should end bpfprof at once
     // rather than be swallowed by the event loop's handler.
     // SAFETY: restoring the default disposition of a signal.
@@ -127,8 +128,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Mode::Lock => {
             let collection = locks.context("lock run without its records")?;
-            let symbols = symbolizer.symbolize(&collection.stacks, &procs);
-            warn_failures(&symbols.failures);
+            let symbols = symbolize(&symbolizer, &collection.stacks, &procs);
             let report = lock::build(
                 meta,
                 plan.lock_source,
@@ -148,8 +148,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Mode::Sched => {
             let collection = sched.context("sched run without its records")?;
-            let symbols = symbolizer.symbolize(&collection.offcpu_ns, &procs);
-            warn_failures(&symbols.failures);
+            let symbols = symbolize(&symbolizer, &collection.offcpu_ns, &procs);
             let report = sched::build(meta, health, &collection, &symbols, plan.slow_threshold_ns);
             output::write_report(plan.output.as_deref(), &|out| renderer.sched(&report, out))?;
             format!("{} tasks", report.tasks.len())
@@ -183,15 +182,23 @@ fn symbolized(
     profile: &RawProfile,
     procs: &Processes,
 ) -> crate::model::StackReport {
-    let symbols = symbolizer.symbolize(profile, procs);
-    warn_failures(&symbols.failures);
+    let symbols = symbolize(symbolizer, profile, procs);
     hotspot::build(meta, profile, &symbols)
 }
 
-fn warn_failures(failures: &[String]) {
-    for failure in failures {
+/// Every address of a profile, symbolized, and said on a terminal while it happens: the one wait
+/// after a run that can take seconds (large binaries' debug information).
+fn symbolize(symbolizer: &Symbolizer, profile: &RawProfile, procs: &Processes) -> Symbols {
+    let mut status = StatusLine::on_terminal(None);
+    if let Some(status) = &mut status {
+        status.show(&format!("symbolizing {} addresses", profile.distinct_addresses()));
+    }
+    let symbols = symbolizer.symbolize(profile, procs);
+    drop(status);
+    for failure in &symbols.failures {
         log::warn!("symbolization: {failure}");
     }
+    symbols
 }
 
 pub(crate) struct Recording {
@@ -245,7 +252,8 @@ impl RunSink {
 pub(crate) fn run_live(plan: &Plan, live: &mut dyn Sink) -> anyhow::Result<Vec<String>> {
     preflight::check_privileges()?;
     let (tracefs, runtime) = prepare_to_load()?;
-    let recording = runtime.block_on(record(plan, tracefs, live))?;
+    // The live view owns the terminal: no status line under it.
+    let recording = runtime.block_on(record(plan, tracefs, live, Feedback::None))?;
     Ok(recording
         .meta
         .notes
@@ -254,7 +262,20 @@ pub(crate) fn run_live(plan: &Plan, live: &mut dyn Sink) -> anyhow::Result<Vec<S
         .collect())
 }
 
-async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Result<Recording> {
+/// What a run shows while it collects.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Feedback {
+    /// A status line each second, on a terminal.
+    StatusLine,
+    None,
+}
+
+async fn record(
+    plan: &Plan,
+    tracefs: &Path,
+    sink: &mut dyn Sink,
+    feedback: Feedback,
+) -> anyhow::Result<Recording> {
     let paused = match plan.command.is_empty() {
         true => None,
         false => Some(launcher::spawn_paused(&plan.command)?),
@@ -397,7 +418,13 @@ async fn record(plan: &Plan, tracefs: &Path, sink: &mut dyn Sink) -> anyhow::Res
     );
     let started = Instant::now();
     stops.deadline = plan.duration.map(|d| started + d);
-    let stop = driver.collect(&mut stops, sink).await?;
+    if feedback == Feedback::StatusLine {
+        stops.status = StatusLine::on_terminal(plan.duration);
+    }
+    let stop = driver.collect(&mut stops, sink).await;
+    // Erased before anything else is said, an error included.
+    stops.status = None;
+    let stop = stop?;
     let elapsed = started.elapsed();
     // Where the thread states still open end (the drains below take time of their own), and
     // the counters' totals at that moment (a command's include the processes it started: they

@@ -322,3 +322,59 @@ fn counter_deltas_land_on_the_function_that_causes_them() {
         .iter()
         .all(|f| f["counters"].as_array().is_some_and(|c| c.len() == 2)));
 }
+
+/// On a terminal a run says how it goes: a status line rewritten each second (time of the run,
+/// samples, lost) and a line while symbolizing, each erased in place. When standard error is not
+/// a terminal, none of it.
+#[test]
+fn a_run_on_a_terminal_shows_its_progress_and_a_pipe_gets_none() {
+    let json = temp_path("status.json");
+    let command = format!(
+        "{} -d 30 -F 199 -o {} -- {} split 3",
+        bpfprof_bin().display(),
+        json.display(),
+        workload("hotspot").display()
+    );
+    let out = std::process::Command::new("script")
+        .args(["-qec", &command, "/dev/null"])
+        .output()
+        .unwrap();
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{screen}");
+    for second in ["1 s of 30 s · ", "2 s of 30 s · "] {
+        assert!(
+            screen.contains(&format!("\r\x1b[2Kbpfprof: {second}")),
+            "no status line `{second}`: {screen:?}"
+        );
+    }
+    assert!(
+        screen.contains(" samples · ") && screen.contains(" lost"),
+        "{screen:?}"
+    );
+    assert!(
+        screen.contains("\r\x1b[2Kbpfprof: symbolizing ") && screen.contains(" addresses"),
+        "{screen:?}"
+    );
+    // The line is erased before the run's last words.
+    let wrote = screen.find("bpfprof: wrote").expect("the run's last line");
+    assert!(screen[..wrote].ends_with("\r\x1b[2K"), "{screen:?}");
+    Report::read(&json).assert_consistent();
+
+    let piped = temp_path("status-piped.json");
+    let out = run(&[
+        "-d",
+        "30",
+        "-o",
+        piped.to_str().unwrap(),
+        "--",
+        workload("hotspot").to_str().unwrap(),
+        "split",
+        "2",
+    ]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        !err.contains('\x1b') && !err.contains(" of 30 s") && !err.contains("symbolizing"),
+        "status output without a terminal: {err:?}"
+    );
+}
