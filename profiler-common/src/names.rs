@@ -4,6 +4,8 @@ pub const STACKS: [&str; 2] = ["STACKS_0", "STACKS_1"];
 pub const BUILD_ID_STACKS: [&str; 2] = ["BUILD_ID_STACKS_0", "BUILD_ID_STACKS_1"];
 pub const EPOCH: &str = "EPOCH";
 pub const TARGETS: &str = "TARGETS";
+/// aya-log's ring of the programs' log lines.
+pub const KERNEL_LOGS: &str = "AYA_LOGS";
 pub const COUNTERS: &str = "COUNTERS";
 pub const EVENTS: &str = "EVENTS";
 pub const SEEN: &str = "SEEN";

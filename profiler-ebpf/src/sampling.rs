@@ -182,6 +182,7 @@ fn record(
     };
     let Some(value) = get_or_insert!(samples, &key, SampleValue) else {
         bump(Counter::SampleMapFull);
+        kernel_log!("sample map full: a sample of pid {} tid {} dropped", tgid, tid);
         return Ok(());
     };
     unsafe { atomic_add(&mut (*value).count, 1) };
@@ -427,6 +428,8 @@ fn stack_id(ctx: &PerfEventContext, stacks: &StackTrace, flags: u64, user: bool)
                 } else {
                     Counter::KernelStackError
                 });
+                let which = if user { "user" } else { "kernel" };
+                kernel_log!("bpf_get_stackid failed for a {} stack: error {}", which, err);
             }
             err as i32
         }
@@ -451,5 +454,6 @@ pub(crate) fn announce(tgid: u32, kind: ProcessEventKind) {
     };
     if EVENTS.output::<ProcessEvent>(&event, 0).is_err() {
         bump(Counter::EventLost);
+        kernel_log!("process ring full: pid {} not announced", tgid);
     }
 }

@@ -417,6 +417,7 @@ fn task_stats(tid: u32, task: Task, off: &TaskOffsets) -> Option<*mut TaskSched>
     #[allow(clippy::needless_borrows_for_generic_args)]
     if TASK_STATS.insert(tid, unsafe { &*template }, 1).is_err() {
         bump(Counter::TaskMapFull);
+        kernel_log!("task map full: tid {} not tracked", tid);
     }
     TASK_STATS.get_ptr_mut(tid)
 }
@@ -507,6 +508,7 @@ fn add_offcpu(map: &HashMap<SampleKey, OffCpuTime>, key: &SampleKey, blocked: u6
         .is_err()
     {
         bump(Counter::OffCpuMapFull);
+        kernel_log!("off-CPU map full: {} ns asleep not recorded", blocked);
     }
 }
 
@@ -589,6 +591,11 @@ fn report_slow(
 ) {
     let Some(mut entry) = SLOW_EVENTS.reserve::<SlowEvent>(0) else {
         bump(Counter::SlowEventLost);
+        kernel_log!(
+            "slow-event ring full: a wait of tid {} ({} ns) not reported",
+            tid,
+            delay
+        );
         return;
     };
     let event = entry.as_mut_ptr();
@@ -681,6 +688,7 @@ pub fn forget_task(tid: u32) {
     #[allow(clippy::needless_borrows_for_generic_args)]
     if EXITED.insert(key, unsafe { &*stats }, 0).is_err() {
         bump(Counter::ExitedMapFull);
+        kernel_log!("exited-task map full: tid {} missing", tid);
     }
     let _ = TASK_STATS.remove(tid);
 }

@@ -75,6 +75,11 @@ fn try_follow_fork(ctx: &TracePointContext) -> Result<(), i64> {
     let child: i32 = unsafe { ctx.read_at(offsets.child_pid as usize) }.map_err(|e| e as i64)?;
     if TARGETS.insert(child as u32, 1, 0).is_err() {
         bump(Counter::TargetMapFull);
+        kernel_log!(
+            "target map full: child {} of pid {} not followed",
+            child,
+            parent_tgid
+        );
     }
     Ok(())
 }

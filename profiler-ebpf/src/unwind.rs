@@ -477,8 +477,25 @@ fn find_row(mapping: Mapping, pc: u64) -> Option<Row> {
 fn store(stacks: &HashMap<u32, UserStack>, walk: &mut Walk) -> i32 {
     bump(Counter::UnwindWalks);
     match walk.stack.stop {
-        stop::TRUNCATED => bump(Counter::UnwindTruncated),
-        stop::FAILED => bump(Counter::UnwindFailed),
+        stop::TRUNCATED => {
+            bump(Counter::UnwindTruncated);
+            kernel_log!(
+                "unwinding pid {} tid {} stopped at {} frames: its outermost frames are missing",
+                walk.tgid,
+                walk.tid,
+                walk.stack.len
+            );
+        }
+        stop::FAILED => {
+            bump(Counter::UnwindFailed);
+            kernel_log!(
+                "unwinding pid {} tid {} ended early after {} frames, at pc {:x}",
+                walk.tgid,
+                walk.tid,
+                walk.stack.len,
+                walk.ip
+            );
+        }
         _ => {}
     }
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325 ^ walk.stack.len as u64;
@@ -498,6 +515,7 @@ fn store(stacks: &HashMap<u32, UserStack>, walk: &mut Walk) -> i32 {
         Some(stored) if unsafe { (*stored).hash } == hash => id as i32,
         Some(_) => {
             bump(Counter::UnwindStackLost);
+            kernel_log!("unwound stack of tid {} lost: hash collision", walk.tid);
             -EEXIST
         }
         // By reference: the stack is 1 KiB, twice the BPF stack.
@@ -506,6 +524,7 @@ fn store(stacks: &HashMap<u32, UserStack>, walk: &mut Walk) -> i32 {
             Ok(()) => id as i32,
             Err(_) => {
                 bump(Counter::UnwindStackLost);
+                kernel_log!("unwound stack of tid {} lost: stack map full", walk.tid);
                 -ENOSPC
             }
         },

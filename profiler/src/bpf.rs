@@ -37,6 +37,17 @@ pub struct Loaded {
     counters: Option<Counting>,
     /// The table walkers' slots (taken out of `ebpf`, so kept here while they run).
     unwind_programs: Vec<aya::maps::ProgramArray<MapData>>,
+    /// The programs' log ring (aya-log), until the driver watches it.
+    pub kernel_logs: Option<KernelLogs>,
+}
+
+/// The reader of the programs' log lines, which it writes to bpfprof's own log.
+pub type KernelLogs = aya_log::EbpfLogger<&'static dyn log::Log>;
+
+/// The kernel programs' log level: the user side's (`RUST_LOG`), as aya-log numbers it (the same
+/// numbers as `log::LevelFilter`: 0 off, 1 error ... 4 debug, 5 trace).
+fn kernel_log_level() -> u8 {
+    log::max_level() as usize as u8
 }
 
 /// Field offsets of the sched tracepoints on the running kernel.
@@ -264,6 +275,17 @@ impl Loaded {
             .override_global(names::G_UNWIND, &unwind, true)
             .override_global(names::G_NVCSW, &nvcsw, true)
             .override_global(names::G_THREAD_OFFSETS, &threads, true);
+        // Fixed at load: below debug the verifier sees a constant and prunes every kernel log
+        // site as dead code, and the log ring shrinks to one page (it stays empty).
+        let log_level = kernel_log_level();
+        loader.override_global(aya_log::LEVEL, &log_level, true);
+        if log_level < log::LevelFilter::Debug as usize as u8 {
+            let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+                .ok()
+                .flatten()
+                .unwrap_or(4096) as u32;
+            loader.map_max_entries(names::KERNEL_LOGS, page);
+        }
         for map in unused_maps(options) {
             loader.map_max_entries(map, 1);
         }
@@ -277,11 +299,14 @@ impl Loaded {
             .context("loading the BPF programs into the kernel")?;
         let targets = take_map(&mut ebpf, names::TARGETS)?;
         let targets = BpfHashMap::try_from(targets)?;
+        let kernel_logs =
+            aya_log::EbpfLogger::init(&mut ebpf).context("reading the BPF programs' log ring")?;
         Ok(Loaded {
             ebpf,
             targets,
             counters: None,
             unwind_programs: Vec::new(),
+            kernel_logs: Some(kernel_logs),
         })
     }
 

@@ -18,7 +18,7 @@ use tokio::{
 };
 
 use crate::{
-    bpf::{LoadOptions, Loaded},
+    bpf::{KernelLogs, LoadOptions, Loaded},
     collect::{monotonic_ns, SampleMaps, SampleSource},
     launcher::RunningCommand,
     modes::{
@@ -101,6 +101,8 @@ pub(crate) struct Driver<K = Loaded> {
     pub kernel: K,
     /// The ring the kernel announces new processes and changed mappings in.
     events: Option<AsyncFd<RingBuf<MapData>>>,
+    /// The programs' log lines (rare paths, at debug): one more thing the loop wakes for.
+    kernel_logs: Option<AsyncFd<KernelLogs>>,
     pub collector: Collector,
     signals: Signals,
 }
@@ -178,9 +180,20 @@ impl Driver<Loaded> {
         // dropped together).
         let events = unsafe { AsyncFd::register(RingBuf::try_from(events)?) }
             .map_err(|e| anyhow::anyhow!("watching the event ring: {e}"))?;
+        let kernel_logs = loaded
+            .kernel_logs
+            .take()
+            // SAFETY: as for the event ring: the logger owns its ring's descriptor, and both are
+            // dropped together.
+            .map(|logs| {
+                unsafe { AsyncFd::register_with_interest(logs, tokio::io::Interest::READABLE) }
+                    .map_err(|e| anyhow::anyhow!("watching the programs' log ring: {e}"))
+            })
+            .transpose()?;
         Ok(Driver {
             kernel: loaded,
             events: Some(events),
+            kernel_logs,
             signals: Signals::listen()?,
             collector: Collector {
                 source: Box::new(source),
@@ -222,6 +235,7 @@ impl<K> Driver<K> {
         Driver {
             kernel,
             events: None,
+            kernel_logs: None,
             signals: Signals::listen().expect("listening for signals"),
             collector: Collector {
                 source: Box::new(source),
@@ -252,6 +266,7 @@ impl<K> Driver<K> {
         tokio::pin!(until_deadline);
         let Driver {
             events,
+            kernel_logs,
             collector,
             signals,
             ..
@@ -274,6 +289,11 @@ impl<K> Driver<K> {
                     capture_announced(guard.get_inner_mut(), &mut collector.procs);
                     guard.clear_ready();
                     collector.give_tables();
+                }
+                guard = logged(kernel_logs) => {
+                    let mut guard = guard?;
+                    guard.get_inner_mut().flush();
+                    guard.clear_ready();
                 }
                 _ = &mut targets_exited => return Ok(Stop::TargetsExited),
                 _ = drain_timer.tick() => {
@@ -298,9 +318,13 @@ impl<K> Driver<K> {
         let Driver {
             kernel,
             mut events,
+            kernel_logs,
             mut collector,
             ..
         } = self;
+        if let Some(mut logs) = kernel_logs {
+            logs.get_mut().flush();
+        }
         if let Some(events) = &mut events {
             capture_announced(events.get_mut(), &mut collector.procs);
         }
@@ -406,6 +430,15 @@ type ReadyRing<'a> = tokio::io::unix::AsyncFdReadyMutGuard<'a, RingBuf<MapData>>
 async fn announced(events: &mut Option<AsyncFd<RingBuf<MapData>>>) -> std::io::Result<ReadyRing<'_>> {
     match events {
         Some(events) => events.readable_mut().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn logged(
+    logs: &mut Option<AsyncFd<KernelLogs>>,
+) -> std::io::Result<tokio::io::unix::AsyncFdReadyMutGuard<'_, KernelLogs>> {
+    match logs {
+        Some(logs) => logs.readable_mut().await,
         None => std::future::pending().await,
     }
 }

@@ -176,6 +176,57 @@ fn stacks_deeper_than_the_walk_are_reported_truncated() {
     );
 }
 
+/// The kernel's rare paths reach bpfprof's log at debug (`RUST_LOG=...,bpfprof::kernel=debug`):
+/// here the walker stopping at its depth limit, once per walk it counted. Below debug there is
+/// not a line (the programs were loaded with their log sites pruned), and the count is the same.
+#[test]
+fn kernel_log_lines_reach_the_log_at_debug_and_none_below() {
+    let run_deep = |log: &str| {
+        let json = temp_path("unwind-deep-log.json");
+        let out = bpfprof()
+            .env("RUST_LOG", log)
+            .args([
+                "-F",
+                "499",
+                "-o",
+                json.to_str().unwrap(),
+                "--",
+                &unwind_bin(),
+                "deep",
+                "1",
+            ])
+            .output()
+            .unwrap();
+        assert_no_programs_left();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let pid = truth(&stdout(&out))["pid"] as u32;
+        let truncated = Report::read(&json).0["health"]["unwind_truncated"]
+            .as_u64()
+            .unwrap();
+        (stderr(&out), pid, truncated)
+    };
+    let (log, pid, truncated) = run_deep("warn,bpfprof::kernel=debug");
+    let lines = log
+        .lines()
+        .filter(|l| {
+            l.starts_with("[DEBUG bpfprof::kernel] unwinding pid ") && l.contains("stopped at 127 frames")
+        })
+        .count() as u64;
+    assert!(truncated > 0, "nothing truncated: {log}");
+    assert!(log.contains(&format!("unwinding pid {pid} ")), "{log}");
+    // One line per truncated walk; the log ring (128 KiB, read as soon as it has a line) keeps up.
+    assert!(
+        lines <= truncated && lines as f64 >= 0.9 * truncated as f64,
+        "{lines} log lines for {truncated} truncated walks"
+    );
+    let (log, _, truncated) = run_deep("warn");
+    assert!(truncated > 0);
+    assert!(
+        !log.contains("bpfprof::kernel"),
+        "kernel lines below debug: {log}"
+    );
+}
+
 fn unwind_lib() -> String {
     workload("libunwindlib.so").to_str().unwrap().to_string()
 }

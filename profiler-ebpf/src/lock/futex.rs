@@ -79,6 +79,7 @@ fn try_futex_enter(ctx: &TracePointContext) -> Result<(), i64> {
         };
         if LOCK_WAITING.insert(tid, waiting, 0).is_err() {
             bump(Counter::LockMapFull);
+            kernel_log!("lock map full: a futex wait of tid {} not timed", tid);
             return Ok(());
         }
         WAITER

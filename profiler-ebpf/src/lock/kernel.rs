@@ -61,6 +61,7 @@ fn try_contention_begin(ctx: &TracePointContext) -> Result<(), i64> {
     };
     if LOCK_KERNEL_WAITING.insert(key, waiting, 0).is_err() {
         bump(profiler_common::Counter::LockMapFull);
+        kernel_log!("lock map full: a kernel lock wait not timed");
     }
     Ok(())
 }

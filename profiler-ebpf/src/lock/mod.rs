@@ -52,7 +52,10 @@ fn add(map: &HashMap<LockKey, LockTime>, key: LockKey, wait: u64) {
                 atomic_add(&mut (*existing).count, 1);
                 atomic_add(&mut (*existing).total_ns, wait);
             },
-            None => bump(Counter::LockMapFull),
+            None => {
+                bump(Counter::LockMapFull);
+                kernel_log!("lock map full: a wait of {} ns not recorded", wait);
+            }
         }
     }
 }

@@ -94,6 +94,7 @@ fn try_pthread_enter(ctx: &ProbeContext) -> Result<(), i64> {
         };
         if LOCK_CALLS.insert(tid, entry, 0).is_err() {
             bump(Counter::LockMapFull);
+            kernel_log!("lock map full: a pthread lock call of tid {} not timed", tid);
             if flags & call_flags::WAITING != 0 {
                 stop_waiting(id, now);
             }
