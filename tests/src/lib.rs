@@ -11,26 +11,28 @@ use serde_json::Value;
 /// The bpfprof binary under test: `BPFPROF_BIN`, else the workspace's release build.
 /// `cargo xtask test` builds it first; a missing binary fails the test, it never skips it.
 pub fn bpfprof_bin() -> PathBuf {
-    let path = std::env::var_os("BPFPROF_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/bpfprof"));
-    assert!(
-        path.is_file(),
-        "{} not found: run the tests with `cargo xtask test`",
-        path.display()
-    );
-    path
+    built_binary("BPFPROF_BIN", "bpfprof", "")
 }
 
 /// bpfprof built with the `https` feature: `BPFPROF_HTTPS_BIN`, else beside the release build.
-/// `cargo xtask test` builds it first; a missing binary fails the test, it never skips it.
 pub fn bpfprof_https_bin() -> PathBuf {
-    let path = std::env::var_os("BPFPROF_HTTPS_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/bpfprof-https"));
+    built_binary(
+        "BPFPROF_HTTPS_BIN",
+        "bpfprof-https",
+        " (or `cargo xtask build --https`)",
+    )
+}
+
+/// A build of bpfprof: where `variable` says, else `target/release/NAME`.
+fn built_binary(variable: &str, name: &str, or: &str) -> PathBuf {
+    let path = std::env::var_os(variable).map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../target/release")
+            .join(name)
+    });
     assert!(
         path.is_file(),
-        "{} not found: run the tests with `cargo xtask test` (or `cargo xtask build --https`)",
+        "{} not found: run the tests with `cargo xtask test`{or}",
         path.display()
     );
     path

@@ -1114,28 +1114,25 @@ fn https_pushes_carry_credentials_and_check_the_servers_certificate() {
     let auth = dir.join("auth");
     std::fs::write(&auth, "bpfprof:s3cret\n").unwrap();
     let windows = dir.join("windows");
-    let https = bpfprof_tests::bpfprof_https_bin();
     let path = |p: &Path| p.to_str().unwrap().to_string();
-    let agent = Agent::start_binary(
-        &https,
-        &[
-            "--window",
-            "1",
-            "--output-dir",
-            &path(&windows),
-            "--push",
-            &url,
-            "--otlp",
-            &url,
-            "--push-ca",
-            &ca,
-            "--push-header-file",
-            &path(&headers),
-            "--push-basic-auth-file",
-            &path(&auth),
-        ],
-        &[],
-    );
+    // The https build's agent, a window a second, with `args`.
+    let https_agent = |args: &[&str]| {
+        let mut all = vec!["--window", "1", "--output-dir", windows.to_str().unwrap()];
+        all.extend_from_slice(args);
+        Agent::start_binary(&bpfprof_tests::bpfprof_https_bin(), &all, &[])
+    };
+    let agent = https_agent(&[
+        "--push",
+        &url,
+        "--otlp",
+        &url,
+        "--push-ca",
+        &ca,
+        "--push-header-file",
+        &path(&headers),
+        "--push-basic-auth-file",
+        &path(&auth),
+    ]);
     let both = |requests: &[serde_json::Value]| {
         requests.iter().any(|r| r.get("ingest_bytes").is_some())
             && requests.iter().any(|r| r.get("resources").is_some())
@@ -1172,20 +1169,7 @@ fn https_pushes_carry_credentials_and_check_the_servers_certificate() {
     }
 
     // The system's roots do not hold the test's CA: every attempt fails on the certificate.
-    let agent = Agent::start_binary(
-        &https,
-        &[
-            "--window",
-            "1",
-            "--output-dir",
-            &path(&windows),
-            "--otlp",
-            &url,
-            "--push-timeout",
-            "2",
-        ],
-        &[],
-    );
+    let agent = https_agent(&["--otlp", &url, "--push-timeout", "2"]);
     wait_until(
         "an export refused on the certificate",
         Duration::from_secs(30),
