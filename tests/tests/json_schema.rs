@@ -251,7 +251,7 @@ fn every_report_and_docs_json_name_the_same_fields() {
             "--",
             &bin("lockload"),
             "reuse",
-            "1",
+            "2",
         ],
     );
     let topdown = report(

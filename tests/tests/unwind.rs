@@ -185,9 +185,11 @@ fn kernel_log_lines_reach_the_log_at_debug_and_none_below() {
         let json = temp_path("unwind-deep-log.json");
         let out = bpfprof()
             .env("RUST_LOG", log)
+            // 199 Hz: a busy machine that delays bpfprof's reads a second still leaves the ring
+            // (512 lines of this size) room for every line.
             .args([
                 "-F",
-                "499",
+                "199",
                 "-o",
                 json.to_str().unwrap(),
                 "--",
