@@ -69,8 +69,9 @@ fn check(out: &std::path::Path) -> Result<()> {
         std::iter::once("bpfprof".to_string()).chain(SUBCOMMANDS.iter().map(|s| format!("bpfprof-{s}")));
     for page in pages {
         let path = out.join("man").join(format!("{page}.1"));
+        // -k: the pages are UTF-8 (help text has `…`), read through preconv as man(1) does.
         let rendered = Command::new("groff")
-            .args(["-man", "-Tutf8", "-ww", "-P-cbou"])
+            .args(["-k", "-man", "-Tutf8", "-ww", "-P-cbou"])
             .arg(&path)
             .output()
             .context("running groff (apt-get install groff-base)")?;
