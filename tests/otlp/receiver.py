@@ -2,15 +2,15 @@
 come from PyPI's opentelemetry-proto (its generated stubs) and grpcio, only the summary below is
 ours.
 
-    receiver.py PORT OUT [grpc | tls CERT KEY]
+    receiver.py PORT OUT [grpc | tls CERT KEY | grpc tls CERT KEY]
 
 Serves POST /v1development/profiles on 127.0.0.1:PORT (OTLP/HTTP), or with `grpc` the profiles
 service's Export over gRPC (OTLP/gRPC), decodes each request as an
 ExportProfilesServiceRequest and appends one JSON line per request to OUT: the resource's
 attributes and, per profile, its sample type, period type, time, duration and samples (value,
-attributes, function names leaf first). With `tls` it serves https with CERT and KEY (PEM), and
-also takes Pyroscope's POST /ingest (recorded by path and size only). Over HTTP each line also
-holds the request's path and the headers a push authenticates with. Prints READY once listening;
+attributes, function names leaf first). With `tls` it serves TLS with CERT and KEY (PEM), and over
+HTTP also takes Pyroscope's POST /ingest (recorded by path and size only). Each line also holds
+the headers (gRPC: metadata) a push authenticates with, and over HTTP the request's path. Prints READY once listening;
 exits on SIGTERM.
 """
 import json
@@ -99,7 +99,7 @@ def write(line):
         out.write(json.dumps(line) + "\n")
 
 
-def serve_grpc(port):
+def serve_grpc(port, tls):
     from concurrent import futures
 
     import grpc
@@ -107,21 +107,26 @@ def serve_grpc(port):
 
     class Servicer(rpc.ProfilesServiceServicer):
         def Export(self, request, context):
-            record(request)
+            metadata = dict(context.invocation_metadata())
+            record(request, {"headers": {h: metadata.get(h.lower()) for h in AUTH_HEADERS}})
             return service.ExportProfilesServiceResponse()
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2),
                          options=[("grpc.max_receive_message_length", 64 << 20)])
     rpc.add_ProfilesServiceServicer_to_server(Servicer(), server)
-    server.add_insecure_port(f"127.0.0.1:{port}")
+    if tls:
+        key, cert = (open(path, "rb").read() for path in (tls[1], tls[0]))
+        server.add_secure_port(f"127.0.0.1:{port}", grpc.ssl_server_credentials([(key, cert)]))
+    else:
+        server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     print("READY", flush=True)
     server.wait_for_termination()
 
 
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-if sys.argv[3:] == ["grpc"]:
-    serve_grpc(int(sys.argv[1]))
+if sys.argv[3:4] == ["grpc"]:
+    serve_grpc(int(sys.argv[1]), sys.argv[5:7] if sys.argv[4:5] == ["tls"] else None)
 else:
     server = HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
     if sys.argv[3:4] == ["tls"]:

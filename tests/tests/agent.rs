@@ -1097,8 +1097,9 @@ fn test_certificates(dir: &Path) -> (String, String, String) {
     (ca, cert, key)
 }
 
-/// The https build pushes (Pyroscope) and exports (OTLP/HTTP) to a TLS server whose certificate
-/// only `--push-ca` makes trusted, with a header and basic auth read from files; trusting the
+/// The https build pushes (Pyroscope) and exports (OTLP/HTTP, and OTLP/gRPC to grpcio's TLS
+/// server) to servers whose certificate only `--push-ca` makes trusted, with a header and basic
+/// auth read from files; trusting the
 /// system's roots alone, the same server is refused (the certificate is really checked); the
 /// default build refuses an https URL at start and says how to get it.
 #[test]
@@ -1121,18 +1122,29 @@ fn https_pushes_carry_credentials_and_check_the_servers_certificate() {
         all.extend_from_slice(args);
         Agent::start_binary(&bpfprof_tests::bpfprof_https_bin(), &all, &[])
     };
-    let agent = https_agent(&[
-        "--push",
-        &url,
-        "--otlp",
-        &url,
+    let (headers, auth) = (path(&headers), path(&auth));
+    let trusted_with_credentials = [
         "--push-ca",
         &ca,
         "--push-header-file",
-        &path(&headers),
+        &headers,
         "--push-basic-auth-file",
-        &path(&auth),
-    ]);
+        &auth,
+    ];
+    // What every request must carry (the basic auth is base64("bpfprof:s3cret")), and, for an
+    // export, a decoded CPU profile.
+    let authenticated = |request: &serde_json::Value| {
+        assert_eq!(request["headers"]["X-Scope-OrgID"], "team-a", "{request}");
+        assert_eq!(
+            request["headers"]["Authorization"], "Basic YnBmcHJvZjpzM2NyZXQ=",
+            "{request}"
+        );
+    };
+    let decoded = |request: &serde_json::Value| {
+        let profiles = request["resources"][0]["profiles"].as_array().unwrap();
+        assert_eq!(profiles[0]["sample_type"][0], "samples", "{request}");
+    };
+    let agent = https_agent(&[&["--push", &url, "--otlp", &url][..], &trusted_with_credentials].concat());
     let both = |requests: &[serde_json::Value]| {
         requests.iter().any(|r| r.get("ingest_bytes").is_some())
             && requests.iter().any(|r| r.get("resources").is_some())
@@ -1143,12 +1155,7 @@ fn https_pushes_carry_credentials_and_check_the_servers_certificate() {
     let (ok, err, _) = agent.stop(Duration::from_secs(20));
     assert!(ok, "{err}");
     for request in receiver.requests() {
-        assert_eq!(request["headers"]["X-Scope-OrgID"], "team-a", "{request}");
-        // base64("bpfprof:s3cret")
-        assert_eq!(
-            request["headers"]["Authorization"], "Basic YnBmcHJvZjpzM2NyZXQ=",
-            "{request}"
-        );
+        authenticated(&request);
         match request.get("ingest_bytes") {
             Some(bytes) => {
                 assert!(
@@ -1162,10 +1169,29 @@ fn https_pushes_carry_credentials_and_check_the_servers_certificate() {
             }
             None => {
                 assert_eq!(request["path"], "/v1development/profiles");
-                let profiles = request["resources"][0]["profiles"].as_array().unwrap();
-                assert_eq!(profiles[0]["sample_type"][0], "samples", "{request}");
+                decoded(&request);
             }
         }
+    }
+
+    // OTLP/gRPC over TLS (ALPN h2) to grpcio's TLS server, its metadata carrying the same.
+    let grpc = Receiver::start_with(&["grpc", "tls", &cert, &key]);
+    let grpc_url = format!("https://localhost:{}", grpc.port);
+    let agent = https_agent(
+        &[
+            &["--otlp", &grpc_url, "--otlp-protocol", "grpc"][..],
+            &trusted_with_credentials,
+        ]
+        .concat(),
+    );
+    wait_until("an export over gRPC with TLS", Duration::from_secs(30), || {
+        !grpc.requests().is_empty()
+    });
+    let (ok, err, _) = agent.stop(Duration::from_secs(20));
+    assert!(ok, "{err}");
+    for request in grpc.requests() {
+        authenticated(&request);
+        decoded(&request);
     }
 
     // The system's roots do not hold the test's CA: every attempt fails on the certificate.

@@ -44,7 +44,7 @@ enum Task {
     /// Build the release binary (target/release/bpfprof).
     Build {
         /// Also build target/release/bpfprof-https: the agent's pushes and exports to https://
-        /// URLs (rustls; +1.4 MB, so not in the default build).
+        /// URLs (rustls; +1.5 MB, so not in the default build).
         #[arg(long)]
         https: bool,
         /// Build for another machine: `aarch64` (Graviton, Neoverse) cross-builds bpfprof and its

@@ -1,6 +1,7 @@
 //! OTLP/gRPC: one unary call of the profiles service's `Export` per window, over HTTP/2 without
-//! TLS (h2c, as collectors listen on 4317). The message is the same `ExportProfilesServiceRequest`
-//! OTLP/HTTP sends; gRPC adds a 5-byte frame and reports its outcome in `grpc-status`.
+//! TLS (h2c, as collectors listen on 4317) or, with the `https` feature, over TLS (ALPN `h2`). The
+//! message is the same `ExportProfilesServiceRequest` OTLP/HTTP sends; gRPC adds a 5-byte frame and
+//! reports its outcome in `grpc-status`.
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper::{client::conn::http2, HeaderMap, Request};
@@ -37,25 +38,86 @@ pub fn outcome(headers: &HeaderMap, trailers: Option<&HeaderMap>) -> Result<(), 
     }
 }
 
+/// How the connection is made: plain (h2c), or TLS checked against the configured roots.
+pub enum Transport {
+    Plain,
+    #[cfg(feature = "https")]
+    Tls(std::sync::Arc<tokio_rustls::rustls::ClientConfig>),
+}
+
+/// The TLS client of `https://` gRPC exports: the push's roots, HTTP/2 by ALPN.
+#[cfg(feature = "https")]
+pub fn tls_transport(roots: &super::credentials::Roots) -> Result<Transport, String> {
+    use tokio_rustls::rustls;
+    let mut store = rustls::RootCertStore::empty();
+    for cert in roots.iter() {
+        store
+            .add(rustls::pki_types::CertificateDer::from(cert.der().to_vec()))
+            .map_err(|e| format!("a trusted root: {e}"))?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(store)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Transport::Tls(std::sync::Arc::new(config)))
+}
+
 /// Send one export request to `authority` (`host:port`).
-pub async fn export(authority: &str, headers: &[(String, String)], message: Bytes) -> Result<(), String> {
+pub async fn export(
+    authority: &str,
+    transport: &Transport,
+    headers: &[(String, String)],
+    message: Bytes,
+) -> Result<(), String> {
     let stream = tokio::net::TcpStream::connect(authority)
         .await
         .map_err(|e| format!("connecting to {authority}: {e}"))?;
-    let (mut sender, connection) = http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-        .await
-        .map_err(|e| format!("HTTP/2 with {authority}: {e}"))?;
-    let connection = tokio::spawn(connection);
-    let mut request = Request::post(format!("http://{authority}{EXPORT_PATH}"))
+    let mut request = Request::post(EXPORT_PATH)
         .header("content-type", "application/grpc")
         .header("te", "trailers");
     // gRPC metadata: HTTP/2 wants the names in lower case.
     for (name, value) in headers {
         request = request.header(name.to_ascii_lowercase(), value);
     }
-    let request = request
-        .body(Full::new(Bytes::from(frame(&message))))
-        .map_err(|e| e.to_string())?;
+    match transport {
+        Transport::Plain => {
+            let request = request
+                .uri(format!("http://{authority}{EXPORT_PATH}"))
+                .body(Full::new(Bytes::from(frame(&message))))
+                .map_err(|e| e.to_string())?;
+            call(authority, TokioIo::new(stream), request).await
+        }
+        #[cfg(feature = "https")]
+        Transport::Tls(config) => {
+            let host = authority.rsplit_once(':').map_or(authority, |(host, _)| host);
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let name = tokio_rustls::rustls::pki_types::ServerName::try_from(host.to_string())
+                .map_err(|e| format!("{host}: {e}"))?;
+            let stream = tokio_rustls::TlsConnector::from(config.clone())
+                .connect(name, stream)
+                .await
+                .map_err(|e| format!("TLS with {authority}: {e}"))?;
+            let request = request
+                .uri(format!("https://{authority}{EXPORT_PATH}"))
+                .body(Full::new(Bytes::from(frame(&message))))
+                .map_err(|e| e.to_string())?;
+            call(authority, TokioIo::new(stream), request).await
+        }
+    }
+}
+
+/// The call itself, over a connection made either way.
+async fn call<IO>(authority: &str, io: IO, request: Request<Full<Bytes>>) -> Result<(), String>
+where
+    IO: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+{
+    let (mut sender, connection) = http2::handshake(TokioExecutor::new(), io)
+        .await
+        .map_err(|e| format!("HTTP/2 with {authority}: {e}"))?;
+    let connection = tokio::spawn(connection);
     let result = async {
         let reply = sender.send_request(request).await.map_err(|e| e.to_string())?;
         if !reply.status().is_success() {

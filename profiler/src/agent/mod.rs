@@ -142,15 +142,12 @@ fn otlp_destination(url: &str, protocol: Option<OtlpProtocol>) -> Result<(String
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
     let path = path.trim_end_matches('/');
     let grpc = protocol.map_or(authority.ends_with(":4317"), |p| p == OtlpProtocol::Grpc);
-    if !grpc {
-        credentials::check_scheme("--otlp", url)?;
-    }
+    credentials::check_scheme("--otlp", url)?;
     match (grpc, path) {
-        (true, _) if scheme == "https" => Err(usage(
-            "OTLP/gRPC is sent without TLS (h2c): for https, use --otlp-protocol http (collectors serve OTLP/HTTP on 4318)",
+        (true, "") => Ok((format!("{scheme}://{authority}"), Destination::OtlpGrpc)),
+        (true, _) => Err(usage(
+            "OTLP/gRPC takes no path: give http://host:port (or https://)",
         )),
-        (true, "") => Ok((format!("http://{authority}"), Destination::OtlpGrpc)),
-        (true, _) => Err(usage("OTLP/gRPC takes no path: give http://host:port")),
         (false, "") => Ok((
             format!("{scheme}://{authority}/v1development/profiles"),
             Destination::Otlp,
@@ -680,15 +677,23 @@ mod tests {
             .unwrap_err()
             .contains("takes no path"));
         assert!(to("ftp://c:4318", None).unwrap_err().contains("http://"));
-        assert!(to("https://c:4317", None)
-            .unwrap_err()
-            .contains("--otlp-protocol http"));
         match cfg!(feature = "https") {
-            true => assert_eq!(
-                to("https://c", None),
-                Ok(("https://c/v1development/profiles".into(), Destination::Otlp))
-            ),
-            false => assert!(to("https://c", None).unwrap_err().contains("--features https")),
+            true => {
+                assert_eq!(
+                    to("https://c", None),
+                    Ok(("https://c/v1development/profiles".into(), Destination::Otlp))
+                );
+                assert_eq!(
+                    to("https://c:4317", None),
+                    Ok(("https://c:4317".into(), Destination::OtlpGrpc))
+                );
+            }
+            false => {
+                assert!(to("https://c", None).unwrap_err().contains("--features https"));
+                assert!(to("https://c:4317", None)
+                    .unwrap_err()
+                    .contains("--features https"));
+            }
         }
     }
 }

@@ -41,7 +41,7 @@ pub enum Destination {
     },
     /// OTLP/HTTP: the URL is the export URL.
     Otlp,
-    /// OTLP/gRPC: the URL is `http://host:port`.
+    /// OTLP/gRPC: the URL is `http://host:port`, or `https://` (TLS) with the `https` feature.
     OtlpGrpc,
 }
 
@@ -129,14 +129,8 @@ impl Pusher {
 fn push_loop(config: &PushConfig, shared: &(Mutex<Queue>, Condvar), metrics: &Metrics) {
     let metrics = counters(metrics, &config.destination);
     let agent = http_agent(config);
-    // gRPC's client runs on an event loop of this thread's own.
-    let runtime = match config.destination {
-        Destination::OtlpGrpc => Some(
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("starting the push thread's event loop"),
-        ),
+    let grpc = match config.destination {
+        Destination::OtlpGrpc => Some(GrpcClient::new(config)),
         _ => None,
     };
     let (lock, wake) = shared;
@@ -160,7 +154,7 @@ fn push_loop(config: &PushConfig, shared: &(Mutex<Queue>, Condvar), metrics: &Me
             let (upload, _) = queue.uploads.front().expect("not empty");
             (upload.body.clone(), upload.from_unix_s, upload.until_unix_s)
         };
-        let result = send(&agent, runtime.as_ref(), config, &body, from, until);
+        let result = send(&agent, grpc.as_ref(), config, &body, from, until);
         let mut queue = lock.lock().unwrap_or_else(|e| e.into_inner());
         // The front may have been dropped for room meanwhile: only the same upload is settled.
         let same = queue
@@ -219,9 +213,49 @@ fn http_agent(config: &PushConfig) -> ureq::Agent {
     builder.build().into()
 }
 
+/// gRPC's client: an event loop of the push thread's own, and how it connects.
+struct GrpcClient {
+    runtime: tokio::runtime::Runtime,
+    /// Plain (h2c), or TLS for an `https://` URL; why not, if its TLS could not be set up.
+    transport: Result<super::grpc::Transport, String>,
+}
+
+impl GrpcClient {
+    fn new(config: &PushConfig) -> GrpcClient {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("starting the push thread's event loop");
+        let transport = match (config.url.starts_with("https://"), &config.credentials.roots) {
+            #[cfg(feature = "https")]
+            (true, Some(roots)) => super::grpc::tls_transport(roots),
+            (true, _) => Err("https without trusted roots".to_string()),
+            (false, _) => Ok(super::grpc::Transport::Plain),
+        };
+        GrpcClient { runtime, transport }
+    }
+
+    /// One export, within the push timeout (connection and TLS included).
+    fn export(&self, config: &PushConfig, body: Bytes) -> Result<(), String> {
+        let transport = self.transport.as_ref().map_err(Clone::clone)?;
+        let authority = config
+            .url
+            .split_once("://")
+            .map_or(&*config.url, |(_, rest)| rest);
+        let authority = authority.trim_end_matches('/');
+        // The timer is made inside the event loop: outside it there is no clock to arm.
+        self.runtime
+            .block_on(async {
+                let export = super::grpc::export(authority, transport, &config.credentials.headers, body);
+                tokio::time::timeout(config.timeout, export).await
+            })
+            .unwrap_or_else(|_| Err(format!("no answer within {:?}", config.timeout)))
+    }
+}
+
 fn send(
     agent: &ureq::Agent,
-    runtime: Option<&tokio::runtime::Runtime>,
+    grpc: Option<&GrpcClient>,
     config: &PushConfig,
     body: &Bytes,
     from: u64,
@@ -239,8 +273,8 @@ fn send(
             body.to_vec(),
         ),
         Destination::OtlpGrpc => {
-            let runtime = runtime.expect("the push thread starts an event loop for gRPC");
-            return export_grpc(runtime, config, body.clone());
+            let grpc = grpc.expect("the push thread starts a gRPC client for gRPC");
+            return grpc.export(config, body.clone());
         }
     };
     let mut request = agent.post(&url).header("Content-Type", content_type);
@@ -248,18 +282,6 @@ fn send(
         request = request.header(name, value);
     }
     request.send(&body[..]).map(|_| ()).map_err(|e| e.to_string())
-}
-
-/// One export over gRPC, within the push timeout (connection included).
-fn export_grpc(runtime: &tokio::runtime::Runtime, config: &PushConfig, body: Bytes) -> Result<(), String> {
-    let authority = config.url.trim_start_matches("http://").trim_end_matches('/');
-    // The timer is made inside the event loop: outside it there is no clock to arm.
-    runtime
-        .block_on(async {
-            let export = super::grpc::export(authority, &config.credentials.headers, body);
-            tokio::time::timeout(config.timeout, export).await
-        })
-        .unwrap_or_else(|_| Err(format!("no answer within {:?}", config.timeout)))
 }
 
 /// `…/ingest?name=…&from=…&until=…&format=pprof`: the name gets the host as a label unless it
