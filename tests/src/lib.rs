@@ -47,7 +47,12 @@ pub fn workload(name: &str) -> PathBuf {
 }
 
 pub fn bpfprof() -> Command {
-    let mut cmd = Command::new(bpfprof_bin());
+    bpfprof_at(&bpfprof_bin())
+}
+
+/// A build of bpfprof, logging warnings only (what the tests read on stderr).
+pub fn bpfprof_at(binary: &std::path::Path) -> Command {
+    let mut cmd = Command::new(binary);
     cmd.env("RUST_LOG", "warn");
     cmd
 }
@@ -479,8 +484,7 @@ impl Agent {
     /// The agent of another build of bpfprof.
     pub fn start_binary(binary: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Agent {
         let address = format!("127.0.0.1:{}", free_port());
-        let child = Command::new(binary)
-            .env("RUST_LOG", "warn")
+        let child = bpfprof_at(binary)
             .arg("agent")
             .args(["--listen", &address])
             .args(args)

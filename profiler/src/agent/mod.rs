@@ -85,6 +85,15 @@ impl Config {
                 reason: "not an address (e.g. 127.0.0.1:7071, or [::1]:7071)".into(),
             })?),
         };
+        // The URLs first: a wrong one is said with its flag, before any credential file is read.
+        if let Some(url) = &args.push {
+            credentials::check_scheme("--push", url)?;
+        }
+        let otlp = args
+            .otlp
+            .as_deref()
+            .map(|url| otlp_destination(url, args.otlp_protocol))
+            .transpose()?;
         let urls: Vec<&str> = args.push.iter().chain(&args.otlp).map(String::as_str).collect();
         let credentials = Credentials::read(
             args.push_header_file.as_deref(),
@@ -99,24 +108,14 @@ impl Config {
             timeout: Duration::from_secs_f64(args.push_timeout),
             credentials: credentials.clone(),
         };
-        let push = match &args.push {
-            Some(url) => {
-                credentials::check_scheme("--push", url)?;
-                let destination = Destination::Pyroscope {
-                    name: args.push_name.clone(),
-                    frequency_hz: args.frequency,
-                };
-                Some(to(url.clone(), destination))
-            }
-            None => None,
-        };
-        let otlp = match &args.otlp {
-            Some(url) => {
-                let (url, destination) = otlp_destination(url, args.otlp_protocol)?;
-                Some(to(url, destination))
-            }
-            None => None,
-        };
+        let push = args.push.as_ref().map(|url| {
+            let destination = Destination::Pyroscope {
+                name: args.push_name.clone(),
+                frequency_hz: args.frequency,
+            };
+            to(url.clone(), destination)
+        });
+        let otlp = otlp.map(|(url, destination)| to(url, destination));
         Ok(Config {
             frequency_hz: args.frequency,
             window: Duration::from_secs_f64(args.window),
