@@ -241,8 +241,11 @@ pub enum Counter {
     LockMapFull = 20,
     /// Frame-pointer stacks not resolved by build ID because their map was full.
     BuildIdMapFull = 21,
+    /// Samples of processes whose unwind tables were not given to the walker yet (just started
+    /// or exec'd): their user stacks come from frame pointers.
+    UnwindBeforeTables = 22,
 }
-pub const COUNTER_COUNT: u32 = 22;
+pub const COUNTER_COUNT: u32 = 23;
 
 impl Counter {
     pub const ALL: [Counter; COUNTER_COUNT as usize] = [
@@ -268,6 +271,7 @@ impl Counter {
         Counter::LockWaits,
         Counter::LockMapFull,
         Counter::BuildIdMapFull,
+        Counter::UnwindBeforeTables,
     ];
 }
 

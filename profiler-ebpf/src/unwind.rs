@@ -101,7 +101,13 @@ pub fn forget_process(tgid: u32) {
 /// only if the walk could not start (the caller then records a frame-pointer stack).
 #[inline(always)]
 pub fn start(ctx: &PerfEventContext, tgid: u32, tid: u32) {
-    if !has_tables(tgid) {
+    if unsafe { core::ptr::read_volatile(&UNWIND_ENABLED) } == 0 {
+        return;
+    }
+    // Counted, because such a stack stops at the first frame without a frame pointer: a
+    // report must say how much of it was taken before user space could give the tables.
+    if UNWIND_PROCESSES.get_ptr(tgid).is_none() {
+        bump(Counter::UnwindBeforeTables);
         return;
     }
     let regs = unsafe { &(*ctx.ctx).regs };

@@ -268,6 +268,7 @@ impl SampleSource for SampleMaps {
             unwind_truncated: read(Counter::UnwindTruncated)?,
             unwind_failed: read(Counter::UnwindFailed)?,
             unwind_stacks_lost: read(Counter::UnwindStackLost)?,
+            unwind_before_tables: read(Counter::UnwindBeforeTables)?,
             lock_waits: read(Counter::LockWaits)?,
             lock_map_full: read(Counter::LockMapFull)?,
             ..Health::default()

@@ -97,6 +97,9 @@ pub struct Health {
     pub unwind_truncated: u64,
     pub unwind_failed: u64,
     pub unwind_stacks_lost: u64,
+    /// Samples taken before their process's tables were given to the walker (it had just
+    /// started or exec'd): user stacks by frame pointers.
+    pub unwind_before_tables: u64,
     /// Executables and libraries without a usable unwind table (walked with frame pointers),
     /// and which: "path: reason".
     pub files_without_tables: u64,
@@ -125,6 +128,7 @@ impl Health {
             unwind_truncated: d(self.unwind_truncated, earlier.unwind_truncated),
             unwind_failed: d(self.unwind_failed, earlier.unwind_failed),
             unwind_stacks_lost: d(self.unwind_stacks_lost, earlier.unwind_stacks_lost),
+            unwind_before_tables: d(self.unwind_before_tables, earlier.unwind_before_tables),
             ..Health::default()
         }
     }
@@ -249,6 +253,14 @@ impl Health {
             out.push(format!(
                 "{} of {} table-unwound user stacks ended early (a return address could not be read, or a frame had no unwind rule and no frame pointer): they are kept as far as they go",
                 self.unwind_failed, self.unwind_walks
+            ));
+        }
+        // A command's or an exec's first sample or two always come before its tables: said
+        // only where it is a share worth knowing (many short-lived processes), not on every run.
+        if self.unwind_before_tables > 0 && self.unwind_before_tables * 100 >= self.samples {
+            out.push(format!(
+                "{} samples were taken before their process's unwind tables were loaded (it had just started or exec'd): their user stacks come from frame pointers and may stop early",
+                self.unwind_before_tables
             ));
         }
         if self.delta_map_full > 0 {
@@ -480,5 +492,21 @@ mod tests {
         let warnings = health.warnings();
         assert_eq!(warnings.len(), 2);
         assert!(warnings[0].contains("10 samples lost (1.0%)"), "{warnings:?}");
+    }
+
+    #[test]
+    fn samples_before_the_tables_are_said_once_they_are_a_share_worth_knowing() {
+        let mut health = Health {
+            samples: 1000,
+            unwind_before_tables: 3,
+            ..Default::default()
+        };
+        assert!(health.warnings().is_empty(), "a command's first samples");
+        health.unwind_before_tables = 10;
+        let warnings = health.warnings();
+        assert!(
+            warnings.len() == 1 && warnings[0].starts_with("10 samples were taken before"),
+            "{warnings:?}"
+        );
     }
 }

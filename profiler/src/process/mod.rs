@@ -191,7 +191,7 @@ pub struct Processes {
     by_build_id: HashMap<BuildId, FileId>,
     next_file: FileId,
     /// With `record_captures`: the maps captured since `take_captured` (for the unwinder).
-    captured: Option<Vec<(u32, Vec<MapsLine>)>>,
+    captured: Option<Vec<(u32, u32, Vec<MapsLine>)>>,
     captured_at: HashMap<u32, std::time::Instant>,
     generations: Option<Generations>,
 }
@@ -273,7 +273,7 @@ impl Processes {
     fn install_captured(&mut self, pid: u32, generation: u32, lines: Vec<MapsLine>) {
         self.captured_at.insert(pid, std::time::Instant::now());
         if let Some(captured) = &mut self.captured {
-            captured.push((pid, lines.clone()));
+            captured.push((pid, generation, lines.clone()));
         }
         self.install((pid, generation), lines, true);
     }
@@ -314,9 +314,22 @@ impl Processes {
         self.captured.get_or_insert_with(Vec::new);
     }
 
-    /// The mappings captured since the last call.
+    /// The mappings captured since the last call: each process's latest, and only while its
+    /// image is the one they were read from. An earlier capture, or one read just before an
+    /// exec (a command announced on its way into `execve` is still a copy of bpfprof), would
+    /// have the unwinder parse files the process no longer maps while its samples wait; the
+    /// exec's own announcement brings the new map.
     pub fn take_captured(&mut self) -> Vec<(u32, Vec<MapsLine>)> {
-        self.captured.as_mut().map(std::mem::take).unwrap_or_default()
+        let captured = self.captured.as_mut().map(std::mem::take).unwrap_or_default();
+        let mut taken = HashSet::new();
+        let mut latest: Vec<_> = captured
+            .into_iter()
+            .rev()
+            .filter(|(pid, generation, _)| taken.insert(*pid) && *generation == self.current_generation(*pid))
+            .map(|(pid, _, lines)| (pid, lines))
+            .collect();
+        latest.reverse();
+        latest
     }
 
     /// Install a memory map without reading `/proc` (replay and tests).
@@ -653,6 +666,30 @@ mod tests {
                 .any(|line| line.start == addr as u64 && line.path.ends_with("true")),
             "the new mapping is captured for the walker: {captured:?}"
         );
+    }
+
+    #[test]
+    fn only_the_latest_capture_of_the_current_image_goes_to_the_unwinder() {
+        let own = std::process::id();
+        let mut procs = Processes::new();
+        procs.record_captures();
+        procs.capture(own).unwrap();
+        procs.capture(own).unwrap();
+        assert_eq!(procs.take_captured().len(), 1, "one process, one map to load");
+        assert!(procs.take_captured().is_empty());
+
+        // Read under generation 0, then the process exec'd: its next announcement brings the map.
+        let generation = std::rc::Rc::new(std::cell::Cell::new(0));
+        let current = generation.clone();
+        procs.with_generations(move |_| current.get());
+        procs.capture(own).unwrap();
+        generation.set(1);
+        assert!(
+            procs.take_captured().is_empty(),
+            "a map from before the exec is not loaded"
+        );
+        procs.capture(own).unwrap();
+        assert_eq!(procs.take_captured().len(), 1);
     }
 
     #[test]

@@ -243,6 +243,8 @@ impl Tables {
     /// Every executable mapping is listed, with or without a table (anonymous code: JIT), so
     /// that a pc outside all of them means the map changed (see `ProcessMappings::missed`).
     pub fn load_process(&mut self, pid: u32, maps: &[MapsLine]) -> anyhow::Result<()> {
+        let started = std::time::Instant::now();
+        let mut parsed = 0;
         let mut mappings = Vec::new();
         let mut keys = HashSet::new();
         for line in maps {
@@ -253,6 +255,7 @@ impl Tables {
             };
             if !self.placed.files.contains_key(&key) && !key.0.is_empty() {
                 if let Some(file) = self.read_file(pid, line) {
+                    parsed += 1;
                     self.placed.files.insert(key.clone(), file);
                 }
             }
@@ -293,7 +296,13 @@ impl Tables {
         value.mappings[..mappings.len()].copy_from_slice(&mappings);
         self.processes
             .insert(pid, value, 0)
-            .with_context(|| format!("giving the unwinder the mappings of pid {pid}"))
+            .with_context(|| format!("giving the unwinder the mappings of pid {pid}"))?;
+        log::debug!(
+            "pid {pid}: {} executable mappings given to the unwinder in {:.1} ms ({parsed} files parsed)",
+            mappings.len(),
+            started.elapsed().as_secs_f64() * 1e3
+        );
+        Ok(())
     }
 
     /// Read and parse a mapping's file (through the process, so it is the file it mapped) and
