@@ -873,7 +873,7 @@ fn lock_waits_in_windows_match_the_workloads_own_clock() {
         .collect();
     let first_end = waits.iter().map(|w| w.0).min().unwrap();
     let last_end = waits.iter().map(|w| w.0).max().unwrap();
-    let (mut whole_windows, mut waited_total) = (0, 0i64);
+    let (mut whole_windows, mut waited_total, mut named_total) = (0, 0i64, 0i64);
     for file in windows_in(&dir)
         .into_iter()
         .filter(|p| p.to_string_lossy().ends_with(".lock.pb.gz"))
@@ -897,11 +897,6 @@ fn lock_waits_in_windows_match_the_workloads_own_clock() {
             .filter(|s| frames(&profile, s).iter().any(|(f, _)| f == "critical_section"))
             .map(|s| s.value[1])
             .sum();
-        assert!(
-            in_critical_section as f64 >= 0.9 * waited as f64,
-            "{}: {in_critical_section} of {waited} ns under critical_section",
-            file.display()
-        );
         let (start, length) = (profile.time_nanos, profile.duration_nanos);
         let truth_in: i64 = waits
             .iter()
@@ -916,8 +911,17 @@ fn lock_waits_in_windows_match_the_workloads_own_clock() {
             truth_in as f64 / 1e9
         );
         waited_total += waited;
+        named_total += in_critical_section;
+        // Only where the window is all contention: the workload's first waits can end before the
+        // agent has read its tables (frame-pointer stacks stop in libc), and in a window that
+        // caught only the start they can be most of its wait.
         if start >= first_end && start + length <= last_end {
             whole_windows += 1;
+            assert!(
+                in_critical_section as f64 >= 0.9 * waited as f64,
+                "{}: {in_critical_section} of {waited} ns under critical_section",
+                file.display()
+            );
             assert!(
                 (waited - truth_in).abs() as f64 <= 0.1 * truth_in as f64,
                 "{}: shared_lock waited {waited} ns, the workload timed {truth_in} ns",
@@ -929,6 +933,10 @@ fn lock_waits_in_windows_match_the_workloads_own_clock() {
     assert!(
         whole_windows >= 2,
         "{whole_windows} windows within the contention"
+    );
+    assert!(
+        named_total as f64 >= 0.9 * waited_total as f64,
+        "{named_total} of {waited_total} ns under critical_section over all windows"
     );
     let timed = truth["wait_ns"];
     assert!(
