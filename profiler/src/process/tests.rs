@@ -1,0 +1,216 @@
+use super::*;
+
+const MAPS: &str = "\
+55d0c0a00000-55d0c0a01000 r--p 00000000 fd:01 1234 /usr/bin/prog
+55d0c0a01000-55d0c0a05000 r-xp 00001000 fd:01 1234 /usr/bin/prog
+7f0000000000-7f0000100000 r-xp 00028000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f0000200000-7f0000201000 rwxp 00000000 00:00 0 
+7ffd00000000-7ffd00002000 r-xp 00000000 00:00 0                          [vdso]
+7ffd10000000-7ffd10002000 rw-p 00000000 00:00 0                          [stack]
+";
+
+#[test]
+fn parses_executable_mappings_only() {
+    let lines = parse_maps(MAPS);
+    assert_eq!(lines.len(), 4);
+    assert_eq!(lines[0].start, 0x55d0c0a01000);
+    assert_eq!(lines[0].file_offset, 0x1000);
+    assert_eq!(lines[0].path, "/usr/bin/prog");
+    assert_eq!(lines[2].path, "");
+    assert_eq!(lines[3].path, "[vdso]");
+}
+
+#[test]
+fn normalizes_to_file_offsets_and_shares_files() {
+    let mut procs = Processes::new();
+    procs.insert_maps(10, parse_maps(MAPS));
+    procs.insert_maps(11, parse_maps(MAPS));
+    assert_eq!(procs.file_count(), 2, "files are shared across processes");
+    match procs.normalize(10, 0, 0x55d0c0a01234) {
+        UserAddr::File { offset, .. } => assert_eq!(offset, 0x1234),
+        other => panic!("{other:?}"),
+    }
+    match procs.normalize(11, 0, 0x7f0000000010) {
+        UserAddr::File { file, offset, .. } => {
+            assert_eq!(offset, 0x28010);
+            assert!(procs.file(file).unwrap().path.ends_with("libc.so.6"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        procs.normalize(10, 0, 0x7f0000200010),
+        UserAddr::Anon { addr: 0x7f0000200010 }
+    );
+    assert_eq!(
+        procs.normalize(10, 0, 0x7ffd00000010),
+        UserAddr::Vdso { addr: 0x7ffd00000010 }
+    );
+    assert_eq!(
+        procs.normalize(10, 0, 0x1000),
+        UserAddr::Unmapped { addr: 0x1000 }
+    );
+    assert_eq!(
+        procs.normalize(99, 0, 0x55d0c0a01234),
+        UserAddr::Unmapped { addr: 0x55d0c0a01234 }
+    );
+    assert!(procs.covers(10, 0, &[0x55d0c0a01234, 0x7f0000000010]));
+    assert!(!procs.covers(10, 0, &[0x1000]));
+}
+
+#[test]
+fn forgetting_processes_closes_only_files_no_one_maps() {
+    let mut procs = Processes::new();
+    procs.insert_maps(10, parse_maps(MAPS));
+    procs.insert_maps(
+        11,
+        parse_maps("1000-2000 r-xp 00000000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6\n"),
+    );
+    let snapshot = procs.snapshot([0, 1]);
+    procs.forget(&HashSet::from([10]));
+    assert_eq!(procs.pids(), HashSet::from([11]));
+    assert_eq!(procs.file_count(), 1, "libc stays, mapped by 11");
+    assert!(procs.file(0).is_none() && procs.file(1).is_some());
+    assert!(snapshot.file(0).is_some(), "a snapshot outlives the forgetting");
+    // A new file never reuses a forgotten one's id.
+    procs.insert_maps(12, parse_maps("1000-2000 r-xp 00000000 fd:01 7 /bin/new\n"));
+    assert!(procs.file(2).is_some());
+    procs.forget(&HashSet::from([11, 12]));
+    assert_eq!(procs.file_count(), 0);
+    assert_eq!(procs.process_count(), 0);
+}
+
+#[test]
+fn frames_the_kernel_resolved_find_their_file_by_build_id() {
+    let mut procs = Processes::new();
+    let own = std::process::id();
+    procs.capture(own).unwrap();
+    let build_id = build_id_of(&File::open("/proc/self/exe").unwrap())
+        .expect("the test binary has a build ID (the linker's default here)");
+    let here = frames_the_kernel_resolved_find_their_file_by_build_id as *const () as u64;
+    let UserAddr::File { file, offset, .. } = procs.normalize(own, 0, here) else {
+        panic!("own code is in a file");
+    };
+    // As the kernel reports a caller's frame: the return address's offset, moved back one.
+    let object = ObjectOffset {
+        build_id,
+        offset: offset + 1,
+    };
+    assert_eq!(
+        procs.resolve_object(&object, here, 1),
+        Some(UserAddr::File {
+            file,
+            offset,
+            addr: here
+        })
+    );
+    let unknown = ObjectOffset {
+        build_id: [7; 20],
+        offset,
+    };
+    assert_eq!(
+        procs.resolve_object(&unknown, here, 0),
+        None,
+        "a build ID no open file has"
+    );
+    // Once no process maps the file, its build ID is forgotten with it.
+    procs.forget(&HashSet::from([own]));
+    assert_eq!(procs.resolve_object(&object, here, 1), None);
+}
+
+#[test]
+fn a_library_mapped_moments_after_a_capture_is_captured_at_once() {
+    let own = std::process::id();
+    let mut procs = Processes::new();
+    procs.record_captures();
+    procs.capture(own).unwrap();
+    procs.take_captured();
+    // What a dlopen leaves behind: an executable mapping of a file, well within the
+    // interval that limits refreshes after the capture above.
+    let file = File::open("/bin/true").unwrap();
+    // SAFETY: a fresh private read-only mapping of an open file, unmapped below.
+    let addr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_EXEC,
+            libc::MAP_PRIVATE,
+            std::os::fd::AsRawFd::as_raw_fd(&file),
+            0,
+        )
+    };
+    assert_ne!(addr, libc::MAP_FAILED);
+    procs.refresh_changed(own).unwrap();
+    let captured = procs.take_captured();
+    // SAFETY: the mapping made above, used by nothing else.
+    unsafe { libc::munmap(addr, 4096) };
+    assert!(
+        captured
+            .iter()
+            .flat_map(|(_, lines)| lines)
+            .any(|line| line.start == addr as u64 && line.path.ends_with("true")),
+        "the new mapping is captured for the walker: {captured:?}"
+    );
+}
+
+#[test]
+fn only_the_latest_capture_of_the_current_image_goes_to_the_unwinder() {
+    let own = std::process::id();
+    let mut procs = Processes::new();
+    procs.record_captures();
+    procs.capture(own).unwrap();
+    procs.capture(own).unwrap();
+    assert_eq!(procs.take_captured().len(), 1, "one process, one map to load");
+    assert!(procs.take_captured().is_empty());
+
+    // Read under generation 0, then the process exec'd: its next announcement brings the map.
+    let generation = std::rc::Rc::new(std::cell::Cell::new(0));
+    let current = generation.clone();
+    procs.with_generations(move |_| current.get());
+    procs.capture(own).unwrap();
+    generation.set(1);
+    assert!(
+        procs.take_captured().is_empty(),
+        "a map from before the exec is not loaded"
+    );
+    procs.capture(own).unwrap();
+    assert_eq!(procs.take_captured().len(), 1);
+}
+
+#[test]
+fn an_unchanged_map_is_not_installed_again() {
+    let mut procs = Processes::new();
+    procs.insert_maps(10, parse_maps(MAPS));
+    let installed = procs.maps[&(10, 0)].clone();
+    let mut lines = parse_maps(MAPS);
+    assert!(procs.same_map(&installed, &lines));
+    lines[0].end += 0x1000;
+    assert!(!procs.same_map(&installed, &lines), "a range that grew");
+    lines = parse_maps(MAPS);
+    lines[0].inode += 1;
+    assert!(
+        !procs.same_map(&installed, &lines),
+        "another file at the same place"
+    );
+    lines = parse_maps(MAPS);
+    lines.pop();
+    assert!(!procs.same_map(&installed, &lines), "a mapping fewer");
+}
+
+#[test]
+fn captures_own_process() {
+    let mut procs = Processes::new();
+    procs.capture(std::process::id()).unwrap();
+    let here = captures_own_process as *const () as u64;
+    assert!(matches!(
+        procs.normalize(std::process::id(), 0, here),
+        UserAddr::File { .. }
+    ));
+    assert!(procs.capture(u32::MAX - 1).is_err());
+    let info = procs.info(std::process::id()).unwrap();
+    assert!(
+        info.executable.as_deref().unwrap().contains("profiler"),
+        "{info:?}"
+    );
+    let file = procs.snapshot(procs.mapped_files(std::process::id(), 0).iter().map(|f| f.0));
+    assert!(file.0.values().any(|f| f.identity.is_some()));
+}
