@@ -146,6 +146,8 @@ fn windows_under_churn_are_symbolized_served_and_retained() {
     let written_before_stop = agent.metric("bpfprof_agent_windows_written_total");
     let lost = agent.metric("bpfprof_agent_samples_lost_total");
     let not_captured = agent.metric("bpfprof_agent_processes_not_captured_total");
+    let samples = agent.metric("bpfprof_agent_samples_total");
+    let before_tables = agent.metric("bpfprof_agent_samples_before_unwind_tables_total");
     let (ok, stderr, took) = agent.stop(Duration::from_secs(15));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(churn.pid() as i32),
@@ -169,6 +171,13 @@ fn windows_under_churn_are_symbolized_served_and_retained() {
     assert!(
         children >= 300.0,
         "the churn was too slow to prove anything: {children}"
+    );
+    // A new process's first sample is what announces it, so it comes before its tables: one at
+    // least per child sampled in the windows closed by then (hundreds), and never every sample.
+    eprintln!("churn: {before_tables} of {samples} samples taken before their process's unwind tables");
+    assert!(
+        before_tables >= 100.0 && before_tables < samples,
+        "{before_tables} of {samples} samples before the tables"
     );
 
     // Every window: a pprof profile in which the short-lived processes' samples come out in

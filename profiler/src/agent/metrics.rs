@@ -16,6 +16,10 @@ pub struct Metrics {
     pub stack_errors: AtomicU64,
     pub process_events_lost: AtomicU64,
     pub processes_not_captured: AtomicU64,
+    pub unwind_walks: AtomicU64,
+    pub unwind_failed: AtomicU64,
+    pub unwind_truncated: AtomicU64,
+    pub samples_before_unwind_tables: AtomicU64,
     pub windows_written: AtomicU64,
     pub window_write_errors: AtomicU64,
     pub windows_dropped: AtomicU64,
@@ -60,6 +64,10 @@ impl Default for Metrics {
             stack_errors: zero(),
             process_events_lost: zero(),
             processes_not_captured: zero(),
+            unwind_walks: zero(),
+            unwind_failed: zero(),
+            unwind_truncated: zero(),
+            samples_before_unwind_tables: zero(),
             windows_written: zero(),
             window_write_errors: zero(),
             windows_dropped: zero(),
@@ -144,6 +152,24 @@ pub fn cpu_ticks(stat: &str) -> Option<u64> {
 }
 
 impl Metrics {
+    /// What a closed window's health adds to the totals.
+    pub fn count_window(&self, health: &crate::profile::Health) {
+        self.samples.fetch_add(health.samples, Relaxed);
+        self.samples_lost.fetch_add(health.lost_map_full, Relaxed);
+        self.stack_collisions.fetch_add(health.collisions(), Relaxed);
+        self.stack_errors
+            .fetch_add(health.user_stack_errors + health.kernel_stack_errors, Relaxed);
+        self.process_events_lost
+            .fetch_add(health.process_events_lost, Relaxed);
+        self.processes_not_captured
+            .fetch_add(health.processes_not_captured, Relaxed);
+        self.unwind_walks.fetch_add(health.unwind_walks, Relaxed);
+        self.unwind_failed.fetch_add(health.unwind_failed, Relaxed);
+        self.unwind_truncated.fetch_add(health.unwind_truncated, Relaxed);
+        self.samples_before_unwind_tables
+            .fetch_add(health.unwind_before_tables, Relaxed);
+    }
+
     pub fn render(&self, usage: OwnUsage) -> String {
         let mut out = String::new();
         let mut line = |name: &str, kind: &str, help: &str, value: f64| {
@@ -178,6 +204,26 @@ impl Metrics {
                 "processes_not_captured_total",
                 &self.processes_not_captured,
                 "processes with samples that exited before their memory map was read",
+            ),
+            (
+                "unwind_walks_total",
+                &self.unwind_walks,
+                "user stacks walked through unwind tables",
+            ),
+            (
+                "unwind_failed_total",
+                &self.unwind_failed,
+                "table walks that ended early (kept as far as they went)",
+            ),
+            (
+                "unwind_truncated_total",
+                &self.unwind_truncated,
+                "table walks that reached the depth limit",
+            ),
+            (
+                "samples_before_unwind_tables_total",
+                &self.samples_before_unwind_tables,
+                "samples taken before their process's unwind tables were loaded (a new process's first): user stacks by frame pointers",
             ),
             (
                 "windows_written_total",

@@ -581,7 +581,7 @@ impl AgentCollector {
             .lock_map_full
             .fetch_add(lock_health.lock_map_full, Relaxed);
         self.health = total;
-        self.count(&health);
+        self.metrics.count_window(&health);
         let mut profiles = Vec::new();
         if self.signals.cpu {
             let mut profile = window.profile;
@@ -622,19 +622,6 @@ impl AgentCollector {
         procs.forget(&exited);
         self.update_gauges(procs);
         exited
-    }
-
-    fn count(&self, health: &Health) {
-        let m = &self.metrics;
-        m.samples.fetch_add(health.samples, Relaxed);
-        m.samples_lost.fetch_add(health.lost_map_full, Relaxed);
-        m.stack_collisions.fetch_add(health.collisions(), Relaxed);
-        m.stack_errors
-            .fetch_add(health.user_stack_errors + health.kernel_stack_errors, Relaxed);
-        m.process_events_lost
-            .fetch_add(health.process_events_lost, Relaxed);
-        m.processes_not_captured
-            .fetch_add(health.processes_not_captured, Relaxed);
     }
 
     fn update_gauges(&self, procs: &Processes) {

@@ -512,5 +512,17 @@ fn find(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
     maps.iter().find(|m| m.start <= addr && addr < m.end)
 }
 
+/// A file's bytes as a read-only mapping: parsing an executable touches its headers and the
+/// sections wanted (unwind tables, symbols), not all of it. Read into the heap instead, a large
+/// binary a process maps would be a transient heap of its size in a long-running agent.
+pub fn map_file(path: &std::path::Path) -> io::Result<memmap2::Mmap> {
+    let file = std::fs::File::open(path)?;
+    // SAFETY: mapped read-only and private to this parse. A file truncated while mapped would
+    // fault on access; the executables and libraries mapped here are mapped by running
+    // processes too, and package managers replace such files (a new inode) rather than
+    // truncate them.
+    unsafe { memmap2::Mmap::map(&file) }
+}
+
 #[cfg(test)]
 mod tests;

@@ -97,7 +97,7 @@ impl DataSymbols {
 
 impl FileData {
     fn read(path: &std::path::Path) -> Option<FileData> {
-        let bytes = std::fs::read(path).ok()?;
+        let bytes = crate::process::map_file(path).ok()?;
         let file = object::File::parse(&*bytes).ok()?;
         let mut objects: Vec<(u64, u64, String)> = file
             .symbols()

@@ -6,6 +6,7 @@ mod rows;
 use std::{
     collections::{BTreeMap, HashMap, HashSet},
     os::fd::{AsFd as _, AsRawFd as _},
+    path::Path,
 };
 
 use anyhow::Context as _;
@@ -14,7 +15,7 @@ use profiler_common::unwind::{Mapping, ProcessMappings, Row, MAX_MAPPINGS, ROWS}
 use rows::rows_of_file;
 pub use rows::{bias_of, rows_of, segments_of, Segment, TableError};
 
-use crate::process::MapsLine;
+use crate::process::{map_file, MapsLine};
 
 /// What the walker needs of one file, read and parsed once.
 struct FileTable {
@@ -308,14 +309,21 @@ impl Tables {
     /// Read and parse a mapping's file (through the process, so it is the file it mapped) and
     /// place its rows. None when it cannot be read now (the process may be gone): not cached.
     fn read_file(&mut self, pid: u32, line: &MapsLine) -> Option<FileTable> {
-        let data = match line.path.as_str() {
-            VDSO => own_vdso()?,
+        let (vdso, mapped);
+        let data: &[u8] = match line.path.as_str() {
+            VDSO => {
+                vdso = own_vdso()?;
+                &vdso
+            }
             _ => {
                 let path = format!("/proc/{pid}/map_files/{:x}-{:x}", line.start, line.end);
-                std::fs::read(&path).or_else(|_| std::fs::read(&line.path)).ok()?
+                mapped = map_file(Path::new(&path))
+                    .or_else(|_| map_file(Path::new(&line.path)))
+                    .ok()?;
+                &mapped
             }
         };
-        let (rows, segments) = match object::File::parse(&*data) {
+        let (rows, segments) = match object::File::parse(data) {
             Ok(file) => (rows_of_file(&file), segments_of(&file)),
             Err(e) => (Err(e.into()), Vec::new()),
         };
