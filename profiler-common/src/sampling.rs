@@ -244,8 +244,11 @@ pub enum Counter {
     /// Samples of processes whose unwind tables were not given to the walker yet (just started
     /// or exec'd): their user stacks come from frame pointers.
     UnwindBeforeTables = 22,
+    /// Switch-ins of a task whose previous switch-out no tracepoint showed: its run and wait
+    /// were settled at the switch-in, from the kernel's totals.
+    SwitchOutsMissed = 23,
 }
-pub const COUNTER_COUNT: u32 = 23;
+pub const COUNTER_COUNT: u32 = 24;
 
 impl Counter {
     pub const ALL: [Counter; COUNTER_COUNT as usize] = [
@@ -272,6 +275,7 @@ impl Counter {
         Counter::LockMapFull,
         Counter::BuildIdMapFull,
         Counter::UnwindBeforeTables,
+        Counter::SwitchOutsMissed,
     ];
 }
 

@@ -337,6 +337,7 @@ fn switch_out(
     }
     let stats = task_stats(prev, prev_task, off)?;
     let stats = unsafe { &mut *stats };
+    stats.switched_out = 1;
     if stats.kernel_accounting != 0 {
         settle_run(off, stats, prev, current.kernel_totals(off), history);
     } else if stats.last_in_ns != 0 && now > stats.last_in_ns {
@@ -428,6 +429,13 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: O
         return;
     };
     let stats = unsafe { &mut *stats };
+    if stats.kernel_accounting != 0 && stats.last_in_ns != 0 && stats.switched_out == 0 {
+        // In again, never seen out: the run since its last switch-in and the waits before this
+        // one, as the kernel counted them (it adds this wait just after this tracepoint).
+        bump(Counter::SwitchOutsMissed);
+        settle_run(off, stats, next, next_task.kernel_totals(off), history);
+    }
+    stats.switched_out = 0;
     stats.last_in_ns = now;
 
     let enqueued = stats.enqueued;

@@ -259,6 +259,7 @@ impl SampleSource for SampleMaps {
             process_events_lost: read(Counter::EventLost)?,
             target_map_full: read(Counter::TargetMapFull)?,
             sched_switches: read(Counter::SchedSwitches)?,
+            switch_outs_missed: read(Counter::SwitchOutsMissed)?,
             task_map_full: read(Counter::TaskMapFull)?,
             slow_events_lost: read(Counter::SlowEventLost)?,
             offcpu_map_full: read(Counter::OffCpuMapFull)?,

@@ -6,6 +6,7 @@
 use std::{
     os::fd::{FromRawFd as _, OwnedFd, RawFd},
     path::Path,
+    sync::Arc,
 };
 
 use anyhow::Context as _;
@@ -14,6 +15,7 @@ use profiler_common::{names, ProcessEvent, ProcessEventKind};
 use tokio::{
     io::unix::AsyncFd,
     signal::unix::{signal, Signal, SignalKind},
+    sync::Notify,
     time::{interval, sleep_until, Instant, MissedTickBehavior},
 };
 
@@ -40,6 +42,10 @@ pub(crate) trait Sink {
     fn drained(&mut self, drained: Drained<'_>) -> anyhow::Result<()>;
     /// A moment the sink wants a drain at, besides the regular ones (the end of an agent window).
     fn wake_at(&self) -> Option<Instant> {
+        None
+    }
+    /// Notified when the sink wants a drain now (the agent, when a pull is asked for).
+    fn woken(&self) -> Option<Arc<Notify>> {
         None
     }
     /// Just before a drain: a process that has exited by now left every sample it will ever
@@ -307,6 +313,7 @@ impl<K> Driver<K> {
                     }
                 }
                 _ = until(sink.wake_at()) => collector.drain(sink)?,
+                _ = notified(sink.woken()) => collector.drain(sink)?,
             }
         }
     }
@@ -456,6 +463,14 @@ async fn received(signal: &mut Option<Signal>) {
 async fn until(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves when notified; never, without a notifier.
+async fn notified(notify: Option<Arc<Notify>>) {
+    match notify {
+        Some(notify) => notify.notified().await,
         None => std::future::pending().await,
     }
 }

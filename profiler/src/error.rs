@@ -51,6 +51,10 @@ pub mod exit {
     /// Found but not run (the exec failed: permissions, format), as a shell says.
     pub const COMMAND_NOT_RUN: i32 = 126;
     pub const COMMAND_NOT_FOUND: i32 = 127;
+    /// Interrupted (SIGINT) or terminated (SIGTERM), as a shell says of a process that died of it:
+    /// for a command left running, whose own status is not known.
+    pub const INTERRUPTED: i32 = 130;
+    pub const TERMINATED: i32 = 143;
 }
 
 impl UserError {

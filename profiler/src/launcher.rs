@@ -168,13 +168,17 @@ impl RunningCommand {
         self.status
     }
 
-    /// Wait for the command to finish (after a Ctrl-C it has been sent too).
-    pub fn wait(&mut self) -> i32 {
+    /// The exit code, once the command has exited, waiting at most `limit`.
+    pub fn wait_for(&mut self, limit: std::time::Duration) -> Option<i32> {
+        let deadline = std::time::Instant::now() + limit;
         loop {
             if let Some(code) = self.try_wait() {
-                return code;
+                return Some(code);
             }
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
     }
 }
@@ -202,7 +206,7 @@ mod tests {
         let paused = spawn_paused(&argv).unwrap();
         std::thread::sleep(std::time::Duration::from_millis(50));
         let mut running = paused.release().unwrap();
-        assert_eq!(running.wait(), 7);
+        assert_eq!(running.wait_for(std::time::Duration::from_secs(10)), Some(7));
 
         let paused = spawn_paused(&argv).unwrap();
         drop(paused); // abandoned: reaped, no zombie, never ran

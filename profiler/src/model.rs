@@ -127,9 +127,7 @@ pub fn frames_of(key: &StackKey, symbols: &Symbols) -> Vec<Frame> {
     if let Some(lost) = key.kernel_lost {
         frames.push(Frame::marker(lost_label(lost, "kernel"), true));
     }
-    for &addr in key.kernel.iter().rev() {
-        frames.extend(symbols.kernel(addr));
-    }
+    frames.extend(symbols.kernel_stack(&key.kernel));
     if frames.is_empty() {
         frames.push(Frame::marker("no stack", false));
     }

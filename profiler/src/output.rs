@@ -60,6 +60,22 @@ fn temp_beside(path: &Path) -> io::Result<tempfile::NamedTempFile> {
         // What File::create would give the report (before the umask), not tempfile's 0600.
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
         .tempfile_in(dir)
+        .map_err(|e| in_directory(dir, &e))
+}
+
+/// Why no file could be made in `dir`, naming the directory (tempfile's own error names the
+/// temporary file, which the user never asked for).
+fn in_directory(dir: &Path, e: &io::Error) -> io::Error {
+    let dir = dir.display();
+    let reason = match e.kind() {
+        io::ErrorKind::NotFound => {
+            format!("the directory {dir} does not exist: create it, or write elsewhere")
+        }
+        io::ErrorKind::NotADirectory => format!("{dir} is not a directory"),
+        io::ErrorKind::PermissionDenied => format!("no permission to create files in {dir}"),
+        kind => format!("cannot create a file in {dir}: {kind}"),
+    };
+    io::Error::new(e.kind(), reason)
 }
 
 /// Write the report with `render`. On a file error the report is saved in the temp directory
@@ -127,6 +143,19 @@ mod tests {
         let missing = dir.join("no/such/dir/r.txt");
         let err = check_writable(&missing).unwrap_err().to_string();
         assert!(err.contains("cannot write the report"), "{err}");
+        // The directory that is missing is named, not the temporary file that failed in it.
+        let named = format!(
+            "the directory {} does not exist",
+            dir.join("no/such/dir").display()
+        );
+        assert!(err.contains(&named), "{err}");
+        assert!(!err.contains(".bpfprof"), "{err}");
+        std::fs::write(dir.join("file"), "").unwrap();
+        let under_file = check_writable(&dir.join("file/r.txt")).unwrap_err().to_string();
+        assert!(
+            under_file.contains(&format!("{} is not a directory", dir.join("file").display())),
+            "{under_file}"
+        );
         let failed = write_report(Some(&missing), &|w| w.write_all(b"kept"))
             .unwrap_err()
             .to_string();

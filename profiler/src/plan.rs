@@ -39,7 +39,7 @@ pub struct Plan {
 impl Plan {
     /// Every check that needs no privileges, so usage mistakes are reported first.
     pub fn from_cli(cli: Cli) -> Result<Plan, UserError> {
-        let format = cli.resolved_format();
+        let format = cli.resolved_format()?;
         let format_fits = match cli.mode {
             Mode::Topdown => matches!(format, Format::Text | Format::Json),
             Mode::Sched => true,

@@ -60,7 +60,8 @@ pub struct StackKey {
 }
 
 /// Health of the run: everything lost or damaged, so the report can say so.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Health {
     /// Samples recorded (before symbolization).
     pub samples: u64,
@@ -84,6 +85,9 @@ pub struct Health {
     pub drains: u64,
     /// Sched mode: context switches seen, and what could not be recorded.
     pub sched_switches: u64,
+    /// Switch-ins of a task whose switch-out no tracepoint showed (settled from the kernel's
+    /// totals at the switch-in; its time off the CPU between is unknown).
+    pub switch_outs_missed: u64,
     pub task_map_full: u64,
     pub slow_events: u64,
     pub slow_events_lost: u64,
@@ -191,6 +195,12 @@ impl Health {
             out.push(format!(
                 "{} user frames outside any memory map read (processes gone before it was, a child before its exec) were resolved by the kernel's build ID and file offset",
                 self.user_frames_by_build_id
+            ));
+        }
+        if self.switch_outs_missed > 0 {
+            out.push(format!(
+                "{} switch-outs were never shown by the kernel's tracepoint (the task was seen switched in again): those runs and waits are the kernel's own totals, settled at the next switch-in; the time off the CPU between is not known",
+                self.switch_outs_missed
             ));
         }
         if self.task_map_full > 0 {

@@ -1,6 +1,6 @@
 //! The order of things for one run: check → load → attach → start the command → collect until a
 //! stop condition → final drain → detach → symbolize → render. The only place that knows it.
-use std::{collections::HashSet, path::Path};
+use std::{collections::HashSet, path::Path, time::Duration};
 
 use anyhow::Context as _;
 use tokio::time::Instant;
@@ -13,7 +13,7 @@ use crate::{
     counters::events::{self, Pmu},
     driver::{pidfd, prepare_to_load, Drained, Driver, Sink, Stop, Stopped, Stops},
     error::UserError,
-    launcher,
+    launcher::{self, RunningCommand},
     model::RunMeta,
     modes::{
         hotspot,
@@ -36,7 +36,7 @@ pub fn topdown_from_counters(cli: &Cli, path: &Path) -> anyhow::Result<i32> {
     if cli.mode != Mode::Topdown {
         return Err(UserError::Usage("--counters goes with --mode topdown".into()).into());
     }
-    let format = cli.resolved_format();
+    let format = cli.resolved_format()?;
     if !matches!(format, Format::Text | Format::Json) {
         return Err(UserError::FormatUnavailable {
             format: format.name(),
@@ -451,17 +451,7 @@ async fn record(
     }
     let exit_code = match (stop, stops.command.as_mut()) {
         (Stop::CommandExited(code), _) => code,
-        (stop, Some(command)) => {
-            if stop != Stop::Interrupted {
-                // We stopped first (-d or SIGTERM): the command does not outlive the profile.
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(command.pid() as i32),
-                    nix::sys::signal::Signal::SIGTERM,
-                );
-                notes.push(format!("the command was stopped (SIGTERM) after {secs:.1} s"));
-            }
-            command.wait()
-        }
+        (stop, Some(command)) => settle_command(stop, command, secs, &mut notes),
         (_, None) => 0,
     };
 
@@ -482,4 +472,46 @@ async fn record(
         topdown,
         sampled: sampling.is_some(),
     })
+}
+
+/// At a Ctrl-C the terminal interrupts the command too: this long for it to exit of itself.
+const INTERRUPT_GRACE: Duration = Duration::from_millis(500);
+/// How long a command is given to exit once sent SIGTERM.
+const TERM_GRACE: Duration = Duration::from_secs(2);
+
+/// What becomes of a command still running when the run stopped first, said in the notes, and
+/// the exit code: the command does not outlive its profile (as with perf), and bpfprof never
+/// waits silently or without end. After an interrupt it is given a moment to exit of itself (a
+/// Ctrl-C at a terminal reached it too); one sent to bpfprof alone, `-d` and SIGTERM stop it with
+/// SIGTERM; a command that outlives SIGTERM is left running, and said so.
+fn settle_command(stop: Stop, command: &mut RunningCommand, secs: f64, notes: &mut Vec<String>) -> i32 {
+    let pid = command.pid();
+    if stop == Stop::Interrupted {
+        if let Some(code) = command.wait_for(INTERRUPT_GRACE) {
+            return code;
+        }
+        eprintln!(
+            "bpfprof: the interrupt reached bpfprof alone: stopping the command (pid {pid}) with SIGTERM"
+        );
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    notes.push(format!("the command was stopped (SIGTERM) after {secs:.1} s"));
+    match command.wait_for(TERM_GRACE) {
+        Some(code) => code,
+        None => {
+            let left = format!(
+                "the command (pid {pid}) did not exit within {} s of SIGTERM: left running",
+                TERM_GRACE.as_secs()
+            );
+            eprintln!("bpfprof: {left}");
+            notes.push(left);
+            match stop {
+                Stop::Interrupted => crate::error::exit::INTERRUPTED,
+                _ => crate::error::exit::TERMINATED,
+            }
+        }
+    }
 }

@@ -227,18 +227,20 @@ impl TopView {
 
     fn sched(&mut self, data: Drained<'_>) {
         let Some(sched) = data.sched else { return };
-        let tasks = sched.latencies_now(crate::collect::monotonic_ns());
-        let mut now = HashMap::new();
+        let tasks = sched.settled_latencies();
+        let mut now: HashMap<TaskKey, [u64; 2]> = HashMap::new();
         for task in &tasks {
             let key = (task.pid, task.tid);
-            now.insert(key, [task.total_delay_ns, task.waits]);
-            self.task_info.insert(
-                key,
-                TaskInfo {
-                    comm: task.comm.clone(),
-                    max_delay_ns: task.max_delay_ns,
-                },
-            );
+            // One thread's records (its exit recorded, then a last switch) are one total.
+            let total = now.entry(key).or_default();
+            total[0] += task.total_delay_ns;
+            total[1] += task.waits;
+            // The longest of all its waits seen, whichever record holds it now.
+            let info = self.task_info.entry(key).or_insert_with(|| TaskInfo {
+                comm: task.comm.clone(),
+                max_delay_ns: 0,
+            });
+            info.max_delay_ns = info.max_delay_ns.max(task.max_delay_ns);
         }
         let increase = self.task_totals.increase(now);
         let total = increase.values().map(|v| v[0]).sum();
@@ -412,7 +414,8 @@ impl<K> Default for Totals<K> {
 }
 
 impl<K: std::hash::Hash + Eq + Clone> Totals<K> {
-    /// What grew since the last call (a key seen for the first time: all of it).
+    /// What grew since the last call (a key seen for the first time: all of it). A key missing
+    /// from one call keeps its last totals: seen again, only its growth counts, not its past.
     pub fn increase(&mut self, now: HashMap<K, [u64; 2]>) -> HashMap<K, [u64; 2]> {
         let grown = now
             .iter()
@@ -422,7 +425,7 @@ impl<K: std::hash::Hash + Eq + Clone> Totals<K> {
                 (d != [0, 0]).then(|| (key.clone(), d))
             })
             .collect();
-        self.0 = now;
+        self.0.extend(now);
         grown
     }
 }
@@ -432,6 +435,7 @@ fn hot_lines(hot: &Sliding<FunctionKey>, rows: usize) -> Vec<String> {
     let mut lines = vec![format!("{:>7} {:>7}  {:<40} module", "self", "total", "function")];
     for ((function, module), [own, total]) in hot.largest(rows) {
         let module = module.rsplit('/').next().unwrap_or(&module).to_string();
+        let function = crate::report::short_name(&function, 40);
         lines.push(format!(
             "{:>6.2}% {:>6.2}%  {function:<40} {module}",
             crate::report::percent(own, samples),
@@ -481,8 +485,8 @@ fn lock_lines(locks: &Sliding<LockKey>, info: &HashMap<LockKey, LockInfo>, rows:
             human_ns(waited),
             count,
             human_ns(i.max_wait_ns),
-            format!("{label} {}", i.kind),
-            i.caller,
+            format!("{} {}", crate::report::short_name(&label, 40), i.kind),
+            crate::report::short_name(&i.caller, 60),
             i.comm,
         ));
     }
@@ -545,5 +549,14 @@ mod tests {
             "{lines:?}"
         );
         assert!(lines[2].ends_with("? 1/2"), "{lines:?}");
+    }
+
+    #[test]
+    fn a_task_missing_from_one_look_is_not_booked_its_past_when_seen_again() {
+        let mut totals = Totals::default();
+        totals.increase(HashMap::from([((1, 1), [900_000, 90])]));
+        assert!(totals.increase(HashMap::new()).is_empty());
+        let again = totals.increase(HashMap::from([((1, 1), [900_500, 91])]));
+        assert_eq!(again[&(1, 1)], [500, 1], "only what grew since it was last seen");
     }
 }

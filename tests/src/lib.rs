@@ -248,13 +248,21 @@ pub fn truth_shares(truth: &HashMap<String, f64>, names: &[&str]) -> HashMap<Str
     names.iter().map(|n| (n.to_string(), truth[*n] / total)).collect()
 }
 
+/// A JSON report as written, with each stack's frames in it (read through bpfprof's own reader
+/// of the frames table, which its unit tests check against the frames written).
+pub fn read_json(path: &std::path::Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut report = serde_json::from_str(&text).expect("the JSON report parses");
+    profiler::report::json::inline_frames(&mut report).expect("every frame index is in the frames table");
+    report
+}
+
 /// A hotspot JSON report.
 pub struct Report(pub Value);
 
 impl Report {
     pub fn read(path: &std::path::Path) -> Report {
-        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        Report(serde_json::from_str(&text).expect("the JSON report parses"))
+        Report(read_json(path))
     }
 
     pub fn stacks(&self) -> &Vec<Value> {

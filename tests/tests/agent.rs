@@ -830,7 +830,7 @@ fn every_signal_in_windows_off_cpu_across_window_ends_and_run_queue_delay() {
 /// clock. Each window wholly within the contention holds, under `shared_lock`, the wait of the
 /// waits that ended in it within 10%, and all windows together the workload's whole wait; the
 /// waiting stack names the function that took the lock. `/debug/pprof/mutex` is read by
-/// `go tool pprof` as Go's mutex profile.
+/// `go tool pprof` as Go's mutex profile. `/metrics` has no run-queue histogram (signal off).
 #[test]
 fn lock_waits_in_windows_match_the_workloads_own_clock() {
     let dir = temp_path("agent-locks");
@@ -865,6 +865,10 @@ fn lock_waits_in_windows_match_the_workloads_own_clock() {
     let metric = |name: &str| profiler::agent::metrics::value(&page, name).unwrap();
     assert_eq!(metric("bpfprof_agent_lock_map_full_total"), 0.0, "{page}");
     assert_eq!(metric("bpfprof_agent_lock_stacks_lost_total"), 0.0, "{page}");
+    assert!(
+        !page.contains("bpfprof_runqueue_delay_seconds"),
+        "the run-queue signal is off: no histogram of it\n{page}"
+    );
 
     let truth = truth(&stdout);
     let pid = truth["pid"] as i64;
@@ -1377,4 +1381,131 @@ fn exported_windows_decode(grpc: bool) {
         );
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `(unix ns, on-CPU ns)` of a thread, read every 5 ms until `stop` is set: the kernel's own
+/// account of how much it ran over any span, to hold a pull's samples to.
+fn cpu_clock(pid: u32, stop: Arc<std::sync::atomic::AtomicBool>) -> std::thread::JoinHandle<Vec<(i64, f64)>> {
+    std::thread::spawn(move || {
+        let mut readings = Vec::new();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as i64;
+            readings.push((now, bpfprof_tests::on_cpu_ns(pid, pid)));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        readings
+    })
+}
+
+/// On-CPU ns between two unix times, from the readings (each end: the reading just before it).
+fn ran_between(readings: &[(i64, f64)], from: i64, to: i64) -> f64 {
+    let at = |t: i64| readings.iter().rev().find(|r| r.0 <= t).map_or(0.0, |r| r.1);
+    at(to) - at(from)
+}
+
+/// A pull of N seconds holds the samples of those N seconds and says so: asked for 1, 2 and 5 s
+/// of CPU while a single thread spins, each profile's duration is N (not N + one drain, as when a
+/// pull began at the drain after the request and took that drain's older samples), and its
+/// samples of the spinning thread are what the kernel says it ran in the profile's own span. A
+/// mutex pull holds the waits that the lock workload timed itself ending in its span.
+#[test]
+fn pulls_hold_exactly_the_seconds_asked_for() {
+    let agent = Agent::start(&["-F", "99", "--signals", "cpu,lock", "--window", "60"]);
+    let spin = start_workload("spin", &["30"]);
+    let spin_pid = spin.pid();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clock = cpu_clock(spin_pid, stop.clone());
+    bpfprof_tests::wait_for_cpu_time(spin_pid, spin_pid, 2e8);
+    let mut pulled = Vec::new();
+    for seconds in [1, 2, 5] {
+        let path = format!("/debug/pprof/profile?seconds={seconds}");
+        let (status, body) = bpfprof_tests::http_get(&agent.address, &path).unwrap();
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        pulled.push((seconds, decode_pprof(&body)));
+    }
+    let load = bpfprof_tests::Running::spawn(
+        Command::new(bpfprof_tests::workload("lockload"))
+            .args(["2", "4"])
+            .env("LOCKLOAD_WAITS", "1")
+            .stdout(std::process::Stdio::piped()),
+    );
+    std::thread::sleep(Duration::from_millis(500)); // into the contention, not its start
+    let (status, mutex) = bpfprof_tests::http_get(&agent.address, "/debug/pprof/mutex?seconds=2").unwrap();
+    assert_eq!(status, 200);
+    let mutex = decode_pprof(&mutex);
+    let stdout = load.finish();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let readings = clock.join().unwrap();
+    drop(spin);
+    let (ok, stderr, _) = agent.stop(Duration::from_secs(15));
+    assert!(ok, "the agent failed: {stderr}");
+
+    for (seconds, profile) in &pulled {
+        let span = profile.duration_nanos as f64 / 1e9;
+        let ran = ran_between(
+            &readings,
+            profile.time_nanos,
+            profile.time_nanos + profile.duration_nanos,
+        );
+        let samples: i64 = profile
+            .sample
+            .iter()
+            .filter(|s| label_num(profile, s, "pid") == Some(spin_pid as i64))
+            .map(|s| s.value[0])
+            .sum();
+        let sampled = samples as f64 * profile.period as f64;
+        eprintln!(
+            "pull of {seconds} s: duration {span:.3} s; the spinning thread ran {:.3} s in it, sampled {:.3} s ({samples} samples)",
+            ran / 1e9,
+            sampled / 1e9
+        );
+        assert!(
+            span >= *seconds as f64 - 0.01 && span < *seconds as f64 + 0.3,
+            "a pull of {seconds} s lasted {span:.3} s"
+        );
+        let slack = 0.1 * ran + 3.0 * profile.period as f64;
+        assert!(
+            (sampled - ran).abs() <= slack,
+            "a pull of {seconds} s sampled {:.3} s of a thread that ran {:.3} s in its span",
+            sampled / 1e9,
+            ran / 1e9
+        );
+    }
+
+    let lockload = truth(&stdout)["pid"] as i64;
+    let clock = line_fields(&stdout, "CLOCK ", |_| true);
+    let to_real = (clock["real"] - clock["mono"]) as i64;
+    let (from, to) = (mutex.time_nanos, mutex.time_nanos + mutex.duration_nanos);
+    let waited: i64 = stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("WAIT "))
+        .map(|l| {
+            let (start, end) = l.split_once(' ').unwrap();
+            let (start, end): (i64, i64) = (start.parse().unwrap(), end.parse().unwrap());
+            (end + to_real, end - start)
+        })
+        .filter(|&(end, _)| end >= from && end < to)
+        .map(|(_, ns)| ns)
+        .sum();
+    let delay: i64 = mutex
+        .sample
+        .iter()
+        .filter(|s| label_num(&mutex, s, "pid") == Some(lockload))
+        .filter(|s| label(&mutex, s, "lock") == Some("shared_lock"))
+        .map(|s| s.value[1])
+        .sum();
+    eprintln!(
+        "mutex pull of 2 s: duration {:.3} s; shared_lock waits ending in it {:.3} s, pulled {:.3} s",
+        mutex.duration_nanos as f64 / 1e9,
+        waited as f64 / 1e9,
+        delay as f64 / 1e9
+    );
+    assert!(waited > 0, "no contended wait ended in the mutex pull's span");
+    assert!(
+        ((delay - waited) as f64).abs() <= 0.1 * waited as f64,
+        "the mutex pull held {delay} ns of shared_lock waits; {waited} ns of them ended in its span"
+    );
 }

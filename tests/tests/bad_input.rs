@@ -59,6 +59,73 @@ fn absurd_frequencies() {
 fn unwritable_output_fails_before_profiling() {
     let out = run(&["-a", "-d", "1", "-o", "/nonexistent-dir/flame.svg"]);
     assert_fails(&out, 1, "cannot write the report to /nonexistent-dir/flame.svg");
+    // The directory that is missing is named, not the temporary file bpfprof tried in it.
+    assert_fails(&out, 1, ": the directory /nonexistent-dir does not exist");
+    assert!(!stderr(&out).contains(".bpfprof"), "{}", stderr(&out));
+    let saved = temp_path("missing-dir.folded");
+    std::fs::write(&saved, "main;work 10\n").unwrap();
+    let out = run(&[
+        "report",
+        saved.to_str().unwrap(),
+        "-o",
+        "/nonexistent-dir/sub/r.svg",
+    ]);
+    assert_fails(&out, 1, "the directory /nonexistent-dir/sub does not exist");
+}
+
+/// `-o x.pb` (or any extension no format has) used to write text under that name; it is
+/// refused in one line listing the extensions there are, before anything runs: the command is
+/// never started, and report and diff do not read their profiles.
+#[test]
+fn an_unknown_output_extension_is_refused_before_anything_runs() {
+    let marker = temp_path("started-anyway");
+    let _ = std::fs::remove_file(&marker);
+    let output = temp_path("profile.pb");
+    let out = run(&[
+        "-o",
+        output.to_str().unwrap(),
+        "--",
+        "touch",
+        marker.to_str().unwrap(),
+    ]);
+    assert_fails(
+        &out,
+        2,
+        "bpfprof writes no `.pb` files: end the name in .txt, .json, .folded, .heatmap.svg, .svg, .pb.gz, .pprof",
+    );
+    assert!(!marker.exists(), "the command was started");
+    assert!(!output.exists(), "something was written to {}", output.display());
+    let refused = |args: &[&str], ext: &str| {
+        assert_fails(&run(args), 2, &format!("bpfprof writes no `.{ext}` files"));
+    };
+    refused(&["report", "/nonexistent/a.json", "-o", "r.folded.gz"], "gz");
+    refused(
+        &[
+            "diff",
+            "/nonexistent/a.json",
+            "/nonexistent/b.json",
+            "-o",
+            "d.png",
+        ],
+        "png",
+    );
+    // --format says what to write: the name is then the user's to choose.
+    let saved = temp_path("any-name.folded");
+    std::fs::write(&saved, "main;work 10\n").unwrap();
+    let named = temp_path("stacks.pb");
+    let out = run(&[
+        "report",
+        saved.to_str().unwrap(),
+        "--format",
+        "pprof",
+        "-o",
+        named.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        std::fs::read(&named).unwrap().starts_with(&[0x1f, 0x8b]),
+        "pprof written"
+    );
 }
 
 #[test]
@@ -251,4 +318,89 @@ fn ctrl_c_gives_a_partial_report_and_detaches() {
 #[test]
 fn sigterm_gives_a_partial_report_and_detaches() {
     stop_with(Signal::SIGTERM, "terminated");
+}
+
+/// bpfprof with a command, interrupted alone (a supervisor's or a script's SIGINT, not a Ctrl-C
+/// that reached the command too): the report is written at once, not when the command would have
+/// ended. The command does not outlive its profile: it is stopped with SIGTERM, said so, and
+/// bpfprof exits with its status; one that ignores SIGTERM is left running and said so.
+fn interrupted_alone(script: &str) -> (std::process::ExitStatus, String, Report, u32, std::time::Duration) {
+    let pidfile = temp_path(&format!("command-{}.pid", script.len()));
+    let json = temp_path(&format!("interrupted-{}.json", script.len()));
+    let script = format!("echo $$ > {}; {script}", pidfile.display());
+    let (bpfprof, stderr) = start_bpfprof(&[
+        "-F",
+        "99",
+        "-o",
+        json.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    wait_until("the command's pid", std::time::Duration::from_secs(20), || {
+        std::fs::read_to_string(&pidfile).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let pid: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
+    wait_for_cpu_time(pid, pid, 3e8);
+    let interrupted = std::time::Instant::now();
+    kill(Pid::from_raw(bpfprof.pid() as i32), Signal::SIGINT).unwrap();
+    let (status, err) = finish_bpfprof(bpfprof, stderr);
+    (status, err, Report::read(&json), pid, interrupted.elapsed())
+}
+
+#[test]
+fn interrupting_bpfprof_alone_stops_the_command_and_reports_at_once() {
+    let workload = workload("hotspot");
+    let (status, err, report, pid, took) =
+        interrupted_alone(&format!("exec {} split 60", workload.display()));
+    eprintln!("report written {:.2} s after the interrupt", took.as_secs_f64());
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "bpfprof waited {took:?}: {err}"
+    );
+    assert!(err.contains("the interrupt reached bpfprof alone"), "{err}");
+    assert_eq!(
+        status.code(),
+        Some(128 + 15),
+        "the command's status (SIGTERM): {err}"
+    );
+    assert!(
+        report.samples_of(pid) > 20,
+        "the command's samples: {}",
+        report.samples_of(pid)
+    );
+    let notes = report.0["notes"].to_string();
+    assert!(
+        notes.contains("interrupted") && notes.contains("stopped (SIGTERM)"),
+        "{notes}"
+    );
+    assert!(
+        !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "the command outlived its profile"
+    );
+}
+
+#[test]
+fn a_command_that_ignores_sigterm_is_left_running_and_said_so() {
+    // Its output elsewhere: left running, it would hold bpfprof's stderr (this test's pipe) open.
+    let (status, err, report, pid, took) =
+        interrupted_alone("exec >/dev/null 2>&1; trap '' INT TERM; while :; do :; done");
+    let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+    let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+    assert!(
+        took < std::time::Duration::from_secs(20),
+        "bpfprof waited {took:?}: {err}"
+    );
+    assert!(alive, "the command was left running");
+    assert!(
+        err.contains(&format!("the command (pid {pid}) did not exit")),
+        "{err}"
+    );
+    assert_eq!(status.code(), Some(130), "{err}");
+    assert!(
+        report.0["notes"].to_string().contains("left running"),
+        "{}",
+        report.0["notes"]
+    );
 }

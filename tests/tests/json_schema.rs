@@ -9,7 +9,7 @@ use bpfprof_tests::*;
 use serde_json::Value;
 
 /// The schema version this test was written against (docs/json.md says it too).
-const FORMAT_VERSION: u64 = 1;
+const FORMAT_VERSION: u64 = 2;
 
 /// Fields the page names that a run only writes under some condition, and why they are absent
 /// from these runs.
@@ -200,6 +200,53 @@ fn check(mode: &str, reports: &[Value], page: &[(String, Section)], problems: &m
     }
 }
 
+/// Every index array under a `frames` key (a stack), at any depth below the top.
+fn stacks_in<'a>(value: &'a Value, top: bool, into: &mut Vec<&'a Vec<Value>>) {
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map {
+                match (key.as_str(), inner) {
+                    ("frames", Value::Array(stack)) if !top => into.push(stack),
+                    _ => stacks_in(inner, false, into),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| stacks_in(item, false, into)),
+        _ => {}
+    }
+}
+
+/// Version 2's frames table: each distinct frame once, every stack indices into it, and every
+/// frame of the table used by some stack.
+fn check_frame_table(mode: &str, report: &Value, problems: &mut Vec<String>) {
+    let Some(table) = report["frames"].as_array() else {
+        return problems.push(format!("{mode}: no top-level frames table"));
+    };
+    let distinct: BTreeSet<String> = table.iter().map(Value::to_string).collect();
+    if distinct.len() != table.len() {
+        problems.push(format!("{mode}: the frames table repeats frames"));
+    }
+    let mut stacks = Vec::new();
+    stacks_in(report, true, &mut stacks);
+    let mut used = BTreeSet::new();
+    for index in stacks.iter().flat_map(|s| s.iter()) {
+        match index.as_u64().filter(|&i| (i as usize) < table.len()) {
+            Some(i) => drop(used.insert(i)),
+            None => problems.push(format!(
+                "{mode}: a stack names {index}, not an index of the frames table"
+            )),
+        }
+    }
+    if used.len() != table.len() || mode == "Hotspot" && table.is_empty() {
+        problems.push(format!(
+            "{mode}: {} stacks use {} of the {} frames of the table",
+            stacks.len(),
+            used.len(),
+            table.len()
+        ));
+    }
+}
+
 #[test]
 fn every_report_and_docs_json_name_the_same_fields() {
     let page = read_page();
@@ -268,6 +315,10 @@ fn every_report_and_docs_json_name_the_same_fields() {
     assert_eq!(diff["format_version"], FORMAT_VERSION, "diff: {diff}");
 
     let mut problems = Vec::new();
+    check_frame_table("Hotspot", &hotspot_report, &mut problems);
+    check_frame_table("Sched", &sched, &mut problems);
+    check_frame_table("Lock", &lock_futex, &mut problems);
+    check_frame_table("Lock (pthread)", &lock_pthread, &mut problems);
     check("Hotspot", &[hotspot_report], &page, &mut problems);
     check("Sched", &[sched], &page, &mut problems);
     check("Lock", &[lock_futex, lock_pthread], &page, &mut problems);

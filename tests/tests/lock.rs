@@ -34,8 +34,7 @@ fn lock_run(
     command.extend_from_slice(workload_args);
     let (out, json) = lock_command(name, extra, &command);
     let truth = truth(&stdout(&out));
-    let report: Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).expect("lock JSON parses");
+    let report = read_json(&json);
     (truth, report)
 }
 
@@ -326,7 +325,7 @@ fn pthread_source_on_a_stripped_static_binary_says_what_to_use_instead() {
         json.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report: Value = read_json(&json);
     let truth = truth(&running.stop());
     let shared = address_of(&truth, "shared");
     assert!(
@@ -382,7 +381,7 @@ fn a_target_exiting_mid_run_still_gets_its_report() {
             stopped.elapsed().as_secs() < 20,
             "the run should end with its target, not at -d 60"
         );
-        let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let report: Value = read_json(&json);
         let shared = address_of(&truth, "shared");
         assert!(
             report["locks"]
@@ -437,7 +436,7 @@ fn wait_of(entries: &[&Value]) -> f64 {
 #[test]
 fn contention_leads_and_waits_for_events_stand_apart() {
     let (truth, json) = waits_run("waits.json", &[]);
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report: Value = read_json(&json);
     let pid = truth["pid"] as u32;
     let locks: Vec<&Value> = report["locks"]
         .as_array()
@@ -509,6 +508,15 @@ fn contention_leads_and_waits_for_events_stand_apart() {
         .filter(|l| l["kind"] == "condvar")
         .collect();
     let cond_waited = wait_of(&condvars);
+    // Two consumers sleep on either of the condition variable's two signal words: one entry, at
+    // the condition variable's own address, named by its symbol.
+    assert_eq!(condvars.len(), 1, "one condition variable: {condvars:?}");
+    assert_eq!(
+        condvars[0]["address"].as_str(),
+        Some(format!("{:#x}", truth["ready"] as u64).as_str()),
+        "at the condition variable's own address"
+    );
+    assert_eq!(condvars[0]["symbol"], "ready");
     assert!(
         (cond_waited - truth["cond_wait_ns"]).abs() <= TOLERANCE * truth["cond_wait_ns"],
         "condition variable: {cond_waited} ns waited, the consumer timed {} ns in pthread_cond_wait",
@@ -597,7 +605,7 @@ fn a_compressors_worker_pool_waits_for_work_it_does_not_contend() {
         ],
     );
     assert!(temp_path("xz-input.txt.xz").exists(), "xz compressed");
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report: Value = read_json(&json);
     let locks: Vec<&Value> = report["locks"].as_array().unwrap().iter().collect();
     let of = |class: &str| -> Vec<&Value> { locks.iter().copied().filter(|l| l["class"] == class).collect() };
     let (contention, waiting) = (of("contention"), of("waiting"));
@@ -619,6 +627,17 @@ fn a_compressors_worker_pool_waits_for_work_it_does_not_contend() {
     assert!(
         cond_waited > 1e8,
         "xz's threads wait on condition variables: {cond_waited} ns"
+    );
+    // One entry per condition variable: none within a `pthread_cond_t` (48 bytes) of another
+    // (its two signal words were two entries, 4 bytes apart).
+    let mut at: Vec<u64> = condvars
+        .iter()
+        .map(|c| u64::from_str_radix(c["address"].as_str().unwrap().trim_start_matches("0x"), 16).unwrap())
+        .collect();
+    at.sort();
+    assert!(
+        at.windows(2).all(|w| w[1] - w[0] >= 48),
+        "condition variables at {at:x?}"
     );
     // Their stacks are in pthread_cond_*: all but a wait that began and ended before xz's unwind
     // tables were in (a frame-pointer stack, cut in libc), a known limit.
@@ -740,7 +759,7 @@ fn a_key_value_server_under_load_names_its_contended_lock_and_its_waiter() {
     let (ran, queued) = (after[0] - before[0], after[1] - before[1]);
     let blocked = wall - ran - queued;
 
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let report: Value = read_json(&json);
     let top = report["locks"]
         .as_array()
         .unwrap()

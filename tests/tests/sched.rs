@@ -73,7 +73,7 @@ fn sched_run(output: &str, command: &[&str]) -> (String, std::path::PathBuf) {
 
 fn profile_sched(output: &str, command: &[&str]) -> (String, Value) {
     let (stdout, path) = sched_run(output, command);
-    let report = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).expect("sched JSON parses");
+    let report = read_json(&path);
     (stdout, report)
 }
 
@@ -92,7 +92,7 @@ fn check_every_thread_against_its_schedstat(output: &str, exact: bool) {
     let out = command.args(&args).output().unwrap();
     assert_no_programs_left();
     assert!(out.status.success(), "{}", stderr(&out));
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let report: Value = read_json(&path);
     assert_eq!(report["mode"], "sched");
     let notes = report["notes"].to_string();
     assert_eq!(
@@ -221,6 +221,67 @@ fn off_cpu_time_lands_on_the_sleeping_function() {
     );
 }
 
+/// Every off-CPU stack is taken inside bpfprof's program at `sched_switch`, a tracepoint in
+/// `__schedule`: its kernel frames must begin there, not in the program (JITed code, named after
+/// whatever kallsyms symbol precedes it) or what ran it (`bpf_trace_run4`). The sleeper blocks in
+/// nanosleep(2): through `schedule` into `__schedule`.
+#[test]
+fn off_cpu_kernel_stacks_begin_in_the_scheduler_not_in_the_tracing_machinery() {
+    let path = temp_path("offcpu-kernel.json");
+    let out = run(&[
+        "--mode",
+        "sched",
+        "--offcpu-stacks",
+        "all",
+        "-o",
+        path.to_str().unwrap(),
+        "--",
+        &schedload(),
+        "2",
+        "1",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (stdout, report) = (stdout(&out), read_json(&path));
+    let sleeper = tasks(&stdout).into_iter().find(|t| t.role == "sleeper").unwrap();
+    let stacks = report["offcpu"].as_array().unwrap();
+    let mut with_kernel = 0;
+    for stack in stacks {
+        let kernel: Vec<&Value> = stack["frames"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["kernel"] == true && !f["function"].as_str().unwrap().starts_with("[lost"))
+            .collect();
+        let Some(leaf) = kernel.last() else { continue };
+        with_kernel += 1;
+        let name = leaf["function"].as_str().unwrap();
+        let tracing = [
+            "bpf_",
+            "__bpf_",
+            "trace_call_bpf",
+            "__traceiter_",
+            "perf_trace_",
+            "kprobe_",
+        ];
+        // A code address more than 1 MiB past its symbol is in no function: JITed code.
+        let offset = leaf["offset"].as_u64().unwrap_or(0);
+        assert!(
+            !tracing.iter().any(|t| name.starts_with(t)) && offset < 1 << 20 && name != "[unknown]",
+            "a kernel stack begins in the tracing machinery: {name}+{offset:#x} in {:?}",
+            Report::frames(stack)
+        );
+        assert_eq!(name, "__schedule", "{:?}", Report::frames(stack));
+        if stack["tid"] == sleeper.tid {
+            let names: Vec<&str> = kernel.iter().map(|f| f["function"].as_str().unwrap()).collect();
+            assert!(
+                names.ends_with(&["schedule", "__schedule"]) && names.contains(&"do_nanosleep"),
+                "the sleeper's kernel stack: {names:?}"
+            );
+        }
+    }
+    assert!(with_kernel > 0, "no off-CPU stack with kernel frames");
+}
+
 #[test]
 fn slow_waits_name_the_waker_and_the_cpu_holders() {
     let path = temp_path("slow.json");
@@ -237,7 +298,7 @@ fn slow_waits_name_the_waker_and_the_cpu_holders() {
         "3",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let report: Value = read_json(&path);
     let workload: Vec<u32> = tasks(&stdout(&out)).iter().map(|t| t.tid).collect();
     let slow = report["slow_events"].as_array().unwrap();
     assert!(
@@ -247,6 +308,27 @@ fn slow_waits_name_the_waker_and_the_cpu_holders() {
     assert!(report["slow_total"].as_u64().unwrap() >= slow.len() as u64);
     for e in slow {
         assert!(e["delay_ns"].as_u64().unwrap() >= 1_000_000);
+        // Each task that held the CPU is named once, with all of its time in the wait.
+        let holders: Vec<u64> = e["cpu_holders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["tid"].as_u64().unwrap())
+            .collect();
+        let distinct: std::collections::HashSet<&u64> = holders.iter().collect();
+        assert_eq!(distinct.len(), holders.len(), "a holder named twice: {e}");
+        let held: u64 = e["cpu_holders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["held_ns"].as_u64().unwrap())
+            .sum();
+        // The stretches are timed at the tracepoints, the wait by the kernel's own clock points.
+        let slack = PER_SWITCH_OFFSET_NS as u64 * holders.len() as u64;
+        assert!(
+            held <= e["delay_ns"].as_u64().unwrap() + slack,
+            "held longer than waited: {e}"
+        );
     }
     // A busy thread waits because the other busy threads hold the CPU: they must be named.
     let named_busy = slow.iter().any(|e| {
@@ -287,7 +369,7 @@ fn running_process_threads_started_before_the_run_are_seen() {
     let after: Vec<[f64; 3]> = threads.iter().map(|&tid| schedstat(pid, tid)).collect();
     let (status, err) = finish_bpfprof(bpfprof, stderr);
     assert!(status.success(), "{err}");
-    let report: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let report: Value = read_json(&path);
     let mine: Vec<&Value> = report["tasks"]
         .as_array()
         .unwrap()

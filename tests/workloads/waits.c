@@ -2,16 +2,17 @@
  *
  * - two workers take a `static` mutex (a local symbol, `b` in nm) for 1 ms at a time in
  *   update_table: contention;
- * - a consumer waits on a condition variable that a producer signals every 2 ms (wait_for_work):
- *   waiting for an event, not contention;
+ * - two consumers wait on one condition variable that a producer signals every 2 ms
+ *   (wait_for_work): waiting for an event, not contention (glibc's waiters sleep on either of its
+ *   two `__g_signals` words: still one condition variable);
  * - the main thread joins the workers right after starting them: waiting for a thread's exit. It
  *   is the process's first futex wait, begun before a profiler can have read its memory map.
  *
  *   waits SECONDS
  *
  * Prints at exit: TRUTH pid=<pid> table_lock=<address> wait_ns=<the workers' waits for
- * table_lock> cond_wait_ns=<the consumer's time in pthread_cond_wait> join_ns=<the main thread's
- * time in pthread_join>
+ * table_lock> ready=<the condition variable's address> cond_wait_ns=<the consumers' time in
+ * pthread_cond_wait> join_ns=<the main thread's time in pthread_join>
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -54,7 +55,7 @@ __attribute__((noinline)) int wait_for_work(void) {
     while (work_items == 0 && !done) {
         long long before = now_ns();
         pthread_cond_wait(&ready, &ready_lock);
-        cond_wait_ns += now_ns() - before;
+        __atomic_fetch_add(&cond_wait_ns, now_ns() - before, __ATOMIC_RELAXED);
     }
     int got = work_items > 0;
     if (got) work_items--;
@@ -92,16 +93,17 @@ int main(int argc, char **argv) {
         return 2;
     }
     seconds = atof(argv[1]);
-    pthread_t workers[2], cons, prod;
-    pthread_create(&cons, NULL, consumer, NULL);
+    pthread_t workers[2], cons[2], prod;
+    for (int i = 0; i < 2; i++) pthread_create(&cons[i], NULL, consumer, NULL);
     pthread_create(&prod, NULL, producer, NULL);
     for (int i = 0; i < 2; i++) pthread_create(&workers[i], NULL, worker, NULL);
     long long before = now_ns();
     for (int i = 0; i < 2; i++) pthread_join(workers[i], NULL);
     pthread_join(prod, NULL);
-    pthread_join(cons, NULL);
+    for (int i = 0; i < 2; i++) pthread_join(cons[i], NULL);
     long long join_ns = now_ns() - before;
-    printf("TRUTH pid=%d table_lock=%lu wait_ns=%lld cond_wait_ns=%lld join_ns=%lld\n", (int)getpid(),
-           (unsigned long)&table_lock, wait_ns, cond_wait_ns, join_ns);
+    printf("TRUTH pid=%d table_lock=%lu wait_ns=%lld ready=%lu cond_wait_ns=%lld join_ns=%lld\n",
+           (int)getpid(), (unsigned long)&table_lock, wait_ns, (unsigned long)&ready, cond_wait_ns,
+           join_ns);
     return 0;
 }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{body::Incoming, server::conn::http1, service::service_fn, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 
 use super::{
     metrics::{Metrics, OwnUsage},
@@ -38,6 +38,9 @@ pub struct PullRequest {
 
 pub struct Endpoint {
     pub pulls: mpsc::Sender<PullRequest>,
+    /// Wakes the agent's loop to start a pull at once, not at its next regular drain: the pull
+    /// then holds the samples of exactly the seconds asked for.
+    pub wake: Arc<Notify>,
     pub latest: Latest,
     pub metrics: Arc<Metrics>,
     /// The files holding unwind rows as of the last window's end (none: tables are off).
@@ -199,6 +202,7 @@ async fn pull(endpoint: &Endpoint, signal: Signal, query: Option<&str>) -> Respo
             "too many profiles being taken at once: retry later\n",
         );
     }
+    endpoint.wake.notify_one();
     match answer.await {
         Ok(Ok(bytes)) => {
             endpoint.metrics.pulls_served.fetch_add(1, Relaxed);

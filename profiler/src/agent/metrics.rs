@@ -51,6 +51,9 @@ pub struct Metrics {
     pub runqueue_buckets: [AtomicU64; BUCKETS],
     pub runqueue_delay_ns: AtomicU64,
     pub runqueue_threads: AtomicU64,
+    /// The run-queue signal is on: only then is its histogram exported (all zero otherwise, it
+    /// would claim threads never waited for a CPU).
+    pub runqueue: bool,
 }
 
 impl Default for Metrics {
@@ -97,6 +100,7 @@ impl Default for Metrics {
             runqueue_buckets: std::array::from_fn(|_| zero()),
             runqueue_delay_ns: zero(),
             runqueue_threads: zero(),
+            runqueue: false,
         }
     }
 }
@@ -152,6 +156,14 @@ pub fn cpu_ticks(stat: &str) -> Option<u64> {
 }
 
 impl Metrics {
+    /// All zero; `runqueue`: the run-queue signal is on (its histogram is exported).
+    pub fn new(runqueue: bool) -> Metrics {
+        Metrics {
+            runqueue,
+            ..Metrics::default()
+        }
+    }
+
     /// What a closed window's health adds to the totals.
     pub fn count_window(&self, health: &crate::profile::Health) {
         self.samples.fetch_add(health.samples, Relaxed);
@@ -425,7 +437,14 @@ impl Metrics {
             "seconds since the agent started",
             self.started.elapsed().as_secs_f64(),
         );
-        // Waiting for a CPU, the kernel's own figures: a histogram over every thread.
+        if self.runqueue {
+            self.runqueue_histogram(&mut out);
+        }
+        out
+    }
+
+    /// Waiting for a CPU, the kernel's own figures: a histogram over every thread.
+    fn runqueue_histogram(&self, out: &mut String) {
         let name = "bpfprof_runqueue_delay_seconds";
         let _ = writeln!(out, "# HELP {name} time threads waited for a CPU after becoming runnable (kernel sched_info), windows ended so far");
         let _ = writeln!(out, "# TYPE {name} histogram");
@@ -438,9 +457,9 @@ impl Metrics {
             };
             let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
         }
-        let _ = writeln!(out, "{name}_sum {}", get(&self.runqueue_delay_ns) / 1e9);
+        let sum = self.runqueue_delay_ns.load(Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "{name}_sum {sum}");
         let _ = writeln!(out, "{name}_count {cumulative}");
-        out
     }
 }
 
@@ -468,5 +487,21 @@ mod tests {
         );
         assert_eq!(value(&page, "bpfprof_agent_samples"), None, "whole names only");
         assert_eq!(cpu_ticks("1 (a b) S 0 0 0 0 0 0 0 0 0 0 7 5 0"), Some(12));
+    }
+
+    #[test]
+    fn the_run_queue_histogram_is_exported_only_when_its_signal_is_on() {
+        let off = Metrics::default().render(OwnUsage::default());
+        assert!(
+            !off.contains("bpfprof_runqueue_delay_seconds"),
+            "signal off, yet a histogram:\n{off}"
+        );
+        let on = Metrics::new(true);
+        on.runqueue_buckets[0].store(3, Relaxed);
+        on.runqueue_buckets[2].store(2, Relaxed);
+        on.runqueue_delay_ns.store(1_500_000_000, Relaxed);
+        let page = on.render(OwnUsage::default());
+        assert_eq!(value(&page, "bpfprof_runqueue_delay_seconds_count"), Some(5.0));
+        assert_eq!(value(&page, "bpfprof_runqueue_delay_seconds_sum"), Some(1.5));
     }
 }

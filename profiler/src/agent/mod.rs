@@ -229,7 +229,7 @@ async fn agent(
     tracefs: &std::path::Path,
     output_dir: &std::path::Path,
 ) -> anyhow::Result<()> {
-    let metrics = Arc::new(Metrics::default());
+    let metrics = Arc::new(Metrics::new(config.signals.runqueue));
     let latest: render::Latest = Arc::new(Mutex::new(HashMap::new()));
     let unwind_files = Arc::new(Mutex::new(None));
     let pusher = config.push.clone().map(|p| Pusher::start(p, metrics.clone()));
@@ -248,10 +248,12 @@ async fn agent(
     };
     let (jobs, renderer) = render::start(store, [pusher, exporter], latest.clone(), metrics.clone(), meta);
     let (pull_tx, pull_rx) = mpsc::channel::<PullRequest>(MAX_PULLS);
+    let wake = Arc::new(tokio::sync::Notify::new());
     if let Some(listener) = listener {
         let listener = tokio::net::TcpListener::from_std(listener).context("serving the endpoint")?;
         let endpoint = Arc::new(Endpoint {
             pulls: pull_tx,
+            wake: wake.clone(),
             latest,
             metrics: metrics.clone(),
             unwind_files: unwind_files.clone(),
@@ -326,6 +328,7 @@ async fn agent(
         closing: None,
         pulls: Vec::new(),
         requests: pull_rx,
+        wake,
         health: Health::default(),
         metrics: metrics.clone(),
         unwind_files,
@@ -371,8 +374,10 @@ struct AgentCollector {
     /// they left is in it): forgotten after it, unless a pull still needs them.
     closing: Option<HashSet<u32>>,
     pulls: Vec<Pull>,
-    /// Profiles asked for at the endpoint, started at the next drain.
+    /// Profiles asked for at the endpoint, each started by the drain it wakes.
     requests: mpsc::Receiver<PullRequest>,
+    /// Notified by the endpoint with each request.
+    wake: Arc<tokio::sync::Notify>,
     /// The kernel's cumulative counters at the last window's end.
     health: Health,
     metrics: Arc<Metrics>,
@@ -382,8 +387,14 @@ struct AgentCollector {
 }
 
 impl Sink for AgentCollector {
+    /// The window's end, or a pull's if sooner: each ends at a drain of its own.
     fn wake_at(&self) -> Option<Instant> {
-        Some(self.window_due)
+        let pulls = self.pulls.iter().map(|p| p.until);
+        pulls.chain([self.window_due]).min()
+    }
+
+    fn woken(&self) -> Option<Arc<tokio::sync::Notify>> {
+        Some(self.wake.clone())
     }
 
     fn before_drain(&mut self, procs: &Processes) {
@@ -398,12 +409,10 @@ impl Sink for AgentCollector {
         }
     }
 
-    /// Everything the kernel recorded since the last drain, into the window and every pull;
+    /// Everything the kernel recorded since the last drain, into the window and every pull
+    /// already started; pulls asked for since start now (the endpoint woke this drain for them);
     /// pulls that are due go to the renderer, and so does the window when it is due.
     fn drained(&mut self, drained: Drained<'_>) -> anyhow::Result<()> {
-        while let Ok(request) = self.requests.try_recv() {
-            self.start_pull(request);
-        }
         let Drained {
             samples,
             offcpu,
@@ -460,6 +469,10 @@ impl Sink for AgentCollector {
             if self.closing.is_some() && self.signals.runqueue {
                 live = sched.live_tasks();
             }
+        }
+        // Only now: what this drain took was recorded before they were asked for.
+        while let Ok(request) = self.requests.try_recv() {
+            self.start_pull(request);
         }
         let now = Instant::now();
         let (due, waiting): (Vec<Pull>, Vec<Pull>) = self.pulls.drain(..).partition(|p| p.until <= now);

@@ -44,7 +44,8 @@ pub struct Cli {
     /// Report format (default: from the -o extension, else text).
     #[arg(long, value_enum)]
     pub format: Option<Format>,
-    /// Write the report here instead of standard output.
+    /// Write the report here instead of standard output. Its extension picks the format: .txt,
+    /// .json, .folded, .svg, .heatmap.svg, .pb.gz or .pprof (another is refused without --format).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Sched mode: list each run-queue wait at least this long (milliseconds) with its culprits.
@@ -122,11 +123,11 @@ pub enum Subcommands {
         after_help = "Examples:\n  sudo bpfprof agent                               CPU, a window a minute, served on 127.0.0.1:7071\n  sudo bpfprof agent --signals all --window 15     CPU, off-CPU, run queue and locks, 15 s windows\n  sudo bpfprof agent --otlp http://collector:4317  export every window over OTLP/gRPC\n  go tool pprof -seconds 30 http://127.0.0.1:7071/debug/pprof/profile\n                                                   30 s of CPU, pulled from a running agent"
     )]
     Agent(AgentArgs),
-    /// Compare two saved profiles (any mode with stacks: JSON, pprof or folded): a table of the
-    /// functions whose share changed most, or a differential flamegraph (`-o diff.svg`: red grew,
-    /// blue shrank). Shares are of each profile's own total, so runs of any length compare.
+    /// Compare two saved profiles (any mode with stacks: JSON, pprof or folded): a table of each
+    /// function's time (or samples) before and after, its change and each profile's shares, the
+    /// largest change first; or a differential flamegraph (`-o diff.svg`: red grew, blue shrank).
     #[command(
-        after_help = "Examples:\n  bpfprof diff before.json after.json                the functions whose share changed most\n  bpfprof diff before.pb.gz after.pb.gz -o diff.svg  differential flamegraph (red grew, blue shrank)"
+        after_help = "Examples:\n  bpfprof diff before.json after.json                the functions whose time changed most\n  bpfprof diff before.pb.gz after.pb.gz -o diff.svg  differential flamegraph (red grew, blue shrank)"
     )]
     Diff(DiffArgs),
     /// Render a saved profile again (`-o flame.svg`), or annotate one of its functions.
@@ -150,14 +151,14 @@ pub struct DiffArgs {
     /// The profile compared with it.
     #[arg(value_name = "AFTER")]
     pub after: PathBuf,
-    /// Output format: text, svg, folded (`stack before after`) or json (default: from the -o
-    /// extension, else text).
+    /// Output format: text, svg, folded (`stack before after`, each profile's own counts) or json
+    /// (default: from the -o extension, else text).
     #[arg(long, value_enum)]
     pub format: Option<Format>,
-    /// Write here instead of standard output.
+    /// Write here instead of standard output (the extension picks the format, as for a run).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Functions listed in the table.
+    /// Functions listed in the table (and the JSON).
     #[arg(long, value_name = "N", default_value_t = 25)]
     pub limit: usize,
     /// Flamegraph: frames as wide as in AFTER (what runs now), or as in BEFORE (shows what is
@@ -201,7 +202,7 @@ pub struct ReportArgs {
     /// Output format (default: from the -o extension, else text).
     #[arg(long, value_enum)]
     pub format: Option<Format>,
-    /// Write here instead of standard output.
+    /// Write here instead of standard output (the extension picks the format, as for a run).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
 }
@@ -299,7 +300,7 @@ pub struct AgentArgs {
 }
 
 /// The exit codes, for scripts (`--help` and the README).
-pub const EXIT_STATUS: &str = "Exit status:\n  0      the run finished and its report was written (or the agent stopped on SIGTERM/Ctrl-C)\n  1      it failed: the message says why and what to do\n  2      the command line was wrong\n  126    the command after -- was found but could not be run\n  127    the command after -- was not found\n  N      with a command after --, that command's own exit status\n  128+N  with a command after --, that command was killed by signal N";
+pub const EXIT_STATUS: &str = "Exit status:\n  0      the run finished and its report was written (or the agent stopped on SIGTERM/Ctrl-C)\n  1      it failed: the message says why and what to do\n  2      the command line was wrong\n  126    the command after -- was found but could not be run\n  127    the command after -- was not found\n  N      with a command after --, that command's own exit status\n  128+N  with a command after --, that command was killed by signal N (or it outlived SIGTERM\n         and was left running: N is the signal that stopped bpfprof)";
 
 /// The two transports of OTLP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -550,27 +551,42 @@ impl Format {
         }
     }
 
-    /// The format an output path asks for by its extension.
-    pub fn from_path(path: &std::path::Path) -> Option<Format> {
-        let name = path.file_name()?.to_str()?.to_ascii_lowercase();
-        [
-            (".heatmap.svg", Format::Heatmap),
-            (".svg", Format::Svg),
-            (".folded", Format::Folded),
-            (".json", Format::Json),
-            (".pb.gz", Format::Pprof),
-            (".pprof", Format::Pprof),
-            (".txt", Format::Text),
-        ]
-        .into_iter()
-        .find(|(ext, _)| name.ends_with(ext))
-        .map(|(_, format)| format)
+    /// The format an output path asks for by its extension: `None` for a name without one; an
+    /// extension no format has is refused, listing those that exist.
+    pub fn from_path(path: &std::path::Path) -> Result<Option<Format>, String> {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().to_ascii_lowercase())
+            .unwrap_or_default();
+        if let Some((_, format)) = EXTENSIONS.iter().find(|(ext, _)| name.ends_with(ext)) {
+            return Ok(Some(*format));
+        }
+        match path.extension() {
+            None => Ok(None),
+            Some(ext) => Err(format!(
+                "-o {}: bpfprof writes no `.{}` files: end the name in {} (or give --format)",
+                path.display(),
+                ext.to_string_lossy(),
+                EXTENSIONS.map(|(ext, _)| ext).join(", ")
+            )),
+        }
     }
 }
 
+/// The output extensions and the format each writes (longest first where one ends another).
+const EXTENSIONS: [(&str, Format); 7] = [
+    (".txt", Format::Text),
+    (".json", Format::Json),
+    (".folded", Format::Folded),
+    (".heatmap.svg", Format::Heatmap),
+    (".svg", Format::Svg),
+    (".pb.gz", Format::Pprof),
+    (".pprof", Format::Pprof),
+];
+
 impl Cli {
     /// The format the report will be written in.
-    pub fn resolved_format(&self) -> Format {
+    pub fn resolved_format(&self) -> Result<Format, crate::error::UserError> {
         format_for(self.format, self.output.as_deref())
     }
 }
@@ -582,11 +598,17 @@ fn parse_millis(s: &str) -> Result<f64, String> {
     }
 }
 
-/// Format from `--format`, else the output's extension, else text.
-pub fn format_for(format: Option<Format>, output: Option<&std::path::Path>) -> Format {
-    format
-        .or_else(|| output.and_then(Format::from_path))
-        .unwrap_or(Format::Text)
+/// Format from `--format`, else the output's extension, else text. An extension that names no
+/// format is a usage error (it used to write text silently), unless `--format` says what to write.
+pub fn format_for(
+    format: Option<Format>,
+    output: Option<&std::path::Path>,
+) -> Result<Format, crate::error::UserError> {
+    let from_path = match (format, output) {
+        (None, Some(path)) => Format::from_path(path).map_err(crate::error::UserError::Usage)?,
+        _ => None,
+    };
+    Ok(format.or(from_path).unwrap_or(Format::Text))
 }
 
 /// A size in bytes: a number with an optional K, M or G (powers of 1024).

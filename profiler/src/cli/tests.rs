@@ -65,14 +65,65 @@ fn signals_are_named_spelt_otherwise_or_all() {
 
 #[test]
 fn format_follows_output_extension_unless_given() {
-    let cli = Cli::parse_from(["bpfprof", "-o", "out.pb.gz"]);
-    assert_eq!(cli.resolved_format(), Format::Pprof);
-    let cli = Cli::parse_from(["bpfprof", "-o", "Flame.SVG"]);
-    assert_eq!(cli.resolved_format(), Format::Svg);
-    let cli = Cli::parse_from(["bpfprof", "-o", "x.svg", "--format", "json"]);
-    assert_eq!(cli.resolved_format(), Format::Json);
-    let cli = Cli::parse_from(["bpfprof", "-o", "report"]);
-    assert_eq!(cli.resolved_format(), Format::Text);
+    let format = |args: &[&str]| {
+        let mut argv = vec!["bpfprof"];
+        argv.extend_from_slice(args);
+        Cli::parse_from(argv).resolved_format()
+    };
+    assert_eq!(format(&["-o", "out.pb.gz"]).unwrap(), Format::Pprof);
+    assert_eq!(format(&["-o", "Flame.SVG"]).unwrap(), Format::Svg);
+    assert_eq!(format(&["-o", "w.heatmap.svg"]).unwrap(), Format::Heatmap);
+    assert_eq!(
+        format(&["-o", "x.svg", "--format", "json"]).unwrap(),
+        Format::Json
+    );
+    assert_eq!(format(&["-o", "report.txt"]).unwrap(), Format::Text);
+    // A name without an extension is text; so is standard output.
+    assert_eq!(format(&["-o", "report"]).unwrap(), Format::Text);
+    assert_eq!(format(&["-o", "./.hidden"]).unwrap(), Format::Text);
+    assert_eq!(format(&[]).unwrap(), Format::Text);
+}
+
+#[test]
+fn an_output_extension_no_format_has_is_refused_listing_those_that_exist() {
+    for (name, ext) in [
+        ("x.pb", ".pb"),
+        ("x.folded.gz", ".gz"),
+        ("/tmp/a.b/r.html", ".html"),
+    ] {
+        let err = Cli::parse_from(["bpfprof", "-o", name])
+            .resolved_format()
+            .unwrap_err();
+        assert_eq!(err.exit_code(), crate::error::exit::USAGE, "{name}");
+        let line = err.to_string();
+        assert!(line.contains(&format!("`{ext}`")), "{line}");
+        for known in [
+            ".txt",
+            ".json",
+            ".folded",
+            ".svg",
+            ".heatmap.svg",
+            ".pb.gz",
+            ".pprof",
+        ] {
+            assert!(line.contains(known), "{known} not listed: {line}");
+        }
+        assert!(!line.contains('\n'), "one line: {line}");
+    }
+    // --format says what to write: any name then goes.
+    let cli = Cli::parse_from(["bpfprof", "-o", "x.pb", "--format", "pprof"]);
+    assert_eq!(cli.resolved_format().unwrap(), Format::Pprof);
+    // diff and report read -o the same way.
+    let cli = Cli::parse_from(["bpfprof", "diff", "a.json", "b.json", "-o", "d.png"]);
+    let Some(Subcommands::Diff(diff)) = cli.subcommand else {
+        panic!("not diff");
+    };
+    assert!(format_for(diff.format, diff.output.as_deref()).is_err());
+    let cli = Cli::parse_from(["bpfprof", "report", "a.json", "-o", "r.pb"]);
+    let Some(Subcommands::Report(report)) = cli.subcommand else {
+        panic!("not report");
+    };
+    assert!(format_for(report.format, report.output.as_deref()).is_err());
 }
 
 #[test]
@@ -124,7 +175,10 @@ fn view_subcommands_parse() {
     let Some(Subcommands::Diff(diff)) = cli.subcommand else {
         panic!("not diff");
     };
-    assert_eq!(format_for(diff.format, diff.output.as_deref()), Format::Svg);
+    assert_eq!(
+        format_for(diff.format, diff.output.as_deref()).unwrap(),
+        Format::Svg
+    );
     assert_eq!(diff.widths, Widths::Before);
     assert!(Cli::try_parse_from(["bpfprof", "diff", "only-one.json"]).is_err());
     let cli = Cli::parse_from(["bpfprof", "top", "--mode", "lock", "-p", "7"]);

@@ -35,13 +35,26 @@ pub fn folded_lines(report: &StackReport) -> Vec<String> {
         .collect()
 }
 
-/// Kernel frames get perf's `_[k]` suffix so flamegraphs can colour them apart.
+/// Kernel frames get perf's `_[k]` suffix so flamegraphs can colour them apart; an unknown
+/// frame is named by its module, as stackcollapse-perf names it.
 fn frame_name(frame: &Frame) -> String {
-    let mut name = clean(&frame.function);
+    let mut name = match frame.is_unknown() && !frame.module.is_empty() {
+        true => clean(&unknown_frame_name(&frame.module)),
+        false => clean(&frame.function),
+    };
     if frame.kernel {
         name.push_str("_[k]");
     }
     name
+}
+
+/// An unknown frame's name where only names are kept: its module's file name in brackets
+/// (`[liblzma.so.5]`; `[vdso]` as it is), so unknown code in two modules stays apart.
+pub fn unknown_frame_name(module: &str) -> String {
+    if module.starts_with('[') {
+        return module.to_string();
+    }
+    format!("[{}]", module.rsplit('/').next().unwrap_or(module))
 }
 
 /// `;` separates frames and the last space separates the count: neither may appear in a name.

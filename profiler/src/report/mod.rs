@@ -8,13 +8,17 @@ use crate::{
 };
 
 mod folded;
+mod frame_table;
 mod heatmap;
-pub(crate) mod json;
+pub mod json;
+mod names;
 pub mod pprof;
+mod sched_text;
 mod svg;
 mod text;
 
-pub use folded::folded_lines;
+pub use folded::{folded_lines, unknown_frame_name};
+pub(crate) use names::short_name;
 pub use pprof::proto as pprof_proto;
 
 pub trait Renderer {

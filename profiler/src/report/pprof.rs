@@ -9,7 +9,7 @@ use prost::Message;
 
 use super::Renderer;
 use crate::{
-    model::{StackReport, Weight},
+    model::{RunMeta, StackReport, Weight},
     modes::lock::{lock_label, LockReport, WaitClass},
     symbolize::Frame,
 };
@@ -300,13 +300,110 @@ pub fn hotspot_profile_labeled(report: &StackReport, labels: &ProcessLabels<'_>)
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as i64 - b.profile.duration_nanos)
         .unwrap_or(0);
-    let comment = b.string(&format!("bpfprof {}: {}", report.meta.mode, report.meta.target));
+    let comment = b.string(&header_comment(&report.meta, report.weight));
     b.profile.comment.push(comment);
     for text in report.health.warnings().iter().chain(&report.meta.notes) {
         let comment = b.string(text);
         b.profile.comment.push(comment);
     }
+    main_executable_first(&mut b.profile);
     b.profile
+}
+
+/// The report's header as the profile's first comment, so that it is read back whole (and
+/// `go tool pprof -comments` shows it): `bpfprof hotspot: pid 1234 | cpu-clock at 99 Hz | 2
+/// CPUs`; the event only for sampled profiles (a time profile was not sampled at a frequency).
+pub fn header_comment(meta: &RunMeta, weight: Weight) -> String {
+    let event = match weight {
+        Weight::Samples => format!(" | {} at {} Hz", meta.event, meta.frequency_hz),
+        _ => String::new(),
+    };
+    format!(
+        "bpfprof {}: {}{event} | {} CPUs",
+        meta.mode, meta.target, meta.cpus
+    )
+}
+
+/// What a `header_comment` says, read back: `None` when the comment is not one.
+pub fn read_header_comment(comment: &str) -> Option<Header> {
+    let (mode, rest) = comment.strip_prefix("bpfprof ")?.split_once(": ")?;
+    let (rest, cpus) = rest.rsplit_once(" | ")?;
+    let cpus = cpus.strip_suffix(" CPUs")?.parse().ok()?;
+    let sampled = rest.rsplit_once(" | ").and_then(|(target, event)| {
+        let (event, hz) = event.strip_suffix(" Hz")?.rsplit_once(" at ")?;
+        Some((target, event, hz.parse().ok()?))
+    });
+    let (target, event, frequency_hz) = sampled.unwrap_or((rest, "", 0));
+    Some(Header {
+        mode: mode.to_string(),
+        target: target.to_string(),
+        event: event.to_string(),
+        frequency_hz,
+        cpus,
+    })
+}
+
+/// A report's header as its pprof profile carries it.
+#[derive(Debug, PartialEq)]
+pub struct Header {
+    pub mode: String,
+    pub target: String,
+    /// Empty for a time profile.
+    pub event: String,
+    pub frequency_hz: u64,
+    pub cpus: u32,
+}
+
+/// `go tool pprof` (and other readers) name a profile after its first mapping (`File:`): that
+/// is the main executable with the most samples, not whichever library the first stack's leaf
+/// was in. Mappings are renumbered so that it is mapping 1.
+fn main_executable_first(profile: &mut proto::Profile) {
+    let mut weight: HashMap<u64, i64> = HashMap::new();
+    let mapping_of: HashMap<u64, u64> = profile.location.iter().map(|l| (l.id, l.mapping_id)).collect();
+    for sample in &profile.sample {
+        let mut seen: Vec<u64> = sample
+            .location_id
+            .iter()
+            .filter_map(|l| mapping_of.get(l).copied())
+            .collect();
+        seen.sort_unstable();
+        seen.dedup();
+        for mapping in seen {
+            *weight.entry(mapping).or_default() += sample.value.first().copied().unwrap_or(0);
+        }
+    }
+    let strings = &profile.string_table;
+    let main = profile
+        .mapping
+        .iter()
+        .filter(|m| is_executable(strings.get(m.filename as usize).map_or("", String::as_str)))
+        .max_by_key(|m| (weight.get(&m.id).copied().unwrap_or(0), std::cmp::Reverse(m.id)))
+        .map(|m| m.id);
+    let Some(main) = main else { return };
+    let Some(at) = profile.mapping.iter().position(|m| m.id == main) else {
+        return;
+    };
+    let first = profile.mapping.remove(at);
+    profile.mapping.insert(0, first);
+    let renumbered: HashMap<u64, u64> = profile
+        .mapping
+        .iter()
+        .enumerate()
+        .map(|(i, m)| (m.id, i as u64 + 1))
+        .collect();
+    for mapping in &mut profile.mapping {
+        mapping.id = renumbered[&mapping.id];
+    }
+    for location in &mut profile.location {
+        location.mapping_id = renumbered.get(&location.mapping_id).copied().unwrap_or(0);
+    }
+}
+
+/// A file a process was started from, by its path: not a shared object (`libz.so.1`,
+/// `ld-linux-x86-64.so.2`), nor the kernel, the vDSO or anonymous memory (`[...]`).
+fn is_executable(module: &str) -> bool {
+    let name = module.rsplit('/').next().unwrap_or(module);
+    module.starts_with('/') && !name.ends_with(".so") && !name.contains(".so.")
 }
 
 /// One thread's figure in a per-thread profile.
@@ -403,6 +500,7 @@ pub fn lock_profile(report: &LockReport, labels: &ProcessLabels<'_>) -> proto::P
         let comment = b.string(text);
         b.profile.comment.push(comment);
     }
+    main_executable_first(&mut b.profile);
     b.profile
 }
 
@@ -443,5 +541,102 @@ mod tests {
         );
         assert_eq!(name_of_location(*hottest.location_id.last().unwrap()), "main");
         assert_eq!(hottest.value[1], 60 * (1_000_000_000 / 99));
+    }
+
+    fn decoded(report: &crate::model::StackReport) -> proto::Profile {
+        let mut raw = Vec::new();
+        GzDecoder::new(&render(Format::Pprof, report)[..])
+            .read_to_end(&mut raw)
+            .unwrap();
+        proto::Profile::decode(&raw[..]).unwrap()
+    }
+
+    /// xz's hottest stack ends in libz; the dynamic loader and the kernel have samples too: the
+    /// first mapping (what `go tool pprof` prints as `File:`) is xz itself, and every location
+    /// still names the file its frame is in.
+    #[test]
+    fn the_main_executable_is_the_first_mapping() {
+        use crate::symbolize::Frame;
+        let mut report = sample_report();
+        let in_module = |name: &str, module: &str| Frame::named(name.into(), module);
+        let libz = "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13";
+        let loader = "/usr/lib64/ld-linux-x86-64.so.2";
+        let stacks = [
+            (
+                vec![in_module("main", "/usr/bin/xz"), in_module("deflate", libz)],
+                50,
+            ),
+            (
+                vec![in_module("_dl_start", loader), in_module("_dl_relocate", loader)],
+                30,
+            ),
+            (
+                vec![
+                    in_module("main", "/usr/bin/xz"),
+                    in_module("encode", "/usr/bin/xz"),
+                ],
+                15,
+            ),
+            (vec![in_module("ksys_read", "[kernel.kallsyms]")], 5),
+        ];
+        report.stacks = stacks
+            .into_iter()
+            .map(|(frames, count)| crate::model::Stack {
+                count,
+                frames,
+                ..report.stacks[0].clone()
+            })
+            .collect();
+        let p = decoded(&report);
+        let file = |m: &proto::Mapping| p.string_table[m.filename as usize].as_str();
+        assert_eq!((p.mapping[0].id, file(&p.mapping[0])), (1, "/usr/bin/xz"));
+        let ids: Vec<u64> = p.mapping.iter().map(|m| m.id).collect();
+        assert_eq!(ids, (1..=p.mapping.len() as u64).collect::<Vec<_>>());
+        for location in &p.location {
+            let mapping = p.mapping.iter().find(|m| m.id == location.mapping_id).unwrap();
+            let function = p
+                .function
+                .iter()
+                .find(|f| f.id == location.line[0].function_id)
+                .unwrap();
+            let module = match p.string_table[function.name as usize].as_str() {
+                "deflate" => libz,
+                "_dl_start" | "_dl_relocate" => loader,
+                "ksys_read" => "[kernel.kallsyms]",
+                _ => "/usr/bin/xz",
+            };
+            assert_eq!(file(mapping), module);
+        }
+    }
+
+    #[test]
+    fn the_header_comment_reads_back_as_written() {
+        let mut meta = sample_report().meta;
+        meta.target = "command ./a | b".into();
+        let sampled = super::header_comment(&meta, crate::model::Weight::Samples);
+        assert_eq!(
+            sampled,
+            "bpfprof hotspot: command ./a | b | cpu-clock at 99 Hz | 2 CPUs"
+        );
+        let header = super::read_header_comment(&sampled).unwrap();
+        assert_eq!(
+            (
+                header.mode.as_str(),
+                header.target.as_str(),
+                header.event.as_str()
+            ),
+            ("hotspot", "command ./a | b", "cpu-clock")
+        );
+        assert_eq!((header.frequency_hz, header.cpus), (99, 2));
+        meta.mode = "sched";
+        let timed = super::header_comment(&meta, crate::model::Weight::OffCpuNanoseconds);
+        let header = super::read_header_comment(&timed).unwrap();
+        assert_eq!(
+            (header.target.as_str(), header.event.as_str()),
+            ("command ./a | b", "")
+        );
+        assert_eq!((header.mode.as_str(), header.cpus), ("sched", 2));
+        assert_eq!(super::read_header_comment("3 samples lost"), None);
+        assert_eq!(super::read_header_comment("bpfprof lock (futex): pid 3"), None);
     }
 }

@@ -1,7 +1,11 @@
 //! The terminal report: health first, then top functions by self and total, then hot stacks.
 use std::io::{self, Write};
 
-use super::{human_ns, percent, Renderer};
+use super::{
+    human_ns,
+    names::{describe, short_module, short_name},
+    percent, Renderer,
+};
 use crate::{
     cli::LockSource,
     model::{FunctionStat, StackReport},
@@ -10,7 +14,6 @@ use crate::{
         sched::SchedReport,
         topdown::TopdownReport,
     },
-    symbolize::Frame,
 };
 
 pub struct Text;
@@ -18,11 +21,12 @@ pub struct Text;
 const TOP_FUNCTIONS: usize = 25;
 const TOP_STACKS: usize = 10;
 const MAX_FRAMES_SHOWN: usize = 48;
+/// The function column of the function tables.
+const FUNCTION_WIDTH: usize = 40;
+/// A lock's name (its symbol, or its address and the function that waited for it).
+const LOCK_NAME_WIDTH: usize = 60;
 
 const TOP_TASKS: usize = 30;
-const HISTOGRAM_TASKS: usize = 3;
-const TOP_OFFCPU: usize = 10;
-const TOP_SLOW: usize = 15;
 const TOP_LOCKS: usize = 10;
 const LOCK_STACKS_SHOWN: usize = 3;
 /// Frames of a waiter or holder stack shown under each lock (the callers that matter are near
@@ -36,7 +40,7 @@ impl Renderer for Text {
         let events: Vec<&LockStat> = r.of_class(WaitClass::Waiting).collect();
         let total = |locks: &[&LockStat]| locks.iter().map(|l| l.total_wait_ns).sum::<u64>();
         let worst = match contended.first() {
-            Some(lock) => format!(", worst {} ({})", lock_label(lock), human_ns(lock.total_wait_ns)),
+            Some(lock) => format!(", worst {} ({})", lock_name(lock), human_ns(lock.total_wait_ns)),
             None => String::new(),
         };
         writeln!(
@@ -171,133 +175,12 @@ Where each thread's time went (thread states from the scheduler, not PMU counter
     }
 
     fn sched(&self, r: &SchedReport, out: &mut dyn Write) -> io::Result<()> {
-        let m = &r.meta;
-        writeln!(
-            out,
-            "bpfprof sched: {} | {:.1} s | {} CPUs | {} context switches",
-            m.target, m.duration_s, m.cpus, r.health.sched_switches
-        )?;
-        for note in &m.notes {
-            writeln!(out, "note: {note}")?;
-        }
-        for warning in r.health.warnings() {
-            writeln!(out, "warning: {warning}")?;
-        }
-        writeln!(
-            out,
-            "\nRun-queue delay per task (time runnable but waiting for a CPU), most total delay first"
-        )?;
-        writeln!(
-            out,
-            "{:<16} {:>7} {:>7} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>8}",
-            "task", "pid", "tid", "runs", "total", "avg", "p50", "p99", "max", "max at"
-        )?;
-        for t in r.tasks.iter().take(TOP_TASKS) {
-            writeln!(
-                out,
-                "{:<16} {:>7} {:>7} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7.2}s",
-                t.comm,
-                t.pid,
-                t.tid,
-                t.runs,
-                human_ns(t.total_delay_ns),
-                human_ns(t.avg_delay_ns),
-                human_ns(t.p50_delay_ns),
-                human_ns(t.p99_delay_ns),
-                human_ns(t.max_delay_ns),
-                t.max_at_s
-            )?;
-        }
-        if r.tasks.len() > TOP_TASKS {
-            writeln!(
-                out,
-                "... {} more tasks (all of them in --format json)",
-                r.tasks.len() - TOP_TASKS
-            )?;
-        }
-
-        for t in r.tasks.iter().filter(|t| t.waits > 0).take(HISTOGRAM_TASKS) {
-            writeln!(
-                out,
-                "\nWait histogram: {} (tid {}), {} waits",
-                t.comm, t.tid, t.waits
-            )?;
-            let max = t.histogram.iter().map(|b| b.count).max().unwrap_or(1);
-            for b in &t.histogram {
-                let bar = "#".repeat(((b.count * 40).div_ceil(max)) as usize);
-                writeln!(out, "  <= {:>10} {:>8} {bar}", human_ns(b.le_ns), b.count)?;
-            }
-        }
-
-        writeln!(
-            out,
-            "\nOff-CPU: where tasks blocked (sleeping or waiting for I/O), leaf first"
-        )?;
-        if r.offcpu_stacks.is_empty() {
-            writeln!(out, "  (no blocking observed)")?;
-        }
-        for (i, s) in r.offcpu_stacks.iter().take(TOP_OFFCPU).enumerate() {
-            writeln!(
-                out,
-                "[{}] {} in {} blocks  pid {} tid {} {}",
-                i + 1,
-                human_ns(s.total_ns),
-                s.count,
-                s.pid,
-                s.tid,
-                s.comm
-            )?;
-            for frame in s.frames.iter().rev().take(MAX_FRAMES_SHOWN) {
-                writeln!(out, "      {}", describe(frame))?;
-            }
-        }
-
-        writeln!(
-            out,
-            "\nSlowest waits (>= {}): {} in total{}",
-            human_ns(r.slow_threshold_ns),
-            r.slow_total,
-            if r.slow_total as usize > r.slow.len() {
-                format!(", the {} longest listed", r.slow.len())
-            } else {
-                String::new()
-            }
-        )?;
-        for e in r.slow.iter().take(TOP_SLOW) {
-            let waker = match &e.waker {
-                Some(w) => format!("woken by {} (tid {})", w.comm, w.tid),
-                None => "preempted".to_string(),
-            };
-            let holders: Vec<String> = e
-                .cpu_holders
-                .iter()
-                .map(|h| format!("{} (tid {}) {}", h.comm, h.tid, human_ns(h.held_ns)))
-                .collect();
-            writeln!(
-                out,
-                "  {:>10}  {} (tid {}) on CPU {} at {:.2}s; {waker}; CPU held by: {}",
-                human_ns(e.delay_ns),
-                e.comm,
-                e.tid,
-                e.cpu,
-                e.at_s,
-                if holders.is_empty() {
-                    "-".to_string()
-                } else {
-                    holders.join(", ")
-                }
-            )?;
-        }
-        Ok(())
+        super::sched_text::render(r, out)
     }
 
     fn hotspot(&self, r: &StackReport, out: &mut dyn Write) -> io::Result<()> {
         let m = &r.meta;
-        writeln!(
-            out,
-            "bpfprof hotspot: {} | {} at {} Hz | {:.1} s | {} CPUs",
-            m.target, m.event, m.frequency_hz, m.duration_s, m.cpus
-        )?;
+        writeln!(out, "bpfprof hotspot: {}", hotspot_header(m))?;
         write!(out, "{} samples", r.samples)?;
         if r.health.idle > 0 {
             write!(out, " (plus {} samples on idle CPUs, not shown)", r.health.idle)?;
@@ -352,10 +235,10 @@ Where each thread's time went (thread states from the scheduler, not PMU counter
             for f in rows.iter().take(TOP_FUNCTIONS) {
                 writeln!(
                     out,
-                    "{:>6.2}% {:>12}  {:<40} {}",
+                    "{:>6.2}% {:>12}  {:<FUNCTION_WIDTH$} {}",
                     percent(f.counters[k], total),
                     f.counters[k],
-                    f.function,
+                    short_name(&f.function, FUNCTION_WIDTH),
                     short_module(&f.module)
                 )?;
             }
@@ -388,6 +271,22 @@ Where each thread's time went (thread states from the scheduler, not PMU counter
     }
 }
 
+/// What was sampled, how often, for how long, on how many CPUs: each part a profile read back
+/// knows (a folded file or another tool's pprof knows none of them but the name).
+fn hotspot_header(m: &crate::model::RunMeta) -> String {
+    let mut parts = vec![m.target.clone()];
+    if m.frequency_hz > 0 {
+        parts.push(format!("{} at {} Hz", m.event, m.frequency_hz));
+    }
+    if m.duration_s > 0.0 {
+        parts.push(format!("{:.1} s", m.duration_s));
+    }
+    if m.cpus > 0 {
+        parts.push(format!("{} CPUs", m.cpus));
+    }
+    parts.join(" | ")
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum Column {
     SelfFirst,
@@ -406,7 +305,7 @@ fn function_table(
     };
     writeln!(
         out,
-        "{first:>7} {:>9} {second:>7}  {:<40} module",
+        "{first:>7} {:>9} {second:>7}  {:<FUNCTION_WIDTH$} module",
         "samples", "function"
     )?;
     for f in rows.iter().take(TOP_FUNCTIONS) {
@@ -416,18 +315,19 @@ fn function_table(
         };
         writeln!(
             out,
-            "{:>6.2}% {lead:>9} {:>6.2}%  {:<40} {}",
+            "{:>6.2}% {lead:>9} {:>6.2}%  {:<FUNCTION_WIDTH$} {}",
             percent(lead, r.samples),
             percent(other, r.samples),
-            f.function,
+            short_name(&f.function, FUNCTION_WIDTH),
             short_module(&f.module)
         )?;
     }
     Ok(())
 }
 
-fn short_module(module: &str) -> &str {
-    module.rsplit('/').next().unwrap_or(module)
+/// A lock's label with a C++ or Rust function in it shortened.
+fn lock_name(lock: &LockStat) -> String {
+    short_name(&lock_label(lock), LOCK_NAME_WIDTH)
 }
 
 /// The entries of one section of the lock report, each with its waiting and releasing stacks.
@@ -441,7 +341,7 @@ fn lock_entries(r: &LockReport, locks: &[&LockStat], out: &mut dyn Write) -> io:
             out,
             "\n[{}] {} ({}, {:#x}) pid {} {}: {} {waits}, total {}, avg {}, max {}",
             i + 1,
-            lock_label(lock),
+            lock_name(lock),
             lock.kind,
             lock.address,
             lock.pid,
@@ -525,22 +425,6 @@ fn lock_entries(r: &LockReport, locks: &[&LockStat], out: &mut dyn Write) -> io:
     Ok(())
 }
 
-fn describe(frame: &Frame) -> String {
-    let mut s = frame.function.clone();
-    if frame.inlined {
-        s.push_str(" (inlined)");
-    }
-    match (&frame.file, frame.line) {
-        (Some(file), Some(line)) => s.push_str(&format!("  {}:{line}", short_module(file))),
-        _ if frame.is_unknown() => {
-            s.push_str(&format!("  {} {:#x}", short_module(&frame.module), frame.address))
-        }
-        _ if !frame.module.is_empty() => s.push_str(&format!("  [{}]", short_module(&frame.module))),
-        _ => {}
-    }
-    s
-}
-
 /// The per-function table: the level-1 split and IPC where the set gives one, else the counters.
 fn topdown_functions(r: &TopdownReport, event: &str, out: &mut dyn Write) -> io::Result<()> {
     writeln!(
@@ -564,7 +448,7 @@ fn topdown_functions(r: &TopdownReport, event: &str, out: &mut dyn Write) -> io:
             writeln!(
                 out,
                 "{:<name_width$} {:>8} {:>9} {:>9} {:>9} {:>9} {:>6}",
-                super::cut(&f.function, name_width),
+                short_name(&f.function, name_width),
                 f.samples,
                 pct(l.map(|l| l.retiring)),
                 pct(l.map(|l| l.bad_speculation)),
@@ -585,7 +469,7 @@ fn topdown_functions(r: &TopdownReport, event: &str, out: &mut dyn Write) -> io:
         write!(
             out,
             "{:<name_width$} {:>8}",
-            super::cut(&f.function, name_width),
+            short_name(&f.function, name_width),
             f.samples
         )?;
         for name in &names {
@@ -673,6 +557,36 @@ mod tests {
             "{first_row}"
         );
         assert!(!text.contains("warning:"));
+    }
+
+    #[test]
+    fn long_cpp_names_are_shortened_and_keep_the_columns() {
+        let long = "std::vector<int, std::allocator<int> >::push_back(int const&)";
+        let mut report = sample_report();
+        for frame in report.stacks.iter_mut().flat_map(|s| &mut s.frames) {
+            if frame.function == "hot_a" {
+                frame.function = long.into();
+            }
+        }
+        report.functions = crate::model::function_stats(&report.stacks);
+        let text = String::from_utf8(render(Format::Text, &report)).unwrap();
+        for title in [
+            "Top functions by self samples\n",
+            "Top functions by total samples (self + callees)\n",
+        ] {
+            let table = text.split(title).nth(1).unwrap().split("\n\n").next().unwrap();
+            let mut lines = table.lines();
+            let column = lines.next().unwrap().find("module").unwrap();
+            for row in lines {
+                let module: String = row.chars().skip(column).collect();
+                assert!(
+                    module == "w" || module == "[kernel.kallsyms]",
+                    "{row:?} in\n{table}"
+                );
+            }
+            assert!(table.contains("std::vector<…>::push_back "), "{table}");
+        }
+        assert!(text.contains("      std::vector<…>::push_back  [w]"), "{text}");
     }
 
     #[test]

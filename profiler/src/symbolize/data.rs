@@ -16,7 +16,14 @@ use crate::{
 pub struct KernelData {
     /// (address, name), sorted.
     symbols: Vec<(u64, String)>,
+    /// kallsyms lists code but no data objects: the kernel was built without
+    /// `CONFIG_KALLSYMS_ALL` (what data symbols it has then are section bounds, not objects).
+    no_data_symbols: bool,
 }
+
+/// A data object every kernel has (`init_task`, the first task): listed in kallsyms, as data,
+/// exactly when the kernel keeps its data symbols there.
+const KNOWN_DATA_SYMBOL: &str = "init_task";
 
 impl KernelData {
     pub fn read() -> KernelData {
@@ -25,18 +32,41 @@ impl KernelData {
     }
 
     pub fn parse(text: &str) -> KernelData {
-        let mut symbols: Vec<(u64, String)> = text
-            .lines()
-            .filter_map(|line| {
-                let mut fields = line.split_whitespace();
-                let address = u64::from_str_radix(fields.next()?, 16).ok()?;
-                let kind = fields.next()?;
-                let name = fields.next()?;
-                (address != 0 && matches!(kind, "d" | "D" | "b" | "B")).then(|| (address, name.to_string()))
-            })
-            .collect();
+        let (mut symbols, mut known, mut code) = (Vec::new(), false, false);
+        for line in text.lines() {
+            let mut fields = line.split_whitespace();
+            let (Some(address), Some(kind), Some(name)) = (fields.next(), fields.next(), fields.next())
+            else {
+                continue;
+            };
+            let Ok(address) = u64::from_str_radix(address, 16) else {
+                continue;
+            };
+            let data = matches!(kind, "d" | "D" | "b" | "B");
+            code |= address != 0 && matches!(kind, "t" | "T");
+            known |= data && name == KNOWN_DATA_SYMBOL;
+            if address != 0 && data {
+                symbols.push((address, name.to_string()));
+            }
+        }
+        // Without data symbols, the few left are section bounds: a lock named after one would be
+        // named wrongly.
+        if !known {
+            symbols.clear();
+        }
         symbols.sort();
-        KernelData { symbols }
+        KernelData {
+            symbols,
+            no_data_symbols: code && !known,
+        }
+    }
+
+    /// What the report says once when static kernel locks cannot be named.
+    pub fn note(&self) -> Option<String> {
+        self.no_data_symbols.then(|| {
+            "static kernel locks shown as addresses: this kernel's kallsyms has no data symbols (CONFIG_KALLSYMS_ALL off)"
+                .to_string()
+        })
     }
 
     pub fn name(&self, address: u64) -> Option<String> {
@@ -131,13 +161,31 @@ mod tests {
 
     #[test]
     fn kernel_locks_are_named_from_kallsyms_data_symbols() {
-        let kallsyms = "ffffffff81000000 T _text\nffffffff82a00000 D rtnl_mutex\nffffffff82a00040 d other\nffffffff83000000 B __bss_stop\n";
+        let kallsyms = "ffffffff81000000 T _text\nffffffff82a00000 D rtnl_mutex\nffffffff82a00040 d other\nffffffff82e00000 D init_task\nffffffff83000000 B __bss_stop\n";
         let data = KernelData::parse(kallsyms);
+        assert_eq!(data.note(), None);
         assert_eq!(data.name(0xffffffff82a00000).as_deref(), Some("rtnl_mutex"));
         assert_eq!(data.name(0xffffffff82a00010).as_deref(), Some("rtnl_mutex+0x10"));
         assert_eq!(data.name(0xffffffff82a10000), None);
         assert_eq!(data.name(0xffff888000001000), None);
         assert_eq!(data.name(0xffffffff81000000), None);
+    }
+
+    #[test]
+    fn a_kernel_without_data_symbols_is_said_once_and_its_section_bounds_name_nothing() {
+        // CONFIG_KALLSYMS_ALL off (as on this project's 6.18 VM): code, and section bounds as 'D'.
+        let kallsyms = "ffffffff81000000 T _text\nffffffff81000100 t helper\nffffffff82400000 D __start_rodata\nffffffff83783000 B __init_begin\n";
+        let data = KernelData::parse(kallsyms);
+        assert_eq!(
+            data.name(0xffffffff82400010),
+            None,
+            "not a lock in __start_rodata"
+        );
+        let note = data.note().expect("a note");
+        assert!(note.contains("CONFIG_KALLSYMS_ALL off"), "{note}");
+        // kallsyms unreadable, or its addresses hidden (kptr_restrict): not this cause.
+        assert_eq!(KernelData::parse("").note(), None);
+        assert_eq!(KernelData::parse("0000000000000000 T _text\n").note(), None);
     }
 
     #[test]

@@ -1,7 +1,11 @@
 //! Addresses to functions with blazesym: one long-lived `Symbolizer`, addresses batched per file
 //! (user) or in one batch (kernel). An address that fails becomes an `[unknown]` frame; it never
 //! fails the report.
+mod cache;
 pub mod data;
+mod tracing;
+
+pub use cache::FrameCache;
 
 use std::{
     cell::RefCell,
@@ -115,6 +119,8 @@ impl Frame {
 pub struct Symbols {
     user: HashMap<UserAddr, Vec<Frame>>,
     kernel: HashMap<u64, Vec<Frame>>,
+    /// Kernel addresses that are the tracing machinery's (see `tracing`).
+    machinery: HashMap<u64, tracing::Machinery>,
     /// Batches that failed as a whole (e.g. an unreadable file), for the report's health line.
     pub failures: Vec<String>,
 }
@@ -132,6 +138,29 @@ impl Symbols {
             .get(&addr)
             .cloned()
             .unwrap_or_else(|| vec![Frame::unknown(KERNEL_MODULE, addr, true)])
+    }
+
+    fn insert_kernel(&mut self, addr: u64, frames: Vec<Frame>) {
+        if let Some(role) = frames.first().and_then(tracing::machinery) {
+            self.machinery.insert(addr, role);
+        }
+        self.kernel.insert(addr, frames);
+    }
+
+    /// A kernel stack's frames, outermost first, from its addresses leaf first: without the
+    /// tracing machinery a stack taken inside a BPF program begins with (see `tracing`), so
+    /// every kernel stack of every mode starts at the function traced.
+    pub fn kernel_stack(&self, leaf_first: &[u64]) -> Vec<Frame> {
+        let roles: Vec<Option<tracing::Machinery>> = leaf_first
+            .iter()
+            .map(|addr| self.machinery.get(addr).copied())
+            .collect();
+        let cut = tracing::leading_machinery(&roles);
+        leaf_first[cut..]
+            .iter()
+            .rev()
+            .flat_map(|&addr| self.kernel(addr))
+            .collect()
     }
 }
 
@@ -158,80 +187,6 @@ struct LongLived {
     frames: FrameCache,
     /// Files blazesym has been handed since it was (re)built.
     files: HashSet<FileIdentity>,
-}
-
-/// Frames per (file, offset), bounded in bytes: two generations; a lookup in the old one moves
-/// the entry to the new one, and when the new one is full the old one is dropped. Hot addresses
-/// stay, addresses of executables that are gone age out within two generations. Bytes, not
-/// entries: an entry of a deeply inlined C++ address weighs ten of a C one, and a cache that
-/// runs for weeks must be bounded in what it costs.
-pub struct FrameCache {
-    new: HashMap<(FileIdentity, u64), Vec<Frame>>,
-    old: HashMap<(FileIdentity, u64), Vec<Frame>>,
-    new_bytes: usize,
-    old_bytes: usize,
-    /// Per generation.
-    capacity: usize,
-}
-
-impl FrameCache {
-    pub fn new(bytes: usize) -> Self {
-        Self {
-            new: HashMap::new(),
-            old: HashMap::new(),
-            new_bytes: 0,
-            old_bytes: 0,
-            capacity: bytes / 2,
-        }
-    }
-
-    /// What an entry costs on the heap: its slot in the table and its frames' own allocations
-    /// (allocator overhead aside).
-    pub fn entry_bytes(frames: &[Frame]) -> usize {
-        let slot = std::mem::size_of::<((FileIdentity, u64), Vec<Frame>)>() + 1;
-        let strings: usize = frames
-            .iter()
-            .map(|f| {
-                f.function.capacity() + f.module.capacity() + f.file.as_ref().map_or(0, String::capacity)
-            })
-            .sum();
-        slot + std::mem::size_of_val(frames) + strings
-    }
-
-    pub fn get(&mut self, key: &(FileIdentity, u64)) -> Option<Vec<Frame>> {
-        if let Some(frames) = self.new.get(key) {
-            return Some(frames.clone());
-        }
-        let frames = self.old.remove(key)?;
-        self.old_bytes -= Self::entry_bytes(&frames);
-        self.insert(*key, frames.clone());
-        Some(frames)
-    }
-
-    pub fn insert(&mut self, key: (FileIdentity, u64), frames: Vec<Frame>) {
-        let bytes = Self::entry_bytes(&frames);
-        let replacing = self.new.get(&key).map_or(0, |f| Self::entry_bytes(f));
-        if self.new_bytes - replacing + bytes > self.capacity && !self.new.is_empty() {
-            self.old = std::mem::take(&mut self.new);
-            self.old_bytes = std::mem::take(&mut self.new_bytes);
-        }
-        if let Some(replaced) = self.new.insert(key, frames) {
-            self.new_bytes -= Self::entry_bytes(&replaced);
-        }
-        self.new_bytes += bytes;
-    }
-
-    pub fn len(&self) -> usize {
-        self.new.len() + self.old.len()
-    }
-
-    pub fn bytes(&self) -> usize {
-        self.new_bytes + self.old_bytes
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// How much a long-lived symbolizer holds, for the agent's metrics.
@@ -426,9 +381,7 @@ impl Symbolizer {
                             Symbolized::Sym(Sym { module: Some(m), .. }) => module_name(&m.to_string_lossy()),
                             _ => KERNEL_MODULE.to_string(),
                         };
-                        symbols
-                            .kernel
-                            .insert(*addr, frames_of(result, &module, *addr, true));
+                        symbols.insert_kernel(*addr, frames_of(result, &module, *addr, true));
                     }
                 }
                 Err(err) => symbols.failures.push(format!("kernel: {err}")),
@@ -563,66 +516,45 @@ mod tests {
     }
 
     #[test]
-    fn frame_cache_is_bounded_and_keeps_what_is_used() {
-        let id = FileIdentity {
-            dev: 1,
-            inode: 2,
-            size: 3,
-            mtime_ns: 4,
+    fn kernel_stacks_begin_at_the_function_traced_not_in_the_tracing_machinery() {
+        let kernel = |function: &str, address: u64, start: u64| Frame {
+            function: function.to_string(),
+            start: Some(start),
+            offset: Some(address - start),
+            ..Frame::unknown(KERNEL_MODULE, address, true)
         };
-        let frames = |n| vec![Frame::unknown("m", n, false)];
-        // Room for two entries a generation.
-        let mut cache = FrameCache::new(4 * FrameCache::entry_bytes(&frames(1)));
-        cache.insert((id, 1), frames(1));
-        cache.insert((id, 2), frames(2));
-        cache.insert((id, 3), frames(3));
-        assert!(cache.get(&(id, 2)).is_some(), "moved to the new generation");
-        cache.insert((id, 4), frames(4));
-        assert!(cache.get(&(id, 1)).is_none(), "never used again: aged out");
-        assert_eq!(cache.get(&(id, 3)), Some(frames(3)));
-        assert!(cache.len() <= 4);
-        assert!(cache.bytes() <= 4 * FrameCache::entry_bytes(&frames(1)));
-    }
-
-    #[test]
-    fn the_frame_cache_is_bounded_in_bytes_whatever_its_entries_weigh() {
-        let id = FileIdentity {
-            dev: 1,
-            inode: 2,
-            size: 3,
-            mtime_ns: 4,
-        };
-        let light = vec![Frame::unknown("m", 1, false)];
-        let mut heavy = vec![Frame::unknown("m", 1, false); 20];
-        for frame in &mut heavy {
-            frame.function = "ns::Template<Deep, Nested<Types>>::inlined_function_name".repeat(4);
-        }
-        let capacity = 64 * 1024;
-        let mut cache = FrameCache::new(capacity);
-        for offset in 0..10_000 {
-            let frames = if offset % 2 == 0 {
-                light.clone()
-            } else {
-                heavy.clone()
-            };
-            cache.insert((id, offset), frames);
-            assert!(cache.bytes() <= capacity, "{} bytes held", cache.bytes());
-        }
-        let held: usize = cache
-            .new
-            .values()
-            .chain(cache.old.values())
-            .map(|f| FrameCache::entry_bytes(f))
-            .sum();
-        assert_eq!(held, cache.bytes(), "the count agrees with the entries held");
-        assert!(
-            cache.bytes() > capacity / 2,
-            "the old generation is kept, not emptied"
+        let mut symbols = Symbols::default();
+        // An off-CPU stack of `sleep` on 6.18, leaf first, its program already unloaded.
+        let stack = [
+            0xffffffffc002b22d,
+            0xffffffff814ba96b,
+            0xffffffff821facd7,
+            0xffffffff821fb642,
+        ];
+        symbols.insert_kernel(
+            stack[0],
+            vec![kernel(
+                "__stop_runtime_ptr_USER_PTR_MAX",
+                stack[0],
+                0xffffffff83b26734,
+            )],
         );
-        // The same key again replaces, it does not count twice.
-        let before = cache.bytes();
-        cache.insert((id, 9_999), heavy.clone());
-        assert_eq!(cache.bytes(), before);
+        symbols.insert_kernel(
+            stack[1],
+            vec![kernel("bpf_trace_run4", stack[1], 0xffffffff814ba870)],
+        );
+        symbols.insert_kernel(stack[2], vec![kernel("__schedule", stack[2], 0xffffffff821fa810)]);
+        symbols.insert_kernel(stack[3], vec![kernel("schedule", stack[3], 0xffffffff821fb600)]);
+        let names = |frames: Vec<Frame>| -> Vec<String> { frames.into_iter().map(|f| f.function).collect() };
+        assert_eq!(names(symbols.kernel_stack(&stack)), ["schedule", "__schedule"]);
+        // A stack of the kernel's own (a CPU sample in the scheduler) is whole.
+        assert_eq!(
+            names(symbols.kernel_stack(&stack[2..])),
+            ["schedule", "__schedule"]
+        );
+        // Addresses the kernel symbolizer never answered for stay, as unknown frames.
+        let unanswered = names(symbols.kernel_stack(&[1, 2]));
+        assert_eq!(unanswered, [UNKNOWN, UNKNOWN]);
     }
 
     #[test]

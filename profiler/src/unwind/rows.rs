@@ -410,8 +410,9 @@ mod tests {
         let symbol = file
             .symbols()
             .find(|s| {
+                // The function itself (`...symbols17h<hash>E`), not the harness's closure around it.
                 s.name()
-                    .is_ok_and(|n| n.contains("bias_maps_runtime_addresses_to_the_files_symbols"))
+                    .is_ok_and(|n| n.contains("bias_maps_runtime_addresses_to_the_files_symbols17h"))
             })
             .expect("the test's own symbol");
         let runtime = bias_maps_runtime_addresses_to_the_files_symbols as *const () as u64;

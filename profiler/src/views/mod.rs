@@ -7,13 +7,12 @@ pub mod saved;
 use crate::{
     cli::{format_for, DiffArgs, Format, ReportArgs},
     error::UserError,
-    model::Weight,
     output, report,
 };
 
 /// `bpfprof diff BEFORE AFTER`.
 pub fn run_diff(args: DiffArgs) -> anyhow::Result<i32> {
-    let format = format_for(args.format, args.output.as_deref());
+    let format = format_for(args.format, args.output.as_deref())?;
     if !matches!(format, Format::Text | Format::Svg | Format::Folded | Format::Json) {
         return Err(UserError::Usage(format!(
             "diff writes text, svg, folded or json, not {}",
@@ -43,7 +42,7 @@ pub fn run_diff(args: DiffArgs) -> anyhow::Result<i32> {
 
 /// `bpfprof report PROFILE [--annotate FUNCTION]`.
 pub fn run_report(args: ReportArgs) -> anyhow::Result<i32> {
-    let format = format_for(args.format, args.output.as_deref());
+    let format = format_for(args.format, args.output.as_deref())?;
     if args.annotate.is_some() && format != Format::Text {
         return Err(UserError::Usage("--annotate writes text".into()).into());
     }
@@ -53,24 +52,25 @@ pub fn run_report(args: ReportArgs) -> anyhow::Result<i32> {
         );
     }
     output::check_destination(format, args.output.as_deref())?;
-    let profile = saved::load(&args.input)?;
+    let profile = saved::load_saved(&args.input)?;
     match &args.annotate {
         Some(function) => {
-            let annotation = annotate::annotate(&profile, function)?;
+            let annotation = annotate::annotate(&profile.into_stacks(), function)?;
             output::write_report(args.output.as_deref(), &|out| {
                 annotate::render(&annotation, ANNOTATE_LINES, out)
             })?;
         }
-        None if profile.weight != Weight::Samples && matches!(format, Format::Text | Format::Json) => {
+        None if profile.is_bare_time_stacks() && matches!(format, Format::Text | Format::Json) => {
             return Err(UserError::Usage(format!(
-                "a saved {} profile is rendered again as stacks only: -o FILE.svg, .folded or .pb.gz (or diff it, or --annotate a function)",
-                profile.meta.mode
+                "this {} profile holds its stacks only (pprof and folded keep no more): render them with -o FILE.svg, .folded or .pb.gz; a run saved with -o FILE.json gives its {} report again",
+                profile.mode(),
+                profile.mode()
             ))
             .into());
         }
         None => {
             let renderer = report::renderer(format);
-            output::write_report(args.output.as_deref(), &|out| renderer.hotspot(&profile, out))?;
+            output::write_report(args.output.as_deref(), &|out| profile.render(&*renderer, out))?;
         }
     }
     if let Some(path) = &args.output {

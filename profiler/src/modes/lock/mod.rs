@@ -14,15 +14,20 @@
 //! flags, static kernel locks named from `/proc/kallsyms`.
 use std::collections::HashMap;
 
+mod condvar;
+mod kind;
 pub mod probes;
 pub mod window;
+
+use kind::kind_of;
+pub use kind::WaitClass;
 
 use aya::{
     maps::{HashMap as BpfHashMap, MapData, StackTraceMap},
     Ebpf,
 };
 use profiler_common::{
-    lock::{futex_hint, kernel, stack, LockId, LockKey, LockState, LockTime},
+    lock::{kernel, stack, LockId, LockKey, LockState, LockTime},
     names,
     unwind::UserStack,
 };
@@ -257,31 +262,6 @@ pub struct HolderStat {
     pub total_wait_ns: u64,
 }
 
-/// Two different answers: a thread that waits for a lock another thread holds is contention (what
-/// an investigation of lock contention is after); one that waits for an event (a condition
-/// variable's signal, a thread's exit, a barrier's last arrival) is a thread with nothing to do,
-/// however long it waits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WaitClass {
-    Contention,
-    Waiting,
-}
-
-impl WaitClass {
-    fn of_kind(kind: &str) -> WaitClass {
-        match kind {
-            "condvar" | "join" | "barrier" | "park" | "futex" => WaitClass::Waiting,
-            _ => WaitClass::Contention,
-        }
-    }
-
-    /// Whether a view of `waits` carries this class.
-    pub fn shown_in(self, waits: Waits) -> bool {
-        waits == Waits::All || self == WaitClass::Contention
-    }
-}
-
 #[derive(Clone, Debug, Serialize)]
 pub struct LockStat {
     pub pid: u32,
@@ -388,7 +368,7 @@ impl LockContext for Processes {
 
 /// Fold the records into one entry per lock, every stack kept (see `LockReport::limit_stacks`).
 pub fn build(
-    meta: RunMeta,
+    mut meta: RunMeta,
     source: LockSource,
     waits: Waits,
     health: Health,
@@ -450,21 +430,27 @@ pub fn build(
     }
     let mut data = DataSymbols::default();
     let kernel_data = (source == LockSource::Kernel).then(KernelData::read);
+    meta.notes.extend(kernel_data.as_ref().and_then(KernelData::note));
+    let mut locks: Vec<LockStat> = locks.into_values().filter(|l| l.contentions > 0).collect();
+    for lock in &mut locks {
+        lock.kind = match kernel_data {
+            Some(_) => kernel::lock_kind(lock.flags),
+            None => kind_of(&lock.waiters, lock.flags),
+        };
+    }
+    if source == LockSource::Futex {
+        locks = condvar::one_entry_per_condvar(locks, context);
+    }
     let mut locks: Vec<LockStat> = locks
-        .into_values()
-        .filter(|l| l.contentions > 0)
+        .into_iter()
         .map(|mut lock| {
-            match &kernel_data {
-                Some(kernel) => {
-                    lock.symbol = kernel.name(lock.address);
-                    lock.kind = kernel::lock_kind(lock.flags);
-                }
+            lock.symbol = match &kernel_data {
+                Some(kernel) => kernel.name(lock.address),
                 None => {
                     let mapped = context.mapped_files(lock.pid, lock.exec_generation);
-                    lock.symbol = data.name(context.files(), &mapped, lock.address);
-                    lock.kind = kind_of(&lock.waiters, lock.flags);
+                    data.name(context.files(), &mapped, lock.address)
                 }
-            }
+            };
             lock.class = WaitClass::of_kind(lock.kind);
             if lock.kind == "join" {
                 lock.thread = collection
@@ -561,140 +547,5 @@ fn flame(meta: RunMeta, health: Health, locks: &[&LockStat]) -> StackReport {
         samples: stacks.iter().map(|s| s.count).sum(),
         functions: crate::model::function_stats(&stacks),
         stacks,
-    }
-}
-
-/// What the waiters waited in. A join is told by the kernel (the futex is a thread's
-/// `clear_child_tid`); otherwise by the innermost frame that names a lock or wait function (glibc's
-/// pthread and semaphore functions, Rust's std and parking_lot), so that a mutex taken again
-/// inside `pthread_cond_wait` is a mutex; then by what the wait's arguments say (a PI lock, or a
-/// word in glibc's "locked, with waiters" state: a mutex), for stacks cut short or without
-/// symbols; else a bare futex wait.
-fn kind_of(waiters: &[WaiterStat], hints: u32) -> &'static str {
-    if hints & futex_hint::JOIN != 0 {
-        return "join";
-    }
-    for waiter in waiters {
-        for frame in waiter.frames.iter().rev() {
-            if let Some(kind) = kind_of_function(&frame.function) {
-                return kind;
-            }
-        }
-    }
-    if hints & (futex_hint::PI_LOCK | futex_hint::LOCK_WORD) != 0 {
-        return "mutex";
-    }
-    "futex"
-}
-
-/// The kind of wait a function is, when its name says.
-fn kind_of_function(function: &str) -> Option<&'static str> {
-    // C library entry points (and their internal names), by prefix once leading '_' are gone.
-    const PREFIXES: [(&str, &str); 14] = [
-        ("pthread_mutex", "mutex"),
-        ("lll_lock_wait", "mutex"),
-        ("lll_clocklock_wait", "mutex"),
-        ("pthread_rwlock", "rwlock"),
-        ("pthread_cond", "condvar"),
-        ("pthread_barrier", "barrier"),
-        ("pthread_join", "join"),
-        ("pthread_clockjoin", "join"),
-        ("pthread_timedjoin", "join"),
-        ("pthread_tryjoin", "join"),
-        ("sem_", "semaphore"),
-        ("new_sem_wait", "semaphore"),
-        ("old_sem_wait", "semaphore"),
-        ("pthread_spin", "spinlock"),
-    ];
-    // Rust (std, parking_lot) and C++ (libstdc++ waits on futexes itself for atomics).
-    const PATHS: [(&str, &str); 8] = [
-        ("::Mutex::lock_contended", "mutex"),
-        ("raw_mutex::RawMutex::lock_slow", "mutex"),
-        ("::RwLock::", "rwlock"),
-        ("raw_rwlock::RawRwLock::", "rwlock"),
-        ("::Condvar::wait", "condvar"),
-        ("condvar::Condvar::wait", "condvar"),
-        ("std::thread::park", "park"),
-        ("::JoinInner", "join"),
-    ];
-    let bare = function.trim_start_matches('_');
-    PREFIXES
-        .iter()
-        .find(|(prefix, _)| bare.starts_with(prefix))
-        .or_else(|| PATHS.iter().find(|(path, _)| function.contains(path)))
-        .map(|(_, kind)| *kind)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn waiter(functions: &[&str]) -> WaiterStat {
-        WaiterStat {
-            frames: functions.iter().map(|f| crate::model::tests::frame(f)).collect(),
-            contentions: 1,
-            total_wait_ns: 1,
-            max_wait_ns: 1,
-        }
-    }
-
-    #[test]
-    fn kind_comes_from_the_library_function_waited_in() {
-        let mutex = waiter(&["main", "work", "___pthread_mutex_lock", "__lll_lock_wait"]);
-        assert_eq!(kind_of(&[mutex], 0), "mutex");
-        let cond = waiter(&[
-            "main",
-            "consumer",
-            "___pthread_cond_wait",
-            "__futex_abstimed_wait_common",
-        ]);
-        assert_eq!(kind_of(&[cond], 0), "condvar");
-        // The mutex taken again as the condition variable's wait returns is contention.
-        let retaken = waiter(&[
-            "consumer",
-            "___pthread_cond_wait",
-            "__pthread_mutex_cond_lock",
-            "__lll_lock_wait",
-        ]);
-        assert_eq!(kind_of(&[retaken], 0), "mutex");
-        let join = waiter(&["main", "__pthread_clockjoin_ex", "__futex_abstimed_wait_common"]);
-        assert_eq!(kind_of(&[join], 0), "join");
-        let rust = waiter(&[
-            "worker",
-            "std::sys::sync::mutex::futex::Mutex::lock_contended",
-            "syscall",
-        ]);
-        assert_eq!(kind_of(&[rust], 0), "mutex");
-        assert_eq!(kind_of(&[waiter(&["main", "syscall"])], 0), "futex");
-    }
-
-    #[test]
-    fn a_cut_stack_is_told_by_what_the_kernel_and_the_arguments_say() {
-        let cut = || waiter(&["__futex_abstimed_wait_common"]);
-        assert_eq!(kind_of(&[cut()], futex_hint::JOIN), "join");
-        // The kernel's word beats a stack: the futex is a thread's clear_child_tid.
-        assert_eq!(
-            kind_of(
-                &[waiter(&["main", "syscall"])],
-                futex_hint::JOIN | futex_hint::LOCK_WORD
-            ),
-            "join"
-        );
-        assert_eq!(kind_of(&[cut()], futex_hint::LOCK_WORD), "mutex");
-        assert_eq!(kind_of(&[cut()], futex_hint::PI_LOCK), "mutex");
-        assert_eq!(kind_of(&[cut()], 0), "futex");
-    }
-
-    #[test]
-    fn contention_and_waiting_for_events_are_apart() {
-        for kind in ["mutex", "rwlock", "spinlock", "semaphore", "rwsem:R", "rtmutex"] {
-            assert_eq!(WaitClass::of_kind(kind), WaitClass::Contention, "{kind}");
-        }
-        for kind in ["condvar", "join", "barrier", "futex", "park"] {
-            assert_eq!(WaitClass::of_kind(kind), WaitClass::Waiting, "{kind}");
-        }
-        assert!(WaitClass::Waiting.shown_in(Waits::All));
-        assert!(!WaitClass::Waiting.shown_in(Waits::Contention));
-        assert!(WaitClass::Contention.shown_in(Waits::Contention));
     }
 }

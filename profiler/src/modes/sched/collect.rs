@@ -232,9 +232,11 @@ impl SchedCollector {
         self.sleeps.kept()
     }
 
-    /// Every task's waits so far, for a live view.
-    pub fn latencies_now(&self, now_ns: u64) -> Vec<TaskLatency> {
-        let records = self.source.tasks_now(&self.collection, now_ns);
+    /// Every task's waits settled so far, for a live view: totals that only grow, so that what
+    /// grew since the last look is what happened since (a wait still in progress, or the one
+    /// before a run still going, counts once settled: at the latest at the next switch).
+    pub fn settled_latencies(&self) -> Vec<TaskLatency> {
+        let records = self.source.tasks_settled(&self.collection);
         latencies(&records, self.collection.started_ns)
     }
 
@@ -306,12 +308,12 @@ impl SchedMaps {
         Ok(())
     }
 
-    /// Every task's statistics so far, without taking anything: those that exited (in `into`)
-    /// and those still alive (read from the kernel). For a live view.
-    fn tasks_now(&self, collected: &SchedCollection, now_ns: u64) -> Vec<TaskRecord> {
+    /// Every task's statistics so far as the kernel settled them, without taking anything: those
+    /// that exited (in `into`) and those still alive (read from the kernel). For a live view.
+    fn tasks_settled(&self, collected: &SchedCollection) -> Vec<TaskRecord> {
         let mut tasks = collected.tasks.clone();
         for (_, task) in self.tasks.iter().filter_map(Result::ok) {
-            tasks.push(TaskRecord::from(&task).with_open_interval(&task, now_ns));
+            tasks.push(TaskRecord::from(&task));
         }
         tasks
     }

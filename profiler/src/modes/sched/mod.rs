@@ -68,7 +68,7 @@ pub struct SlowWait {
     pub at_s: f64,
     /// Who woke it; `null` when it was preempted (it never stopped being runnable).
     pub waker: Option<TaskRef>,
-    /// Who ran on its CPU while it waited, most recent first.
+    /// Who ran on its CPU while it waited, each task once with its time, most recent first.
     pub cpu_holders: Vec<CpuHolder>,
 }
 
@@ -217,15 +217,7 @@ pub fn build(
                 tid: *tid,
                 comm: comm.clone(),
             }),
-            cpu_holders: e
-                .holders
-                .iter()
-                .map(|(tid, comm, start_ns, end_ns)| CpuHolder {
-                    tid: *tid,
-                    comm: comm.clone(),
-                    held_ns: end_ns.saturating_sub((*start_ns).max(e.at_ns.saturating_sub(e.delay_ns))),
-                })
-                .collect(),
+            cpu_holders: cpu_holders(e),
         })
         .collect();
 
@@ -245,6 +237,25 @@ pub fn build(
         slow,
         heatmap,
     }
+}
+
+/// Who held the CPU while a slow wait waited: each task once (a task that ran several
+/// stretches of the wait, between others, is one holder with their sum), most recent first.
+fn cpu_holders(e: &SlowRecord) -> Vec<CpuHolder> {
+    let began = e.at_ns.saturating_sub(e.delay_ns);
+    let mut holders: Vec<CpuHolder> = Vec::with_capacity(e.holders.len());
+    for (tid, comm, start_ns, end_ns) in &e.holders {
+        let held_ns = end_ns.saturating_sub((*start_ns).max(began));
+        match holders.iter_mut().find(|h| h.tid == *tid) {
+            Some(holder) => holder.held_ns += held_ns,
+            None => holders.push(CpuHolder {
+                tid: *tid,
+                comm: comm.clone(),
+                held_ns,
+            }),
+        }
+    }
+    holders
 }
 
 const _: () = assert!(HIST_BUCKETS.is_multiple_of(8) && COMM_LEN == 16);
@@ -271,6 +282,37 @@ mod tests {
             assert!((got - truth).abs() / truth < 0.07, "p{q}: {got} vs {truth}");
         }
         assert_eq!(percentile(&vec![0; HIST_BUCKETS], 0.5), 0);
+    }
+
+    #[test]
+    fn a_task_that_held_the_cpu_several_times_during_a_wait_is_one_holder() {
+        // A 10 ms wait from 100 ms to 110 ms; most recent stretch first, as the kernel sends them.
+        let ms = 1_000_000;
+        let stretch = |tid: u32, start: u64, end: u64| (tid, format!("t{tid}"), start * ms, end * ms);
+        let record = SlowRecord {
+            pid: 1,
+            tid: 2,
+            comm: "waiter".into(),
+            cpu: 0,
+            delay_ns: 10 * ms,
+            at_ns: 110 * ms,
+            waker: None,
+            holders: vec![
+                stretch(7, 107, 110),
+                stretch(8, 104, 107),
+                stretch(7, 101, 104),
+                stretch(8, 95, 101),
+            ],
+        };
+        let holders: Vec<(u32, String, u64)> = cpu_holders(&record)
+            .into_iter()
+            .map(|h| (h.tid, h.comm, h.held_ns))
+            .collect();
+        assert_eq!(
+            holders,
+            [(7, "t7".to_string(), 6 * ms), (8, "t8".to_string(), 4 * ms)],
+            "each holder once, its stretches within the wait summed"
+        );
     }
 
     #[test]

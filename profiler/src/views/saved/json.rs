@@ -1,0 +1,551 @@
+//! Our JSON reports read back (docs/json.md): a hotspot report's stacks, and the sched and lock
+//! reports whole, each field where the JSON renderer put it, so that rendering one again gives
+//! what the run gave. Fields are only ever added within a format version: one missing reads as
+//! zero or empty.
+use serde_json::Value;
+
+use super::{meta, stack_report, static_name, Saved};
+use crate::{
+    cli::LockSource,
+    model::{RunMeta, Stack, Weight},
+    modes::{
+        lock::{lock_label, HolderStat, Holds, LockReport, LockStat, WaitClass, WaiterStat},
+        sched::{Bucket, CpuHolder, Heatmap, OffCpuStack, SchedReport, SlowWait, TaskLatency, TaskRef},
+    },
+    profile::Health,
+    symbolize::Frame,
+};
+
+pub(super) fn from_json(bytes: &[u8]) -> Result<Saved, String> {
+    let mut doc: Value = serde_json::from_slice(bytes).map_err(|e| format!("not valid JSON: {e}"))?;
+    crate::report::json::inline_frames(&mut doc)?;
+    match doc["mode"].as_str().unwrap_or("") {
+        "hotspot" => hotspot(&doc).map(Saved::Stacks),
+        "sched" => sched(&doc).map(Saved::Sched),
+        "lock" => lock(&doc).map(Saved::Lock),
+        "topdown" => Err("a topdown report has no stacks (use a hotspot, sched or lock profile)".into()),
+        other => Err(format!("not a bpfprof report (mode `{other}`)")),
+    }
+}
+
+fn num(v: &Value, key: &str) -> u64 {
+    v[key].as_u64().unwrap_or(0)
+}
+
+fn text(v: &Value, key: &str) -> String {
+    v[key].as_str().unwrap_or("").to_string()
+}
+
+fn list<'a>(v: &'a Value, key: &str) -> &'a [Value] {
+    v[key].as_array().map(Vec::as_slice).unwrap_or(&[])
+}
+
+/// Each item of the list `key` of `v`, read by `read`.
+fn each<T>(v: &Value, key: &str, read: impl Fn(&Value) -> Result<T, String>) -> Result<Vec<T>, String> {
+    list(v, key).iter().map(read).collect()
+}
+
+/// The header every report has; `event` for those that do not say theirs.
+fn run_meta(doc: &Value, mode: &str, event: &str) -> RunMeta {
+    let mut meta = meta(mode, doc["event"].as_str().unwrap_or(event), text(doc, "target"));
+    meta.frequency_hz = num(doc, "frequency_hz");
+    meta.duration_s = doc["duration_s"].as_f64().unwrap_or(0.0);
+    meta.cpus = num(doc, "cpus") as u32;
+    meta.notes = list(doc, "notes")
+        .iter()
+        .filter_map(|n| n.as_str().map(str::to_string))
+        .collect();
+    meta
+}
+
+fn health(doc: &Value) -> Result<Health, String> {
+    match doc.get("health") {
+        None | Some(Value::Null) => Ok(Health::default()),
+        Some(health) => serde_json::from_value(health.clone()).map_err(|e| format!("its health: {e}")),
+    }
+}
+
+fn hotspot(doc: &Value) -> Result<crate::model::StackReport, String> {
+    let stacks = each(doc, "stacks", |s| stack(s, "count"))?;
+    let meta = run_meta(doc, "hotspot", "");
+    Ok(stack_report(Weight::Samples, meta, health(doc)?, stacks))
+}
+
+fn stack(s: &Value, count: &str) -> Result<Stack, String> {
+    Ok(Stack {
+        pid: num(s, "pid") as u32,
+        tid: num(s, "tid") as u32,
+        comm: text(s, "comm"),
+        count: s[count].as_u64().ok_or("a stack without its count")?,
+        counters: Vec::new(),
+        frames: frames(&s["frames"])?,
+    })
+}
+
+fn frames(value: &Value) -> Result<Vec<Frame>, String> {
+    let hex = |v: &Value| {
+        v.as_str()
+            .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
+    };
+    value
+        .as_array()
+        .ok_or("a stack without frames")?
+        .iter()
+        .map(|f| {
+            Ok(Frame {
+                function: f["function"]
+                    .as_str()
+                    .ok_or("a frame without a function")?
+                    .to_string(),
+                module: text(f, "module"),
+                file: f["file"].as_str().map(str::to_string),
+                line: f["line"].as_u64().map(|l| l as u32),
+                kernel: f["kernel"].as_bool().unwrap_or(false),
+                inlined: f["inlined"].as_bool().unwrap_or(false),
+                address: hex(&f["address"]).unwrap_or(0),
+                start: hex(&f["start"]),
+                offset: f["offset"].as_u64(),
+            })
+        })
+        .collect()
+}
+
+fn sched(doc: &Value) -> Result<SchedReport, String> {
+    let meta = run_meta(doc, "sched", "off-cpu");
+    let health = health(doc)?;
+    let offcpu_stacks = each(doc, "offcpu", offcpu_stack)?;
+    let stacks = each(doc, "offcpu", |s| stack(s, "total_ns"))?;
+    Ok(SchedReport {
+        offcpu: stack_report(Weight::OffCpuNanoseconds, meta.clone(), health.clone(), stacks),
+        meta,
+        health,
+        tasks: each(doc, "tasks", task)?,
+        offcpu_stacks,
+        slow_threshold_ns: num(doc, "slow_threshold_ns"),
+        slow_total: num(doc, "slow_total"),
+        slow: each(doc, "slow_events", slow_wait)?,
+        // Not in the JSON: a saved profile is not drawn as a heatmap.
+        heatmap: Heatmap {
+            column_s: 1.0,
+            row_lower_ns: Vec::new(),
+            columns: Vec::new(),
+        },
+    })
+}
+
+fn task(t: &Value) -> Result<TaskLatency, String> {
+    Ok(TaskLatency {
+        pid: num(t, "pid") as u32,
+        tid: num(t, "tid") as u32,
+        comm: text(t, "comm"),
+        runs: num(t, "runs"),
+        waits: num(t, "waits"),
+        total_delay_ns: num(t, "total_delay_ns"),
+        avg_delay_ns: num(t, "avg_delay_ns"),
+        p50_delay_ns: num(t, "p50_delay_ns"),
+        p99_delay_ns: num(t, "p99_delay_ns"),
+        max_delay_ns: num(t, "max_delay_ns"),
+        max_at_s: t["max_at_s"].as_f64().unwrap_or(0.0),
+        running_ns: num(t, "running_ns"),
+        sleeping_ns: num(t, "sleeping_ns"),
+        blocked_ns: num(t, "blocked_ns"),
+        histogram: each(t, "histogram", |b| {
+            Ok(Bucket {
+                le_ns: num(b, "le_ns"),
+                count: num(b, "count"),
+            })
+        })?,
+    })
+}
+
+fn offcpu_stack(s: &Value) -> Result<OffCpuStack, String> {
+    let stack = stack(s, "total_ns")?;
+    Ok(OffCpuStack {
+        pid: stack.pid,
+        tid: stack.tid,
+        comm: stack.comm,
+        total_ns: stack.count,
+        count: num(s, "count"),
+        frames: stack.frames,
+    })
+}
+
+fn slow_wait(e: &Value) -> Result<SlowWait, String> {
+    Ok(SlowWait {
+        pid: num(e, "pid") as u32,
+        tid: num(e, "tid") as u32,
+        comm: text(e, "comm"),
+        cpu: num(e, "cpu") as u32,
+        delay_ns: num(e, "delay_ns"),
+        at_s: e["at_s"].as_f64().unwrap_or(0.0),
+        waker: e["waker"].as_object().map(|_| TaskRef {
+            pid: num(&e["waker"], "pid") as u32,
+            tid: num(&e["waker"], "tid") as u32,
+            comm: text(&e["waker"], "comm"),
+        }),
+        cpu_holders: each(e, "cpu_holders", |h| {
+            Ok(CpuHolder {
+                tid: num(h, "tid") as u32,
+                comm: text(h, "comm"),
+                held_ns: num(h, "held_ns"),
+            })
+        })?,
+    })
+}
+
+fn lock(doc: &Value) -> Result<LockReport, String> {
+    let meta = run_meta(doc, "lock", "lock-wait");
+    let health = health(doc)?;
+    let source = match doc["source"].as_str() {
+        Some("pthread") => LockSource::Pthread,
+        Some("kernel") => LockSource::Kernel,
+        _ => LockSource::Futex,
+    };
+    let locks = each(doc, "locks", lock_stat)?;
+    let waits = waiting_stacks(&locks);
+    Ok(LockReport {
+        waits: stack_report(Weight::LockWaitNanoseconds, meta.clone(), health.clone(), waits),
+        meta,
+        source,
+        health,
+        locks,
+    })
+}
+
+/// Every waiting stack, as the lock report draws it: the lock below the waiting leaf.
+fn waiting_stacks(locks: &[LockStat]) -> Vec<Stack> {
+    let mut stacks = Vec::new();
+    for lock in locks {
+        let leaf = Frame::marker(&format!("lock {}", lock_label(lock)), false);
+        for waiter in &lock.waiters {
+            let mut frames = waiter.frames.clone();
+            frames.push(leaf.clone());
+            stacks.push(Stack {
+                pid: lock.pid,
+                tid: lock.pid,
+                comm: lock.comm.clone(),
+                count: waiter.total_wait_ns,
+                counters: Vec::new(),
+                frames,
+            });
+        }
+    }
+    stacks
+}
+
+/// The kinds of lock the lock report names (user-space waits, then the kernel's lock types).
+const KINDS: [&str; 13] = [
+    "mutex",
+    "rwlock",
+    "condvar",
+    "semaphore",
+    "barrier",
+    "join",
+    "spinlock",
+    "park",
+    "futex",
+    "rtmutex",
+    "rwlock-rt",
+    "rwsem",
+    "pcpu-sem",
+];
+
+fn lock_stat(l: &Value) -> Result<LockStat, String> {
+    let holds = l["holds"].as_object().map(|_| Holds {
+        holds: num(&l["holds"], "holds"),
+        total_hold_ns: num(&l["holds"], "total_hold_ns"),
+        max_hold_ns: num(&l["holds"], "max_hold_ns"),
+        avg_hold_ns: num(&l["holds"], "avg_hold_ns"),
+    });
+    let address = l["address"].as_str().unwrap_or("");
+    Ok(LockStat {
+        pid: num(l, "pid") as u32,
+        comm: text(l, "comm"),
+        address: u64::from_str_radix(address.trim_start_matches("0x"), 16)
+            .map_err(|_| format!("a lock whose address is not hex: {:?}", l["address"]))?,
+        instance: num(l, "instance") as u32,
+        exec_generation: 0,
+        flags: 0,
+        symbol: l["symbol"].as_str().map(str::to_string),
+        thread: l["thread"].as_u64().map(|t| t as u32),
+        waited_in: l["waited_in"].as_str().map(str::to_string),
+        kind: static_name(l["kind"].as_str().unwrap_or(""), &KINDS),
+        class: match l["class"].as_str() {
+            Some("waiting") => WaitClass::Waiting,
+            _ => WaitClass::Contention,
+        },
+        contentions: num(l, "contentions"),
+        total_wait_ns: num(l, "total_wait_ns"),
+        max_wait_ns: num(l, "max_wait_ns"),
+        avg_wait_ns: num(l, "avg_wait_ns"),
+        unattributed_wait_ns: num(l, "unattributed_wait_ns"),
+        holds,
+        waiters: each(l, "waiters", |w| {
+            Ok(WaiterStat {
+                frames: frames(&w["frames"])?,
+                contentions: num(w, "contentions"),
+                total_wait_ns: num(w, "total_wait_ns"),
+                max_wait_ns: num(w, "max_wait_ns"),
+            })
+        })?,
+        holders: each(l, "holders", |h| {
+            Ok(HolderStat {
+                frames: frames(&h["frames"])?,
+                wakes: num(h, "wakes"),
+                total_wait_ns: num(h, "total_wait_ns"),
+            })
+        })?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{parse_saved, stack_report, Saved};
+    use super::*;
+    use crate::{
+        cli::Format,
+        model::tests::frame,
+        report::{renderer, tests::sample_report},
+    };
+
+    fn meta(mode: &'static str) -> RunMeta {
+        RunMeta {
+            mode,
+            target: "command ./w".into(),
+            notes: vec!["the command exited with status 3".into()],
+            duration_s: 2.5,
+            ..sample_report().meta
+        }
+    }
+
+    fn health() -> Health {
+        Health {
+            sched_switches: 4812,
+            offcpu_map_full: 3,
+            lock_waits: 90,
+            ..Health::default()
+        }
+    }
+
+    fn sched_report() -> SchedReport {
+        let meta = meta("sched");
+        let task = |tid: u32, total: u64| TaskLatency {
+            pid: 10,
+            tid,
+            comm: format!("worker-{tid}"),
+            runs: 120 + tid as u64,
+            waits: 100,
+            total_delay_ns: total,
+            avg_delay_ns: total / 100,
+            p50_delay_ns: 30_000,
+            p99_delay_ns: 900_000,
+            max_delay_ns: 1_250_000,
+            max_at_s: 1.75,
+            running_ns: 1_000_000_000,
+            sleeping_ns: 2_000,
+            blocked_ns: 7,
+            histogram: vec![
+                Bucket {
+                    le_ns: 32_768,
+                    count: 60,
+                },
+                Bucket {
+                    le_ns: 1_048_576,
+                    count: 40,
+                },
+            ],
+        };
+        let mut stack = vec![frame("main"), frame("wait_here")];
+        stack[1].file = Some("/src/w.c".into());
+        stack[1].line = Some(12);
+        SchedReport {
+            offcpu: stack_report(Weight::OffCpuNanoseconds, meta.clone(), health(), Vec::new()),
+            meta,
+            health: health(),
+            tasks: vec![task(11, 9_000_000), task(12, 4_000_000)],
+            offcpu_stacks: vec![OffCpuStack {
+                pid: 10,
+                tid: 12,
+                comm: "worker-12".into(),
+                total_ns: 2_000_000_000,
+                count: 4,
+                frames: stack,
+            }],
+            slow_threshold_ns: 1_000_000,
+            slow_total: 2,
+            slow: vec![
+                SlowWait {
+                    pid: 10,
+                    tid: 11,
+                    comm: "worker-11".into(),
+                    cpu: 1,
+                    delay_ns: 1_250_000,
+                    at_s: 1.75,
+                    waker: Some(TaskRef {
+                        pid: 10,
+                        tid: 12,
+                        comm: "worker-12".into(),
+                    }),
+                    cpu_holders: vec![CpuHolder {
+                        tid: 99,
+                        comm: "hog".into(),
+                        held_ns: 1_200_000,
+                    }],
+                },
+                SlowWait {
+                    waker: None,
+                    cpu_holders: Vec::new(),
+                    ..sched_report_slow_base()
+                },
+            ],
+            heatmap: Heatmap {
+                column_s: 1.0,
+                row_lower_ns: Vec::new(),
+                columns: Vec::new(),
+            },
+        }
+    }
+
+    fn sched_report_slow_base() -> SlowWait {
+        SlowWait {
+            pid: 10,
+            tid: 12,
+            comm: "worker-12".into(),
+            cpu: 0,
+            delay_ns: 1_100_000,
+            at_s: 0.5,
+            waker: None,
+            cpu_holders: Vec::new(),
+        }
+    }
+
+    fn lock_report() -> LockReport {
+        let meta = meta("lock");
+        let waiter = |leaf: &str, wait: u64| WaiterStat {
+            frames: vec![frame("main"), frame(leaf), frame("__lll_lock_wait")],
+            contentions: 7,
+            total_wait_ns: wait,
+            max_wait_ns: wait / 3,
+        };
+        let lock = |address: u64, kind: &'static str, class: WaitClass| LockStat {
+            pid: 10,
+            comm: "server".into(),
+            address,
+            instance: 0,
+            exec_generation: 0,
+            flags: 0,
+            symbol: None,
+            thread: None,
+            waited_in: None,
+            kind,
+            class,
+            contentions: 14,
+            total_wait_ns: 3_000_000,
+            max_wait_ns: 1_000_000,
+            avg_wait_ns: 214_285,
+            unattributed_wait_ns: 500,
+            holds: None,
+            waiters: vec![waiter("update", 2_000_000), waiter("flush", 1_000_000)],
+            holders: vec![HolderStat {
+                frames: vec![frame("main"), frame("update"), frame("pthread_mutex_unlock")],
+                wakes: 13,
+                total_wait_ns: 2_999_500,
+            }],
+        };
+        let contended = LockStat {
+            symbol: Some("shared_lock".into()),
+            instance: 1,
+            holds: Some(Holds {
+                holds: 40,
+                total_hold_ns: 40_000_000,
+                max_hold_ns: 2_000_000,
+                avg_hold_ns: 1_000_000,
+            }),
+            ..lock(0x5581_c0a0_14c0, "mutex", WaitClass::Contention)
+        };
+        let waiting = LockStat {
+            waited_in: Some("consumer".into()),
+            ..lock(0x7ffd_0000_9088, "condvar", WaitClass::Waiting)
+        };
+        let joined = LockStat {
+            thread: Some(13),
+            ..lock(0x7f00_0000_0910, "join", WaitClass::Waiting)
+        };
+        LockReport {
+            waits: stack_report(Weight::LockWaitNanoseconds, meta.clone(), health(), Vec::new()),
+            meta,
+            source: LockSource::Pthread,
+            health: health(),
+            locks: vec![contended, waiting, joined],
+        }
+    }
+
+    fn rendered(format: Format, render: impl Fn(&dyn crate::report::Renderer, &mut Vec<u8>)) -> String {
+        let mut out = Vec::new();
+        render(&*renderer(format), &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    /// A sched report saved as JSON renders again as the same text report and the same JSON.
+    #[test]
+    fn a_sched_json_renders_again_as_its_text_report() {
+        let original = sched_report();
+        let json = rendered(Format::Json, |r, out| r.sched(&original, out).unwrap());
+        let Ok(Saved::Sched(loaded)) = parse_saved(json.as_bytes(), "s.json") else {
+            panic!("not read back as a sched report");
+        };
+        for format in [Format::Text, Format::Json] {
+            let want = rendered(format, |r, out| r.sched(&original, out).unwrap());
+            let got = rendered(format, |r, out| r.sched(&loaded, out).unwrap());
+            assert_eq!(got, want, "{format:?}");
+        }
+        let text = rendered(Format::Text, |r, out| r.sched(&loaded, out).unwrap());
+        assert!(
+            text.contains("4812 context switches") && text.contains("worker-11"),
+            "{text}"
+        );
+        assert!(
+            text.contains("woken by worker-12") && text.contains("wait_here"),
+            "{text}"
+        );
+        assert!(text.contains("warning: "), "the health's warnings: {text}");
+        // The views see its off-CPU stacks, weighted by time.
+        let stacks = Saved::Sched(loaded).into_stacks();
+        assert_eq!(
+            (stacks.weight, stacks.samples),
+            (Weight::OffCpuNanoseconds, 2_000_000_000)
+        );
+    }
+
+    /// A lock report saved as JSON renders again as the same text report and the same JSON.
+    #[test]
+    fn a_lock_json_renders_again_as_its_text_report() {
+        let original = lock_report();
+        let json = rendered(Format::Json, |r, out| r.lock(&original, out).unwrap());
+        let Ok(Saved::Lock(loaded)) = parse_saved(json.as_bytes(), "l.json") else {
+            panic!("not read back as a lock report");
+        };
+        for format in [Format::Text, Format::Json] {
+            let want = rendered(format, |r, out| r.lock(&original, out).unwrap());
+            let got = rendered(format, |r, out| r.lock(&loaded, out).unwrap());
+            assert_eq!(got, want, "{format:?}");
+        }
+        let text = rendered(Format::Text, |r, out| r.lock(&loaded, out).unwrap());
+        assert!(
+            text.contains("bpfprof lock (pthread waits): command ./w"),
+            "{text}"
+        );
+        assert!(text.contains("shared_lock (mutex, 0x5581c0a014c0)"), "{text}");
+        assert!(text.contains("held 40 times"), "{text}");
+        // The views see every waiting stack, the lock below its leaf.
+        let stacks = Saved::Lock(loaded).into_stacks();
+        assert_eq!(
+            (stacks.weight, stacks.samples),
+            (Weight::LockWaitNanoseconds, 9_000_000)
+        );
+        assert!(stacks
+            .stacks
+            .iter()
+            .any(|s| s.frames.last().unwrap().function == "[lock thread 13]"));
+    }
+}
