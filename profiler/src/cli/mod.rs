@@ -66,9 +66,9 @@ pub struct Cli {
     /// glibc lock (mutex, rwlock, condition variable, semaphore) sleeps in; uncontended locks
     /// never enter the kernel, so they cost nothing (safe in production). `pthread`: probes on
     /// the target's pthread mutex, rwlock and condition-variable functions: hold times, and the
-    /// exact stack that held the lock while others waited, at ~1 µs per lock call (needs -p or a
-    /// command). `kernel`: the kernel's own lock contention (lock:contention_begin/end), with
-    /// kernel stacks and lock types.
+    /// exact stack that held the lock while others waited, at ~2.7 us per lock/unlock pair (needs
+    /// -p or a command). `kernel`: the kernel's own lock contention (lock:contention_begin/end),
+    /// with kernel stacks and lock types.
     #[arg(
         long = "lock-source",
         value_enum,

@@ -183,7 +183,11 @@ Where each thread's time went (thread states from the scheduler, not PMU counter
         writeln!(out, "bpfprof hotspot: {}", hotspot_header(m))?;
         write!(out, "{} samples", r.samples)?;
         if r.health.idle > 0 {
-            write!(out, " (plus {} samples on idle CPUs, not shown)", r.health.idle)?;
+            let samples = match r.health.idle {
+                1 => "sample",
+                _ => "samples",
+            };
+            write!(out, " (plus {} {samples} on idle CPUs, not shown)", r.health.idle)?;
         }
         writeln!(
             out,

@@ -523,7 +523,7 @@ pub fn program_caller(frames: &[Frame]) -> Option<&str> {
 }
 
 /// Every waiting stack, weighted by its wait, with the lock as a frame below the leaf.
-fn flame(meta: RunMeta, health: Health, locks: &[&LockStat]) -> StackReport {
+pub(crate) fn flame(meta: RunMeta, health: Health, locks: &[&LockStat]) -> StackReport {
     let mut stacks: Vec<Stack> = Vec::new();
     for lock in locks {
         for waiter in &lock.waiters {

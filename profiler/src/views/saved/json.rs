@@ -9,7 +9,7 @@ use crate::{
     cli::LockSource,
     model::{RunMeta, Stack, Weight},
     modes::{
-        lock::{lock_label, HolderStat, Holds, LockReport, LockStat, WaitClass, WaiterStat},
+        lock::{HolderStat, Holds, LockReport, LockStat, WaitClass, WaiterStat},
         sched::{Bucket, CpuHolder, Heatmap, OffCpuStack, SchedReport, SlowWait, TaskLatency, TaskRef},
     },
     profile::Health,
@@ -202,35 +202,13 @@ fn lock(doc: &Value) -> Result<LockReport, String> {
         _ => LockSource::Futex,
     };
     let locks = each(doc, "locks", lock_stat)?;
-    let waits = waiting_stacks(&locks);
     Ok(LockReport {
-        waits: stack_report(Weight::LockWaitNanoseconds, meta.clone(), health.clone(), waits),
+        waits: crate::modes::lock::flame(meta.clone(), health.clone(), &locks.iter().collect::<Vec<_>>()),
         meta,
         source,
         health,
         locks,
     })
-}
-
-/// Every waiting stack, as the lock report draws it: the lock below the waiting leaf.
-fn waiting_stacks(locks: &[LockStat]) -> Vec<Stack> {
-    let mut stacks = Vec::new();
-    for lock in locks {
-        let leaf = Frame::marker(&format!("lock {}", lock_label(lock)), false);
-        for waiter in &lock.waiters {
-            let mut frames = waiter.frames.clone();
-            frames.push(leaf.clone());
-            stacks.push(Stack {
-                pid: lock.pid,
-                tid: lock.pid,
-                comm: lock.comm.clone(),
-                count: waiter.total_wait_ns,
-                counters: Vec::new(),
-                frames,
-            });
-        }
-    }
-    stacks
 }
 
 /// The kinds of lock the lock report names (user-space waits, then the kernel's lock types).
