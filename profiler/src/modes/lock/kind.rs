@@ -42,9 +42,17 @@ pub(super) fn kind_of(waiters: &[WaiterStat], hints: u32) -> &'static str {
         return "join";
     }
     for waiter in waiters {
+        // Frames the C library has no names for (no debug symbols), between the wait and the
+        // innermost named function.
+        let mut unnamed_below = false;
         for frame in waiter.frames.iter().rev() {
-            if let Some(kind) = kind_of_function(&frame.function) {
-                return kind;
+            match kind_of_function(&frame.function) {
+                // The mutex `pthread_cond_wait` takes again as it returns, in internal functions
+                // a libc without debug symbols cannot name: its futex holds "locked, with
+                // waiters" (a condition variable's signal word does not hold 2 in glibc to 2.40).
+                Some("condvar") if unnamed_below && hints & futex_hint::LOCK_WORD != 0 => return "mutex",
+                Some(kind) => return kind,
+                None => unnamed_below |= frame.function.starts_with('['),
             }
         }
     }
@@ -124,6 +132,10 @@ mod tests {
             "__lll_lock_wait",
         ]);
         assert_eq!(kind_of(&[retaken], 0), "mutex");
+        // The same without the C library's debug symbols: told by the futex's value.
+        let unnamed = || waiter(&["consumer", "pthread_cond_wait", "[unknown]", "[unknown]"]);
+        assert_eq!(kind_of(&[unnamed()], futex_hint::LOCK_WORD), "mutex");
+        assert_eq!(kind_of(&[unnamed()], 0), "condvar");
         let join = waiter(&["main", "__pthread_clockjoin_ex", "__futex_abstimed_wait_common"]);
         assert_eq!(kind_of(&[join], 0), "join");
         let rust = waiter(&[
