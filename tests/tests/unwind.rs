@@ -408,3 +408,119 @@ fn a_process_that_execs_keeps_both_images_stacks() {
         "{before} of {total} samples under main -> run_qsort; the old image ran a quarter of the time"
     );
 }
+
+/// The Go workload, built here with Debian's Go (`cargo xtask setup` installs it).
+fn gohash() -> std::path::PathBuf {
+    let out = temp_path("gohash");
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/gohash");
+    let built = std::process::Command::new("go")
+        .args(["build", "-buildvcs=false", "-o"])
+        .arg(&out)
+        .arg(".")
+        .current_dir(source)
+        .output()
+        .expect("go (Debian's golang-go, which cargo xtask setup installs)");
+    assert!(
+        built.status.success(),
+        "go build: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    out
+}
+
+/// Share of a Go CPU profile's samples with `function` on their stack.
+fn go_share(profile: &profiler::report::pprof::proto::Profile, function: &str) -> f64 {
+    let ids: Vec<u64> = profile
+        .function
+        .iter()
+        .filter(|f| profile.string_table[f.name as usize] == function)
+        .map(|f| f.id)
+        .collect();
+    let under = |s: &profiler::report::pprof::proto::Sample| {
+        s.location_id.iter().any(|l| {
+            let location = profile.location.iter().find(|x| x.id == *l).unwrap();
+            location.line.iter().any(|line| ids.contains(&line.function_id))
+        })
+    };
+    let all: i64 = profile.sample.iter().map(|s| s.value[0]).sum();
+    let hits: i64 = profile
+        .sample
+        .iter()
+        .filter(|s| under(s))
+        .map(|s| s.value[0])
+        .sum();
+    hits as f64 / all as f64
+}
+
+/// A Go program: its linker compresses `.debug_frame` (zlib, `SHF_COMPRESSED`), which bpfprof
+/// took for corrupt, so its stacks fell back to frame pointers and crypto/sha256's assembly (RBP
+/// used as a register) lost every caller (0.1% of samples under main.main). The workload times
+/// its two functions on its own thread's CPU clock and takes its own runtime/pprof profile in
+/// the same run: hashWork's share is within 3 pp of its clock (and near Go's own profile), and
+/// sha256's samples keep main.hashWork and main.main as callers.
+#[test]
+fn go_compressed_debug_frame_keeps_the_callers_of_its_assembly() {
+    let binary = gohash();
+    let go_profile = temp_path("gohash.pb.gz");
+    let json = temp_path("gohash.json");
+    let out = run(&[
+        "-F",
+        "499",
+        "-o",
+        json.to_str().unwrap(),
+        "--",
+        binary.to_str().unwrap(),
+        "3",
+        go_profile.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let truth = truth(&stdout(&out));
+    let pid = truth["pid"] as u32;
+    let report = Report::read(&json);
+    report.assert_consistent();
+    let want = truth["hash"] / (truth["hash"] + truth["spin"]);
+    let (hash, spin) = (
+        samples_under(&report, pid, &["main.hashWork"]),
+        samples_under(&report, pid, &["main.spinWork"]),
+    );
+    let got = hash as f64 / (hash + spin) as f64;
+    let go_profile = decode_pprof(&std::fs::read(&go_profile).unwrap());
+    let (go_hash, go_spin) = (
+        go_share(&go_profile, "main.hashWork"),
+        go_share(&go_profile, "main.spinWork"),
+    );
+    let go = go_hash / (go_hash + go_spin);
+    eprintln!(
+        "hashWork: {:.1}% of bpfprof's samples, {:.1}% of its thread's CPU time, {:.1}% of runtime/pprof's",
+        got * 100.0,
+        want * 100.0,
+        go * 100.0
+    );
+    assert!(
+        (got - want).abs() * 100.0 <= 3.0,
+        "hashWork {got:.3}, its clock {want:.3}"
+    );
+    assert!(
+        (got - go).abs() * 100.0 <= 5.0,
+        "hashWork {got:.3}, runtime/pprof {go:.3}"
+    );
+    let (kept, all) = report
+        .stacks_of(pid)
+        .iter()
+        .filter(|s| {
+            Report::frames(s)
+                .iter()
+                .any(|f| f.starts_with("crypto/sha256.block"))
+        })
+        .fold((0, 0), |(kept, all), s| {
+            let n = s["count"].as_u64().unwrap();
+            let whole = in_order(&Report::frames(s), &["main.main", "main.hashWork"]);
+            (kept + if whole { n } else { 0 }, all + n)
+        });
+    let before = before_tables(&report, report.samples_of(pid));
+    assert!(all > 100, "{all} samples in crypto/sha256.block");
+    assert!(
+        share_of_walked(kept, all, before, 0.95),
+        "{kept} of {all} samples in crypto/sha256.block under main.main -> main.hashWork ({before} before tables)"
+    );
+}

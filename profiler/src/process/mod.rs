@@ -12,6 +12,9 @@ use std::{
 };
 
 mod info;
+mod section;
+
+pub use section::{section_data, SectionError};
 
 pub use info::{comm_of, container_id, split_stat, threads_of, ProcessInfo};
 

@@ -8,6 +8,8 @@ use gimli::{AArch64, CfaRule, Register, RegisterRule, X86_64};
 use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 use profiler_common::unwind::{cfa, fp, Row};
 
+use crate::process::{section_data, SectionError};
+
 /// Why a file has no table (it is then walked with frame pointers).
 #[derive(Debug, thiserror::Error)]
 pub enum TableError {
@@ -17,6 +19,8 @@ pub enum TableError {
     NoFrameInfo,
     #[error("its unwind information is corrupt: {0}")]
     Corrupt(#[from] gimli::Error),
+    #[error("its unwind section {0}")]
+    Section(#[from] SectionError),
     #[error("built for {0:?}, which bpfprof does not walk")]
     Architecture(object::Architecture),
 }
@@ -72,10 +76,16 @@ pub(super) fn rows_of_file(file: &object::File<'_>) -> Result<Vec<Row>, TableErr
     let mut rows = Vec::new();
     if let Some(section) = file.section_by_name(".eh_frame") {
         let bases = bases.set_eh_frame(section.address());
-        let eh_frame = gimli::EhFrame::new(section.data()?, gimli::LittleEndian);
+        let data = section_data(&section)?;
+        let eh_frame = gimli::EhFrame::new(&data, gimli::LittleEndian);
         collect_rows(&eh_frame, &bases, registers, &mut rows)?;
-    } else if let Some(section) = file.section_by_name(".debug_frame") {
-        let debug_frame = gimli::DebugFrame::new(section.data()?, gimli::LittleEndian);
+    } else if let Some(section) = file
+        .section_by_name(".debug_frame")
+        .or_else(|| file.section_by_name(".zdebug_frame"))
+    {
+        // Compressed where the linker compressed the debug sections (Go's does, with zlib).
+        let data = section_data(&section)?;
+        let debug_frame = gimli::DebugFrame::new(&data, gimli::LittleEndian);
         collect_rows(&debug_frame, &bases, registers, &mut rows)?;
     } else {
         return Err(TableError::NoFrameInfo);
@@ -422,6 +432,85 @@ mod tests {
             runtime - bias_of(&segments_of(&file), line.start, line.file_offset).unwrap(),
             symbol.address()
         );
+    }
+
+    /// A file built with `.debug_frame` only (no `.eh_frame`), plain and with its debug sections
+    /// compressed by objcopy (zlib and zstd, as `SHF_COMPRESSED`): the same rows.
+    #[test]
+    fn compressed_debug_frame_gives_the_rows_of_the_plain_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = dir.path().join("f.c");
+        std::fs::write(
+            &source,
+            "int leaf(int x) { return x * 3; }\nint caller(int x) { return leaf(x) + leaf(x + 1); }\nint main(void) { return caller(2); }\n",
+        )
+        .unwrap();
+        let plain = dir.path().join("plain");
+        let built = std::process::Command::new("cc")
+            .args([
+                "-g",
+                "-O1",
+                "-fno-asynchronous-unwind-tables",
+                "-fno-unwind-tables",
+                "-o",
+            ])
+            .arg(&plain)
+            .arg(&source)
+            .status()
+            .expect("cc");
+        assert!(built.success());
+        // The C runtime's objects bring an `.eh_frame` of their own: gone, so `.debug_frame` is read.
+        let removed = std::process::Command::new("objcopy")
+            .args(["--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr"])
+            .arg(&plain)
+            .status()
+            .expect("objcopy");
+        assert!(removed.success());
+        let plain_data = std::fs::read(&plain).unwrap();
+        let file = object::File::parse(&*plain_data).unwrap();
+        assert!(file.section_by_name(".eh_frame").is_none());
+        let expected = rows_of(&plain_data).unwrap();
+        assert!(expected.len() >= 3, "{expected:?}");
+        for format in ["zlib-gabi", "zstd"] {
+            let compressed = dir.path().join(format);
+            let out = std::process::Command::new("objcopy")
+                .arg(format!("--compress-debug-sections={format}"))
+                .arg(&plain)
+                .arg(&compressed)
+                .output()
+                .expect("objcopy");
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let data = std::fs::read(&compressed).unwrap();
+            let section = object::File::parse(&*data)
+                .unwrap()
+                .section_by_name(".debug_frame")
+                .unwrap()
+                .compressed_data()
+                .unwrap();
+            assert_ne!(section.format, object::CompressionFormat::None, "{format}");
+            assert_eq!(rows_of(&data).unwrap(), expected, "{format}");
+        }
+        // A crafted header (a size of a terabyte) and a corrupt stream: errors, not allocations.
+        let zlib = std::fs::read(dir.path().join("zlib-gabi")).unwrap();
+        let file = object::File::parse(&*zlib).unwrap();
+        let (at, len) = file
+            .section_by_name(".debug_frame")
+            .unwrap()
+            .file_range()
+            .unwrap();
+        let (at, len) = (at as usize, len as usize);
+        let mut huge = zlib.clone();
+        huge[at + 8..at + 16].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        assert!(matches!(
+            rows_of(&huge),
+            Err(TableError::Section(SectionError::TooLarge(_)))
+        ));
+        let mut corrupt = zlib.clone();
+        corrupt[at + 24..at + len].fill(0xff);
+        assert!(matches!(
+            rows_of(&corrupt),
+            Err(TableError::Section(SectionError::Corrupt(_)))
+        ));
     }
 
     #[test]

@@ -1,0 +1,3 @@
+module gohash
+
+go 1.19
