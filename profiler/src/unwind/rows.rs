@@ -5,7 +5,7 @@
 //! address undefined" (the outermost frame). Anything else falls back to the frame pointer in
 //! BPF.
 use gimli::{AArch64, CfaRule, Register, RegisterRule, X86_64};
-use object::{Object as _, ObjectSection as _, ObjectSegment as _};
+use object::{Object as _, ObjectSection as _, ObjectSegment as _, ObjectSymbol as _};
 use profiler_common::unwind::{cfa, fp, Row};
 
 use crate::process::{section_data, SectionError};
@@ -91,7 +91,67 @@ pub(super) fn rows_of_file(file: &object::File<'_>) -> Result<Vec<Row>, TableErr
         return Err(TableError::NoFrameInfo);
     }
     rows.extend(aarch64_plt_rows(file));
+    if is_go(file) {
+        end_at_go_roots(file, &mut rows);
+        restore_go_frame_pointers(file, &mut rows);
+    }
     Ok(compact(rows))
+}
+
+fn is_go(file: &object::File<'_>) -> bool {
+    let go = [".gopclntab", ".data.rel.ro.gopclntab", ".go.buildinfo"];
+    go.iter().any(|name| file.section_by_name(name).is_some())
+}
+
+/// Go on x86-64 keeps the caller's RBP at CFA - 16 in every function with a frame (the compiler
+/// and the assembler both put it there), but its `.debug_frame` does not say so: after assembly
+/// that uses RBP as a register (crypto/sha256's block) the walker carried a clobbered RBP on to
+/// callers that need it. (Frameless functions, CFA = rsp + 8, save nothing.)
+fn restore_go_frame_pointers(file: &object::File<'_>, rows: &mut [Row]) {
+    if file.architecture() != object::Architecture::X86_64 {
+        return;
+    }
+    for row in rows.iter_mut() {
+        if row.cfa == cfa::SP && row.cfa_offset >= 16 && row.fp == fp::SAME {
+            (row.fp, row.fp_offset) = (fp::AT_CFA, -16);
+        }
+    }
+}
+
+/// Go's goroutine and thread roots, the functions its linker marks TOPFRAME: a walk that reaches
+/// one is complete. Go's `.debug_frame` says so only on arm64 (on x86-64 a TODO in its linker
+/// leaves them an ordinary rule), so the walker read past every goroutine's stack top and called
+/// nearly every Go stack "ended early". Found by symbol; a binary without `.symtab` (`-s -w`)
+/// needs Go's own table, `.gopclntab` (#39's next step).
+fn end_at_go_roots(file: &object::File<'_>, rows: &mut Vec<Row>) {
+    const ROOTS: [&str; 4] = [
+        "runtime.goexit",
+        "runtime.mstart",
+        "runtime.rt0_go",
+        "runtime.sigtramp",
+    ];
+    let roots: Vec<(u64, u64)> = file
+        .symbols()
+        .filter(|s| s.size() > 0)
+        .filter(|s| {
+            s.name()
+                .is_ok_and(|n| ROOTS.contains(&n.strip_suffix(".abi0").unwrap_or(n)))
+        })
+        .map(|s| (s.address(), s.address() + s.size()))
+        .collect();
+    rows.retain(|r| !roots.iter().any(|(start, end)| (*start..*end).contains(&r.pc)));
+    for (start, end) in roots {
+        rows.push(Row {
+            pc: start,
+            cfa: cfa::END,
+            ..Row::default()
+        });
+        rows.push(Row {
+            pc: end,
+            cfa: cfa::NONE,
+            ..Row::default()
+        });
+    }
 }
 
 /// AArch64 linkers give the PLT no unwind information. A stub loads an address and branches
