@@ -409,12 +409,15 @@ fn a_process_that_execs_keeps_both_images_stacks() {
     );
 }
 
-/// The Go workload, built here with Debian's Go (`cargo xtask setup` installs it).
-fn gohash() -> std::path::PathBuf {
-    let out = temp_path("gohash");
+/// The Go workload, built here with Debian's Go (`cargo xtask setup` installs it), as an
+/// executable at a fixed address or as a position-independent one (`-buildmode=pie`, whose
+/// table lies in `.data.rel.ro.gopclntab`).
+fn gohash(pie: bool) -> std::path::PathBuf {
+    let out = temp_path(if pie { "gohash-pie" } else { "gohash" });
     let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/gohash");
+    let mode = if pie { "-buildmode=pie" } else { "-buildmode=exe" };
     let built = std::process::Command::new("go")
-        .args(["build", "-buildvcs=false", "-o"])
+        .args(["build", "-buildvcs=false", mode, "-o"])
         .arg(&out)
         .arg(".")
         .current_dir(source)
@@ -460,9 +463,18 @@ fn go_share(profile: &profiler::report::pprof::proto::Profile, function: &str) -
 /// sha256's samples keep main.hashWork and main.main as callers.
 #[test]
 fn go_compressed_debug_frame_keeps_the_callers_of_its_assembly() {
-    let binary = gohash();
-    let go_profile = temp_path("gohash.pb.gz");
-    let json = temp_path("gohash.json");
+    go_keeps_its_callers(false);
+}
+
+#[test]
+fn go_pie_keeps_the_callers_of_its_assembly() {
+    go_keeps_its_callers(true);
+}
+
+fn go_keeps_its_callers(pie: bool) {
+    let binary = gohash(pie);
+    let go_profile = temp_path(&format!("gohash-{pie}.pb.gz"));
+    let json = temp_path(&format!("gohash-{pie}.json"));
     let out = run(&[
         "-F",
         "499",
