@@ -137,28 +137,10 @@ impl RunQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use profiler_common::{hist_bucket, HIST_BUCKETS};
+    use profiler_common::hist_bucket;
 
     fn task(tid: u32, waits: &[u64]) -> TaskRecord {
-        let mut hist = vec![0u32; HIST_BUCKETS];
-        for &w in waits {
-            hist[hist_bucket(w)] += 1;
-        }
-        TaskRecord {
-            pid: 1,
-            tid,
-            comm: format!("t{tid}"),
-            runs: waits.len() as u64,
-            delays: waits.len() as u64,
-            total_delay_ns: waits.iter().sum(),
-            max_delay_ns: waits.iter().copied().max().unwrap_or(0),
-            max_at_ns: 0,
-            running_ns: 0,
-            sleeping_ns: 0,
-            blocked_ns: 0,
-            hist,
-            open: None,
-        }
+        TaskRecord::with_waits(tid, &format!("t{tid}"), waits)
     }
 
     #[test]

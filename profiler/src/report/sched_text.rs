@@ -244,32 +244,13 @@ fn power_of_two(k: u32) -> String {
 
 #[cfg(test)]
 mod tests {
-    use profiler_common::{hist_bucket, hist_lower_bound, HIST_BUCKETS};
+    use profiler_common::{hist_lower_bound, HIST_BUCKETS};
 
     use super::*;
     use crate::modes::sched::{latencies, TaskRecord};
 
     fn task_of(waits: &[u64]) -> TaskLatency {
-        let mut hist = vec![0u32; HIST_BUCKETS];
-        for &w in waits {
-            hist[hist_bucket(w)] += 1;
-        }
-        let record = TaskRecord {
-            pid: 1,
-            tid: 2,
-            comm: "hog".into(),
-            runs: waits.len() as u64,
-            delays: waits.len() as u64,
-            total_delay_ns: waits.iter().sum(),
-            max_delay_ns: waits.iter().copied().max().unwrap_or(0),
-            max_at_ns: 0,
-            running_ns: 0,
-            sleeping_ns: 0,
-            blocked_ns: 0,
-            hist,
-            open: None,
-        };
-        latencies(&[record], 0).remove(0)
+        latencies(&[TaskRecord::with_waits(2, "hog", waits)], 0).remove(0)
     }
 
     /// The values a row holds: [lower, upper), upper `None` for no bound.

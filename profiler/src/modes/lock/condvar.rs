@@ -190,10 +190,7 @@ fn newest_glibc_version(strings: &[u8]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        modes::lock::WaitClass,
-        process::{FileSnapshot, FileTable},
-    };
+    use crate::process::{FileSnapshot, FileTable};
 
     /// A process without a readable C library (as a static binary): glibc up to 2.40.
     struct NoLibc(FileSnapshot);
@@ -224,22 +221,12 @@ mod tests {
             pid: 7,
             comm: "w".into(),
             address,
-            instance: 0,
-            exec_generation: 0,
-            flags: 0,
-            symbol: None,
-            thread: None,
-            waited_in: None,
             kind,
-            class: WaitClass::Waiting,
             contentions: waiters.len() as u64,
             total_wait_ns: waiters.iter().map(|w| w.total_wait_ns).sum(),
             max_wait_ns: waiters.iter().map(|w| w.max_wait_ns).max().unwrap_or(0),
-            avg_wait_ns: 0,
-            unattributed_wait_ns: 0,
-            holds: None,
             waiters,
-            holders: Vec::new(),
+            ..LockStat::default()
         }
     }
 

@@ -10,10 +10,11 @@ use crate::cli::Waits;
 /// an investigation of lock contention is after); one that waits for an event (a condition
 /// variable's signal, a thread's exit, a barrier's last arrival) is a thread with nothing to do,
 /// however long it waits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WaitClass {
     Contention,
+    #[default]
     Waiting,
 }
 

@@ -262,7 +262,7 @@ pub struct HolderStat {
     pub total_wait_ns: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Default, Serialize)]
 pub struct LockStat {
     pub pid: u32,
     pub comm: String,
@@ -393,20 +393,9 @@ pub fn build(
             address: record.address,
             instance: record.instance,
             exec_generation: record.exec_generation,
-            flags: 0,
-            symbol: None,
-            thread: None,
-            waited_in: None,
             kind: "futex",
-            class: WaitClass::Waiting,
-            contentions: 0,
-            total_wait_ns: 0,
-            max_wait_ns: 0,
-            avg_wait_ns: 0,
-            unattributed_wait_ns: 0,
             holds: collection.holds.get(&id).copied(),
-            waiters: Vec::new(),
-            holders: Vec::new(),
+            ..LockStat::default()
         });
         lock.flags |= record.flags;
         match record.role {
@@ -441,44 +430,40 @@ pub fn build(
     if source == LockSource::Futex {
         locks = condvar::one_entry_per_condvar(locks, context);
     }
-    let mut locks: Vec<LockStat> = locks
-        .into_iter()
-        .map(|mut lock| {
-            lock.symbol = match &kernel_data {
-                Some(kernel) => kernel.name(lock.address),
-                None => {
-                    let mapped = context.mapped_files(lock.pid, lock.exec_generation);
-                    data.name(context.files(), &mapped, lock.address)
-                }
-            };
-            lock.class = WaitClass::of_kind(lock.kind);
-            if lock.kind == "join" {
-                lock.thread = collection
-                    .threads_joinable
-                    .get(&(lock.pid, lock.address))
-                    .copied();
+    for lock in &mut locks {
+        lock.symbol = match &kernel_data {
+            Some(kernel) => kernel.name(lock.address),
+            None => {
+                let mapped = context.mapped_files(lock.pid, lock.exec_generation);
+                data.name(context.files(), &mapped, lock.address)
             }
-            lock.avg_wait_ns = lock.total_wait_ns / lock.contentions.max(1);
-            let attributed: u64 = lock.holders.iter().map(|h| h.total_wait_ns).sum();
-            lock.unattributed_wait_ns = lock.total_wait_ns.saturating_sub(attributed);
-            lock.waiters.sort_by(|a, b| {
-                b.total_wait_ns
-                    .cmp(&a.total_wait_ns)
-                    .then_with(|| a.frames.cmp(&b.frames))
-            });
-            lock.holders.sort_by(|a, b| {
-                b.total_wait_ns
-                    .cmp(&a.total_wait_ns)
-                    .then_with(|| a.frames.cmp(&b.frames))
-            });
-            lock.waited_in = lock
-                .waiters
-                .first()
-                .and_then(|w| program_caller(&w.frames))
-                .map(str::to_string);
-            lock
-        })
-        .collect();
+        };
+        lock.class = WaitClass::of_kind(lock.kind);
+        if lock.kind == "join" {
+            lock.thread = collection
+                .threads_joinable
+                .get(&(lock.pid, lock.address))
+                .copied();
+        }
+        lock.avg_wait_ns = lock.total_wait_ns / lock.contentions.max(1);
+        let attributed: u64 = lock.holders.iter().map(|h| h.total_wait_ns).sum();
+        lock.unattributed_wait_ns = lock.total_wait_ns.saturating_sub(attributed);
+        lock.waiters.sort_by(|a, b| {
+            b.total_wait_ns
+                .cmp(&a.total_wait_ns)
+                .then_with(|| a.frames.cmp(&b.frames))
+        });
+        lock.holders.sort_by(|a, b| {
+            b.total_wait_ns
+                .cmp(&a.total_wait_ns)
+                .then_with(|| a.frames.cmp(&b.frames))
+        });
+        lock.waited_in = lock
+            .waiters
+            .first()
+            .and_then(|w| program_caller(&w.frames))
+            .map(str::to_string);
+    }
     locks.sort_by(|a, b| {
         a.class
             .cmp(&b.class)

@@ -110,6 +110,32 @@ fn tgid_of(tid: u32) -> u32 {
         .unwrap_or(0)
 }
 
+#[cfg(test)]
+impl TaskRecord {
+    /// A task of pid 1 that waited these times for a CPU, each wait followed by a run.
+    pub(crate) fn with_waits(tid: u32, comm: &str, waits: &[u64]) -> TaskRecord {
+        let mut hist = vec![0u32; profiler_common::HIST_BUCKETS];
+        for &w in waits {
+            hist[profiler_common::hist_bucket(w)] += 1;
+        }
+        TaskRecord {
+            pid: 1,
+            tid,
+            comm: comm.to_string(),
+            runs: waits.len() as u64,
+            delays: waits.len() as u64,
+            total_delay_ns: waits.iter().sum(),
+            max_delay_ns: waits.iter().copied().max().unwrap_or(0),
+            max_at_ns: 0,
+            running_ns: 0,
+            sleeping_ns: 0,
+            blocked_ns: 0,
+            hist,
+            open: None,
+        }
+    }
+}
+
 impl From<&TaskSched> for TaskRecord {
     fn from(t: &TaskSched) -> Self {
         TaskRecord {

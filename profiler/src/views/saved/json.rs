@@ -409,12 +409,6 @@ mod tests {
             pid: 10,
             comm: "server".into(),
             address,
-            instance: 0,
-            exec_generation: 0,
-            flags: 0,
-            symbol: None,
-            thread: None,
-            waited_in: None,
             kind,
             class,
             contentions: 14,
@@ -422,13 +416,13 @@ mod tests {
             max_wait_ns: 1_000_000,
             avg_wait_ns: 214_285,
             unattributed_wait_ns: 500,
-            holds: None,
             waiters: vec![waiter("update", 2_000_000), waiter("flush", 1_000_000)],
             holders: vec![HolderStat {
                 frames: vec![frame("main"), frame("update"), frame("pthread_mutex_unlock")],
                 wakes: 13,
                 total_wait_ns: 2_999_500,
             }],
+            ..LockStat::default()
         };
         let contended = LockStat {
             symbol: Some("shared_lock".into()),
