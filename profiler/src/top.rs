@@ -434,7 +434,7 @@ fn hot_lines(hot: &Sliding<FunctionKey>, rows: usize) -> Vec<String> {
     let samples = hot.total();
     let mut lines = vec![format!("{:>7} {:>7}  {:<40} module", "self", "total", "function")];
     for ((function, module), [own, total]) in hot.largest(rows) {
-        let module = module.rsplit('/').next().unwrap_or(&module).to_string();
+        let module = crate::report::short_module(&module).to_string();
         let function = crate::report::short_name(&function, 40);
         lines.push(format!(
             "{:>6.2}% {:>6.2}%  {function:<40} {module}",

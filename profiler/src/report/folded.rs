@@ -54,7 +54,7 @@ pub fn unknown_frame_name(module: &str) -> String {
     if module.starts_with('[') {
         return module.to_string();
     }
-    format!("[{}]", module.rsplit('/').next().unwrap_or(module))
+    format!("[{}]", super::short_module(module))
 }
 
 /// `;` separates frames and the last space separates the count: neither may appear in a name.

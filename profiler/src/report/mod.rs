@@ -18,7 +18,7 @@ mod svg;
 mod text;
 
 pub use folded::{folded_lines, unknown_frame_name};
-pub(crate) use names::short_name;
+pub(crate) use names::{short_module, short_name};
 pub use pprof::proto as pprof_proto;
 
 pub trait Renderer {

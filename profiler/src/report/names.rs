@@ -38,7 +38,7 @@ pub(super) fn describe(frame: &Frame) -> String {
 }
 
 /// A path's file name.
-pub(super) fn short_module(module: &str) -> &str {
+pub(crate) fn short_module(module: &str) -> &str {
     module.rsplit('/').next().unwrap_or(module)
 }
 

@@ -402,7 +402,7 @@ fn main_executable_first(profile: &mut proto::Profile) {
 /// A file a process was started from, by its path: not a shared object (`libz.so.1`,
 /// `ld-linux-x86-64.so.2`), nor the kernel, the vDSO or anonymous memory (`[...]`).
 fn is_executable(module: &str) -> bool {
-    let name = module.rsplit('/').next().unwrap_or(module);
+    let name = super::short_module(module);
     module.starts_with('/') && !name.ends_with(".so") && !name.contains(".so.")
 }
 

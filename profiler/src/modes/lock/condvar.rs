@@ -161,7 +161,7 @@ impl Layouts {
 }
 
 fn is_libc(path: &str) -> bool {
-    let name = path.rsplit('/').next().unwrap_or(path);
+    let name = crate::report::short_module(path);
     name.starts_with("libc.so") || (name.starts_with("libc-2.") && name.ends_with(".so"))
 }
 

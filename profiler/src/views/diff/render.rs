@@ -9,7 +9,7 @@ use super::{Diff, FunctionChange, Ranking, Side};
 use crate::{
     cli::Format,
     model::Weight,
-    report::{cut, cut_start},
+    report::{cut, cut_start, human_ns},
 };
 
 /// How the comparison is written.
@@ -110,7 +110,9 @@ fn describe(side: &Side, weight: Weight) -> String {
         true => format!("{:.1} s run", side.duration_s),
         false => "run length not recorded".to_string(),
     };
-    let seconds = side.total_seconds.map_or_else(String::new, duration);
+    let seconds = side
+        .total_seconds
+        .map_or_else(String::new, |s| human_ns((s * 1e9).round() as u64));
     let figures = match weight {
         Weight::OffCpuNanoseconds => format!("{seconds} off CPU"),
         Weight::LockWaitNanoseconds => format!("{seconds} waiting for locks"),
@@ -127,16 +129,6 @@ fn describe(side: &Side, weight: Weight) -> String {
         }
     };
     format!("{}, {run}: {figures}", side.mode)
-}
-
-/// Seconds in the unit that reads best: "2.50 s", "12.30 ms", "4.10 us", "80 ns".
-fn duration(seconds: f64) -> String {
-    match seconds.abs() {
-        s if s >= 1.0 => format!("{seconds:.2} s"),
-        s if s >= 1e-3 => format!("{:.2} ms", seconds * 1e3),
-        s if s >= 1e-6 => format!("{:.2} us", seconds * 1e6),
-        _ => format!("{:.0} ns", seconds * 1e9),
-    }
 }
 
 /// The table's absolute columns: seconds (in s, ms or us, as its largest figure reads best) when
