@@ -474,18 +474,11 @@ fn go_pie_keeps_the_callers_of_its_assembly() {
 fn go_keeps_its_callers(pie: bool) {
     let binary = gohash(pie);
     let go_profile = temp_path(&format!("gohash-{pie}.pb.gz"));
-    let json = temp_path(&format!("gohash-{pie}.json"));
-    let out = run(&[
-        "-F",
+    let (out, json) = profile_workload(
         "499",
-        "-o",
-        json.to_str().unwrap(),
-        "--",
-        binary.to_str().unwrap(),
-        "3",
-        go_profile.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+        &format!("gohash-{pie}.json"),
+        &[binary.to_str().unwrap(), "3", go_profile.to_str().unwrap()],
+    );
     let truth = truth(&stdout(&out));
     let pid = truth["pid"] as u32;
     let report = Report::read(&json);
