@@ -8,6 +8,7 @@ pub mod collect;
 pub mod counters;
 pub mod driver;
 pub mod error;
+pub mod golang;
 pub mod launcher;
 pub mod model;
 pub mod modes;

@@ -74,11 +74,14 @@ pub struct StackReport {
     pub stacks: Vec<Stack>,
     /// Most self samples first.
     pub functions: Vec<FunctionStat>,
+    /// Where each user file's names came from (empty for a profile read back).
+    pub symbols: Vec<crate::symbolize::NameSource>,
 }
 
 /// Fold a symbolized profile into stacks and functions, each count measuring `weight`.
 pub fn build(mut meta: RunMeta, raw: &RawProfile, symbols: &Symbols, weight: Weight) -> StackReport {
     meta.notes.extend(multiplexing_notes(&meta.counters, raw));
+    meta.notes.extend(crate::symbolize::names_note(&symbols.names));
     let mut stacks: Vec<Stack> = raw
         .stacks
         .iter()
@@ -112,6 +115,7 @@ pub fn build(mut meta: RunMeta, raw: &RawProfile, symbols: &Symbols, weight: Wei
         samples,
         stacks,
         functions,
+        symbols: symbols.names.clone(),
     }
 }
 

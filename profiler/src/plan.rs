@@ -34,6 +34,10 @@ pub struct Plan {
     pub waits: crate::cli::Waits,
     /// Hotspot: annotate this function instead of the report.
     pub annotate: Option<String>,
+    /// `--debug-dir`: where debug files are looked for first.
+    pub debug_dirs: Vec<PathBuf>,
+    /// `--debuginfod` or `DEBUGINFOD_URLS`: where debug files are fetched from by build id.
+    pub debuginfod: Option<crate::symbolize::debuginfod::Config>,
 }
 
 impl Plan {
@@ -84,6 +88,8 @@ impl Plan {
             )));
         }
         output::check_destination(format, cli.output.as_deref())?;
+        let debug_dirs = cli.names.checked_dirs()?;
+        let debuginfod = cli.names.debuginfod()?;
         Ok(Plan {
             mode: cli.mode,
             event: cli.event,
@@ -109,6 +115,8 @@ impl Plan {
             lock_source: cli.lock_source,
             waits: cli.waits,
             annotate: cli.annotate,
+            debug_dirs,
+            debuginfod,
         })
     }
 
@@ -140,6 +148,8 @@ impl Plan {
             lock_source: LockSource::Futex,
             waits: args.waits,
             annotate: None,
+            debug_dirs: args.names.checked_dirs()?,
+            debuginfod: args.names.debuginfod()?,
         })
     }
 

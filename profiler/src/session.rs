@@ -28,7 +28,10 @@ use crate::{
     profile::{Health, RawProfile},
     report,
     status::StatusLine,
-    symbolize::{Symbolizer, Symbols},
+    symbolize::{
+        debuginfod::{Debuginfod, Stats},
+        DebugLocator, Symbolizer, Symbols,
+    },
 };
 
 /// `--mode topdown --counters FILE`: the analysis of counts taken elsewhere. No BPF, no root.
@@ -80,6 +83,8 @@ pub fn topdown_from_counters(cli: &Cli, path: &Path) -> anyhow::Result<i32> {
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     let plan = Plan::from_cli(cli)?;
     preflight::check_privileges()?;
+    // Started before the run, so a cache it cannot use is said before anything is recorded.
+    let debuginfod = Debuginfod::shared(plan.debuginfod.as_ref())?;
     let (tracefs, runtime) = prepare_to_load()?;
     let mut sink = RunSink::default();
     let recording = runtime.block_on(record(&plan, tracefs, &mut sink, Feedback::StatusLine))?;
@@ -91,7 +96,13 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         libc::signal(libc::SIGTERM, libc::SIG_DFL);
     }
 
-    let symbolizer = Symbolizer::new();
+    let symbolizer = Naming {
+        symbolizer: Symbolizer::new(DebugLocator::new(
+            plan.debug_dirs.clone(),
+            debuginfod.clone().map(|d| d as _),
+        )),
+        debuginfod,
+    };
     let renderer = report::renderer(plan.format);
     let Recording {
         stopped:
@@ -177,7 +188,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
 
 /// The sampled stacks, symbolized and folded into the hotspot report.
 fn symbolized(
-    symbolizer: &Symbolizer,
+    symbolizer: &Naming,
     meta: RunMeta,
     profile: &RawProfile,
     procs: &Processes,
@@ -188,17 +199,63 @@ fn symbolized(
 
 /// Every address of a profile, symbolized, and said on a terminal while it happens: the one wait
 /// after a run that can take seconds (large binaries' debug information).
-fn symbolize(symbolizer: &Symbolizer, profile: &RawProfile, procs: &Processes) -> Symbols {
+fn symbolize(naming: &Naming, profile: &RawProfile, procs: &Processes) -> Symbols {
     let mut status = StatusLine::on_terminal(None);
     if let Some(status) = &mut status {
         status.show(&format!("symbolizing {} addresses", profile.distinct_addresses()));
     }
-    let symbols = symbolizer.symbolize(profile, procs);
+    let symbols = naming.symbolize(profile, procs, &mut status);
     drop(status);
     for failure in &symbols.failures {
         log::warn!("symbolization: {failure}");
     }
     symbols
+}
+
+/// How long a run waits at its end for debuginfod's files, all together.
+const DEBUGINFOD_WAIT: Duration = Duration::from_secs(10);
+
+/// A run's symbolizer, and the debuginfod client its debug-file locator asks (if any).
+struct Naming {
+    symbolizer: Symbolizer,
+    debuginfod: Option<std::sync::Arc<Debuginfod>>,
+}
+
+impl Naming {
+    /// Symbolized; if that asked debuginfod for files, again once the fetches are over (a
+    /// bounded wait), and only if one of them brought a file.
+    fn symbolize(&self, profile: &RawProfile, procs: &Processes, status: &mut Option<StatusLine>) -> Symbols {
+        let stats = || self.debuginfod.as_ref().map(|d| d.stats()).unwrap_or_default();
+        let before = stats();
+        let symbols = self.symbolizer.symbolize(profile, procs);
+        let (Some(debuginfod), true) = (&self.debuginfod, asked(before, stats())) else {
+            return symbols;
+        };
+        if let Some(status) = status {
+            let asked = stats().started - before.started;
+            status.show(&format!("fetching {asked} debug files from debuginfod"));
+        }
+        if !debuginfod.wait(DEBUGINFOD_WAIT) {
+            log::warn!(
+                "debuginfod: {} debug files not fetched within {DEBUGINFOD_WAIT:?}: their functions stay unnamed",
+                debuginfod.stats().pending
+            );
+        }
+        match brought(before, stats()) {
+            true => self.symbolizer.symbolize(profile, procs),
+            false => symbols,
+        }
+    }
+}
+
+/// Whether a symbolization asked for debug files (between the two counts), or left one pending.
+fn asked(before: Stats, after: Stats) -> bool {
+    after.started > before.started || after.pending > 0
+}
+
+/// Whether debug files came in since `before`: only then can a second symbolization name more.
+fn brought(before: Stats, after: Stats) -> bool {
+    after.fetched > before.fetched
 }
 
 pub(crate) struct Recording {
@@ -513,5 +570,38 @@ fn settle_command(stop: Stop, command: &mut RunningCommand, secs: f64, notes: &m
                 _ => crate::error::exit::TERMINATED,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod debuginfod_tests {
+    use super::*;
+
+    #[test]
+    fn a_second_symbolization_only_when_a_fetch_brought_a_file() {
+        let before = Stats::default();
+        let asked_one = Stats {
+            started: 1,
+            pending: 1,
+            ..before
+        };
+        let missed = Stats {
+            started: 1,
+            missed: 1,
+            ..before
+        };
+        let fetched = Stats {
+            started: 1,
+            fetched: 1,
+            ..before
+        };
+        println!("asked {asked_one:?}; then {missed:?} or {fetched:?}");
+        assert!(!asked(before, before), "nothing asked: one pass");
+        assert!(asked(before, asked_one) && asked(before, fetched));
+        assert!(
+            !brought(before, missed),
+            "every fetch missed: the first pass stands"
+        );
+        assert!(brought(before, fetched));
     }
 }

@@ -34,7 +34,7 @@ use crate::{
     profile::{Health, RawProfile},
     report::human_ns,
     session::run_live,
-    symbolize::Symbolizer,
+    symbolize::{debuginfod::Debuginfod, DebugLocator, Symbolizer},
 };
 
 pub fn run(args: TopArgs) -> anyhow::Result<i32> {
@@ -194,7 +194,11 @@ impl TopView {
             },
             mode: plan.mode,
             lock_waits: plan.waits,
-            symbolizer: Symbolizer::long_lived(),
+            // debuginfod's files come in the background: a later window has their names.
+            symbolizer: Symbolizer::long_lived(DebugLocator::new(
+                plan.debug_dirs.clone(),
+                Debuginfod::shared(plan.debuginfod.as_ref())?.map(|d| d as _),
+            )),
             screen: Screen::enter()?,
             hot: Sliding::new(window),
             waits: Sliding::new(window),

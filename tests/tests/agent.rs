@@ -72,7 +72,12 @@ fn churn_samples(p: &Profile, parent: Option<i64>) -> (i64, i64, i64) {
         all += sample.value[0];
         let stack = frames(p, sample);
         let user_leaf = stack.iter().find(|(_, module)| !module.starts_with('['));
-        if user_leaf.is_some_and(|(function, _)| function != "[unknown]") {
+        // Neither `[unknown]` nor placed by address only (`churn+0x1139`).
+        let named = |(function, module): &(String, String)| {
+            let base = module.rsplit('/').next().unwrap_or(module);
+            function != "[unknown]" && !function.starts_with(&format!("{base}+0x"))
+        };
+        if user_leaf.is_some_and(named) {
             symbolized += sample.value[0];
         }
         if stack.iter().any(|(f, _)| f == HOT) {

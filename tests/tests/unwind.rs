@@ -409,28 +409,6 @@ fn a_process_that_execs_keeps_both_images_stacks() {
     );
 }
 
-/// The Go workload, built here with Debian's Go (`cargo xtask setup` installs it), as an
-/// executable at a fixed address or as a position-independent one (`-buildmode=pie`, whose
-/// table lies in `.data.rel.ro.gopclntab`).
-fn gohash(pie: bool) -> std::path::PathBuf {
-    let out = temp_path(if pie { "gohash-pie" } else { "gohash" });
-    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/gohash");
-    let mode = if pie { "-buildmode=pie" } else { "-buildmode=exe" };
-    let built = std::process::Command::new("go")
-        .args(["build", "-buildvcs=false", mode, "-o"])
-        .arg(&out)
-        .arg(".")
-        .current_dir(source)
-        .output()
-        .expect("go (Debian's golang-go, which cargo xtask setup installs)");
-    assert!(
-        built.status.success(),
-        "go build: {}",
-        String::from_utf8_lossy(&built.stderr)
-    );
-    out
-}
-
 /// Share of a Go CPU profile's samples with `function` on their stack.
 fn go_share(profile: &profiler::report::pprof::proto::Profile, function: &str) -> f64 {
     let ids: Vec<u64> = profile
@@ -463,26 +441,50 @@ fn go_share(profile: &profiler::report::pprof::proto::Profile, function: &str) -
 /// sha256's samples keep main.hashWork and main.main as callers.
 #[test]
 fn go_compressed_debug_frame_keeps_the_callers_of_its_assembly() {
-    go_keeps_its_callers(false);
+    go_keeps_its_callers("gohash");
 }
 
 #[test]
 fn go_pie_keeps_the_callers_of_its_assembly() {
-    go_keeps_its_callers(true);
+    go_keeps_its_callers("gohash-pie");
 }
 
-fn go_keeps_its_callers(pie: bool) {
-    let binary = gohash(pie);
-    let go_profile = temp_path(&format!("gohash-{pie}.pb.gz"));
+/// Built `-s -w`: no `.symtab`, no `.debug_frame` (and Go writes no `.eh_frame`). Named and
+/// unwound from Go's own table, `.gopclntab`; before, every frame was `[unknown]` and walks
+/// went by frame pointers, which crypto/sha256's assembly breaks.
+#[test]
+fn go_stripped_keeps_the_callers_of_its_assembly() {
+    go_keeps_its_callers("gohash-sw");
+}
+
+/// The Go workload `name`, one of the three builds tests/build.rs makes.
+fn go_keeps_its_callers(name: &str) {
+    let binary = workload(name);
+    let go_profile = temp_path(&format!("{name}.pb.gz"));
     let (out, json) = profile_workload(
         "499",
-        &format!("gohash-{pie}.json"),
+        &format!("{name}.json"),
         &[binary.to_str().unwrap(), "3", go_profile.to_str().unwrap()],
     );
     let truth = truth(&stdout(&out));
     let pid = truth["pid"] as u32;
     let report = Report::read(&json);
     report.assert_consistent();
+    // Where the binary's names came from: its .symtab, or (`-s -w`) Go's own table.
+    let source = report.0["symbols"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| {
+            e["module"]
+                .as_str()
+                .is_some_and(|m| m.ends_with(&format!("/{name}")))
+        })
+        .map_or(Value::Null, |e| e["source"].clone());
+    eprintln!("{name}: names from {source}");
+    if name.ends_with("-sw") {
+        assert_eq!(source, "go-table", "a -s -w build is named from its .gopclntab");
+    }
     let want = truth["hash"] / (truth["hash"] + truth["spin"]);
     let (hash, spin) = (
         samples_under(&report, pid, &["main.hashWork"]),

@@ -28,17 +28,19 @@ use crate::{cargo, sh, test::Outcome, test::Tally, workspace_root, ARM64_TRIPLE}
 /// arguments that pick its tests there (`None`: all of them). Of `views`, the annotate tests
 /// (AArch64 machine code): its `top` tests drive a terminal through tmux, which the guest has not.
 /// Of `lock`, all but the ones that run Debian's xz and Redis, which the guest (busybox) has not.
-/// Of `unwind`, all but the Go program's, whose workload the test builds with Debian's Go.
 pub const GUEST_SUITES: &[(&str, Option<&str>)] = &[
     ("pmu", None),
-    // Go is not in the guest yet (issue 39): its workload is built by the test, with Debian's Go.
-    ("unwind", Some("--skip go_")),
+    ("unwind", None),
     ("sched", None),
     (
         "lock",
         Some("--skip a_compressors_worker_pool --skip a_key_value_server"),
     ),
     ("views", Some("annotate")),
+    // Of `symbols`, the stripped workload: the guest has neither Debian's xz nor Go's pprof.
+    ("symbols", Some("--skip go_tool --skip debian_xz")),
+    // Debug files found elsewhere: its fixtures (MiniDebugInfo, zstd DWARF) are made at build time.
+    ("debuginfo", None),
 ];
 
 fn guest_suite(name: &str) -> Option<usize> {

@@ -46,6 +46,8 @@ pub fn run(needs: Needs) -> Result<()> {
             ("groff", "groff-base"),
             // The agent's https test makes its own CA and server certificate.
             ("openssl", "openssl"),
+            // The debuginfod tests fetch a debug file from elfutils' own server.
+            ("debuginfod", "debuginfod"),
         ])?;
         // The arm64 suites run in an emulated Neoverse (and the AArch64 unwind-table unit test
         // reads the arm64 C library the cross compiler brings).

@@ -1,6 +1,7 @@
 //! What the agent says about itself on `/metrics` (Prometheus text format): what it sampled and
 //! lost, what it wrote and pushed, and what it costs (memory, descriptors, CPU, caches).
 use super::runqueue::{BOUNDS_NS, BUCKETS};
+use crate::symbolize::debuginfod::{Debuginfod, Stats};
 use std::{
     fmt::Write as _,
     sync::atomic::{AtomicU64, Ordering::Relaxed},
@@ -54,6 +55,8 @@ pub struct Metrics {
     /// The run-queue signal is on: only then is its histogram exported (all zero otherwise, it
     /// would claim threads never waited for a CPU).
     pub runqueue: bool,
+    /// The debuginfod client, if servers are configured: its counts are read at each page.
+    pub debuginfod: std::sync::OnceLock<std::sync::Arc<Debuginfod>>,
 }
 
 impl Default for Metrics {
@@ -101,6 +104,7 @@ impl Default for Metrics {
             runqueue_delay_ns: zero(),
             runqueue_threads: zero(),
             runqueue: false,
+            debuginfod: std::sync::OnceLock::new(),
         }
     }
 }
@@ -437,6 +441,11 @@ impl Metrics {
             "seconds since the agent started",
             self.started.elapsed().as_secs_f64(),
         );
+        if let Some(client) = self.debuginfod.get() {
+            for (name, kind, help, value) in debuginfod_lines(client.stats()) {
+                line(name, kind, help, value as f64);
+            }
+        }
         if self.runqueue {
             self.runqueue_histogram(&mut out);
         }
@@ -463,6 +472,42 @@ impl Metrics {
     }
 }
 
+/// The debuginfod client's figures: name, kind, help, value.
+fn debuginfod_lines(s: Stats) -> [(&'static str, &'static str, &'static str, u64); 5] {
+    [
+        (
+            "debuginfod_fetched_total",
+            "counter",
+            "debug files downloaded from debuginfod and kept",
+            s.fetched,
+        ),
+        (
+            "debuginfod_missed_total",
+            "counter",
+            "build ids no debuginfod server had",
+            s.missed,
+        ),
+        (
+            "debuginfod_failed_total",
+            "counter",
+            "debuginfod downloads that failed (no answer in time, refused, too large, another file)",
+            s.failed,
+        ),
+        (
+            "debuginfod_cache_bytes",
+            "gauge",
+            "bytes in the debuginfod cache (bounded)",
+            s.cache_bytes,
+        ),
+        (
+            "debuginfod_pending",
+            "gauge",
+            "build ids being fetched or waiting to be",
+            s.pending,
+        ),
+    ]
+}
+
 /// One value out of a `/metrics` page (for tests and the soak).
 pub fn value(page: &str, name: &str) -> Option<f64> {
     page.lines()
@@ -487,6 +532,34 @@ mod tests {
         );
         assert_eq!(value(&page, "bpfprof_agent_samples"), None, "whole names only");
         assert_eq!(cpu_ticks("1 (a b) S 0 0 0 0 0 0 0 0 0 0 7 5 0"), Some(12));
+    }
+
+    #[test]
+    fn the_debuginfod_figures_are_exported_when_a_client_runs() {
+        let work = tempfile::tempdir().unwrap();
+        let config = crate::symbolize::debuginfod::Config {
+            urls: Vec::new(),
+            cache_dir: work.path().join("cache"),
+            cache_max: 1 << 20,
+            max_size: 1 << 20,
+            connect_timeout: std::time::Duration::from_secs(1),
+            stall_timeout: std::time::Duration::from_secs(1),
+            max_time: std::time::Duration::from_secs(1),
+            miss_ttl: std::time::Duration::from_secs(600),
+            roots: None,
+        };
+        let metrics = Metrics::default();
+        assert!(!metrics.render(OwnUsage::default()).contains("debuginfod"));
+        let client = std::sync::Arc::new(Debuginfod::start(config).unwrap());
+        let _ = metrics.debuginfod.set(client.clone());
+        // No server to ask: the build id is missed.
+        client.lookup(&[0xab; 20]);
+        assert!(client.wait(std::time::Duration::from_secs(10)));
+        let page = metrics.render(OwnUsage::default());
+        println!("{page}");
+        assert_eq!(value(&page, "bpfprof_agent_debuginfod_missed_total"), Some(1.0));
+        assert_eq!(value(&page, "bpfprof_agent_debuginfod_fetched_total"), Some(0.0));
+        assert_eq!(value(&page, "bpfprof_agent_debuginfod_pending"), Some(0.0));
     }
 
     #[test]

@@ -125,8 +125,16 @@ pub mod proto {
     }
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct Mapping {
+        #[prost(uint64, tag = "1")]
+        pub memory_start: u64,
+        #[prost(uint64, tag = "2")]
+        pub memory_limit: u64,
+        #[prost(uint64, tag = "3")]
+        pub file_offset: u64,
         #[prost(int32, tag = "4")]
         pub filename_strindex: i32,
+        #[prost(int32, repeated, tag = "5")]
+        pub attribute_indices: Vec<i32>,
     }
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct Location {
@@ -178,8 +186,10 @@ type LocationKey = (i32, u64, Vec<(i32, i64)>);
 struct Dictionary {
     tables: proto::ProfilesDictionary,
     strings: HashMap<String, i32>,
-    mappings: HashMap<i32, i32>,
-    functions: HashMap<(i32, i32), i32>,
+    /// By file name, build ID and range (a file's addresses, or a runtime mapping's).
+    mappings: HashMap<(i32, i32, u64, u64, u64), i32>,
+    /// By name, system name (which says how bpfprof named the frame) and file.
+    functions: HashMap<(i32, i32, i32), i32>,
     locations: HashMap<LocationKey, i32>,
     stacks: HashMap<Vec<i32>, i32>,
     attributes: HashMap<(i32, Value), i32>,
@@ -252,14 +262,33 @@ impl Dictionary {
         let mapping_index = match from.mapping.iter().find(|m| m.id == location.mapping_id) {
             Some(mapping) => {
                 let filename = self.string(text(mapping.filename));
-                Self::intern(
-                    &mut self.mappings,
-                    &mut self.tables.mapping_table,
+                let build_id = text(mapping.build_id);
+                // The file's GNU build ID, as OpenTelemetry's semantic conventions name it.
+                let attribute_indices = match build_id.is_empty() {
+                    true => Vec::new(),
+                    false => vec![self.attribute(
+                        "process.executable.build_id.gnu",
+                        Value::StringValue(build_id.to_string()),
+                    )],
+                };
+                let (start, limit, offset) =
+                    (mapping.memory_start, mapping.memory_limit, mapping.file_offset);
+                let key = (
                     filename,
-                    || proto::Mapping {
+                    attribute_indices.first().copied().unwrap_or(0),
+                    start,
+                    limit,
+                    offset,
+                );
+                Self::intern(&mut self.mappings, &mut self.tables.mapping_table, key, || {
+                    proto::Mapping {
+                        memory_start: start,
+                        memory_limit: limit,
+                        file_offset: offset,
                         filename_strindex: filename,
-                    },
-                )
+                        attribute_indices,
+                    }
+                })
             }
             None => 0,
         };
@@ -269,14 +298,15 @@ impl Dictionary {
                 continue;
             };
             let name = self.string(text(function.name));
+            let system_name = self.string(text(function.system_name));
             let filename = self.string(text(function.filename));
             let index = Self::intern(
                 &mut self.functions,
                 &mut self.tables.function_table,
-                (name, filename),
+                (name, system_name, filename),
                 || proto::Function {
                     name_strindex: name,
-                    system_name_strindex: name,
+                    system_name_strindex: system_name,
                     filename_strindex: filename,
                 },
             );
@@ -322,7 +352,7 @@ fn attributes_of(
         "comm" => vec![("thread.name", Value::StringValue(text(label.str)))],
         "executable" => {
             let path = text(label.str);
-            let name = path.rsplit('/').next().unwrap_or(&path).to_string();
+            let name = crate::report::short_module(&path).to_string();
             vec![
                 ("process.executable.path", Value::StringValue(path)),
                 ("process.executable.name", Value::StringValue(name)),

@@ -25,7 +25,7 @@ use crate::{
     process::{FileId, FileSnapshot, FileTable, ProcessInfo, Processes, UserAddr},
     profile::{Health, RawProfile},
     report::pprof,
-    symbolize::Symbolizer,
+    symbolize::{DebugLocator, Symbolizer},
 };
 
 /// Profiles waiting for the renderer; beyond, a window is dropped (and counted).
@@ -166,12 +166,13 @@ pub fn start(
     latest: Latest,
     metrics: Arc<Metrics>,
     meta: RunMeta,
+    locator: DebugLocator,
 ) -> (std_mpsc::SyncSender<Job>, std::thread::JoinHandle<()>) {
     let (jobs, queue) = std_mpsc::sync_channel::<Job>(RENDER_QUEUE);
     let thread = std::thread::Builder::new()
         .name("bpfprof-render".into())
         .spawn(move || {
-            let symbolizer = Symbolizer::long_lived();
+            let symbolizer = Symbolizer::long_lived(locator);
             for job in queue {
                 match job {
                     Job::Pull(rendering, reply) => {

@@ -4,6 +4,9 @@ use std::{ffi::OsString, path::PathBuf};
 use crate::counters::events::EventSpec;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod names;
+pub use names::NamesArgs;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "bpfprof",
@@ -109,6 +112,8 @@ pub struct Cli {
     /// source lines and instructions (like `perf annotate`). An exact name, or part of one.
     #[arg(long, value_name = "FUNCTION")]
     pub annotate: Option<String>,
+    #[command(flatten)]
+    pub names: NamesArgs,
     /// Command to start and profile; bpfprof attaches first, so its first samples are captured.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -205,6 +210,8 @@ pub struct ReportArgs {
     /// Write here instead of standard output (the extension picks the format, as for a run).
     #[arg(short = 'o', long = "output", value_name = "FILE")]
     pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub names: NamesArgs,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -229,6 +236,8 @@ pub struct TopArgs {
     /// variables, joins, barriers).
     #[arg(long, value_enum, value_name = "WHICH", default_value = "contention")]
     pub waits: Waits,
+    #[command(flatten)]
+    pub names: NamesArgs,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -297,6 +306,8 @@ pub struct AgentArgs {
     /// Testing: entries of the kernel's sample map (to prove a full map is reported).
     #[arg(long = "sample-map-entries", value_name = "N", hide = true)]
     pub sample_map_entries: Option<u32>,
+    #[command(flatten)]
+    pub names: NamesArgs,
 }
 
 /// The exit codes, for scripts (`--help` and the README).

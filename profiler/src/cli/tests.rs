@@ -195,3 +195,28 @@ fn view_subcommands_parse() {
     let cli = Cli::parse_from(["bpfprof", "--annotate", "hot", "--", "./w"]);
     assert_eq!(cli.annotate.as_deref(), Some("hot"));
 }
+
+#[test]
+fn debug_dirs_are_given_to_every_command_that_names_and_are_checked() {
+    let dirs = |names: &NamesArgs| names.debug_dirs.clone();
+    let two = ["--debug-dir", "/tmp", "--debug-dir", "/"];
+    let run = Cli::parse_from(["bpfprof"].into_iter().chain(two).chain(["--", "true"]));
+    assert_eq!(dirs(&run.names), [PathBuf::from("/tmp"), PathBuf::from("/")]);
+    assert_eq!(run.names.checked_dirs().unwrap().len(), 2);
+    for sub in [&["top"][..], &["report", "p.json"], &["agent"]] {
+        let cli = Cli::parse_from(["bpfprof"].iter().chain(sub).chain(&two[..2]));
+        let names = match cli.subcommand {
+            Some(Subcommands::Top(a)) => a.names,
+            Some(Subcommands::Report(a)) => a.names,
+            Some(Subcommands::Agent(a)) => a.names,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(dirs(&names), [PathBuf::from("/tmp")], "{sub:?}");
+    }
+    let missing = Cli::parse_from(["bpfprof", "--debug-dir", "/nonexistent/debug", "--", "true"]);
+    let err = missing.names.checked_dirs().unwrap_err().to_string();
+    assert!(
+        err.contains("--debug-dir /nonexistent/debug: not a directory"),
+        "{err}"
+    );
+}

@@ -59,13 +59,23 @@ pub struct ObjectOffset {
 
 /// The build ID of an ELF file, read through its open handle (only the headers and the note).
 pub(crate) fn build_id_of(file: &File) -> Option<BuildId> {
-    let cache = object::ReadCache::new(file);
-    let elf = object::File::parse(&cache).ok()?;
-    let id = object::Object::build_id(&elf).ok()??;
+    let id = build_id_bytes(file)?;
     let mut padded = [0; 20];
     let n = id.len().min(20);
     padded[..n].copy_from_slice(&id[..n]);
     Some(padded)
+}
+
+/// The build ID of an ELF file as it is written (any length), through its open handle.
+pub(crate) fn build_id_bytes(file: &File) -> Option<Vec<u8>> {
+    let cache = object::ReadCache::new(file);
+    elf_build_id(&object::File::parse(&cache).ok()?)
+}
+
+/// The build ID of a parsed ELF file, if it has a non-empty one.
+pub(crate) fn elf_build_id<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> Option<Vec<u8>> {
+    let id = object::Object::build_id(elf).ok()??;
+    (!id.is_empty()).then(|| id.to_vec())
 }
 
 #[derive(Clone, Debug)]

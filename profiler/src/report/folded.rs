@@ -5,7 +5,10 @@ use std::{
 };
 
 use super::Renderer;
-use crate::{model::StackReport, symbolize::Frame};
+use crate::{
+    model::StackReport,
+    symbolize::{Frame, UNKNOWN},
+};
 
 pub struct Folded;
 
@@ -36,9 +39,10 @@ pub fn folded_lines(report: &StackReport) -> Vec<String> {
 }
 
 /// Kernel frames get perf's `_[k]` suffix so flamegraphs can colour them apart; an unknown
-/// frame is named by its module, as stackcollapse-perf names it.
+/// frame is named by its module, as stackcollapse-perf names it; a placed one by its module and
+/// address (`liblzma.so.5.4.1+0x16900`), as it is everywhere.
 fn frame_name(frame: &Frame) -> String {
-    let mut name = match frame.is_unknown() && !frame.module.is_empty() {
+    let mut name = match frame.function == UNKNOWN && !frame.module.is_empty() {
         true => clean(&unknown_frame_name(&frame.module)),
         false => clean(&frame.function),
     };
@@ -84,5 +88,25 @@ mod tests {
             .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
             .sum();
         assert_eq!(total, 100);
+    }
+
+    /// A placed frame is named as everywhere (`module+0x<start>`), so a stripped library's
+    /// functions stay apart; an unknown one by its module.
+    #[test]
+    fn placed_frames_keep_their_module_and_address() {
+        let mut report = sample_report();
+        let frames = crate::symbolize::stripped_frames();
+        report.stacks[0].frames.push(frames[1].clone());
+        report.stacks[1].frames.push(frames[2].clone());
+        report.stacks[2].frames.push(crate::symbolize::Frame::unknown(
+            "/usr/lib/libx.so.1",
+            0x10,
+            false,
+        ));
+        let text = String::from_utf8(render(Format::Folded, &report)).unwrap();
+        println!("{text}");
+        assert!(text.contains(";hot_a;liblzma.so.5.4.1+0x16900 60\n"), "{text}");
+        assert!(text.contains(";hot_b;liblzma.so.5.4.1+0x4100 30\n"), "{text}");
+        assert!(text.contains(";[libx.so.1] 10\n"), "{text}");
     }
 }

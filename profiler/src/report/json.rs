@@ -32,6 +32,10 @@ struct HotspotJson<'a> {
     lost: u64,
     stack_collisions: u64,
     idle_samples: u64,
+    /// Samples whose leaf has no name but lies in a function its file's unwind table bounds.
+    placed_leaf_samples: u64,
+    /// Samples whose leaf has neither a name nor such a function.
+    unplaced_leaf_samples: u64,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     counters: &'a [&'static str],
     notes: &'a [String],
@@ -40,6 +44,9 @@ struct HotspotJson<'a> {
     stacks: Vec<StackJson<'a>>,
     functions: &'a [FunctionStat],
     frames: Vec<&'a Frame>,
+    /// Where each file's names came from.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    symbols: &'a [crate::symbolize::NameSource],
 }
 
 /// A stack with its frames as indices into the report's `frames` (as are all below).
@@ -334,6 +341,7 @@ impl Renderer for Json {
 
     fn hotspot(&self, r: &StackReport, out: &mut dyn Write) -> io::Result<()> {
         let mut table = FrameTable::default();
+        let (placed, unplaced) = super::names::unnamed_leaves(&r.stacks);
         let doc = HotspotJson {
             mode: r.meta.mode,
             event: r.meta.event,
@@ -345,6 +353,8 @@ impl Renderer for Json {
             lost: r.health.lost(),
             stack_collisions: r.health.collisions(),
             idle_samples: r.health.idle,
+            placed_leaf_samples: placed,
+            unplaced_leaf_samples: unplaced,
             counters: &r.meta.counters,
             notes: &r.meta.notes,
             warnings: r.health.warnings(),
@@ -352,6 +362,7 @@ impl Renderer for Json {
             stacks: stacks_json(&r.stacks, &mut table),
             functions: &r.functions,
             frames: table.into_frames(),
+            symbols: &r.symbols,
         };
         write_json(out, &doc)
     }

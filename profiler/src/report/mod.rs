@@ -136,6 +136,7 @@ pub(crate) mod tests {
             samples: 100,
             functions: function_stats(&stacks),
             stacks,
+            symbols: Vec::new(),
         }
     }
 

@@ -28,13 +28,47 @@ pub(super) fn describe(frame: &Frame) -> String {
     }
     match (&frame.file, frame.line) {
         (Some(file), Some(line)) => s.push_str(&format!("  {}:{line}", short_module(file))),
+        // Not named: where it is, in the file's own addresses where known (what objdump shows).
         _ if frame.is_unknown() => {
-            s.push_str(&format!("  {} {:#x}", short_module(&frame.module), frame.address))
+            let vaddr = frame.object.as_ref().and_then(|o| o.vaddr);
+            s.push_str(&format!(
+                "  {} {:#x}",
+                short_module(&frame.module),
+                vaddr.unwrap_or(frame.address)
+            ))
         }
         _ if !frame.module.is_empty() => s.push_str(&format!("  [{}]", short_module(&frame.module))),
         _ => {}
     }
     s
+}
+
+/// Samples whose leaf frame has no name: (placed in a function by its file's unwind table,
+/// neither named nor placed).
+pub(crate) fn unnamed_leaves(stacks: &[crate::model::Stack]) -> (u64, u64) {
+    let mut counts = (0, 0);
+    for stack in stacks {
+        match stack.frames.last() {
+            Some(leaf) if leaf.is_unplaced() => counts.1 += stack.count,
+            Some(leaf) if leaf.is_unknown() => counts.0 += stack.count,
+            _ => {}
+        }
+    }
+    counts
+}
+
+/// What the report says of its unnamed leaves, if it has any.
+pub(crate) fn unnamed_leaves_note(stacks: &[crate::model::Stack], samples: u64) -> Option<String> {
+    let (placed, unplaced) = unnamed_leaves(stacks);
+    if placed + unplaced == 0 {
+        return None;
+    }
+    Some(format!(
+        "{} of {samples} samples ({:.1}%) end in code without a name: {placed} placed in a function by its file's unwind table (module+0x<start>), {unplaced} ({:.1}%) neither named nor placed",
+        placed + unplaced,
+        super::percent(placed + unplaced, samples),
+        super::percent(unplaced, samples),
+    ))
 }
 
 /// A path's file name.

@@ -11,7 +11,7 @@ use super::Renderer;
 use crate::{
     model::{RunMeta, StackReport, Weight},
     modes::lock::{lock_label, LockReport, WaitClass},
-    symbolize::Frame,
+    symbolize::{Frame, NameKind},
 };
 
 /// The messages of pprof's `profile.proto` that bpfprof writes (field numbers from that schema).
@@ -70,8 +70,16 @@ pub mod proto {
     pub struct Mapping {
         #[prost(uint64, tag = "1")]
         pub id: u64,
+        #[prost(uint64, tag = "2")]
+        pub memory_start: u64,
+        #[prost(uint64, tag = "3")]
+        pub memory_limit: u64,
+        #[prost(uint64, tag = "4")]
+        pub file_offset: u64,
         #[prost(int64, tag = "5")]
         pub filename: i64,
+        #[prost(int64, tag = "6")]
+        pub build_id: i64,
         #[prost(bool, tag = "7")]
         pub has_functions: bool,
         #[prost(bool, tag = "8")]
@@ -133,9 +141,17 @@ pub fn write_gz(profile: &proto::Profile, out: &mut dyn Write) -> io::Result<()>
 struct Builder {
     profile: proto::Profile,
     strings: HashMap<String, i64>,
-    functions: HashMap<(String, Option<String>), u64>,
-    mappings: HashMap<String, u64>,
+    functions: HashMap<(String, Option<String>, NameKind), u64>,
+    mappings: HashMap<(String, Option<String>), u64>,
     locations: HashMap<Frame, u64>,
+}
+
+/// Where a frame's location is: in a mapping of its module whose addresses are the file's own
+/// (virtual addresses, pprof's `start 0, limit ^0, offset 0` convention) where the frame knows
+/// its place in the file, else at its runtime address in a mapping named by its module only.
+fn file_address(frame: &Frame) -> Option<(u64, Option<&str>)> {
+    let object = frame.object.as_ref()?;
+    Some((object.vaddr?, object.build_id.as_deref()))
 }
 
 impl Builder {
@@ -162,36 +178,50 @@ impl Builder {
         }
     }
 
-    fn mapping(&mut self, module: &str) -> u64 {
-        if let Some(&id) = self.mappings.get(module) {
+    /// The mapping of a frame's module; for frames that know their place in their file, one
+    /// per build ID whose addresses are the file's (see `file_address`).
+    fn mapping(&mut self, frame: &Frame) -> u64 {
+        let place = file_address(frame);
+        let key = (
+            frame.module.clone(),
+            place.map(|(_, id)| id.unwrap_or("").to_string()),
+        );
+        if let Some(&id) = self.mappings.get(&key) {
             return id;
         }
         let id = self.profile.mapping.len() as u64 + 1;
-        let filename = self.string(module);
+        let filename = self.string(&frame.module);
+        let build_id = self.string(place.and_then(|(_, id)| id).unwrap_or(""));
         self.profile.mapping.push(proto::Mapping {
             id,
+            memory_limit: if place.is_some() { u64::MAX } else { 0 },
             filename,
+            build_id,
             has_functions: true,
             has_filenames: true,
             has_line_numbers: true,
             has_inline_frames: true,
+            ..Default::default()
         });
-        self.mappings.insert(module.to_string(), id);
+        self.mappings.insert(key, id);
         id
     }
 
+    /// A frame's function; its `system_name` also says how it was named (`NameKind::system_name`),
+    /// so that a frame placed at its function's start reads back as placed by its FDE.
     fn function(&mut self, frame: &Frame) -> u64 {
-        let key = (frame.function.clone(), frame.file.clone());
+        let key = (frame.function.clone(), frame.file.clone(), frame.kind);
         if let Some(&id) = self.functions.get(&key) {
             return id;
         }
         let id = self.profile.function.len() as u64 + 1;
         let name = self.string(&frame.function);
+        let system_name = self.string(&frame.kind.system_name(&frame.function));
         let filename = self.string(frame.file.as_deref().unwrap_or(""));
         self.profile.function.push(proto::Function {
             id,
             name,
-            system_name: name,
+            system_name,
             filename,
         });
         self.functions.insert(key, id);
@@ -237,12 +267,22 @@ impl Builder {
             return id;
         }
         let id = self.profile.location.len() as u64 + 1;
-        let mapping_id = self.mapping(&frame.module);
+        let mapping_id = self.mapping(frame);
+        let place = file_address(frame);
+        if place.is_some() && frame.is_unknown() {
+            // Not named here: `go tool pprof` names a mapping's addresses again from the binary
+            // (`-symbolize=local`, PPROF_BINARY_PATH) only if it does not say it has names.
+            let mapping = &mut self.profile.mapping[mapping_id as usize - 1];
+            mapping.has_functions = false;
+            mapping.has_filenames = false;
+            mapping.has_line_numbers = false;
+            mapping.has_inline_frames = false;
+        }
         let function_id = self.function(frame);
         self.profile.location.push(proto::Location {
             id,
             mapping_id,
-            address: frame.address,
+            address: place.map_or(frame.address, |(vaddr, _)| vaddr),
             line: vec![proto::Line {
                 function_id,
                 line: frame.line.unwrap_or(0) as i64,

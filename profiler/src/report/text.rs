@@ -198,6 +198,9 @@ Where each thread's time went (thread states from the scheduler, not PMU counter
         for note in &m.notes {
             writeln!(out, "note: {note}")?;
         }
+        if let Some(note) = super::names::unnamed_leaves_note(&r.stacks, r.samples) {
+            writeln!(out, "note: {note}")?;
+        }
         for warning in r.health.warnings() {
             writeln!(out, "warning: {warning}")?;
         }

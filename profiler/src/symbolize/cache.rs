@@ -36,7 +36,11 @@ impl FrameCache {
         let strings: usize = frames
             .iter()
             .map(|f| {
-                f.function.capacity() + f.module.capacity() + f.file.as_ref().map_or(0, String::capacity)
+                let build_id = f.object.as_ref().and_then(|o| o.build_id.as_ref());
+                f.function.capacity()
+                    + f.module.capacity()
+                    + f.file.as_ref().map_or(0, String::capacity)
+                    + build_id.map_or(0, String::capacity)
             })
             .sum();
         slot + std::mem::size_of_val(frames) + strings

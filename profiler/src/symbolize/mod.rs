@@ -1,11 +1,22 @@
 //! Addresses to functions with blazesym: one long-lived `Symbolizer`, addresses batched per file
 //! (user) or in one batch (kernel). An address that fails becomes an `[unknown]` frame; it never
 //! fails the report.
+mod bounds;
 mod cache;
 pub mod data;
+pub mod debug_files;
+pub mod debuginfod;
+mod frame;
 mod tracing;
+mod unnamed;
 
+pub use bounds::FunctionBounds;
 pub use cache::FrameCache;
+pub use debug_files::{name_later, names_note, DebugLocator, NameSource};
+pub(crate) use frame::hex;
+#[cfg(test)]
+pub(crate) use frame::tests::stripped_frames;
+pub use frame::{lower_hex, Frame, NameKind, ObjectRef};
 
 use std::{
     cell::RefCell,
@@ -13,10 +24,9 @@ use std::{
 };
 
 use blazesym::symbolize::{
-    source::{Elf, Kernel, Source},
+    source::{Kernel, Source},
     CodeInfo, Input, Sym, Symbolized, Symbolizer as BlazeSymbolizer,
 };
-use serde::Serialize;
 
 use crate::{
     process::{FileId, FileIdentity, FileTable, UserAddr},
@@ -26,92 +36,6 @@ use crate::{
 /// What a frame is called when nothing better is known. Unknown frames are kept, never dropped.
 pub const UNKNOWN: &str = "[unknown]";
 pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
-
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct Frame {
-    pub function: String,
-    pub module: String,
-    pub file: Option<String>,
-    pub line: Option<u32>,
-    pub kernel: bool,
-    /// Inlined into the frame before it (its caller) at this address.
-    pub inlined: bool,
-    /// The address looked up (callers' return addresses moved back into the call).
-    #[serde(serialize_with = "hex")]
-    pub address: u64,
-    /// Where the function starts in its file's own address space (as `readelf -s` shows it),
-    /// for the machine code of `--annotate`; not for inlined frames.
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "hex_some")]
-    pub start: Option<u64>,
-    /// Bytes from the function's start to the instruction looked up.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub offset: Option<u64>,
-}
-
-impl Frame {
-    /// A frame that stands for something other than code (a process, a thread): a name in a
-    /// module of its own, nothing else known.
-    pub fn named(function: String, module: &str) -> Frame {
-        Frame {
-            function,
-            module: module.to_string(),
-            file: None,
-            line: None,
-            kernel: false,
-            inlined: false,
-            address: 0,
-            start: None,
-            offset: None,
-        }
-    }
-}
-
-/// Serializes an address as "0x...".
-pub(crate) fn hex<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(&format!("{v:#x}"))
-}
-
-fn hex_some<S: serde::Serializer>(v: &Option<u64>, s: S) -> Result<S::Ok, S::Error> {
-    match v {
-        Some(v) => hex(v, s),
-        None => s.serialize_none(),
-    }
-}
-
-impl Frame {
-    pub fn unknown(module: impl Into<String>, address: u64, kernel: bool) -> Frame {
-        Frame {
-            function: UNKNOWN.to_string(),
-            module: module.into(),
-            file: None,
-            line: None,
-            kernel,
-            inlined: false,
-            address,
-            start: None,
-            offset: None,
-        }
-    }
-
-    /// A placeholder standing for frames the kernel could not give us.
-    pub fn marker(what: &str, kernel: bool) -> Frame {
-        Frame {
-            function: format!("[{what}]"),
-            module: String::new(),
-            file: None,
-            line: None,
-            kernel,
-            inlined: false,
-            address: 0,
-            start: None,
-            offset: None,
-        }
-    }
-
-    pub fn is_unknown(&self) -> bool {
-        self.function == UNKNOWN
-    }
-}
 
 /// Symbols for every address of a profile; each address maps to its frames, outermost first
 /// (more than one where functions were inlined).
@@ -123,6 +47,9 @@ pub struct Symbols {
     machinery: HashMap<u64, tracing::Machinery>,
     /// Batches that failed as a whole (e.g. an unreadable file), for the report's health line.
     pub failures: Vec<String>,
+    /// Where each file's names came from (files symbolized in this pass; none from a
+    /// long-lived symbolizer, which sees only the addresses its frame cache lacks).
+    pub names: Vec<NameSource>,
 }
 
 impl Symbols {
@@ -172,6 +99,10 @@ pub struct Symbolizer {
     /// For a long-running caller (the agent): frames kept across profiles, and a bound on what
     /// blazesym keeps.
     cache: Option<RefCell<LongLived>>,
+    /// Finds the debug files of stripped binaries.
+    locator: DebugLocator,
+    /// Files' tables for code nothing names, kept across batches (see `unnamed`).
+    layouts: RefCell<unnamed::Layouts>,
 }
 
 /// What a long-lived symbolizer may keep of frames (as `FrameCache::entry_bytes` counts them):
@@ -195,20 +126,24 @@ pub struct CacheSize {
     pub frames: usize,
     pub frame_bytes: usize,
     pub files: usize,
+    /// Files whose tables for unnamed code are kept.
+    pub layouts: usize,
 }
 
 impl Default for Symbolizer {
     fn default() -> Self {
-        Self::new()
+        Self::new(DebugLocator::default())
     }
 }
 
 impl Symbolizer {
-    pub fn new() -> Self {
+    pub fn new(locator: DebugLocator) -> Self {
         Self {
             inner: RefCell::new(Self::blazesym()),
             kernel: RefCell::new(Self::blazesym()),
             cache: None,
+            locator,
+            layouts: RefCell::default(),
         }
     }
 
@@ -216,11 +151,11 @@ impl Symbolizer {
     /// cached per executable (not per process: a thousand short-lived processes of one binary
     /// share them), at most `FRAME_CACHE_BYTES` of them, and blazesym's own caches are bounded
     /// too.
-    pub fn long_lived() -> Self {
-        Self::long_lived_with(FRAME_CACHE_BYTES)
+    pub fn long_lived(locator: DebugLocator) -> Self {
+        Self::long_lived_with(FRAME_CACHE_BYTES, locator)
     }
 
-    fn long_lived_with(frame_bytes: usize) -> Self {
+    fn long_lived_with(frame_bytes: usize, locator: DebugLocator) -> Self {
         Self {
             inner: RefCell::new(Self::blazesym()),
             kernel: RefCell::new(Self::blazesym()),
@@ -228,6 +163,8 @@ impl Symbolizer {
                 frames: FrameCache::new(frame_bytes),
                 files: HashSet::new(),
             })),
+            locator,
+            layouts: RefCell::default(),
         }
     }
 
@@ -245,6 +182,7 @@ impl Symbolizer {
     /// file), while the frames it produced stay in the frame cache; a file is parsed again only
     /// for addresses the cache has not seen.
     pub fn release_files(&self) {
+        self.layouts.borrow_mut().release();
         let Some(cache) = &self.cache else { return };
         let mut cache = cache.borrow_mut();
         if !cache.files.is_empty() {
@@ -260,8 +198,18 @@ impl Symbolizer {
                 frames: c.frames.len(),
                 frame_bytes: c.frames.bytes(),
                 files: c.files.len(),
+                layouts: self.layouts.borrow().len(),
             }
         })
+    }
+
+    /// Counts a file blazesym is handed; past `BLAZESYM_FILES`, blazesym starts afresh.
+    fn hand_to_blazesym(&self, cache: &mut LongLived, identity: FileIdentity) {
+        if cache.files.insert(identity) && cache.files.len() > BLAZESYM_FILES {
+            *self.inner.borrow_mut() = Self::blazesym();
+            cache.files.clear();
+            cache.files.insert(identity);
+        }
     }
 
     /// Frames for some offsets of one file, from the cache where it has them.
@@ -271,6 +219,7 @@ impl Symbolizer {
         addrs: &[UserAddr],
         offsets: &[u64],
         failures: &mut Vec<String>,
+        names: &mut Vec<NameSource>,
     ) -> Vec<Vec<Frame>> {
         // Only a long-lived symbolizer caches, and only files it can tell apart.
         let cached = self.cache.as_ref().zip(mapped.identity);
@@ -287,34 +236,60 @@ impl Symbolizer {
         let missing: Vec<usize> = (0..addrs.len()).filter(|&i| out[i].is_none()).collect();
         if !missing.is_empty() {
             if let Some((cache, identity)) = cached {
-                let mut cache = cache.borrow_mut();
-                if cache.files.insert(identity) && cache.files.len() > BLAZESYM_FILES {
-                    *self.inner.borrow_mut() = Self::blazesym();
-                    cache.files.clear();
-                    cache.files.insert(identity);
-                }
+                self.hand_to_blazesym(&mut cache.borrow_mut(), identity);
             }
             let wanted: Vec<u64> = missing.iter().map(|&i| offsets[i]).collect();
-            let source = Source::Elf(Elf::new(mapped.read_path()));
+            let mut located = self.locator.locate(&mapped.read_path(), &mapped.path);
             let inner = self.inner.borrow();
-            let results = inner.symbolize(&source, Input::FileOffset(&wanted));
+            let (results, origin) =
+                debug_files::symbolize_file(&inner, mapped.read_path(), &mut located, &wanted);
+            // Names still being fetched (debuginfod), or a miss to be asked again, may come
+            // later: frames are not cached until the locator's answer is final.
+            let keep = results.is_ok() && located.is_final();
             if let Err(err) = &results {
                 failures.push(format!("{}: {err}", mapped.path));
             }
+            // What blazesym leaves unnamed is named or placed from the file's own tables.
+            let place = unnamed::Place::new(&located);
+            let mut layouts = self.layouts.borrow_mut();
+            let mut unnamed = unnamed::Unnamed::new(mapped, &place, &mut layouts);
             for (k, &i) in missing.iter().enumerate() {
+                let address = addrs[i].addr();
                 let frames = match &results {
-                    Ok(results) => frames_of(&results[k], &mapped.path, addrs[i].addr(), false),
-                    Err(_) => vec![Frame::unknown(&mapped.path, addrs[i].addr(), false)],
+                    Ok(results) if !matches!(results[k], Symbolized::Unknown(_)) => {
+                        let object = Some(place.object(offsets[i]));
+                        frames_of(&results[k], &mapped.path, address, false, object)
+                    }
+                    _ => unnamed.frames(offsets[i], address),
                 };
                 // A whole-file failure may be passing (the file unreadable for a moment): not
                 // cached.
-                if let (Some((cache, identity)), true) = (cached, results.is_ok()) {
+                if let (Some((cache, identity)), true) = (cached, keep) {
                     cache
                         .borrow_mut()
                         .frames
                         .insert((identity, offsets[i]), frames.clone());
                 }
                 out[i] = Some(frames);
+            }
+            unnamed.finish(&mut layouts);
+            drop(layouts);
+            let is_named = |i: &&usize| {
+                out[**i]
+                    .as_ref()
+                    .is_some_and(|f| f.iter().any(|f| !f.is_unknown()))
+            };
+            // A long-lived symbolizer sees only the addresses its frame cache lacks: counts of
+            // those would misstate the file, so it says nothing of names.
+            if self.cache.is_none() {
+                let named = missing.iter().filter(is_named).count();
+                let go = missing.iter().any(|&i| {
+                    out[i]
+                        .as_ref()
+                        .is_some_and(|f| f.iter().any(|f| f.kind == NameKind::GoTable))
+                });
+                let origin = origin.or_go_table(go);
+                names.push(located.source(&mapped.path, origin, missing.len(), named));
             }
         }
         out.into_iter().map(Option::unwrap_or_default).collect()
@@ -367,7 +342,13 @@ impl Symbolizer {
                     _ => unreachable!("grouped by file"),
                 })
                 .collect();
-            let frames = self.file_frames(mapped, &addrs, &offsets, &mut symbols.failures);
+            let frames = self.file_frames(
+                mapped,
+                &addrs,
+                &offsets,
+                &mut symbols.failures,
+                &mut symbols.names,
+            );
             symbols.user.extend(addrs.into_iter().zip(frames));
         }
 
@@ -381,7 +362,7 @@ impl Symbolizer {
                             Symbolized::Sym(Sym { module: Some(m), .. }) => module_name(&m.to_string_lossy()),
                             _ => KERNEL_MODULE.to_string(),
                         };
-                        symbols.insert_kernel(*addr, frames_of(result, &module, *addr, true));
+                        symbols.insert_kernel(*addr, frames_of(result, &module, *addr, true, None));
                     }
                 }
                 Err(err) => symbols.failures.push(format!("kernel: {err}")),
@@ -408,9 +389,20 @@ fn module_name(module: &str) -> String {
     }
 }
 
-fn frames_of(result: &Symbolized<'_>, module: &str, address: u64, kernel: bool) -> Vec<Frame> {
+/// The frames of one address: the function and those inlined into it there, each with where
+/// the address is in its file (`object`, for a frame of a file).
+fn frames_of(
+    result: &Symbolized<'_>,
+    module: &str,
+    address: u64,
+    kernel: bool,
+    object: Option<ObjectRef>,
+) -> Vec<Frame> {
     let Symbolized::Sym(sym) = result else {
-        return vec![Frame::unknown(module, address, kernel)];
+        return vec![Frame {
+            object,
+            ..Frame::unknown(module, address, kernel)
+        }];
     };
     let (file, line) = location(sym.code_info.as_deref());
     let mut frames = vec![Frame {
@@ -423,6 +415,8 @@ fn frames_of(result: &Symbolized<'_>, module: &str, address: u64, kernel: bool) 
         address,
         start: Some(sym.addr),
         offset: Some(sym.offset as u64),
+        kind: NameKind::Symbol,
+        object: object.clone(),
     }];
     for inlined in sym.inlined.iter() {
         let (file, line) = location(inlined.code_info.as_ref());
@@ -436,6 +430,8 @@ fn frames_of(result: &Symbolized<'_>, module: &str, address: u64, kernel: bool) 
             address,
             start: None,
             offset: None,
+            kind: NameKind::Symbol,
+            object: object.clone(),
         });
     }
     frames
@@ -453,6 +449,9 @@ fn location(info: Option<&CodeInfo<'_>>) -> (Option<String>, Option<u32>) {
         None => (None, None),
     }
 }
+
+#[cfg(test)]
+mod stripped_tests;
 
 #[cfg(test)]
 mod tests {
@@ -501,7 +500,7 @@ mod tests {
     fn symbolizes_own_code_and_keeps_unknown_frames() {
         // leaf first; the second address is not mapped anywhere.
         let (procs, profile) = own_profile(&[4, 0x10]);
-        let symbols = Symbolizer::new().symbolize(&profile, &procs);
+        let symbols = Symbolizer::default().symbolize(&profile, &procs);
         let key = profile.stacks.keys().next().unwrap();
         let leaf = symbols.user(&key.user[0]);
         assert!(
@@ -561,7 +560,7 @@ mod tests {
     fn a_long_lived_symbolizer_answers_again_from_its_cache() {
         let (procs, profile) = own_profile(&[4]);
         let key = profile.stacks.keys().next().unwrap().clone();
-        let symbolizer = Symbolizer::long_lived_with(1 << 20);
+        let symbolizer = Symbolizer::long_lived_with(1 << 20, DebugLocator::default());
         let first = symbolizer.symbolize(&profile, &procs).user(&key.user[0]);
         let cached = symbolizer.cache_size();
         assert_eq!((cached.frames, cached.files), (1, 1));
@@ -577,7 +576,7 @@ mod tests {
     fn releasing_files_keeps_frames_and_a_new_address_is_still_symbolized() {
         let (procs, profile) = own_profile(&[4]);
         let key = profile.stacks.keys().next().unwrap().clone();
-        let symbolizer = Symbolizer::long_lived_with(1 << 20);
+        let symbolizer = Symbolizer::long_lived_with(1 << 20, DebugLocator::default());
         let first = symbolizer.symbolize(&profile, &procs).user(&key.user[0]);
         symbolizer.release_files();
         let released = symbolizer.cache_size();

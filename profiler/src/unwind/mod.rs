@@ -13,7 +13,7 @@ use anyhow::Context as _;
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
 use profiler_common::unwind::{Mapping, ProcessMappings, Row, MAX_MAPPINGS, ROWS};
 use rows::rows_of_file;
-pub use rows::{bias_of, rows_of, segments_of, Segment, TableError};
+pub use rows::{bias_of, fde_ranges, rows_of, segments_of, Segment, TableError};
 
 use crate::process::{map_file, MapsLine};
 

@@ -1,14 +1,17 @@
-//! A file's unwind rows, built from its `.eh_frame` (or `.debug_frame`) with gimli, and the
-//! arithmetic that maps a process's addresses to the file's. The rules kept: CFA = sp/fp +
-//! offset, the x86-64 PLT expression, fp saved at CFA + offset, where the return address is
-//! (x86-64: always CFA - 8; AArch64: saved at CFA + offset, or still in x30), and "return
-//! address undefined" (the outermost frame). Anything else falls back to the frame pointer in
-//! BPF.
+//! A file's unwind rows, built from its `.eh_frame` (or `.debug_frame`) with gimli and from a Go
+//! binary's own table (`golang::rows`), and the arithmetic that maps a process's addresses to
+//! the file's. The rules kept: CFA = sp/fp + offset, the x86-64 PLT expression, fp saved at
+//! CFA + offset, where the return address is (x86-64: always CFA - 8; AArch64: saved at CFA +
+//! offset, or still in x30), and "return address undefined" (the outermost frame). Anything
+//! else falls back to the frame pointer in BPF.
 use gimli::{AArch64, CfaRule, Register, RegisterRule, X86_64};
-use object::{Object as _, ObjectSection as _, ObjectSegment as _, ObjectSymbol as _};
+use object::{Object as _, ObjectSection as _, ObjectSegment as _};
 use profiler_common::unwind::{cfa, fp, Row};
 
-use crate::process::{section_data, SectionError};
+use crate::{
+    golang,
+    process::{section_data, SectionError},
+};
 
 /// Why a file has no table (it is then walked with frame pointers).
 #[derive(Debug, thiserror::Error)]
@@ -62,6 +65,49 @@ pub fn rows_of(data: &[u8]) -> Result<Vec<Row>, TableError> {
 
 pub(super) fn rows_of_file(file: &object::File<'_>) -> Result<Vec<Row>, TableError> {
     let registers = Registers::of(file.architecture())?;
+    let go = golang::rows::of_file(file);
+    let mut rows = match frame_section_rows(file, registers) {
+        Ok(rows) => rows,
+        // Go's table unwinds its code on its own (a `-s -w` build has no other).
+        Err(e) if go.is_some() => {
+            log::debug!("Go binary without usable CFI ({e}): its Go table only");
+            Vec::new()
+        }
+        Err(e) => return Err(e),
+    };
+    rows.extend(aarch64_plt_rows(file));
+    if let Some(go) = go {
+        go.replace_in(&mut rows);
+    }
+    Ok(compact(rows))
+}
+
+/// The rows of `.eh_frame` if the file has one, otherwise of `.debug_frame`.
+fn frame_section_rows(file: &object::File<'_>, registers: Registers) -> Result<Vec<Row>, TableError> {
+    let (section, bases) = frame_section(file)?;
+    let mut rows = Vec::new();
+    match &section {
+        FrameSection::Eh(data) => {
+            let eh_frame = gimli::EhFrame::new(data, gimli::LittleEndian);
+            collect_rows(&eh_frame, &bases, registers, &mut rows)?;
+        }
+        FrameSection::Debug(data) => {
+            let debug_frame = gimli::DebugFrame::new(data, gimli::LittleEndian);
+            collect_rows(&debug_frame, &bases, registers, &mut rows)?;
+        }
+    }
+    Ok(rows)
+}
+
+/// A file's call frame information: `.eh_frame` where it has one, else `.debug_frame`.
+enum FrameSection<'d> {
+    Eh(std::borrow::Cow<'d, [u8]>),
+    Debug(std::borrow::Cow<'d, [u8]>),
+}
+
+fn frame_section<'d>(
+    file: &object::File<'d>,
+) -> Result<(FrameSection<'d>, gimli::BaseAddresses), TableError> {
     let address = |name: &str| file.section_by_name(name).map(|s| s.address());
     let mut bases = gimli::BaseAddresses::default();
     if let Some(a) = address(".text") {
@@ -73,85 +119,60 @@ pub(super) fn rows_of_file(file: &object::File<'_>) -> Result<Vec<Row>, TableErr
     if let Some(a) = address(".eh_frame_hdr") {
         bases = bases.set_eh_frame_hdr(a);
     }
-    let mut rows = Vec::new();
     if let Some(section) = file.section_by_name(".eh_frame") {
         let bases = bases.set_eh_frame(section.address());
-        let data = section_data(&section)?;
-        let eh_frame = gimli::EhFrame::new(&data, gimli::LittleEndian);
-        collect_rows(&eh_frame, &bases, registers, &mut rows)?;
-    } else if let Some(section) = file
+        return Ok((FrameSection::Eh(section_data(&section)?), bases));
+    }
+    // Compressed where the linker compressed the debug sections (Go's does, with zlib).
+    match file
         .section_by_name(".debug_frame")
         .or_else(|| file.section_by_name(".zdebug_frame"))
     {
-        // Compressed where the linker compressed the debug sections (Go's does, with zlib).
-        let data = section_data(&section)?;
-        let debug_frame = gimli::DebugFrame::new(&data, gimli::LittleEndian);
-        collect_rows(&debug_frame, &bases, registers, &mut rows)?;
-    } else {
-        return Err(TableError::NoFrameInfo);
+        Some(section) => Ok((FrameSection::Debug(section_data(&section)?), bases)),
+        None => Err(TableError::NoFrameInfo),
     }
-    rows.extend(aarch64_plt_rows(file));
-    if is_go(file) {
-        end_at_go_roots(file, &mut rows);
-        restore_go_frame_pointers(file, &mut rows);
-    }
-    Ok(compact(rows))
 }
 
-fn is_go(file: &object::File<'_>) -> bool {
-    let go = [".gopclntab", ".data.rel.ro.gopclntab", ".go.buildinfo"];
-    go.iter().any(|name| file.section_by_name(name).is_some())
+/// The functions the file's call frame information bounds: one `(start, end)` per entry (FDE),
+/// in the file's own virtual addresses, in the section's order.
+pub fn fde_ranges(file: &object::File<'_>) -> Result<Vec<(u64, u64)>, TableError> {
+    let (section, bases) = frame_section(file)?;
+    let mut ranges = Vec::new();
+    let mut push = |fde: &Fde<'_>| ranges.push((fde.initial_address(), fde.end_address()));
+    match &section {
+        FrameSection::Eh(data) => {
+            each_fde(&gimli::EhFrame::new(data, gimli::LittleEndian), &bases, &mut push)?
+        }
+        FrameSection::Debug(data) => each_fde(
+            &gimli::DebugFrame::new(data, gimli::LittleEndian),
+            &bases,
+            &mut push,
+        )?,
+    }
+    Ok(ranges)
 }
 
-/// Go on x86-64 keeps the caller's RBP at CFA - 16 in every function with a frame (the compiler
-/// and the assembler both put it there), but its `.debug_frame` does not say so: after assembly
-/// that uses RBP as a register (crypto/sha256's block) the walker carried a clobbered RBP on to
-/// callers that need it. (Frameless functions, CFA = rsp + 8, save nothing.)
-fn restore_go_frame_pointers(file: &object::File<'_>, rows: &mut [Row]) {
-    if file.architecture() != object::Architecture::X86_64 {
-        return;
-    }
-    for row in rows.iter_mut() {
-        if row.cfa == cfa::SP && row.cfa_offset >= 16 && row.fp == fp::SAME {
-            (row.fp, row.fp_offset) = (fp::AT_CFA, -16);
+type Fde<'a> = gimli::FrameDescriptionEntry<gimli::EndianSlice<'a, gimli::LittleEndian>>;
+
+/// Every entry of a frame section whose CIE parses, in order. One that does not costs that
+/// function, not the file.
+fn each_fde<'a, S>(
+    section: &S,
+    bases: &gimli::BaseAddresses,
+    visit: &mut dyn FnMut(&Fde<'a>),
+) -> Result<(), gimli::Error>
+where
+    S: gimli::UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>,
+{
+    let mut entries = section.entries(bases);
+    while let Some(entry) = entries.next()? {
+        if let gimli::CieOrFde::Fde(partial) = entry {
+            if let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) {
+                visit(&fde);
+            }
         }
     }
-}
-
-/// Go's goroutine and thread roots, the functions its linker marks TOPFRAME: a walk that reaches
-/// one is complete. Go's `.debug_frame` says so only on arm64 (on x86-64 a TODO in its linker
-/// leaves them an ordinary rule), so the walker read past every goroutine's stack top and called
-/// nearly every Go stack "ended early". Found by symbol; a binary without `.symtab` (`-s -w`)
-/// needs Go's own table, `.gopclntab` (#39's next step).
-fn end_at_go_roots(file: &object::File<'_>, rows: &mut Vec<Row>) {
-    const ROOTS: [&str; 4] = [
-        "runtime.goexit",
-        "runtime.mstart",
-        "runtime.rt0_go",
-        "runtime.sigtramp",
-    ];
-    let roots: Vec<(u64, u64)> = file
-        .symbols()
-        .filter(|s| s.size() > 0)
-        .filter(|s| {
-            s.name()
-                .is_ok_and(|n| ROOTS.contains(&n.strip_suffix(".abi0").unwrap_or(n)))
-        })
-        .map(|s| (s.address(), s.address() + s.size()))
-        .collect();
-    rows.retain(|r| !roots.iter().any(|(start, end)| (*start..*end).contains(&r.pc)));
-    for (start, end) in roots {
-        rows.push(Row {
-            pc: start,
-            cfa: cfa::END,
-            ..Row::default()
-        });
-        rows.push(Row {
-            pc: end,
-            cfa: cfa::NONE,
-            ..Row::default()
-        });
-    }
+    Ok(())
 }
 
 /// AArch64 linkers give the PLT no unwind information. A stub loads an address and branches
@@ -192,19 +213,12 @@ where
     S: gimli::UnwindSection<gimli::EndianSlice<'a, gimli::LittleEndian>>,
 {
     let mut ctx = Box::new(gimli::UnwindContext::new());
-    let mut entries = section.entries(bases);
-    while let Some(entry) = entries.next()? {
-        let gimli::CieOrFde::Fde(partial) = entry else {
-            continue;
-        };
-        // One function's bad instructions cost that function, not the file: hand-written
-        // assembly (libgcrypt's ciphers) sets a CFA register after a CFA expression, which
-        // gimli refuses. Its range is walked with frame pointers; the rest keeps its table.
-        let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else {
-            continue;
-        };
+    // One function's bad instructions cost that function, not the file: hand-written assembly
+    // (libgcrypt's ciphers) sets a CFA register after a CFA expression, which gimli refuses. Its
+    // range is walked with frame pointers; the rest keeps its table.
+    each_fde(section, bases, &mut |fde| {
         let first = rows.len();
-        if let Err(e) = push_rows_of(section, bases, &mut ctx, registers, &fde, rows) {
+        if let Err(e) = push_rows_of(section, bases, &mut ctx, registers, fde, rows) {
             log::debug!(
                 "unwind rows of {:#x}: {e}: frame pointers there",
                 fde.initial_address()
@@ -222,8 +236,7 @@ where
             cfa: cfa::NONE,
             ..Row::default()
         });
-    }
-    Ok(())
+    })
 }
 
 fn push_rows_of<'a, S>(
@@ -345,12 +358,19 @@ pub struct Segment {
 impl Segment {
     /// Whether the file virtual address lies in the segment as loaded.
     pub fn holds(&self, vaddr: u64) -> bool {
-        self.vaddr <= vaddr && vaddr < self.vaddr + self.mem_size
+        vaddr.checked_sub(self.vaddr).is_some_and(|d| d < self.mem_size)
     }
 
     /// Where the file virtual address is in the file, if the segment has it there.
     pub fn file_offset(&self, vaddr: u64) -> Option<u64> {
-        (self.vaddr <= vaddr && vaddr < self.vaddr + self.size).then(|| self.offset + (vaddr - self.vaddr))
+        let within = vaddr.checked_sub(self.vaddr).filter(|&d| d < self.size)?;
+        self.offset.checked_add(within)
+    }
+
+    /// The file virtual address of a file offset, if the segment has it.
+    pub fn vaddr(&self, file_offset: u64) -> Option<u64> {
+        let within = file_offset.checked_sub(self.offset).filter(|&d| d < self.size)?;
+        self.vaddr.checked_add(within)
     }
 }
 
@@ -377,7 +397,7 @@ pub fn bias_of(segments: &[Segment], start: u64, file_offset: u64) -> Option<u64
     let overlaps = || {
         segments
             .iter()
-            .find(|s| s.offset <= off && off < s.offset + s.size)
+            .find(|s| off.checked_sub(s.offset).is_some_and(|d| d < s.size))
     };
     let s = starts_here.or_else(overlaps)?;
     Some(start.wrapping_sub(s.vaddr.wrapping_add(off).wrapping_sub(s.offset)))
@@ -655,5 +675,26 @@ mod tests {
                 row(0x20, cfa::SP, 8)
             ]
         );
+    }
+
+    /// Segments a file places at the top of the address space: no overflow, nothing held past it.
+    #[test]
+    fn segments_at_the_top_of_the_address_space_do_not_overflow() {
+        let (at, size, top) = (u64::MAX - 0x10, 0x100, u64::MAX);
+        let s = Segment {
+            offset: at,
+            size,
+            vaddr: at,
+            mem_size: size,
+        };
+        let got = (
+            s.holds(top),
+            s.file_offset(top),
+            s.vaddr(top),
+            bias_of(&[s], top, top),
+        );
+        eprintln!("{got:?} {:?}", (s.holds(0), s.file_offset(0)));
+        assert_eq!(got, (true, Some(top), Some(top), Some(0)));
+        assert!(!s.holds(0) && s.file_offset(0).is_none());
     }
 }

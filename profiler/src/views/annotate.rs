@@ -11,7 +11,7 @@ use std::{
 use crate::{
     error::UserError,
     model::{StackReport, Weight},
-    symbolize::Frame,
+    symbolize::{Frame, FunctionBounds},
 };
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -348,6 +348,7 @@ fn machine_code(module: &str, sampled: &BTreeMap<(u64, u64), u64>) -> Result<Vec
         }
     };
     let mut listing = Vec::new();
+    let mut bounds = None;
     let starts: std::collections::BTreeSet<u64> = sampled.keys().map(|(s, _)| *s).collect();
     for start in starts {
         let last = sampled
@@ -357,10 +358,15 @@ fn machine_code(module: &str, sampled: &BTreeMap<(u64, u64), u64>) -> Result<Vec
             .unwrap_or(0);
         let mut symbols = file.symbols().chain(file.dynamic_symbols()).peekable();
         let has_symbols = symbols.peek().is_some();
-        let at_start: Vec<u64> = symbols
+        let mut at_start: Vec<u64> = symbols
             .filter(|s| s.address() == start)
             .map(|s| s.size())
             .collect();
+        // A function nothing names (`module+0x…`) is bounded by its unwind table's entry.
+        if at_start.is_empty() {
+            let bounds = bounds.get_or_insert_with(|| FunctionBounds::of_file(&file));
+            at_start.extend(bounds.starting_at(start).map(|(start, end)| end - start));
+        }
         // A file with symbols but none here is not the binary that was profiled.
         if has_symbols && at_start.is_empty() {
             return Err(format!(

@@ -52,7 +52,15 @@ pub fn run_report(args: ReportArgs) -> anyhow::Result<i32> {
         );
     }
     output::check_destination(format, args.output.as_deref())?;
-    let profile = saved::load_saved(&args.input)?;
+    let mut profile = saved::load_saved(&args.input)?;
+    // Frames left unnamed at the run, named now if their debug files are here (the --debug-dir
+    // dirs, /usr/lib/debug) or at a debuginfod server (waited for, a bounded time).
+    let debuginfod = crate::symbolize::debuginfod::Debuginfod::shared(args.names.debuginfod()?.as_ref())?;
+    let fetcher = debuginfod.map(|d| d as std::sync::Arc<dyn crate::symbolize::debug_files::Fetcher>);
+    profile.name_later(&crate::symbolize::DebugLocator::new(
+        args.names.checked_dirs()?,
+        fetcher,
+    ));
     match &args.annotate {
         Some(function) => {
             let annotation = annotate::annotate(&profile.into_stacks(), function)?;

@@ -54,6 +54,26 @@ impl Saved {
         matches!(self, Saved::Stacks(r) if r.weight != Weight::Samples)
     }
 
+    /// Frames left unnamed at the run, named now from debug files found by their build id
+    /// (`bpfprof report --debug-dir`); stacks only (a hotspot report, or any pprof or folded one).
+    pub fn name_later(&mut self, locator: &crate::symbolize::DebugLocator) {
+        let Saved::Stacks(report) = self else { return };
+        let frames: std::collections::HashSet<&Frame> =
+            report.stacks.iter().flat_map(|s| &s.frames).collect();
+        let frames: Vec<&Frame> = frames.into_iter().collect();
+        let (named, sources) = crate::symbolize::name_later(locator, &frames);
+        for stack in &mut report.stacks {
+            let frames = std::mem::take(&mut stack.frames);
+            stack.frames = frames
+                .into_iter()
+                .flat_map(|f| named.get(&f).cloned().unwrap_or_else(|| vec![f]))
+                .collect();
+        }
+        report.functions = function_stats(&report.stacks);
+        report.meta.notes.extend(crate::symbolize::names_note(&sources));
+        report.symbols = sources;
+    }
+
     pub fn mode(&self) -> &'static str {
         match self {
             Saved::Stacks(report) => report.meta.mode,
@@ -110,6 +130,7 @@ fn stack_report(weight: Weight, meta: RunMeta, health: Health, mut stacks: Vec<S
         samples: stacks.iter().map(|s| s.count).sum(),
         functions: function_stats(&stacks),
         stacks,
+        symbols: Vec::new(),
     }
 }
 

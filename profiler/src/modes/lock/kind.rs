@@ -53,7 +53,7 @@ pub(super) fn kind_of(waiters: &[WaiterStat], hints: u32) -> &'static str {
                 // waiters" (a condition variable's signal word does not hold 2 in glibc to 2.40).
                 Some("condvar") if unnamed_below && hints & futex_hint::LOCK_WORD != 0 => return "mutex",
                 Some(kind) => return kind,
-                None => unnamed_below |= frame.function.starts_with('['),
+                None => unnamed_below |= frame.function.starts_with('[') || frame.is_unknown(),
             }
         }
     }

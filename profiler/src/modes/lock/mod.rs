@@ -532,5 +532,6 @@ pub(crate) fn flame(meta: RunMeta, health: Health, locks: &[&LockStat]) -> Stack
         samples: stacks.iter().map(|s| s.count).sum(),
         functions: crate::model::function_stats(&stacks),
         stacks,
+        symbols: Vec::new(),
     }
 }

@@ -13,7 +13,7 @@ use crate::{
         sched::{Bucket, CpuHolder, Heatmap, OffCpuStack, SchedReport, SlowWait, TaskLatency, TaskRef},
     },
     profile::Health,
-    symbolize::Frame,
+    symbolize::{Frame, NameKind, ObjectRef, UNKNOWN},
 };
 
 pub(super) fn from_json(bytes: &[u8]) -> Result<Saved, String> {
@@ -92,11 +92,23 @@ fn frames(value: &Value) -> Result<Vec<Frame>, String> {
         .ok_or("a stack without frames")?
         .iter()
         .map(|f| {
+            let function = f["function"].as_str().ok_or("a frame without a function")?;
+            // Written before frames said how they were named: named unless `[unknown]`.
+            let kind = f["kind"]
+                .as_str()
+                .and_then(NameKind::parse)
+                .unwrap_or(match function {
+                    UNKNOWN => NameKind::None,
+                    _ => NameKind::Symbol,
+                });
+            let object = ObjectRef {
+                build_id: f["build_id"].as_str().map(str::to_string),
+                file_offset: hex(&f["file_offset"]),
+                vaddr: hex(&f["vaddr"]),
+            };
+            let placed = object.build_id.is_some() || object.file_offset.is_some() || object.vaddr.is_some();
             Ok(Frame {
-                function: f["function"]
-                    .as_str()
-                    .ok_or("a frame without a function")?
-                    .to_string(),
+                function: function.to_string(),
                 module: text(f, "module"),
                 file: f["file"].as_str().map(str::to_string),
                 line: f["line"].as_u64().map(|l| l as u32),
@@ -105,6 +117,8 @@ fn frames(value: &Value) -> Result<Vec<Frame>, String> {
                 address: hex(&f["address"]).unwrap_or(0),
                 start: hex(&f["start"]),
                 offset: f["offset"].as_u64(),
+                kind,
+                object: placed.then_some(object),
             })
         })
         .collect()
@@ -519,5 +533,47 @@ mod tests {
             .stacks
             .iter()
             .any(|s| s.frames.last().unwrap().function == "[lock thread 13]"));
+    }
+}
+
+#[cfg(test)]
+mod placed_tests {
+    use super::{super::parse_saved, *};
+    use crate::{
+        cli::Format,
+        report::{renderer, tests::sample_report},
+        symbolize::stripped_frames,
+    };
+
+    #[test]
+    fn placed_frames_keep_their_kind_and_place_through_json() {
+        let mut report = sample_report();
+        let frames = stripped_frames();
+        report.stacks[0].frames.push(frames[1].clone());
+        report.stacks[1].frames.extend(frames.clone());
+        let mut json = Vec::new();
+        renderer(Format::Json).hotspot(&report, &mut json).unwrap();
+        let written: Value = serde_json::from_slice(&json).unwrap();
+        let table = written["frames"].as_array().unwrap();
+        let placed = table.iter().find(|f| f["kind"] == "fde").expect("a placed frame");
+        println!("{placed}");
+        assert_eq!(placed["build_id"], "72a44fc3");
+        assert_eq!(placed["file_offset"], "0x1592b");
+        assert_eq!(placed["vaddr"], "0x1692b");
+        assert_eq!(placed["start"], "0x16900");
+        // Leaves: 60 placed (stack 0), 30 neither named nor placed (stack 1), 10 named.
+        assert_eq!(
+            (
+                written["placed_leaf_samples"].as_u64(),
+                written["unplaced_leaf_samples"].as_u64()
+            ),
+            (Some(60), Some(30))
+        );
+        let Ok(Saved::Stacks(loaded)) = parse_saved(&json, "p.json") else {
+            panic!("not read back as a hotspot report");
+        };
+        for (got, want) in loaded.stacks.iter().zip(&report.stacks) {
+            assert_eq!(got.frames, want.frames);
+        }
     }
 }

@@ -10,7 +10,7 @@ use crate::{
     model::{RunMeta, Stack, StackReport, Weight},
     profile::Health,
     report::pprof::{proto, read_header_comment},
-    symbolize::Frame,
+    symbolize::{Frame, NameKind, ObjectRef, UNKNOWN},
 };
 
 pub(super) fn from_pprof(raw: &[u8], name: &str) -> Result<StackReport, String> {
@@ -30,18 +30,24 @@ pub(super) fn from_pprof(raw: &[u8], name: &str) -> Result<StackReport, String> 
             let location = locations
                 .get(id)
                 .ok_or("a sample names a location that is not there")?;
-            let module = mappings
-                .get(&location.mapping_id)
-                .map_or("", |m| string(m.filename));
+            let mapping = mappings.get(&location.mapping_id);
+            let module = mapping.map_or("", |m| string(m.filename));
             let kernel = module.starts_with("[kernel") || module == "[vmlinux]";
+            let object = mapping.and_then(|m| object_of(m, location.address, string(m.build_id)));
             if location.line.is_empty() {
                 // Not symbolized by the tool that wrote it: kept, as the address it is.
-                frames.push(Frame::unknown(module, location.address, kernel));
+                frames.push(Frame {
+                    object: object.clone(),
+                    ..Frame::unknown(module, location.address, kernel)
+                });
             }
             for (k, line) in location.line.iter().rev().enumerate() {
                 let function = functions.get(&line.function_id);
+                let name = function.map_or(UNKNOWN, |f| string(f.name));
+                let system_name = function.map_or("", |f| string(f.system_name));
+                let (kind, start) = kind_of(module, name, system_name);
                 frames.push(Frame {
-                    function: function.map_or("[unknown]", |f| string(f.name)).to_string(),
+                    function: name.to_string(),
                     module: module.to_string(),
                     file: function
                         .map(|f| string(f.filename))
@@ -51,8 +57,10 @@ pub(super) fn from_pprof(raw: &[u8], name: &str) -> Result<StackReport, String> 
                     kernel,
                     inlined: k > 0,
                     address: location.address,
-                    start: None,
-                    offset: None,
+                    start,
+                    offset: start.map(|s| location.address.wrapping_sub(s)),
+                    kind,
+                    object: object.clone(),
                 });
             }
         }
@@ -67,6 +75,32 @@ pub(super) fn from_pprof(raw: &[u8], name: &str) -> Result<StackReport, String> 
         });
     }
     Ok(stack_report(weight, meta, Health::default(), stacks))
+}
+
+/// Where a location is in its file, for a mapping whose addresses are the file's own (pprof's
+/// `start 0, limit ^0, offset 0`: what bpfprof writes for frames that know their place).
+fn object_of(mapping: &proto::Mapping, address: u64, build_id: &str) -> Option<ObjectRef> {
+    let file_addresses =
+        mapping.memory_start == 0 && mapping.file_offset == 0 && mapping.memory_limit == u64::MAX;
+    file_addresses.then(|| ObjectRef {
+        build_id: Some(build_id.to_string()).filter(|id| !id.is_empty()),
+        file_offset: None,
+        vaddr: Some(address),
+    })
+}
+
+/// How a frame was named, as bpfprof's `system_name` says (`NameKind::system_name`; a symbol
+/// for another tool's), and for a frame placed by its file's unwind table, where that function
+/// starts (its name, `module+0x<start>`).
+fn kind_of(module: &str, name: &str, system_name: &str) -> (NameKind, Option<u64>) {
+    let kind = match NameKind::from_system_name(name, system_name) {
+        NameKind::Symbol if name == UNKNOWN => NameKind::None,
+        kind => kind,
+    };
+    let start = (kind == NameKind::Fde)
+        .then(|| Frame::placed_at(module, name))
+        .flatten();
+    (kind, start)
 }
 
 /// Which of each sample's values is read, and what it weighs: the nanoseconds of a time profile
@@ -340,5 +374,92 @@ mod tests {
         let loaded = parse(&gzipped(&profile), "mutex.pb.gz").unwrap();
         assert_eq!(loaded.weight, Weight::LockWaitNanoseconds);
         assert_eq!(loaded.samples, 4_500_000);
+    }
+
+    /// What bpfprof's pprof says of a stripped file's frames reads back: the name, the kind
+    /// (from `module+0x…`), the build ID and the file address.
+    #[test]
+    fn placed_frames_read_back_with_their_build_id_and_file_address() {
+        let mut original = sample_report();
+        let stripped = crate::symbolize::stripped_frames();
+        original.stacks[1].frames.extend(stripped.clone());
+        let mut bytes = Vec::new();
+        renderer(Format::Pprof).hotspot(&original, &mut bytes).unwrap();
+        let loaded = parse(&bytes, "p.pb.gz").unwrap();
+        let stack = loaded.stacks.iter().find(|s| s.count == 30).unwrap();
+        let read = &stack.frames[stack.frames.len() - 3..];
+        for (got, want) in read.iter().zip(&stripped) {
+            println!("{got:?}");
+            assert_eq!((&got.function, got.kind), (&want.function, want.kind));
+            assert_eq!((got.start, got.offset), (want.start, want.offset));
+            let (got, want) = (got.object.as_ref().unwrap(), want.object.as_ref().unwrap());
+            assert_eq!((&got.build_id, got.vaddr), (&want.build_id, want.vaddr));
+        }
+    }
+
+    /// A frame placed by its FDE at the very start of its function (the address is the name's):
+    /// the kind is what the profile says, not guessed from the name.
+    #[test]
+    fn a_frame_placed_at_its_functions_start_reads_back_as_placed_by_its_fde() {
+        let mut original = sample_report();
+        let stripped = crate::symbolize::stripped_frames();
+        let at_start = Frame {
+            function: "liblzma.so.5.4.1+0x16900".into(),
+            offset: Some(0),
+            address: 0x7f00_0001_6900,
+            object: stripped[1].object.clone().map(|o| ObjectRef {
+                file_offset: Some(0x15900),
+                vaddr: Some(0x16900),
+                ..o
+            }),
+            ..stripped[1].clone()
+        };
+        original.stacks[1].frames.push(at_start.clone());
+        let mut bytes = Vec::new();
+        renderer(Format::Pprof).hotspot(&original, &mut bytes).unwrap();
+        let loaded = parse(&bytes, "p.pb.gz").unwrap();
+        let stack = loaded.stacks.iter().find(|s| s.count == 30).unwrap();
+        let got = stack.frames.last().unwrap();
+        println!("{got:?}");
+        assert_eq!((&got.function, got.kind), (&at_start.function, NameKind::Fde));
+        assert_eq!((got.start, got.offset), (Some(0x16900), Some(0)));
+    }
+
+    /// A stripped library's frames: its mapping carries the build ID and the file's own
+    /// addresses, and says it has no names, so `go tool pprof -symbolize=local` names them from
+    /// the unstripped binary; a mapping of named frames only keeps saying it has names.
+    #[test]
+    fn frames_placed_in_a_file_are_at_its_addresses_in_a_mapping_with_its_build_id() {
+        let mut report = sample_report();
+        report.stacks[1]
+            .frames
+            .extend(crate::symbolize::stripped_frames());
+        let mut bytes = Vec::new();
+        renderer(Format::Pprof).hotspot(&report, &mut bytes).unwrap();
+        let mut raw = Vec::new();
+        std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&bytes[..]), &mut raw).unwrap();
+        let p = proto::Profile::decode(&raw[..]).unwrap();
+        let text = |i: i64| p.string_table[i as usize].as_str();
+        let lzma: Vec<&proto::Mapping> = p
+            .mapping
+            .iter()
+            .filter(|m| text(m.filename).ends_with("liblzma.so.5.4.1"))
+            .collect();
+        assert_eq!(lzma.len(), 1, "{:?}", p.mapping);
+        let m = lzma[0];
+        println!("{m:?}");
+        assert_eq!((m.memory_start, m.memory_limit, m.file_offset), (0, u64::MAX, 0));
+        assert_eq!(text(m.build_id), "72a44fc3");
+        assert!(!m.has_functions && !m.has_filenames && !m.has_line_numbers);
+        let mut addresses: Vec<u64> = p
+            .location
+            .iter()
+            .filter(|l| l.mapping_id == m.id)
+            .map(|l| l.address)
+            .collect();
+        addresses.sort();
+        assert_eq!(addresses, [0x4100, 0x4a10, 0x1692b], "the file's own addresses");
+        let named = p.mapping.iter().find(|m| text(m.filename) == "/bin/w").unwrap();
+        assert!(named.has_functions && named.memory_limit == 0 && named.build_id == 0);
     }
 }
