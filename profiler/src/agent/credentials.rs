@@ -16,6 +16,27 @@ pub type Roots = std::sync::Arc<Vec<ureq::tls::Certificate<'static>>>;
 #[cfg(not(feature = "https"))]
 pub type Roots = ();
 
+/// An HTTP client that checks https servers against `roots` (the system's, or `--push-ca`),
+/// from a configuration otherwise complete.
+pub(crate) fn http_agent(
+    builder: ureq::config::ConfigBuilder<ureq::typestate::AgentScope>,
+    roots: Option<&Roots>,
+) -> ureq::Agent {
+    #[cfg(feature = "https")]
+    let builder = match roots {
+        Some(roots) => builder.tls_config(
+            ureq::tls::TlsConfig::builder()
+                .provider(ureq::tls::TlsProvider::Rustls)
+                .root_certs(ureq::tls::RootCerts::Specific(roots.clone()))
+                .build(),
+        ),
+        None => builder,
+    };
+    #[cfg(not(feature = "https"))]
+    let _ = roots;
+    builder.build().into()
+}
+
 /// What every push and export of the agent sends with its body, and trusts.
 #[derive(Clone, Debug, Default)]
 pub struct Credentials {

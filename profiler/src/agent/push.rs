@@ -200,17 +200,7 @@ fn push_loop(config: &PushConfig, shared: &(Mutex<Queue>, Condvar), metrics: &Me
 /// The HTTP client of a push thread: its timeout, and for https the roots read at start.
 fn http_agent(config: &PushConfig) -> ureq::Agent {
     let builder = ureq::Agent::config_builder().timeout_global(Some(config.timeout));
-    #[cfg(feature = "https")]
-    let builder = match &config.credentials.roots {
-        Some(roots) => builder.tls_config(
-            ureq::tls::TlsConfig::builder()
-                .provider(ureq::tls::TlsProvider::Rustls)
-                .root_certs(ureq::tls::RootCerts::Specific(roots.clone()))
-                .build(),
-        ),
-        None => builder,
-    };
-    builder.build().into()
+    super::credentials::http_agent(builder, config.credentials.roots.as_ref())
 }
 
 /// gRPC's client: an event loop of the push thread's own, and how it connects.

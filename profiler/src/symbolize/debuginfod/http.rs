@@ -28,17 +28,7 @@ pub(super) fn agent(config: &Config) -> ureq::Agent {
         .timeout_connect(Some(config.connect_timeout))
         .timeout_per_read(Some(config.stall_timeout))
         .user_agent(concat!("bpfprof/", env!("CARGO_PKG_VERSION")));
-    #[cfg(feature = "https")]
-    let builder = match &config.roots {
-        Some(roots) => builder.tls_config(
-            ureq::tls::TlsConfig::builder()
-                .provider(ureq::tls::TlsProvider::Rustls)
-                .root_certs(ureq::tls::RootCerts::Specific(roots.clone()))
-                .build(),
-        ),
-        None => builder,
-    };
-    builder.build().into()
+    crate::agent::credentials::http_agent(builder, config.roots.as_ref())
 }
 
 /// The build id's debug file from the first server that has it, kept in the cache: its path
