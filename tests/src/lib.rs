@@ -257,6 +257,10 @@ pub fn read_json(path: &std::path::Path) -> Value {
     report
 }
 
+/// How far a function's share of samples may be from the workload's own measurement of it, in
+/// percentage points.
+pub const SHARE_TOLERANCE_PP: f64 = 3.0;
+
 /// A hotspot JSON report.
 pub struct Report(pub Value);
 
@@ -287,6 +291,21 @@ impl Report {
             .iter()
             .map(|f| f["function"].as_str().unwrap())
             .collect()
+    }
+
+    /// Each of `names`' self share of `pid`'s samples against the workload's own measurement
+    /// (`truth`, its TRUTH line), printed under `label`; each within `SHARE_TOLERANCE_PP`.
+    pub fn assert_self_shares(&self, label: &str, pid: u32, truth: &HashMap<String, f64>, names: &[&str]) {
+        let expected = truth_shares(truth, names);
+        let samples = self.samples_of(pid);
+        for name in names {
+            let (got, want) = (self.self_share(pid, name) * 100.0, expected[*name] * 100.0);
+            println!("{label}: {name} {got:.2}% self of {samples} samples of pid {pid}, workload measured {want:.2}%");
+            assert!(
+                (got - want).abs() <= SHARE_TOLERANCE_PP,
+                "{label}: {name} reported {got:.2}% self, workload measured {want:.2}% (samples of pid {pid}: {samples})"
+            );
+        }
     }
 
     /// Share of `pid`'s samples spent in `function`'s own machine code: the innermost frame that

@@ -16,8 +16,6 @@ use bpfprof_tests::*;
 use object::{CompressionFormat, Object as _, ObjectSection as _};
 use serde_json::Value;
 
-/// Self shares must match the workload's own measurement within this many percentage points.
-const TOLERANCE_PP: f64 = 3.0;
 const BURNS: [&str; 3] = ["burn_a", "burn_b", "burn_c"];
 
 /// A fresh directory for one case's files.
@@ -73,20 +71,12 @@ fn profile(binary: &Path, extra: &[&str], output: &str) -> (HashMap<String, f64>
     (truth(&stdout(&out)), report, out)
 }
 
-/// burn_a/b/c named, each self share within the tolerance of the workload's own; printed.
+/// burn_a/b/c named, each self share within tolerance of the workload's own; printed.
 fn assert_named_like_the_truth(report: &Report, truth: &HashMap<String, f64>) {
     let pid = truth["pid"] as u32;
     let samples = report.samples_of(pid);
     assert!(samples > 500, "too few samples of pid {pid}: {samples}");
-    let want = truth_shares(truth, &BURNS);
-    for name in BURNS {
-        let (got, want) = (report.self_share(pid, name) * 100.0, want[name] * 100.0);
-        println!("{name}: {got:.1}% of {samples} samples, workload measured {want:.1}%");
-        assert!(
-            (got - want).abs() <= TOLERANCE_PP,
-            "{name}: {got:.2}% reported, {want:.2}% measured"
-        );
-    }
+    report.assert_self_shares("named", pid, truth, &BURNS);
 }
 
 /// The report's `symbols` entry for the file whose path ends in `module`, printed.

@@ -13,8 +13,6 @@ use std::{
 
 use bpfprof_tests::*;
 
-/// Self shares must match the workload's own measurement within this many percentage points.
-const TOLERANCE_PP: f64 = 3.0;
 const BURNS: [&str; 3] = ["burn_a", "burn_b", "burn_c"];
 
 /// The build id of an ELF file as binutils reads it (lowercase hex).
@@ -101,23 +99,6 @@ fn profile(url: &str, cache: &Path, name: &str) -> (Report, HashMap<String, f64>
     (report, truth(&stdout(&out)), stderr(&out), took)
 }
 
-/// Each burn function's self share against the workload's own, printed; all within tolerance.
-fn assert_named_as_truth(report: &Report, truth: &HashMap<String, f64>, run: &str) {
-    let pid = truth["pid"] as u32;
-    let expected = truth_shares(truth, &BURNS);
-    for name in BURNS {
-        let (got, want) = (report.self_share(pid, name) * 100.0, expected[name] * 100.0);
-        println!(
-            "{run}: {name} {got:.2}% self, truth {want:.2}% ({} samples)",
-            report.samples_of(pid)
-        );
-        assert!(
-            (got - want).abs() <= TOLERANCE_PP,
-            "{run}: {name} {got:.2}% vs truth {want:.2}%"
-        );
-    }
-}
-
 /// The report's account of where the stripped binary's names came from.
 fn naming_of_stripped(report: &Report) -> serde_json::Value {
     let sources = report.0["symbols"].as_array().cloned().unwrap_or_default();
@@ -147,7 +128,7 @@ fn names_come_from_debuginfod_then_from_its_cache_with_the_server_stopped() {
     let cached = cache.join("debuginfod").join(&id).join("debuginfo");
     let naming = naming_of_stripped(&report);
     println!("fetched: run took {took:?}; naming {naming}");
-    assert_named_as_truth(&report, &truth, "fetched");
+    report.assert_self_shares("fetched", truth["pid"] as u32, &truth, &BURNS);
     assert_eq!(naming["source"], "debuginfod");
     assert_eq!(naming["path"], cached.to_str().unwrap());
     assert_eq!(std::fs::read(&cached).unwrap(), std::fs::read(&debug).unwrap());
@@ -160,7 +141,7 @@ fn names_come_from_debuginfod_then_from_its_cache_with_the_server_stopped() {
     let (report, truth, _, took) = profile(&url, &cache, "debuginfod-cached.json");
     let naming = naming_of_stripped(&report);
     println!("cached, server stopped: run took {took:?}; naming {naming}");
-    assert_named_as_truth(&report, &truth, "cached");
+    report.assert_self_shares("cached", truth["pid"] as u32, &truth, &BURNS);
     assert_eq!(naming["path"], cached.to_str().unwrap());
 }
 

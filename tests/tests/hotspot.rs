@@ -4,22 +4,6 @@ use std::{collections::HashMap, process::Stdio};
 
 use bpfprof_tests::*;
 
-/// Self shares must match the workload's own measurement within this many percentage points.
-const TOLERANCE_PP: f64 = 3.0;
-
-fn assert_shares(report: &Report, pid: u32, truth: &HashMap<String, f64>, names: &[&str]) {
-    let expected = truth_shares(truth, names);
-    for name in names {
-        let got = report.self_share(pid, name) * 100.0;
-        let want = expected[*name] * 100.0;
-        assert!(
-            (got - want).abs() <= TOLERANCE_PP,
-            "{name}: reported {got:.2}% self, workload measured {want:.2}% (samples of pid {pid}: {})",
-            report.samples_of(pid)
-        );
-    }
-}
-
 fn workload_pid(truth: &HashMap<String, f64>) -> u32 {
     truth["pid"] as u32
 }
@@ -47,7 +31,7 @@ fn c_command_split_matches_ground_truth_and_caller_chain() {
         report.0["health"]
     );
     assert_eq!(report.0["lost"], 0);
-    assert_shares(&report, pid, &truth, &["burn_a", "burn_b", "burn_c"]);
+    report.assert_self_shares("hotspot", pid, &truth, &["burn_a", "burn_b", "burn_c"]);
     assert!(
         report.has_chain(pid, &["main", "run_split", "phase_ab", "burn_a"]),
         "burn_a's callers missing"
@@ -80,7 +64,7 @@ fn rust_command_split_matches_ground_truth() {
     let mut renamed = truth.clone();
     renamed.insert("spin::burn_x".into(), truth["burn_x"]);
     renamed.insert("spin::burn_y".into(), truth["burn_y"]);
-    assert_shares(&report, pid, &renamed, &["spin::burn_x", "spin::burn_y"]);
+    report.assert_self_shares("spin", pid, &renamed, &["spin::burn_x", "spin::burn_y"]);
     assert!(
         report.has_chain(pid, &["spin::main", "spin::run", "spin::burn_x"]),
         "demangled callers missing"
@@ -172,7 +156,7 @@ fn attaches_to_a_running_pid() {
         "-p must profile only the target; also saw {} other stacks",
         others.len()
     );
-    assert_shares(&report, pid, &truth, &["burn_a", "burn_b", "burn_c"]);
+    report.assert_self_shares("hotspot", pid, &truth, &["burn_a", "burn_b", "burn_c"]);
 }
 
 #[test]
