@@ -86,6 +86,9 @@ fn profile(url: &str, cache: &Path, name: &str) -> (Report, HashMap<String, f64>
     let out = bpfprof()
         .env("DEBUGINFOD_URLS", url)
         .env("BPFPROF_CACHE", cache)
+        // A stalled transfer is given up after this (default 10 s, the same as a run's wait at
+        // its end, so which bound ended a silent server's fetch was a race): over the wait.
+        .env("DEBUGINFOD_TIMEOUT", "30")
         .args(["-F", "997", "-o", json.to_str().unwrap(), "--"])
         .arg(&stripped)
         .args(["split", "2"])
