@@ -170,12 +170,17 @@ const _: () = assert!(size_of::<CpuHistory>() == 16 + 48 * CPU_HISTORY);
 /// How many CPU holders a slow event names.
 pub const SLOW_CULPRITS: usize = 4;
 
+/// A slow event's `cpu` when the wait was settled away from the CPU it ended on (a switch-out
+/// the tracepoint never showed): then its CPU holders are not known either.
+pub const CPU_UNKNOWN: u32 = u32::MAX;
+
 /// A run-queue wait longer than the threshold, sent to user space as it happens.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct SlowEvent {
     pub tid: u32,
     pub tgid: u32,
+    /// The CPU it waited for, or `CPU_UNKNOWN`.
     pub cpu: u32,
     pub culprit_count: u32,
     pub delay_ns: u64,

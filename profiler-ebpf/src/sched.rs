@@ -20,7 +20,8 @@ use aya_ebpf::{
 use profiler_common::{
     hist_bucket, offcpu_stacks, switch_reason, Counter, CpuHistory, CpuRun, Enqueued, ExitedKey,
     KernelTotals, OffCpuStart, OffCpuTime, SampleKey, SchedInfoHead, SlowEvent, TaskOffsets, TaskSched,
-    BEGAN_EARLIER, COMM_LEN, CPU_HISTORY, HEAT_BUCKETS, OFFCPU_ENTRIES, OFFCPU_STACK_ENTRIES, SLOW_CULPRITS,
+    BEGAN_EARLIER, COMM_LEN, CPU_HISTORY, CPU_UNKNOWN, HEAT_BUCKETS, OFFCPU_ENTRIES, OFFCPU_STACK_ENTRIES,
+    SLOW_CULPRITS,
 };
 
 use crate::{counters::bump, sampling::EPOCH, targets::is_target};
@@ -433,7 +434,9 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: O
         // In again, never seen out: the run since its last switch-in and the waits before this
         // one, as the kernel counted them (it adds this wait just after this tracepoint).
         bump(Counter::SwitchOutsMissed);
-        settle_run(off, stats, next, next_task.kernel_totals(off), history);
+        // Without this CPU's history: the run that ended unseen may have been on another CPU,
+        // whose holders this one's history does not show (a slow wait then names none).
+        settle_run(off, stats, next, next_task.kernel_totals(off), None);
     }
     stats.switched_out = 0;
     stats.last_in_ns = now;
@@ -610,7 +613,11 @@ fn report_slow(
     unsafe {
         (*event).tid = tid;
         (*event).tgid = stats.tgid;
-        (*event).cpu = bpf_get_smp_processor_id();
+        // Without a history, which CPU it waited for is not known either.
+        (*event).cpu = match history {
+            Some(_) => bpf_get_smp_processor_id(),
+            None => CPU_UNKNOWN,
+        };
         (*event).delay_ns = delay;
         (*event).at_ns = now;
         (*event).comm = stats.comm;
@@ -628,7 +635,9 @@ fn report_slow(
         for back in 1..=CPU_HISTORY as u64 {
             let slot = (history.next.wrapping_sub(back) as usize) & (CPU_HISTORY - 1);
             let Some(run) = history.runs.get(slot) else { break };
-            if run.end_ns <= enqueued.at_ns || run.tid == tid || found >= SLOW_CULPRITS {
+            // Only stretches within the wait: none after it ended (`now`), none before it began.
+            if run.end_ns <= enqueued.at_ns || run.start_ns >= now || run.tid == tid || found >= SLOW_CULPRITS
+            {
                 continue;
             }
             unsafe {

@@ -314,30 +314,36 @@ fn slow_waits_name_the_waker_and_the_cpu_holders() {
         "three busy threads on two CPUs wait for milliseconds"
     );
     assert!(report["slow_total"].as_u64().unwrap() >= slow.len() as u64);
+    // Over the workload's waits: how much of the time they waited is named holders' time.
+    let (mut waited, mut held_total) = (0u64, 0u64);
     for e in slow {
-        assert!(e["delay_ns"].as_u64().unwrap() >= 1_000_000);
+        let delay = e["delay_ns"].as_u64().unwrap();
+        assert!(delay >= 1_000_000);
+        let holders = e["cpu_holders"].as_array().unwrap();
+        if e["cpu"].is_null() {
+            // Settled away from the CPU it waited for: its holders are not known, and none named.
+            assert!(holders.is_empty(), "holders named without a CPU: {e}");
+            continue;
+        }
         // Each task that held the CPU is named once, with all of its time in the wait.
-        let holders: Vec<u64> = e["cpu_holders"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|h| h["tid"].as_u64().unwrap())
-            .collect();
-        let distinct: std::collections::HashSet<&u64> = holders.iter().collect();
-        assert_eq!(distinct.len(), holders.len(), "a holder named twice: {e}");
-        let held: u64 = e["cpu_holders"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|h| h["held_ns"].as_u64().unwrap())
-            .sum();
-        // The stretches are timed at the tracepoints, the wait by the kernel's own clock points.
-        let slack = PER_SWITCH_OFFSET_NS as u64 * holders.len() as u64;
-        assert!(
-            held <= e["delay_ns"].as_u64().unwrap() + slack,
-            "held longer than waited: {e}"
-        );
+        let tids: Vec<u64> = holders.iter().map(|h| h["tid"].as_u64().unwrap()).collect();
+        let distinct: std::collections::HashSet<&u64> = tids.iter().collect();
+        assert_eq!(distinct.len(), tids.len(), "a holder named twice: {e}");
+        let held: u64 = holders.iter().map(|h| h["held_ns"].as_u64().unwrap()).sum();
+        // The stretches are clipped to the wait, which the kernel's clock points time.
+        assert!(held <= delay, "held longer than waited: {e}");
+        if workload.contains(&(e["tid"].as_u64().unwrap() as u32)) && tids.len() < 4 {
+            (waited, held_total) = (waited + delay, held_total + held);
+        }
     }
+    // Three busy threads on two CPUs: a waiting one waits while the others run, so the named
+    // holders cover most of each wait (at most four stretches an event are named: on a busy
+    // machine more than four tasks can take turns; seen 83% under `cargo xtask noise`, 99.9% quiet).
+    println!("holders named for {held_total} of {waited} ns waited by the workload");
+    assert!(
+        held_total as f64 >= 0.7 * waited as f64,
+        "the holders named cover {held_total} of {waited} ns waited"
+    );
     // A busy thread waits because the other busy threads hold the CPU: they must be named.
     let named_busy = slow.iter().any(|e| {
         workload.contains(&(e["tid"].as_u64().unwrap() as u32))

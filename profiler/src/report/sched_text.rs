@@ -149,19 +149,20 @@ fn slowest(r: &SchedReport, out: &mut dyn Write) -> io::Result<()> {
             .iter()
             .map(|h| format!("{} (tid {}) {}", h.comm, h.tid, human_ns(h.held_ns)))
             .collect();
+        let (cpu, holders) = match e.cpu {
+            Some(cpu) if holders.is_empty() => (cpu.to_string(), "-".to_string()),
+            Some(cpu) => (cpu.to_string(), holders.join(", ")),
+            None => ("?".to_string(), "not known".to_string()),
+        };
         writeln!(
             out,
             "  {:>10}  {} (tid {}) on CPU {} at {:.2}s; {waker}; CPU held by: {}",
             human_ns(e.delay_ns),
             e.comm,
             e.tid,
-            e.cpu,
+            cpu,
             e.at_s,
-            if holders.is_empty() {
-                "-".to_string()
-            } else {
-                holders.join(", ")
-            }
+            holders
         )?;
     }
     Ok(())

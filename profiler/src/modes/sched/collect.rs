@@ -162,7 +162,8 @@ pub struct SlowRecord {
     pub pid: u32,
     pub tid: u32,
     pub comm: String,
-    pub cpu: u32,
+    /// None: settled away from the CPU it waited for (its holders are not known either).
+    pub cpu: Option<u32>,
     pub delay_ns: u64,
     pub at_ns: u64,
     pub waker: Option<(u32, u32, String)>,
@@ -357,7 +358,7 @@ impl SchedMaps {
                 pid: e.tgid,
                 tid: e.tid,
                 comm: comm_string(&e.comm),
-                cpu: e.cpu,
+                cpu: (e.cpu != profiler_common::CPU_UNKNOWN).then_some(e.cpu),
                 delay_ns: e.delay_ns,
                 at_ns: e.at_ns,
                 waker: (e.waker.waker_tid != 0).then(|| {

@@ -63,7 +63,8 @@ pub struct SlowWait {
     pub pid: u32,
     pub tid: u32,
     pub comm: String,
-    pub cpu: u32,
+    /// `null`: the wait was settled away from the CPU it waited for; its holders are not known.
+    pub cpu: Option<u32>,
     pub delay_ns: u64,
     pub at_s: f64,
     /// Who woke it; `null` when it was preempted (it never stopped being runnable).
@@ -241,11 +242,12 @@ pub fn build(
 
 /// Who held the CPU while a slow wait waited: each task once (a task that ran several
 /// stretches of the wait, between others, is one holder with their sum), most recent first.
+/// Each stretch counts only within the wait, so no holder held longer than it waited.
 fn cpu_holders(e: &SlowRecord) -> Vec<CpuHolder> {
     let began = e.at_ns.saturating_sub(e.delay_ns);
     let mut holders: Vec<CpuHolder> = Vec::with_capacity(e.holders.len());
     for (tid, comm, start_ns, end_ns) in &e.holders {
-        let held_ns = end_ns.saturating_sub((*start_ns).max(began));
+        let held_ns = (*end_ns).min(e.at_ns).saturating_sub((*start_ns).max(began));
         match holders.iter_mut().find(|h| h.tid == *tid) {
             Some(holder) => holder.held_ns += held_ns,
             None => holders.push(CpuHolder {
@@ -293,15 +295,18 @@ mod tests {
             pid: 1,
             tid: 2,
             comm: "waiter".into(),
-            cpu: 0,
+            cpu: Some(0),
             delay_ns: 10 * ms,
             at_ns: 110 * ms,
             waker: None,
             holders: vec![
-                stretch(7, 107, 110),
-                stretch(8, 104, 107),
-                stretch(7, 101, 104),
-                stretch(8, 95, 101),
+                // Both ends clipped to the wait: a stretch that began before it, and one that
+                // ran on after it ended (a record from another CPU's history would): no
+                // holder may hold longer than the wait.
+                stretch(9, 108, 113),
+                stretch(7, 104, 108),
+                stretch(8, 101, 104),
+                stretch(7, 95, 101),
             ],
         };
         let holders: Vec<(u32, String, u64)> = cpu_holders(&record)
@@ -310,7 +315,11 @@ mod tests {
             .collect();
         assert_eq!(
             holders,
-            [(7, "t7".to_string(), 6 * ms), (8, "t8".to_string(), 4 * ms)],
+            [
+                (9, "t9".to_string(), 2 * ms),
+                (7, "t7".to_string(), 5 * ms),
+                (8, "t8".to_string(), 3 * ms)
+            ],
             "each holder once, its stretches within the wait summed"
         );
     }

@@ -189,7 +189,7 @@ fn slow_wait(e: &Value) -> Result<SlowWait, String> {
         pid: num(e, "pid") as u32,
         tid: num(e, "tid") as u32,
         comm: text(e, "comm"),
-        cpu: num(e, "cpu") as u32,
+        cpu: e["cpu"].as_u64().map(|c| c as u32),
         delay_ns: num(e, "delay_ns"),
         at_s: e["at_s"].as_f64().unwrap_or(0.0),
         waker: e["waker"].as_object().map(|_| TaskRef {
@@ -370,7 +370,7 @@ mod tests {
                     pid: 10,
                     tid: 11,
                     comm: "worker-11".into(),
-                    cpu: 1,
+                    cpu: Some(1),
                     delay_ns: 1_250_000,
                     at_s: 1.75,
                     waker: Some(TaskRef {
@@ -403,7 +403,7 @@ mod tests {
             pid: 10,
             tid: 12,
             comm: "worker-12".into(),
-            cpu: 0,
+            cpu: Some(0),
             delay_ns: 1_100_000,
             at_s: 0.5,
             waker: None,
