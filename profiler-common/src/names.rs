@@ -46,6 +46,8 @@ pub const COUNTER_TOTALS: &str = "COUNTER_TOTALS";
 pub const USER_STACKS: [&str; 2] = ["USER_STACKS_0", "USER_STACKS_1"];
 pub const UNWIND_ROWS: &str = "UNWIND_ROWS";
 pub const UNWIND_PROCESSES: &str = "UNWIND_PROCESSES";
+/// The unwind tables every table walker reads.
+pub const UNWIND_TABLES: [&str; 2] = [UNWIND_ROWS, UNWIND_PROCESSES];
 pub const UNWIND_PROGRAMS: &str = "UNWIND_PROGRAMS";
 pub const PROG_UNWIND: &str = "unwind_user";
 pub const OFFCPU_USER_STACKS: [&str; 2] = ["OFFCPU_USER_STACKS_0", "OFFCPU_USER_STACKS_1"];

@@ -8,10 +8,7 @@ use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
     Ebpf,
 };
-use profiler_common::{
-    names, unwind::UserStack, BuildIdKey, BuildIdStack, Counter, CounterDeltas, SampleKey, SampleValue,
-    BUILD_ID_VALID,
-};
+use profiler_common::{names, unwind::UserStack, BuildIdStack, Counter, BUILD_ID_VALID};
 
 use crate::{
     process::{ObjectOffset, Processes},
@@ -111,75 +108,35 @@ pub(crate) fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Where drained samples come from: the kernel's maps, or recorded batches played back.
-pub trait SampleSource {
-    /// Switch the kernel to the other epoch slot. Every map with two slots (samples, the
-    /// scheduler's) is drained from the slot this returns.
+/// What every source shares in the kernel: the epoch every two-slot map follows, and the health
+/// counters every program bumps. The kernel's, or (in tests) fixed ones.
+pub trait Commons {
+    /// Switch the kernel to the other epoch slot. Every map with two slots is drained from the
+    /// slot this returns.
     fn flip(&mut self) -> anyhow::Result<Flip>;
-    /// Everything recorded in one epoch slot, which is left empty.
-    fn drain_slot(&mut self, slot: usize) -> anyhow::Result<Vec<RawSample>>;
-    /// The kernel's counters of lost and damaged samples, cumulative.
+    /// The kernel's counters of what was recorded, lost and damaged, cumulative.
     fn health(&self) -> anyhow::Result<Health>;
 }
 
-/// The kernel maps of the sampling program.
-pub struct SampleMaps {
+/// The kernel's epoch and health counters.
+pub struct KernelCommons {
     epoch: Array<MapData, u32>,
-    samples: [BpfHashMap<MapData, SampleKey, SampleValue>; 2],
-    stacks: [StackTraceMap<MapData>; 2],
-    /// Counter deltas, when the sampling program reads counters.
-    deltas: Option<[BpfHashMap<MapData, SampleKey, CounterDeltas>; 2]>,
-    /// Table-unwound user stacks (empty unless tables are in use).
-    user_stacks: [BpfHashMap<MapData, u32, UserStack>; 2],
-    /// Frame-pointer stacks the kernel also resolved by build ID (with tables in use).
-    build_ids: [BpfHashMap<MapData, BuildIdKey, BuildIdStack>; 2],
     counters: PerCpuArray<MapData, u64>,
     /// The generation being written (its low bit: the slot).
     generation: u32,
 }
 
-impl SampleMaps {
-    pub fn take(ebpf: &mut Ebpf, with_deltas: bool) -> anyhow::Result<Self> {
-        let mut take = |name: &str| take_map(ebpf, name);
-        let epoch = Array::try_from(take(names::EPOCH)?)?;
-        let samples = [
-            BpfHashMap::try_from(take(names::SAMPLES[0])?)?,
-            BpfHashMap::try_from(take(names::SAMPLES[1])?)?,
-        ];
-        let stacks = [
-            StackTraceMap::try_from(take(names::STACKS[0])?)?,
-            StackTraceMap::try_from(take(names::STACKS[1])?)?,
-        ];
-        let deltas = match with_deltas {
-            true => Some([
-                BpfHashMap::try_from(take(names::DELTAS[0])?)?,
-                BpfHashMap::try_from(take(names::DELTAS[1])?)?,
-            ]),
-            false => None,
-        };
-        let user_stacks = [
-            BpfHashMap::try_from(take(names::USER_STACKS[0])?)?,
-            BpfHashMap::try_from(take(names::USER_STACKS[1])?)?,
-        ];
-        let build_ids = [
-            BpfHashMap::try_from(take(names::BUILD_ID_STACKS[0])?)?,
-            BpfHashMap::try_from(take(names::BUILD_ID_STACKS[1])?)?,
-        ];
-        let counters = PerCpuArray::try_from(take(names::COUNTERS)?)?;
-        Ok(Self {
-            epoch,
-            samples,
-            stacks,
-            deltas,
-            user_stacks,
-            build_ids,
-            counters,
+impl KernelCommons {
+    pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
+        Ok(KernelCommons {
+            epoch: Array::try_from(take_map(ebpf, names::EPOCH)?)?,
+            counters: PerCpuArray::try_from(take_map(ebpf, names::COUNTERS)?)?,
             generation: 0,
         })
     }
 }
 
-impl SampleSource for SampleMaps {
+impl Commons for KernelCommons {
     /// A program that read the old epoch just before the switch may still be writing into it: it
     /// runs for microseconds, so the wait here is generous.
     fn flip(&mut self) -> anyhow::Result<Flip> {
@@ -195,54 +152,6 @@ impl SampleSource for SampleMaps {
             generation: self.generation,
             at_ns,
         })
-    }
-
-    fn drain_slot(&mut self, slot: usize) -> anyhow::Result<Vec<RawSample>> {
-        let mut deltas = std::collections::HashMap::new();
-        if let Some(maps) = &mut self.deltas {
-            let keys: Vec<SampleKey> = maps[slot].keys().collect::<Result<_, _>>()?;
-            for key in keys {
-                if let Ok(value) = maps[slot].get(&key, 0) {
-                    deltas.insert(key, value);
-                }
-                let _ = maps[slot].remove(&key);
-            }
-        }
-        let mut objects = std::collections::HashMap::new();
-        let keys: Vec<BuildIdKey> = self.build_ids[slot].keys().collect::<Result<_, _>>()?;
-        for key in keys {
-            if let Ok(stack) = self.build_ids[slot].get(&key, 0) {
-                objects.insert((key.tgid, key.stack_id), object_offsets(&stack));
-            }
-            let _ = self.build_ids[slot].remove(&key);
-        }
-        let keys: Vec<SampleKey> = self.samples[slot].keys().collect::<Result<_, _>>()?;
-        let mut out = Vec::with_capacity(keys.len());
-        for key in keys {
-            let Ok(value) = self.samples[slot].get(&key, 0) else {
-                continue;
-            };
-            let _ = self.samples[slot].remove(&key);
-            out.push(RawSample {
-                pid: key.tgid,
-                tid: key.tid,
-                comm: comm_string(&key.comm),
-                user: match key.user_unwound {
-                    0 => read_stack(&self.stacks[slot], key.user_stack_id),
-                    _ => read_unwound(&self.user_stacks[slot], key.user_stack_id),
-                },
-                kernel: read_stack(&self.stacks[slot], key.kernel_stack_id),
-                count: value.count,
-                exec_generation: key.exec_generation,
-                deltas: deltas.remove(&key).unwrap_or_default(),
-                user_objects: match (key.user_unwound, u32::try_from(key.user_stack_id)) {
-                    (0, Ok(id)) => objects.get(&(key.tgid, id)).cloned().unwrap_or_default(),
-                    _ => Vec::new(),
-                },
-            });
-        }
-        clear_stacks(&mut self.stacks[slot], &mut self.user_stacks[slot]);
-        Ok(out)
     }
 
     fn health(&self) -> anyhow::Result<Health> {
@@ -293,7 +202,7 @@ pub(crate) fn clear_stacks(
 }
 
 /// The kernel's build-ID frames of a stack, leaf first: a file offset where it found the file.
-fn object_offsets(stack: &BuildIdStack) -> Vec<Option<ObjectOffset>> {
+pub(crate) fn object_offsets(stack: &BuildIdStack) -> Vec<Option<ObjectOffset>> {
     let used = stack
         .frames
         .iter()
@@ -349,32 +258,20 @@ pub(crate) fn comm_string(comm: &[u8]) -> String {
     String::from_utf8_lossy(&comm[..end]).into_owned()
 }
 
-/// Recorded batches played back, for tests of everything after collection.
-pub struct ReplaySource {
-    batches: std::collections::VecDeque<Vec<RawSample>>,
-    health: Health,
+/// A fixed epoch and health, for tests of everything after collection.
+#[cfg(test)]
+pub struct ReplayCommons {
+    pub health: Health,
 }
 
-impl ReplaySource {
-    pub fn new(batches: Vec<Vec<RawSample>>, health: Health) -> Self {
-        Self {
-            batches: batches.into(),
-            health,
-        }
-    }
-}
-
-impl SampleSource for ReplaySource {
+#[cfg(test)]
+impl Commons for ReplayCommons {
     fn flip(&mut self) -> anyhow::Result<Flip> {
         Ok(Flip {
             slot: 0,
             generation: 0,
             at_ns: 0,
         })
-    }
-
-    fn drain_slot(&mut self, _slot: usize) -> anyhow::Result<Vec<RawSample>> {
-        Ok(self.batches.pop_front().unwrap_or_default())
     }
 
     fn health(&self) -> anyhow::Result<Health> {
@@ -423,25 +320,16 @@ mod tests {
             deltas: Default::default(),
             user_objects: Vec::new(),
         };
-        let mut source = ReplaySource::new(
-            vec![
-                vec![sample(7, vec![0x1010], 2)],
-                vec![sample(7, vec![0x1010], 3), sample(u32::MAX - 3, vec![0x5], 1)],
-            ],
-            Health::default(),
-        );
+        let batches = [
+            vec![sample(7, vec![0x1010], 2)],
+            vec![sample(7, vec![0x1010], 3), sample(u32::MAX - 3, vec![0x5], 1)],
+        ];
         let mut procs = Processes::new();
         procs.insert_maps(7, parse_maps("1000-2000 r-xp 00000000 fd:01 5 /bin/w\n"));
         let mut profile = RawProfile::new();
         let mut not_captured = Default::default();
-        for _ in 0..2 {
-            let slot = source.flip().unwrap();
-            add_batch(
-                source.drain_slot(slot.slot).unwrap(),
-                &mut profile,
-                &mut procs,
-                &mut not_captured,
-            );
+        for batch in batches {
+            add_batch(batch, &mut profile, &mut procs, &mut not_captured);
         }
         assert_eq!(profile.total_samples(), 6);
         assert_eq!(profile.stacks.len(), 2);

@@ -21,25 +21,23 @@ use tokio::{
 
 use crate::{
     bpf::{KernelLogs, LoadOptions, Loaded},
-    collect::{monotonic_ns, SampleMaps, SampleSource},
+    collect::{Commons, KernelCommons},
     launcher::RunningCommand,
-    modes::{
-        lock::{
-            window::{DrainHealth, DrainedRecord, LockDrain},
-            LockCollection, LockMaps,
-        },
-        sched::{SchedCollection, SchedCollector},
-    },
     preflight,
     process::Processes,
-    profile::{Health, RawSample},
+    profile::Health,
+    sources::{Batch, Source, Wants},
     unwind::Tables,
 };
 
-/// Where each drain's records go.
+/// Where each drain's batches go.
 pub(crate) trait Sink {
-    /// One drain's records.
+    /// One drain's batches.
     fn drained(&mut self, drained: Drained<'_>) -> anyhow::Result<()>;
+    /// The sources' last batches, once collection is over (what was still in flight).
+    fn finished(&mut self, _batches: Vec<Batch>, _procs: &mut Processes) -> anyhow::Result<()> {
+        Ok(())
+    }
     /// A moment the sink wants a drain at, besides the regular ones (the end of an agent window).
     fn wake_at(&self) -> Option<Instant> {
         None
@@ -49,30 +47,21 @@ pub(crate) trait Sink {
         None
     }
     /// Just before a drain: a process that has exited by now left every sample it will ever
-    /// leave in the records about to be drained.
-    fn before_drain(&mut self, _procs: &Processes) {}
+    /// leave in the records about to be drained. What the drain should bring besides.
+    fn before_drain(&mut self, _procs: &Processes) -> Wants {
+        Wants::default()
+    }
 }
 
 /// What a sink is handed after each drain.
 pub(crate) struct Drained<'a> {
-    /// The samples recorded since the previous drain (none when not sampling).
-    pub samples: Vec<RawSample>,
-    /// The off-CPU time by stack since the previous drain, in ns, when the scheduler's
-    /// collector hands it out (`SchedCollector::keep_offcpu` off).
-    pub offcpu: Vec<RawSample>,
-    /// The scheduler's records so far (sched and topdown).
-    pub sched: Option<&'a mut SchedCollector>,
-    /// The lock records so far (lock mode).
-    pub locks: Option<&'a LockMaps>,
-    /// The lock records taken out since the previous drain (the agent), and what the lock
-    /// drains have lost and freed so far.
-    pub lock_records: Vec<DrainedRecord>,
-    pub lock_health: Option<DrainHealth>,
+    /// Each source's batch, in the sources' order.
+    pub batches: Vec<Batch>,
     pub procs: &'a mut Processes,
     /// The table walker's rows, when tables are walked.
     pub tables: Option<&'a mut Tables>,
-    /// For the kernel's counters of lost and damaged records.
-    pub source: &'a dyn SampleSource,
+    /// For the kernel's counters of what was recorded, lost and damaged.
+    pub commons: &'a dyn Commons,
 }
 
 /// Why the loop ended.
@@ -109,22 +98,22 @@ pub(crate) struct Driver<K = Loaded> {
     events: Option<AsyncFd<RingBuf<MapData>>>,
     /// The programs' log lines (rare paths, at debug): one more thing the loop wakes for.
     kernel_logs: Option<AsyncFd<KernelLogs>>,
-    pub collector: Collector,
-    signals: Signals,
+    pub sources: Sources,
+    unix_signals: UnixSignals,
 }
 
-/// The signals that end the loop, listened for from the moment of loading: one that arrives
-/// while programs are being attached, or just after "Ctrl-C to stop" is printed, still ends the
-/// run with its report (at the loop's start) instead of killing bpfprof.
-struct Signals {
+/// The Unix signals that end the loop, listened for from the moment of loading: one that
+/// arrives while programs are being attached, or just after "Ctrl-C to stop" is printed, still
+/// ends the run with its report (at the loop's start) instead of killing bpfprof.
+struct UnixSignals {
     interrupt: Signal,
     terminate: Signal,
     child: Signal,
 }
 
-impl Signals {
-    fn listen() -> std::io::Result<Signals> {
-        Ok(Signals {
+impl UnixSignals {
+    fn listen() -> std::io::Result<UnixSignals> {
+        Ok(UnixSignals {
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
             child: signal(SignalKind::child())?,
@@ -132,13 +121,11 @@ impl Signals {
     }
 }
 
-/// The maps drained at each tick and what follows the processes they name.
-pub(crate) struct Collector {
-    source: Box<dyn SampleSource>,
-    pub sched: Option<SchedCollector>,
-    pub locks: Option<LockMaps>,
-    /// Lock records taken out at each drain (the agent; `locks` reads them once, at the end).
-    pub lock_drain: Option<LockDrain>,
+/// The sources drained at each tick, what they share in the kernel, and what follows the
+/// processes they name.
+pub(crate) struct Sources {
+    commons: Box<dyn Commons>,
+    attached: Vec<Box<dyn Source>>,
     pub procs: Processes,
     pub tables: Option<Tables>,
 }
@@ -147,8 +134,6 @@ pub(crate) struct Collector {
 pub(crate) struct Stopped {
     /// The kernel's counters at the end, with what only user space knows of the run.
     pub health: Health,
-    pub sched: Option<Box<SchedCollection>>,
-    pub locks: Option<LockCollection>,
     pub procs: Processes,
 }
 
@@ -176,11 +161,15 @@ impl Driver<Loaded> {
         let tables = match options.walks_tables() {
             true => {
                 procs.record_captures();
-                Some(loaded.enable_unwinding(options)?)
+                let mut take = |name| crate::collect::take_map(&mut loaded.ebpf, name);
+                Some(Tables::new(
+                    take(names::UNWIND_ROWS)?,
+                    take(names::UNWIND_PROCESSES)?,
+                )?)
             }
             false => None,
         };
-        let source = SampleMaps::take(&mut loaded.ebpf, options.counters > 0)?;
+        let commons = KernelCommons::take(&mut loaded.ebpf)?;
         let events = crate::collect::take_map(&mut loaded.ebpf, names::EVENTS)?;
         // SAFETY: the ring buffer owns its descriptor and outlives the registration (both are
         // dropped together).
@@ -200,36 +189,14 @@ impl Driver<Loaded> {
             kernel: loaded,
             events: Some(events),
             kernel_logs,
-            signals: Signals::listen()?,
-            collector: Collector {
-                source: Box::new(source),
-                sched: None,
-                locks: None,
-                lock_drain: None,
+            unix_signals: UnixSignals::listen()?,
+            sources: Sources {
+                commons: Box::new(commons),
+                attached: Vec::new(),
                 procs,
                 tables,
             },
         })
-    }
-
-    /// Start tracing the scheduler: its records cover the run from now on.
-    pub fn trace_sched(&mut self, threads_at_start: Vec<(u32, u32)>) -> anyhow::Result<()> {
-        let sched = SchedCollector::take(&mut self.kernel.ebpf, monotonic_ns(), threads_at_start)?;
-        self.kernel.attach_sched()?;
-        self.collector.sched = Some(sched);
-        Ok(())
-    }
-
-    /// Take the lock maps, read at every drain and at the end.
-    pub fn take_locks(&mut self) -> anyhow::Result<()> {
-        self.collector.locks = Some(LockMaps::take(&mut self.kernel.ebpf)?);
-        Ok(())
-    }
-
-    /// Take the lock maps to empty at every drain, each handing out what ended since the last.
-    pub fn drain_locks(&mut self) -> anyhow::Result<()> {
-        self.collector.lock_drain = Some(LockDrain::take(&mut self.kernel.ebpf)?);
-        Ok(())
     }
 }
 
@@ -237,17 +204,15 @@ impl<K> Driver<K> {
     /// A driver over recorded batches, with nothing loaded: for tests of everything after
     /// collection.
     #[cfg(test)]
-    pub fn replay(kernel: K, source: crate::collect::ReplaySource) -> Self {
+    pub fn replay(kernel: K, commons: crate::collect::ReplayCommons, sources: Vec<Box<dyn Source>>) -> Self {
         Driver {
             kernel,
             events: None,
             kernel_logs: None,
-            signals: Signals::listen().expect("listening for signals"),
-            collector: Collector {
-                source: Box::new(source),
-                sched: None,
-                locks: None,
-                lock_drain: None,
+            unix_signals: UnixSignals::listen().expect("listening for signals"),
+            sources: Sources {
+                commons: Box::new(commons),
+                attached: sources,
                 procs: Processes::new(),
                 tables: None,
             },
@@ -273,8 +238,8 @@ impl<K> Driver<K> {
         let Driver {
             events,
             kernel_logs,
-            collector,
-            signals,
+            sources,
+            unix_signals: signals,
             ..
         } = self;
         loop {
@@ -292,9 +257,9 @@ impl<K> Driver<K> {
                 }
                 guard = announced(events) => {
                     let mut guard = guard?;
-                    capture_announced(guard.get_inner_mut(), &mut collector.procs);
+                    capture_announced(guard.get_inner_mut(), &mut sources.procs);
                     guard.clear_ready();
-                    collector.give_tables();
+                    sources.give_tables();
                 }
                 guard = logged(kernel_logs) => {
                     let mut guard = guard?;
@@ -307,95 +272,80 @@ impl<K> Driver<K> {
                     if let Some(code) = stops.command.as_mut().and_then(RunningCommand::try_wait) {
                         return Ok(Stop::CommandExited(code));
                     }
-                    collector.drain(sink)?;
-                    if let (Some(status), Ok(health)) = (&mut stops.status, collector.source.health()) {
+                    sources.drain(sink)?;
+                    if let (Some(status), Ok(health)) = (&mut stops.status, sources.commons.health()) {
                         status.progress(&health);
                     }
                 }
-                _ = until(sink.wake_at()) => collector.drain(sink)?,
-                _ = notified(sink.woken()) => collector.drain(sink)?,
+                _ = until(sink.wake_at()) => sources.drain(sink)?,
+                _ = notified(sink.woken()) => sources.drain(sink)?,
             }
         }
     }
 
-    /// The last records, from both epoch slots so nothing recorded is left behind, then the
-    /// records only read at the end; detaches everything. Open scheduler states end at
-    /// `stopped_ns`.
+    /// The last records, from both epoch slots so nothing recorded is left behind, then what
+    /// the sources still hold (open scheduler states end at `stopped_ns`); detaches everything.
     pub fn stop(self, sink: &mut dyn Sink, stopped_ns: u64) -> anyhow::Result<Stopped> {
         let Driver {
             kernel,
             mut events,
             kernel_logs,
-            mut collector,
+            mut sources,
             ..
         } = self;
+        for source in &mut sources.attached {
+            source.stopping();
+        }
         if let Some(mut logs) = kernel_logs {
             logs.get_mut().flush();
         }
         if let Some(events) = &mut events {
-            capture_announced(events.get_mut(), &mut collector.procs);
+            capture_announced(events.get_mut(), &mut sources.procs);
         }
-        collector.drain(sink)?;
-        collector.drain(sink)?;
-        let Collector {
-            source,
-            sched,
-            locks,
-            mut procs,
-            tables,
-            ..
-        } = collector;
-        let mut health = source.health()?;
-        health.files_without_tables_named = tables
+        sources.drain(sink)?;
+        sources.drain(sink)?;
+        let mut finished = Vec::new();
+        for source in &mut sources.attached {
+            finished.extend(source.finish(stopped_ns, &mut sources.procs)?);
+        }
+        sink.finished(finished, &mut sources.procs)?;
+        let mut health = sources.commons.health()?;
+        for source in &sources.attached {
+            source.add_health(&mut health);
+        }
+        health.files_without_tables_named = sources
+            .tables
             .as_ref()
             .map(Tables::files_without_tables)
             .unwrap_or_default();
         health.files_without_tables = health.files_without_tables_named.len() as u64;
-        let sched = match sched {
-            Some(sched) => {
-                let collection = sched.finish(stopped_ns)?;
-                health.slow_events = collection.slow_seen;
-                Some(collection)
-            }
-            None => None,
-        };
-        let locks = locks.map(|maps| maps.collect(&mut procs));
+        let Sources { attached, procs, .. } = sources;
         drop(events);
-        drop(source);
+        drop(attached);
         drop(kernel);
-        Ok(Stopped {
-            health,
-            sched,
-            locks,
-            procs,
-        })
+        Ok(Stopped { health, procs })
     }
 }
 
-impl Collector {
-    /// The one drain: one epoch flip for the samples and the scheduler's records alike.
+impl Sources {
+    /// A source attached by the start path, drained from now on.
+    pub fn add(&mut self, source: Box<dyn Source>) {
+        self.attached.push(source);
+    }
+
+    /// The one drain: one epoch flip for every source.
     fn drain(&mut self, sink: &mut dyn Sink) -> anyhow::Result<()> {
-        sink.before_drain(&self.procs);
-        let flip = self.source.flip()?;
-        let samples = self.source.drain_slot(flip.slot)?;
-        let offcpu = match &mut self.sched {
-            Some(sched) => sched.drain(flip, &mut self.procs)?,
-            None => Vec::new(),
-        };
-        let lock_records = match &mut self.lock_drain {
-            Some(locks) => locks.drain(&mut self.procs),
-            None => Vec::new(),
-        };
+        let wants = sink.before_drain(&self.procs);
+        let flip = self.commons.flip()?;
+        let mut batches = Vec::with_capacity(self.attached.len());
+        for source in &mut self.attached {
+            batches.extend(source.drain(flip, wants, &mut self.procs)?);
+        }
         sink.drained(Drained {
-            samples,
-            offcpu,
-            sched: self.sched.as_mut(),
-            locks: self.locks.as_ref(),
-            lock_records,
-            lock_health: self.lock_drain.as_ref().map(|d| d.health),
+            batches,
             procs: &mut self.procs,
             tables: self.tables.as_mut(),
-            source: &*self.source,
+            commons: &*self.commons,
         })?;
         self.give_tables();
         Ok(())
@@ -503,8 +453,9 @@ async fn all_exited(fds: &[AsyncFd<OwnedFd>]) {
 mod tests {
     use super::*;
     use crate::{
-        collect::{add_batch, ReplaySource},
-        profile::{RawProfile, StackRead},
+        collect::{add_batch, monotonic_ns, ReplayCommons},
+        profile::{RawProfile, RawSample, StackRead},
+        sources::samples::Replay,
     };
     use std::time::Duration;
 
@@ -541,12 +492,11 @@ mod tests {
                 self.woken += 1;
                 self.wake_at = None;
             }
-            add_batch(
-                drained.samples,
-                &mut self.profile,
-                drained.procs,
-                &mut Default::default(),
-            );
+            for batch in drained.batches {
+                if let Batch::Samples(samples) = batch {
+                    add_batch(samples, &mut self.profile, drained.procs, &mut Default::default());
+                }
+            }
             Ok(())
         }
 
@@ -580,7 +530,10 @@ mod tests {
             .unwrap();
         runtime.block_on(async {
             let batches = (1..=6).map(|n| vec![sample(7, n)]).collect();
-            let mut driver = Driver::replay((), ReplaySource::new(batches, Health::default()));
+            let commons = ReplayCommons {
+                health: Health::default(),
+            };
+            let mut driver = Driver::replay((), commons, vec![Box::new(Replay::new(batches))]);
             let started = Instant::now();
             let mut sink = Keeps {
                 wake_at: Some(started + Duration::from_millis(1500)),
@@ -594,10 +547,9 @@ mod tests {
             assert_eq!(stop, Stop::Duration);
             // Ticks at 1, 2 and 3 s, and the sink's own at 1.5 s.
             assert_eq!((sink.drains, sink.woken), (4, 1));
-            let stopped = driver.stop(&mut sink, monotonic_ns()).unwrap();
+            driver.stop(&mut sink, monotonic_ns()).unwrap();
             assert_eq!(sink.drains, 6);
             assert_eq!(sink.profile.total_samples(), (1..=6).sum::<u64>());
-            assert!(stopped.sched.is_none() && stopped.locks.is_none());
         });
     }
 }

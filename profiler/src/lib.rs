@@ -19,6 +19,8 @@ pub mod process;
 pub mod profile;
 pub mod report;
 pub mod session;
+pub mod sources;
+pub mod start;
 pub mod status;
 pub mod symbolize;
 pub mod top;

@@ -79,7 +79,7 @@ pub struct StackReport {
 }
 
 /// Fold a symbolized profile into stacks and functions, each count measuring `weight`.
-pub fn build(mut meta: RunMeta, raw: &RawProfile, symbols: &Symbols, weight: Weight) -> StackReport {
+pub fn stack_report(mut meta: RunMeta, raw: &RawProfile, symbols: &Symbols, weight: Weight) -> StackReport {
     meta.notes.extend(multiplexing_notes(&meta.counters, raw));
     meta.notes.extend(crate::symbolize::names_note(&symbols.names));
     let mut stacks: Vec<Stack> = raw

@@ -4,11 +4,15 @@ use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use crate::{
     cli::{Cli, Event, Format, LockSource, Mode, OffCpuStacks},
-    counters::events::EventSpec,
     error::UserError,
-    launcher,
-    modes::topdown::counting::TopdownCounting,
-    output, preflight,
+    launcher, output, preflight,
+    sources::{
+        self,
+        counting::TopdownCounting,
+        locks::{self, Reading},
+        samples, sched, Kind, Spec,
+    },
+    start::Recipe,
 };
 
 /// A validated command line.
@@ -153,35 +157,60 @@ impl Plan {
         })
     }
 
-    /// What the run is made of: asked once, before anything is loaded.
-    pub fn needs(&self) -> anyhow::Result<Needs> {
-        let counting = match self.mode {
-            Mode::Topdown => Some(TopdownCounting::plan(&self.preset)?),
-            _ => None,
+    /// What the run collects, from the mode's sources (`sources::MODE_SOURCES`): decided once,
+    /// before anything is loaded. `locks`: how lock records are read (a run at the end, `top` at
+    /// every drain).
+    pub fn recipe(&self, locks: Reading) -> anyhow::Result<Recipe> {
+        let kinds = sources::of_mode(self.mode);
+        let mut counting = match kinds.contains(&Kind::Counting) {
+            true => Some(TopdownCounting::plan(&self.preset)?),
+            false => None,
         };
-        // Topdown reads its set at each sample too, for the split per function, wherever it counts.
-        let per_function = counting.as_ref().and_then(TopdownCounting::per_function);
-        let (sample_counters, group) = match (self.mode, per_function) {
-            (_, Some(set)) => (set.events.to_vec(), set.group),
-            (Mode::Hotspot, None) => (self.counters.iter().map(|c| c.spec()).collect(), false),
-            _ => (Vec::new(), false),
+        let mut specs = Vec::new();
+        for kind in kinds {
+            match kind {
+                Kind::CpuSamples => specs.extend(self.samples(counting.as_ref()).map(Spec::CpuSamples)),
+                Kind::Sched => specs.push(Spec::Sched(sched::Spec::new(
+                    self.slow_threshold_ns,
+                    self.offcpu_stacks,
+                ))),
+                Kind::Locks => specs.push(Spec::Locks(locks::Spec::new(self.lock_source, locks))),
+                Kind::Counting => specs.extend(counting.take().map(|c| Spec::Counting(Box::new(c)))),
+            }
+        }
+        Ok(Recipe {
+            specs,
+            unwind_tables: self.unwind == crate::cli::Unwind::Tables,
+            sample_map_entries: None,
+        })
+    }
+
+    /// What is sampled: the event asked for with `--counter`s; topdown reads its set at each
+    /// sample too, for the split per function, wherever it can count it (on the cycle counter's
+    /// overflow where there is one), and samples nothing where it cannot.
+    fn samples(&self, counting: Option<&TopdownCounting>) -> Option<samples::Spec> {
+        let (event, counters, group, core) = match counting {
+            Some(counting) => {
+                let set = counting.per_function()?;
+                let event = match set.hardware {
+                    true => Event::Cycles,
+                    false => self.event,
+                };
+                (event, set.events.to_vec(), set.group, counting.core.clone())
+            }
+            None => (
+                self.event,
+                self.counters.iter().map(|c| c.spec()).collect(),
+                false,
+                None,
+            ),
         };
-        let sampling = match self.mode {
-            Mode::Hotspot => Some(self.event),
-            Mode::Topdown => per_function.map(|set| match set.hardware {
-                // Sampled on the cycle counter's overflow where there is one.
-                true => Event::Cycles,
-                false => self.event,
-            }),
-            _ => None,
-        };
-        Ok(Needs {
-            sampling,
-            sample_counters,
+        Some(samples::Spec {
+            event,
+            frequency_hz: self.frequency_hz,
+            counters,
             group,
-            sched: matches!(self.mode, Mode::Sched | Mode::Topdown),
-            lock: (self.mode == Mode::Lock).then_some(self.lock_source),
-            counting,
+            core,
         })
     }
 
@@ -199,19 +228,4 @@ impl Plan {
         }
         parts.join(", ")
     }
-}
-
-/// What a run is made of, decided once from its plan: the run branches on these, not on modes.
-pub struct Needs {
-    /// The event stacks are sampled on (hotspot; topdown per function, where it counts).
-    pub sampling: Option<Event>,
-    /// Counters read at each sample, and whether they are opened as one group.
-    pub sample_counters: Vec<EventSpec>,
-    pub group: bool,
-    /// The scheduler's records (sched; topdown's thread states).
-    pub sched: bool,
-    /// Lock waits, and where they are timed.
-    pub lock: Option<LockSource>,
-    /// Topdown's counting over the whole run.
-    pub counting: Option<TopdownCounting>,
 }

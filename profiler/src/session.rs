@@ -1,32 +1,32 @@
-//! The order of things for one run: check → load → attach → start the command → collect until a
-//! stop condition → final drain → detach → symbolize → render. The only place that knows it.
+//! One run, from its command line to its report: check → start (load and attach, `start`) →
+//! release the command → collect until a stop condition → final drains → detach → symbolize →
+//! render. `top` collects the same way, drawing each drain instead of reporting.
 use std::{collections::HashSet, path::Path, time::Duration};
 
 use anyhow::Context as _;
 use tokio::time::Instant;
 
 use crate::{
-    bpf::LoadOptions,
-    cli::{Cli, Format, LockSource, Mode},
-    collect::add_batch,
-    collect::monotonic_ns,
-    counters::events::{self, Pmu},
-    driver::{pidfd, prepare_to_load, Drained, Driver, Sink, Stop, Stopped, Stops},
+    cli::{Cli, Format, Mode},
+    collect::{add_batch, monotonic_ns},
+    driver::{pidfd, prepare_to_load, Drained, Sink, Stop, Stopped, Stops},
     error::UserError,
     launcher::{self, RunningCommand},
     model::RunMeta,
     modes::{
         hotspot,
-        lock::{self, probes},
-        sched,
-        topdown::{self, counting::TopdownCounting},
+        lock::{self, LockCollection},
+        sched::{self, SchedCollection},
+        topdown,
     },
     output,
-    plan::{Needs, Plan},
+    plan::Plan,
     preflight,
     process::Processes,
     profile::{Health, RawProfile},
     report,
+    sources::{counting::TopdownCounting, locks::Reading, Batch},
+    start::{start, Started, Targets},
     status::StatusLine,
     symbolize::{
         debuginfod::{Debuginfod, Stats},
@@ -87,7 +87,13 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     let debuginfod = Debuginfod::shared(plan.debuginfod.as_ref())?;
     let (tracefs, runtime) = prepare_to_load()?;
     let mut sink = RunSink::default();
-    let recording = runtime.block_on(record(&plan, tracefs, &mut sink, Feedback::StatusLine))?;
+    let recording = runtime.block_on(record(
+        &plan,
+        Reading::AtEnd,
+        tracefs,
+        &mut sink,
+        Feedback::StatusLine,
+    ))?;
     // Collection is over and everything is detached: a further Ctrl-C should end bpfprof at once
     // rather than be swallowed by the event loop's handler.
     // SAFETY: restoring the default disposition of a signal.
@@ -95,52 +101,66 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         libc::signal(libc::SIGINT, libc::SIG_DFL);
         libc::signal(libc::SIGTERM, libc::SIG_DFL);
     }
-
-    let symbolizer = Naming {
+    let naming = Naming {
         symbolizer: Symbolizer::new(DebugLocator::new(
             plan.debug_dirs.clone(),
             debuginfod.clone().map(|d| d as _),
         )),
         debuginfod,
     };
+    let exit_code = recording.exit_code;
+    let described = report_run(&plan, &naming, recording, sink)?;
+    if let Some(path) = &plan.output {
+        eprintln!("bpfprof: wrote {} ({described})", path.display());
+    }
+    Ok(exit_code)
+}
+
+/// The run's report, in its mode, written where the plan says; what it holds, in a few words.
+fn report_run(
+    plan: &Plan,
+    naming: &Naming,
+    recording: Recording,
+    mut sink: RunSink,
+) -> anyhow::Result<String> {
     let renderer = report::renderer(plan.format);
+    let write = |render: &dyn Fn(&mut dyn std::io::Write) -> std::io::Result<()>| {
+        output::write_report(plan.output.as_deref(), render)
+    };
     let Recording {
-        stopped:
-            Stopped {
-                health,
-                sched,
-                locks,
-                procs,
-            },
+        stopped: Stopped { health, procs },
         meta,
-        exit_code,
-        topdown,
         sampled,
+        ..
     } = recording;
-    let stacks = sampled.then(|| sink.into_profile(&health));
-    let described = match plan.mode {
+    let stacks = sampled.then(|| sink.profile(&health));
+    match plan.mode {
         Mode::Topdown => {
-            let topdown = topdown.context("topdown run without its counting state")?;
-            let collection = sched.context("topdown run without thread states")?;
-            let mut report = topdown::thread_states(meta.clone(), health, &collection, topdown.reason);
-            if let Some(counts) = &topdown.counts {
-                report = topdown::with_counts(report, &topdown.set, counts, topdown.machine);
+            let counting = sink.counts.context("topdown run without its counting state")?;
+            let collection = sink
+                .sched
+                .context("topdown run without thread states")?
+                .finished();
+            let mut report =
+                topdown::thread_states(meta.clone(), health, &collection, counting.reason.clone());
+            if let Some(counts) = &counting.counts {
+                report = topdown::with_counts(report, &counting.set, counts, counting.machine);
             }
             if let Some(profile) = stacks {
-                let sampled = symbolized(&symbolizer, meta, &profile, &procs);
-                report = topdown::with_functions(report, &sampled, topdown.set.name, topdown.machine);
+                let sampled = symbolized(naming, meta, &profile, &procs);
+                report = topdown::with_functions(report, &sampled, counting.set.name, counting.machine);
             }
-            output::write_report(plan.output.as_deref(), &|out| renderer.topdown(&report, out))?;
-            format!(
+            write(&|out| renderer.topdown(&report, out))?;
+            Ok(format!(
                 "{} threads, {} functions",
                 report.threads.len(),
                 report.functions.len()
-            )
+            ))
         }
         Mode::Lock => {
-            let collection = locks.context("lock run without its records")?;
-            let symbols = symbolize(&symbolizer, &collection.stacks, &procs);
-            let report = lock::build(
+            let collection = sink.locks.context("lock run without its records")?;
+            let symbols = symbolize(naming, &collection.stacks, &procs);
+            let report = lock::report(
                 meta,
                 plan.lock_source,
                 plan.waits,
@@ -150,40 +170,36 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 &procs,
             )
             .limit_stacks();
-            output::write_report(plan.output.as_deref(), &|out| renderer.lock(&report, out))?;
+            write(&|out| renderer.lock(&report, out))?;
             let waited_for_events = report.of_class(lock::WaitClass::Waiting).count();
-            format!(
+            Ok(format!(
                 "{} contended locks, {waited_for_events} waits for events",
                 report.locks.len() - waited_for_events
-            )
+            ))
         }
         Mode::Sched => {
-            let collection = sched.context("sched run without its records")?;
-            let symbols = symbolize(&symbolizer, &collection.offcpu_ns, &procs);
-            let report = sched::build(meta, health, &collection, &symbols, plan.slow_threshold_ns);
-            output::write_report(plan.output.as_deref(), &|out| renderer.sched(&report, out))?;
-            format!("{} tasks", report.tasks.len())
+            let collection = sink.sched.context("sched run without its records")?.finished();
+            let symbols = symbolize(naming, &collection.offcpu_ns, &procs);
+            let report = sched::report(meta, health, &collection, &symbols, plan.slow_threshold_ns);
+            write(&|out| renderer.sched(&report, out))?;
+            Ok(format!("{} tasks", report.tasks.len()))
         }
-        _ => {
+        Mode::Hotspot => {
             let profile = stacks.context("hotspot run without samples")?;
-            let report = symbolized(&symbolizer, meta, &profile, &procs);
+            let report = symbolized(naming, meta, &profile, &procs);
             match &plan.annotate {
                 // Resolved after the run: which functions ran is only known now.
                 Some(function) => {
                     let annotation = crate::views::annotate::annotate(&report, function)?;
-                    output::write_report(plan.output.as_deref(), &|out| {
+                    write(&|out| {
                         crate::views::annotate::render(&annotation, crate::views::ANNOTATE_LINES, out)
                     })?;
                 }
-                None => output::write_report(plan.output.as_deref(), &|out| renderer.hotspot(&report, out))?,
+                None => write(&|out| renderer.hotspot(&report, out))?,
             }
-            format!("{} samples", report.samples)
+            Ok(format!("{} samples", report.samples))
         }
-    };
-    if let Some(path) = &plan.output {
-        eprintln!("bpfprof: wrote {} ({described})", path.display());
     }
-    Ok(exit_code)
 }
 
 /// The sampled stacks, symbolized and folded into the hotspot report.
@@ -194,7 +210,7 @@ fn symbolized(
     procs: &Processes,
 ) -> crate::model::StackReport {
     let symbols = symbolize(symbolizer, profile, procs);
-    hotspot::build(meta, profile, &symbols)
+    hotspot::report(meta, profile, &symbols)
 }
 
 /// Every address of a profile, symbolized, and said on a terminal while it happens: the one wait
@@ -262,43 +278,60 @@ pub(crate) struct Recording {
     pub stopped: Stopped,
     pub meta: RunMeta,
     pub exit_code: i32,
-    /// Topdown: the whole-run counter totals, and what the report needs to know of the machine.
-    pub topdown: Option<TopdownCounting>,
     /// Whether stacks were sampled (hotspot; topdown per function).
     pub sampled: bool,
 }
 
-/// A run's sink: the sampled stacks, aggregated as they are drained. The scheduler's and the
-/// lock records are the driver's until the end.
+/// A run's sink: every source's batches, folded as they are drained.
 #[derive(Default)]
 struct RunSink {
     profile: RawProfile,
     not_captured: HashSet<u32>,
+    sched: Option<SchedCollection>,
+    locks: Option<LockCollection>,
+    counts: Option<TopdownCounting>,
 }
 
 impl Sink for RunSink {
     fn drained(&mut self, drained: Drained<'_>) -> anyhow::Result<()> {
-        add_batch(
-            drained.samples,
-            &mut self.profile,
-            drained.procs,
-            &mut self.not_captured,
-        );
+        for batch in drained.batches {
+            self.add(batch, drained.procs);
+        }
+        Ok(())
+    }
+
+    fn finished(&mut self, batches: Vec<Batch>, procs: &mut Processes) -> anyhow::Result<()> {
+        for batch in batches {
+            self.add(batch, procs);
+        }
         Ok(())
     }
 }
 
 impl RunSink {
-    /// The profile, with the run's health and what only the drains know of it.
-    fn into_profile(self, health: &Health) -> RawProfile {
+    fn add(&mut self, batch: Batch, procs: &mut Processes) {
+        match batch {
+            Batch::Samples(samples) => add_batch(samples, &mut self.profile, procs, &mut self.not_captured),
+            Batch::Sched(batch) => self.sched.get_or_insert_with(Default::default).add(batch, procs),
+            Batch::Locks(batch) => self
+                .locks
+                .get_or_insert_with(Default::default)
+                .add_batch(batch, procs),
+            Batch::Counts(counting) => self.counts = Some(*counting),
+        }
+    }
+
+    /// The sampled profile, with the run's health and what only the drains know of it.
+    fn profile(&mut self, health: &Health) -> RawProfile {
+        let profile = std::mem::take(&mut self.profile);
         RawProfile {
             health: Health {
-                drains: self.profile.health.drains,
-                user_frames_by_build_id: self.profile.health.user_frames_by_build_id,
+                drains: profile.health.drains,
+                user_frames_by_build_id: profile.health.user_frames_by_build_id,
                 processes_not_captured: self.not_captured.len() as u64,
                 ..health.clone()
             },
-            ..self.profile
+            ..profile
         }
     }
 }
@@ -310,7 +343,7 @@ pub(crate) fn run_live(plan: &Plan, live: &mut dyn Sink) -> anyhow::Result<Vec<S
     preflight::check_privileges()?;
     let (tracefs, runtime) = prepare_to_load()?;
     // The live view owns the terminal: no status line under it.
-    let recording = runtime.block_on(record(plan, tracefs, live, Feedback::None))?;
+    let recording = runtime.block_on(record(plan, Reading::Drained, tracefs, live, Feedback::None))?;
     Ok(recording
         .meta
         .notes
@@ -327,53 +360,33 @@ enum Feedback {
     None,
 }
 
+/// Collect as the plan says, handing every drain to `sink`, until a stop condition.
 async fn record(
     plan: &Plan,
+    locks: Reading,
     tracefs: &Path,
     sink: &mut dyn Sink,
     feedback: Feedback,
 ) -> anyhow::Result<Recording> {
+    let recipe = plan.recipe(locks)?;
+    let sampling = recipe
+        .samples()
+        .map(|s| (s.event, s.counters.iter().map(|e| e.name).collect()));
+    let sampling_was_on = sampling.is_some();
     let paused = match plan.command.is_empty() {
         true => None,
         false => Some(launcher::spawn_paused(&plan.command)?),
     };
-    let Needs {
-        sampling,
-        sample_counters,
-        group,
-        sched: tracing_sched,
-        lock,
-        mut counting,
-    } = plan.needs()?;
-    // Which file of each target has its lock functions: known before anything is driver.kernel.
-    let mut lock_libraries = Vec::new();
-    if lock == Some(LockSource::Pthread) {
-        for &pid in &plan.pids {
-            lock_libraries.push((pid, probes::for_process(pid)?));
-        }
-        if let Some(paused) = &paused {
-            lock_libraries.push((paused.pid(), probes::for_command(paused.program())?));
-        }
-    }
-    // Missing BTF is the first thing to say, before anything is counted.
-    let task_offsets = tracing_sched.then(crate::bpf::task_offsets).transpose()?;
-    let load_options = LoadOptions {
-        sampling: sampling.is_some(),
-        sched: task_offsets,
-        filter: !plan.system_wide,
-        slow_threshold_ns: plan.slow_threshold_ns,
-        offcpu_stacks: plan.offcpu_stacks,
-        counters: sample_counters.len() as u32,
-        unwind_tables: plan.unwind == crate::cli::Unwind::Tables,
-        lock,
-        nvcsw_offset: match lock_libraries.is_empty() {
-            true => None,
-            false => crate::bpf::nvcsw_offset(),
-        },
-        sample_map_entries: None,
-        tracefs,
+    let targets = Targets {
+        system_wide: plan.system_wide,
+        pids: &plan.pids,
+        command: paused.as_ref().map(|p| (p.pid(), p.program())),
     };
-    let mut driver = Driver::load(&load_options)?;
+    let Started {
+        mut driver,
+        doing,
+        notes: collection_notes,
+    } = start(recipe, &targets, tracefs)?;
     // Only -p targets end a run by exiting; a command ends it through SIGCHLD instead.
     let mut stops = Stops {
         targets: match plan.system_wide || paused.is_some() {
@@ -387,87 +400,8 @@ async fn record(
         },
         ..Stops::default()
     };
-    for &pid in &plan.pids {
-        driver.kernel.add_target(pid)?;
-        for tid in crate::process::threads_of(pid) {
-            driver.kernel.add_target(tid)?;
-        }
-        let _ = driver.collector.procs.capture(pid);
-    }
-    driver.collector.give_tables();
-    if let Some(paused) = &paused {
-        driver.kernel.add_target(paused.pid())?;
-    }
-    driver.kernel.attach_process_tracking()?;
-    let mut doing = Vec::new();
-    if let Some(source) = lock {
-        driver.take_locks()?;
-        match source {
-            LockSource::Futex => {
-                driver.kernel.attach_futex()?;
-                doing.push("timing futex waits (contended locks)".to_string());
-            }
-            LockSource::Kernel => {
-                driver.kernel.attach_kernel_locks()?;
-                doing.push("timing kernel lock contention".to_string());
-            }
-            LockSource::Pthread => {
-                driver.kernel.attach_pthread(&lock_libraries)?;
-                let probed: Vec<String> = lock_libraries.iter().map(|(_, l)| l.display.clone()).collect();
-                doing.push(format!(
-                    "probing the pthread lock functions of {}",
-                    probed.join(", ")
-                ));
-                for (_, library) in &lock_libraries {
-                    let slow = library.single_stepped();
-                    if !slow.is_empty() {
-                        eprintln!(
-                            "bpfprof: warning: {} in {} probed on their first instruction (single-stepped by the kernel: several µs per call)",
-                            slow.join(", "),
-                            library.display
-                        );
-                    }
-                }
-            }
-        }
-    }
-    if let Some(event) = sampling {
-        // The sampler opens before the counters read at each sample: created first, it is
-        // scheduled first, so a cycles sampler takes the PMU's dedicated cycle counter where
-        // there is one, and the counters share the general-purpose ones.
-        driver.kernel.attach_sampling(event, plan.frequency_hz)?;
-        if !sample_counters.is_empty() {
-            let core = match &counting {
-                Some(c) => c.core.clone(),
-                None => Pmu::core(Path::new(events::SYSFS_PMUS)),
-            };
-            driver
-                .kernel
-                .open_counters(&sample_counters, group, core.as_ref())?;
-        }
-        doing.push(format!("sampling at {} Hz ({})", plan.frequency_hz, event.name()));
-    }
-    let cpus = crate::counters::cpu::online_ids().map_or(1, |c| c.len() as u32);
-    // The scheduler last, just before the counters' totals and the clock of the run start: its
-    // thread states then cover the run the report's duration and the counters' totals speak of.
-    if tracing_sched {
-        driver.trace_sched(
-            plan.pids
-                .iter()
-                .flat_map(|&pid| {
-                    crate::process::threads_of(pid)
-                        .into_iter()
-                        .map(move |tid| (pid, tid))
-                })
-                .collect(),
-        )?;
-        doing.insert(0, "tracing the scheduler".to_string());
-    }
-    if let Some(counting) = &mut counting {
-        counting.start(driver.kernel.counter_totals())?;
-    }
     stops.command = paused.map(|p| p.release()).transpose()?;
-
+    let cpus = crate::counters::cpu::online_ids().map_or(1, |c| c.len() as u32);
     eprintln!(
         "bpfprof: {} for {} on {cpus} CPUs; Ctrl-C to stop",
         doing.join(" and "),
@@ -482,53 +416,47 @@ async fn record(
     // Erased before anything else is said, an error included.
     stops.status = None;
     let stop = stop?;
-    let elapsed = started.elapsed();
-    // Where the thread states still open end (the drains below take time of their own), and
-    // the counters' totals at that moment (a command's include the processes it started: they
-    // are targets too).
-    let stopped_ns = monotonic_ns();
-    let topdown = counting.map(|c| c.finish(driver.kernel.counter_totals()));
-    let stopped = driver.stop(sink, stopped_ns)?;
-
-    let mut notes = Vec::new();
-    let secs = elapsed.as_secs_f64();
-    match stop {
-        Stop::Interrupted => notes.push(format!("interrupted after {secs:.1} s: partial profile")),
-        Stop::Terminated => notes.push(format!("terminated (SIGTERM) after {secs:.1} s: partial profile")),
-        Stop::TargetsExited => notes.push(format!(
-            "every target process exited after {secs:.1} s: this is what was collected until then"
-        )),
-        Stop::CommandExited(code) if code != 0 => {
-            notes.push(format!("the command exited with status {code}"))
-        }
-        Stop::CommandExited(_) | Stop::Duration => {}
-    }
-    if task_offsets.is_some_and(|o| !o.kernel_accounting()) {
-        notes.push(crate::bpf::TRACEPOINT_CLOCKS_NOTE.to_string());
-    }
+    let secs = started.elapsed().as_secs_f64();
+    // Where the thread states still open end, and the counters' totals (a command's include the
+    // processes it started: they are targets too): now, the last drains take time of their own.
+    let stopped = driver.stop(sink, monotonic_ns())?;
+    let mut notes = stop_notes(&stop, secs);
+    notes.extend(collection_notes);
     let exit_code = match (stop, stops.command.as_mut()) {
         (Stop::CommandExited(code), _) => code,
         (stop, Some(command)) => settle_command(stop, command, secs, &mut notes),
         (_, None) => 0,
     };
-
+    let (event, counters) = sampling.unwrap_or((plan.event, Vec::new()));
     let meta = RunMeta {
         mode: plan.mode.name(),
-        event: sampling.unwrap_or(plan.event).name(),
+        event: event.name(),
         frequency_hz: plan.frequency_hz,
         duration_s: secs,
         target: plan.target_description(),
         cpus,
         notes,
-        counters: sample_counters.iter().map(|e| e.name).collect(),
+        counters,
     };
     Ok(Recording {
         stopped,
         meta,
         exit_code,
-        topdown,
-        sampled: sampling.is_some(),
+        sampled: sampling_was_on,
     })
+}
+
+/// What a report says of how its run ended.
+fn stop_notes(stop: &Stop, secs: f64) -> Vec<String> {
+    match stop {
+        Stop::Interrupted => vec![format!("interrupted after {secs:.1} s: partial profile")],
+        Stop::Terminated => vec![format!("terminated (SIGTERM) after {secs:.1} s: partial profile")],
+        Stop::TargetsExited => vec![format!(
+            "every target process exited after {secs:.1} s: this is what was collected until then"
+        )],
+        Stop::CommandExited(code) if *code != 0 => vec![format!("the command exited with status {code}")],
+        Stop::CommandExited(_) | Stop::Duration => Vec::new(),
+    }
 }
 
 /// At a Ctrl-C the terminal interrupts the command too: this long for it to exit of itself.

@@ -29,11 +29,17 @@ use crate::{
     driver::{Drained, Sink},
     error::UserError,
     model::RunMeta,
-    modes::{hotspot, lock},
+    modes::{
+        hotspot,
+        lock::{self, LockBatch, LockCollection},
+        sched::{self, TaskRecord},
+    },
     plan::Plan,
-    profile::{Health, RawProfile},
+    process::Processes,
+    profile::{Health, RawProfile, RawSample},
     report::human_ns,
     session::run_live,
+    sources::{sched::SchedBatch, Batch, Wants},
     symbolize::{debuginfod::Debuginfod, DebugLocator, Symbolizer},
 };
 
@@ -152,9 +158,10 @@ struct TopView {
     hot: Sliding<FunctionKey>,
     waits: Sliding<TaskKey>,
     locks: Sliding<LockKey>,
-    /// Sched and lock records are totals since the start: each refresh shows the increase.
+    /// Sched records are totals since the start: each refresh shows the increase.
     task_totals: Totals<TaskKey>,
-    lock_totals: Totals<LockKey>,
+    /// The records of the threads that exited so far (live ones are read at each drain).
+    exited: Vec<TaskRecord>,
     /// What a row shows beside its sums, from the latest records.
     task_info: HashMap<TaskKey, TaskInfo>,
     lock_info: HashMap<LockKey, LockInfo>,
@@ -204,18 +211,18 @@ impl TopView {
             waits: Sliding::new(window),
             locks: Sliding::new(window),
             task_totals: Totals::default(),
-            lock_totals: Totals::default(),
+            exited: Vec::new(),
             task_info: HashMap::new(),
             lock_info: HashMap::new(),
         })
     }
 
-    fn hotspot(&mut self, data: Drained<'_>) {
+    fn hotspot(&mut self, samples: Vec<RawSample>, procs: &mut Processes) {
         // This second's stacks are the view's: nothing else reports them.
         let mut second = RawProfile::new();
-        add_batch(data.samples, &mut second, data.procs, &mut Default::default());
-        let symbols = self.symbolizer.symbolize(&second, &*data.procs);
-        let report = hotspot::build(self.meta.clone(), &second, &symbols);
+        add_batch(samples, &mut second, procs, &mut Default::default());
+        let symbols = self.symbolizer.symbolize(&second, &*procs);
+        let report = hotspot::report(self.meta.clone(), &second, &symbols);
         let functions = report
             .functions
             .iter()
@@ -229,9 +236,14 @@ impl TopView {
         self.hot.push(report.samples, functions);
     }
 
-    fn sched(&mut self, data: Drained<'_>) {
-        let Some(sched) = data.sched else { return };
-        let tasks = sched.settled_latencies();
+    /// Every task's waits settled so far: totals that only grow, so that what grew since the
+    /// last look is what happened since (a wait still in progress, or the one before a run
+    /// still going, counts once settled: at the latest at the next switch).
+    fn sched(&mut self, batch: SchedBatch) {
+        self.exited.extend(batch.exited);
+        let mut records = self.exited.clone();
+        records.extend(batch.live.unwrap_or_default());
+        let tasks = sched::latencies(&records, batch.started_ns);
         let mut now: HashMap<TaskKey, [u64; 2]> = HashMap::new();
         for task in &tasks {
             let key = (task.pid, task.tid);
@@ -253,39 +265,42 @@ impl TopView {
         self.task_info.retain(|key, _| waits.holds(key));
     }
 
-    fn lock(&mut self, data: Drained<'_>, health: Health) {
-        let Some(maps) = data.locks else { return };
-        let collection = maps.collect(data.procs);
-        let symbols = self.symbolizer.symbolize(&collection.stacks, &*data.procs);
-        let report = lock::build(
+    /// This second's lock waits (drained as they end).
+    fn lock(&mut self, batch: LockBatch, procs: &mut Processes, health: Health) {
+        let mut collection = LockCollection::default();
+        collection.add_batch(batch, procs);
+        let symbols = self.symbolizer.symbolize(&collection.stacks, &*procs);
+        let report = lock::report(
             self.meta.clone(),
             crate::cli::LockSource::Futex,
             self.lock_waits,
             health,
             &collection,
             &symbols,
-            data.procs,
+            procs,
         );
-        let mut now = HashMap::new();
+        let mut second = HashMap::new();
         for l in report.locks.iter().filter(|l| l.class.shown_in(self.lock_waits)) {
             let key = (l.pid, lock::lock_label(l));
             let caller = l.waited_in.as_deref().unwrap_or("?").to_string();
-            let entry = now.entry(key.clone()).or_insert([0, 0]);
+            let entry = second.entry(key.clone()).or_insert([0, 0]);
             entry[0] += l.total_wait_ns;
             entry[1] += l.contentions;
-            self.lock_info.insert(
-                key,
-                LockInfo {
-                    comm: l.comm.clone(),
-                    kind: l.kind,
-                    max_wait_ns: l.max_wait_ns,
-                    caller,
-                },
-            );
+            let max_wait_ns = self
+                .lock_info
+                .get(&key)
+                .map_or(0, |i| i.max_wait_ns)
+                .max(l.max_wait_ns);
+            let info = LockInfo {
+                comm: l.comm.clone(),
+                kind: l.kind,
+                max_wait_ns,
+                caller,
+            };
+            self.lock_info.insert(key, info);
         }
-        let increase = self.lock_totals.increase(now);
-        let total = increase.values().map(|v| v[0]).sum();
-        self.locks.push(total, increase);
+        let total = second.values().map(|v| v[0]).sum();
+        self.locks.push(total, second);
         let locks = &self.locks;
         self.lock_info.retain(|key, _| locks.holds(key));
     }
@@ -330,6 +345,13 @@ impl TopView {
 }
 
 impl Sink for TopView {
+    /// Sched: the live threads' records; lock: the threads joins wait for.
+    fn before_drain(&mut self, _procs: &Processes) -> Wants {
+        Wants {
+            current: self.mode != Mode::Hotspot,
+        }
+    }
+
     fn drained(&mut self, data: Drained<'_>) -> anyhow::Result<()> {
         // The run's loop (and its SIGINT handler) is running now.
         LISTENING.store(true, SeqCst);
@@ -337,16 +359,18 @@ impl Sink for TopView {
             interrupt();
         }
         let (_, height) = terminal::size().unwrap_or((80, 24));
-        let health = data.source.health()?;
+        let health = data.commons.health()?;
         let status = match health.lost() {
             0 => String::new(),
             n => format!(", {n} samples lost"),
         };
-        match self.mode {
-            Mode::Hotspot => self.hotspot(data),
-            Mode::Sched => self.sched(data),
-            Mode::Lock => self.lock(data, health),
-            Mode::Topdown => {}
+        for batch in data.batches {
+            match batch {
+                Batch::Samples(samples) => self.hotspot(samples, data.procs),
+                Batch::Sched(batch) => self.sched(batch),
+                Batch::Locks(batch) => self.lock(batch, data.procs, health.clone()),
+                Batch::Counts(_) => {}
+            }
         }
         let lines = self.lines((height as usize).saturating_sub(3).max(1), &status);
         self.screen.draw(&lines)?;

@@ -6,9 +6,11 @@ use super::{
     push::{Destination, PushConfig},
 };
 use crate::{
-    cli::{AgentArgs, OtlpProtocol, Signals, Unwind},
+    cli::{AgentArgs, Event, LockSource, OffCpuStacks, OtlpProtocol, Signal, Signals, Unwind},
     error::UserError,
     preflight,
+    sources::{self, locks, samples, sched, Kind, Spec},
+    start::Recipe,
 };
 
 pub struct Config {
@@ -26,6 +28,42 @@ pub struct Config {
 }
 
 impl Config {
+    /// What the agent collects: the source of each signal (`sources::SIGNAL_SOURCES`), set for
+    /// a machine profiled all the time (the CPU clock, no slow waits, off-CPU stacks only for
+    /// the off-CPU signal, lock records drained as they end).
+    pub fn recipe(&self) -> Recipe {
+        let signals: Vec<Signal> = Signal::ALL.into_iter().filter(|s| self.signals.has(*s)).collect();
+        let specs = sources::of_signals(&signals)
+            .into_iter()
+            .filter_map(|kind| match kind {
+                Kind::CpuSamples => Some(Spec::CpuSamples(samples::Spec {
+                    event: Event::CpuClock,
+                    frequency_hz: self.frequency_hz,
+                    counters: Vec::new(),
+                    group: false,
+                    core: None,
+                })),
+                Kind::Sched => Some(Spec::Sched(sched::Spec::new(
+                    u64::MAX,
+                    match self.signals.offcpu {
+                        true => OffCpuStacks::Auto,
+                        false => OffCpuStacks::None,
+                    },
+                ))),
+                Kind::Locks => Some(Spec::Locks(locks::Spec::new(
+                    LockSource::Futex,
+                    locks::Reading::Drained,
+                ))),
+                Kind::Counting => None,
+            })
+            .collect();
+        Recipe {
+            specs,
+            unwind_tables: self.unwind == Unwind::Tables,
+            sample_map_entries: self.sample_map_entries,
+        }
+    }
+
     pub(super) fn from_args(args: &AgentArgs) -> Result<Config, UserError> {
         preflight::check_frequency(args.frequency)?;
         if args.window < 1.0 {

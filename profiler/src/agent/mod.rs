@@ -34,19 +34,20 @@ use tokio::{
 };
 
 use crate::{
-    bpf::LoadOptions,
-    cli::{AgentArgs, Event, LockSource, OffCpuStacks, Signals, Unwind},
+    cli::{AgentArgs, Event, Signals},
     collect::{add_batch, monotonic_ns},
-    driver::{prepare_to_load, Drained, Driver, Sink, Stops},
+    driver::{prepare_to_load, Drained, Sink, Stops},
     error::UserError,
     model::RunMeta,
     modes::{
-        lock::{window::DrainedRecord, LockCollection},
-        sched::{SchedCollector, TaskRecord},
+        lock::{LockBatch, LockCollection, Role},
+        sched::TaskRecord,
     },
     preflight,
     process::Processes,
-    profile::{Health, RawProfile},
+    profile::{Health, RawProfile, RawSample},
+    sources::{sched::SchedBatch, Batch, Wants},
+    start::{start, Started, Targets},
 };
 use http::{Endpoint, PullRequest};
 use metrics::Metrics;
@@ -184,42 +185,12 @@ async fn agent(
     }
 
     let signals = config.signals;
-    // Missing BTF is said before anything is loaded.
-    let task_offsets = signals.sched().then(crate::bpf::task_offsets).transpose()?;
-    let options = LoadOptions {
-        sampling: signals.cpu,
-        sched: task_offsets,
-        filter: false,
-        slow_threshold_ns: u64::MAX,
-        offcpu_stacks: match signals.offcpu {
-            true => OffCpuStacks::Auto,
-            false => OffCpuStacks::None,
-        },
-        counters: 0,
-        unwind_tables: config.unwind == Unwind::Tables,
-        lock: signals.lock.then_some(LockSource::Futex),
-        nvcsw_offset: None,
-        sample_map_entries: config.sample_map_entries,
-        tracefs,
+    let everything = Targets {
+        system_wide: true,
+        pids: &[],
+        command: None,
     };
-    let mut driver = Driver::load(&options)?;
-    driver.kernel.attach_process_tracking()?;
-    if signals.cpu {
-        driver
-            .kernel
-            .attach_sampling(Event::CpuClock, config.frequency_hz)?;
-    }
-    if signals.lock {
-        driver.kernel.attach_futex()?;
-        driver.drain_locks()?;
-    }
-    if signals.sched() {
-        driver.trace_sched(Vec::new())?;
-        if let Some(sched) = &mut driver.collector.sched {
-            // Each drain's off-CPU time goes into the window; the collector keeps nothing.
-            sched.keep_offcpu = false;
-        }
-    }
+    let Started { mut driver, .. } = start(config.recipe(), &everything, tracefs)?;
     eprintln!(
         "bpfprof agent: {} on all {cpus} CPUs (samples at {} Hz); a window every {:.0} s into {}{}{}{}; SIGTERM or Ctrl-C writes the last window and stops",
         signals.names().join(", "),
@@ -237,7 +208,7 @@ async fn agent(
         }),
     );
 
-    let mut collector = AgentCollector {
+    let mut sink = AgentSink {
         signals,
         runqueue: RunQueue::default(),
         window: Window::new(),
@@ -252,22 +223,23 @@ async fn agent(
         unwind_files,
         jobs,
         notifier: systemd::Notifier::from_env(),
+        live_at_stop: Vec::new(),
     };
     let mut stops = Stops {
         survive_hangup: true,
         ..Stops::default()
     };
-    driver.collect(&mut stops, &mut collector).await?;
-    collector.notifier.stopping();
-    // Flush: what was collected since the last window is a (shorter) window of its own.
-    let mut stopped = driver.stop(&mut collector, monotonic_ns())?;
-    // The threads still alive, as the scheduler's collection ends with them.
-    let live = stopped.sched.take().map(|c| c.tasks).unwrap_or_default();
-    collector.close_window(stopped.health, &mut stopped.procs, HashSet::new(), &live);
-    for pull in collector.pulls.drain(..) {
+    driver.collect(&mut stops, &mut sink).await?;
+    sink.notifier.stopping();
+    // Flush: what was collected since the last window is a (shorter) window of its own, with
+    // the threads still alive as the scheduler's records end with them.
+    let mut stopped = driver.stop(&mut sink, monotonic_ns())?;
+    let live = std::mem::take(&mut sink.live_at_stop);
+    sink.close_window(stopped.health, &mut stopped.procs, HashSet::new(), &live);
+    for pull in sink.pulls.drain(..) {
         let _ = pull.reply.send(Err("the agent is stopping".into()));
     }
-    drop(collector); // closes the renderer's queue: it finishes what it has, then the pusher
+    drop(sink); // closes the renderer's queue: it finishes what it has, then the pusher
     let _ = tokio::task::spawn_blocking(move || renderer.join()).await;
     eprintln!(
         "bpfprof agent: stopped after {:.0} s: {} windows written, {} samples, {} lost",
@@ -280,7 +252,7 @@ async fn agent(
 }
 
 /// The agent's sink: the current window and the endpoint's profiles in progress.
-struct AgentCollector {
+struct AgentSink {
     signals: Signals,
     /// Each thread's run-queue totals at the last window's end.
     runqueue: RunQueue,
@@ -302,9 +274,11 @@ struct AgentCollector {
     unwind_files: Arc<Mutex<Option<Vec<crate::unwind::FileWithRows>>>>,
     jobs: std_mpsc::SyncSender<Job>,
     notifier: systemd::Notifier,
+    /// The live threads' scheduler records at the stop, for the last window.
+    live_at_stop: Vec<TaskRecord>,
 }
 
-impl Sink for AgentCollector {
+impl Sink for AgentSink {
     /// The window's end, or a pull's if sooner: each ends at a drain of its own.
     fn wake_at(&self) -> Option<Instant> {
         let pulls = self.pulls.iter().map(|p| p.until);
@@ -315,7 +289,9 @@ impl Sink for AgentCollector {
         Some(self.wake.clone())
     }
 
-    fn before_drain(&mut self, procs: &Processes) {
+    /// At a window's end, the live threads' records (run-queue delay) and the threads joins
+    /// wait for (lock waits named as joins).
+    fn before_drain(&mut self, procs: &Processes) -> Wants {
         if Instant::now() >= self.window_due {
             self.closing = Some(
                 procs
@@ -325,6 +301,9 @@ impl Sink for AgentCollector {
                     .collect(),
             );
         }
+        Wants {
+            current: self.closing.is_some() && (self.signals.runqueue || self.signals.lock),
+        }
     }
 
     /// Everything the kernel recorded since the last drain, into the window and every pull
@@ -332,91 +311,35 @@ impl Sink for AgentCollector {
     /// pulls that are due go to the renderer, and so does the window when it is due.
     fn drained(&mut self, drained: Drained<'_>) -> anyhow::Result<()> {
         let Drained {
-            samples,
-            offcpu,
-            sched,
+            batches,
             procs,
             tables,
-            source,
-            lock_records,
-            lock_health,
-            ..
+            commons,
         } = drained;
-        for pull in &mut self.pulls {
-            let batch = match pull.signal {
-                Signal::OffCpu => &offcpu,
-                Signal::Lock => {
-                    lock_records.iter().for_each(|r| r.add_to(&mut pull.locks, procs));
-                    continue;
-                }
-                _ => &samples,
-            };
-            for sample in batch {
-                pull.profile.add(sample.clone(), procs);
-            }
-        }
-        if self.signals.lock {
-            self.take_locks(&lock_records, procs);
-            if let Some(health) = lock_health {
-                let m = &self.metrics;
-                m.lock_stacks_freed.store(health.stacks_freed, Relaxed);
-                m.lock_stacks_lost.store(health.stacks_lost, Relaxed);
-                m.lock_stacks_stored.store(health.stacks_stored, Relaxed);
-            }
-        }
-        if self.signals.cpu {
-            add_batch(
-                samples,
-                &mut self.window.profile,
-                procs,
-                &mut self.window.not_captured,
-            );
-        }
         let mut live = Vec::new();
-        if let Some(sched) = sched {
-            self.metrics
-                .offcpu_ns
-                .fetch_add(offcpu.iter().map(|s| s.count).sum(), Relaxed);
-            add_batch(
-                offcpu,
-                &mut self.window.offcpu,
-                procs,
-                &mut self.window.not_captured,
-            );
-            self.take_sched(sched);
-            if self.closing.is_some() && self.signals.runqueue {
-                live = sched.live_tasks();
+        for batch in batches {
+            match batch {
+                Batch::Samples(samples) => self.take_samples(samples, procs),
+                Batch::Sched(batch) => live = self.take_sched(batch, procs),
+                Batch::Locks(batch) => self.take_locks(batch, procs),
+                Batch::Counts(_) => {}
             }
         }
         // Only now: what this drain took was recorded before they were asked for.
         while let Ok(request) = self.requests.try_recv() {
             self.start_pull(request);
         }
-        let now = Instant::now();
-        let (due, waiting): (Vec<Pull>, Vec<Pull>) = self.pulls.drain(..).partition(|p| p.until <= now);
-        self.pulls = waiting;
-        for pull in due {
-            let figures = match pull.signal {
-                Signal::Lock => Figures::Locks(LockFigures::new(pull.locks, Health::default(), procs)),
-                _ => Figures::Stacks(pull.profile),
-            };
-            let profiles = vec![(pull.signal, figures)];
-            let rendering = Rendering::new(profiles, procs, pull.started, pull.since.elapsed());
-            if let Err(std_mpsc::TrySendError::Full(Job::Pull(_, reply))) =
-                self.jobs.try_send(Job::Pull(rendering, pull.reply))
-            {
-                let _ = reply.send(Err("the agent is busy writing a window: retry".into()));
-            }
-        }
+        self.send_due_pulls(procs);
         if let Some(exited) = self.closing.take() {
             // The next window ends a window's length after this one was due, or after now if
             // this drain came later than that.
+            let now = Instant::now();
             let next = self.window_due + self.window_every;
             self.window_due = match next > now {
                 true => next,
                 false => now + self.window_every,
             };
-            let forgotten = self.close_window(source.health()?, procs, exited, &live);
+            let forgotten = self.close_window(commons.health()?, procs, exited, &live);
             if let Some(tables) = tables {
                 tables.forget(&forgotten);
                 self.metrics
@@ -433,9 +356,18 @@ impl Sink for AgentCollector {
         });
         Ok(())
     }
+
+    fn finished(&mut self, batches: Vec<Batch>, _procs: &mut Processes) -> anyhow::Result<()> {
+        for batch in batches {
+            if let Batch::Sched(batch) = batch {
+                self.live_at_stop = batch.live.unwrap_or_default();
+            }
+        }
+        Ok(())
+    }
 }
 
-impl AgentCollector {
+impl AgentSink {
     fn start_pull(&mut self, request: PullRequest) {
         if self.pulls.len() >= MAX_PULLS {
             let _ = request
@@ -455,35 +387,90 @@ impl AgentCollector {
         });
     }
 
-    /// The lock waits that ended since the last drain, into the window.
-    fn take_locks(&mut self, records: &[DrainedRecord], procs: &Processes) {
-        for drained in records {
-            drained.add_to(&mut self.window.locks, procs);
-            if drained.record.role == crate::modes::lock::Role::Waiter {
-                self.metrics
-                    .lock_waits
-                    .fetch_add(drained.record.time.count, Relaxed);
-                self.metrics
-                    .lock_wait_ns
-                    .fetch_add(drained.record.time.total_ns, Relaxed);
+    /// Pulls that are due, to the renderer.
+    fn send_due_pulls(&mut self, procs: &Processes) {
+        let now = Instant::now();
+        let (due, waiting): (Vec<Pull>, Vec<Pull>) = self.pulls.drain(..).partition(|p| p.until <= now);
+        self.pulls = waiting;
+        for pull in due {
+            let figures = match pull.signal {
+                Signal::Lock => Figures::Locks(LockFigures::new(pull.locks, Health::default(), procs)),
+                _ => Figures::Stacks(pull.profile),
+            };
+            let profiles = vec![(pull.signal, figures)];
+            let rendering = Rendering::new(profiles, procs, pull.started, pull.since.elapsed());
+            if let Err(std_mpsc::TrySendError::Full(Job::Pull(_, reply))) =
+                self.jobs.try_send(Job::Pull(rendering, pull.reply))
+            {
+                let _ = reply.send(Err("the agent is busy writing a window: retry".into()));
             }
         }
     }
 
-    /// What the scheduler's collector gathered this drain that the window needs; the rest
-    /// (heatmap columns) is let go, so nothing grows over a long run.
-    fn take_sched(&mut self, sched: &mut SchedCollector) {
-        let collection = &mut sched.collection;
-        if self.signals.runqueue {
-            self.window.exited.append(&mut collection.tasks);
+    /// The pulls of `signal` taking `samples` too.
+    fn pulls_of(&mut self, signal: Signal) -> impl Iterator<Item = &mut Pull> {
+        self.pulls.iter_mut().filter(move |p| p.signal == signal)
+    }
+
+    /// On-CPU samples since the last drain, into the window and the CPU pulls.
+    fn take_samples(&mut self, samples: Vec<RawSample>, procs: &mut Processes) {
+        for pull in self.pulls_of(Signal::Cpu) {
+            for sample in &samples {
+                pull.profile.add(sample.clone(), procs);
+            }
         }
-        collection.tasks.clear();
-        collection.heat.clear();
-        collection.slow.clear();
+        add_batch(
+            samples,
+            &mut self.window.profile,
+            procs,
+            &mut self.window.not_captured,
+        );
+    }
+
+    /// The scheduler's records since the last drain that the window needs (the rest, heatmap
+    /// columns and slow waits, is let go, so nothing grows over a long run). Returns the live
+    /// threads' records, when read (at a window's end).
+    fn take_sched(&mut self, batch: SchedBatch, procs: &mut Processes) -> Vec<TaskRecord> {
+        for pull in self.pulls_of(Signal::OffCpu) {
+            for sample in &batch.offcpu {
+                pull.profile.add(sample.clone(), procs);
+            }
+        }
         let m = &self.metrics;
-        m.offcpu_stacks_lost.store(collection.offcpu_stacks_lost, Relaxed);
-        m.offcpu_sleeps_carried
-            .store(sched.sleeps_carried() as u64, Relaxed);
+        m.offcpu_ns
+            .fetch_add(batch.offcpu.iter().map(|s| s.count).sum(), Relaxed);
+        m.offcpu_stacks_lost.store(batch.offcpu_stacks_lost, Relaxed);
+        m.offcpu_sleeps_carried.store(batch.sleeps_carried, Relaxed);
+        add_batch(
+            batch.offcpu,
+            &mut self.window.offcpu,
+            procs,
+            &mut self.window.not_captured,
+        );
+        if self.signals.runqueue {
+            self.window.exited.extend(batch.exited);
+        }
+        batch.live.unwrap_or_default()
+    }
+
+    /// The lock waits that ended since the last drain, into the window and the lock pulls.
+    fn take_locks(&mut self, batch: LockBatch, procs: &Processes) {
+        for pull in self.pulls_of(Signal::Lock) {
+            pull.locks.add_batch(batch.clone(), procs);
+        }
+        for drained in batch.records.iter().filter(|d| d.record.role == Role::Waiter) {
+            self.metrics
+                .lock_waits
+                .fetch_add(drained.record.time.count, Relaxed);
+            self.metrics
+                .lock_wait_ns
+                .fetch_add(drained.record.time.total_ns, Relaxed);
+        }
+        let m = &self.metrics;
+        m.lock_stacks_freed.store(batch.health.stacks_freed, Relaxed);
+        m.lock_stacks_lost.store(batch.health.stacks_lost, Relaxed);
+        m.lock_stacks_stored.store(batch.health.stacks_stored, Relaxed);
+        self.window.locks.add_batch(batch, procs);
     }
 
     /// End the window: hand it to the renderer with the kernel's counters since the last one

@@ -72,7 +72,7 @@ impl LockFigures {
     }
 }
 
-/// What `lock::build` asks of processes, answered from a rendering's snapshot.
+/// What `lock::report` asks of processes, answered from a rendering's snapshot.
 struct SnapshotContext<'a> {
     rendering: &'a Rendering,
     mapped: &'a MappedFiles,
@@ -313,7 +313,7 @@ fn profiles(
                     ),
                     _ => (Weight::Samples, meta.clone()),
                 };
-                let report = model::build(meta, raw, &symbols, weight);
+                let report = model::stack_report(meta, raw, &symbols, weight);
                 pprof::hotspot_profile_labeled(&report, &labels)
             }
             Figures::Locks(locks) => {
@@ -327,7 +327,7 @@ fn profiles(
                     rendering,
                     mapped: &locks.mapped,
                 };
-                let report = lock::build(
+                let report = lock::report(
                     meta,
                     LockSource::Futex,
                     Waits::All,

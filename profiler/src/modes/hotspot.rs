@@ -6,6 +6,6 @@ use crate::{
 };
 
 /// Fold a symbolized CPU profile into stacks and per-function self/total samples.
-pub fn build(meta: RunMeta, raw: &RawProfile, symbols: &Symbols) -> StackReport {
-    model::build(meta, raw, symbols, Weight::Samples)
+pub fn report(meta: RunMeta, raw: &RawProfile, symbols: &Symbols) -> StackReport {
+    model::stack_report(meta, raw, symbols, Weight::Samples)
 }

@@ -1,42 +1,26 @@
 //! Lock mode: which locks the targets wait for, from which call stacks, for how long, and the
-//! stacks that held or released them meanwhile.
+//! stacks that held or released them meanwhile; folded from the lock source's records (see
+//! `sources::locks` for where waits are seen: futex, pthread probes, the kernel).
 //!
-//! Futex source: a contended lock (mutex, rwlock, condition variable, semaphore: glibc builds
-//! them all on futexes) sleeps in `futex(2)`; an uncontended one never enters the kernel and
-//! costs nothing. The lock's identity is the futex address, which for a pthread mutex is the
-//! mutex itself, so a global or static lock is named by its symbol.
-//!
-//! pthread source: probes on the lock functions (see `probes`) follow every acquisition and
-//! release, so a holder is known exactly, hold times are measured, and memory reused for a new
-//! lock after `pthread_*_destroy` is a new lock; each lock call costs a probe trap.
-//!
-//! Kernel source: the kernel's contention tracepoints, kernel stacks, lock types from their
-//! flags, static kernel locks named from `/proc/kallsyms`.
+//! A lock's identity is its address: for a futex the futex word, which for a pthread mutex is
+//! the mutex itself, so a global or static lock is named by its symbol; for the pthread source
+//! memory reused for a new lock after `pthread_*_destroy` is a new lock (its instance); static
+//! kernel locks are named from `/proc/kallsyms`.
 use std::collections::HashMap;
 
 mod condvar;
 mod kind;
-pub mod probes;
-pub mod window;
 
 use kind::kind_of;
 pub use kind::WaitClass;
 
-use aya::{
-    maps::{HashMap as BpfHashMap, MapData, StackTraceMap},
-    Ebpf,
-};
-use profiler_common::{
-    lock::{kernel, stack, LockId, LockKey, LockState, LockTime},
-    names,
-    unwind::UserStack,
-};
+use profiler_common::lock::kernel;
 use serde::Serialize;
 
 use crate::model::{frames_of, RunMeta, Stack, StackReport, Weight};
+pub use crate::sources::locks::{DrainedRecord, Holds, LockBatch, LockRecord, Role};
 use crate::{
     cli::{LockSource, Waits},
-    collect::{read_stack, read_unwound},
     process::{FileId, FileTable, Processes},
     profile::{Health, RawProfile, RawSample, StackRead},
     symbolize::{
@@ -47,64 +31,6 @@ use crate::{
 
 /// Waiting and holder stacks listed per lock (the rest are summed in the lock's totals).
 const STACKS_PER_LOCK: usize = 10;
-
-/// The kernel maps of the lock programs. They only grow during a run (one entry per lock and
-/// stack), so they are read once, at the end.
-pub struct LockMaps {
-    waiters: BpfHashMap<MapData, LockKey, LockTime>,
-    holders: BpfHashMap<MapData, LockKey, LockTime>,
-    stacks: StackTraceMap<MapData>,
-    user_stacks: BpfHashMap<MapData, u32, UserStack>,
-    /// pthread source: per lock, its holds (empty for the other sources).
-    states: BpfHashMap<MapData, LockId, LockState>,
-    /// Futex source: the thread whose exit each `clear_child_tid` futex stands for.
-    joinable: BpfHashMap<MapData, LockId, u32>,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Role {
-    Waiter,
-    Holder,
-}
-
-/// One (lock, stack) record; its stack is the entry of `LockCollection::stacks` whose tid is
-/// the record's index.
-#[derive(Clone, Debug)]
-pub struct LockRecord {
-    pub pid: u32,
-    pub exec_generation: u32,
-    pub address: u64,
-    /// pthread source: locks destroyed at this address before this one.
-    pub instance: u32,
-    /// Kernel source: the contention flags (the lock's type).
-    pub flags: u32,
-    pub role: Role,
-    pub time: LockTime,
-}
-
-impl LockRecord {
-    /// The record of one kernel map entry.
-    pub fn of(key: &LockKey, role: Role, time: LockTime) -> LockRecord {
-        LockRecord {
-            pid: key.tgid,
-            exec_generation: key.exec_generation,
-            address: key.uaddr,
-            instance: key.instance,
-            flags: key.flags,
-            role,
-            time,
-        }
-    }
-}
-
-/// pthread source: the exclusive holds of one lock that ended during the run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct Holds {
-    pub holds: u64,
-    pub total_hold_ns: u64,
-    pub max_hold_ns: u64,
-    pub avg_hold_ns: u64,
-}
 
 #[derive(Debug, Default)]
 pub struct LockCollection {
@@ -124,6 +50,17 @@ pub struct LockCollection {
 type MergeKey = (Role, u32, u32, u64, u32, u32, StackRead, StackRead);
 
 impl LockCollection {
+    /// One read of the lock records: each added to the record of the same lock and stacks.
+    pub fn add_batch(&mut self, batch: LockBatch, procs: &Processes) {
+        for drained in batch.records {
+            self.add_merged(drained.record, drained.user, drained.kernel, procs);
+        }
+        self.holds.extend(batch.holds);
+        if let Some(joinable) = batch.joinable {
+            self.threads_joinable = joinable;
+        }
+    }
+
     /// Add one record with its stack (resolved against the process's map now).
     pub fn add(&mut self, record: LockRecord, user: StackRead, kernel: StackRead, procs: &Processes) {
         self.add_stack(self.records.len() as u32, &record, user, kernel, procs);
@@ -178,71 +115,6 @@ impl LockCollection {
         time.max_ns = time.max_ns.max(record.time.max_ns);
         self.add_stack(index, &record, user, kernel, procs);
     }
-}
-
-impl LockMaps {
-    pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
-        let mut take = |name: &str| crate::collect::take_map(ebpf, name);
-        Ok(LockMaps {
-            waiters: BpfHashMap::try_from(take(names::LOCK_WAITERS)?)?,
-            holders: BpfHashMap::try_from(take(names::LOCK_HOLDERS)?)?,
-            stacks: StackTraceMap::try_from(take(names::LOCK_STACKS)?)?,
-            user_stacks: BpfHashMap::try_from(take(names::LOCK_USER_STACKS)?)?,
-            states: BpfHashMap::try_from(take(names::LOCK_STATES)?)?,
-            joinable: BpfHashMap::try_from(take(names::LOCK_JOINABLE)?)?,
-        })
-    }
-
-    /// Everything recorded. Processes whose stacks fall outside their captured map are captured
-    /// again first (they may have loaded a library since).
-    pub fn collect(&self, procs: &mut Processes) -> LockCollection {
-        let mut collection = LockCollection::default();
-        for (map, role) in [(&self.waiters, Role::Waiter), (&self.holders, Role::Holder)] {
-            for (key, time) in map.iter().filter_map(Result::ok) {
-                let (user, kernel) = record_stacks(&key, &self.stacks, &self.user_stacks, procs);
-                collection.add(LockRecord::of(&key, role, time), user, kernel, procs);
-            }
-        }
-        for (id, state) in self.states.iter().filter_map(Result::ok) {
-            if state.holds > 0 {
-                let holds = Holds {
-                    holds: state.holds,
-                    total_hold_ns: state.hold_total_ns,
-                    max_hold_ns: state.hold_max_ns,
-                    avg_hold_ns: state.hold_total_ns / state.holds,
-                };
-                collection
-                    .holds
-                    .insert((id.tgid, id.uaddr, state.instance), holds);
-            }
-        }
-        collection.threads_joinable = self
-            .joinable
-            .iter()
-            .filter_map(Result::ok)
-            .map(|(id, tid)| ((id.tgid, id.uaddr), tid))
-            .collect();
-        collection
-    }
-}
-
-/// A record's (user, kernel) stacks, from the map its `stack_kind` names. A process whose user
-/// stack falls outside its captured map is captured again first (it may have loaded a library).
-pub(crate) fn record_stacks(
-    key: &LockKey,
-    stacks: &StackTraceMap<MapData>,
-    user_stacks: &BpfHashMap<MapData, u32, UserStack>,
-    procs: &mut Processes,
-) -> (StackRead, StackRead) {
-    let (user, kernel) = match key.stack_kind {
-        stack::USER_FP => (read_stack(stacks, key.stack_id), StackRead::Absent),
-        stack::USER_UNWOUND => (read_unwound(user_stacks, key.stack_id), StackRead::Absent),
-        _ => (StackRead::Absent, read_stack(stacks, key.stack_id)),
-    };
-    if let StackRead::Frames(ips) = &user {
-        let _ = procs.refresh_unless_covered(key.tgid, key.exec_generation, ips);
-    }
-    (user, kernel)
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -367,7 +239,7 @@ impl LockContext for Processes {
 }
 
 /// Fold the records into one entry per lock, every stack kept (see `LockReport::limit_stacks`).
-pub fn build(
+pub fn report(
     mut meta: RunMeta,
     source: LockSource,
     waits: Waits,
@@ -535,3 +407,6 @@ pub(crate) fn flame(meta: RunMeta, health: Health, locks: &[&LockStat]) -> Stack
         symbols: Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,16 +1,56 @@
 //! Sched mode: run-queue delay per task (the kernel's `run_delay`), its distribution, where tasks
 //! block off-CPU, and the slowest waits with who woke the task and who held its CPU.
 
-mod collect;
-mod offcpu;
-
-pub use collect::{OpenState, SchedCollection, SchedCollector, SlowRecord, TaskRecord, SLOW_EVENTS_KEPT};
+pub use crate::sources::sched::{OpenState, SlowRecord, TaskRecord, SLOW_EVENTS_KEPT};
+use crate::{process::Processes, profile::RawProfile, sources::sched::SchedBatch};
 
 use profiler_common::{hist_lower_bound, COMM_LEN, HEAT_BUCKETS, HIST_BUCKETS};
 use serde::Serialize;
 
 use crate::model::{self, RunMeta, StackReport, Weight};
 use crate::{profile::Health, symbolize::Symbols};
+
+/// Everything a sched run collected, before symbolization: its drains' batches, folded.
+#[derive(Default)]
+pub struct SchedCollection {
+    pub tasks: Vec<TaskRecord>,
+    /// Off-CPU stacks weighted by nanoseconds blocked, with the number of blocks as counter 0.
+    pub offcpu_ns: RawProfile,
+    /// Sleeps whose stacks were gone before they could be kept across a flip.
+    pub offcpu_stacks_lost: u64,
+    /// The longest slow waits (see `SLOW_EVENTS_KEPT`), and how many there were.
+    pub slow: Vec<SlowRecord>,
+    pub slow_seen: u64,
+    /// One heatmap column per drain.
+    pub heat: Vec<Vec<u64>>,
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when tracing began.
+    pub started_ns: u64,
+}
+
+impl SchedCollection {
+    /// One drain's batch; the last (at the stop) brings the threads still alive.
+    pub fn add(&mut self, batch: SchedBatch, procs: &Processes) {
+        self.started_ns = batch.started_ns;
+        self.offcpu_stacks_lost = batch.offcpu_stacks_lost;
+        for sample in batch.offcpu {
+            self.offcpu_ns.add(sample, procs);
+        }
+        self.tasks.extend(batch.exited);
+        self.tasks.extend(batch.live.unwrap_or_default());
+        self.slow_seen += batch.slow.len() as u64;
+        self.slow.extend(batch.slow);
+        if self.slow.len() > 4 * SLOW_EVENTS_KEPT {
+            crate::sources::sched::keep_longest(&mut self.slow);
+        }
+        self.heat.extend(batch.heat);
+    }
+
+    /// The collection as reports read it: only the longest slow waits.
+    pub fn finished(mut self) -> SchedCollection {
+        crate::sources::sched::keep_longest(&mut self.slow);
+        self
+    }
+}
 
 /// The counter slot of off-CPU stacks: how many times the thread blocked there.
 const OFFCPU_BLOCKS: &str = "blocks";
@@ -171,7 +211,7 @@ fn seconds_since(at_ns: u64, started_ns: u64) -> f64 {
     at_ns.saturating_sub(started_ns) as f64 / 1e9
 }
 
-pub fn build(
+pub fn report(
     meta: RunMeta,
     health: Health,
     collection: &SchedCollection,
@@ -184,7 +224,7 @@ pub fn build(
         counters: vec![OFFCPU_BLOCKS],
         ..meta.clone()
     };
-    let offcpu = model::build(
+    let offcpu = model::stack_report(
         offcpu_meta,
         &collection.offcpu_ns,
         symbols,

@@ -2,7 +2,6 @@
 //! counters read at each sample). Without one (this VM, most cloud VMs): say so in one line, then
 //! give where each thread's time went instead, clearly labelled: running, runnable (waiting for a CPU), sleeping, blocked (uninterruptible,
 //! usually I/O), from the scheduler tracepoints. PMU numbers are never made up.
-pub mod counting;
 
 use std::collections::BTreeMap;
 

@@ -1,11 +1,16 @@
 //! Topdown's counters over the whole run (`--preset`): what is counted is decided once, before
 //! anything is loaded; counted by the counters read at each sample, per CPU, over the targets'
-//! intervals; read at the run's end.
+//! intervals (the samples source opens them); their running sums read when the run starts and
+//! when it stops.
 use std::path::Path;
 
-use profiler_common::CounterDeltas;
+use aya::maps::{MapData, PerCpuArray};
+use profiler_common::{names, CounterDeltas};
 
+use super::{Attached, Batch, Source, Wants};
 use crate::{
+    bpf::Loaded,
+    collect::{take_map, Flip},
     counters::{
         counting::{counts_of, Reading},
         cpu::Method,
@@ -13,6 +18,7 @@ use crate::{
         tma::{Counts, Machine},
     },
     error::UserError,
+    process::Processes,
 };
 
 /// Topdown's whole-run counting, and what its report needs to know about the machine: asked
@@ -74,7 +80,7 @@ impl TopdownCounting {
     /// The run starts (with the thread states): say, in one line, when the set needs a PMU there
     /// is not (thread states stand in); else take the counters' running sums (`sums`), per CPU.
     /// The set is counted by the counters read at each sample, per CPU, over the targets'
-    /// intervals (`Loaded::counter_totals`). Counting it a second time, per thread, would leave
+    /// intervals (`COUNTER_TOTALS`). Counting it a second time, per thread, would leave
     /// the kernel scheduling two sets on one PMU: the per-CPU one first, the other multiplexed
     /// or never on at all.
     pub fn start(&mut self, sums: anyhow::Result<Option<Vec<CounterDeltas>>>) -> anyhow::Result<()> {
@@ -112,5 +118,61 @@ impl TopdownCounting {
             }
         };
         self
+    }
+}
+
+/// The counting source: the counters' running sums, per CPU, read at the start and the stop.
+struct RunCounting {
+    /// None once finished (read at the stop).
+    counting: Option<TopdownCounting>,
+    /// The per-CPU running sums the sampling program keeps; none when the set is not counted.
+    totals: Option<PerCpuArray<MapData, CounterDeltas>>,
+}
+
+impl RunCounting {
+    fn read(&self) -> anyhow::Result<Option<Vec<CounterDeltas>>> {
+        let Some(totals) = &self.totals else {
+            return Ok(None);
+        };
+        Ok(Some(totals.get(&0, 0)?.iter().copied().collect()))
+    }
+}
+
+/// Start counting: the run's totals are what the sums gain from now on (the scheduler attached
+/// just before, so its thread states cover the same run).
+pub fn attach(mut counting: TopdownCounting, kernel: &mut Loaded) -> anyhow::Result<Attached> {
+    let totals = match counting.per_function() {
+        Some(_) => Some(PerCpuArray::try_from(take_map(
+            &mut kernel.ebpf,
+            names::COUNTER_TOTALS,
+        )?)?),
+        None => None,
+    };
+    let mut source = RunCounting {
+        counting: None,
+        totals,
+    };
+    counting.start(source.read())?;
+    source.counting = Some(counting);
+    Ok(Attached {
+        source: Box::new(source),
+        doing: None,
+        note: None,
+    })
+}
+
+impl Source for RunCounting {
+    fn drain(&mut self, _flip: Flip, _wants: Wants, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
+        Ok(None)
+    }
+
+    /// The totals at the moment collection stopped (the last drains take time of their own).
+    fn stopping(&mut self) {
+        let sums = self.read();
+        self.counting = self.counting.take().map(|c| c.finish(sums));
+    }
+
+    fn finish(&mut self, _stopped_ns: u64, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
+        Ok(self.counting.take().map(|c| Batch::Counts(Box::new(c))))
     }
 }

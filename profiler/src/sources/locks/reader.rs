@@ -1,10 +1,12 @@
-//! Lock waits drained as they end (the agent's lock signal). At each drain every (lock, stack)
-//! record is taken out of the kernel's maps in one step (lookup-and-delete), so a drain holds
-//! exactly the waits that ended since the one before, and the maps never fill. The stacks the
-//! records name stay in their maps: waits still going and wakes not yet matched name them too.
-//! A stack is freed once nothing has named it for `IDLE_SWEEPS` sweeps; one reused after that
-//! gets the same id back (ids are hashes of the frames), so freeing costs nothing but a rare
-//! stack lost in the instant between a sweep's scan and its delete (counted, not hidden).
+//! The one reader of lock records, for every lock source and every product. A run reads the
+//! records once, at the end (`Reading::AtEnd`). `top` and the agent take them out at every drain
+//! (`Reading::Drained`): every (lock, stack) record is taken out of the kernel's maps in one
+//! step (lookup-and-delete), so a drain holds exactly the waits that ended since the one before,
+//! and the maps never fill. The stacks the records name stay in their maps: waits still going
+//! and wakes not yet matched name them too. A stack is freed once nothing has named it for
+//! `IDLE_SWEEPS` sweeps; one reused after that gets the same id back (ids are hashes of the
+//! frames), so freeing costs nothing but a rare stack lost in the instant between a sweep's scan
+//! and its delete (counted, not hidden).
 use std::collections::HashMap;
 
 use aya::{
@@ -12,13 +14,17 @@ use aya::{
     Ebpf,
 };
 use profiler_common::{
-    lock::{stack, LastWake, LockId, LockKey, LockTime, Waiting},
+    lock::{stack, LastWake, LockId, LockKey, LockState, LockTime, Waiting},
     names,
     unwind::UserStack,
 };
 
-use super::{record_stacks, LockCollection, LockRecord, Role};
-use crate::{collect::take_entry, process::Processes, profile::StackRead};
+use super::{DrainedRecord, Holds, LockBatch, LockRecord, Role};
+use crate::{
+    collect::{read_stack, read_unwound, take_entry},
+    process::Processes,
+    profile::StackRead,
+};
 
 /// Drains between sweeps of the stack maps (a sweep reads every wait in flight and every
 /// remembered wake: a few thousand entries on a busy machine).
@@ -53,20 +59,6 @@ impl StackMap {
     }
 }
 
-/// One record taken out of the kernel's maps, with its stacks as read then.
-#[derive(Clone, Debug)]
-pub struct DrainedRecord {
-    pub record: LockRecord,
-    pub user: StackRead,
-    pub kernel: StackRead,
-}
-
-impl DrainedRecord {
-    pub fn add_to(&self, collection: &mut LockCollection, procs: &Processes) {
-        collection.add_merged(self.record.clone(), self.user.clone(), self.kernel.clone(), procs);
-    }
-}
-
 /// What a lock drain saw go wrong, cumulative.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DrainHealth {
@@ -82,12 +74,29 @@ pub struct DrainHealth {
     pub stacks_stored: u64,
 }
 
-/// The futex source's maps, drained at every tick.
-pub struct LockDrain {
+/// How a lock source's records are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reading {
+    /// Once, at the end, as they stand (a run: its maps only grow, and no update can be lost
+    /// to a concurrent delete).
+    AtEnd,
+    /// Taken out at every drain (`top`, the agent): each drain holds exactly the waits that
+    /// ended since the last, the maps never fill, unnamed stacks are swept.
+    Drained,
+}
+
+/// The lock programs' maps: the one reader of lock records, for run, `top` and the agent.
+pub struct LockReader {
+    reading: Reading,
     waiters: Map,
     holders: Map,
     stacks: StackTraceMap<MapData>,
     user_stacks: BpfHashMap<MapData, u32, UserStack>,
+    /// pthread source: per lock, its holds (empty for the other sources).
+    states: BpfHashMap<MapData, LockId, LockState>,
+    /// Futex source: the thread whose exit each `clear_child_tid` futex stands for.
+    joinable: BpfHashMap<MapData, LockId, u32>,
+    /// Futex source: the waits in flight and the last wake of each lock (what the sweeps keep).
     waiting: BpfHashMap<MapData, u32, Waiting>,
     wakes: BpfHashMap<MapData, LockId, LastWake>,
     /// Per stack, the sweep that last saw it named.
@@ -109,14 +118,17 @@ fn keys_and_data(map: &Map) -> anyhow::Result<(Vec<LockKey>, &MapData)> {
     }
 }
 
-impl LockDrain {
-    pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
+impl LockReader {
+    pub fn take(ebpf: &mut Ebpf, reading: Reading) -> anyhow::Result<Self> {
         let mut take = |name: &str| crate::collect::take_map(ebpf, name);
-        Ok(LockDrain {
+        Ok(LockReader {
+            reading,
             waiters: take(names::LOCK_WAITERS)?,
             holders: take(names::LOCK_HOLDERS)?,
             stacks: StackTraceMap::try_from(take(names::LOCK_STACKS)?)?,
             user_stacks: BpfHashMap::try_from(take(names::LOCK_USER_STACKS)?)?,
+            states: BpfHashMap::try_from(take(names::LOCK_STATES)?)?,
+            joinable: BpfHashMap::try_from(take(names::LOCK_JOINABLE)?)?,
             waiting: BpfHashMap::try_from(take(names::LOCK_WAITING)?)?,
             wakes: BpfHashMap::try_from(take(names::LOCK_WAKES)?)?,
             named: HashMap::new(),
@@ -126,8 +138,70 @@ impl LockDrain {
         })
     }
 
-    /// The waits that ended since the last drain, and the wakes that ended them.
-    pub fn drain(&mut self, procs: &mut Processes) -> Vec<DrainedRecord> {
+    pub fn reading(&self) -> Reading {
+        self.reading
+    }
+
+    /// Everything recorded, as it stands (`Reading::AtEnd`): every (lock, stack) record, the
+    /// holds of the locks followed, the threads joins wait for. Processes whose stacks fall
+    /// outside their captured map are captured again first (they may have loaded a library).
+    pub fn read_all(&self, procs: &mut Processes) -> LockBatch {
+        let mut records = Vec::new();
+        for (map, role) in [(&self.waiters, Role::Waiter), (&self.holders, Role::Holder)] {
+            let Ok(map) = BpfHashMap::<&MapData, LockKey, LockTime>::try_from(map) else {
+                continue;
+            };
+            for (key, time) in map.iter().filter_map(Result::ok) {
+                let (user, kernel) = record_stacks(&key, &self.stacks, &self.user_stacks, procs);
+                records.push(DrainedRecord {
+                    record: LockRecord::of(&key, role, time),
+                    user,
+                    kernel,
+                });
+            }
+        }
+        let mut holds = HashMap::new();
+        for (id, state) in self.states.iter().filter_map(Result::ok) {
+            if state.holds > 0 {
+                let hold = Holds {
+                    holds: state.holds,
+                    total_hold_ns: state.hold_total_ns,
+                    max_hold_ns: state.hold_max_ns,
+                    avg_hold_ns: state.hold_total_ns / state.holds,
+                };
+                holds.insert((id.tgid, id.uaddr, state.instance), hold);
+            }
+        }
+        LockBatch {
+            records,
+            holds,
+            joinable: Some(self.joinable()),
+            health: self.health,
+        }
+    }
+
+    /// Per (pid, address) of a thread's `clear_child_tid`, that thread.
+    fn joinable(&self) -> HashMap<(u32, u64), u32> {
+        self.joinable
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(id, tid)| ((id.tgid, id.uaddr), tid))
+            .collect()
+    }
+
+    /// `Reading::Drained`: the waits that ended since the last drain, and the wakes that ended
+    /// them; with the threads joins wait for when asked (`current`).
+    pub fn drain(&mut self, current: bool, procs: &mut Processes) -> LockBatch {
+        LockBatch {
+            records: self.take_records(procs),
+            holds: HashMap::new(),
+            joinable: current.then(|| self.joinable()),
+            health: self.health,
+        }
+    }
+
+    /// Each (lock, stack) record taken out of the kernel's maps in one step.
+    fn take_records(&mut self, procs: &mut Processes) -> Vec<DrainedRecord> {
         self.drains += 1;
         let mut drained = Vec::new();
         for role in [Role::Waiter, Role::Holder] {
@@ -224,131 +298,21 @@ impl LockDrain {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use prost::Message as _;
-
-    use super::*;
-    use crate::{
-        cli::{LockSource, Waits},
-        modes::lock::build,
-        profile::Health,
-        report::pprof::{self, proto},
-        symbolize::Symbols,
+/// A record's (user, kernel) stacks, from the map its `stack_kind` names. A process whose user
+/// stack falls outside its captured map is captured again first (it may have loaded a library).
+fn record_stacks(
+    key: &LockKey,
+    stacks: &StackTraceMap<MapData>,
+    user_stacks: &BpfHashMap<MapData, u32, UserStack>,
+    procs: &mut Processes,
+) -> (StackRead, StackRead) {
+    let (user, kernel) = match key.stack_kind {
+        stack::USER_FP => (read_stack(stacks, key.stack_id), StackRead::Absent),
+        stack::USER_UNWOUND => (read_unwound(user_stacks, key.stack_id), StackRead::Absent),
+        _ => (StackRead::Absent, read_stack(stacks, key.stack_id)),
     };
-
-    fn drained(role: Role, ips: &[u64], (count, total_ns, max_ns): (u64, u64, u64)) -> DrainedRecord {
-        DrainedRecord {
-            record: LockRecord {
-                pid: 7,
-                exec_generation: 0,
-                address: 0x1000,
-                instance: 0,
-                flags: 0,
-                role,
-                time: LockTime {
-                    count,
-                    total_ns,
-                    max_ns,
-                },
-            },
-            user: StackRead::Frames(ips.to_vec()),
-            kernel: StackRead::Absent,
-        }
+    if let StackRead::Frames(ips) = &user {
+        let _ = procs.refresh_unless_covered(key.tgid, key.exec_generation, ips);
     }
-
-    /// Two drains see the same lock and waiting stack: one record with both drains' waits, as
-    /// one sample of Go's mutex profile; another stack and the releasing stack stay apart.
-    #[test]
-    fn drains_merge_by_lock_and_stack_into_one_mutex_profile_sample_each() {
-        let procs = Processes::new();
-        let mut window = LockCollection::default();
-        let first = [drained(Role::Waiter, &[0x10, 0x20], (2, 300, 200))];
-        let second = [
-            drained(Role::Waiter, &[0x10, 0x20], (1, 100, 150)),
-            drained(Role::Waiter, &[0x30], (1, 50, 50)),
-            drained(Role::Holder, &[0x40], (3, 450, 0)),
-        ];
-        for record in first.iter().chain(&second) {
-            record.add_to(&mut window, &procs);
-        }
-        assert_eq!(window.records.len(), 3);
-        assert_eq!(
-            window.records[0].time,
-            LockTime {
-                count: 3,
-                total_ns: 400,
-                max_ns: 200
-            }
-        );
-        let weight_of = |tid: u32| -> u64 {
-            window
-                .stacks
-                .stacks
-                .iter()
-                .filter(|(k, _)| k.tid == tid)
-                .map(|(_, n)| n)
-                .sum()
-        };
-        assert_eq!((weight_of(0), weight_of(1), weight_of(2)), (400, 50, 450));
-
-        let meta = crate::report::tests::sample_report().meta;
-        let report = build(
-            meta,
-            LockSource::Futex,
-            Waits::All,
-            Health::default(),
-            &window,
-            &Symbols::default(),
-            &procs,
-        );
-        assert_eq!(report.locks.len(), 1);
-        let lock = &report.locks[0];
-        assert_eq!(
-            (lock.contentions, lock.total_wait_ns, lock.max_wait_ns),
-            (4, 450, 200)
-        );
-        assert_eq!(
-            (lock.waiters.len(), lock.holders.len(), lock.unattributed_wait_ns),
-            (2, 1, 0)
-        );
-
-        let profile = pprof::lock_profile(&report, &|_| vec![("executable", "/bin/server".to_string())]);
-        let profile = proto::Profile::decode(&*profile.encode_to_vec()).unwrap();
-        let text = |i: i64| profile.string_table[i as usize].as_str();
-        let types: Vec<(&str, &str)> = profile
-            .sample_type
-            .iter()
-            .map(|t| (text(t.r#type), text(t.unit)))
-            .collect();
-        assert_eq!(types, [("contentions", "count"), ("delay", "nanoseconds")]);
-        assert_eq!(
-            profile.sample.len(),
-            2,
-            "one sample per waiting stack; holders are not waits"
-        );
-        let values: Vec<&[i64]> = profile.sample.iter().map(|s| &s.value[..]).collect();
-        assert_eq!(values, [&[3, 400][..], &[1, 50][..]]);
-        for sample in &profile.sample {
-            let labels: HashMap<&str, &str> = sample
-                .label
-                .iter()
-                .filter(|l| l.str != 0)
-                .map(|l| (text(l.key), text(l.str)))
-                .collect();
-            assert_eq!(labels["lock"], "0x1000");
-            assert_eq!(labels["lock_kind"], "futex");
-            assert_eq!(labels["wait_class"], "waiting");
-            assert_eq!(labels["executable"], "/bin/server");
-            assert!(sample.label.iter().any(|l| text(l.key) == "pid" && l.num == 7));
-            assert!(
-                sample.label.iter().all(|l| text(l.key) != "tid"),
-                "no thread: records are per process"
-            );
-            // The lock is the leaf.
-            let leaf = &profile.location[sample.location_id[0] as usize - 1];
-            let function = &profile.function[leaf.line[0].function_id as usize - 1];
-            assert_eq!(text(function.name), "[lock 0x1000]");
-        }
-    }
+    (user, kernel)
 }

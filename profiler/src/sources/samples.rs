@@ -1,0 +1,304 @@
+//! CPU samples: the sampling program on a perf event of every CPU records each sample's stacks
+//! into the epoch's slot, with the deltas of the counters it reads at each sample (`--counter`,
+//! topdown per function); drained at each flip.
+use std::{
+    os::fd::{AsFd as _, AsRawFd as _},
+    path::Path,
+};
+
+use anyhow::Context as _;
+use aya::{
+    maps::{HashMap as BpfHashMap, MapData, StackTraceMap},
+    programs::{
+        perf_event::{HardwareEvent, PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
+        PerfEvent, ProgramError, RawTracePoint,
+    },
+    Ebpf,
+};
+use profiler_common::{
+    names, unwind::UserStack, BuildIdKey, BuildIdStack, CounterDeltas, SampleKey, SampleValue,
+};
+
+use super::{AttachContext, Attached, Batch, Source, Wants};
+use crate::{
+    bpf::{map_update, LoadOptions, Loaded},
+    cli::Event,
+    collect::{clear_stacks, comm_string, object_offsets, read_stack, read_unwound, take_map, Flip},
+    counters::{
+        counting::{Counting, CountingError, Scope},
+        events::{self, EventSpec, Pmu, Source as EventSource},
+    },
+    error::UserError,
+    process::Processes,
+    profile::RawSample,
+};
+
+/// What is sampled, and what is read at each sample.
+pub struct Spec {
+    pub event: Event,
+    pub frequency_hz: u64,
+    /// Counters whose deltas each sample carries, opened as one group per CPU when `group`.
+    pub counters: Vec<EventSpec>,
+    pub group: bool,
+    /// The CPU's core PMU, for the counters' hardware events (sysfs's description).
+    pub core: Option<Pmu>,
+}
+
+impl Spec {
+    pub fn needs(&self, options: &mut LoadOptions<'_>) {
+        options.use_maps(names::SAMPLES.iter().chain(&names::STACKS));
+        if !self.counters.is_empty() {
+            options.use_maps(names::DELTAS.iter().chain([&names::PENDING_DELTAS]));
+            options.counters = self.counters.len() as u32;
+        }
+        if options.unwind_tables {
+            options.use_maps(names::USER_STACKS.iter().chain(&names::BUILD_ID_STACKS));
+            options.use_maps(&names::UNWIND_TABLES);
+        }
+    }
+
+    pub fn attach(self, kernel: &mut Loaded, context: &AttachContext<'_>) -> anyhow::Result<Attached> {
+        let maps = SampleMaps::take(&mut kernel.ebpf, !self.counters.is_empty())?;
+        if context.unwind_tables {
+            let program: &mut PerfEvent = kernel.program(names::PROG_UNWIND)?;
+            program.load().context("loading the stack unwinding program")?;
+            kernel.install_walker(names::PROG_UNWIND, names::UNWIND_PROGRAMS)?;
+        }
+        // The sampler opens before the counters read at each sample: created first, it is
+        // scheduled first, so a cycles sampler takes the PMU's dedicated cycle counter where
+        // there is one, and the counters share the general-purpose ones.
+        attach_sampling(kernel, self.event, self.frequency_hz)?;
+        if !self.counters.is_empty() {
+            let core = self
+                .core
+                .clone()
+                .or_else(|| Pmu::core(Path::new(events::SYSFS_PMUS)));
+            open_counters(kernel, &self.counters, self.group, core.as_ref())?;
+        }
+        Ok(Attached {
+            source: Box::new(maps),
+            doing: Some(format!(
+                "sampling at {} Hz ({})",
+                self.frequency_hz,
+                self.event.name()
+            )),
+            note: None,
+        })
+    }
+}
+
+/// One sampling event per online CPU.
+fn attach_sampling(kernel: &mut Loaded, event: Event, frequency_hz: u64) -> anyhow::Result<()> {
+    let (config, policy) = match event {
+        // The software clock counts nanoseconds: a fixed period is exact and needs no warm-up.
+        Event::CpuClock => (
+            PerfEventConfig::Software(SoftwareEvent::CpuClock),
+            SamplePolicy::Period(1_000_000_000 / frequency_hz),
+        ),
+        Event::Cycles => (
+            PerfEventConfig::Hardware(HardwareEvent::CpuCycles),
+            SamplePolicy::Frequency(frequency_hz),
+        ),
+        Event::Instructions => (
+            PerfEventConfig::Hardware(HardwareEvent::Instructions),
+            SamplePolicy::Frequency(frequency_hz),
+        ),
+    };
+    let program: &mut PerfEvent = kernel.program(names::PROG_SAMPLE)?;
+    program.load().context("loading the sampling program")?;
+    for cpu in crate::counters::cpu::online_ids()? {
+        if let Err(err) = program.attach(config, PerfEventScope::AllProcessesOneCpu { cpu }, policy, false) {
+            if event != Event::CpuClock && is_missing_pmu(&err) {
+                return Err(UserError::NoPmu {
+                    event: event.name().to_string(),
+                }
+                .into());
+            }
+            return Err(err).with_context(|| format!("opening the {} event on CPU {cpu}", event.name()));
+        }
+    }
+    Ok(())
+}
+
+/// perf_event_open's answers when there is no hardware PMU for the event.
+fn is_missing_pmu(err: &ProgramError) -> bool {
+    let ProgramError::SyscallError(syscall) = err else {
+        return false;
+    };
+    matches!(
+        syscall.io_error.raw_os_error(),
+        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) | Some(libc::EINVAL)
+    )
+}
+
+/// Open `events` on every CPU (one group per CPU when `group`) and hand them to the sampling
+/// program, which reads them at each sample; they stay open as long as the programs.
+fn open_counters(
+    kernel: &mut Loaded,
+    events: &[EventSpec],
+    group: bool,
+    core: Option<&Pmu>,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        events.len() <= names::COUNTER_READERS.len(),
+        "at most {} counters per sample",
+        names::COUNTER_READERS.len()
+    );
+    let counting = Counting::start(
+        events,
+        group,
+        core,
+        &Scope::Cpus(crate::counters::cpu::online_ids()?),
+    )
+    .map_err(|e| match e {
+        CountingError::Unsupported { event, .. }
+            if events
+                .iter()
+                .any(|s| s.name == event && !matches!(s.source, EventSource::Software(_))) =>
+        {
+            anyhow::Error::from(UserError::NoPmu { event })
+        }
+        e => e.into(),
+    })?;
+    for (cpu, fds) in counting.per_cpu() {
+        for (slot, fd) in fds.iter().enumerate() {
+            let name = names::COUNTER_READERS[slot];
+            let map = kernel
+                .ebpf
+                .map(name)
+                .with_context(|| format!("map {name} missing"))?;
+            let aya::maps::Map::PerfEventArray(data) = map else {
+                anyhow::bail!("map {name} is not a perf event array");
+            };
+            map_update(data.fd().as_fd(), cpu, fd.as_raw_fd() as u32)
+                .with_context(|| format!("handing the {} counter of CPU {cpu} to BPF", events[slot].name))?;
+        }
+    }
+    kernel.hold(counting);
+    // The counters are per CPU: a fresh baseline at every context switch keeps each sample's
+    // interval to the sampled thread's own time.
+    let program: &mut RawTracePoint = kernel.program(names::PROG_COUNTER_SWITCH)?;
+    program
+        .load()
+        .with_context(|| format!("loading {}", names::PROG_COUNTER_SWITCH))?;
+    program
+        .attach("sched_switch")
+        .context("attaching the counter baseline to the raw tracepoint sched_switch")?;
+    Ok(())
+}
+
+/// The kernel maps of the sampling program.
+pub struct SampleMaps {
+    samples: [BpfHashMap<MapData, SampleKey, SampleValue>; 2],
+    stacks: [StackTraceMap<MapData>; 2],
+    /// Counter deltas, when the sampling program reads counters.
+    deltas: Option<[BpfHashMap<MapData, SampleKey, CounterDeltas>; 2]>,
+    /// Table-unwound user stacks (empty unless tables are in use).
+    user_stacks: [BpfHashMap<MapData, u32, UserStack>; 2],
+    /// Frame-pointer stacks the kernel also resolved by build ID (with tables in use).
+    build_ids: [BpfHashMap<MapData, BuildIdKey, BuildIdStack>; 2],
+}
+
+impl SampleMaps {
+    fn take(ebpf: &mut Ebpf, with_deltas: bool) -> anyhow::Result<Self> {
+        let mut take = |name: &str| take_map(ebpf, name);
+        let mut pair = |names: [&str; 2]| -> anyhow::Result<[aya::maps::Map; 2]> {
+            Ok([take(names[0])?, take(names[1])?])
+        };
+        let [s0, s1] = pair(names::SAMPLES)?;
+        let [k0, k1] = pair(names::STACKS)?;
+        let [u0, u1] = pair(names::USER_STACKS)?;
+        let [b0, b1] = pair(names::BUILD_ID_STACKS)?;
+        let deltas = match with_deltas {
+            true => {
+                let [d0, d1] = pair(names::DELTAS)?;
+                Some([BpfHashMap::try_from(d0)?, BpfHashMap::try_from(d1)?])
+            }
+            false => None,
+        };
+        Ok(Self {
+            samples: [BpfHashMap::try_from(s0)?, BpfHashMap::try_from(s1)?],
+            stacks: [StackTraceMap::try_from(k0)?, StackTraceMap::try_from(k1)?],
+            deltas,
+            user_stacks: [BpfHashMap::try_from(u0)?, BpfHashMap::try_from(u1)?],
+            build_ids: [BpfHashMap::try_from(b0)?, BpfHashMap::try_from(b1)?],
+        })
+    }
+
+    /// Everything recorded in one epoch slot, which is left empty.
+    fn drain_slot(&mut self, slot: usize) -> anyhow::Result<Vec<RawSample>> {
+        let mut deltas = std::collections::HashMap::new();
+        if let Some(maps) = &mut self.deltas {
+            let keys: Vec<SampleKey> = maps[slot].keys().collect::<Result<_, _>>()?;
+            for key in keys {
+                if let Ok(value) = maps[slot].get(&key, 0) {
+                    deltas.insert(key, value);
+                }
+                let _ = maps[slot].remove(&key);
+            }
+        }
+        let mut objects = std::collections::HashMap::new();
+        let keys: Vec<BuildIdKey> = self.build_ids[slot].keys().collect::<Result<_, _>>()?;
+        for key in keys {
+            if let Ok(stack) = self.build_ids[slot].get(&key, 0) {
+                objects.insert((key.tgid, key.stack_id), object_offsets(&stack));
+            }
+            let _ = self.build_ids[slot].remove(&key);
+        }
+        let keys: Vec<SampleKey> = self.samples[slot].keys().collect::<Result<_, _>>()?;
+        let mut out = Vec::with_capacity(keys.len());
+        for key in keys {
+            let Ok(value) = self.samples[slot].get(&key, 0) else {
+                continue;
+            };
+            let _ = self.samples[slot].remove(&key);
+            out.push(RawSample {
+                pid: key.tgid,
+                tid: key.tid,
+                comm: comm_string(&key.comm),
+                user: match key.user_unwound {
+                    0 => read_stack(&self.stacks[slot], key.user_stack_id),
+                    _ => read_unwound(&self.user_stacks[slot], key.user_stack_id),
+                },
+                kernel: read_stack(&self.stacks[slot], key.kernel_stack_id),
+                count: value.count,
+                exec_generation: key.exec_generation,
+                deltas: deltas.remove(&key).unwrap_or_default(),
+                user_objects: match (key.user_unwound, u32::try_from(key.user_stack_id)) {
+                    (0, Ok(id)) => objects.get(&(key.tgid, id)).cloned().unwrap_or_default(),
+                    _ => Vec::new(),
+                },
+            });
+        }
+        clear_stacks(&mut self.stacks[slot], &mut self.user_stacks[slot]);
+        Ok(out)
+    }
+}
+
+impl Source for SampleMaps {
+    fn drain(&mut self, flip: Flip, _wants: Wants, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
+        Ok(Some(Batch::Samples(self.drain_slot(flip.slot)?)))
+    }
+}
+
+/// Recorded batches of samples played back, for tests of everything after collection.
+#[cfg(test)]
+pub struct Replay {
+    batches: std::collections::VecDeque<Vec<RawSample>>,
+}
+
+#[cfg(test)]
+impl Replay {
+    pub fn new(batches: Vec<Vec<RawSample>>) -> Self {
+        Replay {
+            batches: batches.into(),
+        }
+    }
+}
+
+#[cfg(test)]
+impl Source for Replay {
+    fn drain(&mut self, _flip: Flip, _wants: Wants, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
+        Ok(Some(Batch::Samples(self.batches.pop_front().unwrap_or_default())))
+    }
+}

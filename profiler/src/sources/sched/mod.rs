@@ -1,0 +1,447 @@
+//! The scheduler: raw tracepoints on wake-ups and switches keep each thread's run-queue waits,
+//! time on and off a CPU and where it went to sleep; slow waits come through a ring with who
+//! woke the thread and who held its CPU. Drained at each flip into a [`SchedBatch`]: the off-CPU
+//! time of the interval, threads that exited, slow waits, a heatmap column, and (when asked) the
+//! live threads' records so far.
+use anyhow::Context as _;
+use aya::{
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues, RingBuf, StackTraceMap},
+    programs::RawTracePoint,
+    Ebpf,
+};
+use profiler_common::{
+    names, offcpu_stacks, unwind::UserStack, ExitedKey, OffCpuTime, SampleKey, SlowEvent, TaskOffsets,
+    TaskSched, BEGAN_EARLIER, HEAT_BUCKETS,
+};
+
+mod offcpu;
+mod records;
+
+use records::{add_quiet_threads, name_or_proc};
+pub use records::{keep_longest, OpenState, SlowRecord, TaskRecord, SLOW_EVENTS_KEPT};
+
+use offcpu::{Asleep, SleepsInFlight, SlotStacks};
+
+use super::{AttachContext, Attached, Batch, Source, Wants};
+use crate::{
+    bpf::{LoadOptions, Loaded},
+    cli::OffCpuStacks,
+    collect::{clear_stacks, comm_string, monotonic_ns, read_stack, read_unwound, Flip},
+    error::UserError,
+    process::Processes,
+    profile::{Health, RawSample, StackRead},
+};
+
+/// What the scheduler is asked to keep.
+pub struct Spec {
+    /// Waits at least this long are sent one by one (`u64::MAX`: none).
+    pub slow_threshold_ns: u64,
+    /// Which stacks record where threads go to sleep.
+    pub offcpu_stacks: OffCpuStacks,
+    /// Where the running kernel keeps the `task_struct` fields the programs read: from its
+    /// BTF, by `prepare` (before anything is loaded: missing BTF is the first thing said).
+    pub offsets: Option<TaskOffsets>,
+}
+
+impl Spec {
+    pub fn new(slow_threshold_ns: u64, offcpu_stacks: OffCpuStacks) -> Spec {
+        Spec {
+            slow_threshold_ns,
+            offcpu_stacks,
+            offsets: None,
+        }
+    }
+
+    pub fn prepare(&mut self) -> Result<(), UserError> {
+        self.offsets = Some(task_offsets()?);
+        Ok(())
+    }
+
+    /// Off-CPU user stacks are walked through unwind tables.
+    fn walks_tables(&self, unwind_tables: bool) -> bool {
+        unwind_tables && self.offcpu_stacks != OffCpuStacks::None
+    }
+
+    pub fn needs(&self, options: &mut LoadOptions<'_>) {
+        options.use_maps([&names::TASK_STATS, &names::EXITED]);
+        options.use_maps(names::OFFCPU.iter().chain(&names::OFFCPU_STACKS));
+        if self.walks_tables(options.unwind_tables) {
+            options.use_maps(&names::OFFCPU_USER_STACKS);
+            options.use_maps(&names::UNWIND_TABLES);
+        }
+        options.task_offsets = self.offsets.unwrap_or_default();
+        options.slow_threshold_ns = self.slow_threshold_ns;
+        options.offcpu_stacks = match self.offcpu_stacks {
+            OffCpuStacks::None => offcpu_stacks::NONE,
+            OffCpuStacks::Auto => offcpu_stacks::AUTO,
+            OffCpuStacks::All => offcpu_stacks::ALL,
+        };
+    }
+
+    /// Its records cover the run from now on: the targets' threads of this moment are
+    /// remembered (one that never switches is still part of the answer).
+    pub fn attach(self, kernel: &mut Loaded, context: &AttachContext<'_>) -> anyhow::Result<Attached> {
+        let maps = SchedMaps::take(&mut kernel.ebpf)?;
+        if self.walks_tables(context.unwind_tables) {
+            let program: &mut RawTracePoint = kernel.program(names::PROG_UNWIND_OFFCPU)?;
+            program
+                .load()
+                .context("loading the off-CPU stack unwinding program")?;
+            kernel.install_walker(names::PROG_UNWIND_OFFCPU, names::OFFCPU_UNWIND_PROGRAMS)?;
+        }
+        let threads_at_start = context
+            .pids
+            .iter()
+            .flat_map(|&pid| {
+                crate::process::threads_of(pid)
+                    .into_iter()
+                    .map(move |tid| (pid, tid))
+            })
+            .collect();
+        let source = SchedSource {
+            maps,
+            sleeps: SleepsInFlight::default(),
+            started_ns: monotonic_ns(),
+            threads_at_start,
+            slow_seen: 0,
+        };
+        for (prog, event) in [
+            (names::PROG_WAKEUP, "sched_wakeup"),
+            (names::PROG_WAKEUP_NEW, "sched_wakeup_new"),
+            (names::PROG_SWITCH, "sched_switch"),
+        ] {
+            let program: &mut RawTracePoint = kernel.program(prog)?;
+            program.load().with_context(|| format!("loading {prog}"))?;
+            program
+                .attach(event)
+                .with_context(|| format!("attaching to the raw tracepoint {event}"))?;
+        }
+        Ok(Attached {
+            source: Box::new(source),
+            doing: Some("tracing the scheduler".to_string()),
+            note: self
+                .offsets
+                .is_some_and(|o| !o.kernel_accounting())
+                .then(|| TRACEPOINT_CLOCKS_NOTE.to_string()),
+        })
+    }
+}
+
+/// Where the running kernel keeps the `task_struct` fields the raw sched tracepoints read.
+pub fn task_offsets() -> Result<TaskOffsets, UserError> {
+    let no_btf = |reason: String| UserError::NoBtf(reason);
+    let path = crate::btf::kernel_btf_path();
+    let btf = crate::btf::Btf::from_file(&path).map_err(|e| no_btf(format!("{e:#}")))?;
+    let field = |name: &str| {
+        btf.member_offset("task_struct", name)
+            .ok_or_else(|| no_btf(format!("task_struct has no field `{name}` in {}", path.display())))
+    };
+    let switch_params = btf
+        .fn_pointer_params("btf_trace_sched_switch")
+        .ok_or_else(|| no_btf("the kernel's BTF does not describe the sched_switch tracepoint".into()))?;
+    let nested = |outer: &str, inner_type: &str, inner: &str| {
+        Some(btf.member_offset("task_struct", outer)? + btf.member_offset(inner_type, inner)?)
+    };
+    let (sched_info, sum_exec_runtime) = match (
+        nested("sched_info", "sched_info", "pcount"),
+        nested("sched_info", "sched_info", "run_delay"),
+        nested("se", "sched_entity", "sum_exec_runtime"),
+    ) {
+        // The tests' and benchmarks' way to run the fallback on a kernel that has the fields.
+        _ if std::env::var_os("BPFPROF_TRACEPOINT_CLOCKS").is_some() => (0, 0),
+        // Read as one `SchedInfoHead`, as every kernel since 2.6 lays them out.
+        (Some(pcount), Some(run_delay), Some(sum_exec_runtime)) if run_delay == pcount + 8 => {
+            (pcount, sum_exec_runtime)
+        }
+        _ => (0, 0),
+    };
+    Ok(TaskOffsets {
+        pid: field("pid")?,
+        comm: field("comm")?,
+        // `state` became `__state` in 5.14.
+        state: field("__state").or_else(|_| field("state"))?,
+        // The probe's data pointer, preempt, prev, next[, prev_state (5.18 and later)].
+        switch_has_state_arg: u32::from(switch_params >= 5),
+        sched_info,
+        sum_exec_runtime,
+        tgid: field("tgid")?,
+        _pad: 0,
+    })
+}
+
+/// What a report says when the kernel's own run-queue and CPU accounting cannot be read.
+pub const TRACEPOINT_CLOCKS_NOTE: &str = "run-queue delay and running time are timed at the scheduler \
+     tracepoints (a few microseconds from the kernel's own figures per switch): this kernel's BTF has no \
+     task_struct.sched_info.pcount and run_delay or se.sum_exec_runtime (CONFIG_SCHED_INFO off?)";
+
+/// One drain of the scheduler's records.
+#[derive(Default)]
+pub struct SchedBatch {
+    /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when tracing began.
+    pub started_ns: u64,
+    /// The interval's off-CPU time by stack, in ns, with the sleeps that ended as counter 0.
+    pub offcpu: Vec<RawSample>,
+    /// Threads that exited during the interval.
+    pub exited: Vec<TaskRecord>,
+    /// Slow waits reported since the last drain.
+    pub slow: Vec<SlowRecord>,
+    /// The interval's heatmap column (waits per bucket); none at the end.
+    pub heat: Option<Vec<u64>>,
+    /// Every live thread's record so far: when asked (`Wants::current`), and at the end (then
+    /// with the state each was still in, and the threads that never switched).
+    pub live: Option<Vec<TaskRecord>>,
+    /// Sleeps whose stacks were gone before they could be kept across a flip, so far.
+    pub offcpu_stacks_lost: u64,
+    /// Sleeps being carried across flips now.
+    pub sleeps_carried: u64,
+}
+
+/// The scheduler's maps, and what it carries from one drain to the next.
+pub struct SchedSource {
+    maps: SchedMaps,
+    sleeps: SleepsInFlight,
+    started_ns: u64,
+    /// The targets' threads when tracing began, as (pid, tid): any of them without a single
+    /// scheduler event by the end spent the whole run in one state (see `add_quiet_threads`).
+    threads_at_start: Vec<(u32, u32)>,
+    /// Slow waits reported so far.
+    slow_seen: u64,
+}
+
+impl SchedSource {
+    fn batch(&self) -> SchedBatch {
+        SchedBatch {
+            started_ns: self.started_ns,
+            offcpu_stacks_lost: self.sleeps.stacks_lost,
+            sleeps_carried: self.sleeps.kept() as u64,
+            ..SchedBatch::default()
+        }
+    }
+}
+
+impl Source for SchedSource {
+    /// After `flip`: slow waits, a heatmap column, exited tasks, and the off-CPU time of the
+    /// interval that ended.
+    fn drain(&mut self, flip: Flip, wants: Wants, procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
+        let slow = self.maps.read_slow();
+        self.slow_seen += slow.len() as u64;
+        let (heat, exited) = self.maps.drain(flip.slot)?;
+        if !self.threads_at_start.is_empty() && !exited.is_empty() {
+            // An exit is an event: such a thread was not quiet.
+            let gone: std::collections::HashSet<u32> = exited.iter().map(|t| t.tid).collect();
+            self.threads_at_start.retain(|(_, tid)| !gone.contains(tid));
+        }
+        let offcpu = self.maps.drain_offcpu(flip, &mut self.sleeps, procs)?;
+        for sample in &offcpu {
+            if let StackRead::Frames(ips) = &sample.user {
+                let _ = procs.refresh_unless_covered(sample.pid, sample.exec_generation, ips);
+            }
+        }
+        Ok(Some(Batch::Sched(SchedBatch {
+            offcpu,
+            exited,
+            slow,
+            heat: Some(heat),
+            live: wants.current.then(|| self.maps.live_tasks()),
+            ..self.batch()
+        })))
+    }
+
+    /// The threads still alive at `stopped_ns`, each in the state it was still in, and the
+    /// targets' threads that never switched.
+    fn finish(&mut self, stopped_ns: u64, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
+        let mut live: Vec<TaskRecord> = (self.maps.tasks.iter().filter_map(Result::ok))
+            .map(|(_, task)| TaskRecord::from(&task).with_open_interval(&task, stopped_ns))
+            .collect();
+        let slow = self.maps.read_slow();
+        self.slow_seen += slow.len() as u64;
+        add_quiet_threads(&mut live, &self.threads_at_start, self.started_ns, stopped_ns);
+        Ok(Some(Batch::Sched(SchedBatch {
+            slow,
+            live: Some(live),
+            ..self.batch()
+        })))
+    }
+
+    fn add_health(&self, health: &mut Health) {
+        health.slow_events = self.slow_seen;
+    }
+}
+
+/// The kernel maps of the sched programs.
+struct SchedMaps {
+    tasks: BpfHashMap<MapData, u32, TaskSched>,
+    exited: BpfHashMap<MapData, ExitedKey, TaskSched>,
+    offcpu: [BpfHashMap<MapData, SampleKey, OffCpuTime>; 2],
+    stacks: [StackTraceMap<MapData>; 2],
+    /// Table-unwound user stacks (when the run walks tables).
+    user_stacks: [BpfHashMap<MapData, u32, UserStack>; 2],
+    heat: PerCpuArray<MapData, u64>,
+    slow: RingBuf<MapData>,
+}
+
+impl SchedMaps {
+    fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
+        let mut take = |name: &str| crate::collect::take_map(ebpf, name);
+        Ok(SchedMaps {
+            tasks: BpfHashMap::try_from(take(names::TASK_STATS)?)?,
+            exited: BpfHashMap::try_from(take(names::EXITED)?)?,
+            offcpu: [
+                BpfHashMap::try_from(take(names::OFFCPU[0])?)?,
+                BpfHashMap::try_from(take(names::OFFCPU[1])?)?,
+            ],
+            stacks: [
+                StackTraceMap::try_from(take(names::OFFCPU_STACKS[0])?)?,
+                StackTraceMap::try_from(take(names::OFFCPU_STACKS[1])?)?,
+            ],
+            user_stacks: [
+                BpfHashMap::try_from(take(names::OFFCPU_USER_STACKS[0])?)?,
+                BpfHashMap::try_from(take(names::OFFCPU_USER_STACKS[1])?)?,
+            ],
+            heat: PerCpuArray::try_from(take(names::HEAT)?)?,
+            slow: RingBuf::try_from(take(names::SLOW_EVENTS)?)?,
+        })
+    }
+
+    /// Once a second, after the epoch switched away from `old`: one heatmap column, and the
+    /// stats of the tasks that exited since.
+    fn drain(&mut self, old: usize) -> anyhow::Result<(Vec<u64>, Vec<TaskRecord>)> {
+        let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
+        let mut column = vec![0u64; HEAT_BUCKETS];
+        for (bucket, cell) in column.iter_mut().enumerate() {
+            let index = (old * HEAT_BUCKETS + bucket) as u32;
+            let values = self.heat.get(&index, 0)?;
+            *cell = values.iter().sum();
+            if *cell > 0 {
+                self.heat
+                    .set(index, PerCpuValues::try_from(vec![0u64; cpus])?, 0)?;
+            }
+        }
+        let keys: Vec<ExitedKey> = self.exited.keys().filter_map(Result::ok).collect();
+        let mut exited = Vec::with_capacity(keys.len());
+        for key in keys {
+            if let Ok(task) = self.exited.get(&key, 0) {
+                exited.push(TaskRecord::from(&task));
+            }
+            let _ = self.exited.remove(&key);
+        }
+        Ok((column, exited))
+    }
+
+    /// Every live task's record so far, read from the kernel (its current state left open):
+    /// totals that only grow, as the kernel settled them.
+    fn live_tasks(&self) -> Vec<TaskRecord> {
+        self.tasks
+            .iter()
+            .filter_map(Result::ok)
+            .map(|(_, task)| TaskRecord::from(&task))
+            .collect()
+    }
+
+    /// The slow events waiting in the ring buffer.
+    fn read_slow(&mut self) -> Vec<SlowRecord> {
+        let mut slow = Vec::new();
+        while let Some(item) = self.slow.next() {
+            if item.len() < std::mem::size_of::<SlowEvent>() {
+                continue;
+            }
+            // SAFETY: the ring carries only `SlowEvent`s, checked for length above.
+            let e: SlowEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
+            slow.push(SlowRecord {
+                pid: e.tgid,
+                tid: e.tid,
+                comm: comm_string(&e.comm),
+                cpu: (e.cpu != profiler_common::CPU_UNKNOWN).then_some(e.cpu),
+                delay_ns: e.delay_ns,
+                at_ns: e.at_ns,
+                waker: (e.waker.waker_tid != 0).then(|| {
+                    (
+                        e.waker.waker_tgid,
+                        e.waker.waker_tid,
+                        name_or_proc(&e.waker.waker_comm, e.waker.waker_tid),
+                    )
+                }),
+                holders: e
+                    .culprits
+                    .iter()
+                    .take(e.culprit_count as usize)
+                    .map(|run| {
+                        (
+                            run.tid,
+                            name_or_proc(&run.comm, run.tid),
+                            run.start_ns,
+                            run.end_ns,
+                        )
+                    })
+                    .collect(),
+            });
+        }
+        slow
+    }
+
+    /// The off-CPU time of the interval that ended at `flip` (see `offcpu`), leaving the slot
+    /// empty for the interval after next.
+    fn drain_offcpu(
+        &mut self,
+        flip: Flip,
+        sleeps: &mut SleepsInFlight,
+        procs: &Processes,
+    ) -> anyhow::Result<Vec<RawSample>> {
+        let slot = flip.slot;
+        let ended: Vec<(SampleKey, OffCpuTime)> = {
+            let map = &mut self.offcpu[slot];
+            let keys: Vec<SampleKey> = map.keys().filter_map(Result::ok).collect();
+            let mut ended = Vec::with_capacity(keys.len());
+            for key in keys {
+                if let Ok(time) = map.get(&key, 0) {
+                    ended.push((key, time));
+                }
+                let _ = map.remove(&key);
+            }
+            ended
+        };
+        // In this order: a sleep not seen asleep here has its record in the live slot already.
+        let asleep: Vec<Asleep> = self
+            .tasks
+            .iter()
+            .filter_map(Result::ok)
+            .filter(|(_, t)| t.offcpu.at_ns != 0)
+            .map(|(tid, t)| Asleep {
+                tid,
+                comm: t.comm,
+                start: t.offcpu,
+                woke_ns: (t.enqueued.at_ns != 0 && t.enqueued.at_ns >= t.offcpu.at_ns)
+                    .then_some(t.enqueued.at_ns),
+            })
+            .collect();
+        let ended_since: Vec<SampleKey> = self.offcpu[slot ^ 1]
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| k.user_unwound & BEGAN_EARLIER != 0)
+            .collect();
+        let stacks = SlotMaps {
+            stacks: &self.stacks[slot],
+            user_stacks: &self.user_stacks[slot],
+        };
+        let generation_of = |pid: u32| procs.current_generation(pid);
+        let out = sleeps.drain(flip, ended, &asleep, &ended_since, &stacks, &generation_of);
+        clear_stacks(&mut self.stacks[slot], &mut self.user_stacks[slot]);
+        Ok(out)
+    }
+}
+
+/// One slot's off-CPU stacks.
+struct SlotMaps<'a> {
+    stacks: &'a StackTraceMap<MapData>,
+    user_stacks: &'a BpfHashMap<MapData, u32, UserStack>,
+}
+
+impl SlotStacks for SlotMaps<'_> {
+    fn read(&self, key: &SampleKey) -> (StackRead, StackRead) {
+        let user = match key.user_unwound & 1 {
+            0 => read_stack(self.stacks, key.user_stack_id),
+            _ => read_unwound(self.user_stacks, key.user_stack_id),
+        };
+        (user, read_stack(self.stacks, key.kernel_stack_id))
+    }
+}
