@@ -7,6 +7,7 @@
 #[cfg(test)]
 extern crate std;
 
+pub mod health;
 pub mod lock;
 pub mod names;
 pub mod sampling;
@@ -14,6 +15,7 @@ pub mod sched;
 pub mod unwind;
 
 // The families' types at the root, where both sides have always found them.
+pub use health::*;
 pub use sampling::*;
 pub use sched::*;
 

@@ -1,81 +1,118 @@
-//! Names of maps and programs, used by both sides so a rename cannot silently break loading.
-pub const SAMPLES: [&str; 2] = ["SAMPLES_0", "SAMPLES_1"];
-pub const STACKS: [&str; 2] = ["STACKS_0", "STACKS_1"];
-pub const BUILD_ID_STACKS: [&str; 2] = ["BUILD_ID_STACKS_0", "BUILD_ID_STACKS_1"];
-pub const EPOCH: &str = "EPOCH";
-pub const TARGETS: &str = "TARGETS";
-/// aya-log's ring of the programs' log lines.
-pub const KERNEL_LOGS: &str = "AYA_LOGS";
-pub const COUNTERS: &str = "COUNTERS";
-pub const EVENTS: &str = "EVENTS";
-pub const SEEN: &str = "SEEN";
-pub const EXEC_GENERATIONS: &str = "EXEC_GENERATIONS";
-pub const PROG_SAMPLE: &str = "sample_stack";
-pub const PROG_FORK: &str = "follow_fork";
-pub const PROG_EXIT: &str = "forget_exit";
-pub const PROG_EXEC: &str = "announce_exec";
-pub const PROG_SWITCH: &str = "sched_switch";
-pub const PROG_COUNTER_SWITCH: &str = "counter_switch";
-pub const PROG_WAKEUP: &str = "sched_wakeup";
-pub const PROG_WAKEUP_NEW: &str = "sched_wakeup_new";
-pub const TASK_STATS: &str = "TASK_STATS";
-pub const EXITED: &str = "EXITED";
-pub const OFFCPU: [&str; 2] = ["OFFCPU_0", "OFFCPU_1"];
-pub const OFFCPU_STACKS: [&str; 2] = ["OFFCPU_STACKS_0", "OFFCPU_STACKS_1"];
-pub const HEAT: &str = "HEAT";
-pub const SLOW_EVENTS: &str = "SLOW_EVENTS";
-pub const G_TASK_OFFSETS: &str = "TASK_OFFSETS";
-pub const G_SLOW_NS: &str = "SLOW_THRESHOLD_NS";
-pub const G_OFFCPU_STACKS: &str = "OFFCPU_STACKS_ENABLED";
-pub const G_COUNTERS: &str = "COUNTERS_IN_USE";
-pub const G_UNWIND: &str = "UNWIND_ENABLED";
-pub const G_NVCSW: &str = "TASK_NVCSW_OFFSET";
-pub const COUNTER_READERS: [&str; super::MAX_COUNTERS] = [
-    "COUNTER_0",
-    "COUNTER_1",
-    "COUNTER_2",
-    "COUNTER_3",
-    "COUNTER_4",
-    "COUNTER_5",
-    "COUNTER_6",
-    "COUNTER_7",
+//! Names of the object's maps, programs and globals, declared once: user space finds each by
+//! this name, the kernel programs declare theirs under the same (`#[map(name = "...")]`, the
+//! function's name), and a unit test of the user crate reads the embedded object and holds the
+//! two equal (`MAPS`, `PROGRAMS`, `GLOBALS`, and the maps only the kernel uses, `KERNEL_ONLY_MAPS`).
+
+/// One constant per name (a string, or an array of them), and per section the list of them all.
+macro_rules! names {
+    ($($list:ident { $($(#[$doc:meta])* $name:ident = $value:tt;)* })*) => {
+        $($(names!(@one $(#[$doc])* $name $value);)*
+        pub const $list: &[&[&str]] = &[$(names!(@all $value)),*];)*
+    };
+    (@one $(#[$doc:meta])* $name:ident [$($value:literal),+ $(,)?]) => {
+        $(#[$doc])* pub const $name: [&str; [$($value),+].len()] = [$($value),+];
+    };
+    (@one $(#[$doc:meta])* $name:ident $value:literal) => {
+        $(#[$doc])* pub const $name: &str = $value;
+    };
+    (@all [$($value:literal),+ $(,)?]) => { &[$($value),+] };
+    (@all $value:literal) => { &[$value] };
+}
+
+names! {
+    MAPS {
+        SAMPLES = ["SAMPLES_0", "SAMPLES_1"];
+        STACKS = ["STACKS_0", "STACKS_1"];
+        BUILD_ID_STACKS = ["BUILD_ID_STACKS_0", "BUILD_ID_STACKS_1"];
+        EPOCH = "EPOCH";
+        TARGETS = "TARGETS";
+        /// aya-log's ring of the programs' log lines.
+        KERNEL_LOGS = "AYA_LOGS";
+        /// The per-CPU health counters (`HealthCounter`).
+        HEALTH = "HEALTH";
+        EVENTS = "EVENTS";
+        SEEN = "SEEN";
+        EXEC_GENERATIONS = "EXEC_GENERATIONS";
+        TASK_STATS = "TASK_STATS";
+        EXITED = "EXITED";
+        OFFCPU = ["OFFCPU_0", "OFFCPU_1"];
+        OFFCPU_STACKS = ["OFFCPU_STACKS_0", "OFFCPU_STACKS_1"];
+        HEAT = "HEAT";
+        SLOW_EVENTS = "SLOW_EVENTS";
+        COUNTER_READERS = ["COUNTER_0", "COUNTER_1", "COUNTER_2", "COUNTER_3", "COUNTER_4", "COUNTER_5", "COUNTER_6", "COUNTER_7"];
+        DELTAS = ["DELTAS_0", "DELTAS_1"];
+        PENDING_DELTAS = "PENDING_DELTAS";
+        COUNTER_TOTALS = "COUNTER_TOTALS";
+        USER_STACKS = ["USER_STACKS_0", "USER_STACKS_1"];
+        UNWIND_ROWS = "UNWIND_ROWS";
+        UNWIND_PROCESSES = "UNWIND_PROCESSES";
+        UNWIND_PROGRAMS = "UNWIND_PROGRAMS";
+        OFFCPU_USER_STACKS = ["OFFCPU_USER_STACKS_0", "OFFCPU_USER_STACKS_1"];
+        OFFCPU_UNWIND_PROGRAMS = "OFFCPU_UNWIND_PROGRAMS";
+        LOCK_USER_STACKS = "LOCK_USER_STACKS";
+        LOCK_UNWIND_PROGRAMS = "LOCK_UNWIND_PROGRAMS";
+        LOCK_JOINABLE = "LOCK_JOINABLE";
+        LOCK_WAITERS = "LOCK_WAITERS";
+        LOCK_HOLDERS = "LOCK_HOLDERS";
+        LOCK_STACKS = "LOCK_STACKS";
+        LOCK_WAITING = "LOCK_WAITING";
+        LOCK_WAKES = "LOCK_WAKES";
+        LOCK_STATES = "LOCK_STATES";
+        LOCK_CALLS = "LOCK_CALLS";
+        LOCK_KERNEL_WAITING = "LOCK_KERNEL_WAITING";
+        PTHREAD_UNWIND_PROGRAMS = "PTHREAD_UNWIND_PROGRAMS";
+    }
+    PROGRAMS {
+        PROG_SAMPLE = "sample_stack";
+        PROG_FORK = "follow_fork";
+        PROG_EXIT = "forget_exit";
+        PROG_EXEC = "announce_exec";
+        PROG_SWITCH = "sched_switch";
+        PROG_COUNTER_SWITCH = "counter_switch";
+        PROG_WAKEUP = "sched_wakeup";
+        PROG_WAKEUP_NEW = "sched_wakeup_new";
+        PROG_UNWIND = "unwind_user";
+        PROG_UNWIND_OFFCPU = "unwind_offcpu";
+        PROG_UNWIND_LOCK = "unwind_lock";
+        PROG_FUTEX_ENTER = "futex_enter";
+        PROG_FUTEX_EXIT = "futex_exit";
+        PROG_THREAD_NEW = "lock_thread_new";
+        PROG_PTHREAD_ENTER = "pthread_enter";
+        PROG_PTHREAD_RETURN = "pthread_return";
+        PROG_UNWIND_PTHREAD = "unwind_pthread";
+        PROG_CONTENTION_BEGIN = "contention_begin";
+        PROG_CONTENTION_END = "contention_end";
+    }
+    GLOBALS {
+        G_TASK_OFFSETS = "TASK_OFFSETS";
+        G_SLOW_NS = "SLOW_THRESHOLD_NS";
+        G_OFFCPU_STACKS = "OFFCPU_STACKS_ENABLED";
+        G_COUNTERS = "COUNTERS_IN_USE";
+        G_UNWIND = "UNWIND_ENABLED";
+        G_NVCSW = "TASK_NVCSW_OFFSET";
+        G_THREAD_OFFSETS = "LOCK_THREAD_OFFSETS";
+        /// Globals set by the loader.
+        G_FILTER = "FILTER_BY_TARGET";
+        G_FORK = "FORK_OFFSETS";
+        G_EXIT = "EXIT_OFFSETS";
+    }
+}
+
+/// The maps only the kernel programs use (per-CPU scratch space, state between programs).
+pub const KERNEL_ONLY_MAPS: [&str; 10] = [
+    "BUILD_ID_SCRATCH",
+    "COUNTER_BASELINE",
+    "CPU_HISTORY",
+    "LOCK_WALK",
+    "LOCK_WALK_FOR",
+    "OFFCPU_WALK",
+    "PTHREAD_WALK",
+    "PTHREAD_WALK_FOR",
+    "TASK_TEMPLATE",
+    "WALK",
 ];
-pub const DELTAS: [&str; 2] = ["DELTAS_0", "DELTAS_1"];
-pub const PENDING_DELTAS: &str = "PENDING_DELTAS";
-pub const COUNTER_TOTALS: &str = "COUNTER_TOTALS";
-pub const USER_STACKS: [&str; 2] = ["USER_STACKS_0", "USER_STACKS_1"];
-pub const UNWIND_ROWS: &str = "UNWIND_ROWS";
-pub const UNWIND_PROCESSES: &str = "UNWIND_PROCESSES";
+
 /// The unwind tables every table walker reads.
 pub const UNWIND_TABLES: [&str; 2] = [UNWIND_ROWS, UNWIND_PROCESSES];
-pub const UNWIND_PROGRAMS: &str = "UNWIND_PROGRAMS";
-pub const PROG_UNWIND: &str = "unwind_user";
-pub const OFFCPU_USER_STACKS: [&str; 2] = ["OFFCPU_USER_STACKS_0", "OFFCPU_USER_STACKS_1"];
-pub const OFFCPU_UNWIND_PROGRAMS: &str = "OFFCPU_UNWIND_PROGRAMS";
-pub const PROG_UNWIND_OFFCPU: &str = "unwind_offcpu";
-pub const LOCK_USER_STACKS: &str = "LOCK_USER_STACKS";
-pub const LOCK_UNWIND_PROGRAMS: &str = "LOCK_UNWIND_PROGRAMS";
-pub const PROG_UNWIND_LOCK: &str = "unwind_lock";
-pub const PROG_FUTEX_ENTER: &str = "futex_enter";
-pub const PROG_FUTEX_EXIT: &str = "futex_exit";
-pub const PROG_THREAD_NEW: &str = "lock_thread_new";
-pub const LOCK_JOINABLE: &str = "LOCK_JOINABLE";
-pub const G_THREAD_OFFSETS: &str = "LOCK_THREAD_OFFSETS";
-pub const LOCK_WAITERS: &str = "LOCK_WAITERS";
-pub const LOCK_HOLDERS: &str = "LOCK_HOLDERS";
-pub const LOCK_STACKS: &str = "LOCK_STACKS";
-pub const LOCK_WAITING: &str = "LOCK_WAITING";
-pub const LOCK_WAKES: &str = "LOCK_WAKES";
-pub const LOCK_STATES: &str = "LOCK_STATES";
-pub const LOCK_CALLS: &str = "LOCK_CALLS";
-pub const LOCK_KERNEL_WAITING: &str = "LOCK_KERNEL_WAITING";
-pub const PROG_PTHREAD_ENTER: &str = "pthread_enter";
-pub const PROG_PTHREAD_RETURN: &str = "pthread_return";
-pub const PROG_UNWIND_PTHREAD: &str = "unwind_pthread";
-pub const PTHREAD_UNWIND_PROGRAMS: &str = "PTHREAD_UNWIND_PROGRAMS";
-pub const PROG_CONTENTION_BEGIN: &str = "contention_begin";
-pub const PROG_CONTENTION_END: &str = "contention_end";
-/// Globals set by the loader.
-pub const G_FILTER: &str = "FILTER_BY_TARGET";
-pub const G_FORK: &str = "FORK_OFFSETS";
-pub const G_EXIT: &str = "EXIT_OFFSETS";
+
+const _: () = assert!(COUNTER_READERS.len() == super::MAX_COUNTERS);

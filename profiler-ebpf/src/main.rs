@@ -17,7 +17,8 @@ macro_rules! kernel_log {
 }
 
 mod arch;
-mod counters;
+mod atomic;
+mod health;
 mod lock;
 mod sampling;
 mod sched;

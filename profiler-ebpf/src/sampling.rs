@@ -11,13 +11,14 @@ use aya_ebpf::{
     EbpfContext as _,
 };
 use profiler_common::{
-    BuildIdKey, BuildIdStack, Counter, CounterBaseline, CounterDeltas, ProcessEvent, ProcessEventKind,
+    BuildIdKey, BuildIdStack, CounterBaseline, CounterDeltas, HealthCounter, ProcessEvent, ProcessEventKind,
     SampleKey, SampleValue, BUILD_ID_STACK_ENTRIES, EVENT_RING_BYTES, MAX_COUNTERS, PENDING_DELTA_ENTRIES,
     SAMPLE_MAP_ENTRIES, SEEN_MAP_ENTRIES, STACK_MAP_ENTRIES,
 };
 
 use crate::{
-    counters::{atomic_add, bump},
+    atomic::atomic_add,
+    health::bump,
     targets::{current_ids, is_target},
 };
 
@@ -114,7 +115,7 @@ pub fn sample_stack(ctx: PerfEventContext) -> u32 {
 fn try_sample_stack(ctx: &PerfEventContext) -> Result<(), i64> {
     let (tgid, tid) = current_ids();
     if tid == 0 {
-        bump(Counter::Idle);
+        bump(HealthCounter::Idle);
         return Ok(());
     }
     if !is_target(tgid) {
@@ -181,13 +182,13 @@ fn record(
         exec_generation: crate::targets::exec_generation(tgid),
     };
     let Some(value) = get_or_insert!(samples, &key, SampleValue) else {
-        bump(Counter::SampleMapFull);
+        bump(HealthCounter::SampleMapFull);
         kernel_log!("sample map full: a sample of pid {} tid {} dropped", tgid, tid);
         return Ok(());
     };
     unsafe { atomic_add(&mut (*value).count, 1) };
     add_counter_deltas(tid, &key, deltas);
-    bump(Counter::Samples);
+    bump(HealthCounter::Samples);
     Ok(())
 }
 
@@ -234,7 +235,7 @@ fn record_build_ids(
         Ok(()) => {}
         // Another CPU recorded the same stack first.
         Err(e) if i64::from(e) == -EEXIST => {}
-        Err(_) => bump(Counter::BuildIdMapFull),
+        Err(_) => bump(HealthCounter::BuildIdMapFull),
     }
 }
 
@@ -297,7 +298,7 @@ fn add_counter_deltas(tid: u32, key: &SampleKey, deltas: &HashMap<SampleKey, Cou
     let target = match get_or_insert!(deltas, key, CounterDeltas) {
         Some(t) => t,
         None => {
-            bump(Counter::DeltaMapFull);
+            bump(HealthCounter::DeltaMapFull);
             core::ptr::null_mut()
         }
     };
@@ -418,15 +419,15 @@ fn stack_id(ctx: &PerfEventContext, stacks: &StackTrace, flags: u64, user: bool)
             let err = err as i64;
             if err == -EEXIST {
                 bump(if user {
-                    Counter::UserStackCollision
+                    HealthCounter::UserStackCollision
                 } else {
-                    Counter::KernelStackCollision
+                    HealthCounter::KernelStackCollision
                 });
             } else if err != -EFAULT {
                 bump(if user {
-                    Counter::UserStackError
+                    HealthCounter::UserStackError
                 } else {
-                    Counter::KernelStackError
+                    HealthCounter::KernelStackError
                 });
                 let which = if user { "user" } else { "kernel" };
                 kernel_log!("bpf_get_stackid failed for a {} stack: error {}", which, err);
@@ -453,7 +454,7 @@ pub(crate) fn announce(tgid: u32, kind: ProcessEventKind) {
         kind: kind as u32,
     };
     if EVENTS.output::<ProcessEvent>(&event, 0).is_err() {
-        bump(Counter::EventLost);
+        bump(HealthCounter::EventLost);
         kernel_log!("process ring full: pid {} not announced", tgid);
     }
 }

@@ -18,13 +18,13 @@ use aya_ebpf::{
     programs::{tracing::StackIdContext as _, RawTracePointContext},
 };
 use profiler_common::{
-    hist_bucket, offcpu_stacks, switch_reason, Counter, CpuHistory, CpuRun, Enqueued, ExitedKey,
+    hist_bucket, offcpu_stacks, switch_reason, CpuHistory, CpuRun, Enqueued, ExitedKey, HealthCounter,
     KernelTotals, OffCpuStart, OffCpuTime, SampleKey, SchedInfoHead, SlowEvent, TaskOffsets, TaskSched,
     BEGAN_EARLIER, COMM_LEN, CPU_HISTORY, CPU_UNKNOWN, HEAT_BUCKETS, OFFCPU_ENTRIES, OFFCPU_STACK_ENTRIES,
     SLOW_CULPRITS,
 };
 
-use crate::{counters::bump, sampling::EPOCH, targets::is_target};
+use crate::{health::bump, sampling::EPOCH, targets::is_target};
 
 #[unsafe(no_mangle)]
 static TASK_OFFSETS: TaskOffsets = TaskOffsets {
@@ -235,7 +235,7 @@ pub fn sched_switch(ctx: RawTracePointContext) -> u32 {
 /// `sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
 /// unsigned int prev_state)`, running as `prev`.
 fn try_switch(ctx: &RawTracePointContext) -> Result<(), i64> {
-    bump(Counter::SchedSwitches);
+    bump(HealthCounter::SchedSwitches);
     let off = offsets();
     let (prev_task, next_task) = (Task(ctx.arg(1)), Task(ctx.arg(2)));
     // `prev` is the task running this program.
@@ -418,7 +418,7 @@ fn task_stats(tid: u32, task: Task, off: &TaskOffsets) -> Option<*mut TaskSched>
     // By reference: a copy of the 2.5 KB value would not fit on the 512-byte BPF stack.
     #[allow(clippy::needless_borrows_for_generic_args)]
     if TASK_STATS.insert(tid, unsafe { &*template }, 1).is_err() {
-        bump(Counter::TaskMapFull);
+        bump(HealthCounter::TaskMapFull);
         kernel_log!("task map full: tid {} not tracked", tid);
     }
     TASK_STATS.get_ptr_mut(tid)
@@ -433,7 +433,7 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: O
     if stats.kernel_accounting != 0 && stats.last_in_ns != 0 && stats.switched_out == 0 {
         // In again, never seen out: the run since its last switch-in and the waits before this
         // one, as the kernel counted them (it adds this wait just after this tracepoint).
-        bump(Counter::SwitchOutsMissed);
+        bump(HealthCounter::SwitchOutsMissed);
         // Without this CPU's history: the run that ended unseen may have been on another CPU,
         // whose holders this one's history does not show (a slow wait then names none).
         settle_run(off, stats, next, next_task.kernel_totals(off), None);
@@ -518,7 +518,7 @@ fn add_offcpu(map: &HashMap<SampleKey, OffCpuTime>, key: &SampleKey, blocked: u6
         )
         .is_err()
     {
-        bump(Counter::OffCpuMapFull);
+        bump(HealthCounter::OffCpuMapFull);
         kernel_log!("off-CPU map full: {} ns asleep not recorded", blocked);
     }
 }
@@ -601,7 +601,7 @@ fn report_slow(
     history: Option<*mut CpuHistory>,
 ) {
     let Some(mut entry) = SLOW_EVENTS.reserve::<SlowEvent>(0) else {
-        bump(Counter::SlowEventLost);
+        bump(HealthCounter::SlowEventLost);
         kernel_log!(
             "slow-event ring full: a wait of tid {} ({} ns) not reported",
             tid,
@@ -704,7 +704,7 @@ pub fn forget_task(tid: u32) {
     // By reference: a copy of the 2.5 KB value would not fit on the 512-byte BPF stack.
     #[allow(clippy::needless_borrows_for_generic_args)]
     if EXITED.insert(key, unsafe { &*stats }, 0).is_err() {
-        bump(Counter::ExitedMapFull);
+        bump(HealthCounter::ExitedMapFull);
         kernel_log!("exited-task map full: tid {} missing", tid);
     }
     let _ = TASK_STATS.remove(tid);

@@ -8,9 +8,9 @@ use aya_ebpf::{
     maps::{HashMap, LruHashMap},
     programs::TracePointContext,
 };
-use profiler_common::{Counter, ExitOffsets, ForkOffsets, SEEN_MAP_ENTRIES, TARGET_MAP_ENTRIES};
+use profiler_common::{ExitOffsets, ForkOffsets, HealthCounter, SEEN_MAP_ENTRIES, TARGET_MAP_ENTRIES};
 
-use crate::{counters::bump, sampling::SEEN};
+use crate::{health::bump, sampling::SEEN};
 
 /// Set by the loader: 0 = profile everything (`-a`), 1 = only processes in `TARGETS`.
 #[unsafe(no_mangle)]
@@ -74,7 +74,7 @@ fn try_follow_fork(ctx: &TracePointContext) -> Result<(), i64> {
     let offsets = unsafe { core::ptr::read_volatile(&FORK_OFFSETS) };
     let child: i32 = unsafe { ctx.read_at(offsets.child_pid as usize) }.map_err(|e| e as i64)?;
     if TARGETS.insert(child as u32, 1, 0).is_err() {
-        bump(Counter::TargetMapFull);
+        bump(HealthCounter::TargetMapFull);
         kernel_log!(
             "target map full: child {} of pid {} not followed",
             child,

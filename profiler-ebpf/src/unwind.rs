@@ -22,12 +22,12 @@ use profiler_common::{
         cfa, fp, stop, Mapping, ProcessMappings, Row, UserStack, Walk, FRAMES_PER_RUN, MAPPING_SEARCH_STEPS,
         MAX_FRAMES, MAX_MAPPINGS, PROCESSES, PROGRAM_SLOT, ROWS, ROW_SEARCH_STEPS, STACK_ENTRIES,
     },
-    Counter, ProcessEventKind,
+    HealthCounter, ProcessEventKind,
 };
 
 use crate::{
     arch::{self, UserRegisters},
-    counters::bump,
+    health::bump,
     sampling::{announce, record_sample, EPOCH},
 };
 
@@ -107,7 +107,7 @@ pub fn start(ctx: &PerfEventContext, tgid: u32, tid: u32) {
     // Counted, because such a stack stops at the first frame without a frame pointer: a
     // report must say how much of it was taken before user space could give the tables.
     if UNWIND_PROCESSES.get_ptr(tgid).is_none() {
-        bump(Counter::UnwindBeforeTables);
+        bump(HealthCounter::UnwindBeforeTables);
         return;
     }
     let regs = unsafe { &(*ctx.ctx).regs };
@@ -481,10 +481,10 @@ fn find_row(mapping: Mapping, pc: u64) -> Option<Row> {
 /// that stands for it.
 #[inline(always)]
 fn store(stacks: &HashMap<u32, UserStack>, walk: &mut Walk) -> i32 {
-    bump(Counter::UnwindWalks);
+    bump(HealthCounter::UnwindWalks);
     match walk.stack.stop {
         stop::TRUNCATED => {
-            bump(Counter::UnwindTruncated);
+            bump(HealthCounter::UnwindTruncated);
             kernel_log!(
                 "unwinding pid {} tid {} stopped at {} frames: its outermost frames are missing",
                 walk.tgid,
@@ -493,7 +493,7 @@ fn store(stacks: &HashMap<u32, UserStack>, walk: &mut Walk) -> i32 {
             );
         }
         stop::FAILED => {
-            bump(Counter::UnwindFailed);
+            bump(HealthCounter::UnwindFailed);
             kernel_log!(
                 "unwinding pid {} tid {} ended early after {} frames, at pc {:x}",
                 walk.tgid,
@@ -520,7 +520,7 @@ fn store(stacks: &HashMap<u32, UserStack>, walk: &mut Walk) -> i32 {
     match stacks.get_ptr(id) {
         Some(stored) if unsafe { (*stored).hash } == hash => id as i32,
         Some(_) => {
-            bump(Counter::UnwindStackLost);
+            bump(HealthCounter::UnwindStackLost);
             kernel_log!("unwound stack of tid {} lost: hash collision", walk.tid);
             -EEXIST
         }
@@ -529,7 +529,7 @@ fn store(stacks: &HashMap<u32, UserStack>, walk: &mut Walk) -> i32 {
         None => match stacks.insert(id, &walk.stack, 0) {
             Ok(()) => id as i32,
             Err(_) => {
-                bump(Counter::UnwindStackLost);
+                bump(HealthCounter::UnwindStackLost);
                 kernel_log!("unwound stack of tid {} lost: stack map full", walk.tid);
                 -ENOSPC
             }

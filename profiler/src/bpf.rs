@@ -280,3 +280,68 @@ pub(crate) fn map_update(
         (&mut value as *mut u32).cast(),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SymbolKind};
+
+    use super::*;
+
+    /// The global symbols of the embedded object: (kind, its section's name, its name).
+    fn symbols() -> Vec<(SymbolKind, String, String)> {
+        let file = object::File::parse(BPF_OBJECT).expect("the embedded BPF object is an ELF file");
+        file.symbols()
+            .filter(|s| s.is_global())
+            .filter_map(|s| {
+                let section = file.section_by_index(s.section_index()?).ok()?;
+                Some((
+                    s.kind(),
+                    section.name().ok()?.to_string(),
+                    s.name().ok()?.to_string(),
+                ))
+            })
+            .collect()
+    }
+
+    fn flat(lists: &[&[&str]]) -> BTreeSet<String> {
+        lists
+            .iter()
+            .flat_map(|l| l.iter())
+            .map(|n| n.to_string())
+            .collect()
+    }
+
+    /// Every map, program and global user space opens by name is in the object under that name,
+    /// and everything in the object is named on the user side (or said to be the kernel's own).
+    #[test]
+    fn the_objects_names_are_the_user_sides() {
+        let symbols = symbols();
+        let named = |pick: &dyn Fn(&SymbolKind, &str) -> bool| -> BTreeSet<String> {
+            symbols
+                .iter()
+                .filter(|(kind, section, _)| pick(kind, section))
+                .map(|(_, _, name)| name.clone())
+                .collect()
+        };
+        let maps = named(&|kind, section| *kind == SymbolKind::Data && section == "maps");
+        let programs = named(&|kind, section| *kind == SymbolKind::Text && section != ".text");
+        let globals = named(&|kind, section| *kind == SymbolKind::Data && section == ".rodata");
+        println!(
+            "{} maps, {} programs, {} globals",
+            maps.len(),
+            programs.len(),
+            globals.len()
+        );
+        let mut expected_maps = flat(names::MAPS);
+        expected_maps.extend(names::KERNEL_ONLY_MAPS.map(String::from));
+        assert_eq!(maps, expected_maps, "maps");
+        assert_eq!(programs, flat(names::PROGRAMS), "programs");
+        let mut expected_globals = flat(names::GLOBALS);
+        expected_globals.insert(aya_log::LEVEL.to_string());
+        assert_eq!(globals, expected_globals, "globals");
+        // The optional maps are maps.
+        assert!(OPTIONAL_MAPS.iter().all(|m| maps.contains(*m)));
+    }
+}

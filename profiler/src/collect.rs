@@ -8,7 +8,7 @@ use aya::{
     maps::{Array, HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
     Ebpf,
 };
-use profiler_common::{names, unwind::UserStack, BuildIdStack, Counter, BUILD_ID_VALID};
+use profiler_common::{names, unwind::UserStack, BuildIdStack, BUILD_ID_VALID};
 
 use crate::{
     process::{ObjectOffset, Processes},
@@ -121,6 +121,7 @@ pub trait Commons {
 /// The kernel's epoch and health counters.
 pub struct KernelCommons {
     epoch: Array<MapData, u32>,
+    /// The health counters, per CPU.
     counters: PerCpuArray<MapData, u64>,
     /// The generation being written (its low bit: the slot).
     generation: u32,
@@ -130,7 +131,7 @@ impl KernelCommons {
     pub fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
         Ok(KernelCommons {
             epoch: Array::try_from(take_map(ebpf, names::EPOCH)?)?,
-            counters: PerCpuArray::try_from(take_map(ebpf, names::COUNTERS)?)?,
+            counters: PerCpuArray::try_from(take_map(ebpf, names::HEALTH)?)?,
             generation: 0,
         })
     }
@@ -155,34 +156,7 @@ impl Commons for KernelCommons {
     }
 
     fn health(&self) -> anyhow::Result<Health> {
-        let read =
-            |c: Counter| -> anyhow::Result<u64> { Ok(self.counters.get(&(c as u32), 0)?.iter().sum()) };
-        Ok(Health {
-            samples: read(Counter::Samples)?,
-            idle: read(Counter::Idle)?,
-            lost_map_full: read(Counter::SampleMapFull)?,
-            user_stack_collisions: read(Counter::UserStackCollision)?,
-            kernel_stack_collisions: read(Counter::KernelStackCollision)?,
-            user_stack_errors: read(Counter::UserStackError)?,
-            kernel_stack_errors: read(Counter::KernelStackError)?,
-            process_events_lost: read(Counter::EventLost)?,
-            target_map_full: read(Counter::TargetMapFull)?,
-            sched_switches: read(Counter::SchedSwitches)?,
-            switch_outs_missed: read(Counter::SwitchOutsMissed)?,
-            task_map_full: read(Counter::TaskMapFull)?,
-            slow_events_lost: read(Counter::SlowEventLost)?,
-            offcpu_map_full: read(Counter::OffCpuMapFull)?,
-            exited_map_full: read(Counter::ExitedMapFull)?,
-            delta_map_full: read(Counter::DeltaMapFull)?,
-            unwind_walks: read(Counter::UnwindWalks)?,
-            unwind_truncated: read(Counter::UnwindTruncated)?,
-            unwind_failed: read(Counter::UnwindFailed)?,
-            unwind_stacks_lost: read(Counter::UnwindStackLost)?,
-            unwind_before_tables: read(Counter::UnwindBeforeTables)?,
-            lock_waits: read(Counter::LockWaits)?,
-            lock_map_full: read(Counter::LockMapFull)?,
-            ..Health::default()
-        })
+        Health::from_kernel(|c| Ok(self.counters.get(&(c as u32), 0)?.iter().sum()))
     }
 }
 

@@ -9,6 +9,7 @@ pub mod counters;
 pub mod driver;
 pub mod error;
 pub mod golang;
+pub mod health;
 pub mod launcher;
 pub mod model;
 pub mod modes;

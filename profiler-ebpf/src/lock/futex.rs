@@ -14,12 +14,12 @@ use profiler_common::{
         futex, futex_hint, stack, LastWake, LockId, LockKey, ThreadOffsets, Waiting, WalkFor,
         JOINABLE_ENTRIES, WAITER, WAITER_AT_EXIT, WAIT_ENTRIES, WAKER, WAKE_ENTRIES,
     },
-    Counter,
+    HealthCounter,
 };
 
 use super::{add, LOCK_HOLDERS, LOCK_STACKS, LOCK_WAITERS, NO_STACK};
 use crate::{
-    counters::bump,
+    health::bump,
     sched::Task,
     targets::{current_ids, exec_generation, is_target},
 };
@@ -78,7 +78,7 @@ fn try_futex_enter(ctx: &TracePointContext) -> Result<(), i64> {
             _pad: 0,
         };
         if LOCK_WAITING.insert(tid, waiting, 0).is_err() {
-            bump(Counter::LockMapFull);
+            bump(HealthCounter::LockMapFull);
             kernel_log!("lock map full: a futex wait of tid {} not timed", tid);
             return Ok(());
         }
@@ -235,7 +235,7 @@ fn wait_ended(tgid: u32, tid: u32, wait: u64) {
     };
     let waiting = unsafe { *waiting };
     let _ = LOCK_WAITING.remove(tid);
-    bump(Counter::LockWaits);
+    bump(HealthCounter::LockWaits);
     let generation = exec_generation(tgid);
     add(
         &LOCK_WAITERS,

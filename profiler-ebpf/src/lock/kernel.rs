@@ -12,7 +12,7 @@ use profiler_common::lock::{stack, LockId, LockKey, Waiting, WAIT_ENTRIES};
 
 use super::{add, LOCK_STACKS, LOCK_WAITERS};
 use crate::{
-    counters::bump,
+    health::bump,
     targets::{current_ids, is_target},
 };
 
@@ -60,7 +60,7 @@ fn try_contention_begin(ctx: &TracePointContext) -> Result<(), i64> {
         ..Default::default()
     };
     if LOCK_KERNEL_WAITING.insert(key, waiting, 0).is_err() {
-        bump(profiler_common::Counter::LockMapFull);
+        bump(profiler_common::HealthCounter::LockMapFull);
         kernel_log!("lock map full: a kernel lock wait not timed");
     }
     Ok(())
@@ -86,7 +86,7 @@ fn try_contention_end(ctx: &TracePointContext) -> Result<(), i64> {
     let waiting = unsafe { *waiting };
     let _ = LOCK_KERNEL_WAITING.remove(key);
     let wait = unsafe { bpf_ktime_get_ns() }.saturating_sub(waiting.start_ns);
-    bump(profiler_common::Counter::LockWaits);
+    bump(profiler_common::HealthCounter::LockWaits);
     let key = LockKey {
         tgid,
         stack_id: waiting.stack_id,

@@ -7,10 +7,10 @@ use aya_ebpf::{
 };
 use profiler_common::{
     lock::{LockKey, LockTime, WAIT_ENTRIES},
-    Counter, STACK_MAP_ENTRIES,
+    HealthCounter, STACK_MAP_ENTRIES,
 };
 
-use crate::counters::{atomic_add, bump};
+use crate::{atomic::atomic_add, health::bump};
 
 pub mod futex;
 pub mod kernel;
@@ -53,7 +53,7 @@ fn add(map: &HashMap<LockKey, LockTime>, key: LockKey, wait: u64) {
                 atomic_add(&mut (*existing).total_ns, wait);
             },
             None => {
-                bump(Counter::LockMapFull);
+                bump(HealthCounter::LockMapFull);
                 kernel_log!("lock map full: a wait of {} ns not recorded", wait);
             }
         }

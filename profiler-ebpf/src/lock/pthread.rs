@@ -24,13 +24,14 @@ use profiler_common::{
         call, call_flags, stack, LockCall, LockId, LockKey, LockState, WalkFor, HOLDER, STATE_ENTRIES,
         WAITER, WAITER_AT_ENTRY, WAIT_ENTRIES,
     },
-    Counter,
+    HealthCounter,
 };
 
 use super::{add, LOCK_HOLDERS, LOCK_WAITERS, NO_STACK};
 use crate::{
     arch::{self, UserRegisters},
-    counters::{atomic_add, bump},
+    atomic::atomic_add,
+    health::bump,
     targets::{current_ids, exec_generation},
 };
 
@@ -93,7 +94,7 @@ fn try_pthread_enter(ctx: &ProbeContext) -> Result<(), i64> {
             _pad: 0,
         };
         if LOCK_CALLS.insert(tid, entry, 0).is_err() {
-            bump(Counter::LockMapFull);
+            bump(HealthCounter::LockMapFull);
             kernel_log!("lock map full: a pthread lock call of tid {} not timed", tid);
             if flags & call_flags::WAITING != 0 {
                 stop_waiting(id, now);
@@ -413,7 +414,7 @@ fn record(tgid: u32, uaddr: u64, role: u32, instance: u32, wait: u64, stack_id: 
     };
     match role {
         WAITER => {
-            bump(Counter::LockWaits);
+            bump(HealthCounter::LockWaits);
             add(&LOCK_WAITERS, key, wait)
         }
         _ => add(&LOCK_HOLDERS, key, wait),

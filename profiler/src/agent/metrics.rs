@@ -1,7 +1,10 @@
 //! What the agent says about itself on `/metrics` (Prometheus text format): what it sampled and
 //! lost, what it wrote and pushed, and what it costs (memory, descriptors, CPU, caches).
 use super::runqueue::{BOUNDS_NS, BUCKETS};
-use crate::symbolize::debuginfod::{Debuginfod, Stats};
+use crate::{
+    health::{Health, COUNTERS},
+    symbolize::debuginfod::{Debuginfod, Stats},
+};
 use std::{
     fmt::Write as _,
     sync::atomic::{AtomicU64, Ordering::Relaxed},
@@ -11,16 +14,9 @@ use std::{
 /// Counters and gauges shared by the agent's threads.
 pub struct Metrics {
     pub started: Instant,
-    pub samples: AtomicU64,
-    pub samples_lost: AtomicU64,
-    pub stack_collisions: AtomicU64,
-    pub stack_errors: AtomicU64,
-    pub process_events_lost: AtomicU64,
-    pub processes_not_captured: AtomicU64,
-    pub unwind_walks: AtomicU64,
-    pub unwind_failed: AtomicU64,
-    pub unwind_truncated: AtomicU64,
-    pub samples_before_unwind_tables: AtomicU64,
+    /// Each health counter (`health::COUNTERS`) over the windows ended so far: the sum of a
+    /// counter (`_total`), the last value of a gauge.
+    health: Vec<AtomicU64>,
     pub windows_written: AtomicU64,
     pub window_write_errors: AtomicU64,
     pub windows_dropped: AtomicU64,
@@ -39,12 +35,10 @@ pub struct Metrics {
     pub stored_windows: AtomicU64,
     pub stored_bytes: AtomicU64,
     pub offcpu_ns: AtomicU64,
-    pub offcpu_map_full: AtomicU64,
     pub offcpu_stacks_lost: AtomicU64,
     pub offcpu_sleeps_carried: AtomicU64,
     pub lock_waits: AtomicU64,
     pub lock_wait_ns: AtomicU64,
-    pub lock_map_full: AtomicU64,
     pub lock_stacks_freed: AtomicU64,
     pub lock_stacks_lost: AtomicU64,
     pub lock_stacks_stored: AtomicU64,
@@ -64,16 +58,7 @@ impl Default for Metrics {
         let zero = || AtomicU64::new(0);
         Metrics {
             started: Instant::now(),
-            samples: zero(),
-            samples_lost: zero(),
-            stack_collisions: zero(),
-            stack_errors: zero(),
-            process_events_lost: zero(),
-            processes_not_captured: zero(),
-            unwind_walks: zero(),
-            unwind_failed: zero(),
-            unwind_truncated: zero(),
-            samples_before_unwind_tables: zero(),
+            health: COUNTERS.iter().map(|_| zero()).collect(),
             windows_written: zero(),
             window_write_errors: zero(),
             windows_dropped: zero(),
@@ -91,12 +76,10 @@ impl Default for Metrics {
             stored_windows: zero(),
             stored_bytes: zero(),
             offcpu_ns: zero(),
-            offcpu_map_full: zero(),
             offcpu_stacks_lost: zero(),
             offcpu_sleeps_carried: zero(),
             lock_waits: zero(),
             lock_wait_ns: zero(),
-            lock_map_full: zero(),
             lock_stacks_freed: zero(),
             lock_stacks_lost: zero(),
             lock_stacks_stored: zero(),
@@ -168,288 +151,174 @@ impl Metrics {
         }
     }
 
-    /// What a closed window's health adds to the totals.
-    pub fn count_window(&self, health: &crate::profile::Health) {
-        self.samples.fetch_add(health.samples, Relaxed);
-        self.samples_lost.fetch_add(health.lost_map_full, Relaxed);
-        self.stack_collisions.fetch_add(health.collisions(), Relaxed);
-        self.stack_errors
-            .fetch_add(health.user_stack_errors + health.kernel_stack_errors, Relaxed);
-        self.process_events_lost
-            .fetch_add(health.process_events_lost, Relaxed);
-        self.processes_not_captured
-            .fetch_add(health.processes_not_captured, Relaxed);
-        self.unwind_walks.fetch_add(health.unwind_walks, Relaxed);
-        self.unwind_failed.fetch_add(health.unwind_failed, Relaxed);
-        self.unwind_truncated.fetch_add(health.unwind_truncated, Relaxed);
-        self.samples_before_unwind_tables
-            .fetch_add(health.unwind_before_tables, Relaxed);
+    /// What a closed window's health adds to the totals (a gauge: its value now).
+    pub fn count_window(&self, health: &Health) {
+        for ((counter, total), value) in COUNTERS.iter().zip(&self.health).zip(health.values()) {
+            match is_total(counter.metric) {
+                true => total.fetch_add(value, Relaxed),
+                false => total.swap(value, Relaxed),
+            };
+        }
+    }
+
+    /// A health counter over the windows ended so far, by its field's name.
+    pub fn health_total(&self, field: &str) -> u64 {
+        COUNTERS
+            .iter()
+            .zip(&self.health)
+            .find(|(c, _)| c.field == field)
+            .map_or(0, |(_, total)| total.load(Relaxed))
     }
 
     pub fn render(&self, usage: OwnUsage) -> String {
         let mut out = String::new();
-        let mut line = |name: &str, kind: &str, help: &str, value: f64| {
+        let mut rows = self.health_rows();
+        rows.extend(self.agent_rows());
+        rows.extend(self.gauge_rows());
+        rows.extend(usage_rows(usage, self));
+        if let Some(client) = self.debuginfod.get() {
+            rows.extend(debuginfod_rows(client.stats()));
+        }
+        for Row { name, help, value } in rows {
+            let kind = if is_total(name) { "counter" } else { "gauge" };
             let _ = writeln!(out, "# HELP bpfprof_agent_{name} {help}");
             let _ = writeln!(out, "# TYPE bpfprof_agent_{name} {kind}");
             let _ = writeln!(out, "bpfprof_agent_{name} {value}");
-        };
-        let get = |c: &AtomicU64| c.load(Relaxed) as f64;
-        let counters = [
-            ("samples_total", &self.samples, "samples recorded by the kernel"),
-            (
-                "samples_lost_total",
-                &self.samples_lost,
-                "samples dropped: the kernel's sample map was full",
-            ),
-            (
-                "stack_collisions_total",
-                &self.stack_collisions,
-                "stacks lost to stack-map hash collisions",
-            ),
-            (
-                "stack_errors_total",
-                &self.stack_errors,
-                "stacks that could not be read",
-            ),
-            (
-                "process_events_lost_total",
-                &self.process_events_lost,
-                "new-process notifications dropped (ring full)",
-            ),
-            (
-                "processes_not_captured_total",
-                &self.processes_not_captured,
-                "processes with samples that exited before their memory map was read",
-            ),
-            (
-                "unwind_walks_total",
-                &self.unwind_walks,
-                "user stacks walked through unwind tables",
-            ),
-            (
-                "unwind_failed_total",
-                &self.unwind_failed,
-                "table walks that ended early (kept as far as they went)",
-            ),
-            (
-                "unwind_truncated_total",
-                &self.unwind_truncated,
-                "table walks that reached the depth limit",
-            ),
-            (
-                "samples_before_unwind_tables_total",
-                &self.samples_before_unwind_tables,
-                "samples taken before their process's unwind tables were loaded (a new process's first): user stacks by frame pointers",
-            ),
-            (
-                "windows_written_total",
-                &self.windows_written,
-                "windows written to the output directory",
-            ),
-            (
-                "window_write_errors_total",
-                &self.window_write_errors,
-                "windows that could not be written (directory full or unwritable)",
-            ),
-            (
-                "windows_dropped_total",
-                &self.windows_dropped,
-                "windows dropped because the previous one was still being symbolized",
-            ),
-            (
-                "pulls_served_total",
-                &self.pulls_served,
-                "profiles served on /debug/pprof/profile",
-            ),
-            (
-                "pulls_refused_total",
-                &self.pulls_refused,
-                "profile requests refused (too many at once)",
-            ),
-            (
-                "pushes_sent_total",
-                &self.push.sent,
-                "windows pushed to the ingest URL",
-            ),
-            (
-                "push_failures_total",
-                &self.push.failures,
-                "push attempts that failed (retried)",
-            ),
-            (
-                "pushes_dropped_total",
-                &self.push.dropped,
-                "windows never pushed (queue full, or retries exhausted)",
-            ),
-            (
-                "otlp_exports_sent_total",
-                &self.otlp.sent,
-                "windows exported to the OTLP endpoint",
-            ),
-            (
-                "otlp_export_failures_total",
-                &self.otlp.failures,
-                "OTLP export attempts that failed (retried)",
-            ),
-            (
-                "otlp_exports_dropped_total",
-                &self.otlp.dropped,
-                "windows never exported (queue full, or retries exhausted)",
-            ),
-            (
-                "offcpu_map_full_total",
-                &self.offcpu_map_full,
-                "sleeps not recorded: the kernel's off-CPU map was full",
-            ),
-            (
-                "offcpu_stacks_lost_total",
-                &self.offcpu_stacks_lost,
-                "sleeps across a window's end whose stacks were gone before they could be kept",
-            ),
-            (
-                "lock_waits_total",
-                &self.lock_waits,
-                "futex waits that ended (as drained, every second)",
-            ),
-            (
-                "lock_map_full_total",
-                &self.lock_map_full,
-                "futex waits not recorded: a kernel lock map was full",
-            ),
-            (
-                "lock_stacks_freed_total",
-                &self.lock_stacks_freed,
-                "lock stacks no wait or wake named any more, freed from the kernel's maps",
-            ),
-            (
-                "lock_stacks_lost_total",
-                &self.lock_stacks_lost,
-                "lock records whose stack was gone when read (shown under a lost-stack frame)",
-            ),
-        ];
-        for (name, counter, help) in counters {
-            line(name, "counter", help, get(counter));
-        }
-        let gauges = [
-            (
-                "push_queue_windows",
-                &self.push.queue,
-                "windows waiting to be pushed",
-            ),
-            (
-                "otlp_queue_windows",
-                &self.otlp.queue,
-                "windows waiting to be exported over OTLP",
-            ),
-            (
-                "processes_tracked",
-                &self.processes_tracked,
-                "processes whose memory maps are held for symbolization",
-            ),
-            (
-                "files_open",
-                &self.files_open,
-                "executables and libraries held open for symbolization",
-            ),
-            (
-                "symbolization_cache_frames",
-                &self.frame_cache_entries,
-                "symbolized addresses cached per executable",
-            ),
-            (
-                "symbolization_cache_bytes",
-                &self.frame_cache_bytes,
-                "bytes of the symbolized addresses cached (allocator overhead aside; bounded)",
-            ),
-            (
-                "symbolization_cache_files",
-                &self.symbolizer_files,
-                "files the symbolizer holds parsed",
-            ),
-            (
-                "unwind_rows_used",
-                &self.unwind_rows_used,
-                "rows of the kernel's unwind table array in use; rows of files no process maps any more are freed",
-            ),
-            (
-                "stored_windows",
-                &self.stored_windows,
-                "windows in the output directory",
-            ),
-            (
-                "stored_bytes",
-                &self.stored_bytes,
-                "bytes of windows in the output directory",
-            ),
-            (
-                "last_window_timestamp_seconds",
-                &self.last_window_unix_s,
-                "when the last window ended (unix time)",
-            ),
-            (
-                "offcpu_sleeps_carried",
-                &self.offcpu_sleeps_carried,
-                "sleeps going on across the last drain, cut at it (their stacks kept by thread)",
-            ),
-            (
-                "lock_stacks_stored",
-                &self.lock_stacks_stored,
-                "lock stacks held in the kernel's maps after the last sweep (bounded by the maps, 16 K each)",
-            ),
-            (
-                "runqueue_threads",
-                &self.runqueue_threads,
-                "threads whose run-queue totals are followed",
-            ),
-        ];
-        for (name, gauge, help) in gauges {
-            line(name, "gauge", help, get(gauge));
-        }
-        line(
-            "rss_bytes",
-            "gauge",
-            "resident memory of the agent",
-            usage.rss_bytes as f64,
-        );
-        line(
-            "open_fds",
-            "gauge",
-            "open file descriptors of the agent",
-            usage.open_fds as f64,
-        );
-        line(
-            "cpu_seconds_total",
-            "counter",
-            "CPU time of the agent process (user + system; BPF programs run in the profiled tasks)",
-            usage.cpu_seconds,
-        );
-        line(
-            "offcpu_seconds_total",
-            "counter",
-            "time threads spent off the CPU (asleep or blocked), windows ended so far",
-            get(&self.offcpu_ns) / 1e9,
-        );
-        line(
-            "lock_wait_seconds_total",
-            "counter",
-            "time threads waited in futex(2) (locks, and waits for events), as drained",
-            get(&self.lock_wait_ns) / 1e9,
-        );
-        line(
-            "uptime_seconds",
-            "gauge",
-            "seconds since the agent started",
-            self.started.elapsed().as_secs_f64(),
-        );
-        if let Some(client) = self.debuginfod.get() {
-            for (name, kind, help, value) in debuginfod_lines(client.stats()) {
-                line(name, kind, help, value as f64);
-            }
         }
         if self.runqueue {
             self.runqueue_histogram(&mut out);
         }
         out
+    }
+
+    /// One line per health metric: a name two counters share is their sum (its help the first's).
+    fn health_rows(&self) -> Vec<Row> {
+        let mut rows: Vec<Row> = Vec::new();
+        for (counter, total) in COUNTERS.iter().zip(&self.health) {
+            let value = total.load(Relaxed) as f64;
+            match rows.iter_mut().find(|r| r.name == counter.metric) {
+                Some(row) => row.value += value,
+                None => rows.push(Row {
+                    name: counter.metric,
+                    help: counter.help,
+                    value,
+                }),
+            }
+        }
+        rows
+    }
+
+    /// What the agent did: windows, pulls, pushes, exports, and what the drains saw go by.
+    fn agent_rows(&self) -> Vec<Row> {
+        let row = Row::of;
+        vec![
+            row(
+                "windows_written_total",
+                "windows written to the output directory",
+                &self.windows_written,
+            ),
+            row(
+                "window_write_errors_total",
+                "windows that could not be written (directory full or unwritable)",
+                &self.window_write_errors,
+            ),
+            row(
+                "windows_dropped_total",
+                "windows dropped because the previous one was still being symbolized",
+                &self.windows_dropped,
+            ),
+            row(
+                "pulls_served_total",
+                "profiles served on /debug/pprof/profile",
+                &self.pulls_served,
+            ),
+            row(
+                "pulls_refused_total",
+                "profile requests refused (too many at once)",
+                &self.pulls_refused,
+            ),
+            row(
+                "pushes_sent_total",
+                "windows pushed to the ingest URL",
+                &self.push.sent,
+            ),
+            row(
+                "push_failures_total",
+                "push attempts that failed (retried)",
+                &self.push.failures,
+            ),
+            row(
+                "pushes_dropped_total",
+                "windows never pushed (queue full, or retries exhausted)",
+                &self.push.dropped,
+            ),
+            row(
+                "otlp_exports_sent_total",
+                "windows exported to the OTLP endpoint",
+                &self.otlp.sent,
+            ),
+            row(
+                "otlp_export_failures_total",
+                "OTLP export attempts that failed (retried)",
+                &self.otlp.failures,
+            ),
+            row(
+                "otlp_exports_dropped_total",
+                "windows never exported (queue full, or retries exhausted)",
+                &self.otlp.dropped,
+            ),
+            row(
+                "offcpu_stacks_lost_total",
+                "sleeps across a window's end whose stacks were gone before they could be kept",
+                &self.offcpu_stacks_lost,
+            ),
+            row(
+                "lock_waits_total",
+                "futex waits that ended (as drained, every second)",
+                &self.lock_waits,
+            ),
+            row(
+                "lock_stacks_freed_total",
+                "lock stacks no wait or wake named any more, freed from the kernel's maps",
+                &self.lock_stacks_freed,
+            ),
+            row(
+                "lock_stacks_lost_total",
+                "lock records whose stack was gone when read (shown under a lost-stack frame)",
+                &self.lock_stacks_lost,
+            ),
+            Row {
+                name: "offcpu_seconds_total",
+                help: "time threads spent off the CPU (asleep or blocked), windows ended so far",
+                value: self.offcpu_ns.load(Relaxed) as f64 / 1e9,
+            },
+            Row {
+                name: "lock_wait_seconds_total",
+                help: "time threads waited in futex(2) (locks, and waits for events), as drained",
+                value: self.lock_wait_ns.load(Relaxed) as f64 / 1e9,
+            },
+        ]
+    }
+
+    /// What the agent holds now.
+    fn gauge_rows(&self) -> Vec<Row> {
+        let row = Row::of;
+        vec![
+            row("push_queue_windows", "windows waiting to be pushed", &self.push.queue),
+            row("otlp_queue_windows", "windows waiting to be exported over OTLP", &self.otlp.queue),
+            row("processes_tracked", "processes whose memory maps are held for symbolization", &self.processes_tracked),
+            row("files_open", "executables and libraries held open for symbolization", &self.files_open),
+            row("symbolization_cache_frames", "symbolized addresses cached per executable", &self.frame_cache_entries),
+            row("symbolization_cache_bytes", "bytes of the symbolized addresses cached (allocator overhead aside; bounded)", &self.frame_cache_bytes),
+            row("symbolization_cache_files", "files the symbolizer holds parsed", &self.symbolizer_files),
+            row("unwind_rows_used", "rows of the kernel's unwind table array in use; rows of files no process maps any more are freed", &self.unwind_rows_used),
+            row("stored_windows", "windows in the output directory", &self.stored_windows),
+            row("stored_bytes", "bytes of windows in the output directory", &self.stored_bytes),
+            row("last_window_timestamp_seconds", "when the last window ended (unix time)", &self.last_window_unix_s),
+            row("offcpu_sleeps_carried", "sleeps going on across the last drain, cut at it (their stacks kept by thread)", &self.offcpu_sleeps_carried),
+            row("lock_stacks_stored", "lock stacks held in the kernel's maps after the last sweep (bounded by the maps, 16 K each)", &self.lock_stacks_stored),
+            row("runqueue_threads", "threads whose run-queue totals are followed", &self.runqueue_threads),
+        ]
     }
 
     /// Waiting for a CPU, the kernel's own figures: a histogram over every thread.
@@ -472,36 +341,85 @@ impl Metrics {
     }
 }
 
-/// The debuginfod client's figures: name, kind, help, value.
-fn debuginfod_lines(s: Stats) -> [(&'static str, &'static str, &'static str, u64); 5] {
+/// One line of the page: a counter if its name ends in `_total` (Prometheus's convention), else
+/// a gauge.
+struct Row {
+    name: &'static str,
+    help: &'static str,
+    value: f64,
+}
+
+impl Row {
+    fn of(name: &'static str, help: &'static str, value: &AtomicU64) -> Row {
+        Row {
+            name,
+            help,
+            value: value.load(Relaxed) as f64,
+        }
+    }
+}
+
+/// A metric summed over time (a Prometheus counter), by its name.
+fn is_total(name: &str) -> bool {
+    name.ends_with("_total")
+}
+
+/// The agent process's own use of the machine, and how long it has run.
+fn usage_rows(usage: OwnUsage, metrics: &Metrics) -> [Row; 4] {
     [
-        (
+        Row {
+            name: "rss_bytes",
+            help: "resident memory of the agent",
+            value: usage.rss_bytes as f64,
+        },
+        Row {
+            name: "open_fds",
+            help: "open file descriptors of the agent",
+            value: usage.open_fds as f64,
+        },
+        Row {
+            name: "cpu_seconds_total",
+            help: "CPU time of the agent process (user + system; BPF programs run in the profiled tasks)",
+            value: usage.cpu_seconds,
+        },
+        Row {
+            name: "uptime_seconds",
+            help: "seconds since the agent started",
+            value: metrics.started.elapsed().as_secs_f64(),
+        },
+    ]
+}
+
+/// The debuginfod client's figures.
+fn debuginfod_rows(s: Stats) -> [Row; 5] {
+    let row = |name, help, value: u64| Row {
+        name,
+        help,
+        value: value as f64,
+    };
+    [
+        row(
             "debuginfod_fetched_total",
-            "counter",
             "debug files downloaded from debuginfod and kept",
             s.fetched,
         ),
-        (
+        row(
             "debuginfod_missed_total",
-            "counter",
             "build ids no debuginfod server had",
             s.missed,
         ),
-        (
+        row(
             "debuginfod_failed_total",
-            "counter",
             "debuginfod downloads that failed (no answer in time, refused, too large, another file)",
             s.failed,
         ),
-        (
+        row(
             "debuginfod_cache_bytes",
-            "gauge",
             "bytes in the debuginfod cache (bounded)",
             s.cache_bytes,
         ),
-        (
+        row(
             "debuginfod_pending",
-            "gauge",
             "build ids being fetched or waiting to be",
             s.pending,
         ),
@@ -521,11 +439,29 @@ mod tests {
     #[test]
     fn page_parses_back_and_reads_own_usage() {
         let metrics = Metrics::default();
-        metrics.samples.store(42, Relaxed);
+        metrics.count_window(&Health {
+            samples: 40,
+            user_stack_collisions: 1,
+            ..Health::default()
+        });
+        metrics.count_window(&Health {
+            samples: 2,
+            kernel_stack_collisions: 2,
+            files_without_tables: 5,
+            ..Health::default()
+        });
         let usage = OwnUsage::read();
         assert!(usage.rss_bytes > 0 && usage.open_fds > 0, "{usage:?}");
         let page = metrics.render(usage);
         assert_eq!(value(&page, "bpfprof_agent_samples_total"), Some(42.0));
+        // Two counters of one metric: their sum; a gauge: its last value.
+        assert_eq!(value(&page, "bpfprof_agent_stack_collisions_total"), Some(3.0));
+        assert_eq!(value(&page, "bpfprof_agent_files_without_tables"), Some(5.0));
+        assert!(page.contains("# TYPE bpfprof_agent_files_without_tables gauge"));
+        let lines = page
+            .lines()
+            .filter(|l| l.starts_with("bpfprof_agent_stack_collisions_total "));
+        assert_eq!(lines.count(), 1, "one line for the two counters");
         assert_eq!(
             value(&page, "bpfprof_agent_rss_bytes"),
             Some(usage.rss_bytes as f64)

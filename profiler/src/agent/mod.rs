@@ -46,7 +46,7 @@ use crate::{
     preflight,
     process::Processes,
     profile::{Health, RawProfile, RawSample},
-    sources::{sched::SchedBatch, Batch, Wants},
+    sources::{self, sched::SchedBatch, Batch, Wants},
     start::{start, Started, Targets},
 };
 use http::{Endpoint, PullRequest};
@@ -245,8 +245,8 @@ async fn agent(
         "bpfprof agent: stopped after {:.0} s: {} windows written, {} samples, {} lost",
         metrics.started.elapsed().as_secs_f64(),
         metrics.windows_written.load(Relaxed),
-        metrics.samples.load(Relaxed),
-        metrics.samples_lost.load(Relaxed)
+        metrics.health_total("samples"),
+        metrics.health_total("lost_map_full")
     );
     Ok(())
 }
@@ -339,7 +339,12 @@ impl Sink for AgentSink {
                 true => next,
                 false => now + self.window_every,
             };
-            let forgotten = self.close_window(commons.health()?, procs, exited, &live);
+            let mut total = commons.health()?;
+            if let Some(tables) = &tables {
+                total.files_without_tables_named = tables.files_without_tables();
+                total.files_without_tables = total.files_without_tables_named.len() as u64;
+            }
+            let forgotten = self.close_window(total, procs, exited, &live);
             if let Some(tables) = tables {
                 tables.forget(&forgotten);
                 self.metrics
@@ -485,33 +490,25 @@ impl AgentSink {
         live: &[TaskRecord],
     ) -> HashSet<u32> {
         let window = std::mem::replace(&mut self.window, Window::new());
-        let mut health = total.sampling_since(&self.health);
+        let mut health = total.since(&self.health);
         health.processes_not_captured = window.not_captured.len() as u64;
         health.user_frames_by_build_id = window.profile.health.user_frames_by_build_id;
-        let offcpu_map_full = total.offcpu_map_full.saturating_sub(self.health.offcpu_map_full);
-        self.metrics.offcpu_map_full.fetch_add(offcpu_map_full, Relaxed);
-        let lock_health = Health {
-            lock_waits: total.lock_waits.saturating_sub(self.health.lock_waits),
-            lock_map_full: total.lock_map_full.saturating_sub(self.health.lock_map_full),
-            ..Health::default()
-        };
-        self.metrics
-            .lock_map_full
-            .fetch_add(lock_health.lock_map_full, Relaxed);
+        health.drains = window.profile.health.drains.max(window.offcpu.health.drains);
+        health.files_without_tables = total.files_without_tables;
+        health.files_without_tables_named = total.files_without_tables_named.clone();
         self.health = total;
         self.metrics.count_window(&health);
+        // Each profile says what its source lost, and what every source shares.
+        let of = |signal: Signal| health.of(&[sources::kind_of_signal(signal)]);
         let mut profiles = Vec::new();
         if self.signals.cpu {
             let mut profile = window.profile;
-            profile.health = health;
+            profile.health = of(Signal::Cpu);
             profiles.push((Signal::Cpu, Figures::Stacks(profile)));
         }
         if self.signals.offcpu {
             let mut offcpu = window.offcpu;
-            offcpu.health = Health {
-                offcpu_map_full,
-                ..Health::default()
-            };
+            offcpu.health = of(Signal::OffCpu);
             profiles.push((Signal::OffCpu, Figures::Stacks(offcpu)));
         }
         if self.signals.runqueue {
@@ -526,7 +523,7 @@ impl AgentSink {
             profiles.push((Signal::RunQueue, Figures::Threads(waits.threads)));
         }
         if self.signals.lock {
-            let locks = LockFigures::new(window.locks, lock_health, procs);
+            let locks = LockFigures::new(window.locks, of(Signal::Lock), procs);
             profiles.push((Signal::Lock, Figures::Locks(locks)));
         }
         let rendering = Rendering::new(profiles, procs, window.started, window.since.elapsed());

@@ -52,6 +52,15 @@ pub const SIGNAL_SOURCES: [(Signal, Kind); 4] = [
     (Signal::Lock, Kind::Locks),
 ];
 
+/// The source an agent signal is a view of.
+pub fn kind_of_signal(signal: Signal) -> Kind {
+    SIGNAL_SOURCES
+        .iter()
+        .find(|(s, _)| *s == signal)
+        .map(|(_, kind)| *kind)
+        .expect("every signal is in the table")
+}
+
 /// The sources a mode uses.
 pub fn of_mode(mode: Mode) -> &'static [Kind] {
     MODE_SOURCES

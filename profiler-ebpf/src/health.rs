@@ -1,0 +1,15 @@
+//! The per-CPU health counters: every lost or damaged record is counted here and shown in the
+//! report (declared once, in `profiler_common::health_table!`).
+use aya_ebpf::{macros::map, maps::PerCpuArray};
+use profiler_common::{HealthCounter, HEALTH_COUNTERS};
+
+#[map(name = "HEALTH")]
+static HEALTH: PerCpuArray<u64> = PerCpuArray::with_max_entries(HEALTH_COUNTERS, 0);
+
+#[inline(always)]
+pub fn bump(counter: HealthCounter) {
+    if let Some(slot) = HEALTH.get_ptr_mut(counter as u32) {
+        // Per-CPU slot: no other CPU writes it, and BPF programs do not nest on one CPU here.
+        unsafe { *slot += 1 };
+    }
+}
