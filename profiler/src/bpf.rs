@@ -6,7 +6,7 @@ use std::{collections::BTreeSet, path::Path};
 use anyhow::Context as _;
 use aya::{
     maps::{HashMap as BpfHashMap, MapData},
-    programs::{ProgramError, TracePoint},
+    programs::{ProgramError, RawTracePoint, TracePoint},
     Ebpf, EbpfLoader,
 };
 use profiler_common::{lock::ThreadOffsets, names, offcpu_stacks, ExitOffsets, ForkOffsets, TaskOffsets};
@@ -224,6 +224,16 @@ impl Loaded {
             (names::PROG_EXIT, "sched", "sched_process_exit"),
             (names::PROG_EXEC, "sched", "sched_process_exec"),
         ])
+    }
+
+    /// Load `prog` and attach it to the raw tracepoint `event`.
+    pub fn attach_raw_tracepoint(&mut self, prog: &str, event: &str) -> anyhow::Result<()> {
+        let program: &mut RawTracePoint = self.program(prog)?;
+        program.load().with_context(|| format!("loading {prog}"))?;
+        program
+            .attach(event)
+            .with_context(|| format!("attaching {prog} to the raw tracepoint {event}"))?;
+        Ok(())
     }
 
     /// Load and attach each (program, category, event).

@@ -5,7 +5,7 @@
 use profiler_common::HealthCounter;
 use serde::{Deserialize, Serialize};
 
-use crate::sources::Kind;
+use crate::sources::kind::Kind;
 
 /// One counter's declaration, as user space reads it.
 #[derive(Clone, Copy, Debug)]

@@ -22,7 +22,11 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::{cargo, sh, test::Outcome, test::Tally, workspace_root, ARM64_TRIPLE};
+use crate::{
+    cargo, sh,
+    tally::{Outcome, Tally},
+    workspace_root, ARM64_TRIPLE,
+};
 
 /// The end-to-end test files the guest runs, in this order, each with the test harness's
 /// arguments that pick its tests there (`None`: all of them). Of `views`, the annotate tests

@@ -28,6 +28,7 @@ mod setup;
 mod soak;
 #[cfg(test)]
 mod structure;
+mod tally;
 mod test;
 
 #[derive(Parser)]

@@ -1,6 +1,8 @@
-//! The user-space crate's structure, checked: no two of its modules import each other, directly
-//! or round a circle (`crate::` paths in the source, tests left out), and no file is over 700
-//! lines. A unit test, so the suite says when a change grows a circle back.
+//! The crates' structure, checked: no two modules of the user-space crate (or of xtask) import
+//! each other, directly or round a circle (`crate::` paths in the source, tests left out); no
+//! file is over 700 lines; no function of the user-space crate is over `FUNCTION_BUDGET` lines
+//! unless `LONG_FUNCTIONS` lists it with its reason. A unit test, so the suite says when a change
+//! grows a circle or a long function back.
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
@@ -159,6 +161,126 @@ fn circles(edges: &BTreeMap<Module, BTreeSet<Module>>) -> Vec<Vec<Module>> {
     groups
 }
 
+/// The most lines a function of the user-space crate may take.
+const FUNCTION_BUDGET: usize = 100;
+
+/// Functions over the budget, and why they stay whole: (file under profiler/src, name, reason).
+const LONG_FUNCTIONS: &[(&str, &str, &str)] = &[];
+
+/// Whether module `module` is compiled for tests only (`#[cfg(test)] mod name;` in its parent).
+fn test_only(modules: &BTreeMap<Module, (PathBuf, String)>, module: &Module) -> bool {
+    let Some((name, parent)) = module.split_last() else {
+        return false;
+    };
+    let Some((_, text)) = modules.get(parent) else {
+        return false;
+    };
+    text.contains(&format!("#[cfg(test)]\nmod {name};"))
+        || text.contains(&format!("#[cfg(test)]\npub mod {name};"))
+}
+
+/// The source with comments, strings and character literals blanked (newlines kept), so braces
+/// and `fn` are only code's.
+fn code_only(text: &str) -> String {
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    let blank = |c: char| if c == '\n' { '\n' } else { ' ' };
+    while i < chars.len() {
+        let (c, next) = (chars[i], chars.get(i + 1).copied());
+        let end = match (c, next) {
+            ('/', Some('/')) => (i..chars.len())
+                .find(|&j| chars[j] == '\n')
+                .unwrap_or(chars.len()),
+            ('/', Some('*')) => (i + 2..chars.len())
+                .find(|&j| chars[j] == '*' && chars.get(j + 1) == Some(&'/'))
+                .map_or(chars.len(), |j| j + 2),
+            ('r', Some('"' | '#')) if i == 0 || !chars[i - 1].is_alphanumeric() => raw_string_end(&chars, i),
+            ('"', _) => string_end(&chars, i + 1),
+            ('\'', Some('\\')) => (i + 2..chars.len())
+                .find(|&j| chars[j] == '\'')
+                .map_or(chars.len(), |j| j + 1),
+            ('\'', Some(_)) if chars.get(i + 2) == Some(&'\'') => i + 3,
+            _ => {
+                out.push(c);
+                i += 1;
+                continue;
+            }
+        };
+        out.extend(chars[i..end].iter().map(|&c| blank(c)));
+        i = end;
+    }
+    out
+}
+
+/// Where a string whose text starts at `from` ends (after its closing quote).
+fn string_end(chars: &[char], mut from: usize) -> usize {
+    while from < chars.len() {
+        match chars[from] {
+            '\\' => from += 2,
+            '"' => return from + 1,
+            _ => from += 1,
+        }
+    }
+    chars.len()
+}
+
+/// Where a raw string `r#"..."#` starting at `at` ends.
+fn raw_string_end(chars: &[char], at: usize) -> usize {
+    let hashes = chars[at + 1..].iter().take_while(|&&c| c == '#').count();
+    let open = at + 1 + hashes;
+    if chars.get(open) != Some(&'"') {
+        return at + 1;
+    }
+    let close: String = std::iter::once('"')
+        .chain(std::iter::repeat_n('#', hashes))
+        .collect();
+    let rest: String = chars[open + 1..].iter().collect();
+    match rest.find(&close) {
+        Some(k) => open + 1 + rest[..k].chars().count() + close.chars().count(),
+        None => chars.len(),
+    }
+}
+
+/// Each function with a body in `text`: its name, first line (1-based) and length in lines.
+fn functions(text: &str) -> Vec<(String, usize, usize)> {
+    let code = code_only(text);
+    let bytes = code.as_bytes();
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("fn ").map(|k| from + k) {
+        from = at + 3;
+        if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_') {
+            continue;
+        }
+        let name: String = code[at + 3..]
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let Some(open) = code[at..].find(['{', ';']).map(|k| at + k) else {
+            break;
+        };
+        if name.is_empty() || bytes[open] == b';' {
+            continue;
+        }
+        let mut depth = 0usize;
+        let Some(close) = (open..bytes.len()).find(|&k| {
+            match bytes[k] {
+                b'{' => depth += 1,
+                b'}' => depth -= 1,
+                _ => {}
+            }
+            depth == 0
+        }) else {
+            break;
+        };
+        let line = code[..at].matches('\n').count() + 1;
+        let lines = code[at..=close].matches('\n').count() + 1;
+        found.push((name, line, lines));
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -200,6 +322,65 @@ mod tests {
             .map(|g| g.iter().map(|m| m.join("::")).collect::<Vec<_>>().join(" <-> "))
             .collect();
         assert!(said.is_empty(), "modules that import each other: {said:#?}");
+    }
+
+    #[test]
+    fn functions_are_measured_from_their_signature_to_their_closing_brace() {
+        let text = "fn a() {\n    let s = \"}\"; // }\n    let c = '{';\n}\nfn b<'x>(v: &'x str) -> &'x str { v }\ntrait T { fn c(&self); }\n";
+        let found = functions(text);
+        assert_eq!(
+            found,
+            [("a".to_string(), 1, 4), ("b".to_string(), 5, 1)],
+            "braces in strings, chars and comments are not code; a body-less fn is none"
+        );
+        assert_eq!(
+            functions("let r = r#\"fn x() {\"#; fn y() {}"),
+            [("y".to_string(), 1, 1)]
+        );
+    }
+
+    #[test]
+    fn no_profiler_function_is_over_the_budget_unless_listed_with_its_reason() {
+        let modules = modules(&src());
+        let mut long = Vec::new();
+        for (module, (path, text)) in &modules {
+            if test_only(&modules, module) {
+                continue;
+            }
+            let file = path.strip_prefix(src()).unwrap_or(path).display().to_string();
+            for (name, line, lines) in functions(text) {
+                let listed = LONG_FUNCTIONS.iter().any(|(f, n, _)| *f == file && *n == name);
+                if lines > FUNCTION_BUDGET && !listed {
+                    long.push(format!("{file}:{line} {name}: {lines} lines"));
+                }
+            }
+        }
+        long.sort();
+        assert!(
+            long.is_empty(),
+            "functions over {FUNCTION_BUDGET} lines: {long:#?}"
+        );
+        for (file, name, reason) in LONG_FUNCTIONS {
+            let text = std::fs::read_to_string(src().join(file)).unwrap_or_default();
+            let lines = functions(&text)
+                .into_iter()
+                .find(|(n, _, _)| n == name)
+                .map(|f| f.2);
+            assert!(
+                lines.is_some_and(|l| l > FUNCTION_BUDGET),
+                "{file} {name} ({reason}) is listed as long but is {lines:?} lines"
+            );
+        }
+    }
+
+    #[test]
+    fn xtask_has_no_import_circle() {
+        let modules = modules(Path::new(env!("CARGO_MANIFEST_DIR")).join("src").as_path());
+        let found = circles(&imports(&modules));
+        assert!(
+            found.is_empty(),
+            "xtask modules that import each other: {found:?}"
+        );
     }
 
     #[test]

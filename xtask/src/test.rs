@@ -10,7 +10,13 @@ use std::{
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::{bpfprof_bin, cargo, docs, guest, is_root, noise::Noise, sh, soak, workspace_root};
+use crate::{
+    bpfprof_bin, cargo, docs, guest, is_root,
+    noise::Noise,
+    sh, soak,
+    tally::{totals_line, Outcome, Tally},
+    workspace_root,
+};
 
 /// The soak that a whole test run ends with (CI); 60 minutes by hand (`cargo xtask soak`).
 const CI_SOAK_MINUTES: f64 = 3.0;
@@ -24,72 +30,6 @@ pub struct Options {
     pub noise: bool,
     /// Extra arguments for the test harness (a name filter): the soak is then left out.
     pub filter: Vec<String>,
-}
-
-/// What one suite did.
-pub struct Outcome {
-    pub suite: String,
-    pub passed: u32,
-    pub failed: u32,
-    /// Names of the failed tests, or why the suite did not finish.
-    pub failures: Vec<String>,
-    pub took: Duration,
-}
-
-/// What a test harness said it did, from its own lines (`test NAME ... FAILED`,
-/// `test result: ... N passed; N failed`).
-#[derive(Default)]
-pub struct Tally {
-    passed: u32,
-    failed: u32,
-    failures: Vec<String>,
-}
-
-impl Tally {
-    pub fn read(&mut self, line: &str) {
-        if let Some(test) = line
-            .strip_prefix("test ")
-            .and_then(|l| l.strip_suffix(" ... FAILED"))
-        {
-            self.failures.push(test.to_string());
-        }
-        if let Some(result) = line.strip_prefix("test result: ") {
-            self.passed += count(result, " passed");
-            self.failed += count(result, " failed");
-        }
-    }
-
-    /// The suite's outcome; `failed_with`: how its harness failed (exit status), if it did.
-    pub fn outcome(mut self, suite: &str, failed_with: Option<String>, took: Duration) -> Outcome {
-        if let (Some(how), 0) = (failed_with, self.failed) {
-            // It did not get as far as a test failing: a build error, or a harness that crashed.
-            self.failed = 1;
-            self.failures.push(format!("the suite did not finish ({how})"));
-        }
-        Outcome {
-            suite: suite.to_string(),
-            passed: self.passed,
-            failed: self.failed,
-            failures: self.failures,
-            took,
-        }
-    }
-}
-
-impl Outcome {
-    fn line(&self) -> String {
-        let mut line = format!(
-            "{:<16} {:>4} passed, {:>2} failed  {:>6.1} s",
-            self.suite,
-            self.passed,
-            self.failed,
-            self.took.as_secs_f64()
-        );
-        if !self.failures.is_empty() {
-            line += &format!("  FAILED: {}", self.failures.join(", "));
-        }
-        line
-    }
 }
 
 pub fn run(options: &Options) -> Result<()> {
@@ -206,19 +146,6 @@ fn run_once(filter: &[String]) -> Result<Vec<Outcome>> {
     Ok(outcomes)
 }
 
-impl Outcome {
-    /// A task that is one check: passed or failed, with its error.
-    fn of_task(suite: &str, result: Result<()>, started: Instant) -> Outcome {
-        Outcome {
-            suite: suite.into(),
-            passed: result.is_ok() as u32,
-            failed: result.is_err() as u32,
-            failures: result.err().map(|e| format!("{e:#}")).into_iter().collect(),
-            took: started.elapsed(),
-        }
-    }
-}
-
 /// The end-to-end test files (`tests/tests/NAME.rs`) the host runs, in name order.
 fn e2e_suites() -> Result<Vec<String>> {
     let dir = workspace_root().join("tests/tests");
@@ -251,21 +178,6 @@ fn run_suite(name: &str, cmd: &mut Command) -> Result<Outcome> {
     Ok(tally.outcome(name, failed_with, started.elapsed()))
 }
 
-/// The number before `what` in a harness result line (`ok. 5 passed; 1 failed; ...`).
-fn count(result: &str, what: &str) -> u32 {
-    result
-        .split(';')
-        .find_map(|part| part.trim().split_once(what))
-        .and_then(|(before, _)| before.rsplit([' ', '.']).next()?.parse().ok())
-        .unwrap_or(0)
-}
-
-fn totals_line(outcomes: &[Outcome]) -> String {
-    let passed: u32 = outcomes.iter().map(|o| o.passed).sum();
-    let failed: u32 = outcomes.iter().map(|o| o.failed).sum();
-    format!("{passed} passed, {failed} failed")
-}
-
 fn print_summary(round: u32, of: u32, outcomes: &[Outcome], noise_note: &str) {
     let run = match of {
         1 => String::new(),
@@ -276,18 +188,4 @@ fn print_summary(round: u32, of: u32, outcomes: &[Outcome], noise_note: &str) {
         println!("  {}", outcome.line());
     }
     println!("{}", totals_line(outcomes));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::count;
-
-    #[test]
-    fn counts_are_read_from_the_harness_result_line() {
-        let ok = "ok. 100 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; finished in 0.27s";
-        assert_eq!((count(ok, " passed"), count(ok, " failed")), (100, 0));
-        let bad = "FAILED. 5 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 58.10s";
-        assert_eq!((count(bad, " passed"), count(bad, " failed")), (5, 1));
-        assert_eq!(count("ok. 0 passed; 0 failed;", " passed"), 0);
-    }
 }

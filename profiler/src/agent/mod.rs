@@ -139,84 +139,34 @@ async fn agent(
     let metrics = Arc::new(Metrics::new(config.signals.runqueue));
     let latest: render::Latest = Arc::new(Mutex::new(HashMap::new()));
     let unwind_files = Arc::new(Mutex::new(None));
-    let pusher = config.push.clone().map(|p| Pusher::start(p, metrics.clone()));
-    let exporter = config.otlp.clone().map(|p| Pusher::start(p, metrics.clone()));
-    let cpus = crate::counters::cpu::online_ids().map_or(1, |c| c.len() as u32);
-    // What every window's report says of the run; each gets its own duration.
-    let meta = RunMeta {
-        mode: "hotspot",
-        event: Event::CpuClock.name(),
-        frequency_hz: config.frequency_hz,
-        duration_s: 0.0,
-        target: "system-wide (agent)".into(),
-        cpus,
-        notes: Vec::new(),
-        counters: Vec::new(),
-    };
-    let debuginfod = crate::symbolize::debuginfod::Debuginfod::shared(config.debuginfod.as_ref())?;
-    if let Some(client) = &debuginfod {
-        let _ = metrics.debuginfod.set(client.clone());
-    }
-    let locator = crate::symbolize::DebugLocator::new(config.debug_dirs.clone(), debuginfod.map(|d| d as _));
-    let (jobs, renderer) = render::start(
-        store,
-        [pusher, exporter],
-        latest.clone(),
-        metrics.clone(),
-        meta,
-        locator,
-    );
-    let (pull_tx, pull_rx) = mpsc::channel::<PullRequest>(MAX_PULLS);
+    let (jobs, renderer) = start_renderer(&config, store, latest.clone(), metrics.clone())?;
     let wake = Arc::new(tokio::sync::Notify::new());
-    if let Some(listener) = listener {
-        let listener = tokio::net::TcpListener::from_std(listener).context("serving the endpoint")?;
-        let endpoint = Arc::new(Endpoint {
-            pulls: pull_tx,
-            wake: wake.clone(),
-            latest,
-            metrics: metrics.clone(),
-            unwind_files: unwind_files.clone(),
-            window: config.window,
-            signals: config.signals,
-        });
-        tokio::spawn(http::serve(listener, endpoint));
-    } else {
-        drop(pull_tx);
-    }
-
-    let signals = config.signals;
+    let endpoint = Endpoint {
+        pulls: mpsc::channel(MAX_PULLS).0,
+        wake: wake.clone(),
+        latest,
+        metrics: metrics.clone(),
+        unwind_files: unwind_files.clone(),
+        window: config.window,
+        signals: config.signals,
+    };
+    let requests = serve(listener, endpoint)?;
     let everything = Targets {
         system_wide: true,
         pids: &[],
         command: None,
     };
     let Started { mut driver, .. } = start(config.recipe(), &everything, tracefs)?;
-    eprintln!(
-        "bpfprof agent: {} on all {cpus} CPUs (samples at {} Hz); a window every {:.0} s into {}{}{}{}; SIGTERM or Ctrl-C writes the last window and stops",
-        signals.names().join(", "),
-        config.frequency_hz,
-        config.window.as_secs_f64(),
-        output_dir.display(),
-        config.listen.map_or(String::new(), |a| format!("; endpoint http://{a}/")),
-        config.push.as_ref().map_or(String::new(), |p| format!("; pushing to {}", p.url)),
-        config.otlp.as_ref().map_or(String::new(), |p| {
-            let protocol = match p.destination {
-                Destination::OtlpGrpc => "gRPC",
-                _ => "HTTP",
-            };
-            format!("; exporting OTLP/{protocol} to {}", p.url)
-        }),
-    );
-
+    announce(&config, output_dir);
     let mut sink = AgentSink {
-        signals,
+        signals: config.signals,
         runqueue: RunQueue::default(),
         window: Window::new(),
         window_every: config.window,
         window_due: Instant::now() + config.window,
         closing: None,
         pulls: Vec::new(),
-        requests: pull_rx,
+        requests,
         wake,
         health: Health::default(),
         metrics: metrics.clone(),
@@ -249,6 +199,76 @@ async fn agent(
         metrics.health_total("lost_map_full")
     );
     Ok(())
+}
+
+/// The renderer thread, with its pusher and exporter, and the queue of its jobs.
+fn start_renderer(
+    config: &Config,
+    store: Store,
+    latest: render::Latest,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<(std_mpsc::SyncSender<Job>, std::thread::JoinHandle<()>)> {
+    let pusher = config.push.clone().map(|p| Pusher::start(p, metrics.clone()));
+    let exporter = config.otlp.clone().map(|p| Pusher::start(p, metrics.clone()));
+    // What every window's report says of the run; each gets its own duration.
+    let meta = RunMeta {
+        mode: "hotspot",
+        event: Event::CpuClock.name(),
+        frequency_hz: config.frequency_hz,
+        duration_s: 0.0,
+        target: "system-wide (agent)".into(),
+        cpus: crate::counters::cpu::online_ids().map_or(1, |c| c.len() as u32),
+        notes: Vec::new(),
+        counters: Vec::new(),
+    };
+    let debuginfod = crate::symbolize::debuginfod::Debuginfod::shared(config.debuginfod.as_ref())?;
+    if let Some(client) = &debuginfod {
+        let _ = metrics.debuginfod.set(client.clone());
+    }
+    let locator = crate::symbolize::DebugLocator::new(config.debug_dirs.clone(), debuginfod.map(|d| d as _));
+    Ok(render::start(
+        store,
+        [pusher, exporter],
+        latest,
+        metrics,
+        meta,
+        locator,
+    ))
+}
+
+/// Serve the endpoint on `listener`, if there is one; the requests for profiles it takes.
+fn serve(
+    listener: Option<std::net::TcpListener>,
+    mut endpoint: Endpoint,
+) -> anyhow::Result<mpsc::Receiver<PullRequest>> {
+    let (pulls, requests) = mpsc::channel::<PullRequest>(MAX_PULLS);
+    if let Some(listener) = listener {
+        let listener = tokio::net::TcpListener::from_std(listener).context("serving the endpoint")?;
+        endpoint.pulls = pulls;
+        tokio::spawn(http::serve(listener, Arc::new(endpoint)));
+    }
+    Ok(requests)
+}
+
+/// The agent's one line of what it does.
+fn announce(config: &Config, output_dir: &std::path::Path) {
+    let cpus = crate::counters::cpu::online_ids().map_or(1, |c| c.len() as u32);
+    eprintln!(
+        "bpfprof agent: {} on all {cpus} CPUs (samples at {} Hz); a window every {:.0} s into {}{}{}{}; SIGTERM or Ctrl-C writes the last window and stops",
+        config.signals.names().join(", "),
+        config.frequency_hz,
+        config.window.as_secs_f64(),
+        output_dir.display(),
+        config.listen.map_or(String::new(), |a| format!("; endpoint http://{a}/")),
+        config.push.as_ref().map_or(String::new(), |p| format!("; pushing to {}", p.url)),
+        config.otlp.as_ref().map_or(String::new(), |p| {
+            let protocol = match p.destination {
+                Destination::OtlpGrpc => "gRPC",
+                _ => "HTTP",
+            };
+            format!("; exporting OTLP/{protocol} to {}", p.url)
+        }),
+    );
 }
 
 /// The agent's sink: the current window and the endpoint's profiles in progress.

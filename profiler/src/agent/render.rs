@@ -274,22 +274,7 @@ fn profiles(
     rendering: &Rendering,
     meta: &RunMeta,
 ) -> Vec<(Signal, pprof::proto::Profile)> {
-    let labels = |pid: u32| -> Vec<(&'static str, String)> {
-        let Some(info) = rendering.labels.get(&pid) else {
-            return Vec::new();
-        };
-        let mut labels = Vec::new();
-        if let Some(exe) = &info.executable {
-            labels.push(("executable", exe.clone()));
-        }
-        if let Some(cgroup) = &info.cgroup {
-            labels.push(("cgroup", cgroup.clone()));
-        }
-        if let Some(id) = info.container_id() {
-            labels.push(("container_id", id.to_string()));
-        }
-        labels
-    };
+    let labels = |pid: u32| process_labels(rendering, pid);
     let meta = RunMeta {
         duration_s: rendering.duration.as_secs_f64(),
         ..meta.clone()
@@ -297,72 +282,9 @@ fn profiles(
     let mut out = Vec::with_capacity(rendering.profiles.len());
     for (signal, figures) in &rendering.profiles {
         let mut profile = match figures {
-            Figures::Stacks(raw) => {
-                let symbols = symbolizer.symbolize(raw, &rendering.files);
-                for failure in &symbols.failures {
-                    log::info!("symbolization: {failure}");
-                }
-                let (weight, meta) = match signal {
-                    Signal::OffCpu => (
-                        Weight::OffCpuNanoseconds,
-                        RunMeta {
-                            mode: "sched",
-                            event: "sched_switch",
-                            ..meta.clone()
-                        },
-                    ),
-                    _ => (Weight::Samples, meta.clone()),
-                };
-                let report = model::stack_report(meta, raw, &symbols, weight);
-                pprof::hotspot_profile_labeled(&report, &labels)
-            }
-            Figures::Locks(locks) => {
-                let symbols = symbolizer.symbolize(&locks.collection.stacks, &rendering.files);
-                let meta = RunMeta {
-                    mode: "lock",
-                    event: "futex",
-                    ..meta.clone()
-                };
-                let context = SnapshotContext {
-                    rendering,
-                    mapped: &locks.mapped,
-                };
-                let report = lock::report(
-                    meta,
-                    LockSource::Futex,
-                    Waits::All,
-                    locks.health.clone(),
-                    &locks.collection,
-                    &symbols,
-                    &context,
-                );
-                pprof::lock_profile(&report, &labels)
-            }
-            Figures::Threads(threads) => {
-                let values: Vec<pprof::ThreadValue<'_>> = threads
-                    .iter()
-                    .map(|t| pprof::ThreadValue {
-                        pid: t.pid,
-                        tid: t.tid,
-                        comm: &t.comm,
-                        process: rendering
-                            .labels
-                            .get(&t.pid)
-                            .and_then(|info| info.executable.as_deref())
-                            .map_or(&t.comm, |exe| exe.rsplit('/').next().unwrap_or(exe)),
-                        value: t.delay_ns as i64,
-                        count: t.waits as i64,
-                    })
-                    .collect();
-                let mut profile = pprof::per_thread_profile(
-                    ("runqueue-delay", "nanoseconds"),
-                    ("waits", "count"),
-                    &values,
-                    &labels,
-                );
-                profile.duration_nanos = rendering.duration.as_nanos() as i64;
-                profile
-            }
+            Figures::Stacks(raw) => stack_profile(symbolizer, rendering, *signal, raw, &meta, &labels),
+            Figures::Locks(locks) => lock_profile(symbolizer, rendering, locks, &meta, &labels),
+            Figures::Threads(threads) => thread_profile(rendering, threads, &labels),
         };
         profile.time_nanos = rendering
             .started
@@ -371,4 +293,113 @@ fn profiles(
         out.push((*signal, profile));
     }
     out
+}
+
+/// A process's labels: its executable, cgroup and container.
+fn process_labels(rendering: &Rendering, pid: u32) -> Vec<(&'static str, String)> {
+    let Some(info) = rendering.labels.get(&pid) else {
+        return Vec::new();
+    };
+    let mut labels = Vec::new();
+    if let Some(exe) = &info.executable {
+        labels.push(("executable", exe.clone()));
+    }
+    if let Some(cgroup) = &info.cgroup {
+        labels.push(("cgroup", cgroup.clone()));
+    }
+    if let Some(id) = info.container_id() {
+        labels.push(("container_id", id.to_string()));
+    }
+    labels
+}
+
+type Labels<'a> = dyn Fn(u32) -> Vec<(&'static str, String)> + 'a;
+
+/// On-CPU samples, or off-CPU time, by stack.
+fn stack_profile(
+    symbolizer: &Symbolizer,
+    rendering: &Rendering,
+    signal: Signal,
+    raw: &RawProfile,
+    meta: &RunMeta,
+    labels: &Labels<'_>,
+) -> pprof::proto::Profile {
+    let symbols = symbolizer.symbolize(raw, &rendering.files);
+    for failure in &symbols.failures {
+        log::info!("symbolization: {failure}");
+    }
+    let (weight, meta) = match signal {
+        Signal::OffCpu => (
+            Weight::OffCpuNanoseconds,
+            RunMeta {
+                mode: "sched",
+                event: "sched_switch",
+                ..meta.clone()
+            },
+        ),
+        _ => (Weight::Samples, meta.clone()),
+    };
+    let report = model::stack_report(meta, raw, &symbols, weight);
+    pprof::hotspot_profile_labeled(&report, labels)
+}
+
+/// Lock waits as Go's mutex profile.
+fn lock_profile(
+    symbolizer: &Symbolizer,
+    rendering: &Rendering,
+    locks: &LockFigures,
+    meta: &RunMeta,
+    labels: &Labels<'_>,
+) -> pprof::proto::Profile {
+    let symbols = symbolizer.symbolize(&locks.collection.stacks, &rendering.files);
+    let meta = RunMeta {
+        mode: "lock",
+        event: "futex",
+        ..meta.clone()
+    };
+    let context = SnapshotContext {
+        rendering,
+        mapped: &locks.mapped,
+    };
+    let report = lock::report(
+        meta,
+        LockSource::Futex,
+        Waits::All,
+        locks.health.clone(),
+        &locks.collection,
+        &symbols,
+        &context,
+    );
+    pprof::lock_profile(&report, labels)
+}
+
+/// Run-queue delay per thread.
+fn thread_profile(
+    rendering: &Rendering,
+    threads: &[ThreadWait],
+    labels: &Labels<'_>,
+) -> pprof::proto::Profile {
+    let values: Vec<pprof::ThreadValue<'_>> = threads
+        .iter()
+        .map(|t| pprof::ThreadValue {
+            pid: t.pid,
+            tid: t.tid,
+            comm: &t.comm,
+            process: rendering
+                .labels
+                .get(&t.pid)
+                .and_then(|info| info.executable.as_deref())
+                .map_or(&t.comm, |exe| exe.rsplit('/').next().unwrap_or(exe)),
+            value: t.delay_ns as i64,
+            count: t.waits as i64,
+        })
+        .collect();
+    let mut profile = pprof::per_thread_profile(
+        ("runqueue-delay", "nanoseconds"),
+        ("waits", "count"),
+        &values,
+        labels,
+    );
+    profile.duration_nanos = rendering.duration.as_nanos() as i64;
+    profile
 }

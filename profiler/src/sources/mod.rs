@@ -19,21 +19,12 @@ use crate::{
 };
 
 pub mod counting;
+pub mod kind;
 pub mod locks;
 pub mod samples;
 pub mod sched;
 
-/// The kinds of kernel data, in the order the start path attaches them: the lock probes first
-/// (they are placed before anything counts), the sampler before the counters read at each sample
-/// (see `samples`), the scheduler last but for the counters' totals, so its thread states and
-/// those totals cover the same run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Kind {
-    Locks,
-    CpuSamples,
-    Sched,
-    Counting,
-}
+pub use kind::Kind;
 
 /// Which sources each mode uses. Topdown samples only where its counter set can be counted (it
 /// then splits the counts by function).

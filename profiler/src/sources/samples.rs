@@ -11,7 +11,7 @@ use aya::{
     maps::{HashMap as BpfHashMap, MapData, StackTraceMap},
     programs::{
         perf_event::{HardwareEvent, PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        PerfEvent, ProgramError, RawTracePoint,
+        PerfEvent, ProgramError,
     },
     Ebpf,
 };
@@ -177,14 +177,7 @@ fn open_counters(
     kernel.hold(counting);
     // The counters are per CPU: a fresh baseline at every context switch keeps each sample's
     // interval to the sampled thread's own time.
-    let program: &mut RawTracePoint = kernel.program(names::PROG_COUNTER_SWITCH)?;
-    program
-        .load()
-        .with_context(|| format!("loading {}", names::PROG_COUNTER_SWITCH))?;
-    program
-        .attach("sched_switch")
-        .context("attaching the counter baseline to the raw tracepoint sched_switch")?;
-    Ok(())
+    kernel.attach_raw_tracepoint(names::PROG_COUNTER_SWITCH, "sched_switch")
 }
 
 /// The kernel maps of the sampling program.

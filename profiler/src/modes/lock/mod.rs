@@ -248,6 +248,62 @@ pub fn report(
     symbols: &Symbols,
     context: &dyn LockContext,
 ) -> LockReport {
+    let kernel_data = (source == LockSource::Kernel).then(KernelData::read);
+    meta.notes.extend(kernel_data.as_ref().and_then(KernelData::note));
+    let mut locks: Vec<LockStat> = by_lock(collection, symbols, context)
+        .into_values()
+        .filter(|l| l.contentions > 0)
+        .collect();
+    for lock in &mut locks {
+        lock.kind = match kernel_data {
+            Some(_) => kernel::lock_kind(lock.flags),
+            None => kind_of(&lock.waiters, lock.flags),
+        };
+    }
+    if source == LockSource::Futex {
+        locks = condvar::one_entry_per_condvar(locks, context);
+    }
+    let mut data = DataSymbols::default();
+    for lock in &mut locks {
+        lock.symbol = match &kernel_data {
+            Some(kernel) => kernel.name(lock.address),
+            None => {
+                let mapped = context.mapped_files(lock.pid, lock.exec_generation);
+                data.name(context.files(), &mapped, lock.address)
+            }
+        };
+        lock.class = WaitClass::of_kind(lock.kind);
+        if lock.kind == "join" {
+            lock.thread = collection
+                .threads_joinable
+                .get(&(lock.pid, lock.address))
+                .copied();
+        }
+        settle(lock);
+    }
+    locks.sort_by(|a, b| {
+        a.class
+            .cmp(&b.class)
+            .then_with(|| b.total_wait_ns.cmp(&a.total_wait_ns))
+            .then_with(|| a.address.cmp(&b.address))
+    });
+    let shown: Vec<&LockStat> = locks.iter().filter(|l| l.class.shown_in(waits)).collect();
+    let waits = flame(meta.clone(), health.clone(), &shown);
+    LockReport {
+        meta,
+        source,
+        health,
+        locks,
+        waits,
+    }
+}
+
+/// Every record under its lock (pid, address, instance), with its stack's frames.
+fn by_lock(
+    collection: &LockCollection,
+    symbols: &Symbols,
+    context: &dyn LockContext,
+) -> HashMap<(u32, u64, u32), LockStat> {
     let mut frames_by_record: HashMap<u32, Vec<Frame>> = HashMap::new();
     for key in collection.stacks.stacks.keys() {
         frames_by_record.insert(key.tid, frames_of(key, symbols));
@@ -289,68 +345,30 @@ pub fn report(
             }),
         }
     }
-    let mut data = DataSymbols::default();
-    let kernel_data = (source == LockSource::Kernel).then(KernelData::read);
-    meta.notes.extend(kernel_data.as_ref().and_then(KernelData::note));
-    let mut locks: Vec<LockStat> = locks.into_values().filter(|l| l.contentions > 0).collect();
-    for lock in &mut locks {
-        lock.kind = match kernel_data {
-            Some(_) => kernel::lock_kind(lock.flags),
-            None => kind_of(&lock.waiters, lock.flags),
-        };
-    }
-    if source == LockSource::Futex {
-        locks = condvar::one_entry_per_condvar(locks, context);
-    }
-    for lock in &mut locks {
-        lock.symbol = match &kernel_data {
-            Some(kernel) => kernel.name(lock.address),
-            None => {
-                let mapped = context.mapped_files(lock.pid, lock.exec_generation);
-                data.name(context.files(), &mapped, lock.address)
-            }
-        };
-        lock.class = WaitClass::of_kind(lock.kind);
-        if lock.kind == "join" {
-            lock.thread = collection
-                .threads_joinable
-                .get(&(lock.pid, lock.address))
-                .copied();
-        }
-        lock.avg_wait_ns = lock.total_wait_ns / lock.contentions.max(1);
-        let attributed: u64 = lock.holders.iter().map(|h| h.total_wait_ns).sum();
-        lock.unattributed_wait_ns = lock.total_wait_ns.saturating_sub(attributed);
-        lock.waiters.sort_by(|a, b| {
-            b.total_wait_ns
-                .cmp(&a.total_wait_ns)
-                .then_with(|| a.frames.cmp(&b.frames))
-        });
-        lock.holders.sort_by(|a, b| {
-            b.total_wait_ns
-                .cmp(&a.total_wait_ns)
-                .then_with(|| a.frames.cmp(&b.frames))
-        });
-        lock.waited_in = lock
-            .waiters
-            .first()
-            .and_then(|w| program_caller(&w.frames))
-            .map(str::to_string);
-    }
-    locks.sort_by(|a, b| {
-        a.class
-            .cmp(&b.class)
-            .then_with(|| b.total_wait_ns.cmp(&a.total_wait_ns))
-            .then_with(|| a.address.cmp(&b.address))
+    locks
+}
+
+/// A lock's figures from its stacks: average, what no holder explains, stacks by most wait,
+/// and the program's function that waited longest.
+fn settle(lock: &mut LockStat) {
+    lock.avg_wait_ns = lock.total_wait_ns / lock.contentions.max(1);
+    let attributed: u64 = lock.holders.iter().map(|h| h.total_wait_ns).sum();
+    lock.unattributed_wait_ns = lock.total_wait_ns.saturating_sub(attributed);
+    lock.waiters.sort_by(|a, b| {
+        b.total_wait_ns
+            .cmp(&a.total_wait_ns)
+            .then_with(|| a.frames.cmp(&b.frames))
     });
-    let shown: Vec<&LockStat> = locks.iter().filter(|l| l.class.shown_in(waits)).collect();
-    let waits = flame(meta.clone(), health.clone(), &shown);
-    LockReport {
-        meta,
-        source,
-        health,
-        locks,
-        waits,
-    }
+    lock.holders.sort_by(|a, b| {
+        b.total_wait_ns
+            .cmp(&a.total_wait_ns)
+            .then_with(|| a.frames.cmp(&b.frames))
+    });
+    lock.waited_in = lock
+        .waiters
+        .first()
+        .and_then(|w| program_caller(&w.frames))
+        .map(str::to_string);
 }
 
 /// How a lock is shown: its symbol, else the thread a join waits for, else its address and the

@@ -11,7 +11,7 @@ use std::{collections::HashMap, num::NonZeroU32};
 use anyhow::Context as _;
 use aya::programs::{
     uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
-    RawTracePoint, TracePoint, UProbe,
+    TracePoint, UProbe,
 };
 use profiler_common::{
     lock::{LockKey, LockTime, ThreadOffsets},
@@ -142,13 +142,7 @@ fn attach_futex(kernel: &mut Loaded, unwind_tables: bool) -> anyhow::Result<()> 
         kernel.install_walker(names::PROG_UNWIND_LOCK, names::LOCK_UNWIND_PROGRAMS)?;
     }
     // Before the waits: a thread's creation records what joining it waits on.
-    let program: &mut RawTracePoint = kernel.program(names::PROG_THREAD_NEW)?;
-    program
-        .load()
-        .with_context(|| format!("loading {}", names::PROG_THREAD_NEW))?;
-    program
-        .attach("sched_process_fork")
-        .context("attaching the lock thread tracker to the raw tracepoint sched_process_fork")?;
+    kernel.attach_raw_tracepoint(names::PROG_THREAD_NEW, "sched_process_fork")?;
     kernel
         .attach_tracepoints(&[
             (names::PROG_FUTEX_ENTER, "syscalls", "sys_enter_futex"),

@@ -110,11 +110,7 @@ impl Spec {
             (names::PROG_WAKEUP_NEW, "sched_wakeup_new"),
             (names::PROG_SWITCH, "sched_switch"),
         ] {
-            let program: &mut RawTracePoint = kernel.program(prog)?;
-            program.load().with_context(|| format!("loading {prog}"))?;
-            program
-                .attach(event)
-                .with_context(|| format!("attaching to the raw tracepoint {event}"))?;
+            kernel.attach_raw_tracepoint(prog, event)?;
         }
         Ok(Attached {
             source: Box::new(source),

@@ -43,6 +43,18 @@ struct Cut {
     unseen: u8,
 }
 
+impl Cut {
+    fn new(began_ns: u64, user: StackRead, kernel: StackRead) -> Cut {
+        Cut {
+            began_ns,
+            user,
+            kernel,
+            credited_ns: 0,
+            unseen: 0,
+        }
+    }
+}
+
 /// The sleeps cut at flips, by thread.
 #[derive(Default)]
 pub(crate) struct SleepsInFlight {
@@ -71,9 +83,36 @@ impl SleepsInFlight {
         stacks: &dyn SlotStacks,
         generation_of: &dyn Fn(u32) -> u32,
     ) -> Vec<RawSample> {
-        let drained_generation = flip.generation.wrapping_sub(1);
-        let mut out = Vec::with_capacity(ended.len());
         // First the records, so a cut sleep that ended is settled before its thread's next one.
+        let mut out = self.ended(ended, stacks);
+        for cut in self.cuts.values_mut() {
+            cut.unseen = cut.unseen.saturating_add(1);
+        }
+        for thread in asleep {
+            out.extend(self.cut(flip, thread, stacks, generation_of));
+        }
+        // Sleeps that ended between the flip and the read: not cut, but their stacks are in the
+        // slot about to be cleared.
+        for key in ended_since {
+            if key.user_unwound & BEGAN_EARLIER == 0 || self.cuts.contains_key(&key.tid) {
+                continue;
+            }
+            let plain = SampleKey {
+                user_unwound: key.user_unwound & !BEGAN_EARLIER,
+                ..*key
+            };
+            let (user, kernel) = stacks.read(&plain);
+            self.cuts.insert(key.tid, Cut::new(0, user, kernel));
+        }
+        // A cut whose thread was seen awake two drains running will get no record: it exited
+        // asleep.
+        self.cuts.retain(|_, cut| cut.unseen < 2);
+        out
+    }
+
+    /// The sleeps that ended in the interval: whole, or the rest of a sleep cut earlier.
+    fn ended(&mut self, ended: Vec<(SampleKey, OffCpuTime)>, stacks: &dyn SlotStacks) -> Vec<RawSample> {
+        let mut out = Vec::with_capacity(ended.len());
         for (key, time) in ended {
             let (user, kernel, total_ns) = match key.user_unwound & BEGAN_EARLIER {
                 0 => {
@@ -94,78 +133,53 @@ impl SleepsInFlight {
             };
             out.push(sample(&key, user, kernel, total_ns, time.count));
         }
-        for cut in self.cuts.values_mut() {
-            cut.unseen = cut.unseen.saturating_add(1);
-        }
-        for thread in asleep {
-            let start = &thread.start;
-            // Asleep since after the flip: the next interval's.
-            if start.at_ns == 0 || start.generation == flip.generation {
-                continue;
-            }
-            let key = start_key(thread);
-            if self
-                .cuts
-                .get(&thread.tid)
-                .is_none_or(|cut| cut.began_ns != start.at_ns)
-            {
-                let (user, kernel) = match start.generation == drained_generation {
-                    true => stacks.read(&key),
-                    // Its slot was cleared while it slept, and it was not kept: never expected
-                    // (a sleep is kept at the first flip it spans).
-                    false => {
-                        self.stacks_lost += 1;
-                        (StackRead::Error(0), StackRead::Error(0))
-                    }
-                };
-                let cut = Cut {
-                    began_ns: start.at_ns,
-                    user,
-                    kernel,
-                    credited_ns: 0,
-                    unseen: 0,
-                };
-                self.cuts.insert(thread.tid, cut);
-            }
-            let cut = self.cuts.get_mut(&thread.tid).expect("kept just above");
-            cut.unseen = 0;
-            let until = thread.woke_ns.map_or(flip.at_ns, |woke| woke.min(flip.at_ns));
-            let due = until.saturating_sub(start.at_ns).saturating_sub(cut.credited_ns);
-            if due > 0 {
-                cut.credited_ns += due;
-                let key = SampleKey {
-                    exec_generation: generation_of(key.tgid),
-                    ..key
-                };
-                out.push(sample(&key, cut.user.clone(), cut.kernel.clone(), due, 0));
-            }
-        }
-        // Sleeps that ended between the flip and the read: not cut, but their stacks are in the
-        // slot about to be cleared.
-        for key in ended_since {
-            if key.user_unwound & BEGAN_EARLIER == 0 || self.cuts.contains_key(&key.tid) {
-                continue;
-            }
-            let plain = SampleKey {
-                user_unwound: key.user_unwound & !BEGAN_EARLIER,
-                ..*key
-            };
-            let (user, kernel) = stacks.read(&plain);
-            self.cuts.insert(
-                key.tid,
-                Cut {
-                    began_ns: 0,
-                    user,
-                    kernel,
-                    credited_ns: 0,
-                    unseen: 0,
-                },
-            );
-        }
-        // A cut whose thread was seen awake two drains running will get no record: it exited
-        // asleep.
-        self.cuts.retain(|_, cut| cut.unseen < 2);
         out
+    }
+
+    /// A thread asleep across the flip: its sleep is cut there (kept with its stacks the first
+    /// time), and the interval gets the part not credited yet.
+    fn cut(
+        &mut self,
+        flip: Flip,
+        thread: &Asleep,
+        stacks: &dyn SlotStacks,
+        generation_of: &dyn Fn(u32) -> u32,
+    ) -> Option<RawSample> {
+        let start = &thread.start;
+        // Asleep since after the flip: the next interval's.
+        if start.at_ns == 0 || start.generation == flip.generation {
+            return None;
+        }
+        let key = start_key(thread);
+        if self
+            .cuts
+            .get(&thread.tid)
+            .is_none_or(|cut| cut.began_ns != start.at_ns)
+        {
+            let (user, kernel) = match start.generation == flip.generation.wrapping_sub(1) {
+                true => stacks.read(&key),
+                // Its slot was cleared while it slept, and it was not kept: never expected (a
+                // sleep is kept at the first flip it spans).
+                false => {
+                    self.stacks_lost += 1;
+                    (StackRead::Error(0), StackRead::Error(0))
+                }
+            };
+            self.cuts.insert(thread.tid, Cut::new(start.at_ns, user, kernel));
+        }
+        let cut = self.cuts.get_mut(&thread.tid).expect("kept just above");
+        cut.unseen = 0;
+        let until = thread.woke_ns.map_or(flip.at_ns, |woke| woke.min(flip.at_ns));
+        let due = until.saturating_sub(start.at_ns).saturating_sub(cut.credited_ns);
+        if due == 0 {
+            return None;
+        }
+        cut.credited_ns += due;
+        let key = SampleKey {
+            exec_generation: generation_of(key.tgid),
+            ..key
+        };
+        Some(sample(&key, cut.user.clone(), cut.kernel.clone(), due, 0))
     }
 
     /// Sleeps being kept across flips now.
