@@ -1,5 +1,10 @@
-//! bpfprof: an eBPF profiler. The data path is the architecture:
-//! kernel maps → `collect` → `profile` (aggregate) → `symbolize` → `modes::*` (fold) → `report`.
+//! bpfprof: an eBPF profiler. The data path is the shape:
+//! `sources` (one module per kind of kernel data: what it needs loaded, how it attaches, drains
+//! and finishes) → `start` (the one start path) → `driver` (the one loop: an epoch flip and a
+//! drain each second) → batches → a sink (`session`: a run's report; `top`: a redraw; `agent`:
+//! windows and pulls) → `modes` (fold batches into each report) → `symbolize` → `report`.
+//! `sources::MODE_SOURCES` and `SIGNAL_SOURCES` say which sources each mode and agent signal use;
+//! `health` declares every counter of what was lost once.
 pub mod agent;
 pub mod bpf;
 pub mod btf;
