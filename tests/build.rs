@@ -11,6 +11,13 @@ fn main() {
     for name in ["hotspot", "schedload"] {
         compile_c(&out, name, FRAME_POINTERS);
     }
+    // Its callers stay on the stack (no tail calls), so each fault is under the function that
+    // touched the page.
+    compile_c(
+        &out,
+        "events",
+        &[FRAME_POINTERS, &["-fno-optimize-sibling-calls"]].concat(),
+    );
     // The lock workload is built like most binaries: no frame pointers (its waiters' stacks go
     // through libc's futex wait, which has none either).
     compile_c(&out, "lockload", &[]);

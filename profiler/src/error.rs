@@ -29,6 +29,8 @@ pub enum UserError {
     },
     #[error("{0}")]
     Usage(String),
+    #[error(transparent)]
+    Event(#[from] crate::counters::language::EventError),
     #[error("cannot read the profile {}: {reason}; give a profile saved with -o (.json, .pb.gz or .folded)", path.display())]
     SavedProfile { path: PathBuf, reason: String },
     #[error("cannot keep windows in {}: {reason}; pick another directory with --output-dir", path.display())]
@@ -62,9 +64,10 @@ impl UserError {
         match self {
             UserError::CommandNotFound(_) => exit::COMMAND_NOT_FOUND,
             UserError::CommandFailed { .. } => exit::COMMAND_NOT_RUN,
-            UserError::BadFrequency { .. } | UserError::Usage(_) | UserError::FormatUnavailable { .. } => {
-                exit::USAGE
-            }
+            UserError::BadFrequency { .. }
+            | UserError::Usage(_)
+            | UserError::Event(_)
+            | UserError::FormatUnavailable { .. } => exit::USAGE,
             _ => exit::FAILURE,
         }
     }

@@ -16,6 +16,7 @@ pub mod error;
 pub mod golang;
 pub mod health;
 pub mod launcher;
+pub mod list;
 pub mod model;
 pub mod modes;
 pub mod output;
@@ -27,6 +28,7 @@ pub mod report;
 pub mod session;
 pub mod sources;
 pub mod start;
+pub mod stat;
 pub mod status;
 pub mod symbolize;
 pub mod top;
@@ -43,6 +45,8 @@ pub fn run(mut cli: Cli) -> anyhow::Result<i32> {
         Some(Subcommands::Diff(args)) => views::run_diff(args),
         Some(Subcommands::Report(args)) => views::run_report(args),
         Some(Subcommands::Top(args)) => top::run(args),
+        Some(Subcommands::Stat(args)) => stat::run(args),
+        Some(Subcommands::List(args)) => list::run(args),
         None => match cli.counters.clone() {
             Some(path) => session::topdown_from_counters(&cli, &path),
             None => session::run(cli),

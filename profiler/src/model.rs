@@ -14,8 +14,12 @@ use crate::{
 #[derive(Clone, Debug, Serialize)]
 pub struct RunMeta {
     pub mode: &'static str,
-    pub event: &'static str,
+    /// The event sampled (perf's name for it, as given), or what the mode times.
+    pub event: String,
     pub frequency_hz: u64,
+    /// Sampled every this many events (`-c`) rather than at `frequency_hz`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub period: Option<u64>,
     pub duration_s: f64,
     /// What was profiled, in words ("system-wide", "pid 1234", "command ./w").
     pub target: String,
@@ -23,7 +27,20 @@ pub struct RunMeta {
     /// Things the user should know about the run (e.g. a target exited early).
     pub notes: Vec<String>,
     /// Counters whose deltas are attributed to stacks (`--counter`), in order.
-    pub counters: Vec<&'static str>,
+    pub counters: Vec<String>,
+}
+
+impl RunMeta {
+    /// How the event was sampled: `cycles every 100003 events`, `cpu-clock at 99 Hz`; none for
+    /// a profile that says neither.
+    pub fn sampling(&self) -> Option<String> {
+        match (self.period, self.frequency_hz) {
+            (Some(1), _) => Some(format!("{} every event", self.event)),
+            (Some(n), _) => Some(format!("{} every {n} events", self.event)),
+            (None, hz) if hz > 0 => Some(format!("{} at {hz} Hz", self.event)),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -139,7 +156,7 @@ pub fn frames_of(key: &StackKey, symbols: &Symbols) -> Vec<Frame> {
 }
 
 /// One note per counter that was not on the PMU for all of the sampled intervals.
-fn multiplexing_notes(names: &[&str], raw: &RawProfile) -> Vec<String> {
+fn multiplexing_notes(names: &[String], raw: &RawProfile) -> Vec<String> {
     let mut total = profiler_common::CounterDeltas::default();
     for deltas in raw.counters.values() {
         total.add(deltas);

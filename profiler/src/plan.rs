@@ -3,22 +3,42 @@
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
 use crate::{
-    cli::{Cli, Event, Format, LockSource, Mode, OffCpuStacks},
+    cli::{Cli, Format, LockSource, Mode, OffCpuStacks},
+    counters::language::{Catalog, Event, Group},
     error::UserError,
     launcher, output, preflight,
     sources::{
         self,
         counting::TopdownCounting,
         locks::{self, Reading},
-        samples, sched, Kind, Spec,
+        samples::{self, Rate},
+        sched, stat, Kind, Spec,
     },
     start::Recipe,
 };
 
+/// The sampling frequency when neither -F nor -c is given.
+pub const DEFAULT_HZ: u64 = 99;
+
+/// The event `-e` names, refused at once where it needs a PMU this machine has not (before
+/// anything is loaded).
+fn sampling_event(catalog: &Catalog, text: &str) -> Result<Event, UserError> {
+    let event = catalog.parse(text)?;
+    if event.hardware && crate::counters::pmu::missing_reason().is_some() {
+        return Err(UserError::NoPmu {
+            event: event.spelled(),
+        });
+    }
+    Ok(event)
+}
+
 /// A validated command line.
 pub struct Plan {
     pub mode: Mode,
+    /// What is sampled (hotspot; topdown's per-function split where it cannot count on cycles).
     pub event: Event,
+    /// How often: a frequency (`-F`, 99 by default) or every N events (`-c`).
+    pub rate: Rate,
     pub frequency_hz: u64,
     pub duration: Option<Duration>,
     pub system_wide: bool,
@@ -29,7 +49,7 @@ pub struct Plan {
     pub slow_threshold_ns: u64,
     pub offcpu_stacks: OffCpuStacks,
     /// Hotspot: counters whose deltas are attributed to the sampled stacks.
-    pub counters: Vec<crate::cli::CounterEvent>,
+    pub counters: Vec<Event>,
     /// Topdown: the counter set counted over the run.
     pub preset: String,
     pub unwind: crate::cli::Unwind,
@@ -42,6 +62,9 @@ pub struct Plan {
     pub debug_dirs: Vec<PathBuf>,
     /// `--debuginfod` or `DEBUGINFOD_URLS`: where debug files are fetched from by build id.
     pub debuginfod: Option<crate::symbolize::debuginfod::Config>,
+    /// `stat`: the events counted, in their groups, and how often they are printed (`-I`).
+    pub stat: Vec<Group>,
+    pub interval: Option<Duration>,
 }
 
 impl Plan {
@@ -59,9 +82,22 @@ impl Plan {
                 mode: cli.mode.name(),
             });
         }
-        if matches!(cli.mode, Mode::Hotspot | Mode::Topdown) {
-            preflight::check_frequency(cli.frequency)?;
+        let frequency_hz = cli.frequency.unwrap_or(DEFAULT_HZ);
+        if matches!(cli.mode, Mode::Hotspot | Mode::Topdown) && cli.period.is_none() {
+            preflight::check_frequency(frequency_hz)?;
         }
+        if cli.period.is_some() && cli.mode != Mode::Hotspot {
+            return Err(UserError::Usage(
+                "-c (sample every N events) goes with --mode hotspot".into(),
+            ));
+        }
+        let catalog = Catalog::here();
+        let event = sampling_event(&catalog, &cli.event)?;
+        let counters = cli
+            .counters_events
+            .iter()
+            .map(|c| catalog.parse(c))
+            .collect::<Result<Vec<_>, _>>()?;
         let pids = preflight::resolve_pids(&cli.pids)?;
         if let Some(program) = cli.command.first() {
             launcher::resolve(program)?;
@@ -96,8 +132,12 @@ impl Plan {
         let debuginfod = cli.names.debuginfod()?;
         Ok(Plan {
             mode: cli.mode,
-            event: cli.event,
-            frequency_hz: cli.frequency,
+            event,
+            rate: match cli.period {
+                Some(n) => Rate::Period(n),
+                None => Rate::Frequency(frequency_hz),
+            },
+            frequency_hz,
             duration: cli.duration.map(Duration::from_secs_f64),
             system_wide: cli.system_wide || (cli.pids.is_empty() && cli.command.is_empty()),
             pids,
@@ -113,7 +153,7 @@ impl Plan {
                 Mode::Topdown => OffCpuStacks::None,
                 _ => cli.offcpu_stacks,
             },
-            counters: cli.counters_events.clone(),
+            counters,
             preset: cli.preset.clone().unwrap_or_else(|| "topdown".into()),
             unwind: cli.unwind,
             lock_source: cli.lock_source,
@@ -121,6 +161,51 @@ impl Plan {
             annotate: cli.annotate,
             debug_dirs,
             debuginfod,
+            stat: Vec::new(),
+            interval: None,
+        })
+    }
+
+    /// `bpfprof stat`: what to count (`default`: when no `-e`), on what, how often printed.
+    pub fn for_stat(args: &crate::cli::StatArgs, default: String) -> Result<Plan, UserError> {
+        let catalog = Catalog::here();
+        let lists = match args.events.is_empty() {
+            true => vec![default],
+            false => args.events.clone(),
+        };
+        let mut stat = Vec::new();
+        for list in &lists {
+            stat.extend(catalog.parse_list(list)?);
+        }
+        if stat.is_empty() {
+            return Err(UserError::Usage("-e: no event given".into()));
+        }
+        if let Some(program) = args.command.first() {
+            launcher::resolve(program)?;
+        }
+        Ok(Plan {
+            mode: Mode::Stat,
+            event: catalog.parse("cpu-clock")?,
+            rate: Rate::Frequency(DEFAULT_HZ),
+            frequency_hz: 0,
+            duration: args.duration.map(Duration::from_secs_f64),
+            system_wide: args.system_wide || (args.pids.is_empty() && args.command.is_empty()),
+            pids: preflight::resolve_pids(&args.pids)?,
+            command: args.command.clone(),
+            format: Format::Text,
+            output: args.output.clone(),
+            slow_threshold_ns: u64::MAX,
+            offcpu_stacks: OffCpuStacks::None,
+            counters: Vec::new(),
+            preset: "topdown".into(),
+            unwind: crate::cli::Unwind::Fp,
+            lock_source: LockSource::Futex,
+            waits: crate::cli::Waits::Contention,
+            annotate: None,
+            debug_dirs: Vec::new(),
+            debuginfod: None,
+            stat,
+            interval: args.interval_ms.map(Duration::from_millis),
         })
     }
 
@@ -136,7 +221,8 @@ impl Plan {
         }
         Ok(Plan {
             mode,
-            event: Event::CpuClock,
+            event: Catalog::here().parse("cpu-clock")?,
+            rate: Rate::Frequency(args.frequency),
             frequency_hz: args.frequency,
             duration: args.duration.map(Duration::from_secs_f64),
             system_wide: args.pids.is_empty(),
@@ -154,6 +240,8 @@ impl Plan {
             annotate: None,
             debug_dirs: args.names.checked_dirs()?,
             debuginfod: args.names.debuginfod()?,
+            stat: Vec::new(),
+            interval: None,
         })
     }
 
@@ -169,13 +257,17 @@ impl Plan {
         let mut specs = Vec::new();
         for kind in kinds {
             match kind {
-                Kind::CpuSamples => specs.extend(self.samples(counting.as_ref()).map(Spec::CpuSamples)),
+                Kind::CpuSamples => specs.extend(self.samples(counting.as_ref())?.map(Spec::CpuSamples)),
                 Kind::Sched => specs.push(Spec::Sched(sched::Spec::new(
                     self.slow_threshold_ns,
                     self.offcpu_stacks,
                 ))),
                 Kind::Locks => specs.push(Spec::Locks(locks::Spec::new(self.lock_source, locks))),
                 Kind::Counting => specs.extend(counting.take().map(|c| Spec::Counting(Box::new(c)))),
+                Kind::Stat => specs.push(Spec::Stat(stat::Spec {
+                    groups: self.stat.clone(),
+                    intervals: self.interval.is_some(),
+                })),
             }
         }
         Ok(Recipe {
@@ -188,30 +280,32 @@ impl Plan {
     /// What is sampled: the event asked for with `--counter`s; topdown reads its set at each
     /// sample too, for the split per function, wherever it can count it (on the cycle counter's
     /// overflow where there is one), and samples nothing where it cannot.
-    fn samples(&self, counting: Option<&TopdownCounting>) -> Option<samples::Spec> {
-        let (event, counters, group, core) = match counting {
+    fn samples(&self, counting: Option<&TopdownCounting>) -> anyhow::Result<Option<samples::Spec>> {
+        let (event, counters, group) = match counting {
             Some(counting) => {
-                let set = counting.per_function()?;
-                let event = match set.hardware {
-                    true => Event::Cycles,
-                    false => self.event,
+                let Some(set) = counting.per_function() else {
+                    return Ok(None);
                 };
-                (event, set.events.to_vec(), set.group, counting.core.clone())
+                let event = match set.hardware {
+                    true => Catalog::here().parse("cycles")?,
+                    false => self.event.clone(),
+                };
+                let counters = set
+                    .events
+                    .iter()
+                    .map(|e| Event::from_spec(e, counting.core.as_ref()))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|reason| anyhow::anyhow!("topdown's {} set: {reason}", set.name))?;
+                (event, counters, set.group)
             }
-            None => (
-                self.event,
-                self.counters.iter().map(|c| c.spec()).collect(),
-                false,
-                None,
-            ),
+            None => (self.event.clone(), self.counters.clone(), false),
         };
-        Some(samples::Spec {
+        Ok(Some(samples::Spec {
             event,
-            frequency_hz: self.frequency_hz,
+            rate: self.rate,
             counters,
             group,
-            core,
-        })
+        }))
     }
 
     pub fn target_description(&self) -> String {

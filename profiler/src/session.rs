@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use crate::{
     cli::{Cli, Format, Mode},
     collect::{add_batch, monotonic_ns},
+    counters::language::Event,
     driver::{pidfd, prepare_to_load, Drained, Sink, Stop, Stopped, Stops},
     error::UserError,
     launcher::{self, RunningCommand},
@@ -25,6 +26,7 @@ use crate::{
     process::Processes,
     profile::{Health, RawProfile},
     report,
+    sources::samples::Rate,
     sources::{counting::TopdownCounting, locks::Reading, Batch},
     start::{start, Started, Targets},
     status::StatusLine,
@@ -60,8 +62,9 @@ pub fn topdown_from_counters(cli: &Cli, path: &Path) -> anyhow::Result<i32> {
         .map_err(|e| fail(e.to_string()))?;
     let meta = RunMeta {
         mode: "topdown",
-        event: "counters",
+        event: "counters".to_string(),
         frequency_hz: 0,
+        period: None,
         duration_s: 0.0,
         target: format!("counters from {}", path.display()),
         cpus: 0,
@@ -184,6 +187,7 @@ fn report_run(
             write(&|out| renderer.sched(&report, out))?;
             Ok(format!("{} tasks", report.tasks.len()))
         }
+        Mode::Stat => anyhow::bail!("a stat run is reported by `bpfprof stat`"),
         Mode::Hotspot => {
             let profile = stacks.context("hotspot run without samples")?;
             let report = symbolized(naming, meta, &profile, &procs);
@@ -318,6 +322,7 @@ impl RunSink {
                 .get_or_insert_with(Default::default)
                 .add_batch(batch, procs),
             Batch::Counts(counting) => self.counts = Some(*counting),
+            Batch::Stat(_) => {}
         }
     }
 
@@ -352,6 +357,12 @@ pub(crate) fn run_live(plan: &Plan, live: &mut dyn Sink) -> anyhow::Result<Vec<S
         .collect())
 }
 
+/// Collect as a run does into `sink` (`bpfprof stat`'s), once; the recording says how it ended.
+pub(crate) fn run_into(plan: &Plan, sink: &mut dyn Sink) -> anyhow::Result<Recording> {
+    let (tracefs, runtime) = prepare_to_load()?;
+    runtime.block_on(record(plan, Reading::AtEnd, tracefs, sink, Feedback::None))
+}
+
 /// What a run shows while it collects.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Feedback {
@@ -371,7 +382,7 @@ async fn record(
     let recipe = plan.recipe(locks)?;
     let sampling = recipe
         .samples()
-        .map(|s| (s.event, s.counters.iter().map(|e| e.name).collect()));
+        .map(|s| (s.event.spelled(), s.counters.iter().map(Event::spelled).collect()));
     let sampling_was_on = sampling.is_some();
     let paused = match plan.command.is_empty() {
         true => None,
@@ -400,14 +411,15 @@ async fn record(
         },
         ..Stops::default()
     };
-    stops.command = paused.map(|p| p.release()).transpose()?;
     let cpus = crate::counters::cpu::online_ids().map_or(1, |c| c.len() as u32);
     eprintln!(
         "bpfprof: {} for {} on {cpus} CPUs; Ctrl-C to stop",
         doing.join(" and "),
         plan.target_description()
     );
+    // The run's time begins as the command is let run (what `stat` divides by, too).
     let started = Instant::now();
+    stops.command = paused.map(|p| p.release()).transpose()?;
     stops.deadline = plan.duration.map(|d| started + d);
     if feedback == Feedback::StatusLine {
         stops.status = StatusLine::on_terminal(plan.duration);
@@ -427,11 +439,15 @@ async fn record(
         (stop, Some(command)) => settle_command(stop, command, secs, &mut notes),
         (_, None) => 0,
     };
-    let (event, counters) = sampling.unwrap_or((plan.event, Vec::new()));
+    let (event, counters) = sampling.unwrap_or((plan.event.spelled(), Vec::new()));
     let meta = RunMeta {
         mode: plan.mode.name(),
-        event: event.name(),
+        event,
         frequency_hz: plan.frequency_hz,
+        period: match plan.rate {
+            Rate::Period(n) if sampling_was_on => Some(n),
+            _ => None,
+        },
         duration_s: secs,
         target: plan.target_description(),
         cpus,

@@ -91,7 +91,9 @@ pub(crate) fn start(recipe: Recipe, targets: &Targets<'_>, tracefs: &Path) -> an
     }
     driver.kernel.attach_process_tracking()?;
     let context = AttachContext {
+        system_wide: targets.system_wide,
         pids: targets.pids,
+        command: targets.command.map(|(pid, _)| pid),
         unwind_tables,
     };
     let (mut doing, mut notes) = (Vec::new(), Vec::new());

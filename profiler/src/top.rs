@@ -191,8 +191,9 @@ impl TopView {
         Ok(TopView {
             meta: RunMeta {
                 mode: plan.mode.name(),
-                event: plan.event.name(),
+                event: plan.event.spelled(),
                 frequency_hz: plan.frequency_hz,
+                period: None,
                 duration_s: 0.0,
                 target: plan.target_description(),
                 cpus: 0,
@@ -338,7 +339,7 @@ impl TopView {
                 ));
                 lines.extend(lock_lines(&self.locks, &self.lock_info, rows));
             }
-            Mode::Topdown => {}
+            Mode::Topdown | Mode::Stat => {}
         }
         lines
     }
@@ -369,7 +370,7 @@ impl Sink for TopView {
                 Batch::Samples(samples) => self.hotspot(samples, data.procs),
                 Batch::Sched(batch) => self.sched(batch),
                 Batch::Locks(batch) => self.lock(batch, data.procs, health.clone()),
-                Batch::Counts(_) => {}
+                Batch::Counts(_) | Batch::Stat(_) => {}
             }
         }
         let lines = self.lines((height as usize).saturating_sub(3).max(1), &status);

@@ -250,7 +250,9 @@ fn check_frame_table(mode: &str, report: &Value, problems: &mut Vec<String>) {
 #[test]
 fn every_report_and_docs_json_name_the_same_fields() {
     let page = read_page();
-    for word in ["Hotspot", "Sched", "Lock", "Topdown", "Frames", "Health", "Diff"] {
+    for word in [
+        "Hotspot", "Sched", "Lock", "Topdown", "Frames", "Health", "Diff", "Stat",
+    ] {
         let found = page.iter().find(|(w, _)| w == word);
         assert!(
             found.is_some_and(|(_, s)| !s.documented.is_empty()),
@@ -307,6 +309,42 @@ fn every_report_and_docs_json_name_the_same_fields() {
             "--mode", "topdown", "--preset", "software", "--", &hotspot, "split", "1",
         ],
     );
+    let stat_path = temp_path("schema-stat.json");
+    let stat = run(&[
+        "stat",
+        "-o",
+        stat_path.to_str().unwrap(),
+        "-r",
+        "2",
+        "-I",
+        "200",
+        "-e",
+        "page-faults,{task-clock,context-switches}",
+        "--",
+        &hotspot,
+        "split",
+        "1",
+    ]);
+    assert!(stat.status.success(), "stat failed: {}", stderr(&stat));
+    let stat: Value = serde_json::from_slice(&std::fs::read(&stat_path).unwrap()).unwrap();
+    assert_eq!(stat["format_version"], FORMAT_VERSION, "stat: {stat}");
+    let counter_diff = run(&[
+        "diff",
+        stat_path.to_str().unwrap(),
+        stat_path.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(
+        counter_diff.status.success(),
+        "counter diff failed: {}",
+        stderr(&counter_diff)
+    );
+    let counter_diff: Value = serde_json::from_str(&stdout(&counter_diff)).unwrap();
+    assert_eq!(
+        counter_diff["format_version"], FORMAT_VERSION,
+        "counter diff: {counter_diff}"
+    );
     let before = temp_path("schema-hotspot.json");
     let before = before.to_str().unwrap();
     let diff = run(&["diff", before, before, "--format", "json"]);
@@ -324,6 +362,8 @@ fn every_report_and_docs_json_name_the_same_fields() {
     check("Lock", &[lock_futex, lock_pthread], &page, &mut problems);
     check("Topdown", &[topdown], &page, &mut problems);
     check("Diff", &[diff], &page, &mut problems);
+    check("Stat", &[stat], &page, &mut problems);
+    check("Counter", &[counter_diff], &page, &mut problems);
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 

@@ -208,3 +208,149 @@ fn per_function_instructions_follow_the_instructions_each_function_executes() {
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_function_shares(&report, "instructions", &truth);
 }
+
+/// Any PMU event perf's language names, sampled every N occurrences: by its name (sysfs or
+/// Arm's architected table) and by its format terms, each a split of the workload's own.
+#[test]
+fn sampling_a_pmu_event_every_n_by_name_or_by_terms_splits_as_the_workload() {
+    assert_pmu();
+    for event in ["inst_retired", "armv8_pmuv3/event=0x8/"] {
+        let json = temp_path(&format!("pmu-every-{}.json", event.replace('/', "_")));
+        let args = [
+            "-e",
+            event,
+            "-c",
+            "100003",
+            "-o",
+            json.to_str().unwrap(),
+            "--",
+            &hotspot(),
+            "split",
+            "2",
+        ];
+        let out = run(&args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        let truth = truth(&stdout(&out));
+        let pid = truth["pid"] as u32;
+        let report = Report::read(&json);
+        assert_eq!(
+            (report.0["event"].as_str(), report.0["period"].as_u64()),
+            (Some(event), Some(100003))
+        );
+        let samples = report.samples_of(pid);
+        eprintln!("-e {event} -c 100003: {samples} samples of the workload");
+        assert!(samples > 1000, "{samples} samples");
+        // Instructions: under `-icount`, a burn's share of them is its share of CPU time.
+        let label = format!("-e {event} -c 100003, with callees");
+        assert_shares(&label, |f| report.total_share(pid, f), &truth, "");
+    }
+}
+
+fn stat(name: &str, args: &[&str]) -> Value {
+    let json = temp_path(name);
+    let mut all = vec!["stat", "-o", json.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let out = run(&all);
+    assert!(out.status.success(), "{all:?}: {}", stderr(&out));
+    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+}
+
+/// `stat -r 5` on cycles and instructions: IPC exactly 1 here, a spread over the runs; counted
+/// apart and as one group (`{...}`).
+#[test]
+fn stat_counts_ipc_one_over_runs_apart_and_as_a_group() {
+    assert_pmu();
+    let hotspot = hotspot();
+    for events in [
+        "cpu_cycles,inst_retired",
+        "{cpu_cycles,inst_retired},stall_backend",
+    ] {
+        let report = stat(
+            "pmu-stat.json",
+            &["-r", "5", "-e", events, "--", &hotspot, "split", "1"],
+        );
+        let metric = |name: &str| -> Value {
+            report["metrics"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| m["name"] == name)
+                .cloned()
+                .unwrap_or_default()
+        };
+        let ipc = metric("ipc");
+        let cycles = report["counters"][0].clone();
+        eprintln!(
+            "stat -r 5 -e {events}: IPC {} ( +- {}% ); cycles {} ( +- {}% )",
+            ipc["value"], ipc["spread_pct"], cycles["value"], cycles["spread_pct"]
+        );
+        assert_eq!(report["runs"], 5);
+        let value = ipc["value"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("no IPC: {report}"));
+        assert!(
+            (value - 1.0).abs() <= 0.01,
+            "IPC {value}, exactly 1 on this machine"
+        );
+        assert!(ipc["spread_pct"].as_f64().is_some() && cycles["spread_pct"].as_f64().is_some());
+        assert!(cycles["value"].as_f64().unwrap() > 5e8, "{cycles}");
+    }
+}
+
+/// Counter A/B: the same workload doing a known extra amount of work (a loop of exactly two
+/// instructions, run 10% more times), each side `stat -r 3`; `diff` gives the instructions'
+/// difference, and names the instruction count as why the cycles grew.
+#[test]
+fn counter_diff_of_two_builds_names_the_instruction_count_and_its_delta() {
+    assert_pmu();
+    let events = workload("events").to_str().unwrap().to_string();
+    let side = |name: &str, iterations: u64| -> (std::path::PathBuf, f64) {
+        let path = temp_path(name);
+        let args = [
+            "stat",
+            "-r",
+            "3",
+            "-e",
+            "cpu_cycles,inst_retired",
+            "-o",
+            path.to_str().unwrap(),
+            "--",
+            &events,
+            "insns",
+            &iterations.to_string(),
+        ];
+        let out = run(&args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        (path, truth(&stdout(&out))["loop_instructions"])
+    };
+    let (before, before_loop) = side("pmu-ab-before.json", 50_000_000);
+    let (after, after_loop) = side("pmu-ab-after.json", 55_000_000);
+    let out = run(&[
+        "diff",
+        before.to_str().unwrap(),
+        after.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let diff: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let instructions = diff["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "inst_retired")
+        .unwrap();
+    let delta = instructions["after"].as_f64().unwrap() - instructions["before"].as_f64().unwrap();
+    let known = after_loop - before_loop;
+    let answer = diff["answer"].as_str().unwrap_or_default();
+    eprintln!(
+        "A/B: inst_retired {} -> {} (delta {delta:.0}; the loop's extra {known:.0}); {answer}",
+        instructions["before"], instructions["after"]
+    );
+    assert!(
+        (delta - known).abs() <= 0.01 * known,
+        "delta {delta} for {known} extra instructions"
+    );
+    assert!(answer.contains("the instruction count grew"), "{answer}");
+    assert_eq!(instructions["beyond_spread"], true, "{instructions}");
+}

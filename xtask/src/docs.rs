@@ -14,7 +14,7 @@ pub fn out_dir() -> PathBuf {
 }
 
 /// The subcommands each of which gets its own page (`bpfprof-agent.1`) and completion.
-const SUBCOMMANDS: &[&str] = &["agent", "diff", "report", "top"];
+const SUBCOMMANDS: &[&str] = &["agent", "diff", "list", "report", "stat", "top"];
 
 /// Generate, check, and say where they are.
 pub fn run() -> Result<()> {

@@ -6,7 +6,8 @@ use super::{
     push::{Destination, PushConfig},
 };
 use crate::{
-    cli::{AgentArgs, Event, LockSource, OffCpuStacks, OtlpProtocol, Signal, Signals, Unwind},
+    cli::{AgentArgs, LockSource, OffCpuStacks, OtlpProtocol, Signal, Signals, Unwind},
+    counters::language::Catalog,
     error::UserError,
     preflight,
     sources::{self, locks, samples, sched, Kind, Spec},
@@ -37,11 +38,12 @@ impl Config {
             .into_iter()
             .filter_map(|kind| match kind {
                 Kind::CpuSamples => Some(Spec::CpuSamples(samples::Spec {
-                    event: Event::CpuClock,
-                    frequency_hz: self.frequency_hz,
+                    event: Catalog::here()
+                        .parse("cpu-clock")
+                        .expect("cpu-clock is always known"),
+                    rate: samples::Rate::Frequency(self.frequency_hz),
                     counters: Vec::new(),
                     group: false,
-                    core: None,
                 })),
                 Kind::Sched => Some(Spec::Sched(sched::Spec::new(
                     u64::MAX,
@@ -54,7 +56,7 @@ impl Config {
                     LockSource::Futex,
                     locks::Reading::Drained,
                 ))),
-                Kind::Counting => None,
+                Kind::Counting | Kind::Stat => None,
             })
             .collect();
         Recipe {

@@ -34,7 +34,7 @@ use tokio::{
 };
 
 use crate::{
-    cli::{AgentArgs, Event, Signals},
+    cli::{AgentArgs, Signals},
     collect::{add_batch, monotonic_ns},
     driver::{prepare_to_load, Drained, Sink, Stops},
     error::UserError,
@@ -213,8 +213,9 @@ fn start_renderer(
     // What every window's report says of the run; each gets its own duration.
     let meta = RunMeta {
         mode: "hotspot",
-        event: Event::CpuClock.name(),
+        event: "cpu-clock".to_string(),
         frequency_hz: config.frequency_hz,
+        period: None,
         duration_s: 0.0,
         target: "system-wide (agent)".into(),
         cpus: crate::counters::cpu::online_ids().map_or(1, |c| c.len() as u32),
@@ -342,7 +343,7 @@ impl Sink for AgentSink {
                 Batch::Samples(samples) => self.take_samples(samples, procs),
                 Batch::Sched(batch) => live = self.take_sched(batch, procs),
                 Batch::Locks(batch) => self.take_locks(batch, procs),
-                Batch::Counts(_) => {}
+                Batch::Counts(_) | Batch::Stat(_) => {}
             }
         }
         // Only now: what this drain took was recorded before they were asked for.

@@ -333,7 +333,7 @@ fn stack_profile(
             Weight::OffCpuNanoseconds,
             RunMeta {
                 mode: "sched",
-                event: "sched_switch",
+                event: "sched_switch".to_string(),
                 ..meta.clone()
             },
         ),
@@ -354,7 +354,7 @@ fn lock_profile(
     let symbols = symbolizer.symbolize(&locks.collection.stacks, &rendering.files);
     let meta = RunMeta {
         mode: "lock",
-        event: "futex",
+        event: "futex".to_string(),
         ..meta.clone()
     };
     let context = SnapshotContext {

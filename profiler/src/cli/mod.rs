@@ -1,7 +1,6 @@
 //! The command line: a contract later modes and users rely on.
 use std::{ffi::OsString, path::PathBuf};
 
-use crate::counters::events::EventSpec;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod names;
@@ -35,15 +34,27 @@ pub struct Cli {
     /// Profile the whole system (the default when neither -p nor a command is given).
     #[arg(short = 'a', long = "all-cpus", conflicts_with = "pids")]
     pub system_wide: bool,
-    /// Sampling frequency per CPU, in Hz.
-    #[arg(short = 'F', long = "freq", default_value_t = 99, value_name = "HZ")]
-    pub frequency: u64,
+    /// Sampling frequency per CPU, in Hz (99 unless -c gives a period).
+    #[arg(short = 'F', long = "freq", value_name = "HZ", conflicts_with = "period")]
+    pub frequency: Option<u64>,
+    /// Sample every N occurrences of the event instead (perf's -c): `-e branch-misses -c 1000`.
+    #[arg(short = 'c', long = "count", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub period: Option<u64>,
     /// Stop after this many seconds (default: at Ctrl-C, or when the command or targets exit).
     #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_seconds)]
     pub duration: Option<f64>,
-    /// Sampling event.
-    #[arg(short = 'e', long = "event", value_enum, default_value_t = Event::CpuClock)]
-    pub event: Event,
+    /// Sampling event, in perf's event language: `cpu-clock` (the default: works everywhere),
+    /// `cycles`, `instructions`, `branch-misses`, `cache-misses`, `L1-dcache-load-misses`, a
+    /// software event (`page-faults`, `context-switches`, ...), a PMU's event by name
+    /// (`l1d_cache_refill`, `armv8_pmuv3/inst_retired/`), by terms (`cpu/event=0xc4,umask=0/`) or raw
+    /// (`r01c4`), with `:u`, `:k` or `:p`. `bpfprof list` shows what this machine has.
+    #[arg(
+        short = 'e',
+        long = "event",
+        value_name = "EVENT",
+        default_value = "cpu-clock"
+    )]
+    pub event: String,
     /// Report format (default: from the -o extension, else text).
     #[arg(long, value_enum)]
     pub format: Option<Format>,
@@ -92,9 +103,9 @@ pub struct Cli {
     #[arg(long, value_enum, value_name = "HOW", default_value = "tables")]
     pub unwind: Unwind,
     /// Hotspot: also attribute this counter's increments to the sampled stacks (repeatable, up to
-    /// 8): software events work everywhere, hardware ones need a PMU.
-    #[arg(long = "counter", value_enum, value_name = "EVENT")]
-    pub counters_events: Vec<CounterEvent>,
+    /// 8; any event `-e` takes): software events work everywhere, hardware ones need a PMU.
+    #[arg(long = "counter", value_name = "EVENT")]
+    pub counters_events: Vec<String>,
     /// Topdown mode: the counters counted over the whole run: `topdown` (this CPU family's level-1
     /// events and IPC), `branches`, `cache`, `tlb` (need a hardware PMU), or `software`
     /// (task-clock, context switches, migrations, page faults: work everywhere).
@@ -146,6 +157,70 @@ pub enum Subcommands {
         after_help = "Examples:\n  sudo bpfprof top                     the hottest functions, system-wide\n  sudo bpfprof top -p 1234 --mode lock  the locks a process waits on longest"
     )]
     Top(TopArgs),
+    /// Count events over a command, processes or the whole system, as `perf stat` does: each
+    /// counter with the share of the run it was on the PMU, derived metrics (IPC, miss rates),
+    /// `-r N` runs as mean ± relative spread, `-I MS` intervals.
+    #[command(
+        after_help = "Examples:\n  sudo bpfprof stat -- ./prog                               the default counters of this machine\n  sudo bpfprof stat -e page-faults,minor-faults -r 5 -- ./prog  five runs, mean and spread\n  sudo bpfprof stat -e '{cpu_cycles,inst_retired}' -- ./prog    counted together (IPC)\n  sudo bpfprof stat -a -e context-switches -I 1000 -d 10     system-wide, a line a second"
+    )]
+    Stat(StatArgs),
+    /// What this machine can count and sample: perf's generic, cache and software events, each
+    /// PMU's own (Arm's architected events by name), tracepoints by subsystem.
+    #[command(
+        after_help = "Examples:\n  bpfprof list             everything\n  bpfprof list cache       names containing `cache`"
+    )]
+    List(ListArgs),
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct StatArgs {
+    /// Events to count, comma-separated or repeated, in `-e`'s language; `{a,b}` counts a and b
+    /// as one group (on the PMU together). Default: the CPU's topdown set where there is a PMU,
+    /// software counters where not.
+    #[arg(short = 'e', long = "event", value_name = "EVENTS")]
+    pub events: Vec<String>,
+    /// Run the command this many times and report each count's mean and relative spread.
+    #[arg(short = 'r', long = "repeat", value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub repeat: u32,
+    /// Print the counts of each interval of this many milliseconds as well.
+    #[arg(short = 'I', long = "interval", value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(10..))]
+    pub interval_ms: Option<u64>,
+    /// Count these processes (all their threads, and what they start from now on).
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_delimiter = ',',
+        value_name = "PID[,PID...]",
+        conflicts_with = "command"
+    )]
+    pub pids: Vec<u32>,
+    /// Count on every CPU (the default when neither -p nor a command is given).
+    #[arg(short = 'a', long = "all-cpus", conflicts_with = "pids")]
+    pub system_wide: bool,
+    /// Stop after this many seconds (default: when the command or targets exit, or Ctrl-C).
+    #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_seconds)]
+    pub duration: Option<f64>,
+    /// Output format: text or json (default: from the -o extension, else text).
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// Write the counts here instead of standard output.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Command to start and count; counting starts before its first instruction.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct ListArgs {
+    /// Only names containing this.
+    #[arg(value_name = "FILTER")]
+    pub filter: Option<String>,
+    /// Output format: text or json.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -456,6 +531,9 @@ pub enum Mode {
     Topdown,
     Lock,
     Sched,
+    /// `bpfprof stat`, which has its own command line.
+    #[value(skip)]
+    Stat,
 }
 
 impl Mode {
@@ -465,76 +543,7 @@ impl Mode {
             Mode::Topdown => "topdown",
             Mode::Lock => "lock",
             Mode::Sched => "sched",
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Event {
-    /// Software timer (works everywhere, including VMs without a PMU).
-    CpuClock,
-    /// CPU cycles (needs a hardware PMU).
-    Cycles,
-    /// Retired instructions (needs a hardware PMU).
-    Instructions,
-}
-
-impl Event {
-    pub fn name(self) -> &'static str {
-        match self {
-            Event::CpuClock => "cpu-clock",
-            Event::Cycles => "cycles",
-            Event::Instructions => "instructions",
-        }
-    }
-}
-
-/// Counting events whose deltas can be attributed to stacks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum CounterEvent {
-    PageFaults,
-    MinorFaults,
-    MajorFaults,
-    ContextSwitches,
-    CpuMigrations,
-    Cycles,
-    Instructions,
-    Branches,
-    BranchMisses,
-    CacheMisses,
-}
-
-impl CounterEvent {
-    pub fn name(self) -> &'static str {
-        match self {
-            CounterEvent::PageFaults => "page-faults",
-            CounterEvent::MinorFaults => "minor-faults",
-            CounterEvent::MajorFaults => "major-faults",
-            CounterEvent::ContextSwitches => "context-switches",
-            CounterEvent::CpuMigrations => "cpu-migrations",
-            CounterEvent::Cycles => "cycles",
-            CounterEvent::Instructions => "instructions",
-            CounterEvent::Branches => "branches",
-            CounterEvent::BranchMisses => "branch-misses",
-            CounterEvent::CacheMisses => "cache-misses",
-        }
-    }
-
-    /// How the kernel is asked for it (PERF_COUNT_SW_* / PERF_COUNT_HW_* configs).
-    pub fn spec(self) -> EventSpec {
-        use crate::counters::events::{hw, sw};
-        let name = self.name();
-        match self {
-            CounterEvent::PageFaults => sw(name, 2),
-            CounterEvent::ContextSwitches => sw(name, 3),
-            CounterEvent::CpuMigrations => sw(name, 4),
-            CounterEvent::MinorFaults => sw(name, 5),
-            CounterEvent::MajorFaults => sw(name, 6),
-            CounterEvent::Cycles => hw(name, 0),
-            CounterEvent::Instructions => hw(name, 1),
-            CounterEvent::CacheMisses => hw(name, 3),
-            CounterEvent::Branches => hw(name, 4),
-            CounterEvent::BranchMisses => hw(name, 5),
+            Mode::Stat => "stat",
         }
     }
 }

@@ -8,7 +8,7 @@ use std::{
 };
 
 use crate::{
-    counters::events::{resolve, EventSpec, Pmu},
+    counters::language::{Event, Group},
     counters::pmu::{perf_event_open, Attr},
     counters::tma::{Count, Counts},
 };
@@ -30,16 +30,18 @@ pub enum Scope {
     Cpus(Vec<u32>),
 }
 
-/// The counters of one thread or CPU: one group, or one fd per event.
+/// The counters of one group on one thread or CPU: one perf group, or one fd per event.
 struct Instance {
     /// The CPU, for a per-CPU instance (-1 for a thread's).
     cpu: i32,
     fds: Vec<OwnedFd>,
     grouped: bool,
+    /// The index of its first event among all the events counted.
+    first: usize,
 }
 
 pub struct Counting {
-    names: Vec<&'static str>,
+    names: Vec<String>,
     instances: Vec<Instance>,
 }
 
@@ -53,101 +55,75 @@ pub enum CountingError {
 
 impl Counting {
     /// Open and start `events` on every thread or CPU of `scope`, as one group each when `group`.
-    /// A thread that exits before its counters open is skipped; anything else the kernel refuses
-    /// is an error that names the event.
-    pub fn start(
-        events: &[EventSpec],
-        group: bool,
-        core: Option<&Pmu>,
-        scope: &Scope,
-    ) -> Result<Counting, CountingError> {
-        let encodings = events
-            .iter()
-            .map(|e| {
-                resolve(e, core).map_err(|reason| CountingError::Unsupported {
-                    event: e.name.to_string(),
-                    reason,
-                })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+    pub fn start(events: &[Event], group: bool, scope: &Scope) -> Result<Counting, CountingError> {
+        let group = Group {
+            events: events.to_vec(),
+            together: group,
+        };
+        Counting::start_groups(std::slice::from_ref(&group), scope)
+    }
+
+    /// Open and start each group on every thread or CPU of `scope`. A thread that exits before
+    /// its counters open is skipped; anything else the kernel refuses is an error that names the
+    /// event.
+    pub fn start_groups(groups: &[Group], scope: &Scope) -> Result<Counting, CountingError> {
         let targets: Vec<(i32, i32)> = match scope {
             Scope::Threads(tids) => tids.iter().map(|&t| (t as i32, -1)).collect(),
             Scope::Cpus(cpus) => cpus.iter().map(|&c| (-1, c as i32)).collect(),
         };
         let inherit = matches!(scope, Scope::Threads(_));
         let mut instances = Vec::new();
-        'targets: for (pid, cpu) in targets {
-            let mut fds: Vec<OwnedFd> = Vec::new();
-            for (i, &(kind, config)) in encodings.iter().enumerate() {
-                let attr = Attr {
-                    kind,
-                    config,
-                    read_format: FORMAT_TOTAL_TIME_ENABLED
-                        | FORMAT_TOTAL_TIME_RUNNING
-                        | if group { FORMAT_GROUP } else { 0 },
-                    // A group starts disabled and is enabled whole once complete: members added
-                    // to a running leader would only join at its next context switch.
-                    flags: if inherit { FLAG_INHERIT } else { 0 }
-                        | if group && i == 0 { FLAG_DISABLED } else { 0 },
-                    ..Default::default()
-                };
-                let leader = match (group, fds.first()) {
-                    (true, Some(leader)) => leader.as_raw_fd(),
-                    _ => -1,
-                };
-                match perf_event_open(&attr, pid, cpu, leader) {
-                    Ok(fd) => fds.push(fd),
-                    Err(e) if pid > 0 && e.raw_os_error() == Some(libc::ESRCH) => continue 'targets,
-                    Err(e) => {
-                        let event = events[i].name.to_string();
-                        return Err(match e.raw_os_error() {
-                            Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV) => {
-                                CountingError::Unsupported {
-                                    event,
-                                    reason: format!("the kernel does not support it on this CPU ({e})"),
-                                }
-                            }
-                            _ => CountingError::Open { event, source: e },
-                        });
+        for (pid, cpu) in targets {
+            let mut first = 0;
+            let mut opened = Vec::new();
+            for group in groups {
+                match open_group(group, pid, cpu, inherit)? {
+                    Some(fds) => opened.push(Instance {
+                        cpu,
+                        fds,
+                        grouped: group.together,
+                        first,
+                    }),
+                    // The thread exited before its counters opened.
+                    None => {
+                        opened.clear();
+                        break;
                     }
                 }
+                first += group.events.len();
             }
-            if group {
-                // SAFETY: an ioctl without arguments beyond the flag, on our own fd.
-                if unsafe { libc::ioctl(fds[0].as_raw_fd(), IOC_ENABLE, IOC_FLAG_GROUP) } < 0 {
-                    return Err(CountingError::Open {
-                        event: events[0].name.to_string(),
-                        source: io::Error::last_os_error(),
-                    });
-                }
-            }
-            instances.push(Instance {
-                cpu,
-                fds,
-                grouped: group,
-            });
+            instances.extend(opened);
         }
         Ok(Counting {
-            names: events.iter().map(|e| e.name).collect(),
+            names: groups
+                .iter()
+                .flat_map(|g| g.events.iter().map(Event::spelled))
+                .collect(),
             instances,
         })
     }
 
     /// Per-CPU instances: each CPU with its counters, in event order.
-    pub fn per_cpu(&self) -> impl Iterator<Item = (u32, &[OwnedFd])> {
-        self.instances
-            .iter()
-            .filter(|i| i.cpu >= 0)
-            .map(|i| (i.cpu as u32, &i.fds[..]))
+    pub fn per_cpu(&self) -> Vec<(u32, Vec<&OwnedFd>)> {
+        let mut cpus: Vec<(u32, Vec<&OwnedFd>)> = Vec::new();
+        for instance in self.instances.iter().filter(|i| i.cpu >= 0) {
+            let cpu = instance.cpu as u32;
+            match cpus.iter_mut().find(|(c, _)| *c == cpu) {
+                Some((_, fds)) => fds.extend(&instance.fds),
+                None => cpus.push((cpu, instance.fds.iter().collect())),
+            }
+        }
+        cpus
     }
 
     /// Every event's total so far, scaled for multiplexing, with the share of time it ran.
     pub fn read(&self) -> io::Result<Counts> {
         let mut readings = vec![Reading::default(); self.names.len()];
         for instance in &self.instances {
+            let readings = &mut readings[instance.first..instance.first + instance.fds.len()];
             if instance.grouped {
                 // nr, time_enabled, time_running, then one value per member.
-                let words = read_words(&instance.fds[0], 3 + self.names.len())?;
+                let words = read_words(&instance.fds[0], 3 + instance.fds.len())?;
                 for (i, reading) in readings.iter_mut().enumerate() {
                     reading.add(words[3 + i], words[1], words[2]);
                 }
@@ -158,8 +134,61 @@ impl Counting {
                 }
             }
         }
-        Ok(counts_of(&self.names, &readings))
+        let names: Vec<&str> = self.names.iter().map(String::as_str).collect();
+        Ok(counts_of(&names, &readings))
     }
+}
+
+/// One group's counters on one thread (`pid`) or CPU; none when the thread has exited.
+fn open_group(
+    group: &Group,
+    pid: i32,
+    cpu: i32,
+    inherit: bool,
+) -> Result<Option<Vec<OwnedFd>>, CountingError> {
+    let together = group.together;
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    for (i, event) in group.events.iter().enumerate() {
+        let attr = Attr {
+            kind: event.kind,
+            config: event.config,
+            read_format: FORMAT_TOTAL_TIME_ENABLED
+                | FORMAT_TOTAL_TIME_RUNNING
+                | if together { FORMAT_GROUP } else { 0 },
+            // A group starts disabled and is enabled whole once complete: members added to a
+            // running leader would only join at its next context switch.
+            flags: if inherit { FLAG_INHERIT } else { 0 }
+                | if together && i == 0 { FLAG_DISABLED } else { 0 }
+                | event.exclude_flags(),
+            ..Default::default()
+        };
+        let leader = match (together, fds.first()) {
+            (true, Some(leader)) => leader.as_raw_fd(),
+            _ => -1,
+        };
+        match perf_event_open(&attr, pid, cpu, leader) {
+            Ok(fd) => fds.push(fd),
+            Err(e) if pid > 0 && e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
+            Err(e) => {
+                let event = event.spelled();
+                return Err(match e.raw_os_error() {
+                    Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV) => CountingError::Unsupported {
+                        event,
+                        reason: format!("the kernel does not support it on this CPU ({e})"),
+                    },
+                    _ => CountingError::Open { event, source: e },
+                });
+            }
+        }
+    }
+    // SAFETY: an ioctl without arguments beyond the flag, on our own fd.
+    if together && unsafe { libc::ioctl(fds[0].as_raw_fd(), IOC_ENABLE, IOC_FLAG_GROUP) } < 0 {
+        return Err(CountingError::Open {
+            event: group.events[0].spelled(),
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(Some(fds))
 }
 
 fn read_words(fd: &OwnedFd, n: usize) -> io::Result<Vec<u64>> {
@@ -240,15 +269,16 @@ mod tests {
     #[test]
     fn software_counters_count_this_threads_work() {
         for group in [false, true] {
-            let set = crate::counters::events::CounterSet {
-                group,
-                ..crate::counters::events::preset("software", crate::counters::cpu::Method::Unknown).unwrap()
-            };
+            let set =
+                crate::counters::events::preset("software", crate::counters::cpu::Method::Unknown).unwrap();
+            let events: Vec<Event> = set
+                .events
+                .iter()
+                .map(|e| Event::from_spec(e, None).unwrap())
+                .collect();
             let tid = unsafe { libc::gettid() } as u32;
             // As root (the test suite's requirement): perf_event_paranoid does not apply.
-            let core = Pmu::core(std::path::Path::new(crate::counters::events::SYSFS_PMUS));
-            let counting =
-                Counting::start(set.events, set.group, core.as_ref(), &Scope::Threads(vec![tid])).unwrap();
+            let counting = Counting::start(&events, group, &Scope::Threads(vec![tid])).unwrap();
             let pages = 256;
             // Fresh pages from the kernel each time (a reused heap would not fault again).
             // SAFETY: a private anonymous mapping, written within its length, then unmapped.

@@ -306,6 +306,19 @@ impl Pmu {
         Ok(config)
     }
 
+    /// The names of its `events/` aliases (without perf's `.scale` and `.unit` companions).
+    pub fn event_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.dir.join("events"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.contains('.'))
+            .collect();
+        names.sort();
+        names
+    }
+
     /// The kernel's own alias, `events/<name>` (e.g. `event=0x00,umask=0x80`), encoded.
     pub fn alias(&self, name: &str) -> Option<Result<u64, String>> {
         let text = std::fs::read_to_string(self.dir.join("events").join(name)).ok()?;

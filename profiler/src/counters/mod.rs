@@ -1,9 +1,11 @@
 //! Hardware and software counters: what the CPU is and which topdown method it has (`cpu`), the
 //! PMUs and events the kernel exposes (`pmu`, `events`), counting them over a run (`counting`)
-//! and the topdown analysis of their totals (`tma`), also from `perf stat` output (`perf_csv`).
+//! and the topdown analysis of their totals (`tma`), also from `perf stat` output (`perf_csv`);
+//! perf's event language (`language`).
 pub mod counting;
 pub mod cpu;
 pub mod events;
+pub mod language;
 pub mod perf_csv;
 pub mod pmu;
 pub mod tma;

@@ -23,8 +23,10 @@ pub struct Json;
 #[derive(Serialize)]
 struct HotspotJson<'a> {
     mode: &'static str,
-    event: &'static str,
+    event: &'a str,
     frequency_hz: u64,
+    /// Sampled every this many events (`-c`); null when at a frequency.
+    period: Option<u64>,
     duration_s: f64,
     target: &'a str,
     cpus: u32,
@@ -37,7 +39,7 @@ struct HotspotJson<'a> {
     /// Samples whose leaf has neither a name nor such a function.
     unplaced_leaf_samples: u64,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    counters: &'a [&'static str],
+    counters: &'a [String],
     notes: &'a [String],
     warnings: Vec<String>,
     health: &'a Health,
@@ -167,7 +169,7 @@ struct TopdownJson<'a> {
     preset: Option<&'static str>,
     counters: &'a [CounterValue],
     /// What the per-function samples were taken on, and how many.
-    sampled_on: Option<&'static str>,
+    sampled_on: Option<&'a str>,
     samples: u64,
     functions: &'a [FunctionCounters],
     notes: &'a [String],
@@ -291,7 +293,7 @@ impl Renderer for Json {
             multiplexed: pairs(r.tma.as_ref().map(|t| &t.multiplexed[..]).unwrap_or(&[])),
             preset: r.preset,
             counters: &r.counters,
-            sampled_on: r.sampled_on,
+            sampled_on: r.sampled_on.as_deref(),
             samples: r.samples,
             functions: &r.functions,
             notes: &r.meta.notes,
@@ -344,8 +346,9 @@ impl Renderer for Json {
         let (placed, unplaced) = super::names::unnamed_leaves(&r.stacks);
         let doc = HotspotJson {
             mode: r.meta.mode,
-            event: r.meta.event,
+            event: &r.meta.event,
             frequency_hz: r.meta.frequency_hz,
+            period: r.meta.period,
             duration_s: r.meta.duration_s,
             target: &r.meta.target,
             cpus: r.meta.cpus,

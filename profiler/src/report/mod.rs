@@ -120,8 +120,9 @@ pub(crate) mod tests {
             weight: crate::model::Weight::Samples,
             meta: RunMeta {
                 mode: "hotspot",
-                event: "cpu-clock",
+                event: "cpu-clock".to_string(),
                 frequency_hz: 99,
+                period: None,
                 duration_s: 1.0,
                 target: "system-wide".into(),
                 cpus: 2,

@@ -313,20 +313,32 @@ pub fn hotspot_profile_labeled(report: &StackReport, labels: &ProcessLabels<'_>)
         Weight::Samples => b.value_type("samples", "count"),
     };
     b.profile.sample_type.push(samples.clone());
-    if cpu_clock {
-        let cpu = b.value_type("cpu", "nanoseconds");
-        b.profile.sample_type.push(cpu.clone());
-        b.profile.period_type = Some(cpu);
-        b.profile.period = period_ns;
-    } else {
-        b.profile.period_type = Some(samples);
-        b.profile.period = 1;
+    // Each sample stands for this many of its event: the CPU clock's nanoseconds, or `-c N`.
+    let (unit_of_sample, each) = match (cpu_clock, report.meta.period) {
+        (true, period) => (
+            Some(b.value_type("cpu", "nanoseconds")),
+            period.map_or(period_ns, |n| n as i64),
+        ),
+        (false, Some(n)) if !timed => (Some(b.value_type(&report.meta.event, "count")), n as i64),
+        _ => (None, 1),
+    };
+    match unit_of_sample {
+        Some(unit) => {
+            b.profile.sample_type.push(unit.clone());
+            b.profile.period_type = Some(unit);
+            b.profile.period = each;
+        }
+        None => {
+            b.profile.period_type = Some(samples);
+            b.profile.period = 1;
+        }
     }
+    let weighted = b.profile.sample_type.len() > 1;
     for stack in &report.stacks {
         let location_id = stack.frames.iter().rev().map(|f| b.location(f)).collect();
         let mut value = vec![stack.count as i64];
-        if cpu_clock {
-            value.push(stack.count as i64 * period_ns);
+        if weighted {
+            value.push(stack.count as i64 * each);
         }
         let label = b.thread_labels(stack.pid, Some(stack.tid), &stack.comm, labels);
         b.profile.sample.push(proto::Sample {
@@ -354,8 +366,8 @@ pub fn hotspot_profile_labeled(report: &StackReport, labels: &ProcessLabels<'_>)
 /// `go tool pprof -comments` shows it): `bpfprof hotspot: pid 1234 | cpu-clock at 99 Hz | 2
 /// CPUs`; the event only for sampled profiles (a time profile was not sampled at a frequency).
 pub fn header_comment(meta: &RunMeta, weight: Weight) -> String {
-    let event = match weight {
-        Weight::Samples => format!(" | {} at {} Hz", meta.event, meta.frequency_hz),
+    let event = match (weight, meta.sampling()) {
+        (Weight::Samples, Some(sampling)) => format!(" | {sampling}"),
         _ => String::new(),
     };
     format!(
@@ -369,16 +381,26 @@ pub fn read_header_comment(comment: &str) -> Option<Header> {
     let (mode, rest) = comment.strip_prefix("bpfprof ")?.split_once(": ")?;
     let (rest, cpus) = rest.rsplit_once(" | ")?;
     let cpus = cpus.strip_suffix(" CPUs")?.parse().ok()?;
-    let sampled = rest.rsplit_once(" | ").and_then(|(target, event)| {
-        let (event, hz) = event.strip_suffix(" Hz")?.rsplit_once(" at ")?;
-        Some((target, event, hz.parse().ok()?))
+    let sampled = rest.rsplit_once(" | ").and_then(|(target, sampling)| {
+        if let Some(event) = sampling.strip_suffix(" every event") {
+            return Some((target, event, 0, Some(1)));
+        }
+        if let Some((event, n)) = sampling
+            .strip_suffix(" events")
+            .and_then(|s| s.rsplit_once(" every "))
+        {
+            return Some((target, event, 0, Some(n.parse().ok()?)));
+        }
+        let (event, hz) = sampling.strip_suffix(" Hz")?.rsplit_once(" at ")?;
+        Some((target, event, hz.parse().ok()?, None))
     });
-    let (target, event, frequency_hz) = sampled.unwrap_or((rest, "", 0));
+    let (target, event, frequency_hz, period) = sampled.unwrap_or((rest, "", 0, None));
     Some(Header {
         mode: mode.to_string(),
         target: target.to_string(),
         event: event.to_string(),
         frequency_hz,
+        period,
         cpus,
     })
 }
@@ -391,6 +413,8 @@ pub struct Header {
     /// Empty for a time profile.
     pub event: String,
     pub frequency_hz: u64,
+    /// Sampled every this many events (then no frequency).
+    pub period: Option<u64>,
     pub cpus: u32,
 }
 
@@ -545,138 +569,4 @@ pub fn lock_profile(report: &LockReport, labels: &ProcessLabels<'_>) -> proto::P
 }
 
 #[cfg(test)]
-mod tests {
-    use std::io::Read;
-
-    use flate2::read::GzDecoder;
-    use prost::Message;
-
-    use super::proto;
-    use crate::{cli::Format, report::tests::*};
-
-    #[test]
-    fn pprof_decodes_and_keeps_counts_and_leaves() {
-        let bytes = render(Format::Pprof, &sample_report());
-        let mut raw = Vec::new();
-        GzDecoder::new(&bytes[..]).read_to_end(&mut raw).unwrap();
-        let p = proto::Profile::decode(&raw[..]).unwrap();
-        assert_eq!(p.string_table[0], "");
-        assert_eq!(p.sample.len(), 3);
-        let total: i64 = p.sample.iter().map(|s| s.value[0]).sum();
-        assert_eq!(total, 100);
-        let name_of_location = |id: u64| {
-            let loc = p.location.iter().find(|l| l.id == id).unwrap();
-            let f = p
-                .function
-                .iter()
-                .find(|f| f.id == loc.line[0].function_id)
-                .unwrap();
-            p.string_table[f.name as usize].clone()
-        };
-        let hottest = p.sample.iter().max_by_key(|s| s.value[0]).unwrap();
-        assert_eq!(
-            name_of_location(hottest.location_id[0]),
-            "hot_a",
-            "leaf comes first"
-        );
-        assert_eq!(name_of_location(*hottest.location_id.last().unwrap()), "main");
-        assert_eq!(hottest.value[1], 60 * (1_000_000_000 / 99));
-    }
-
-    fn decoded(report: &crate::model::StackReport) -> proto::Profile {
-        let mut raw = Vec::new();
-        GzDecoder::new(&render(Format::Pprof, report)[..])
-            .read_to_end(&mut raw)
-            .unwrap();
-        proto::Profile::decode(&raw[..]).unwrap()
-    }
-
-    /// xz's hottest stack ends in libz; the dynamic loader and the kernel have samples too: the
-    /// first mapping (what `go tool pprof` prints as `File:`) is xz itself, and every location
-    /// still names the file its frame is in.
-    #[test]
-    fn the_main_executable_is_the_first_mapping() {
-        use crate::symbolize::Frame;
-        let mut report = sample_report();
-        let in_module = |name: &str, module: &str| Frame::named(name.into(), module);
-        let libz = "/usr/lib/x86_64-linux-gnu/libz.so.1.2.13";
-        let loader = "/usr/lib64/ld-linux-x86-64.so.2";
-        let stacks = [
-            (
-                vec![in_module("main", "/usr/bin/xz"), in_module("deflate", libz)],
-                50,
-            ),
-            (
-                vec![in_module("_dl_start", loader), in_module("_dl_relocate", loader)],
-                30,
-            ),
-            (
-                vec![
-                    in_module("main", "/usr/bin/xz"),
-                    in_module("encode", "/usr/bin/xz"),
-                ],
-                15,
-            ),
-            (vec![in_module("ksys_read", "[kernel.kallsyms]")], 5),
-        ];
-        report.stacks = stacks
-            .into_iter()
-            .map(|(frames, count)| crate::model::Stack {
-                count,
-                frames,
-                ..report.stacks[0].clone()
-            })
-            .collect();
-        let p = decoded(&report);
-        let file = |m: &proto::Mapping| p.string_table[m.filename as usize].as_str();
-        assert_eq!((p.mapping[0].id, file(&p.mapping[0])), (1, "/usr/bin/xz"));
-        let ids: Vec<u64> = p.mapping.iter().map(|m| m.id).collect();
-        assert_eq!(ids, (1..=p.mapping.len() as u64).collect::<Vec<_>>());
-        for location in &p.location {
-            let mapping = p.mapping.iter().find(|m| m.id == location.mapping_id).unwrap();
-            let function = p
-                .function
-                .iter()
-                .find(|f| f.id == location.line[0].function_id)
-                .unwrap();
-            let module = match p.string_table[function.name as usize].as_str() {
-                "deflate" => libz,
-                "_dl_start" | "_dl_relocate" => loader,
-                "ksys_read" => "[kernel.kallsyms]",
-                _ => "/usr/bin/xz",
-            };
-            assert_eq!(file(mapping), module);
-        }
-    }
-
-    #[test]
-    fn the_header_comment_reads_back_as_written() {
-        let mut meta = sample_report().meta;
-        meta.target = "command ./a | b".into();
-        let sampled = super::header_comment(&meta, crate::model::Weight::Samples);
-        assert_eq!(
-            sampled,
-            "bpfprof hotspot: command ./a | b | cpu-clock at 99 Hz | 2 CPUs"
-        );
-        let header = super::read_header_comment(&sampled).unwrap();
-        assert_eq!(
-            (
-                header.mode.as_str(),
-                header.target.as_str(),
-                header.event.as_str()
-            ),
-            ("hotspot", "command ./a | b", "cpu-clock")
-        );
-        assert_eq!((header.frequency_hz, header.cpus), (99, 2));
-        meta.mode = "sched";
-        let timed = super::header_comment(&meta, crate::model::Weight::OffCpuNanoseconds);
-        let header = super::read_header_comment(&timed).unwrap();
-        assert_eq!(
-            (header.target.as_str(), header.event.as_str()),
-            ("command ./a | b", "")
-        );
-        assert_eq!((header.mode.as_str(), header.cpus), ("sched", 2));
-        assert_eq!(super::read_header_comment("3 samples lost"), None);
-        assert_eq!(super::read_header_comment("bpfprof lock (futex): pid 3"), None);
-    }
-}
+mod tests;

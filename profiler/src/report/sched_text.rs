@@ -151,6 +151,10 @@ fn slowest(r: &SchedReport, out: &mut dyn Write) -> io::Result<()> {
             .collect();
         let (cpu, holders) = match e.cpu {
             Some(cpu) if holders.is_empty() => (cpu.to_string(), "-".to_string()),
+            Some(cpu) if !e.holders_complete => (
+                cpu.to_string(),
+                format!("{}, … (earlier ones not kept)", holders.join(", ")),
+            ),
             Some(cpu) => (cpu.to_string(), holders.join(", ")),
             None => ("?".to_string(), "not known".to_string()),
         };

@@ -14,8 +14,13 @@ impl Renderer for Svg {
         let mut options = Options::default();
         options.title = match report.weight {
             Weight::Samples => format!(
-                "bpfprof hotspot: {} ({} at {} Hz, {:.1} s)",
-                report.meta.target, report.meta.event, report.meta.frequency_hz, report.meta.duration_s
+                "bpfprof hotspot: {} ({}, {:.1} s)",
+                report.meta.target,
+                report
+                    .meta
+                    .sampling()
+                    .unwrap_or_else(|| report.meta.event.clone()),
+                report.meta.duration_s
             ),
             Weight::OffCpuNanoseconds => {
                 format!(

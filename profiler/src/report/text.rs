@@ -128,7 +128,7 @@ Counters ({preset} set, whole run, scaled where multiplexed)"
                 )?;
             }
         }
-        match r.sampled_on {
+        match r.sampled_on.as_deref() {
             Some(event) => topdown_functions(r, event, out)?,
             None => writeln!(
                 out,
@@ -282,9 +282,7 @@ Where each thread's time went (thread states from the scheduler, not PMU counter
 /// knows (a folded file or another tool's pprof knows none of them but the name).
 fn hotspot_header(m: &crate::model::RunMeta) -> String {
     let mut parts = vec![m.target.clone()];
-    if m.frequency_hz > 0 {
-        parts.push(format!("{} at {} Hz", m.event, m.frequency_hz));
-    }
+    parts.extend(m.sampling());
     if m.duration_s > 0.0 {
         parts.push(format!("{:.1} s", m.duration_s));
     }

@@ -4,11 +4,13 @@
 /// The kinds of kernel data, in the order the start path attaches them: the lock probes first
 /// (they are placed before anything counts), the sampler before the counters read at each sample
 /// (see `samples`), the scheduler last but for the counters' totals, so its thread states and
-/// those totals cover the same run.
+/// those totals cover the same run; `stat`'s counters last of all, just before a command is let
+/// run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     Locks,
     CpuSamples,
     Sched,
     Counting,
+    Stat,
 }

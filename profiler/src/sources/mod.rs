@@ -2,7 +2,8 @@
 //! - [`samples`]: CPU samples (stacks on a perf event, with the counters read at each sample);
 //! - [`sched`]: the scheduler's thread states, run-queue waits and off-CPU stacks;
 //! - [`locks`]: lock waits (futex, pthread probes or the kernel's contention tracepoints);
-//! - [`counting`]: topdown's counter totals over the whole run.
+//! - [`counting`]: topdown's counter totals over the whole run;
+//! - [`stat`]: any events counted over the run, as `perf stat` counts them.
 //!
 //! A source's [`Spec`] is what it needs (a value decided before anything is loaded: the globals
 //! and maps it sets, checked by unit tests without root); the start path attaches it, in the
@@ -23,16 +24,18 @@ pub mod kind;
 pub mod locks;
 pub mod samples;
 pub mod sched;
+pub mod stat;
 
 pub use kind::Kind;
 
 /// Which sources each mode uses. Topdown samples only where its counter set can be counted (it
 /// then splits the counts by function).
-pub const MODE_SOURCES: [(Mode, &[Kind]); 4] = [
+pub const MODE_SOURCES: [(Mode, &[Kind]); 5] = [
     (Mode::Hotspot, &[Kind::CpuSamples]),
     (Mode::Topdown, &[Kind::CpuSamples, Kind::Sched, Kind::Counting]),
     (Mode::Lock, &[Kind::Locks]),
     (Mode::Sched, &[Kind::Sched]),
+    (Mode::Stat, &[Kind::Stat]),
 ];
 
 /// Which source each of the agent's signals is a view of.
@@ -78,6 +81,7 @@ pub enum Spec {
     Sched(sched::Spec),
     Locks(locks::Spec),
     Counting(Box<counting::TopdownCounting>),
+    Stat(stat::Spec),
 }
 
 impl Spec {
@@ -87,6 +91,7 @@ impl Spec {
             Spec::Sched(_) => Kind::Sched,
             Spec::Locks(_) => Kind::Locks,
             Spec::Counting(_) => Kind::Counting,
+            Spec::Stat(_) => Kind::Stat,
         }
     }
 
@@ -97,7 +102,7 @@ impl Spec {
         match self {
             Spec::Sched(spec) => Ok(spec.prepare()?),
             Spec::Locks(spec) => spec.prepare(pids, command),
-            Spec::CpuSamples(_) | Spec::Counting(_) => Ok(()),
+            Spec::CpuSamples(_) | Spec::Counting(_) | Spec::Stat(_) => Ok(()),
         }
     }
 
@@ -107,6 +112,7 @@ impl Spec {
             Spec::CpuSamples(spec) => spec.needs(options),
             Spec::Sched(spec) => spec.needs(options),
             Spec::Locks(spec) => spec.needs(options),
+            Spec::Stat(spec) => spec.needs(options),
             Spec::Counting(_) => {}
         }
     }
@@ -118,14 +124,19 @@ impl Spec {
             Spec::Sched(spec) => spec.attach(kernel, context),
             Spec::Locks(spec) => spec.attach(kernel, context),
             Spec::Counting(counting) => counting::attach(*counting, kernel),
+            Spec::Stat(spec) => spec.attach(kernel, context),
         }
     }
 }
 
 /// What attaching a source needs to know of the run besides its own settings.
 pub struct AttachContext<'a> {
+    /// The whole system is the target.
+    pub system_wide: bool,
     /// The `-p` targets (a source may read their threads or map their libraries).
     pub pids: &'a [u32],
+    /// A command started paused (its pid).
+    pub command: Option<u32>,
     /// User stacks are walked through unwind tables where a process has them.
     pub unwind_tables: bool,
 }
@@ -157,6 +168,8 @@ pub enum Batch {
     Locks(locks::LockBatch),
     /// Topdown's counter totals, at the end.
     Counts(Box<counting::TopdownCounting>),
+    /// `stat`'s counts: at each drain when intervals are wanted, and at the end.
+    Stat(stat::StatBatch),
 }
 
 /// One kind of kernel data, attached: drained at each epoch flip, settled at the stop.

@@ -1,18 +1,13 @@
-//! CPU samples: the sampling program on a perf event of every CPU records each sample's stacks
-//! into the epoch's slot, with the deltas of the counters it reads at each sample (`--counter`,
-//! topdown per function); drained at each flip.
-use std::{
-    os::fd::{AsFd as _, AsRawFd as _},
-    path::Path,
-};
+//! CPU samples: the sampling program on a perf event of every CPU (any event perf's language
+//! names, at a frequency or every N events) records each sample's stacks into the epoch's slot,
+//! with the deltas of the counters it reads at each sample (`--counter`, topdown per function);
+//! drained at each flip.
+use std::os::fd::{AsFd as _, AsRawFd as _};
 
 use anyhow::Context as _;
 use aya::{
     maps::{HashMap as BpfHashMap, MapData, StackTraceMap},
-    programs::{
-        perf_event::{HardwareEvent, PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent},
-        PerfEvent, ProgramError,
-    },
+    programs::PerfEvent,
     Ebpf,
 };
 use profiler_common::{
@@ -22,26 +17,33 @@ use profiler_common::{
 use super::{AttachContext, Attached, Batch, Source, Wants};
 use crate::{
     bpf::{map_update, LoadOptions, Loaded},
-    cli::Event,
     collect::{clear_stacks, comm_string, object_offsets, read_stack, read_unwound, take_map, Flip},
     counters::{
         counting::{Counting, CountingError, Scope},
-        events::{self, EventSpec, Pmu, Source as EventSource},
+        language::Event,
+        pmu::{perf_event_open, Attr},
     },
     error::UserError,
     process::Processes,
     profile::RawSample,
 };
 
+/// How often a sample is taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rate {
+    /// This many times a second per CPU (for the CPU and task clocks, every 1/HZ s of it).
+    Frequency(u64),
+    /// Every this many occurrences of the event (perf's -c).
+    Period(u64),
+}
+
 /// What is sampled, and what is read at each sample.
 pub struct Spec {
     pub event: Event,
-    pub frequency_hz: u64,
+    pub rate: Rate,
     /// Counters whose deltas each sample carries, opened as one group per CPU when `group`.
-    pub counters: Vec<EventSpec>,
+    pub counters: Vec<Event>,
     pub group: bool,
-    /// The CPU's core PMU, for the counters' hardware events (sysfs's description).
-    pub core: Option<Pmu>,
 }
 
 impl Spec {
@@ -67,99 +69,100 @@ impl Spec {
         // The sampler opens before the counters read at each sample: created first, it is
         // scheduled first, so a cycles sampler takes the PMU's dedicated cycle counter where
         // there is one, and the counters share the general-purpose ones.
-        attach_sampling(kernel, self.event, self.frequency_hz)?;
+        attach_sampling(kernel, &self.event, self.rate)?;
         if !self.counters.is_empty() {
-            let core = self
-                .core
-                .clone()
-                .or_else(|| Pmu::core(Path::new(events::SYSFS_PMUS)));
-            open_counters(kernel, &self.counters, self.group, core.as_ref())?;
+            open_counters(kernel, &self.counters, self.group)?;
         }
+        let rate = match self.rate {
+            Rate::Frequency(hz) => format!("at {hz} Hz"),
+            Rate::Period(1) => "every event".to_string(),
+            Rate::Period(n) => format!("every {n} events"),
+        };
         Ok(Attached {
             source: Box::new(maps),
-            doing: Some(format!(
-                "sampling at {} Hz ({})",
-                self.frequency_hz,
-                self.event.name()
-            )),
+            doing: Some(format!("sampling {rate} ({})", self.event.spelled())),
             note: None,
         })
     }
 }
 
-/// One sampling event per online CPU.
-fn attach_sampling(kernel: &mut Loaded, event: Event, frequency_hz: u64) -> anyhow::Result<()> {
-    let (config, policy) = match event {
-        // The software clock counts nanoseconds: a fixed period is exact and needs no warm-up.
-        Event::CpuClock => (
-            PerfEventConfig::Software(SoftwareEvent::CpuClock),
-            SamplePolicy::Period(1_000_000_000 / frequency_hz),
-        ),
-        Event::Cycles => (
-            PerfEventConfig::Hardware(HardwareEvent::CpuCycles),
-            SamplePolicy::Frequency(frequency_hz),
-        ),
-        Event::Instructions => (
-            PerfEventConfig::Hardware(HardwareEvent::Instructions),
-            SamplePolicy::Frequency(frequency_hz),
-        ),
-    };
+/// `PERF_EVENT_IOC_SET_BPF`: run this program at each of the event's samples.
+const IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
+/// `perf_event_attr.freq`: `sample_period` is a frequency.
+const FLAG_FREQ: u64 = 1 << 10;
+
+/// One sampling event per online CPU, each running the sampling program at its overflows.
+fn attach_sampling(kernel: &mut Loaded, event: &Event, rate: Rate) -> anyhow::Result<()> {
     let program: &mut PerfEvent = kernel.program(names::PROG_SAMPLE)?;
     program.load().context("loading the sampling program")?;
+    let program_fd = program.fd()?.as_fd().as_raw_fd();
+    let (period, freq) = match rate {
+        // The clocks count nanoseconds: a fixed period is exact and needs no warm-up.
+        Rate::Frequency(hz) if event.is_clock() => (1_000_000_000 / hz.max(1), 0),
+        Rate::Frequency(hz) => (hz, FLAG_FREQ),
+        Rate::Period(n) => (n, 0),
+    };
+    let attr = Attr {
+        kind: event.kind,
+        config: event.config,
+        sample_period: period,
+        flags: freq | event.exclude_flags() | event.precise_flags(),
+        ..Attr::default()
+    };
     for cpu in crate::counters::cpu::online_ids()? {
-        if let Err(err) = program.attach(config, PerfEventScope::AllProcessesOneCpu { cpu }, policy, false) {
-            if event != Event::CpuClock && is_missing_pmu(&err) {
-                return Err(UserError::NoPmu {
-                    event: event.name().to_string(),
-                }
-                .into());
-            }
-            return Err(err).with_context(|| format!("opening the {} event on CPU {cpu}", event.name()));
+        let fd = perf_event_open(&attr, -1, cpu as i32, -1).map_err(|e| open_error(event, cpu, e))?;
+        // SAFETY: an ioctl on our own perf event fd, its argument the program's fd.
+        if unsafe { libc::ioctl(fd.as_raw_fd(), IOC_SET_BPF, program_fd) } < 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(e).with_context(|| {
+                format!(
+                    "running the sampling program at {} events on CPU {cpu}",
+                    event.spelled()
+                )
+            });
         }
+        kernel.hold(fd);
     }
     Ok(())
 }
 
-/// perf_event_open's answers when there is no hardware PMU for the event.
-fn is_missing_pmu(err: &ProgramError) -> bool {
-    let ProgramError::SyscallError(syscall) = err else {
-        return false;
-    };
-    matches!(
-        syscall.io_error.raw_os_error(),
-        Some(libc::ENOENT) | Some(libc::EOPNOTSUPP) | Some(libc::ENODEV) | Some(libc::EINVAL)
-    )
+/// What a sampling event the kernel refused to open means for the user.
+fn open_error(event: &Event, cpu: u32, e: std::io::Error) -> anyhow::Error {
+    let missing = matches!(
+        e.raw_os_error(),
+        Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV)
+    );
+    match (event.hardware, e.raw_os_error()) {
+        (true, _) if missing && crate::counters::pmu::missing_reason().is_some() => UserError::NoPmu {
+            event: event.spelled(),
+        }
+        .into(),
+        (_, Some(libc::EINVAL | libc::EOPNOTSUPP)) if event.precise > 0 => UserError::Usage(format!(
+            "-e {}: this PMU cannot sample that event precisely; drop the :p",
+            event.spelled()
+        ))
+        .into(),
+        _ => anyhow::Error::from(e).context(format!("opening the {} event on CPU {cpu}", event.spelled())),
+    }
 }
 
 /// Open `events` on every CPU (one group per CPU when `group`) and hand them to the sampling
 /// program, which reads them at each sample; they stay open as long as the programs.
-fn open_counters(
-    kernel: &mut Loaded,
-    events: &[EventSpec],
-    group: bool,
-    core: Option<&Pmu>,
-) -> anyhow::Result<()> {
+fn open_counters(kernel: &mut Loaded, events: &[Event], group: bool) -> anyhow::Result<()> {
     anyhow::ensure!(
         events.len() <= names::COUNTER_READERS.len(),
         "at most {} counters per sample",
         names::COUNTER_READERS.len()
     );
-    let counting = Counting::start(
-        events,
-        group,
-        core,
-        &Scope::Cpus(crate::counters::cpu::online_ids()?),
-    )
-    .map_err(|e| match e {
-        CountingError::Unsupported { event, .. }
-            if events
-                .iter()
-                .any(|s| s.name == event && !matches!(s.source, EventSource::Software(_))) =>
-        {
-            anyhow::Error::from(UserError::NoPmu { event })
-        }
-        e => e.into(),
-    })?;
+    let counting = Counting::start(events, group, &Scope::Cpus(crate::counters::cpu::online_ids()?))
+        .map_err(|e| match e {
+            CountingError::Unsupported { event, .. }
+                if events.iter().any(|s| s.spelled() == event && s.hardware) =>
+            {
+                anyhow::Error::from(UserError::NoPmu { event })
+            }
+            e => e.into(),
+        })?;
     for (cpu, fds) in counting.per_cpu() {
         for (slot, fd) in fds.iter().enumerate() {
             let name = names::COUNTER_READERS[slot];
@@ -170,8 +173,12 @@ fn open_counters(
             let aya::maps::Map::PerfEventArray(data) = map else {
                 anyhow::bail!("map {name} is not a perf event array");
             };
-            map_update(data.fd().as_fd(), cpu, fd.as_raw_fd() as u32)
-                .with_context(|| format!("handing the {} counter of CPU {cpu} to BPF", events[slot].name))?;
+            map_update(data.fd().as_fd(), cpu, fd.as_raw_fd() as u32).with_context(|| {
+                format!(
+                    "handing the {} counter of CPU {cpu} to BPF",
+                    events[slot].spelled()
+                )
+            })?;
         }
     }
     kernel.hold(counting);

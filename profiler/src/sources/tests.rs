@@ -43,7 +43,13 @@ fn every_mode_and_signal_has_its_sources_and_every_source_is_used() {
         .collect();
     assert_eq!(
         used,
-        BTreeSet::from([Kind::Locks, Kind::CpuSamples, Kind::Sched, Kind::Counting])
+        BTreeSet::from([
+            Kind::Locks,
+            Kind::CpuSamples,
+            Kind::Sched,
+            Kind::Counting,
+            Kind::Stat
+        ])
     );
     // Two signals of one source: the source once.
     assert_eq!(of_signals(&[Signal::RunQueue, Signal::OffCpu]), [Kind::Sched]);

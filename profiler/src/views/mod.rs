@@ -21,6 +21,9 @@ pub fn run_diff(args: DiffArgs) -> anyhow::Result<i32> {
         .into());
     }
     output::check_destination(format, args.output.as_deref())?;
+    if let Some(code) = counter_diff(&args, format)? {
+        return Ok(code);
+    }
     let before = saved::load(&args.before)?;
     let after = saved::load(&args.after)?;
     let names = (
@@ -38,6 +41,30 @@ pub fn run_diff(args: DiffArgs) -> anyhow::Result<i32> {
         eprintln!("bpfprof: wrote {}", path.display());
     }
     Ok(0)
+}
+
+/// Two counter reports (`stat`'s JSON, `perf stat -x,`): their counters compared; none when
+/// they are profiles.
+fn counter_diff(args: &DiffArgs, format: Format) -> anyhow::Result<Option<i32>> {
+    use diff::counters;
+    let (before, after) = (counters::read(&args.before)?, counters::read(&args.after)?);
+    let (before, after) = match (before, after) {
+        (Some(before), Some(after)) => (before, after),
+        (None, None) => return Ok(None),
+        _ => {
+            return Err(UserError::Usage(
+                "diff compares two profiles, or two counter reports (bpfprof stat -o x.json, perf stat -x,): not one of each"
+                    .into(),
+            )
+            .into())
+        }
+    };
+    let compared = counters::diff(&before, &after)?;
+    output::write_report(args.output.as_deref(), &|out| match format {
+        Format::Json => counters::json(&compared, out),
+        _ => counters::text(&compared, out),
+    })?;
+    Ok(Some(0))
 }
 
 /// `bpfprof report PROFILE [--annotate FUNCTION]`.

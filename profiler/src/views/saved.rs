@@ -137,11 +137,12 @@ fn stack_report(weight: Weight, meta: RunMeta, health: Health, mut stacks: Vec<S
 fn meta(mode: &str, event: &str, target: String) -> RunMeta {
     RunMeta {
         mode: static_name(mode, &["hotspot", "sched", "lock", "topdown"]),
-        event: static_name(
-            event,
-            &["cpu-clock", "cycles", "instructions", "off-cpu", "lock-wait"],
-        ),
+        event: match event {
+            "" => "other".to_string(),
+            event => event.to_string(),
+        },
         frequency_hz: 0,
+        period: None,
         duration_s: 0.0,
         target,
         cpus: 0,

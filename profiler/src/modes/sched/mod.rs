@@ -111,6 +111,9 @@ pub struct SlowWait {
     pub waker: Option<TaskRef>,
     /// Who ran on its CPU while it waited, each task once with its time, most recent first.
     pub cpu_holders: Vec<CpuHolder>,
+    /// The holders cover the whole wait, back to its start (false where more tasks took turns
+    /// than a slow event names, or the wait began before the CPU's kept history).
+    pub holders_complete: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -221,7 +224,7 @@ pub fn report(
     let tasks = latencies(&collection.tasks, collection.started_ns);
 
     let offcpu_meta = RunMeta {
-        counters: vec![OFFCPU_BLOCKS],
+        counters: vec![OFFCPU_BLOCKS.to_string()],
         ..meta.clone()
     };
     let offcpu = model::stack_report(
@@ -259,6 +262,7 @@ pub fn report(
                 comm: comm.clone(),
             }),
             cpu_holders: cpu_holders(e),
+            holders_complete: holders_complete(e),
         })
         .collect();
 
@@ -298,6 +302,13 @@ fn cpu_holders(e: &SlowRecord) -> Vec<CpuHolder> {
         }
     }
     holders
+}
+
+/// Whether a slow wait's stretches reach back to its start: a CPU's stretches follow one another
+/// without a gap, so then they cover all of it.
+fn holders_complete(e: &SlowRecord) -> bool {
+    let began = e.at_ns.saturating_sub(e.delay_ns);
+    e.cpu.is_some() && e.holders.iter().any(|(_, _, start_ns, _)| *start_ns <= began)
 }
 
 const _: () = assert!(HIST_BUCKETS.is_multiple_of(8) && COMM_LEN == 16);

@@ -86,7 +86,7 @@ pub struct TopdownReport {
     /// cannot be counted here).
     pub functions: Vec<FunctionCounters>,
     /// What the functions' samples were taken on ("cycles", "cpu-clock"), and how many.
-    pub sampled_on: Option<&'static str>,
+    pub sampled_on: Option<String>,
     pub samples: u64,
     /// Most running time first.
     pub threads: Vec<ThreadState>,
@@ -280,7 +280,7 @@ pub fn with_functions(
             }
         })
         .collect();
-    report.sampled_on = Some(sampled.meta.event);
+    report.sampled_on = Some(sampled.meta.event.clone());
     report.samples = sampled.samples;
     report.meta.notes.extend(
         sampled
@@ -345,7 +345,7 @@ mod tests {
     #[test]
     fn functions_get_their_own_level1_and_ipc_from_their_deltas() {
         use crate::model::{function_stats, tests::stack};
-        let names = vec![
+        let names = [
             "cpu_clk_unhalted.thread",
             "instructions",
             "idq_uops_not_delivered.core",
@@ -380,7 +380,7 @@ mod tests {
             with(&["main", "idle_looking"], 3, vec![0; 6]),
         ];
         let mut sampled = crate::report::tests::sample_report();
-        sampled.meta.counters = names;
+        sampled.meta.counters = names.iter().map(|n| n.to_string()).collect();
         sampled.functions = function_stats(&stacks);
         let meta = sampled.meta.clone();
         let report = with_functions(

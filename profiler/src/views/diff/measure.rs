@@ -19,16 +19,16 @@ pub enum Ranking {
 }
 
 /// Seconds one count stands for: a nanosecond for off-CPU and lock-wait profiles; for samples of
-/// the CPU clock, its period (the kernel's, 1e9 / frequency whole nanoseconds). Samples of other
-/// events, or at a rate the profile does not say, are not time.
+/// the CPU clock, its period (`-c` nanoseconds, or the kernel's 1e9 / frequency whole
+/// nanoseconds). Samples of other events, or at a rate the profile does not say, are not time.
 pub fn seconds_per_count(report: &StackReport) -> Option<f64> {
     let hz = report.meta.frequency_hz;
-    match report.weight {
-        Weight::OffCpuNanoseconds | Weight::LockWaitNanoseconds => Some(1e-9),
-        Weight::Samples if report.meta.event == "cpu-clock" && hz > 0 => {
-            Some((1_000_000_000 / hz) as f64 / 1e9)
-        }
-        Weight::Samples => None,
+    match (report.weight, report.meta.period) {
+        (Weight::OffCpuNanoseconds | Weight::LockWaitNanoseconds, _) => Some(1e-9),
+        (Weight::Samples, _) if report.meta.event != "cpu-clock" => None,
+        (Weight::Samples, Some(n)) => Some(n as f64 / 1e9),
+        (Weight::Samples, None) if hz > 0 => Some((1_000_000_000 / hz) as f64 / 1e9),
+        (Weight::Samples, None) => None,
     }
 }
 
@@ -42,8 +42,8 @@ pub fn ranking(weight: Weight, before: &Side, after: &Side) -> (Ranking, String)
         };
         return (Ranking::Seconds, why.to_string());
     }
-    let rate = |side: &Side| format!("{} at {} Hz", side.event, side.frequency_hz);
-    let known = |side: &Side| side.frequency_hz > 0 && side.event != "other";
+    let rate = |side: &Side| side.sampling().unwrap_or_default();
+    let known = |side: &Side| side.sampling().is_some();
     let why = match (known(before), known(after)) {
         (true, true) if rate(before) == rate(after) => {
             return (

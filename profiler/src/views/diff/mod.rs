@@ -7,6 +7,7 @@
 //! change of share.
 //! Rendered (`render`) as a table of the functions that moved most, a differential flamegraph,
 //! two-count folded lines, or JSON.
+pub mod counters;
 mod measure;
 mod render;
 
@@ -61,14 +62,28 @@ impl FunctionChange {
     }
 }
 
+impl Side {
+    /// How it was sampled (`cycles every 1000 events`, `cpu-clock at 99 Hz`), where it says.
+    pub fn sampling(&self) -> Option<String> {
+        match (self.event.as_str(), self.period, self.frequency_hz) {
+            ("other", _, _) => None,
+            (event, Some(n), _) => Some(format!("{event} every {n} events")),
+            (event, None, hz) if hz > 0 => Some(format!("{event} at {hz} Hz")),
+            _ => None,
+        }
+    }
+}
+
 /// One profile as read, with what its counts are worth.
 #[derive(Clone, Debug, Serialize)]
 pub struct Side {
     pub name: String,
     pub mode: &'static str,
-    pub event: &'static str,
+    pub event: String,
     /// Samples per second per CPU; 0 where the profile does not say (or counts time).
     pub frequency_hz: u64,
+    /// Sampled every this many events instead; null at a frequency.
+    pub period: Option<u64>,
     /// The sum of its stacks' counts, in the diff's unit.
     pub total: u64,
     /// The total in seconds, where its counts convert (see `measure::seconds_per_count`).
@@ -140,8 +155,9 @@ fn side(name: &str, report: &StackReport) -> Side {
     Side {
         name: name.to_string(),
         mode: report.meta.mode,
-        event: report.meta.event,
+        event: report.meta.event.clone(),
         frequency_hz: report.meta.frequency_hz,
+        period: report.meta.period,
         total: report.samples,
         total_seconds: seconds_per_count.map(|s| report.samples as f64 * s),
         duration_s: report.meta.duration_s,

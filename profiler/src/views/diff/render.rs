@@ -117,9 +117,9 @@ fn describe(side: &Side, weight: Weight) -> String {
         Weight::OffCpuNanoseconds => format!("{seconds} off CPU"),
         Weight::LockWaitNanoseconds => format!("{seconds} waiting for locks"),
         Weight::Samples => {
-            let rate = match side.frequency_hz > 0 && side.event != "other" {
-                true => format!(" of {} at {} Hz", side.event, side.frequency_hz),
-                false => " (sampling rate not recorded)".to_string(),
+            let rate = match side.sampling() {
+                Some(sampling) => format!(" of {sampling}"),
+                None => " (sampling rate not recorded)".to_string(),
             };
             let time = match side.total_seconds {
                 Some(_) => format!(" = {seconds} on CPU"),

@@ -27,7 +27,7 @@ fn profile(split: &[(&str, u64)]) -> StackReport {
 }
 
 fn at(mut report: StackReport, event: &'static str, hz: u64) -> StackReport {
-    report.meta.event = event;
+    report.meta.event = event.to_string();
     report.meta.frequency_hz = hz;
     report
 }

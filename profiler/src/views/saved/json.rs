@@ -49,6 +49,7 @@ fn each<T>(v: &Value, key: &str, read: impl Fn(&Value) -> Result<T, String>) -> 
 fn run_meta(doc: &Value, mode: &str, event: &str) -> RunMeta {
     let mut meta = meta(mode, doc["event"].as_str().unwrap_or(event), text(doc, "target"));
     meta.frequency_hz = num(doc, "frequency_hz");
+    meta.period = doc["period"].as_u64();
     meta.duration_s = doc["duration_s"].as_f64().unwrap_or(0.0);
     meta.cpus = num(doc, "cpus") as u32;
     meta.notes = list(doc, "notes")
@@ -197,6 +198,7 @@ fn slow_wait(e: &Value) -> Result<SlowWait, String> {
             tid: num(&e["waker"], "tid") as u32,
             comm: text(&e["waker"], "comm"),
         }),
+        holders_complete: e["holders_complete"].as_bool().unwrap_or(false),
         cpu_holders: each(e, "cpu_holders", |h| {
             Ok(CpuHolder {
                 tid: num(h, "tid") as u32,
@@ -378,6 +380,7 @@ mod tests {
                         tid: 12,
                         comm: "worker-12".into(),
                     }),
+                    holders_complete: true,
                     cpu_holders: vec![CpuHolder {
                         tid: 99,
                         comm: "hog".into(),
@@ -386,6 +389,7 @@ mod tests {
                 },
                 SlowWait {
                     waker: None,
+                    holders_complete: false,
                     cpu_holders: Vec::new(),
                     ..sched_report_slow_base()
                 },
@@ -408,6 +412,7 @@ mod tests {
             at_s: 0.5,
             waker: None,
             cpu_holders: Vec::new(),
+            holders_complete: false,
         }
     }
 

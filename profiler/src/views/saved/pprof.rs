@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use prost::Message as _;
 
-use super::{meta, stack_report, static_name};
+use super::{meta, stack_report};
 use crate::{
     model::{RunMeta, Stack, StackReport, Weight},
     profile::Health,
@@ -135,6 +135,7 @@ fn header(p: &proto::Profile, name: &str, weight: Weight) -> RunMeta {
         Some(header) => {
             let mut meta = meta(&header.mode, &header.event, header.target.clone());
             meta.frequency_hz = header.frequency_hz;
+            meta.period = header.period;
             meta.cpus = header.cpus;
             if meta.mode == "other" {
                 meta.mode = mode;
@@ -148,14 +149,12 @@ fn header(p: &proto::Profile, name: &str, weight: Weight) -> RunMeta {
         }
     };
     if meta.event == "other" {
-        meta.event = static_name(
-            match weight {
-                Weight::Samples => "",
-                Weight::OffCpuNanoseconds => "off-cpu",
-                Weight::LockWaitNanoseconds => "lock-wait",
-            },
-            &["off-cpu", "lock-wait"],
-        );
+        meta.event = match weight {
+            Weight::Samples => "other",
+            Weight::OffCpuNanoseconds => "off-cpu",
+            Weight::LockWaitNanoseconds => "lock-wait",
+        }
+        .to_string();
     }
     meta.duration_s = p.duration_nanos.max(0) as f64 / 1e9;
     let skip = usize::from(ours.is_some());
@@ -252,7 +251,7 @@ mod tests {
         let loaded = parse(&bytes, "own.pb.gz").unwrap();
         let m = &loaded.meta;
         assert_eq!(
-            (m.mode, m.event, m.target.as_str()),
+            (m.mode, m.event.as_str(), m.target.as_str()),
             ("hotspot", "cpu-clock", "pid 42")
         );
         assert_eq!((m.frequency_hz, m.cpus, m.duration_s), (99, 2, 2.5));

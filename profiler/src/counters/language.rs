@@ -1,0 +1,577 @@
+//! perf's event language, as `-e`, `--counter` and `stat -e` take it: the generic hardware and
+//! cache events, every software event, any PMU's events by name (bare, or qualified by the PMU:
+//! `armv8_pmuv3_0/l1d_cache_refill/`), format terms (`cpu/event=0xc4,umask=0x00/`), raw codes
+//! (`r01c4`), and the modifiers `:u`, `:k` and `:p`. Names come from the kernel's sysfs
+//! (`/sys/bus/event_source/devices/*/events/`) and, on Arm, from the architected common events
+//! whose numbers the architecture fixes (a PMU's sysfs may list only a few).
+use std::path::Path;
+
+use crate::counters::events::{self, EventSpec, Pmu, SYSFS_PMUS};
+
+const PERF_TYPE_HARDWARE: u32 = 0;
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_TYPE_HW_CACHE: u32 = 3;
+const PERF_TYPE_RAW: u32 = 4;
+
+/// One event, resolved for `perf_event_open`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// How reports name it: as given, without its modifiers.
+    pub name: String,
+    /// `perf_event_attr.type` and `.config`.
+    pub kind: u32,
+    pub config: u64,
+    /// `:u` (only user space) and `:k` (only the kernel).
+    pub exclude_kernel: bool,
+    pub exclude_user: bool,
+    /// `:p`, `:pp`, `:ppp`: the precision asked of sampling.
+    pub precise: u8,
+    /// Counted by a hardware PMU (none in most VMs).
+    pub hardware: bool,
+}
+
+impl Event {
+    /// One of bpfprof's own tables' events (topdown's sets), resolved on the core PMU.
+    pub fn from_spec(spec: &EventSpec, core: Option<&Pmu>) -> Result<Event, String> {
+        let (kind, config) = events::resolve(spec, core)?;
+        Ok(Event {
+            name: spec.name.to_string(),
+            kind,
+            config,
+            exclude_kernel: false,
+            exclude_user: false,
+            precise: 0,
+            hardware: !matches!(spec.source, events::Source::Software(_)),
+        })
+    }
+
+    /// `perf_event_attr` flag bits for `:u` and `:k`: exclude_user (bit 4), exclude_kernel (5).
+    pub fn exclude_flags(&self) -> u64 {
+        u64::from(self.exclude_user) << 4 | u64::from(self.exclude_kernel) << 5
+    }
+
+    /// `perf_event_attr` flag bits for `:p` (precise_ip, bits 15-16): sampling only.
+    pub fn precise_flags(&self) -> u64 {
+        u64::from(self.precise.min(3)) << 15
+    }
+
+    /// The name with its modifiers, as given.
+    pub fn spelled(&self) -> String {
+        let mut modifiers = String::new();
+        match (self.exclude_kernel, self.exclude_user) {
+            (true, false) => modifiers.push('u'),
+            (false, true) => modifiers.push('k'),
+            _ => {}
+        }
+        modifiers.extend(std::iter::repeat_n('p', self.precise as usize));
+        match modifiers.is_empty() {
+            true => self.name.clone(),
+            false => format!("{}:{modifiers}", self.name),
+        }
+    }
+
+    /// The CPU's clock in nanoseconds: its samples are time.
+    pub fn is_cpu_clock(&self) -> bool {
+        (self.kind, self.config) == (PERF_TYPE_SOFTWARE, 0)
+    }
+
+    /// The CPU's or the task's clock: they count nanoseconds.
+    pub fn is_clock(&self) -> bool {
+        self.kind == PERF_TYPE_SOFTWARE && self.config <= 1
+    }
+}
+
+/// Events counted together, as one perf group read at once (`{a,b}` in perf's language), or
+/// each apart.
+#[derive(Clone, Debug)]
+pub struct Group {
+    pub events: Vec<Event>,
+    pub together: bool,
+}
+
+/// Why an event cannot be had.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EventError {
+    #[error("unknown event `{given}`{}", did_you_mean(.near))]
+    Unknown { given: String, near: Vec<String> },
+    #[error("event `{given}`: {reason}")]
+    Invalid { given: String, reason: String },
+}
+
+fn did_you_mean(near: &[String]) -> String {
+    match near {
+        [] => ": `bpfprof list` shows what this machine has".to_string(),
+        [one] => format!(": did you mean {one}?"),
+        more => format!(": did you mean one of {}?", more.join(", ")),
+    }
+}
+
+/// The generic hardware events (PERF_TYPE_HARDWARE), with perf's aliases.
+pub const HARDWARE: [(&str, u64, &str); 12] = [
+    ("cycles", 0, "CPU cycles"),
+    ("cpu-cycles", 0, "CPU cycles"),
+    ("instructions", 1, "instructions retired"),
+    ("cache-references", 2, "cache accesses (usually the last level)"),
+    ("cache-misses", 3, "cache misses (usually the last level)"),
+    ("branches", 4, "branch instructions retired"),
+    ("branch-instructions", 4, "branch instructions retired"),
+    ("branch-misses", 5, "mispredicted branches"),
+    ("bus-cycles", 6, "bus cycles"),
+    ("stalled-cycles-frontend", 7, "cycles the front end stalled"),
+    ("stalled-cycles-backend", 8, "cycles the back end stalled"),
+    ("ref-cycles", 9, "reference cycles (not scaled by frequency)"),
+];
+
+/// The software events (PERF_TYPE_SOFTWARE), with perf's aliases.
+pub const SOFTWARE: [(&str, u64, &str); 14] = [
+    ("cpu-clock", 0, "the CPU's clock, in nanoseconds"),
+    ("task-clock", 1, "the task's clock, in nanoseconds"),
+    ("page-faults", 2, "page faults"),
+    ("faults", 2, "page faults"),
+    ("context-switches", 3, "context switches"),
+    ("cs", 3, "context switches"),
+    ("cpu-migrations", 4, "migrations to another CPU"),
+    ("migrations", 4, "migrations to another CPU"),
+    ("minor-faults", 5, "page faults served without I/O"),
+    ("major-faults", 6, "page faults that needed I/O"),
+    ("alignment-faults", 7, "unaligned accesses fixed up by the kernel"),
+    ("emulation-faults", 8, "instructions the kernel emulated"),
+    ("dummy", 9, "counts nothing"),
+    ("cgroup-switches", 11, "switches between cgroups"),
+];
+
+/// The caches of PERF_TYPE_HW_CACHE, as perf names them.
+const CACHES: [(&str, u64); 7] = [
+    ("L1-dcache", 0),
+    ("L1-icache", 1),
+    ("LLC", 2),
+    ("dTLB", 3),
+    ("iTLB", 4),
+    ("branch", 5),
+    ("node", 6),
+];
+
+/// Operation and result of a cache event: (suffix, op << 8 | result << 16).
+const CACHE_OPS: [(&str, u64); 6] = [
+    ("loads", 0),
+    ("load-misses", 1 << 16),
+    ("stores", 1 << 8),
+    ("store-misses", 1 << 8 | 1 << 16),
+    ("prefetches", 2 << 8),
+    ("prefetch-misses", 2 << 8 | 1 << 16),
+];
+
+/// Arm's architected common events: their numbers are fixed by the architecture (Arm ARM, "PMU
+/// events and event numbers"), whatever a PMU's sysfs lists.
+pub const ARM_COMMON: [(&str, u64); 64] = [
+    ("sw_incr", 0x00),
+    ("l1i_cache_refill", 0x01),
+    ("l1i_tlb_refill", 0x02),
+    ("l1d_cache_refill", 0x03),
+    ("l1d_cache", 0x04),
+    ("l1d_tlb_refill", 0x05),
+    ("ld_retired", 0x06),
+    ("st_retired", 0x07),
+    ("inst_retired", 0x08),
+    ("exc_taken", 0x09),
+    ("exc_return", 0x0a),
+    ("cid_write_retired", 0x0b),
+    ("pc_write_retired", 0x0c),
+    ("br_immed_retired", 0x0d),
+    ("br_return_retired", 0x0e),
+    ("unaligned_ldst_retired", 0x0f),
+    ("br_mis_pred", 0x10),
+    ("cpu_cycles", 0x11),
+    ("br_pred", 0x12),
+    ("mem_access", 0x13),
+    ("l1i_cache", 0x14),
+    ("l1d_cache_wb", 0x15),
+    ("l2d_cache", 0x16),
+    ("l2d_cache_refill", 0x17),
+    ("l2d_cache_wb", 0x18),
+    ("bus_access", 0x19),
+    ("memory_error", 0x1a),
+    ("inst_spec", 0x1b),
+    ("ttbr_write_retired", 0x1c),
+    ("bus_cycles", 0x1d),
+    ("chain", 0x1e),
+    ("l1d_cache_allocate", 0x1f),
+    ("l2d_cache_allocate", 0x20),
+    ("br_retired", 0x21),
+    ("br_mis_pred_retired", 0x22),
+    ("stall_frontend", 0x23),
+    ("stall_backend", 0x24),
+    ("l1d_tlb", 0x25),
+    ("l1i_tlb", 0x26),
+    ("l2i_cache", 0x27),
+    ("l2i_cache_refill", 0x28),
+    ("l3d_cache_allocate", 0x29),
+    ("l3d_cache_refill", 0x2a),
+    ("l3d_cache", 0x2b),
+    ("l3d_cache_wb", 0x2c),
+    ("l2d_tlb_refill", 0x2d),
+    ("l2i_tlb_refill", 0x2e),
+    ("l2d_tlb", 0x2f),
+    ("l2i_tlb", 0x30),
+    ("remote_access", 0x31),
+    ("ll_cache", 0x32),
+    ("ll_cache_miss", 0x33),
+    ("dtlb_walk", 0x34),
+    ("itlb_walk", 0x35),
+    ("ll_cache_rd", 0x36),
+    ("ll_cache_miss_rd", 0x37),
+    ("remote_access_rd", 0x38),
+    ("l1d_cache_lmiss_rd", 0x39),
+    ("op_retired", 0x3a),
+    ("op_spec", 0x3b),
+    ("stall", 0x3c),
+    ("stall_slot_backend", 0x3d),
+    ("stall_slot_frontend", 0x3e),
+    ("stall_slot", 0x3f),
+];
+
+/// What this machine's kernel describes: its PMUs and their events.
+pub struct Catalog {
+    /// Every PMU in sysfs, the CPU's core PMU first.
+    pmus: Vec<Pmu>,
+    /// The core PMU is Arm's PMUv3: the architected events are known by name.
+    arm: bool,
+}
+
+impl Catalog {
+    /// This machine's.
+    pub fn here() -> Catalog {
+        Catalog::at(Path::new(SYSFS_PMUS))
+    }
+
+    /// The PMUs under `root` (a sysfs `event_source/devices`, or a test's copy of one).
+    pub fn at(root: &Path) -> Catalog {
+        let core = Pmu::core(root);
+        let mut names: Vec<String> = std::fs::read_dir(root)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| core.as_ref().is_none_or(|c| &c.name != n))
+            .collect();
+        names.sort();
+        let arm = core.as_ref().is_some_and(|c| c.name.starts_with("armv8_pmuv3"));
+        let pmus = core
+            .into_iter()
+            .chain(names.iter().filter_map(|n| Pmu::open(root, n)))
+            .collect();
+        Catalog { pmus, arm }
+    }
+
+    /// The CPU's core PMU, if the kernel exposes one.
+    pub fn core(&self) -> Option<&Pmu> {
+        self.pmus
+            .first()
+            .filter(|p| p.name == "cpu" || p.name == "cpu_core" || p.name.starts_with("armv8_pmuv3"))
+    }
+
+    /// One event as written: `name[:modifiers]`, `pmu/name/`, `pmu/term=value,.../` or `rHEX`.
+    pub fn parse(&self, text: &str) -> Result<Event, EventError> {
+        let text = text.trim();
+        let (body, modifiers) = split_modifiers(text);
+        let invalid = |reason: String| EventError::Invalid {
+            given: text.to_string(),
+            reason,
+        };
+        let mut event = match body.split_once('/') {
+            Some((pmu, rest)) => self.qualified(pmu, rest.strip_suffix('/').unwrap_or(rest), body)?,
+            None => self.bare(body)?,
+        };
+        for m in modifiers.chars() {
+            match m {
+                'u' => event.exclude_kernel = true,
+                'k' => event.exclude_user = true,
+                'p' if event.precise < 3 => event.precise += 1,
+                'p' => return Err(invalid("at most :ppp".into())),
+                other => {
+                    return Err(invalid(format!(
+                        "no modifier `{other}` here: `u` (user space only), `k` (kernel only), `p` (precise, repeated up to 3 times)"
+                    )))
+                }
+            }
+        }
+        if event.exclude_kernel && event.exclude_user {
+            return Err(invalid(":u and :k together count nothing".into()));
+        }
+        Ok(event)
+    }
+
+    /// A name without a PMU: the generic and software events, then the PMUs' own names (the core
+    /// PMU's first), then Arm's architected events, then a raw code.
+    fn bare(&self, name: &str) -> Result<Event, EventError> {
+        let event = |kind, config, hardware| Event {
+            name: name.to_string(),
+            kind,
+            config,
+            exclude_kernel: false,
+            exclude_user: false,
+            precise: 0,
+            hardware,
+        };
+        if let Some((_, config, _)) = SOFTWARE.iter().find(|(n, _, _)| *n == name) {
+            return Ok(event(PERF_TYPE_SOFTWARE, *config, false));
+        }
+        if let Some((_, config, _)) = HARDWARE.iter().find(|(n, _, _)| *n == name) {
+            return Ok(event(PERF_TYPE_HARDWARE, *config, true));
+        }
+        if let Some(config) = cache_config(name) {
+            return Ok(event(PERF_TYPE_HW_CACHE, config, true));
+        }
+        let lower = name.to_ascii_lowercase();
+        for pmu in &self.pmus {
+            if let Some(config) = pmu.alias(&lower) {
+                let config = config.map_err(|reason| EventError::Invalid {
+                    given: name.to_string(),
+                    reason,
+                })?;
+                return Ok(event(pmu.kind, config, true));
+            }
+        }
+        if let (true, Some(core)) = (self.arm, self.core()) {
+            if let Some((_, number)) = ARM_COMMON.iter().find(|(n, _)| *n == lower) {
+                let config = core
+                    .encode(&[("event", *number)])
+                    .map_err(|reason| EventError::Invalid {
+                        given: name.to_string(),
+                        reason,
+                    })?;
+                return Ok(event(core.kind, config, true));
+            }
+        }
+        if let Some(code) = raw_code(name) {
+            return Ok(event(PERF_TYPE_RAW, code, true));
+        }
+        Err(EventError::Unknown {
+            given: name.to_string(),
+            near: nearest(name, &self.known_names()),
+        })
+    }
+
+    /// `pmu/name/` or `pmu/term=value,.../`.
+    fn qualified(&self, pmu_name: &str, inside: &str, given: &str) -> Result<Event, EventError> {
+        let invalid = |reason: String| EventError::Invalid {
+            given: given.to_string(),
+            reason,
+        };
+        let pmu = self.pmus.iter().find(|p| p.name == pmu_name).ok_or_else(|| {
+            let names: Vec<String> = self.pmus.iter().map(|p| p.name.clone()).collect();
+            EventError::Unknown {
+                given: format!("{pmu_name}/"),
+                near: nearest(pmu_name, &names),
+            }
+        })?;
+        let config = match inside.contains('=') {
+            true => {
+                let mut terms = Vec::new();
+                for term in inside.split(',').map(str::trim) {
+                    let (key, value) = term.split_once('=').unwrap_or((term, "1"));
+                    let value = parse_value(value)
+                        .ok_or_else(|| invalid(format!("`{value}` is not a number (give 0x… or decimal)")))?;
+                    terms.push((key.to_string(), value));
+                }
+                let terms: Vec<(&str, u64)> = terms.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+                match terms.as_slice() {
+                    [("config", value)] => *value,
+                    _ => pmu.encode(&terms).map_err(invalid)?,
+                }
+            }
+            false => {
+                let lower = inside.to_ascii_lowercase();
+                match pmu.alias(&lower) {
+                    Some(config) => config.map_err(invalid)?,
+                    None => match ARM_COMMON.iter().find(|(n, _)| *n == lower) {
+                        Some((_, number)) if pmu.name.starts_with("armv8_pmuv3") => {
+                            pmu.encode(&[("event", *number)]).map_err(invalid)?
+                        }
+                        _ => {
+                            return Err(EventError::Unknown {
+                                given: given.to_string(),
+                                near: nearest(inside, &pmu.event_names()),
+                            })
+                        }
+                    },
+                }
+            }
+        };
+        Ok(Event {
+            name: given.to_string(),
+            kind: pmu.kind,
+            config,
+            exclude_kernel: false,
+            exclude_user: false,
+            precise: 0,
+            hardware: true,
+        })
+    }
+
+    /// Every name `parse` knows without a PMU prefix.
+    pub fn known_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = SOFTWARE
+            .iter()
+            .map(|e| e.0)
+            .chain(HARDWARE.iter().map(|e| e.0))
+            .map(String::from)
+            .chain(cache_names())
+            .collect();
+        for pmu in &self.pmus {
+            names.extend(pmu.event_names());
+        }
+        if self.arm {
+            names.extend(ARM_COMMON.iter().map(|(n, _)| n.to_string()));
+        }
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    /// The PMUs, the core first.
+    pub fn pmus(&self) -> &[Pmu] {
+        &self.pmus
+    }
+
+    /// Arm's architected events are known here.
+    pub fn arm(&self) -> bool {
+        self.arm
+    }
+}
+
+impl Catalog {
+    /// A list as `stat -e` takes it: `a,b,{c,d},pmu/event=1,umask=2/`. Loose events are counted
+    /// apart; each `{...}` is one group, on the PMU together.
+    pub fn parse_list(&self, text: &str) -> Result<Vec<Group>, EventError> {
+        let invalid = |reason: &str| EventError::Invalid {
+            given: text.to_string(),
+            reason: reason.to_string(),
+        };
+        let mut groups: Vec<Group> = Vec::new();
+        let (mut name, mut in_pmu, mut in_group, mut members) = (String::new(), false, false, Vec::new());
+        for c in text.chars().chain([',']) {
+            match c {
+                '/' => {
+                    in_pmu = !in_pmu;
+                    name.push(c);
+                }
+                ',' if in_pmu => name.push(c),
+                '{' if !in_group && name.trim().is_empty() => in_group = true,
+                '{' => return Err(invalid("a group inside a group")),
+                '}' if in_group => {
+                    members.push(std::mem::take(&mut name));
+                    in_group = false;
+                    let events = members
+                        .drain(..)
+                        .filter(|m| !m.trim().is_empty())
+                        .map(|m| self.parse(&m));
+                    let events = events.collect::<Result<Vec<_>, _>>()?;
+                    if events.is_empty() {
+                        return Err(invalid("an empty group"));
+                    }
+                    groups.push(Group {
+                        events,
+                        together: true,
+                    });
+                }
+                '}' => return Err(invalid("a `}` without its `{`")),
+                ',' if in_group => members.push(std::mem::take(&mut name)),
+                ',' => {
+                    let loose = std::mem::take(&mut name);
+                    if !loose.trim().is_empty() {
+                        let event = self.parse(&loose)?;
+                        match groups.last_mut() {
+                            Some(group) if !group.together => group.events.push(event),
+                            _ => groups.push(Group {
+                                events: vec![event],
+                                together: false,
+                            }),
+                        }
+                    }
+                }
+                c => name.push(c),
+            }
+        }
+        if in_group {
+            return Err(invalid("a `{` without its `}`"));
+        }
+        Ok(groups)
+    }
+}
+
+/// `name:mods` → (name, mods); a `:` inside `pmu/.../` is the PMU's.
+fn split_modifiers(text: &str) -> (&str, &str) {
+    let after_pmu = text.rfind('/').map_or(0, |i| i + 1);
+    match text[after_pmu..].rfind(':') {
+        Some(i) => (&text[..after_pmu + i], &text[after_pmu + i + 1..]),
+        None => (text, ""),
+    }
+}
+
+/// `L1-dcache-load-misses` and the like.
+fn cache_config(name: &str) -> Option<u64> {
+    CACHES.iter().find_map(|(cache, id)| {
+        let op = name.strip_prefix(cache)?.strip_prefix('-')?;
+        CACHE_OPS
+            .iter()
+            .find(|(suffix, _)| *suffix == op)
+            .map(|(_, bits)| id | bits)
+    })
+}
+
+/// Every generic cache event's name.
+pub fn cache_names() -> impl Iterator<Item = String> {
+    CACHES
+        .iter()
+        .flat_map(|(cache, _)| CACHE_OPS.iter().map(move |(op, _)| format!("{cache}-{op}")))
+}
+
+/// `r1a8` → 0x1a8: perf's raw code (hexadecimal, no `0x`).
+fn raw_code(name: &str) -> Option<u64> {
+    let hex = name.strip_prefix('r')?;
+    (!hex.is_empty() && hex.len() <= 16 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| u64::from_str_radix(hex, 16).ok())
+        .flatten()
+}
+
+/// `0x1f`, `31`.
+fn parse_value(text: &str) -> Option<u64> {
+    let text = text.trim();
+    match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => text.parse().ok(),
+    }
+}
+
+/// The known names closest to `given` (at most three, within a few edits or sharing its start).
+fn nearest(given: &str, known: &[String]) -> Vec<String> {
+    let given = given.to_ascii_lowercase();
+    let limit = (given.len() / 3).max(2);
+    let mut scored: Vec<(usize, &String)> = known
+        .iter()
+        .map(|k| (distance(&given, &k.to_ascii_lowercase()), k))
+        .filter(|(d, _)| *d <= limit)
+        .collect();
+    scored.sort();
+    scored.into_iter().take(3).map(|(_, k)| k.clone()).collect()
+}
+
+/// Levenshtein distance.
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for j in 0..b.len() {
+            let substitution = previous + usize::from(ca != b[j]);
+            previous = row[j + 1];
+            row[j + 1] = substitution.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,395 @@
+//! Any event, as perf's language names it: counted over a run (`bpfprof stat`), sampled every N
+//! occurrences (`-e EVENT -c N`), listed (`bpfprof list`), refused with the nearest names when
+//! unknown. Ground truth: a workload whose software events are known (fresh pages it touches,
+//! sleeps it takes) and the kernel's own count of its faults (getrusage).
+use bpfprof_tests::*;
+
+fn events_bin() -> String {
+    workload("events").to_str().unwrap().to_string()
+}
+
+/// `bpfprof stat ... -o json -- COMMAND`: the report and the command's output.
+fn stat(args: &[&str], command: &[&str]) -> (serde_json::Value, String) {
+    let path = temp_path(&format!("stat-{}.json", std::process::id() ^ rand_suffix()));
+    let mut all = vec!["stat", "-o", path.to_str().unwrap()];
+    all.extend_from_slice(args);
+    all.push("--");
+    all.extend_from_slice(command);
+    let out = run(&all);
+    assert!(out.status.success(), "bpfprof {all:?}: {}", stderr(&out));
+    (read_json(&path), stdout(&out))
+}
+
+fn rand_suffix() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos()
+}
+
+fn counter(report: &serde_json::Value, event: &str) -> serde_json::Value {
+    report["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["event"] == event)
+        .unwrap_or_else(|| panic!("no {event} in {report}"))
+        .clone()
+}
+
+#[test]
+fn stat_counts_the_pages_a_workload_touches() {
+    let pages = 20_000;
+    let (report, out) = stat(
+        &["-e", "page-faults,minor-faults,task-clock"],
+        &[&events_bin(), "pages", &pages.to_string()],
+    );
+    let truth = truth(&out);
+    let minor = counter(&report, "minor-faults")["value"].as_f64().unwrap();
+    let faults = counter(&report, "page-faults")["value"].as_f64().unwrap();
+    println!(
+        "{pages} pages touched; the process's own minor faults {}; stat: minor-faults {minor}, page-faults {faults}",
+        truth["minflt"]
+    );
+    assert!(
+        (minor - pages as f64).abs() <= 0.02 * pages as f64,
+        "minor faults {minor} for {pages} pages"
+    );
+    // The kernel's own count of the process's faults, read just before it exited (it counts the
+    // few of the paused child before the counters opened; these count the few of its exit).
+    assert!(
+        (minor - truth["minflt"]).abs() <= 50.0,
+        "{minor} vs getrusage {}",
+        truth["minflt"]
+    );
+    assert!(faults >= minor, "page-faults counts minor and major faults");
+    assert!(counter(&report, "task-clock")["value"].as_f64().unwrap() > 0.0);
+    assert_eq!(report["runs"], 1);
+    assert_eq!(
+        counter(&report, "minor-faults")["running"],
+        1.0,
+        "software counters never multiplex"
+    );
+    assert_no_programs_left();
+}
+
+#[test]
+fn stat_repeats_give_the_mean_and_its_spread() {
+    let pages = 5_000;
+    let (report, _) = stat(
+        &["-r", "5", "-e", "minor-faults,task-clock"],
+        &[&events_bin(), "pages", &pages.to_string()],
+    );
+    let minor = counter(&report, "minor-faults");
+    let runs = minor["runs"].as_array().unwrap();
+    println!(
+        "minor faults per run {runs:?}, mean {} ( +- {}% )",
+        minor["value"], minor["spread_pct"]
+    );
+    assert_eq!((report["runs"].as_u64(), runs.len()), (Some(5), 5));
+    for run in runs {
+        let n = run.as_f64().unwrap();
+        assert!(
+            (n - pages as f64).abs() <= 0.05 * pages as f64,
+            "a run counted {n}"
+        );
+    }
+    let spread = minor["spread_pct"].as_f64().expect("a spread over five runs");
+    assert!(spread < 5.0, "{spread}%");
+    assert!(report["seconds"]["spread_pct"].as_f64().is_some());
+    let cpus = report["metrics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "cpus_utilized");
+    assert!(
+        cpus.is_some(),
+        "task-clock over time gives CPUs utilized: {}",
+        report["metrics"]
+    );
+    // The text report says the spread as perf does.
+    let out = run(&[
+        "stat",
+        "-r",
+        "3",
+        "-e",
+        "minor-faults",
+        "--",
+        &events_bin(),
+        "pages",
+        "1000",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    println!("{text}");
+    assert!(
+        text.contains("(3 runs)") && text.contains("( +- ") && text.contains("minor-faults"),
+        "{text}"
+    );
+}
+
+#[test]
+fn sampling_page_faults_every_one_splits_them_by_who_faulted() {
+    let (out, path) = {
+        let path = temp_path("faults.json");
+        let out = run(&[
+            "-e",
+            "page-faults",
+            "-c",
+            "1",
+            "-o",
+            path.to_str().unwrap(),
+            "--",
+            &events_bin(),
+            "split",
+            "20000",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        (out, path)
+    };
+    let truth = truth(&stdout(&out));
+    let report = Report::read(&path);
+    assert_eq!(report.0["event"], "page-faults");
+    assert_eq!(report.0["period"], 1);
+    let pid = truth["pid"] as u32;
+    let samples = report.samples_of(pid);
+    let total = truth["alpha_pages"] + truth["beta_pages"];
+    for name in ["alpha_pages", "beta_pages"] {
+        let share = 100.0 * report.total_share(pid, name);
+        let expected = 100.0 * truth[name] / total * (total / samples as f64);
+        println!(
+            "{name}: {share:.2}% of {samples} samples; touched {} pages ({expected:.2}% of them)",
+            truth[name]
+        );
+        assert!(
+            (share - expected).abs() <= SHARE_TOLERANCE_PP,
+            "{name}: {share:.2}% vs {expected:.2}%"
+        );
+    }
+    // One sample per fault: every page touched is a sample (and the process's other faults).
+    assert!(samples as f64 >= total, "{samples} samples for {total} pages");
+    assert!(
+        samples as f64 <= total * 1.02 + 200.0,
+        "{samples} samples for {total} pages"
+    );
+}
+
+#[test]
+fn sampling_context_switches_every_one_counts_each_sleep() {
+    let naps: u64 = 300;
+    let path = temp_path("switches.json");
+    let out = run(&[
+        "-e",
+        "context-switches",
+        "-c",
+        "1",
+        "-o",
+        path.to_str().unwrap(),
+        "--",
+        &events_bin(),
+        "naps",
+        &naps.to_string(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let truth = truth(&stdout(&out));
+    let report = Report::read(&path);
+    let pid = truth["pid"] as u32;
+    let stacks = report.stacks_of(pid);
+    let count = |pick: &dyn Fn(&[&str]) -> bool| -> u64 {
+        (stacks.iter())
+            .filter(|s| pick(&Report::frames(s)))
+            .map(|s| s["count"].as_u64().unwrap())
+            .sum()
+    };
+    let asleep = count(&|f| f.contains(&"do_nanosleep"));
+    let under_napper = count(&|f| f.contains(&"do_nanosleep") && f.contains(&"napper"));
+    println!(
+        "{naps} naps; {asleep} context-switch samples in do_nanosleep, {under_napper} of them under napper; health {}",
+        report.0["health"]
+    );
+    // Each nap switches out once, in the kernel's sleep: one sample each, exactly.
+    assert_eq!(asleep, naps, "one sample per nap");
+    // Under its caller, but for samples taken before the process's unwind tables were loaded
+    // (frame pointers skip the caller of libc's frameless nanosleep; counted in the health:
+    // seen 20-26 of 300 here).
+    assert!(
+        under_napper * 10 >= naps * 9,
+        "{under_napper} of {naps} under napper"
+    );
+}
+
+#[test]
+fn an_unknown_event_names_the_nearest_known_ones() {
+    for (args, nearest) in [
+        (vec!["-e", "cache-miss", "--", "true"], "cache-misses"),
+        (vec!["-e", "page-fault", "--", "true"], "page-faults"),
+        (
+            vec!["stat", "-e", "contex-switches", "--", "true"],
+            "context-switches",
+        ),
+    ] {
+        let out = run(&args);
+        let err = stderr(&out);
+        println!("{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("did you mean {nearest}")) || err.contains(nearest),
+            "{err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    }
+}
+
+#[test]
+fn hardware_events_are_refused_in_one_line_where_there_is_no_pmu() {
+    let no_pmu = profiler::counters::pmu::missing_reason().is_some();
+    for args in [
+        vec!["-e", "cycles", "--", "true"],
+        vec!["stat", "-e", "instructions", "--", "true"],
+    ] {
+        let out = run(&args);
+        let err = stderr(&out);
+        println!("{args:?}: {:?} {err}", out.status.code());
+        match no_pmu {
+            true => {
+                assert_eq!(out.status.code(), Some(1), "{err}");
+                assert!(err.contains("needs a hardware PMU"), "{err}");
+                assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+            }
+            false => assert!(out.status.success(), "{err}"),
+        }
+    }
+    assert_no_programs_left();
+}
+
+#[test]
+fn list_shows_what_this_machine_has() {
+    let out = run(&["list"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for name in [
+        "page-faults",
+        "cycles",
+        "L1-dcache-load-misses",
+        "sched:sched_switch",
+    ] {
+        assert!(text.contains(name), "{name} missing from the list");
+    }
+    if profiler::counters::pmu::missing_reason().is_some() {
+        assert!(
+            text.contains("hardware: not here: no hardware PMU"),
+            "hardware events not marked"
+        );
+    }
+    let out = run(&["list", "fault", "--format", "json"]);
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["name"].as_str().unwrap())
+        .collect();
+    println!("{names:?}");
+    assert!(names.contains(&"page-faults") && names.contains(&"major-faults"));
+    assert!(names.iter().all(|n| n.contains("fault")), "{names:?}");
+}
+
+#[test]
+fn counter_diff_of_two_stat_reports_gives_the_known_difference_beyond_the_spread() {
+    let side = |pages: &str| -> std::path::PathBuf {
+        let path = temp_path(&format!("ab-{pages}.json"));
+        let args = [
+            "stat",
+            "-r",
+            "3",
+            "-e",
+            "minor-faults,task-clock",
+            "-o",
+            path.to_str().unwrap(),
+            "--",
+            &events_bin(),
+            "pages",
+            pages,
+        ];
+        let out = run(&args);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        path
+    };
+    let (before, after) = (side("10000"), side("12000"));
+    let out = run(&[
+        "diff",
+        before.to_str().unwrap(),
+        after.to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let diff: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let faults = diff["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "minor-faults")
+        .unwrap()
+        .clone();
+    let delta = faults["after"].as_f64().unwrap() - faults["before"].as_f64().unwrap();
+    println!(
+        "minor faults {} -> {} (+{delta}), beyond the spread: {}",
+        faults["before"], faults["after"], faults["beyond_spread"]
+    );
+    assert!(
+        (delta - 2000.0).abs() <= 40.0,
+        "{delta} more faults for 2000 more pages"
+    );
+    assert_eq!(faults["beyond_spread"], true);
+    assert!(diff["answer"].is_null(), "no cycles counted here: no answer");
+    // The text names each counter's change; a profile and a counter report are not compared.
+    let text = run(&["diff", before.to_str().unwrap(), after.to_str().unwrap()]);
+    assert!(stdout(&text).contains("minor-faults"), "{}", stdout(&text));
+    let profile = temp_path("ab-profile.json");
+    assert!(run(&["-d", "1", "-o", profile.to_str().unwrap()])
+        .status
+        .success());
+    let mixed = run(&["diff", before.to_str().unwrap(), profile.to_str().unwrap()]);
+    assert_eq!(mixed.status.code(), Some(2), "{}", stderr(&mixed));
+}
+
+#[test]
+fn stat_intervals_add_up_to_the_run() {
+    let path = temp_path("intervals.json");
+    let out = run(&[
+        "stat",
+        "-a",
+        "-d",
+        "1.1",
+        "-I",
+        "200",
+        "-e",
+        "context-switches",
+        "-o",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = read_json(&path);
+    let intervals = report["intervals"].as_array().unwrap();
+    let at: Vec<f64> = intervals.iter().map(|i| i["at_s"].as_f64().unwrap()).collect();
+    let each: Vec<f64> = intervals
+        .iter()
+        .map(|i| i["counts"][0][1].as_f64().unwrap())
+        .collect();
+    let total = counter(&report, "context-switches")["value"].as_f64().unwrap();
+    println!("intervals at {at:?}: {each:?}; total {total}");
+    assert!(
+        intervals.len() >= 4,
+        "{} intervals in 1.1 s at 200 ms",
+        intervals.len()
+    );
+    for pair in at.windows(2) {
+        assert!((pair[1] - pair[0] - 0.2).abs() < 0.1, "intervals {at:?}");
+    }
+    let summed: f64 = each.iter().sum();
+    assert!(
+        summed <= total && summed >= 0.5 * total,
+        "intervals sum {summed} of {total}"
+    );
+}

@@ -1,0 +1,79 @@
+/* Work whose counts of software events are known, for sampling and counting on any event:
+ *   events pages N      touch N fresh pages (N minor faults), then print them and the kernel's
+ *                       own count of this process's minor faults (getrusage)
+ *   events split N      alpha_pages touches 70% of N fresh pages, beta_pages 30%
+ *   events naps N       napper sleeps N times (N voluntary context switches)
+ *   events insns N      a loop of exactly 2 instructions run N times (2N instructions retired)
+ * Each prints one `TRUTH key=value ...` line at exit. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
+#include <time.h>
+
+#define PAGE 4096
+
+/* Fresh pages from the kernel: each first write faults once. */
+static __attribute__((noinline)) void touch(long pages) {
+    char *p = mmap(NULL, pages * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        perror("mmap");
+        exit(1);
+    }
+    for (long i = 0; i < pages; i++) ((volatile char *)p)[i * PAGE] = 1;
+    munmap(p, pages * PAGE);
+}
+
+/* noipa: two functions with one body must stay two (GCC would fold them into one). */
+static __attribute__((noipa)) void alpha_pages(long pages) { touch(pages); }
+static __attribute__((noipa)) void beta_pages(long pages) { touch(pages); }
+
+static __attribute__((noinline)) void napper(long naps) {
+    struct timespec nap = {0, 200000};
+    for (long i = 0; i < naps; i++) nanosleep(&nap, NULL);
+}
+
+/* Two instructions an iteration, whatever the compiler: a counted loop in assembly. */
+static __attribute__((noinline)) void spin_insns(long n) {
+#if defined(__aarch64__)
+    __asm__ volatile("1: subs %0, %0, #1\n\tb.ne 1b" : "+r"(n) : : "cc");
+#elif defined(__x86_64__)
+    __asm__ volatile("1: dec %0\n\tjnz 1b" : "+r"(n) : : "cc");
+#endif
+}
+
+static long minor_faults(void) {
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_minflt;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s pages|split|naps N\n", argv[0]);
+        return 2;
+    }
+    long n = atol(argv[2]);
+    if (strcmp(argv[1], "pages") == 0) {
+        touch(n);
+        printf("TRUTH pid=%d pages=%ld minflt=%ld\n", getpid(), n, minor_faults());
+    } else if (strcmp(argv[1], "split") == 0) {
+        long alpha = n * 7 / 10, beta = n - alpha;
+        for (int round = 0; round < 10; round++) {
+            alpha_pages(alpha / 10);
+            beta_pages(beta / 10);
+        }
+        printf("TRUTH pid=%d alpha_pages=%ld beta_pages=%ld\n", getpid(), alpha / 10 * 10, beta / 10 * 10);
+    } else if (strcmp(argv[1], "insns") == 0) {
+        spin_insns(n);
+        printf("TRUTH pid=%d loop_instructions=%ld\n", getpid(), 2 * n);
+    } else if (strcmp(argv[1], "naps") == 0) {
+        napper(n);
+        printf("TRUTH pid=%d naps=%ld\n", getpid(), n);
+    } else {
+        return 2;
+    }
+    return 0;
+}
