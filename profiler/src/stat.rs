@@ -326,13 +326,13 @@ fn metrics(runs: &[Run]) -> Vec<MetricStat> {
 
 /// One run's metrics from its counts.
 fn run_metrics(run: &Run) -> Vec<(String, f64)> {
-    // The ratios are written with perf's lower-case spellings of the generic cache events.
-    let lower = Counts {
-        events: (run.counts.events.iter())
-            .map(|(name, count)| (name.to_ascii_lowercase(), *count))
-            .collect(),
-        ..Counts::default()
-    };
+    // The ratios are written with perf's lower-case spellings of the generic cache events, and
+    // without modifiers (`inst_retired:u` over `cpu_cycles:u` is still IPC).
+    let mut lower = Counts::default();
+    for (name, count) in &run.counts.events {
+        let base = name.split(':').next().unwrap_or(name).to_ascii_lowercase();
+        lower.events.entry(base).or_insert(*count);
+    }
     let derived = tma::derived_only(&lower);
     let mut metrics = Vec::new();
     if let Some(ipc) = derived.ipc {

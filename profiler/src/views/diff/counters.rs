@@ -165,7 +165,9 @@ const STALLS: [&str; 7] = [
 /// `cycles +12.00% = instructions +11.50% × CPI +0.45%: the instruction count grew; stall_backend
 /// moved most (+3.10 pp of the cycles)`.
 fn answer(counters: &[Change]) -> Option<String> {
-    let find = |names: &[&str]| counters.iter().find(|c| names.contains(&c.name.as_str()));
+    // By the event's name without its modifiers (`cpu_cycles:u`).
+    let base = |c: &Change| c.name.split(':').next().unwrap_or_default().to_string();
+    let find = |names: &[&str]| counters.iter().find(|c| names.contains(&base(c).as_str()));
     let (cycles, instructions) = (find(&CYCLES)?, find(&INSTRUCTIONS)?);
     if [
         cycles.before,
@@ -196,7 +198,7 @@ fn answer(counters: &[Change]) -> Option<String> {
         pct(cpi_ratio)
     );
     let moved = (counters.iter())
-        .filter(|c| STALLS.contains(&c.name.as_str()))
+        .filter(|c| STALLS.contains(&base(c).as_str()))
         .map(|c| (c, 100.0 * (c.after / cycles.after - c.before / cycles.before)))
         .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()));
     if let Some((stall, pp)) = moved.filter(|(_, pp)| pp.abs() >= 0.01) {
