@@ -36,7 +36,10 @@ pub struct SampleKey {
     pub comm: [u8; COMM_LEN],
     /// 1: `user_stack_id` names a table-unwound stack in `USER_STACKS_n`; 0: a frame-pointer
     /// stack in the stack-trace map. Off-CPU keys add `BEGAN_EARLIER`.
-    pub user_unwound: u32,
+    pub user_unwound: u16,
+    /// Which of the run's sampling events took the sample (its perf event's BPF cookie: the
+    /// event's place in `-e`); 0 for off-CPU keys.
+    pub event: u16,
     /// How many times the process exec'd since the run started (`EXEC_GENERATIONS`): which of
     /// its memory maps the user addresses belong to.
     pub exec_generation: u32,
@@ -45,7 +48,7 @@ const _: () = assert!(size_of::<SampleKey>() == 40);
 
 /// In an off-CPU key's `user_unwound`: the sleep began in an earlier epoch than it ended in, so
 /// its stack ids name stacks of that epoch's slot (long cleared: user space kept them by tid).
-pub const BEGAN_EARLIER: u32 = 2;
+pub const BEGAN_EARLIER: u16 = 2;
 
 /// Counters whose deltas the sampling program attributes to the sampled stack: room for the
 /// largest topdown set (7 events on Intel ICL+ and AMD Zen 4/5, with cycles and instructions).

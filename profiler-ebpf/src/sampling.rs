@@ -4,7 +4,7 @@
 //! never fills a map and never races a read against an increment.
 use aya_ebpf::{
     bindings::{bpf_perf_event_value, BPF_F_CURRENT_CPU, BPF_F_USER_BUILD_ID, BPF_F_USER_STACK, BPF_NOEXIST},
-    helpers::{bpf_get_current_comm, bpf_get_stack},
+    helpers::{bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_stack},
     macros::{map, perf_event, raw_tracepoint},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerfEventArray, RingBuf, StackTrace},
     programs::{tracing::StackIdContext as _, PerfEventContext, RawTracePointContext},
@@ -179,6 +179,8 @@ fn record(
         kernel_stack_id,
         comm: bpf_get_current_comm().unwrap_or([0; 16]),
         user_unwound,
+        // The event's place in the run's `-e` list, set when it was attached.
+        event: unsafe { bpf_get_attach_cookie(ctx.as_ptr()) } as u16,
         exec_generation: crate::targets::exec_generation(tgid),
     };
     let Some(value) = get_or_insert!(samples, &key, SampleValue) else {

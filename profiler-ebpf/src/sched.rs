@@ -487,7 +487,8 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: O
             user_stack_id: start.user_stack_id,
             kernel_stack_id: start.kernel_stack_id,
             comm: stats.comm,
-            user_unwound: start.user_unwound | began_earlier,
+            user_unwound: start.user_unwound as u16 | began_earlier,
+            event: 0,
             exec_generation: crate::targets::exec_generation(start.tgid),
         };
         match generation & 1 {

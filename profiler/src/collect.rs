@@ -291,6 +291,7 @@ mod tests {
             kernel: StackRead::Absent,
             count,
             exec_generation: 0,
+            event: 0,
             deltas: Default::default(),
             user_objects: Vec::new(),
         };

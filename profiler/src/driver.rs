@@ -514,6 +514,7 @@ mod tests {
             kernel: StackRead::Frames(vec![0xffff_ffff_8100_0000]),
             count,
             exec_generation: 0,
+            event: 0,
             deltas: Default::default(),
             user_objects: Vec::new(),
         }

@@ -16,6 +16,8 @@ pub enum UserError {
     BadFrequency { given: u64, max: u64 },
     #[error("event `{event}` needs a hardware PMU, and this machine has none (typical of VMs without a virtual PMU): use `-e cpu-clock`")]
     NoPmu { event: String },
+    #[error("--signals counters needs a hardware PMU (it reads cycles and instructions at each sample), and this machine cannot count them: {0}. Leave counters out of --signals")]
+    NoPmuForCounters(String),
     #[error("cannot write the report to {}: {reason}", path.display())]
     Output { path: PathBuf, reason: String },
     #[error("tracefs is not mounted and could not be mounted at /sys/kernel/tracing ({0}): run `mount -t tracefs nodev /sys/kernel/tracing`")]

@@ -23,20 +23,73 @@ pub const DEFAULT_HZ: u64 = 99;
 /// The event `-e` names, refused at once where it needs a PMU this machine has not (before
 /// anything is loaded).
 fn sampling_event(catalog: &Catalog, text: &str) -> Result<Event, UserError> {
-    let event = catalog.parse(text)?;
+    samplable(catalog, catalog.parse(text)?)
+}
+
+/// `event`, if this machine can sample it as asked.
+fn samplable(catalog: &Catalog, event: Event) -> Result<Event, UserError> {
     if event.hardware && crate::counters::pmu::missing_reason().is_some() {
         return Err(UserError::NoPmu {
             event: event.spelled(),
         });
     }
-    Ok(event)
+    match catalog.imprecise(&event) {
+        Some(why) => Err(UserError::Usage(format!("-e {}: {why}", event.spelled()))),
+        None => Ok(event),
+    }
+}
+
+/// Every `-e` (each may list several, comma-separated), at most `MAX_SAMPLING_EVENTS`.
+fn sampling_events(catalog: &Catalog, given: &[String]) -> Result<Vec<Event>, UserError> {
+    let mut events = Vec::new();
+    for text in given {
+        for group in catalog.parse_list(text)? {
+            for event in group.events {
+                events.push(samplable(catalog, event)?);
+            }
+        }
+    }
+    if events.len() > MAX_SAMPLING_EVENTS {
+        return Err(UserError::Usage(format!(
+            "at most {MAX_SAMPLING_EVENTS} sampling events in one run"
+        )));
+    }
+    Ok(events)
+}
+
+/// How many events one run samples at most (each opens a perf event per CPU).
+pub const MAX_SAMPLING_EVENTS: usize = 8;
+
+/// Several sampling events give one profile each: hotspot only, into files (or text), not
+/// annotated at once.
+fn several_events_fit(events: &[Event], cli: &Cli, format: Format) -> Result<(), UserError> {
+    if events.len() < 2 {
+        return Ok(());
+    }
+    if cli.mode != Mode::Hotspot {
+        return Err(UserError::Usage(
+            "several sampling events (one profile each) go with --mode hotspot".into(),
+        ));
+    }
+    if cli.output.is_none() && format != Format::Text {
+        return Err(UserError::Usage(
+        "several sampling events give one profile each: give -o FILE (each written with its event in the name: p.cycles.json) or text".into(),
+        ));
+    }
+    if cli.annotate.is_some() {
+        return Err(UserError::Usage(
+        "--annotate shows one event: sample it alone (or annotate each saved profile with `bpfprof report`)".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// A validated command line.
 pub struct Plan {
     pub mode: Mode,
-    /// What is sampled (hotspot; topdown's per-function split where it cannot count on cycles).
-    pub event: Event,
+    /// What is sampled (hotspot: one profile each; topdown's per-function split where it cannot
+    /// count on cycles, one event). Never empty.
+    pub events: Vec<Event>,
     /// How often: a frequency (`-F`, 99 by default) or every N events (`-c`).
     pub rate: Rate,
     pub frequency_hz: u64,
@@ -92,7 +145,8 @@ impl Plan {
             ));
         }
         let catalog = Catalog::here();
-        let event = sampling_event(&catalog, &cli.event)?;
+        let events = sampling_events(&catalog, &cli.events)?;
+        several_events_fit(&events, &cli, format)?;
         let counters = cli
             .counters_events
             .iter()
@@ -132,7 +186,7 @@ impl Plan {
         let debuginfod = cli.names.debuginfod()?;
         Ok(Plan {
             mode: cli.mode,
-            event,
+            events,
             rate: match cli.period {
                 Some(n) => Rate::Period(n),
                 None => Rate::Frequency(frequency_hz),
@@ -185,7 +239,7 @@ impl Plan {
         }
         Ok(Plan {
             mode: Mode::Stat,
-            event: catalog.parse("cpu-clock")?,
+            events: vec![catalog.parse("cpu-clock")?],
             rate: Rate::Frequency(DEFAULT_HZ),
             frequency_hz: 0,
             duration: args.duration.map(Duration::from_secs_f64),
@@ -213,7 +267,7 @@ impl Plan {
     /// cheapest for a view that shows no stacks of sched or lock (off-CPU stacks off).
     pub fn for_top(args: &crate::cli::TopArgs) -> Result<Plan, UserError> {
         let mode = args.mode.mode();
-        if mode == Mode::Hotspot {
+        if mode == Mode::Hotspot && args.period.is_none() {
             preflight::check_frequency(args.frequency)?;
         }
         if args.window == 0 {
@@ -221,8 +275,8 @@ impl Plan {
         }
         Ok(Plan {
             mode,
-            event: Catalog::here().parse("cpu-clock")?,
-            rate: Rate::Frequency(args.frequency),
+            events: vec![sampling_event(&Catalog::here(), &args.event)?],
+            rate: args.period.map_or(Rate::Frequency(args.frequency), Rate::Period),
             frequency_hz: args.frequency,
             duration: args.duration.map(Duration::from_secs_f64),
             system_wide: args.pids.is_empty(),
@@ -281,14 +335,14 @@ impl Plan {
     /// sample too, for the split per function, wherever it can count it (on the cycle counter's
     /// overflow where there is one), and samples nothing where it cannot.
     fn samples(&self, counting: Option<&TopdownCounting>) -> anyhow::Result<Option<samples::Spec>> {
-        let (event, counters, group) = match counting {
+        let (events, counters, group) = match counting {
             Some(counting) => {
                 let Some(set) = counting.per_function() else {
                     return Ok(None);
                 };
                 let event = match set.hardware {
                     true => Catalog::here().parse("cycles")?,
-                    false => self.event.clone(),
+                    false => self.events[0].clone(),
                 };
                 let counters = set
                     .events
@@ -296,12 +350,12 @@ impl Plan {
                     .map(|e| Event::from_spec(e, counting.core.as_ref()))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|reason| anyhow::anyhow!("topdown's {} set: {reason}", set.name))?;
-                (event, counters, set.group)
+                (vec![event], counters, set.group)
             }
-            None => (self.event.clone(), self.counters.clone(), false),
+            None => (self.events.clone(), self.counters.clone(), false),
         };
         Ok(Some(samples::Spec {
-            event,
+            events,
             rate: self.rate,
             counters,
             group,

@@ -32,6 +32,8 @@ pub struct RawSample {
     pub count: u64,
     /// Which of the process's images (see `SampleKey::exec_generation`).
     pub exec_generation: u32,
+    /// Which of the run's sampling events took it (its place in `-e`; 0 for other sources).
+    pub event: u16,
     /// What each requested counter advanced while this stack was sampled (see `--counter`).
     pub deltas: CounterDeltas,
     /// Per user frame, leaf first, the kernel's own (build ID, file offset) where it resolved
@@ -57,12 +59,14 @@ pub struct StackKey {
     /// Leaf first, adjusted like `user`.
     pub kernel: Vec<u64>,
     pub kernel_lost: Option<LostStack>,
+    /// Which of the run's sampling events took these samples (their place in `-e`).
+    pub event: u16,
 }
 
 pub use crate::health::Health;
 
 /// Samples aggregated by stack, with user addresses resolved to files (not yet to symbols).
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct RawProfile {
     pub stacks: HashMap<StackKey, u64>,
     /// Counter deltas per stack, for the stacks that have any.
@@ -124,6 +128,7 @@ impl RawProfile {
             user_lost,
             kernel,
             kernel_lost,
+            event: sample.event,
         };
         if sample.deltas != CounterDeltas::default() {
             self.counters.entry(key.clone()).or_default().add(&sample.deltas);
@@ -158,6 +163,7 @@ mod tests {
             kernel,
             count,
             exec_generation: 0,
+            event: 0,
             deltas: CounterDeltas::default(),
             user_objects: Vec::new(),
         }

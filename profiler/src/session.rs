@@ -112,11 +112,57 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
         debuginfod,
     };
     let exit_code = recording.exit_code;
-    let described = report_run(&plan, &naming, recording, sink)?;
-    if let Some(path) = &plan.output {
-        eprintln!("bpfprof: wrote {} ({described})", path.display());
+    let written = match plan.events.len() {
+        1 => vec![(plan.output.clone(), report_run(&plan, &naming, recording, sink)?)],
+        _ => report_each_event(&plan, &naming, recording, sink)?,
+    };
+    for (path, described) in written {
+        if let Some(path) = path {
+            eprintln!("bpfprof: wrote {} ({described})", path.display());
+        }
     }
     Ok(exit_code)
+}
+
+/// A hotspot run of several events: one report per event, each in a file of its own (named by
+/// `hotspot::event_path`) or in turn on standard output. Each is symbolized on its own (the
+/// long-lived symbolizer answers the second from its cache), so its notes count its own frames.
+fn report_each_event(
+    plan: &Plan,
+    naming: &Naming,
+    recording: Recording,
+    mut sink: RunSink,
+) -> anyhow::Result<Vec<(Option<std::path::PathBuf>, String)>> {
+    let Recording {
+        stopped: Stopped { health, procs },
+        meta,
+        ..
+    } = recording;
+    let profile = sink.profile(&health);
+    let renderer = report::renderer(plan.format);
+    let mut written = Vec::new();
+    let mut notes = meta.notes.clone();
+    notes.push(format!(
+        "one report per event of {} sampled together: the health figures (samples lost, stacks, warnings) are the whole run's",
+        spelled_events(&plan.events)
+    ));
+    for (index, event) in plan.events.iter().enumerate() {
+        let meta = RunMeta {
+            event: event.spelled(),
+            notes: notes.clone(),
+            ..meta.clone()
+        };
+        let report = symbolized(naming, meta, &hotspot::of_event(&profile, index as u16), &procs);
+        let path = (plan.output.as_deref()).map(|p| hotspot::event_path(p, &event.spelled()));
+        output::write_report(path.as_deref(), &|out| {
+            if index > 0 && path.is_none() {
+                writeln!(out)?;
+            }
+            renderer.hotspot(&report, out)
+        })?;
+        written.push((path, format!("{}: {} samples", event.spelled(), report.samples)));
+    }
+    Ok(written)
 }
 
 /// The run's report, in its mode, written where the plan says; what it holds, in a few words.
@@ -380,9 +426,12 @@ async fn record(
     feedback: Feedback,
 ) -> anyhow::Result<Recording> {
     let recipe = plan.recipe(locks)?;
-    let sampling = recipe
-        .samples()
-        .map(|s| (s.event.spelled(), s.counters.iter().map(Event::spelled).collect()));
+    let sampling = recipe.samples().map(|s| {
+        (
+            spelled_events(&s.events),
+            s.counters.iter().map(Event::spelled).collect(),
+        )
+    });
     let sampling_was_on = sampling.is_some();
     let paused = match plan.command.is_empty() {
         true => None,
@@ -439,7 +488,7 @@ async fn record(
         (stop, Some(command)) => settle_command(stop, command, secs, &mut notes),
         (_, None) => 0,
     };
-    let (event, counters) = sampling.unwrap_or((plan.event.spelled(), Vec::new()));
+    let (event, counters) = sampling.unwrap_or((spelled_events(&plan.events), Vec::new()));
     let meta = RunMeta {
         mode: plan.mode.name(),
         event,
@@ -463,6 +512,11 @@ async fn record(
 }
 
 /// What a report says of how its run ended.
+/// The sampling events as the user wrote them, comma-separated.
+pub fn spelled_events(events: &[Event]) -> String {
+    events.iter().map(Event::spelled).collect::<Vec<_>>().join(",")
+}
+
 fn stop_notes(stop: &Stop, secs: f64) -> Vec<String> {
     match stop {
         Stop::Interrupted => vec![format!("interrupted after {secs:.1} s: partial profile")],

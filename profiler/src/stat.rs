@@ -191,6 +191,10 @@ impl Sink for StatSink {
     fn finished(&mut self, batches: Vec<Batch>, _procs: &mut Processes) -> anyhow::Result<()> {
         for batch in batches {
             if let Batch::Stat(batch) = batch {
+                // The last, shorter interval too: the intervals add up to the run's totals.
+                if self.interval.is_some() {
+                    self.interval(&batch);
+                }
                 self.totals = Some(batch.counts);
             }
         }

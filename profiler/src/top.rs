@@ -39,7 +39,7 @@ use crate::{
     profile::{Health, RawProfile, RawSample},
     report::human_ns,
     session::run_live,
-    sources::{sched::SchedBatch, Batch, Wants},
+    sources::{samples::Rate, sched::SchedBatch, Batch, Wants},
     symbolize::{debuginfod::Debuginfod, DebugLocator, Symbolizer},
 };
 
@@ -191,9 +191,12 @@ impl TopView {
         Ok(TopView {
             meta: RunMeta {
                 mode: plan.mode.name(),
-                event: plan.event.spelled(),
+                event: plan.events[0].spelled(),
                 frequency_hz: plan.frequency_hz,
-                period: None,
+                period: match plan.rate {
+                    Rate::Period(n) => Some(n),
+                    Rate::Frequency(_) => None,
+                },
                 duration_s: 0.0,
                 target: plan.target_description(),
                 cpus: 0,
@@ -311,9 +314,9 @@ impl TopView {
         match self.mode {
             Mode::Hotspot => {
                 lines.push(format!(
-                    "[q] bpfprof top: hotspot, {}, {} Hz, last {} s: {} samples{status}",
+                    "[q] bpfprof top: hotspot, {}, {}, last {} s: {} samples{status}",
                     self.meta.target,
-                    self.meta.frequency_hz,
+                    self.meta.sampling().unwrap_or_default(),
                     self.hot.seconds(),
                     self.hot.total()
                 ));

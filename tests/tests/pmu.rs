@@ -210,29 +210,37 @@ fn per_function_instructions_follow_the_instructions_each_function_executes() {
 }
 
 /// Any PMU event perf's language names, sampled every N occurrences: by its name (sysfs or
-/// Arm's architected table) and by its format terms, each a split of the workload's own.
+/// Arm's architected table) and by its format terms, both in one run (one profile per event,
+/// each run by the sampling program with the event's place as its cookie), each a split of the
+/// workload's own.
 #[test]
 fn sampling_a_pmu_event_every_n_by_name_or_by_terms_splits_as_the_workload() {
     assert_pmu();
-    for event in ["inst_retired", "armv8_pmuv3/event=0x8/"] {
-        let json = temp_path(&format!("pmu-every-{}.json", event.replace('/', "_")));
-        let args = [
-            "-e",
-            event,
-            "-c",
-            "100003",
-            "-o",
-            json.to_str().unwrap(),
-            "--",
-            &hotspot(),
-            "split",
-            "2",
-        ];
-        let out = run(&args);
-        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
-        let truth = truth(&stdout(&out));
-        let pid = truth["pid"] as u32;
-        let report = Report::read(&json);
+    let events = [
+        ("inst_retired", "inst_retired"),
+        ("armv8_pmuv3/event=0x8/", "armv8_pmuv3_event_0x8"),
+    ];
+    let json = temp_path("pmu-every.json");
+    let args = [
+        "-e",
+        events[0].0,
+        "-e",
+        events[1].0,
+        "-c",
+        "100003",
+        "-o",
+        json.to_str().unwrap(),
+        "--",
+        &hotspot(),
+        "split",
+        "2",
+    ];
+    let out = run(&args);
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    let truth = truth(&stdout(&out));
+    let pid = truth["pid"] as u32;
+    for (event, file) in events {
+        let report = Report::read(&temp_path(&format!("pmu-every.{file}.json")));
         assert_eq!(
             (report.0["event"].as_str(), report.0["period"].as_u64()),
             (Some(event), Some(100003))
@@ -362,4 +370,86 @@ fn counter_diff_of_two_builds_names_the_instruction_count_and_its_delta() {
     );
     assert!(answer.contains("the instruction count grew"), "{answer}");
     assert_eq!(instructions["beyond_spread"], true, "{instructions}");
+}
+
+/// The agent's counters signal: a pull of `/debug/pprof/counters` weights each stack by the
+/// cycles and instructions its samples ran (read in BPF at each sample), so each function's
+/// IPC is exactly 1 here, and the instructions split as the workload measured its own time.
+#[test]
+fn agent_counters_signal_weights_each_function_by_its_cycles_and_instructions() {
+    assert_pmu();
+    let dir = temp_path("pmu-agent-windows");
+    let agent = Agent::start(&[
+        "--signals",
+        "cpu,counters",
+        "--window",
+        "60",
+        "-F",
+        "499",
+        "--output-dir",
+        dir.to_str().unwrap(),
+    ]);
+    let workload = start_workload("hotspot", &["split", "600"]);
+    let pid = workload.pid();
+    let (status, body) = http_get(&agent.address, "/debug/pprof/counters?seconds=3").unwrap();
+    let truth = truth(&workload.stop());
+    let (ok, err, _) = agent.stop(std::time::Duration::from_secs(30));
+    assert!(ok, "the agent failed: {err}");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let p = decode_pprof(&body);
+    let text = |i: i64| p.string_table[i as usize].as_str();
+    let types: Vec<&str> = p.sample_type.iter().map(|t| text(t.r#type)).collect();
+    let column = |name: &str| {
+        (types.iter().position(|t| *t == name)).unwrap_or_else(|| panic!("no {name} in {types:?}"))
+    };
+    let (cycles, instructions) = (column("cycles"), column("instructions"));
+    // Each burn's cycles and instructions, with callees (its clock reads are in its own time).
+    let mut counts: HashMap<&str, (f64, f64)> = HashMap::new();
+    for sample in &p.sample {
+        let of_workload = (sample.label.iter()).any(|l| text(l.key) == "pid" && l.num == pid as i64);
+        let functions: Vec<&str> = (sample.location_id.iter())
+            .flat_map(|id| &p.location.iter().find(|l| l.id == *id).unwrap().line)
+            .map(|line| text(p.function.iter().find(|f| f.id == line.function_id).unwrap().name))
+            .collect();
+        for burn in BURNS.iter().filter(|b| of_workload && functions.contains(b)) {
+            let entry = counts.entry(burn).or_default();
+            entry.0 += sample.value[cycles] as f64;
+            entry.1 += sample.value[instructions] as f64;
+        }
+    }
+    for burn in BURNS {
+        let (c, i) = counts.get(burn).copied().unwrap_or_default();
+        eprintln!(
+            "agent counters: {burn} {c:.0} cycles, {i:.0} instructions, IPC {:.4}",
+            i / c
+        );
+        assert!(i > 1e6, "{burn}: {i} instructions in a 3 s pull");
+        assert!(
+            (i / c - 1.0).abs() <= 0.02,
+            "{burn}: IPC {}, exactly 1 on this machine",
+            i / c
+        );
+    }
+    let total: f64 = counts.values().map(|(_, i)| i).sum();
+    let share = |name: &str| counts.get(name).map_or(0.0, |(_, i)| i / total);
+    assert_shares("agent counters, instructions", share, &truth, "");
+    // The last window's files hold the counters profile beside the CPU one.
+    let files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(files.iter().any(|f| f.contains("counters")), "{files:?}");
+}
+
+/// Arm's PMUv3 has no precise sampling (no caps/max_precise): `:p` is refused in one line, not
+/// silently sampled as if it were precise.
+#[test]
+fn precise_sampling_is_refused_where_the_pmu_has_none() {
+    assert_pmu();
+    let out = run(&["-e", "inst_retired:p", "--", "true"]);
+    let err = stderr(&out);
+    eprintln!("-e inst_retired:p: {:?} {err}", out.status.code());
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("cannot sample precisely"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
 }

@@ -436,8 +436,9 @@ fn assert_exited_and_terminal_sane(tmux: &Tmux) {
 
 /// Runs `bpfprof top ARGS` in a terminal, waits for `expected` as the first row within 3 s of
 /// the view being loaded, quits with `q` and checks the terminal is as it was. Returns how long
-/// loading took (BPF verification: CPU work a busy machine stretches), and then the row.
-fn top_shows_then_quits(args: &str, expected: &str) -> (Duration, Duration) {
+/// loading took (BPF verification: CPU work a busy machine stretches), then the row, and the
+/// screen it was seen on.
+fn top_shows_then_quits(args: &str, expected: &str) -> (Duration, Duration, String) {
     let tmux = Tmux::start();
     type_top(&tmux, args);
     let (_, loading) = tmux.wait_for("the view, loaded", EVENTUALLY, |screen| {
@@ -451,7 +452,7 @@ fn top_shows_then_quits(args: &str, expected: &str) -> (Duration, Duration) {
     assert!(screen.lines().all(|l| l.chars().count() <= 80), "{screen}");
     tmux.send(&["q"]);
     assert_exited_and_terminal_sane(&tmux);
-    (loading, took)
+    (loading, took, screen)
 }
 
 #[test]
@@ -467,8 +468,22 @@ fn top_quit_while_still_loading_leaves_the_terminal_sane() {
 #[test]
 fn top_shows_the_hot_function_within_3_seconds_and_q_leaves_the_terminal_sane() {
     let workload = start_workload("hotspot", &["split", "30"]);
-    let (loading, took) = top_shows_then_quits(&format!("-p {}", workload.pid()), "burn_a");
+    let (loading, took, _) = top_shows_then_quits(&format!("-p {}", workload.pid()), "burn_a");
     eprintln!("top: loaded in {loading:.1?}, then burn_a on top after {took:.1?}");
+}
+
+/// `top -e EVENT -c N` samples any event every N of it, and its header says which.
+#[test]
+fn top_samples_any_event_at_any_period_and_names_it() {
+    let workload = start_workload("hotspot", &["split", "30"]);
+    let args = format!("-e task-clock -c 1000000 -p {}", workload.pid());
+    let (_, _, screen) = top_shows_then_quits(&args, "burn_a");
+    let header = screen
+        .lines()
+        .find(|l| l.contains("bpfprof top:"))
+        .unwrap_or_default();
+    eprintln!("{header}");
+    assert!(header.contains("task-clock every 1000000 events"), "{screen}");
 }
 
 #[test]

@@ -2,9 +2,11 @@
  *   events pages N      touch N fresh pages (N minor faults), then print them and the kernel's
  *                       own count of this process's minor faults (getrusage)
  *   events split N      alpha_pages touches 70% of N fresh pages, beta_pages 30%
- *   events naps N       napper sleeps N times (N voluntary context switches)
+ *   events naps N       napper sleeps N times (N voluntary context switches; preempted=K: the
+ *                       involuntary ones meanwhile, which may land in a nap's own kernel path)
  *   events insns N      a loop of exactly 2 instructions run N times (2N instructions retired)
  * Each prints one `TRUTH key=value ...` line at exit. */
+#define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +52,13 @@ static long minor_faults(void) {
     return usage.ru_minflt;
 }
 
+/* Times this thread was switched out against its will (preempted): the kernel's own count. */
+static long preemptions(void) {
+    struct rusage usage;
+    getrusage(RUSAGE_THREAD, &usage);
+    return usage.ru_nivcsw;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s pages|split|naps N\n", argv[0]);
@@ -70,8 +79,9 @@ int main(int argc, char **argv) {
         spin_insns(n);
         printf("TRUTH pid=%d loop_instructions=%ld\n", getpid(), 2 * n);
     } else if (strcmp(argv[1], "naps") == 0) {
+        long before = preemptions();
         napper(n);
-        printf("TRUTH pid=%d naps=%ld\n", getpid(), n);
+        printf("TRUTH pid=%d naps=%ld preempted=%ld\n", getpid(), n, preemptions() - before);
     } else {
         return 2;
     }

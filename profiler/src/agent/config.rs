@@ -7,12 +7,15 @@ use super::{
 };
 use crate::{
     cli::{AgentArgs, LockSource, OffCpuStacks, OtlpProtocol, Signal, Signals, Unwind},
-    counters::language::Catalog,
+    counters::language::{Catalog, Event},
     error::UserError,
     preflight,
     sources::{self, locks, samples, sched, Kind, Spec},
     start::Recipe,
 };
+
+/// What the `counters` signal reads at each sample (perf's generic names: every PMU maps them).
+pub const COUNTERS: [&str; 2] = ["cycles", "instructions"];
 
 pub struct Config {
     pub frequency_hz: u64,
@@ -38,12 +41,12 @@ impl Config {
             .into_iter()
             .filter_map(|kind| match kind {
                 Kind::CpuSamples => Some(Spec::CpuSamples(samples::Spec {
-                    event: Catalog::here()
+                    events: vec![Catalog::here()
                         .parse("cpu-clock")
-                        .expect("cpu-clock is always known"),
+                        .expect("cpu-clock is always known")],
                     rate: samples::Rate::Frequency(self.frequency_hz),
-                    counters: Vec::new(),
-                    group: false,
+                    counters: self.counter_events(),
+                    group: true,
                 })),
                 Kind::Sched => Some(Spec::Sched(sched::Spec::new(
                     u64::MAX,
@@ -66,8 +69,32 @@ impl Config {
         }
     }
 
+    /// The counters read at each sample: the `counters` signal's cycles and instructions,
+    /// read together (one group per CPU), so their ratio is each stack's IPC.
+    pub fn counter_events(&self) -> Vec<Event> {
+        match self.signals.counters {
+            true => COUNTERS
+                .iter()
+                .map(|name| {
+                    Catalog::here()
+                        .parse(name)
+                        .expect("generic events are always known")
+                })
+                .collect(),
+            false => Vec::new(),
+        }
+    }
+
     pub(super) fn from_args(args: &AgentArgs) -> Result<Config, UserError> {
         preflight::check_frequency(args.frequency)?;
+        if let Some(reason) = args
+            .signals
+            .counters
+            .then(crate::counters::pmu::missing_reason)
+            .flatten()
+        {
+            return Err(UserError::NoPmuForCounters(reason));
+        }
         if args.window < 1.0 {
             return Err(UserError::Usage("--window: at least 1 second".into()));
         }

@@ -121,11 +121,12 @@ async fn handle(
     let response = match request.uri().path() {
         "/" => text(
             StatusCode::OK,
-            "bpfprof agent\n/debug/pprof/profile?seconds=N  CPU profile of the next N seconds (pprof)\n/debug/pprof/offcpu?seconds=N  off-CPU time of the next N seconds (pprof, ns by stack)\n/debug/pprof/mutex?seconds=N  futex waits ending in the next N seconds (pprof, Go's mutex profile: contentions, delay by stack and lock)\n/debug/pprof/latest?signal=cpu|offcpu|runqueue|lock  the last window (pprof)\n/metrics  agent health and run-queue delay (Prometheus)\n/healthz\n/debug/unwind  files holding unwind table rows\n",
+            "bpfprof agent\n/debug/pprof/profile?seconds=N  CPU profile of the next N seconds (pprof)\n/debug/pprof/offcpu?seconds=N  off-CPU time of the next N seconds (pprof, ns by stack)\n/debug/pprof/mutex?seconds=N  futex waits ending in the next N seconds (pprof, Go's mutex profile: contentions, delay by stack and lock)\n/debug/pprof/counters?seconds=N  on-CPU stacks of the next N seconds weighted by cycles and instructions (pprof)\n/debug/pprof/latest?signal=cpu|offcpu|runqueue|lock|counters  the last window (pprof)\n/metrics  agent health and run-queue delay (Prometheus)\n/healthz\n/debug/unwind  files holding unwind table rows\n",
         ),
         "/debug/pprof/profile" => pull(&endpoint, Signal::Cpu, query).await,
         "/debug/pprof/offcpu" => pull(&endpoint, Signal::OffCpu, query).await,
         "/debug/pprof/mutex" => pull(&endpoint, Signal::Lock, query).await,
+        "/debug/pprof/counters" => pull(&endpoint, Signal::Counters, query).await,
         "/debug/pprof/latest" => {
             let signal = match parameter(query, "signal") {
                 None => Some(Signal::Cpu),
@@ -133,7 +134,7 @@ async fn handle(
             };
             let latest = endpoint.latest.lock().unwrap_or_else(|e| e.into_inner());
             match signal {
-                None => text(StatusCode::BAD_REQUEST, "signal: give cpu, offcpu, runqueue or lock\n"),
+                None => text(StatusCode::BAD_REQUEST, "signal: give cpu, offcpu, runqueue, lock or counters\n"),
                 Some(signal) if !endpoint.serves(signal) => {
                     off(signal)
                 }

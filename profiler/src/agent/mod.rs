@@ -46,7 +46,7 @@ use crate::{
     preflight,
     process::Processes,
     profile::{Health, RawProfile, RawSample},
-    sources::{self, sched::SchedBatch, Batch, Wants},
+    sources::{self, sched::SchedBatch, Batch, Kind, Wants},
     start::{start, Started, Targets},
 };
 use http::{Endpoint, PullRequest};
@@ -220,7 +220,7 @@ fn start_renderer(
         target: "system-wide (agent)".into(),
         cpus: crate::counters::cpu::online_ids().map_or(1, |c| c.len() as u32),
         notes: Vec::new(),
-        counters: Vec::new(),
+        counters: config.counter_events().iter().map(|e| e.spelled()).collect(),
     };
     let debuginfod = crate::symbolize::debuginfod::Debuginfod::shared(config.debuginfod.as_ref())?;
     if let Some(client) = &debuginfod {
@@ -433,14 +433,14 @@ impl AgentSink {
         }
     }
 
-    /// The pulls of `signal` taking `samples` too.
-    fn pulls_of(&mut self, signal: Signal) -> impl Iterator<Item = &mut Pull> {
-        self.pulls.iter_mut().filter(move |p| p.signal == signal)
+    /// The pulls of the signals that are views of `kind`.
+    fn pulls_of(&mut self, kind: Kind) -> impl Iterator<Item = &mut Pull> {
+        (self.pulls.iter_mut()).filter(move |p| sources::kind_of_signal(p.signal) == kind)
     }
 
-    /// On-CPU samples since the last drain, into the window and the CPU pulls.
+    /// On-CPU samples since the last drain, into the window and the CPU and counter pulls.
     fn take_samples(&mut self, samples: Vec<RawSample>, procs: &mut Processes) {
-        for pull in self.pulls_of(Signal::Cpu) {
+        for pull in self.pulls_of(Kind::CpuSamples) {
             for sample in &samples {
                 pull.profile.add(sample.clone(), procs);
             }
@@ -457,7 +457,7 @@ impl AgentSink {
     /// columns and slow waits, is let go, so nothing grows over a long run). Returns the live
     /// threads' records, when read (at a window's end).
     fn take_sched(&mut self, batch: SchedBatch, procs: &mut Processes) -> Vec<TaskRecord> {
-        for pull in self.pulls_of(Signal::OffCpu) {
+        for pull in self.pulls.iter_mut().filter(|p| p.signal == Signal::OffCpu) {
             for sample in &batch.offcpu {
                 pull.profile.add(sample.clone(), procs);
             }
@@ -481,7 +481,7 @@ impl AgentSink {
 
     /// The lock waits that ended since the last drain, into the window and the lock pulls.
     fn take_locks(&mut self, batch: LockBatch, procs: &Processes) {
-        for pull in self.pulls_of(Signal::Lock) {
+        for pull in self.pulls_of(Kind::Locks) {
             pull.locks.add_batch(batch.clone(), procs);
         }
         for drained in batch.records.iter().filter(|d| d.record.role == Role::Waiter) {
@@ -522,10 +522,18 @@ impl AgentSink {
         // Each profile says what its source lost, and what every source shares.
         let of = |signal: Signal| health.of(&[sources::kind_of_signal(signal)]);
         let mut profiles = Vec::new();
-        if self.signals.cpu {
-            let mut profile = window.profile;
-            profile.health = of(Signal::Cpu);
-            profiles.push((Signal::Cpu, Figures::Stacks(profile)));
+        // The CPU and counters profiles are two views of the same samples.
+        let (cpu, counters) = match (self.signals.cpu, self.signals.counters) {
+            (true, true) => (Some(window.profile.clone()), Some(window.profile)),
+            (true, false) => (Some(window.profile), None),
+            (false, true) => (None, Some(window.profile)),
+            (false, false) => (None, None),
+        };
+        for (signal, profile) in [(Signal::Cpu, cpu), (Signal::Counters, counters)] {
+            if let Some(mut profile) = profile {
+                profile.health = of(signal);
+                profiles.push((signal, Figures::Stacks(profile)));
+            }
         }
         if self.signals.offcpu {
             let mut offcpu = window.offcpu;

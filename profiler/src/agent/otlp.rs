@@ -368,20 +368,20 @@ fn attributes_of(
 }
 
 /// One window's profiles (pprof, as the agent writes them) as an OTLP export request from
-/// `host`. Each becomes one OTLP profile of one sample type: the first, but for locks the delay
-/// (Go's mutex profile puts contentions first).
+/// `host`. Each becomes one OTLP profile per sample type it exports ([`exported_types`]).
 pub fn export_request(profiles: &[(Signal, pprof::Profile)], host: &str) -> Vec<u8> {
     let mut d = Dictionary::new();
     let mut out = Vec::with_capacity(profiles.len());
-    for (signal, from) in profiles {
+    let chosen = profiles.iter().flat_map(|(signal, from)| {
+        exported_types(*signal, from)
+            .into_iter()
+            .map(move |index| (*signal, from, index))
+    });
+    for (signal, from, index) in chosen {
         let text = |i: i64| from.string_table.get(i as usize).cloned().unwrap_or_default();
         let value_type = |d: &mut Dictionary, t: &pprof::ValueType| proto::ValueType {
             type_strindex: d.string(&text(t.r#type)),
             unit_strindex: d.string(&text(t.unit)),
-        };
-        let index = match signal {
-            Signal::Lock => 1,
-            _ => 0,
         };
         let sample_type = from.sample_type.get(index).map(|t| value_type(&mut d, t));
         let period_type = from.period_type.as_ref().map(|t| value_type(&mut d, t));
@@ -412,7 +412,7 @@ pub fn export_request(profiles: &[(Signal, pprof::Profile)], host: &str) -> Vec<
             duration_nano: from.duration_nanos.max(0) as u64,
             period_type,
             period: from.period,
-            profile_id: profile_id(from, *signal),
+            profile_id: profile_id(from, signal, index),
         });
     }
     let string = |key: &str, value: &str| proto::KeyValue {
@@ -440,11 +440,31 @@ pub fn export_request(profiles: &[(Signal, pprof::Profile)], host: &str) -> Vec<
 }
 
 /// 16 bytes that differ per window and signal (the schema wants them unique and non-zero).
-fn profile_id(profile: &pprof::Profile, signal: Signal) -> Vec<u8> {
+fn profile_id(profile: &pprof::Profile, signal: Signal, index: usize) -> Vec<u8> {
     let mut id = Vec::with_capacity(16);
     id.extend_from_slice(&(profile.time_nanos as u64).to_be_bytes());
-    id.extend_from_slice(&(signal as u64 + 1).to_be_bytes());
+    id.extend_from_slice(&((signal as u64 + 1) << 8 | index as u64).to_be_bytes());
     id
+}
+
+/// Which of a profile's sample types are exported, each as one OTLP profile: the first, but
+/// for locks the delay (Go's mutex profile puts contentions first), and for the counters signal
+/// each counter (cycles, instructions), not the samples or the CPU time they share with `cpu`.
+fn exported_types(signal: Signal, profile: &pprof::Profile) -> Vec<usize> {
+    let name = |t: &pprof::ValueType| {
+        profile
+            .string_table
+            .get(t.r#type as usize)
+            .map_or("", |s| s.as_str())
+    };
+    match signal {
+        Signal::Lock => vec![1],
+        Signal::Counters => (profile.sample_type.iter().enumerate())
+            .filter(|(_, t)| !["samples", "cpu"].contains(&name(t)))
+            .map(|(index, _)| index)
+            .collect(),
+        _ => vec![0],
+    }
 }
 
 #[cfg(test)]
@@ -518,6 +538,31 @@ mod tests {
             &Value::StringValue("app".into())
         );
         assert_eq!(attributes["container.id"], &Value::StringValue("abc".into()));
+        assert_ne!(profiles[0].profile_id, profiles[1].profile_id);
+    }
+
+    /// The counters signal's profile is exported once per counter (each OTLP profile has one
+    /// sample type), not for the samples and CPU time the cpu signal exports.
+    #[test]
+    fn counters_export_one_profile_per_counter() {
+        let mut report = crate::report::tests::sample_report();
+        report.meta.counters = vec!["cycles".into(), "instructions".into()];
+        for stack in &mut report.stacks {
+            stack.counters = vec![3 * stack.count, 2 * stack.count];
+        }
+        let pprof = crate::report::pprof::hotspot_profile(&report);
+        let bytes = export_request(&[(Signal::Counters, pprof)], "box");
+        let request = proto::ExportProfilesServiceRequest::decode(&bytes[..]).unwrap();
+        let d = request.dictionary.unwrap();
+        let profiles = &request.resource_profiles[0].scope_profiles[0].profiles;
+        let text = |i: i32| d.string_table[i as usize].as_str();
+        let exported: Vec<(&str, i64)> = (profiles.iter())
+            .map(|p| {
+                let total = p.samples.iter().map(|s| s.values[0]).sum();
+                (text(p.sample_type.as_ref().unwrap().type_strindex), total)
+            })
+            .collect();
+        assert_eq!(exported, [("cycles", 300), ("instructions", 200)]);
         assert_ne!(profiles[0].profile_id, profiles[1].profile_id);
     }
 }

@@ -334,10 +334,19 @@ fn stack_profile(
             RunMeta {
                 mode: "sched",
                 event: "sched_switch".to_string(),
+                counters: Vec::new(),
                 ..meta.clone()
             },
         ),
-        _ => (Weight::Samples, meta.clone()),
+        // Only the counters profile carries what was read at each sample.
+        Signal::Counters => (Weight::Samples, meta.clone()),
+        _ => (
+            Weight::Samples,
+            RunMeta {
+                counters: Vec::new(),
+                ..meta.clone()
+            },
+        ),
     };
     let report = model::stack_report(meta, raw, &symbols, weight);
     pprof::hotspot_profile_labeled(&report, labels)

@@ -47,14 +47,15 @@ pub struct Cli {
     /// `cycles`, `instructions`, `branch-misses`, `cache-misses`, `L1-dcache-load-misses`, a
     /// software event (`page-faults`, `context-switches`, ...), a PMU's event by name
     /// (`l1d_cache_refill`, `armv8_pmuv3/inst_retired/`), by terms (`cpu/event=0xc4,umask=0/`) or raw
-    /// (`r01c4`), with `:u`, `:k` or `:p`. `bpfprof list` shows what this machine has.
+    /// (`r01c4`), with `:u`, `:k` or `:p`. `bpfprof list` shows what this machine has. Several
+    /// (`-e cycles,instructions`, or -e again): one profile per event (hotspot).
     #[arg(
         short = 'e',
         long = "event",
         value_name = "EVENT",
         default_value = "cpu-clock"
     )]
-    pub event: String,
+    pub events: Vec<String>,
     /// Report format (default: from the -o extension, else text).
     #[arg(long, value_enum)]
     pub format: Option<Format>,
@@ -301,6 +302,17 @@ pub struct TopArgs {
     /// Sampling frequency per CPU, in Hz (hotspot).
     #[arg(short = 'F', long = "freq", default_value_t = 99, value_name = "HZ")]
     pub frequency: u64,
+    /// Hotspot: sample every N occurrences of the event instead (perf's -c).
+    #[arg(short = 'c', long = "count", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub period: Option<u64>,
+    /// Hotspot: the sampling event, in perf's event language (as the main command's -e).
+    #[arg(
+        short = 'e',
+        long = "event",
+        value_name = "EVENT",
+        default_value = "cpu-clock"
+    )]
+    pub event: String,
     /// What each refresh shows: the last this many seconds.
     #[arg(long, value_name = "SECONDS", default_value_t = 5)]
     pub window: u32,
@@ -375,7 +387,8 @@ pub struct AgentArgs {
     pub unwind: Unwind,
     /// What each window profiles, comma-separated: `cpu` (on-CPU stacks), `offcpu` (time asleep
     /// by stack), `runqueue` (time waiting for a CPU, per thread), `lock` (futex waits by lock
-    /// and stack), or `all`.
+    /// and stack), `counters` (on-CPU stacks weighted by the cycles and instructions they ran:
+    /// IPC per function; needs a hardware PMU), or `all` (every one but counters).
     #[arg(long, value_name = "LIST", default_value = "cpu", value_parser = parse_signals)]
     pub signals: Signals,
     /// Testing: entries of the kernel's sample map (to prove a full map is reported).
@@ -402,10 +415,20 @@ pub enum Signal {
     OffCpu,
     RunQueue,
     Lock,
+    /// On-CPU stacks weighted by the cycles and instructions read at each sample (needs a PMU).
+    Counters,
 }
 
 impl Signal {
-    pub const ALL: [Signal; 4] = [Signal::Cpu, Signal::OffCpu, Signal::RunQueue, Signal::Lock];
+    pub const ALL: [Signal; 5] = [
+        Signal::Cpu,
+        Signal::OffCpu,
+        Signal::RunQueue,
+        Signal::Lock,
+        Signal::Counters,
+    ];
+    /// What `all` asks for: every signal that works on any machine (`counters` needs a PMU).
+    pub const EVERYWHERE: [Signal; 4] = [Signal::Cpu, Signal::OffCpu, Signal::RunQueue, Signal::Lock];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -413,6 +436,7 @@ impl Signal {
             Signal::OffCpu => "offcpu",
             Signal::RunQueue => "runqueue",
             Signal::Lock => "lock",
+            Signal::Counters => "counters",
         }
     }
 
@@ -434,6 +458,7 @@ pub struct Signals {
     pub offcpu: bool,
     pub runqueue: bool,
     pub lock: bool,
+    pub counters: bool,
 }
 
 impl Signals {
@@ -448,6 +473,7 @@ impl Signals {
             Signal::OffCpu => self.offcpu,
             Signal::RunQueue => self.runqueue,
             Signal::Lock => self.lock,
+            Signal::Counters => self.counters,
         }
     }
 
@@ -457,6 +483,7 @@ impl Signals {
             Signal::OffCpu => self.offcpu = true,
             Signal::RunQueue => self.runqueue = true,
             Signal::Lock => self.lock = true,
+            Signal::Counters => self.counters = true,
         }
     }
 
@@ -473,7 +500,7 @@ fn parse_signals(s: &str) -> Result<Signals, String> {
     let mut signals = Signals::default();
     for name in s.split(',').map(str::trim) {
         match (name, Signal::parse(name)) {
-            ("all", _) => Signal::ALL.into_iter().for_each(|s| signals.add(s)),
+            ("all", _) => Signal::EVERYWHERE.into_iter().for_each(|s| signals.add(s)),
             (_, Some(signal)) => signals.add(signal),
             (other, None) => {
                 let names: Vec<&str> = Signal::ALL.iter().map(|s| s.name()).collect();

@@ -55,7 +55,7 @@ fn signals_are_named_spelt_otherwise_or_all() {
     assert_eq!(only(&["off-cpu", "locks"]), [Signal::OffCpu, Signal::Lock]);
     let refused = parse_signals("cpu,disk").unwrap_err();
     assert!(
-        refused.contains("`disk`") && refused.contains("cpu, offcpu, runqueue, lock"),
+        refused.contains("`disk`") && refused.contains("cpu, offcpu, runqueue, lock, counters"),
         "{refused}"
     );
     for signal in Signal::ALL {

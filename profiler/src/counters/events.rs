@@ -281,6 +281,13 @@ impl Pmu {
         (slots > 0).then_some(slots)
     }
 
+    /// The most precise sampling (`:p` levels) the PMU offers: its `caps/max_precise` (x86's
+    /// PEBS); a PMU without that file (Arm's PMUv3) offers none.
+    pub fn max_precise(&self) -> u8 {
+        let text = std::fs::read_to_string(self.dir.join("caps/max_precise")).unwrap_or_default();
+        parse_number(&text).map_or(0, |n| n.min(3) as u8)
+    }
+
     /// `config` for these terms, placed by the format files.
     pub fn encode(&self, terms: &[(&str, u64)]) -> Result<u64, String> {
         let mut config = 0u64;

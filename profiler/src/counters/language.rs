@@ -270,6 +270,32 @@ impl Catalog {
             .filter(|p| p.name == "cpu" || p.name == "cpu_core" || p.name.starts_with("armv8_pmuv3"))
     }
 
+    /// Why `event`'s `:p` cannot be honoured here, if it cannot: a software event is exact
+    /// already, and a PMU samples precisely only to the level its `caps/max_precise` says.
+    pub fn imprecise(&self, event: &Event) -> Option<String> {
+        if event.precise == 0 {
+            return None;
+        }
+        if !event.hardware {
+            return Some("a software event is sampled exactly already: `:p` asks a hardware PMU for precise sampling; drop it".into());
+        }
+        // perf's generic hardware, cache and raw events are the core PMU's.
+        let generic = [PERF_TYPE_HARDWARE, PERF_TYPE_HW_CACHE, PERF_TYPE_RAW].contains(&event.kind);
+        let pmu = match generic {
+            true => self.core(),
+            false => self.pmus.iter().find(|p| p.kind == event.kind),
+        };
+        let max = pmu.map_or(0, Pmu::max_precise);
+        let name = pmu.map_or("this", |p| p.name.as_str());
+        (event.precise > max).then(|| match max {
+            0 => format!("the {name} PMU cannot sample precisely (it has no caps/max_precise): drop the :p"),
+            n => format!(
+                "the {name} PMU samples precisely up to :{}",
+                "p".repeat(n as usize)
+            ),
+        })
+    }
+
     /// One event as written: `name[:modifiers]`, `pmu/name/`, `pmu/term=value,.../` or `rHEX`.
     pub fn parse(&self, text: &str) -> Result<Event, EventError> {
         let text = text.trim();

@@ -334,12 +334,20 @@ pub fn hotspot_profile_labeled(report: &StackReport, labels: &ProcessLabels<'_>)
         }
     }
     let weighted = b.profile.sample_type.len() > 1;
+    // The counters read at each sample (`--counter`, the agent's counters signal): one value
+    // each, what the stack's samples counted of it (cycles and instructions: IPC by stack).
+    for name in &report.meta.counters {
+        let counter = b.value_type(name, "count");
+        b.profile.sample_type.push(counter);
+    }
     for stack in &report.stacks {
         let location_id = stack.frames.iter().rev().map(|f| b.location(f)).collect();
         let mut value = vec![stack.count as i64];
         if weighted {
             value.push(stack.count as i64 * each);
         }
+        let counters = (0..report.meta.counters.len()).map(|k| stack.counters.get(k).copied().unwrap_or(0));
+        value.extend(counters.map(|n| n as i64));
         let label = b.thread_labels(stack.pid, Some(stack.tid), &stack.comm, labels);
         b.profile.sample.push(proto::Sample {
             location_id,

@@ -39,8 +39,9 @@ pub const MODE_SOURCES: [(Mode, &[Kind]); 5] = [
 ];
 
 /// Which source each of the agent's signals is a view of.
-pub const SIGNAL_SOURCES: [(Signal, Kind); 4] = [
+pub const SIGNAL_SOURCES: [(Signal, Kind); 5] = [
     (Signal::Cpu, Kind::CpuSamples),
+    (Signal::Counters, Kind::CpuSamples),
     (Signal::OffCpu, Kind::Sched),
     (Signal::RunQueue, Kind::Sched),
     (Signal::Lock, Kind::Locks),

@@ -2,7 +2,7 @@
 //! names, at a frequency or every N events) records each sample's stacks into the epoch's slot,
 //! with the deltas of the counters it reads at each sample (`--counter`, topdown per function);
 //! drained at each flip.
-use std::os::fd::{AsFd as _, AsRawFd as _};
+use std::os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 
 use anyhow::Context as _;
 use aya::{
@@ -39,7 +39,8 @@ pub enum Rate {
 
 /// What is sampled, and what is read at each sample.
 pub struct Spec {
-    pub event: Event,
+    /// The sampling events (each sample says which took it: its place here).
+    pub events: Vec<Event>,
     pub rate: Rate,
     /// Counters whose deltas each sample carries, opened as one group per CPU when `group`.
     pub counters: Vec<Event>,
@@ -69,7 +70,10 @@ impl Spec {
         // The sampler opens before the counters read at each sample: created first, it is
         // scheduled first, so a cycles sampler takes the PMU's dedicated cycle counter where
         // there is one, and the counters share the general-purpose ones.
-        attach_sampling(kernel, &self.event, self.rate)?;
+        let program = sampling_program(kernel)?;
+        for (index, event) in self.events.iter().enumerate() {
+            attach_sampling(kernel, program, (index, event), self.rate)?;
+        }
         if !self.counters.is_empty() {
             open_counters(kernel, &self.counters, self.group)?;
         }
@@ -80,22 +84,35 @@ impl Spec {
         };
         Ok(Attached {
             source: Box::new(maps),
-            doing: Some(format!("sampling {rate} ({})", self.event.spelled())),
+            doing: Some(format!("sampling {rate} ({})", spelled(&self.events))),
             note: None,
         })
     }
 }
 
-/// `PERF_EVENT_IOC_SET_BPF`: run this program at each of the event's samples.
-const IOC_SET_BPF: libc::c_ulong = 0x4004_2408;
+/// The events as the user wrote them, comma-separated.
+fn spelled(events: &[Event]) -> String {
+    events.iter().map(Event::spelled).collect::<Vec<_>>().join(", ")
+}
+
 /// `perf_event_attr.freq`: `sample_period` is a frequency.
 const FLAG_FREQ: u64 = 1 << 10;
 
-/// One sampling event per online CPU, each running the sampling program at its overflows.
-fn attach_sampling(kernel: &mut Loaded, event: &Event, rate: Rate) -> anyhow::Result<()> {
+/// The sampling program, loaded: its fd.
+fn sampling_program(kernel: &mut Loaded) -> anyhow::Result<RawFd> {
     let program: &mut PerfEvent = kernel.program(names::PROG_SAMPLE)?;
     program.load().context("loading the sampling program")?;
-    let program_fd = program.fd()?.as_fd().as_raw_fd();
+    Ok(program.fd()?.as_fd().as_raw_fd())
+}
+
+/// One sampling event per online CPU, each running the sampling program at its overflows with
+/// the event's place in `-e` as the program's cookie (the samples' `event`).
+fn attach_sampling(
+    kernel: &mut Loaded,
+    program_fd: RawFd,
+    (index, event): (usize, &Event),
+    rate: Rate,
+) -> anyhow::Result<()> {
     let (period, freq) = match rate {
         // The clocks count nanoseconds: a fixed period is exact and needs no warm-up.
         Rate::Frequency(hz) if event.is_clock() => (1_000_000_000 / hz.max(1), 0),
@@ -111,19 +128,53 @@ fn attach_sampling(kernel: &mut Loaded, event: &Event, rate: Rate) -> anyhow::Re
     };
     for cpu in crate::counters::cpu::online_ids()? {
         let fd = perf_event_open(&attr, -1, cpu as i32, -1).map_err(|e| open_error(event, cpu, e))?;
-        // SAFETY: an ioctl on our own perf event fd, its argument the program's fd.
-        if unsafe { libc::ioctl(fd.as_raw_fd(), IOC_SET_BPF, program_fd) } < 0 {
-            let e = std::io::Error::last_os_error();
-            return Err(e).with_context(|| {
-                format!(
-                    "running the sampling program at {} events on CPU {cpu}",
-                    event.spelled()
-                )
-            });
-        }
-        kernel.hold(fd);
+        let link = link_with_cookie(program_fd, fd.as_raw_fd(), index as u64).with_context(|| {
+            format!(
+                "running the sampling program at {} events on CPU {cpu}",
+                event.spelled()
+            )
+        })?;
+        kernel.hold((link, fd));
     }
     Ok(())
+}
+
+/// `BPF_LINK_CREATE` of a perf-event program on a perf event, with a cookie the program reads
+/// back (`bpf_get_attach_cookie`, kernel 5.15 and later); the link detaches when dropped. aya
+/// attaches perf events it opens itself, without a cookie.
+fn link_with_cookie(program_fd: RawFd, perf_fd: RawFd, cookie: u64) -> std::io::Result<OwnedFd> {
+    /// `union bpf_attr`'s `link_create` with its `perf_event` member.
+    #[repr(C)]
+    struct LinkCreate {
+        prog_fd: u32,
+        target_fd: u32,
+        attach_type: u32,
+        flags: u32,
+        bpf_cookie: u64,
+    }
+    const BPF_LINK_CREATE: libc::c_long = 28;
+    const BPF_PERF_EVENT: u32 = 41;
+    let attr = LinkCreate {
+        prog_fd: program_fd as u32,
+        target_fd: perf_fd as u32,
+        attach_type: BPF_PERF_EVENT,
+        flags: 0,
+        bpf_cookie: cookie,
+    };
+    // SAFETY: bpf(2) reads `size` bytes of `attr`, which lives through the call.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_bpf,
+            BPF_LINK_CREATE,
+            &attr as *const LinkCreate,
+            std::mem::size_of::<LinkCreate>() as u32,
+        )
+    };
+    match fd {
+        // SAFETY: a new fd the kernel just gave us, owned by nothing else.
+        fd if fd >= 0 => Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }),
+        _ => Err(std::io::Error::last_os_error()),
+    }
 }
 
 /// What a sampling event the kernel refused to open means for the user.
@@ -263,6 +314,7 @@ impl SampleMaps {
                 kernel: read_stack(&self.stacks[slot], key.kernel_stack_id),
                 count: value.count,
                 exec_generation: key.exec_generation,
+                event: key.event,
                 deltas: deltas.remove(&key).unwrap_or_default(),
                 user_objects: match (key.user_unwound, u32::try_from(key.user_stack_id)) {
                     (0, Ok(id)) => objects.get(&(key.tgid, id)).cloned().unwrap_or_default(),

@@ -488,6 +488,7 @@ mod tests {
                 kernel: StackRead::Absent,
                 count: 1,
                 exec_generation: 0,
+                event: 0,
                 deltas: Default::default(),
                 user_objects: Vec::new(),
             },

@@ -102,6 +102,7 @@ impl Running {
                 kernel: StackRead::Absent,
                 count: 1,
                 exec_generation: 0,
+                event: 0,
                 deltas: Default::default(),
                 user_objects: Vec::new(),
             },

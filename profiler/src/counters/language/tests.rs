@@ -156,6 +156,35 @@ fn modifiers() {
     }
 }
 
+/// `:p` where it can be honoured only: a PMU's caps/max_precise says how far (x86's PEBS);
+/// Arm's PMUv3 has none; a software event is exact already.
+#[test]
+fn precise_sampling_only_where_the_pmu_offers_it() {
+    let arm = neoverse();
+    for text in [
+        "inst_retired:p",
+        "cycles:p",
+        "armv8_pmuv3/event=0x8/:p",
+        "page-faults:p",
+    ] {
+        let why = arm.imprecise(&arm.parse(text).unwrap());
+        println!("{text}: {why:?}");
+        assert!(why.is_some(), "{text}");
+    }
+    assert_eq!(arm.imprecise(&arm.parse("inst_retired").unwrap()), None);
+    let root = sysfs("x86-pebs", &[("cpu", 4, &[("event", "config:0-7")], &[])]);
+    std::fs::create_dir_all(root.join("cpu/caps")).unwrap();
+    std::fs::write(root.join("cpu/caps/max_precise"), "2\n").unwrap();
+    let x86 = Catalog::at(&root);
+    for (text, honoured) in [("cycles:pp", true), ("r00c0:p", true), ("cycles:ppp", false)] {
+        let why = x86.imprecise(&x86.parse(text).unwrap());
+        println!("{text}: {why:?}");
+        assert_eq!(why.is_none(), honoured, "{text}: {why:?}");
+    }
+    let why = x86.imprecise(&x86.parse("cycles:ppp").unwrap()).unwrap();
+    assert!(why.contains("up to :pp"), "{why}");
+}
+
 #[test]
 fn an_unknown_event_names_the_closest_known_ones() {
     let here = neoverse();

@@ -85,6 +85,7 @@ impl LockCollection {
                 kernel,
                 count: record.time.total_ns,
                 exec_generation: record.exec_generation,
+                event: 0,
                 deltas: Default::default(),
                 user_objects: Vec::new(),
             },

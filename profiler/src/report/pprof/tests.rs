@@ -36,6 +36,43 @@ fn pprof_decodes_and_keeps_counts_and_leaves() {
     assert_eq!(hottest.value[1], 60 * (1_000_000_000 / 99));
 }
 
+/// The counters read at each sample (`--counter`, the agent's counters signal) are sample types
+/// of their own, each stack carrying what its samples counted.
+#[test]
+fn counters_read_at_each_sample_are_sample_types_with_each_stacks_counts() {
+    let mut report = sample_report();
+    report.meta.counters = vec!["cycles".into(), "instructions".into()];
+    for (k, stack) in report.stacks.iter_mut().enumerate() {
+        stack.counters = vec![1000 * (k as u64 + 1), 500 * (k as u64 + 1)];
+    }
+    report.stacks[2].counters.clear();
+    let p = decoded(&report);
+    let types: Vec<(&str, &str)> = (p.sample_type.iter())
+        .map(|t| {
+            (
+                &p.string_table[t.r#type as usize][..],
+                &p.string_table[t.unit as usize][..],
+            )
+        })
+        .collect();
+    assert_eq!(
+        types,
+        [
+            ("samples", "count"),
+            ("cpu", "nanoseconds"),
+            ("cycles", "count"),
+            ("instructions", "count")
+        ]
+    );
+    let values: Vec<&[i64]> = p.sample.iter().map(|s| &s.value[2..]).collect();
+    assert_eq!(
+        values,
+        [&[1000, 500][..], &[2000, 1000], &[0, 0]],
+        "a stack without counts reads 0"
+    );
+    assert!(p.sample.iter().all(|s| s.value.len() == 4));
+}
+
 fn decoded(report: &crate::model::StackReport) -> proto::Profile {
     let mut raw = Vec::new();
     GzDecoder::new(&render(Format::Pprof, report)[..])

@@ -196,7 +196,8 @@ fn start_key(thread: &Asleep) -> SampleKey {
         user_stack_id: thread.start.user_stack_id,
         kernel_stack_id: thread.start.kernel_stack_id,
         comm: thread.comm,
-        user_unwound: thread.start.user_unwound,
+        user_unwound: thread.start.user_unwound as u16,
+        event: 0,
         exec_generation: 0,
     }
 }
@@ -214,6 +215,7 @@ fn sample(key: &SampleKey, user: StackRead, kernel: StackRead, ns: u64, sleeps: 
         kernel,
         count: ns,
         exec_generation: key.exec_generation,
+        event: 0,
         deltas,
         user_objects: Vec::new(),
     }
@@ -272,6 +274,7 @@ mod tests {
             kernel_stack_id: -14,
             comm: [0; COMM_LEN],
             user_unwound: if earlier { BEGAN_EARLIER } else { 0 },
+            event: 0,
             exec_generation: 0,
         };
         (key, OffCpuTime { total_ns, count: 1 })
