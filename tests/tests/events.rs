@@ -507,3 +507,45 @@ fn several_events_in_one_run_give_one_profile_each() {
         "{touches_as_switches} switches of the toucher"
     );
 }
+
+/// `--annotate` on a sampled event: each page touched faults once, at the one instruction that
+/// writes it, so `touch` has exactly one sample per page and that store holds them all; the
+/// header names the event and period.
+#[test]
+fn annotate_on_page_faults_puts_every_fault_on_the_storing_instruction() {
+    let pages = 2000;
+    let out = run(&[
+        "-e",
+        "page-faults",
+        "-c",
+        "1",
+        "--annotate",
+        "touch",
+        "--",
+        &events_bin(),
+        "pages",
+        &pages.to_string(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let header = text
+        .lines()
+        .find(|l| l.starts_with("Annotation of touch"))
+        .unwrap_or_default();
+    println!("{header}");
+    assert!(
+        header.contains(&format!(": {pages} samples of page-faults every event")),
+        "{text}"
+    );
+    // The instruction table: `share  0xOFFSET <+N>  instruction`, hottest first.
+    let hottest = (text.lines())
+        .find(|l| {
+            l.trim_start()
+                .split_whitespace()
+                .nth(1)
+                .is_some_and(|w| w.starts_with("0x"))
+        })
+        .unwrap_or_default();
+    println!("hottest instruction: {hottest}");
+    assert!(hottest.trim_start().starts_with("100.00%"), "{text}");
+}

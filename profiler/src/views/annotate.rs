@@ -28,6 +28,8 @@ pub struct Annotation {
     pub samples: u64,
     pub total: u64,
     pub weight: Weight,
+    /// What a sample is, for sampled profiles: `page-faults every event`, `cycles at 99 Hz`.
+    pub sampling: Option<String>,
     /// Hottest first.
     pub lines: Vec<(SourceLine, u64)>,
     /// Samples whose frame had no line information.
@@ -100,6 +102,9 @@ pub fn annotate(report: &StackReport, wanted: &str) -> Result<Annotation, UserEr
         samples: 0,
         total: report.samples,
         weight: report.weight,
+        sampling: (report.weight == Weight::Samples)
+            .then(|| report.meta.sampling())
+            .flatten(),
         lines: Vec::new(),
         without_line: 0,
         instructions: BTreeMap::new(),
@@ -164,9 +169,10 @@ pub fn render(annotation: &Annotation, limit: usize, out: &mut dyn Write) -> io:
         Weight::OffCpuNanoseconds => "ns off CPU",
         Weight::LockWaitNanoseconds => "ns waiting",
     };
+    let sampled = a.sampling.as_ref().map_or(String::new(), |s| format!(" of {s}"));
     writeln!(
         out,
-        "Annotation of {} ({}): {} {unit}, {:.2}% of the profile's {}",
+        "Annotation of {} ({}): {} {unit}{sampled}, {:.2}% of the profile's {}",
         a.function,
         if a.module.is_empty() {
             "module unknown"
