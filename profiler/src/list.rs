@@ -104,9 +104,9 @@ fn tracepoints(tracefs: &std::path::Path) -> Vec<Listed> {
         for event in events {
             listed.push(Listed {
                 name: format!("{system}:{event}"),
-                group: format!("tracepoint {system}"),
+                group: format!("tracepoint {system} (counted by stat -e; not sampled yet)"),
                 description: String::new(),
-                unavailable: Some("tracepoints are not counted or sampled by -e yet".into()),
+                unavailable: None,
             });
         }
     }
@@ -124,16 +124,19 @@ fn text(listed: &[Listed], out: &mut dyn Write) -> std::io::Result<()> {
             .unavailable
             .as_ref()
             .filter(|why| entries.iter().all(|l| l.unavailable.as_ref() == Some(*why)));
+        // A blank line between groups, none before the first.
+        let gap = if start == 0 { "" } else { "\n" };
         match shared {
-            Some(why) => writeln!(out, "\n{group}: not here: {why}")?,
-            None => writeln!(out, "\n{group}:")?,
+            Some(why) => writeln!(out, "{gap}{group}: not here: {why}")?,
+            None => writeln!(out, "{gap}{group}:")?,
         }
         for l in entries {
             let mark = match (&l.unavailable, shared) {
                 (Some(why), None) => format!("  [not here: {why}]"),
                 _ => String::new(),
             };
-            writeln!(out, "  {:<40} {}{mark}", l.name, l.description)?;
+            let line = format!("  {:<40} {}{mark}", l.name, l.description);
+            writeln!(out, "{}", line.trim_end())?;
         }
         start = end;
     }

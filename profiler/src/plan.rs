@@ -28,6 +28,7 @@ fn sampling_event(catalog: &Catalog, text: &str) -> Result<Event, UserError> {
 
 /// `event`, if this machine can sample it as asked.
 fn samplable(catalog: &Catalog, event: Event) -> Result<Event, UserError> {
+    not_a_tracepoint(&event, "-e")?;
     if event.hardware && crate::counters::pmu::missing_reason().is_some() {
         return Err(UserError::NoPmu {
             event: event.spelled(),
@@ -36,6 +37,18 @@ fn samplable(catalog: &Catalog, event: Event) -> Result<Event, UserError> {
     match catalog.imprecise(&event) {
         Some(why) => Err(UserError::Usage(format!("-e {}: {why}", event.spelled()))),
         None => Ok(event),
+    }
+}
+
+/// A tracepoint is counted by `stat`; the sampler and the counters it reads are not tracepoint
+/// programs.
+fn not_a_tracepoint(event: &Event, flag: &str) -> Result<(), UserError> {
+    match event.is_tracepoint() {
+        true => Err(UserError::Usage(format!(
+            "{flag} {0}: a tracepoint is counted, not sampled with stacks yet: `bpfprof stat -e {0}` counts it",
+            event.spelled()
+        ))),
+        false => Ok(()),
     }
 }
 
@@ -152,6 +165,9 @@ impl Plan {
             .iter()
             .map(|c| catalog.parse(c))
             .collect::<Result<Vec<_>, _>>()?;
+        for counter in &counters {
+            not_a_tracepoint(counter, "--counter")?;
+        }
         let pids = preflight::resolve_pids(&cli.pids)?;
         if let Some(program) = cli.command.first() {
             launcher::resolve(program)?;

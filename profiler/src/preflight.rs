@@ -24,19 +24,9 @@ fn effective_caps(status: &str) -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
-pub const TRACEFS: &str = "/sys/kernel/tracing";
-const TRACEFS_OLD: &str = "/sys/kernel/debug/tracing";
+pub use crate::counters::tracepoint::{tracefs_root, TRACEFS, TRACEFS_OLD};
 
 /// The tracefs root, mounting it if the system has not (as root may).
-/// Where tracefs is mounted, if it is (without mounting it).
-pub fn tracefs_root() -> &'static Path {
-    [TRACEFS, TRACEFS_OLD]
-        .into_iter()
-        .map(Path::new)
-        .find(|root| root.join("events").is_dir())
-        .unwrap_or(Path::new(TRACEFS))
-}
-
 pub fn ensure_tracefs() -> Result<&'static Path, UserError> {
     for root in [TRACEFS, TRACEFS_OLD] {
         if Path::new(root).join("events").is_dir() {

@@ -539,13 +539,43 @@ fn annotate_on_page_faults_puts_every_fault_on_the_storing_instruction() {
     );
     // The instruction table: `share  0xOFFSET <+N>  instruction`, hottest first.
     let hottest = (text.lines())
-        .find(|l| {
-            l.trim_start()
-                .split_whitespace()
-                .nth(1)
-                .is_some_and(|w| w.starts_with("0x"))
-        })
+        .find(|l| l.split_whitespace().nth(1).is_some_and(|w| w.starts_with("0x")))
         .unwrap_or_default();
     println!("hottest instruction: {hottest}");
     assert!(hottest.trim_start().starts_with("100.00%"), "{text}");
+}
+
+/// Tracepoints counted: a workload that calls write(2) N times is counted N (and the one write
+/// of its TRUTH line), on entry and on exit; a misspelt one gets its subsystem's nearest names;
+/// sampling one is refused in one line that says how to count it.
+#[test]
+fn stat_counts_a_tracepoint_exactly_and_refuses_to_sample_one() {
+    let writes = 1000.0;
+    let (report, out) = stat(
+        &["-e", "syscalls:sys_enter_write,syscalls:sys_exit_write"],
+        &[&events_bin(), "writes", "1000"],
+    );
+    assert_eq!(truth(&out)["writes"], writes);
+    for event in ["syscalls:sys_enter_write", "syscalls:sys_exit_write"] {
+        let count = counter(&report, event)["value"].as_f64().unwrap();
+        println!("{event}: {count} for {writes} writes and the TRUTH line's");
+        assert_eq!(count, writes + 1.0, "{event}");
+    }
+    for (args, says) in [
+        (
+            vec!["stat", "-e", "sched:sched_swich", "--", "true"],
+            "did you mean",
+        ),
+        (
+            vec!["-e", "sched:sched_switch", "--", "true"],
+            "bpfprof stat -e sched:sched_switch",
+        ),
+    ] {
+        let out = run(&args);
+        let err = stderr(&out);
+        println!("{args:?}: {:?} {err}", out.status.code());
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(says) && err.trim().lines().count() == 1, "{err}");
+    }
+    assert_no_programs_left();
 }

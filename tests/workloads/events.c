@@ -5,11 +5,13 @@
  *   events naps N       napper sleeps N times (N voluntary context switches; preempted=K: the
  *                       involuntary ones meanwhile, which may land in a nap's own kernel path)
  *   events insns N      a loop of exactly 2 instructions run N times (2N instructions retired)
+ *   events writes N     N write(2) calls of one byte to /dev/null (and one more: the TRUTH line)
  * Each prints one `TRUTH key=value ...` line at exit. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -78,6 +80,12 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[1], "insns") == 0) {
         spin_insns(n);
         printf("TRUTH pid=%d loop_instructions=%ld\n", getpid(), 2 * n);
+    } else if (strcmp(argv[1], "writes") == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        for (long i = 0; i < n; i++) {
+            if (write(fd, "x", 1) != 1) return 1;
+        }
+        printf("TRUTH pid=%d writes=%ld\n", getpid(), n);
     } else if (strcmp(argv[1], "naps") == 0) {
         long before = preemptions();
         napper(n);

@@ -4,9 +4,12 @@
 //! (`r01c4`), and the modifiers `:u`, `:k` and `:p`. Names come from the kernel's sysfs
 //! (`/sys/bus/event_source/devices/*/events/`) and, on Arm, from the architected common events
 //! whose numbers the architecture fixes (a PMU's sysfs may list only a few).
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use crate::counters::events::{self, EventSpec, Pmu, SYSFS_PMUS};
+use crate::counters::{
+    events::{self, EventSpec, Pmu, SYSFS_PMUS},
+    tracepoint,
+};
 
 const PERF_TYPE_HARDWARE: u32 = 0;
 const PERF_TYPE_SOFTWARE: u32 = 1;
@@ -43,6 +46,11 @@ impl Event {
             precise: 0,
             hardware: !matches!(spec.source, events::Source::Software(_)),
         })
+    }
+
+    /// A tracepoint (`SUBSYSTEM:NAME`): counted, not sampled (see `tracepoint`).
+    pub fn is_tracepoint(&self) -> bool {
+        self.kind == tracepoint::PERF_TYPE_TRACEPOINT
     }
 
     /// `perf_event_attr` flag bits for `:u` and `:k`: exclude_user (bit 4), exclude_kernel (5).
@@ -87,6 +95,25 @@ impl Event {
 pub struct Group {
     pub events: Vec<Event>,
     pub together: bool,
+}
+
+/// A tracepoint found by its id, or the nearest of its subsystem's names.
+fn tracepoint_event(text: &str, found: Result<u64, Vec<String>>) -> Result<Event, EventError> {
+    match found {
+        Ok(id) => Ok(Event {
+            name: text.to_string(),
+            kind: tracepoint::PERF_TYPE_TRACEPOINT,
+            config: id,
+            exclude_kernel: false,
+            exclude_user: false,
+            precise: 0,
+            hardware: false,
+        }),
+        Err(known) => Err(EventError::Unknown {
+            given: text.to_string(),
+            near: nearest(text, &known),
+        }),
+    }
 }
 
 /// Why an event cannot be had.
@@ -234,6 +261,8 @@ pub const ARM_COMMON: [(&str, u64); 64] = [
 pub struct Catalog {
     /// Every PMU in sysfs, the CPU's core PMU first.
     pmus: Vec<Pmu>,
+    /// Where tracepoints are looked up (`SUBSYSTEM:NAME`), if anywhere.
+    tracefs: Option<PathBuf>,
     /// The core PMU is Arm's PMUv3: the architected events are known by name.
     arm: bool,
 }
@@ -241,7 +270,15 @@ pub struct Catalog {
 impl Catalog {
     /// This machine's.
     pub fn here() -> Catalog {
-        Catalog::at(Path::new(SYSFS_PMUS))
+        Catalog::at(Path::new(SYSFS_PMUS)).with_tracefs(tracepoint::tracefs_root())
+    }
+
+    /// The same, with the tracepoints of this tracefs.
+    pub fn with_tracefs(self, tracefs: &Path) -> Catalog {
+        Catalog {
+            tracefs: Some(tracefs.to_path_buf()),
+            ..self
+        }
     }
 
     /// The PMUs under `root` (a sysfs `event_source/devices`, or a test's copy of one).
@@ -260,7 +297,11 @@ impl Catalog {
             .into_iter()
             .chain(names.iter().filter_map(|n| Pmu::open(root, n)))
             .collect();
-        Catalog { pmus, arm }
+        Catalog {
+            pmus,
+            arm,
+            tracefs: None,
+        }
     }
 
     /// The CPU's core PMU, if the kernel exposes one.
@@ -299,6 +340,9 @@ impl Catalog {
     /// One event as written: `name[:modifiers]`, `pmu/name/`, `pmu/term=value,.../` or `rHEX`.
     pub fn parse(&self, text: &str) -> Result<Event, EventError> {
         let text = text.trim();
+        if let Some(found) = (self.tracefs.as_deref()).and_then(|root| tracepoint::id(root, text)) {
+            return tracepoint_event(text, found);
+        }
         let (body, modifiers) = split_modifiers(text);
         let invalid = |reason: String| EventError::Invalid {
             given: text.to_string(),

@@ -1,7 +1,7 @@
 //! Hardware and software counters: what the CPU is and which topdown method it has (`cpu`), the
 //! PMUs and events the kernel exposes (`pmu`, `events`), counting them over a run (`counting`)
 //! and the topdown analysis of their totals (`tma`), also from `perf stat` output (`perf_csv`);
-//! perf's event language (`language`).
+//! perf's event language (`language`), tracepoints among its events (`tracepoint`).
 pub mod counting;
 pub mod cpu;
 pub mod events;
@@ -9,3 +9,4 @@ pub mod language;
 pub mod perf_csv;
 pub mod pmu;
 pub mod tma;
+pub mod tracepoint;

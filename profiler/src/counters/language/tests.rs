@@ -251,3 +251,26 @@ fn event_lists_with_groups_and_commas_inside_a_pmus_terms() {
         assert!(here.parse_list(bad).is_err(), "{bad}");
     }
 }
+
+/// Tracepoints through the language: `SUBSYSTEM:NAME` is a tracepoint event by its tracefs id,
+/// a misspelt one names its subsystem's nearest; `cycles:u` stays an event with a modifier.
+#[test]
+fn tracepoints_are_events_by_their_tracefs_id() {
+    let root = sysfs("tracefs", &[]);
+    let dir = root.join("events/sched/sched_switch");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("id"), "316\n").unwrap();
+    let catalog = neoverse().with_tracefs(&root);
+    let switch = catalog.parse("sched:sched_switch").unwrap();
+    assert_eq!(
+        (switch.kind, switch.config, switch.spelled()),
+        (2, 316, "sched:sched_switch".into())
+    );
+    assert!(switch.is_tracepoint() && !switch.hardware);
+    let error = catalog.parse("sched:sched_swich").unwrap_err();
+    assert!(
+        error.to_string().contains("did you mean sched:sched_switch?"),
+        "{error}"
+    );
+    assert!(!catalog.parse("cycles:u").unwrap().is_tracepoint());
+}
