@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::{
     profile::{Health, LostStack, RawProfile, StackKey},
+    sources::samples::Rate,
     symbolize::{Frame, Symbols},
 };
 
@@ -34,12 +35,12 @@ impl RunMeta {
     /// How the event was sampled: `cycles every 100003 events`, `cpu-clock at 99 Hz`; none for
     /// a profile that says neither.
     pub fn sampling(&self) -> Option<String> {
-        match (self.period, self.frequency_hz) {
-            (Some(1), _) => Some(format!("{} every event", self.event)),
-            (Some(n), _) => Some(format!("{} every {n} events", self.event)),
-            (None, hz) if hz > 0 => Some(format!("{} at {hz} Hz", self.event)),
-            _ => None,
-        }
+        let rate = match (self.period, self.frequency_hz) {
+            (Some(n), _) => Rate::Period(n),
+            (None, hz) if hz > 0 => Rate::Frequency(hz),
+            _ => return None,
+        };
+        Some(format!("{} {rate}", self.event))
     }
 }
 

@@ -144,7 +144,7 @@ fn report_each_event(
     let mut notes = meta.notes.clone();
     notes.push(format!(
         "one report per event of {} sampled together: the health figures (samples lost, stacks, warnings) are the whole run's",
-        spelled_events(&plan.events)
+        Event::spelled_list(&plan.events, ",")
     ));
     for (index, event) in plan.events.iter().enumerate() {
         let meta = RunMeta {
@@ -428,7 +428,7 @@ async fn record(
     let recipe = plan.recipe(locks)?;
     let sampling = recipe.samples().map(|s| {
         (
-            spelled_events(&s.events),
+            Event::spelled_list(&s.events, ","),
             s.counters.iter().map(Event::spelled).collect(),
         )
     });
@@ -488,7 +488,7 @@ async fn record(
         (stop, Some(command)) => settle_command(stop, command, secs, &mut notes),
         (_, None) => 0,
     };
-    let (event, counters) = sampling.unwrap_or((spelled_events(&plan.events), Vec::new()));
+    let (event, counters) = sampling.unwrap_or((Event::spelled_list(&plan.events, ","), Vec::new()));
     let meta = RunMeta {
         mode: plan.mode.name(),
         event,
@@ -512,11 +512,6 @@ async fn record(
 }
 
 /// What a report says of how its run ended.
-/// The sampling events as the user wrote them, comma-separated.
-pub fn spelled_events(events: &[Event]) -> String {
-    events.iter().map(Event::spelled).collect::<Vec<_>>().join(",")
-}
-
 fn stop_notes(stop: &Stop, secs: f64) -> Vec<String> {
     match stop {
         Stop::Interrupted => vec![format!("interrupted after {secs:.1} s: partial profile")],

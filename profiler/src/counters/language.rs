@@ -48,6 +48,16 @@ impl Event {
         })
     }
 
+    /// Several events as the user wrote them, between `separator`s (`,` gives `-e`'s own
+    /// spelling back).
+    pub fn spelled_list(events: &[Event], separator: &str) -> String {
+        events
+            .iter()
+            .map(Event::spelled)
+            .collect::<Vec<_>>()
+            .join(separator)
+    }
+
     /// A tracepoint (`SUBSYSTEM:NAME`): counted, not sampled (see `tracepoint`).
     pub fn is_tracepoint(&self) -> bool {
         self.kind == tracepoint::PERF_TYPE_TRACEPOINT

@@ -37,6 +37,17 @@ pub enum Rate {
     Period(u64),
 }
 
+/// As reports say it: `at 99 Hz`, `every event`, `every 1000 events`.
+impl std::fmt::Display for Rate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Rate::Frequency(hz) => write!(f, "at {hz} Hz"),
+            Rate::Period(1) => write!(f, "every event"),
+            Rate::Period(n) => write!(f, "every {n} events"),
+        }
+    }
+}
+
 /// What is sampled, and what is read at each sample.
 pub struct Spec {
     /// The sampling events (each sample says which took it: its place here).
@@ -77,22 +88,16 @@ impl Spec {
         if !self.counters.is_empty() {
             open_counters(kernel, &self.counters, self.group)?;
         }
-        let rate = match self.rate {
-            Rate::Frequency(hz) => format!("at {hz} Hz"),
-            Rate::Period(1) => "every event".to_string(),
-            Rate::Period(n) => format!("every {n} events"),
-        };
+        let rate = self.rate;
         Ok(Attached {
             source: Box::new(maps),
-            doing: Some(format!("sampling {rate} ({})", spelled(&self.events))),
+            doing: Some(format!(
+                "sampling {rate} ({})",
+                Event::spelled_list(&self.events, ", ")
+            )),
             note: None,
         })
     }
-}
-
-/// The events as the user wrote them, comma-separated.
-fn spelled(events: &[Event]) -> String {
-    events.iter().map(Event::spelled).collect::<Vec<_>>().join(", ")
 }
 
 /// `perf_event_attr.freq`: `sample_period` is a frequency.
