@@ -29,6 +29,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/syscall.h>
@@ -50,8 +51,11 @@ struct result {
 };
 static struct result results[65];
 /* Everyone stops working before anyone reads: a read taken while others still compete for the
- * CPUs would miss waits the thread still has ahead of it (its exit). */
+ * CPUs would miss waits the thread still has ahead of it (its exit). Then main lets the threads
+ * read one at a time (`turn`), each after the one before has exited, so no thread of the workload
+ * is runnable beside one between its read and its exit. */
 static pthread_barrier_t done;
+static sem_t turn[65];
 
 long long sleep_known(long long ns);
 
@@ -83,11 +87,17 @@ static long long sleep_until(long long end, long long ns) {
     return now_ns() - t0 - (long long)(oncpu1 - oncpu0) - (long long)(delay1 - delay0);
 }
 
+/* Stop with the others, then wait for main to say it is this thread's turn to read. */
+static void wait_turn(struct result *r) {
+    pthread_barrier_wait(&done);
+    sem_wait(&turn[r - results]);
+}
+
 static void *busy(void *arg) {
     long long end = now_ns() + (long long)(seconds * 1e9);
     while (now_ns() < end)
         for (int i = 0; i < 100000; i++) sink += i;
-    pthread_barrier_wait(&done);
+    wait_turn(arg);
     report(arg, "busy", 0);
     return NULL;
 }
@@ -118,7 +128,7 @@ static void *sleeper(void *arg) {
     clock_gettime(CLOCK_REALTIME, &naps_from);
     long long slept = sleep_until(now_ns() + (long long)(seconds * 1e9), nap_ns);
     clock_gettime(CLOCK_REALTIME, &naps_to);
-    pthread_barrier_wait(&done);
+    wait_turn(arg);
     report(arg, "sleeper", slept);
     return NULL;
 }
@@ -206,10 +216,15 @@ int main(int argc, char **argv) {
     int n = atoi(argv[2]);
     pthread_t tids[65];
     if (n < 1 || n > 64) return 2;
-    pthread_barrier_init(&done, NULL, n + 1);
+    pthread_barrier_init(&done, NULL, n + 2);
+    for (int i = 0; i <= n; i++) sem_init(&turn[i], 0, 0);
     for (int i = 0; i < n; i++) pthread_create(&tids[i], NULL, busy, &results[i]);
     pthread_create(&tids[n], NULL, sleeper, &results[n]);
-    for (int i = 0; i <= n; i++) pthread_join(tids[i], NULL);
+    pthread_barrier_wait(&done);
+    for (int i = 0; i <= n; i++) {
+        sem_post(&turn[i]);
+        pthread_join(tids[i], NULL);
+    }
     for (int i = 0; i <= n; i++)
         printf("TASK tid=%lld role=%s run_delay=%llu pcount=%llu oncpu=%llu slept=%lld\n", results[i].tid,
                results[i].role, results[i].delay, results[i].pcount, results[i].oncpu, results[i].slept);
