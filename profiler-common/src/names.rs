@@ -61,6 +61,10 @@ names! {
         LOCK_CALLS = "LOCK_CALLS";
         LOCK_KERNEL_WAITING = "LOCK_KERNEL_WAITING";
         PTHREAD_UNWIND_PROGRAMS = "PTHREAD_UNWIND_PROGRAMS";
+        /// Per CPU, each tracing event's hits by the targets (`hit_cookie`).
+        HITS = "HITS";
+        TRACEPOINT_HIT_UNWIND_PROGRAMS = "TRACEPOINT_HIT_UNWIND_PROGRAMS";
+        PROBE_HIT_UNWIND_PROGRAMS = "PROBE_HIT_UNWIND_PROGRAMS";
     }
     PROGRAMS {
         PROG_SAMPLE = "sample_stack";
@@ -82,6 +86,10 @@ names! {
         PROG_UNWIND_PTHREAD = "unwind_pthread";
         PROG_CONTENTION_BEGIN = "contention_begin";
         PROG_CONTENTION_END = "contention_end";
+        PROG_SAMPLE_TRACEPOINT = "sample_tracepoint";
+        PROG_SAMPLE_PROBE = "sample_probe";
+        PROG_UNWIND_TRACEPOINT_HIT = "unwind_tracepoint_hit";
+        PROG_UNWIND_PROBE_HIT = "unwind_probe_hit";
     }
     GLOBALS {
         G_TASK_OFFSETS = "TASK_OFFSETS";
@@ -99,16 +107,18 @@ names! {
 }
 
 /// The maps only the kernel programs use (per-CPU scratch space, state between programs).
-pub const KERNEL_ONLY_MAPS: [&str; 10] = [
+pub const KERNEL_ONLY_MAPS: [&str; 12] = [
     "BUILD_ID_SCRATCH",
     "COUNTER_BASELINE",
     "CPU_HISTORY",
     "LOCK_WALK",
     "LOCK_WALK_FOR",
     "OFFCPU_WALK",
+    "PROBE_HIT_WALK",
     "PTHREAD_WALK",
     "PTHREAD_WALK_FOR",
     "TASK_TEMPLATE",
+    "TRACEPOINT_HIT_WALK",
     "WALK",
 ];
 

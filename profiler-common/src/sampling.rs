@@ -50,6 +50,28 @@ const _: () = assert!(size_of::<SampleKey>() == 40);
 /// its stack ids name stacks of that epoch's slot (long cleared: user space kept them by tid).
 pub const BEGAN_EARLIER: u16 = 2;
 
+/// Sampling events one run takes at once (each sample's `event` is its place among them).
+pub const MAX_SAMPLING_EVENTS: usize = 8;
+
+/// The cookie of a tracing event's sampler (a tracepoint, a user probe): its place among the
+/// run's events in the low 16 bits (as every sampler's), and above them how many of the targets'
+/// hits make one sample (`-c N`). Such a program runs at every hit, whatever the perf event's
+/// period, so it counts and picks the Nth itself.
+pub fn hit_cookie(event: u16, period: u64) -> u64 {
+    u64::from(event) | period << 16
+}
+
+/// A tracing sampler's cookie read back: (event, period of at least 1).
+pub fn hit_cookie_parts(cookie: u64) -> (u16, u64) {
+    (
+        cookie as u16,
+        match cookie >> 16 {
+            0 => 1,
+            period => period,
+        },
+    )
+}
+
 /// Counters whose deltas the sampling program attributes to the sampled stack: room for the
 /// largest topdown set (7 events on Intel ICL+ and AMD Zen 4/5, with cycles and instructions).
 pub const MAX_COUNTERS: usize = 8;

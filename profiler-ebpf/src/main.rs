@@ -19,6 +19,7 @@ macro_rules! kernel_log {
 mod arch;
 mod atomic;
 mod health;
+mod hits;
 mod lock;
 mod sampling;
 mod sched;

@@ -7,8 +7,7 @@ use aya_ebpf::{
     helpers::{bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_stack},
     macros::{map, perf_event, raw_tracepoint},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerfEventArray, RingBuf, StackTrace},
-    programs::{tracing::StackIdContext as _, PerfEventContext, RawTracePointContext},
-    EbpfContext as _,
+    programs::{tracing::StackIdContext, PerfEventContext, RawTracePointContext},
 };
 use profiler_common::{
     BuildIdKey, BuildIdStack, CounterBaseline, CounterDeltas, HealthCounter, ProcessEvent, ProcessEventKind,
@@ -131,7 +130,7 @@ fn try_sample_stack(ctx: &PerfEventContext) -> Result<(), i64> {
 /// Record one sample, with the table walker's user stack (its id, or the negative error) or,
 /// without one, the frame-pointer walk's.
 #[inline(always)]
-pub fn record_sample(ctx: &PerfEventContext, tgid: u32, tid: u32, unwound: Option<i32>) {
+pub fn record_sample<C: StackIdContext>(ctx: &C, tgid: u32, tid: u32, unwound: Option<i32>) {
     let slot = EPOCH.get(0).copied().unwrap_or(0) & 1;
     let _ = if slot == 0 {
         record(
@@ -155,8 +154,8 @@ pub fn record_sample(ctx: &PerfEventContext, tgid: u32, tid: u32, unwound: Optio
 }
 
 #[inline(always)]
-fn record(
-    ctx: &PerfEventContext,
+fn record<C: StackIdContext>(
+    ctx: &C,
     (tgid, tid): (u32, u32),
     (stacks, build_ids): (&StackTrace, &HashMap<BuildIdKey, BuildIdStack>),
     samples: &HashMap<SampleKey, SampleValue>,
@@ -199,8 +198,8 @@ fn record(
 /// processes user space has not captured yet, and some of those exit before it can (a vfork
 /// child before its exec runs in its parent's memory, which is never captured for it).
 #[inline(always)]
-fn record_build_ids(
-    ctx: &PerfEventContext,
+fn record_build_ids<C: StackIdContext>(
+    ctx: &C,
     tgid: u32,
     stack_id: i32,
     build_ids: &HashMap<BuildIdKey, BuildIdStack>,
@@ -414,7 +413,7 @@ fn read_counter(reader: &PerfEventArray<u32>) -> Option<bpf_perf_event_value> {
 /// The stack id, or the negative error, counted when it is a real failure. `-EFAULT` is normal:
 /// no user stack for a kernel thread, no kernel stack for a sample taken in user mode.
 #[inline(always)]
-fn stack_id(ctx: &PerfEventContext, stacks: &StackTrace, flags: u64, user: bool) -> i32 {
+fn stack_id<C: StackIdContext>(ctx: &C, stacks: &StackTrace, flags: u64, user: bool) -> i32 {
     match ctx.get_stackid(stacks, flags) {
         Ok(id) => id as i32,
         Err(err) => {

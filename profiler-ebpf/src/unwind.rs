@@ -4,17 +4,19 @@
 //! the same program until the stack ends. Where a mapping has no table (or a row has a rule we do
 //! not follow), that frame is stepped with the frame pointer instead.
 //!
-//! Four walkers share the walk: for samples (a perf-event program, tail-called from the sampling
-//! program), for threads going to sleep (a raw-tracepoint program, tail-called from the switch
-//! program), for futex waits and wakes (a tracepoint program) and for pthread lock calls (a
-//! uprobe program). A tail call only reaches programs of its caller's type, and each has its own
+//! Six walkers share the walk: for samples (a perf-event program, tail-called from the sampling
+//! program, and a tracepoint and a uprobe program for the samples of tracing events), for
+//! threads going to sleep (a raw-tracepoint program, tail-called from the switch program), for
+//! futex waits and wakes (a tracepoint program) and for pthread lock calls (a uprobe program). A tail call only reaches programs of its caller's type, and each has its own
 //! per-CPU scratch: a sample can interrupt a switch or a syscall on the same CPU.
 use aya_ebpf::{
     bindings::{pt_regs, BPF_F_MMAPABLE},
     helpers::{bpf_get_current_task_btf, bpf_probe_read_user},
     macros::{map, perf_event, raw_tracepoint, tracepoint, uprobe},
     maps::{Array, HashMap, PerCpuArray, ProgramArray},
-    programs::{PerfEventContext, ProbeContext, RawTracePointContext, TracePointContext},
+    programs::{
+        tracing::StackIdContext, PerfEventContext, ProbeContext, RawTracePointContext, TracePointContext,
+    },
     EbpfContext,
 };
 use profiler_common::{
@@ -75,6 +77,15 @@ static PTHREAD_UNWIND_PROGRAMS: ProgramArray = ProgramArray::with_max_entries(1,
 #[map(name = "PTHREAD_WALK")]
 static PTHREAD_WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
 
+#[map(name = "TRACEPOINT_HIT_UNWIND_PROGRAMS")]
+static TRACEPOINT_HIT_UNWIND_PROGRAMS: ProgramArray = ProgramArray::with_max_entries(1, 0);
+#[map(name = "TRACEPOINT_HIT_WALK")]
+static TRACEPOINT_HIT_WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
+#[map(name = "PROBE_HIT_UNWIND_PROGRAMS")]
+static PROBE_HIT_UNWIND_PROGRAMS: ProgramArray = ProgramArray::with_max_entries(1, 0);
+#[map(name = "PROBE_HIT_WALK")]
+static PROBE_HIT_WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
+
 /// Tables are in use for this run (whether or not a given process has them yet).
 #[inline(always)]
 pub fn tables_in_use() -> bool {
@@ -101,13 +112,7 @@ pub fn forget_process(tgid: u32) {
 /// only if the walk could not start (the caller then records a frame-pointer stack).
 #[inline(always)]
 pub fn start(ctx: &PerfEventContext, tgid: u32, tid: u32) {
-    if unsafe { core::ptr::read_volatile(&UNWIND_ENABLED) } == 0 {
-        return;
-    }
-    // Counted, because such a stack stops at the first frame without a frame pointer: a
-    // report must say how much of it was taken before user space could give the tables.
-    if UNWIND_PROCESSES.get_ptr(tgid).is_none() {
-        bump(HealthCounter::UnwindBeforeTables);
+    if !tables_for_sample(tgid) {
         return;
     }
     let regs = unsafe { &(*ctx.ctx).regs };
@@ -116,6 +121,55 @@ pub fn start(ctx: &PerfEventContext, tgid: u32, tid: u32) {
         false => saved_user_registers(),
     };
     launch(ctx, &WALK, &UNWIND_PROGRAMS, registers, None, tgid, tid);
+}
+
+/// Start a table walk of the current thread's user stack at a sampled tracepoint hit, from the
+/// registers it entered the kernel with. Returns only if the walk could not start.
+#[inline(always)]
+pub fn start_tracepoint_hit(ctx: &TracePointContext, tgid: u32, tid: u32) {
+    if tables_for_sample(tgid) {
+        launch(
+            ctx,
+            &TRACEPOINT_HIT_WALK,
+            &TRACEPOINT_HIT_UNWIND_PROGRAMS,
+            saved_user_registers(),
+            None,
+            tgid,
+            tid,
+        );
+    }
+}
+
+/// The same at a user probe's sampled hit, from the probe's own registers (user space's).
+#[inline(always)]
+pub fn start_probe_hit(ctx: &ProbeContext, tgid: u32, tid: u32) {
+    if tables_for_sample(tgid) {
+        let regs = unsafe { &*ctx.regs };
+        launch(
+            ctx,
+            &PROBE_HIT_WALK,
+            &PROBE_HIT_UNWIND_PROGRAMS,
+            Some(arch::registers(regs)),
+            None,
+            tgid,
+            tid,
+        );
+    }
+}
+
+/// Whether a sample's user stack is walked through tables: they are in use and the process has
+/// them. Counted when it has none yet, because such a stack stops at the first frame without a
+/// frame pointer: a report must say how much of it was taken before user space gave the tables.
+#[inline(always)]
+fn tables_for_sample(tgid: u32) -> bool {
+    if unsafe { core::ptr::read_volatile(&UNWIND_ENABLED) } == 0 {
+        return false;
+    }
+    if UNWIND_PROCESSES.get_ptr(tgid).is_none() {
+        bump(HealthCounter::UnwindBeforeTables);
+        return false;
+    }
+    true
 }
 
 /// Start a table walk of the stack of the thread going to sleep (`current`: the switch runs as
@@ -222,8 +276,35 @@ pub fn unwind_user(ctx: PerfEventContext) -> u32 {
 }
 
 fn try_unwind_user(ctx: &PerfEventContext) -> Result<(), ()> {
-    let walk = unsafe { &mut *WALK.get_ptr_mut(0).ok_or(())? };
-    advance(ctx, walk, &UNWIND_PROGRAMS);
+    walk_sample(ctx, &WALK, &UNWIND_PROGRAMS)
+}
+
+/// Loaded beside the tracepoint sampler (never attached): it is only tail-called.
+#[tracepoint]
+pub fn unwind_tracepoint_hit(ctx: TracePointContext) -> u32 {
+    let _ = walk_sample(&ctx, &TRACEPOINT_HIT_WALK, &TRACEPOINT_HIT_UNWIND_PROGRAMS);
+    0
+}
+
+/// Loaded beside the probe sampler (never attached): it is only tail-called.
+#[uprobe]
+pub fn unwind_probe_hit(ctx: ProbeContext) -> u32 {
+    let _ = walk_sample(&ctx, &PROBE_HIT_WALK, &PROBE_HIT_UNWIND_PROGRAMS);
+    0
+}
+
+/// A sample's walk, one run of it: once it has ended, the stack goes to the epoch's user
+/// stacks and the sample is recorded with it, as the sampler would have with a frame-pointer
+/// stack. Every sampler's walker, each with its own scratch (a CPU sample may interrupt a
+/// tracepoint's walk) and program type.
+#[inline(always)]
+fn walk_sample<C: StackIdContext>(
+    ctx: &C,
+    scratch: &PerCpuArray<Walk>,
+    programs: &ProgramArray,
+) -> Result<(), ()> {
+    let walk = unsafe { &mut *scratch.get_ptr_mut(0).ok_or(())? };
+    advance(ctx, walk, programs);
     let stacks = match EPOCH.get(0).copied().unwrap_or(0) & 1 {
         0 => &USER_STACKS_0,
         _ => &USER_STACKS_1,

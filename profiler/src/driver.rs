@@ -135,6 +135,8 @@ pub(crate) struct Stopped {
     /// The kernel's counters at the end, with what only user space knows of the run.
     pub health: Health,
     pub procs: Processes,
+    /// What the sources say of their figures (`Source::notes`).
+    pub notes: Vec<String>,
 }
 
 /// What every loading run needs once privileges are checked: tracefs, limits, the event loop.
@@ -310,8 +312,10 @@ impl<K> Driver<K> {
         }
         sink.finished(finished, &mut sources.procs)?;
         let mut health = sources.commons.health()?;
+        let mut notes = Vec::new();
         for source in &sources.attached {
             source.add_health(&mut health);
+            notes.extend(source.notes());
         }
         health.files_without_tables_named = sources
             .tables
@@ -323,7 +327,7 @@ impl<K> Driver<K> {
         drop(events);
         drop(attached);
         drop(kernel);
-        Ok(Stopped { health, procs })
+        Ok(Stopped { health, procs, notes })
     }
 }
 

@@ -42,19 +42,7 @@ pub fn resolve(program: &OsString) -> Result<PathBuf, UserError> {
             Err(UserError::CommandNotFound(display))
         };
     }
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join(path))
-        .find(|candidate| is_executable(candidate))
-        .ok_or(UserError::CommandNotFound(display))
-}
-
-fn is_executable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    path.metadata()
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+    crate::which::on_path(path).ok_or(UserError::CommandNotFound(display))
 }
 
 pub fn display(argv: &[OsString]) -> String {

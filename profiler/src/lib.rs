@@ -34,6 +34,7 @@ pub mod symbolize;
 pub mod top;
 pub mod unwind;
 pub mod views;
+pub mod which;
 
 use cli::{Cli, Subcommands};
 

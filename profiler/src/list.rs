@@ -29,9 +29,16 @@ pub fn run(args: ListArgs) -> anyhow::Result<i32> {
         }
         .into());
     }
-    let no_pmu = crate::counters::pmu::missing_reason();
-    let mut listed = catalog_entries(&Catalog::here(), no_pmu.as_deref());
-    listed.extend(tracepoints(crate::preflight::tracefs_root()));
+    let mut listed = match &args.probes {
+        Some(file) => probe_entries(file)?,
+        None => {
+            let no_pmu = crate::counters::pmu::missing_reason();
+            let mut listed = catalog_entries(&Catalog::here(), no_pmu.as_deref());
+            listed.extend(probe_forms());
+            listed.extend(tracepoints(crate::preflight::tracefs_root()));
+            listed
+        }
+    };
     if let Some(filter) = &args.filter {
         let filter = filter.to_ascii_lowercase();
         listed.retain(|l| l.name.to_ascii_lowercase().contains(&filter) || l.group.contains(&filter));
@@ -82,6 +89,38 @@ pub fn catalog_entries(catalog: &Catalog, no_pmu: Option<&str>) -> Vec<Listed> {
     listed
 }
 
+/// How user probes are spelled (any function of any file: `list --probes FILE` lists them).
+fn probe_forms() -> Vec<Listed> {
+    [
+        ("uprobe:FILE:FUNCTION", "at the function's entry (FUNCTION+OFFSET, or 0xADDRESS)"),
+        ("uretprobe:FILE:FUNCTION", "at the function's returns"),
+    ]
+    .into_iter()
+    .map(|(name, description)| Listed {
+        name: name.to_string(),
+        group: "user probes (FILE: a path, a program or a library's name; list --probes FILE shows its functions)".into(),
+        description: description.to_string(),
+        unavailable: None,
+    })
+    .collect()
+}
+
+/// The functions of `file` a user probe can name.
+fn probe_entries(file: &str) -> Result<Vec<Listed>, UserError> {
+    let (path, names) =
+        crate::counters::probe::functions(file).map_err(|e| UserError::Usage(format!("--probes {e}")))?;
+    let group = format!("functions of {} (uprobe:{file}:FUNCTION)", path.display());
+    Ok(names
+        .into_iter()
+        .map(|name| Listed {
+            name,
+            group: group.clone(),
+            description: String::new(),
+            unavailable: None,
+        })
+        .collect())
+}
+
 /// The tracepoints under `tracefs/events`, by subsystem.
 fn tracepoints(tracefs: &std::path::Path) -> Vec<Listed> {
     let mut listed = Vec::new();
@@ -104,7 +143,7 @@ fn tracepoints(tracefs: &std::path::Path) -> Vec<Listed> {
         for event in events {
             listed.push(Listed {
                 name: format!("{system}:{event}"),
-                group: format!("tracepoint {system} (counted by stat -e; not sampled yet)"),
+                group: format!("tracepoint {system}"),
                 description: String::new(),
                 unavailable: None,
             });

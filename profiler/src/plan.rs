@@ -28,7 +28,6 @@ fn sampling_event(catalog: &Catalog, text: &str) -> Result<Event, UserError> {
 
 /// `event`, if this machine can sample it as asked.
 fn samplable(catalog: &Catalog, event: Event) -> Result<Event, UserError> {
-    not_a_tracepoint(&event, "-e")?;
     if event.hardware && crate::counters::pmu::missing_reason().is_some() {
         return Err(UserError::NoPmu {
             event: event.spelled(),
@@ -40,15 +39,56 @@ fn samplable(catalog: &Catalog, event: Event) -> Result<Event, UserError> {
     }
 }
 
-/// A tracepoint is counted by `stat`; the sampler and the counters it reads are not tracepoint
-/// programs.
-fn not_a_tracepoint(event: &Event, flag: &str) -> Result<(), UserError> {
-    match event.is_tracepoint() {
+/// A counter read at each sample is a PMU's or the kernel's count; a tracing event's hits are
+/// counted by `stat`, or sampled with `-e`.
+fn not_traced(event: &Event, flag: &str) -> Result<(), UserError> {
+    match event.is_traced() {
         true => Err(UserError::Usage(format!(
-            "{flag} {0}: a tracepoint is counted, not sampled with stacks yet: `bpfprof stat -e {0}` counts it",
+            "{flag} {0}: a tracepoint or probe is not read at samples: `bpfprof stat -e {0}` counts it, `-e {0}` samples its hits",
             event.spelled()
         ))),
         false => Ok(()),
+    }
+}
+
+/// Tracing events (tracepoints, probes) are sampled every Nth hit, in hotspot mode, and not
+/// beside events sampled at a frequency or a period of their own (one rate per run).
+fn traced_events_fit(events: &[Event], cli: &Cli) -> Result<(), UserError> {
+    let traced = events.iter().filter(|e| e.is_traced()).count();
+    if traced == 0 {
+        return Ok(());
+    }
+    let spelled = Event::spelled_list(events, ",");
+    if traced < events.len() {
+        return Err(UserError::Usage(format!(
+            "-e {spelled}: tracepoints and probes are sampled at their hits, other events at a rate: sample them in separate runs"
+        )));
+    }
+    if cli.frequency.is_some() {
+        return Err(UserError::Usage(format!(
+            "-e {spelled}: a tracepoint or probe is sampled at its hits, not at a frequency: -c N samples every Nth hit (every hit without it)"
+        )));
+    }
+    if cli.mode != Mode::Hotspot {
+        return Err(UserError::Usage(format!(
+            "-e {spelled}: tracepoints and probes are sampled in --mode hotspot"
+        )));
+    }
+    if !cli.counters_events.is_empty() {
+        return Err(UserError::Usage(
+            "--counter is read at CPU samples, not at tracepoint or probe hits".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// How often the events are sampled: every `-c` events (or hits), else a tracing event at every
+/// hit, any other at the frequency.
+fn rate_of(events: &[Event], period: Option<u64>, frequency_hz: u64) -> Rate {
+    match (period, events.iter().any(Event::is_traced)) {
+        (Some(n), _) => Rate::Period(n),
+        (None, true) => Rate::Period(1),
+        (None, false) => Rate::Frequency(frequency_hz),
     }
 }
 
@@ -71,7 +111,7 @@ fn sampling_events(catalog: &Catalog, given: &[String]) -> Result<Vec<Event>, Us
 }
 
 /// How many events one run samples at most (each opens a perf event per CPU).
-pub const MAX_SAMPLING_EVENTS: usize = 8;
+pub const MAX_SAMPLING_EVENTS: usize = profiler_common::MAX_SAMPLING_EVENTS;
 
 /// Several sampling events give one profile each: hotspot only, into files (or text), not
 /// annotated at once.
@@ -149,9 +189,6 @@ impl Plan {
             });
         }
         let frequency_hz = cli.frequency.unwrap_or(DEFAULT_HZ);
-        if matches!(cli.mode, Mode::Hotspot | Mode::Topdown) && cli.period.is_none() {
-            preflight::check_frequency(frequency_hz)?;
-        }
         if cli.period.is_some() && cli.mode != Mode::Hotspot {
             return Err(UserError::Usage(
                 "-c (sample every N events) goes with --mode hotspot".into(),
@@ -160,13 +197,18 @@ impl Plan {
         let catalog = Catalog::here();
         let events = sampling_events(&catalog, &cli.events)?;
         several_events_fit(&events, &cli, format)?;
+        traced_events_fit(&events, &cli)?;
+        let rate = rate_of(&events, cli.period, frequency_hz);
+        if matches!(cli.mode, Mode::Hotspot | Mode::Topdown) && matches!(rate, Rate::Frequency(_)) {
+            preflight::check_frequency(frequency_hz)?;
+        }
         let counters = cli
             .counters_events
             .iter()
             .map(|c| catalog.parse(c))
             .collect::<Result<Vec<_>, _>>()?;
         for counter in &counters {
-            not_a_tracepoint(counter, "--counter")?;
+            not_traced(counter, "--counter")?;
         }
         let pids = preflight::resolve_pids(&cli.pids)?;
         if let Some(program) = cli.command.first() {
@@ -203,10 +245,7 @@ impl Plan {
         Ok(Plan {
             mode: cli.mode,
             events,
-            rate: match cli.period {
-                Some(n) => Rate::Period(n),
-                None => Rate::Frequency(frequency_hz),
-            },
+            rate,
             frequency_hz,
             duration: cli.duration.map(Duration::from_secs_f64),
             system_wide: cli.system_wide || (cli.pids.is_empty() && cli.command.is_empty()),
@@ -289,10 +328,11 @@ impl Plan {
         if args.window == 0 {
             return Err(UserError::Usage("--window: at least 1 second".into()));
         }
+        let events = vec![sampling_event(&Catalog::here(), &args.event)?];
         Ok(Plan {
             mode,
-            events: vec![sampling_event(&Catalog::here(), &args.event)?],
-            rate: args.period.map_or(Rate::Frequency(args.frequency), Rate::Period),
+            rate: rate_of(&events, args.period, args.frequency),
+            events,
             frequency_hz: args.frequency,
             duration: args.duration.map(Duration::from_secs_f64),
             system_wide: args.pids.is_empty(),

@@ -134,7 +134,7 @@ fn report_each_event(
     mut sink: RunSink,
 ) -> anyhow::Result<Vec<(Option<std::path::PathBuf>, String)>> {
     let Recording {
-        stopped: Stopped { health, procs },
+        stopped: Stopped { health, procs, .. },
         meta,
         ..
     } = recording;
@@ -177,7 +177,7 @@ fn report_run(
         output::write_report(plan.output.as_deref(), render)
     };
     let Recording {
-        stopped: Stopped { health, procs },
+        stopped: Stopped { health, procs, .. },
         meta,
         sampled,
         ..
@@ -483,6 +483,7 @@ async fn record(
     let stopped = driver.stop(sink, monotonic_ns())?;
     let mut notes = stop_notes(&stop, secs);
     notes.extend(collection_notes);
+    notes.extend(stopped.notes.iter().cloned());
     let exit_code = match (stop, stops.command.as_mut()) {
         (Stop::CommandExited(code), _) => code,
         (stop, Some(command)) => settle_command(stop, command, secs, &mut notes),

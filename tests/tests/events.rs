@@ -546,10 +546,9 @@ fn annotate_on_page_faults_puts_every_fault_on_the_storing_instruction() {
 }
 
 /// Tracepoints counted: a workload that calls write(2) N times is counted N (and the one write
-/// of its TRUTH line), on entry and on exit; a misspelt one gets its subsystem's nearest names;
-/// sampling one is refused in one line that says how to count it.
+/// of its TRUTH line), on entry and on exit; a misspelt one gets its subsystem's nearest names.
 #[test]
-fn stat_counts_a_tracepoint_exactly_and_refuses_to_sample_one() {
+fn stat_counts_a_tracepoint_exactly() {
     let writes = 1000.0;
     let (report, out) = stat(
         &["-e", "syscalls:sys_enter_write,syscalls:sys_exit_write"],
@@ -561,21 +560,160 @@ fn stat_counts_a_tracepoint_exactly_and_refuses_to_sample_one() {
         println!("{event}: {count} for {writes} writes and the TRUTH line's");
         assert_eq!(count, writes + 1.0, "{event}");
     }
-    for (args, says) in [
-        (
-            vec!["stat", "-e", "sched:sched_swich", "--", "true"],
-            "did you mean",
-        ),
-        (
-            vec!["-e", "sched:sched_switch", "--", "true"],
-            "bpfprof stat -e sched:sched_switch",
-        ),
-    ] {
-        let out = run(&args);
-        let err = stderr(&out);
-        println!("{args:?}: {:?} {err}", out.status.code());
-        assert_eq!(out.status.code(), Some(2), "{err}");
-        assert!(err.contains(says) && err.trim().lines().count() == 1, "{err}");
+    refused_in_one_line(&["stat", "-e", "sched:sched_swich", "--", "true"], "did you mean");
+    assert_no_programs_left();
+}
+
+/// `args` fail with exit 2 and one line that says `says`.
+fn refused_in_one_line(args: &[&str], says: &str) {
+    let out = run(args);
+    let err = stderr(&out);
+    println!("{args:?}: {:?} {err}", out.status.code());
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(says) && err.trim().lines().count() == 1, "{err}");
+}
+
+/// `-e EVENT [-c N]` on the events workload (`mode`, `n`): the report, its notes, the truth.
+fn sample_hits(event: &str, every: &str, mode: &str, n: &str) -> (Report, String, HashMap<String, f64>) {
+    let path = temp_path(&format!("hits-{}.json", rand_suffix()));
+    let out = run(&[
+        "-e",
+        event,
+        "-c",
+        every,
+        "-o",
+        path.to_str().unwrap(),
+        "--",
+        &events_bin(),
+        mode,
+        n,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = Report::read(&path);
+    let notes = report.0["notes"].to_string();
+    (report, notes, truth(&stdout(&out)))
+}
+
+/// The kernel's exact count of an event's hits, as the report's note says it.
+fn hits_noted(notes: &str, event: &str) -> u64 {
+    let at = notes
+        .find(&format!("{event}: "))
+        .unwrap_or_else(|| panic!("no hits of {event} in {notes}"));
+    let rest = &notes[at + event.len() + 2..];
+    rest.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// Sampled with stacks: every hit (a sample per write, each under the writing `main`), and
+/// every 10th (per CPU: a tenth of the hits the note counts exactly, less what each CPU had
+/// left). A frequency makes no sense for a tracepoint: refused in one line.
+#[test]
+fn a_tracepoint_is_sampled_at_every_hit_or_every_nth_with_its_hits_counted() {
+    let cpus = std::thread::available_parallelism().unwrap().get() as u64;
+    for every in [1, 10] {
+        let (report, notes, truth) =
+            sample_hits("syscalls:sys_enter_write", &every.to_string(), "writes", "20000");
+        let pid = truth["pid"] as u32;
+        let writes = truth["writes"] as u64 + 1;
+        let hits = hits_noted(&notes, "syscalls:sys_enter_write");
+        let samples = report.samples_of(pid);
+        let in_main = (report.total_share(pid, "main") * samples as f64).round() as u64;
+        let early = report.0["health"]["unwind_before_tables"].as_u64().unwrap();
+        let top = report.0["functions"][0]["function"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        println!(
+            "-c {every}: {writes} writes, {hits} hits noted, {samples} samples, {in_main} under main, {early} before the tables; hottest {top}"
+        );
+        assert_eq!(hits, writes, "{notes}");
+        assert!(
+            samples * every <= hits && hits - samples * every < every * cpus,
+            "{samples} samples of every {every}th of {hits} hits"
+        );
+        // Frame pointers skip the caller of libc's frameless write: only samples taken before
+        // the process's tables were given may miss main, and the TRUTH line's write (its
+        // buffer is flushed at exit, after main returned) when it is sampled.
+        let at_exit = u64::from(every == 1);
+        assert!(
+            in_main + early + at_exit >= samples,
+            "{in_main} of {samples} under main, {early} early"
+        );
+        assert!(in_main * 2 >= samples, "{in_main} of {samples} under main");
+        // The kernel stack begins at the traced syscall's entry, not in the tracing machinery.
+        assert_eq!(top, "syscall_trace_enter", "{}", report.0["functions"]);
     }
+    refused_in_one_line(
+        &["-e", "sched:sched_switch", "-F", "99", "--", "true"],
+        "every Nth hit",
+    );
+    refused_in_one_line(
+        &["-e", "sched:sched_switch,cpu-clock", "--", "true"],
+        "separate runs",
+    );
+    assert_no_programs_left();
+}
+
+/// User probes counted exactly: a probe on each of the workload's two allocating functions (one
+/// at its entry, one at its returns) counts its calls as the workload counted them; one on libc's
+/// malloc counts those and the few of the C runtime's own.
+#[test]
+fn stat_counts_user_probes_exactly() {
+    let bin = events_bin();
+    let alpha = format!("uprobe:{bin}:alpha_alloc");
+    let beta = format!("uretprobe:{bin}:beta_alloc");
+    let (report, out) = stat(
+        &["-e", &format!("{alpha},{beta},uprobe:libc:malloc")],
+        &[&bin, "mallocs", "20000"],
+    );
+    let truth = truth(&out);
+    let count = |event: &str| counter(&report, event)["value"].as_f64().unwrap();
+    let mallocs = count("uprobe:libc:malloc");
+    println!(
+        "alpha_alloc {} calls, counted {}; beta_alloc {} returns, counted {}; malloc {mallocs} for 20000",
+        truth["alpha_calls"],
+        count(&alpha),
+        truth["beta_calls"],
+        count(&beta)
+    );
+    assert_eq!(count(&alpha), truth["alpha_calls"]);
+    assert_eq!(count(&beta), truth["beta_calls"]);
+    assert!((20_000.0..=20_100.0).contains(&mallocs), "{mallocs}");
+    refused_in_one_line(
+        &["stat", "-e", "uprobe:libc:mallc", "--", "true"],
+        "did you mean malloc",
+    );
+    refused_in_one_line(
+        &["stat", "-e", "uprobe:libnosuchthing:f", "--", "true"],
+        "no file",
+    );
+    assert_no_programs_left();
+}
+
+/// "A backtrace every 10th allocation": `-e uprobe:libc:malloc -c 10` splits the samples between
+/// the two call sites as the workload split its calls (70/30, in a pseudo-random order no
+/// period can fall in step with), and the note counts every call.
+#[test]
+fn every_tenth_malloc_splits_by_call_site() {
+    let (report, notes, truth) = sample_hits("uprobe:libc:malloc", "10", "mallocs", "200000");
+    let pid = truth["pid"] as u32;
+    let calls = truth["alpha_calls"] + truth["beta_calls"];
+    let hits = hits_noted(&notes, "uprobe:libc:malloc");
+    let samples = report.samples_of(pid) as f64;
+    let alpha = report.total_share(pid, "alpha_alloc") * samples;
+    let beta = report.total_share(pid, "beta_alloc") * samples;
+    let share = 100.0 * alpha / (alpha + beta);
+    let expected = 100.0 * truth["alpha_calls"] / calls;
+    println!(
+        "{calls} mallocs, {hits} hits noted, {samples} samples: alpha_alloc {share:.2}% (called {expected:.2}%), {:.1}% under neither; health {}",
+        100.0 * (1.0 - (alpha + beta) / samples),
+        report.0["health"]
+    );
+    assert!(
+        hits as f64 >= calls && hits as f64 <= calls + 100.0,
+        "{hits} hits"
+    );
+    assert!((share - expected).abs() <= 3.0, "{share:.2}% vs {expected:.2}%");
+    // Samples before the process's tables were given stop early (counted in the health).
+    assert!(alpha + beta >= 0.95 * samples, "{alpha} + {beta} of {samples}");
     assert_no_programs_left();
 }

@@ -6,6 +6,9 @@
  *                       involuntary ones meanwhile, which may land in a nap's own kernel path)
  *   events insns N      a loop of exactly 2 instructions run N times (2N instructions retired)
  *   events writes N     N write(2) calls of one byte to /dev/null (and one more: the TRUTH line)
+ *   events mallocs N    N malloc calls, from alpha_alloc (64 bytes) or beta_alloc (4096 bytes),
+ *                       picked 70/30 by a fixed pseudo-random sequence (no pattern a sampling
+ *                       period could fall in step with); prints each one's calls and bytes
  * Each prints one `TRUTH key=value ...` line at exit. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -33,6 +36,29 @@ static __attribute__((noinline)) void touch(long pages) {
 /* noipa: two functions with one body must stay two (GCC would fold them into one). */
 static __attribute__((noipa)) void alpha_pages(long pages) { touch(pages); }
 static __attribute__((noipa)) void beta_pages(long pages) { touch(pages); }
+
+/* Each keeps its frame under malloc (built without sibling calls) and is counted by its caller. */
+static void *volatile last;
+static __attribute__((noipa)) void alpha_alloc(size_t bytes) { last = malloc(bytes); free(last); }
+static __attribute__((noipa)) void beta_alloc(size_t bytes) { last = malloc(bytes); free(last); }
+
+static void mallocs(long n) {
+    long calls[2] = {0, 0};
+    unsigned long long bytes[2] = {0, 0}, state = 42;
+    for (long i = 0; i < n; i++) {
+        state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+        int beta = (state >> 33) % 100 >= 70;
+        size_t size = beta ? 4096 : 64;
+        if (beta)
+            beta_alloc(size);
+        else
+            alpha_alloc(size);
+        calls[beta]++;
+        bytes[beta] += size;
+    }
+    printf("TRUTH pid=%d alpha_calls=%ld beta_calls=%ld alpha_bytes=%llu beta_bytes=%llu\n", getpid(), calls[0],
+           calls[1], bytes[0], bytes[1]);
+}
 
 static __attribute__((noinline)) void napper(long naps) {
     struct timespec nap = {0, 200000};
@@ -86,6 +112,8 @@ int main(int argc, char **argv) {
             if (write(fd, "x", 1) != 1) return 1;
         }
         printf("TRUTH pid=%d writes=%ld\n", getpid(), n);
+    } else if (strcmp(argv[1], "mallocs") == 0) {
+        mallocs(n);
     } else if (strcmp(argv[1], "naps") == 0) {
         long before = preemptions();
         napper(n);

@@ -219,6 +219,10 @@ pub struct ListArgs {
     /// Only names containing this.
     #[arg(value_name = "FILTER")]
     pub filter: Option<String>,
+    /// The functions of this file a user probe can name (`uprobe:FILE:FUNCTION`), instead of the
+    /// events: a path, a program on $PATH or a library's name (`libc`).
+    #[arg(long, value_name = "FILE")]
+    pub probes: Option<String>,
     /// Output format: text or json.
     #[arg(long, value_enum)]
     pub format: Option<Format>,

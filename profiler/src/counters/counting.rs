@@ -150,8 +150,6 @@ fn open_group(
     let mut fds: Vec<OwnedFd> = Vec::new();
     for (i, event) in group.events.iter().enumerate() {
         let attr = Attr {
-            kind: event.kind,
-            config: event.config,
             read_format: FORMAT_TOTAL_TIME_ENABLED
                 | FORMAT_TOTAL_TIME_RUNNING
                 | if together { FORMAT_GROUP } else { 0 },
@@ -160,7 +158,7 @@ fn open_group(
             flags: if inherit { FLAG_INHERIT } else { 0 }
                 | if together && i == 0 { FLAG_DISABLED } else { 0 }
                 | event.exclude_flags(),
-            ..Default::default()
+            ..event.attr()
         };
         let leader = match (together, fds.first()) {
             (true, Some(leader)) => leader.as_raw_fd(),

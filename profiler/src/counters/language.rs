@@ -6,8 +6,12 @@
 //! whose numbers the architecture fixes (a PMU's sysfs may list only a few).
 use std::path::{Path, PathBuf};
 
+pub use crate::counters::names::{cache_names, ARM_COMMON, HARDWARE, SOFTWARE};
 use crate::counters::{
     events::{self, EventSpec, Pmu, SYSFS_PMUS},
+    names::cache_config,
+    pmu::Attr,
+    probe::{self, Probe, ProbeError},
     tracepoint,
 };
 
@@ -31,6 +35,8 @@ pub struct Event {
     pub precise: u8,
     /// Counted by a hardware PMU (none in most VMs).
     pub hardware: bool,
+    /// A user probe's file and offset (`config1`, `config2`).
+    pub probe: Option<Probe>,
 }
 
 impl Event {
@@ -45,6 +51,7 @@ impl Event {
             exclude_user: false,
             precise: 0,
             hardware: !matches!(spec.source, events::Source::Software(_)),
+            probe: None,
         })
     }
 
@@ -58,9 +65,30 @@ impl Event {
             .join(separator)
     }
 
-    /// A tracepoint (`SUBSYSTEM:NAME`): counted, not sampled (see `tracepoint`).
+    /// A tracepoint (`SUBSYSTEM:NAME`, see `tracepoint`).
     pub fn is_tracepoint(&self) -> bool {
         self.kind == tracepoint::PERF_TYPE_TRACEPOINT
+    }
+
+    /// A tracing event (a tracepoint or a probe): its program runs at every hit, so it is
+    /// sampled every Nth hit (`-c N`, every hit by default), never at a frequency.
+    pub fn is_traced(&self) -> bool {
+        self.is_tracepoint() || self.probe.is_some()
+    }
+
+    /// Its `perf_event_attr`'s type and configuration (the caller sets the rest).
+    pub fn attr(&self) -> Attr {
+        let (config1, config2) = match &self.probe {
+            Some(probe) => (probe.path.as_ptr() as u64, probe.offset),
+            None => (0, 0),
+        };
+        Attr {
+            kind: self.kind,
+            config: self.config,
+            config1,
+            config2,
+            ..Attr::default()
+        }
     }
 
     /// `perf_event_attr` flag bits for `:u` and `:k`: exclude_user (bit 4), exclude_kernel (5).
@@ -118,6 +146,7 @@ fn tracepoint_event(text: &str, found: Result<u64, Vec<String>>) -> Result<Event
             exclude_user: false,
             precise: 0,
             hardware: false,
+            probe: None,
         }),
         Err(known) => Err(EventError::Unknown {
             given: text.to_string(),
@@ -142,130 +171,6 @@ fn did_you_mean(near: &[String]) -> String {
         more => format!(": did you mean one of {}?", more.join(", ")),
     }
 }
-
-/// The generic hardware events (PERF_TYPE_HARDWARE), with perf's aliases.
-pub const HARDWARE: [(&str, u64, &str); 12] = [
-    ("cycles", 0, "CPU cycles"),
-    ("cpu-cycles", 0, "CPU cycles"),
-    ("instructions", 1, "instructions retired"),
-    ("cache-references", 2, "cache accesses (usually the last level)"),
-    ("cache-misses", 3, "cache misses (usually the last level)"),
-    ("branches", 4, "branch instructions retired"),
-    ("branch-instructions", 4, "branch instructions retired"),
-    ("branch-misses", 5, "mispredicted branches"),
-    ("bus-cycles", 6, "bus cycles"),
-    ("stalled-cycles-frontend", 7, "cycles the front end stalled"),
-    ("stalled-cycles-backend", 8, "cycles the back end stalled"),
-    ("ref-cycles", 9, "reference cycles (not scaled by frequency)"),
-];
-
-/// The software events (PERF_TYPE_SOFTWARE), with perf's aliases.
-pub const SOFTWARE: [(&str, u64, &str); 14] = [
-    ("cpu-clock", 0, "the CPU's clock, in nanoseconds"),
-    ("task-clock", 1, "the task's clock, in nanoseconds"),
-    ("page-faults", 2, "page faults"),
-    ("faults", 2, "page faults"),
-    ("context-switches", 3, "context switches"),
-    ("cs", 3, "context switches"),
-    ("cpu-migrations", 4, "migrations to another CPU"),
-    ("migrations", 4, "migrations to another CPU"),
-    ("minor-faults", 5, "page faults served without I/O"),
-    ("major-faults", 6, "page faults that needed I/O"),
-    ("alignment-faults", 7, "unaligned accesses fixed up by the kernel"),
-    ("emulation-faults", 8, "instructions the kernel emulated"),
-    ("dummy", 9, "counts nothing"),
-    ("cgroup-switches", 11, "switches between cgroups"),
-];
-
-/// The caches of PERF_TYPE_HW_CACHE, as perf names them.
-const CACHES: [(&str, u64); 7] = [
-    ("L1-dcache", 0),
-    ("L1-icache", 1),
-    ("LLC", 2),
-    ("dTLB", 3),
-    ("iTLB", 4),
-    ("branch", 5),
-    ("node", 6),
-];
-
-/// Operation and result of a cache event: (suffix, op << 8 | result << 16).
-const CACHE_OPS: [(&str, u64); 6] = [
-    ("loads", 0),
-    ("load-misses", 1 << 16),
-    ("stores", 1 << 8),
-    ("store-misses", 1 << 8 | 1 << 16),
-    ("prefetches", 2 << 8),
-    ("prefetch-misses", 2 << 8 | 1 << 16),
-];
-
-/// Arm's architected common events: their numbers are fixed by the architecture (Arm ARM, "PMU
-/// events and event numbers"), whatever a PMU's sysfs lists.
-pub const ARM_COMMON: [(&str, u64); 64] = [
-    ("sw_incr", 0x00),
-    ("l1i_cache_refill", 0x01),
-    ("l1i_tlb_refill", 0x02),
-    ("l1d_cache_refill", 0x03),
-    ("l1d_cache", 0x04),
-    ("l1d_tlb_refill", 0x05),
-    ("ld_retired", 0x06),
-    ("st_retired", 0x07),
-    ("inst_retired", 0x08),
-    ("exc_taken", 0x09),
-    ("exc_return", 0x0a),
-    ("cid_write_retired", 0x0b),
-    ("pc_write_retired", 0x0c),
-    ("br_immed_retired", 0x0d),
-    ("br_return_retired", 0x0e),
-    ("unaligned_ldst_retired", 0x0f),
-    ("br_mis_pred", 0x10),
-    ("cpu_cycles", 0x11),
-    ("br_pred", 0x12),
-    ("mem_access", 0x13),
-    ("l1i_cache", 0x14),
-    ("l1d_cache_wb", 0x15),
-    ("l2d_cache", 0x16),
-    ("l2d_cache_refill", 0x17),
-    ("l2d_cache_wb", 0x18),
-    ("bus_access", 0x19),
-    ("memory_error", 0x1a),
-    ("inst_spec", 0x1b),
-    ("ttbr_write_retired", 0x1c),
-    ("bus_cycles", 0x1d),
-    ("chain", 0x1e),
-    ("l1d_cache_allocate", 0x1f),
-    ("l2d_cache_allocate", 0x20),
-    ("br_retired", 0x21),
-    ("br_mis_pred_retired", 0x22),
-    ("stall_frontend", 0x23),
-    ("stall_backend", 0x24),
-    ("l1d_tlb", 0x25),
-    ("l1i_tlb", 0x26),
-    ("l2i_cache", 0x27),
-    ("l2i_cache_refill", 0x28),
-    ("l3d_cache_allocate", 0x29),
-    ("l3d_cache_refill", 0x2a),
-    ("l3d_cache", 0x2b),
-    ("l3d_cache_wb", 0x2c),
-    ("l2d_tlb_refill", 0x2d),
-    ("l2i_tlb_refill", 0x2e),
-    ("l2d_tlb", 0x2f),
-    ("l2i_tlb", 0x30),
-    ("remote_access", 0x31),
-    ("ll_cache", 0x32),
-    ("ll_cache_miss", 0x33),
-    ("dtlb_walk", 0x34),
-    ("itlb_walk", 0x35),
-    ("ll_cache_rd", 0x36),
-    ("ll_cache_miss_rd", 0x37),
-    ("remote_access_rd", 0x38),
-    ("l1d_cache_lmiss_rd", 0x39),
-    ("op_retired", 0x3a),
-    ("op_spec", 0x3b),
-    ("stall", 0x3c),
-    ("stall_slot_backend", 0x3d),
-    ("stall_slot_frontend", 0x3e),
-    ("stall_slot", 0x3f),
-];
 
 /// What this machine's kernel describes: its PMUs and their events.
 pub struct Catalog {
@@ -350,6 +255,9 @@ impl Catalog {
     /// One event as written: `name[:modifiers]`, `pmu/name/`, `pmu/term=value,.../` or `rHEX`.
     pub fn parse(&self, text: &str) -> Result<Event, EventError> {
         let text = text.trim();
+        if let Some((ret, path, function)) = probe::spelling(text) {
+            return self.probe_event(text, probe::resolve(ret, path, function));
+        }
         if let Some(found) = (self.tracefs.as_deref()).and_then(|root| tracepoint::id(root, text)) {
             return tracepoint_event(text, found);
         }
@@ -381,6 +289,32 @@ impl Catalog {
         Ok(event)
     }
 
+    /// A user probe, on the kernel's `uprobe` PMU.
+    fn probe_event(&self, text: &str, found: Result<Probe, ProbeError>) -> Result<Event, EventError> {
+        let invalid = |reason: String| EventError::Invalid {
+            given: text.to_string(),
+            reason,
+        };
+        let probe = found.map_err(|e| invalid(e.to_string()))?;
+        let pmu = (self.pmus.iter().find(|p| p.name == "uprobe")).ok_or_else(|| {
+            invalid("this kernel has no uprobe PMU (/sys/bus/event_source/devices/uprobe)".into())
+        })?;
+        let config = match probe.ret {
+            true => pmu.encode(&[("retprobe", 1)]).map_err(invalid)?,
+            false => 0,
+        };
+        Ok(Event {
+            name: text.to_string(),
+            kind: pmu.kind,
+            config,
+            exclude_kernel: false,
+            exclude_user: false,
+            precise: 0,
+            hardware: false,
+            probe: Some(probe),
+        })
+    }
+
     /// A name without a PMU: the generic and software events, then the PMUs' own names (the core
     /// PMU's first), then Arm's architected events, then a raw code.
     fn bare(&self, name: &str) -> Result<Event, EventError> {
@@ -392,6 +326,7 @@ impl Catalog {
             exclude_user: false,
             precise: 0,
             hardware,
+            probe: None,
         };
         if let Some((_, config, _)) = SOFTWARE.iter().find(|(n, _, _)| *n == name) {
             return Ok(event(PERF_TYPE_SOFTWARE, *config, false));
@@ -486,6 +421,7 @@ impl Catalog {
             exclude_user: false,
             precise: 0,
             hardware: true,
+            probe: None,
         })
     }
 
@@ -589,24 +525,6 @@ fn split_modifiers(text: &str) -> (&str, &str) {
     }
 }
 
-/// `L1-dcache-load-misses` and the like.
-fn cache_config(name: &str) -> Option<u64> {
-    CACHES.iter().find_map(|(cache, id)| {
-        let op = name.strip_prefix(cache)?.strip_prefix('-')?;
-        CACHE_OPS
-            .iter()
-            .find(|(suffix, _)| *suffix == op)
-            .map(|(_, bits)| id | bits)
-    })
-}
-
-/// Every generic cache event's name.
-pub fn cache_names() -> impl Iterator<Item = String> {
-    CACHES
-        .iter()
-        .flat_map(|(cache, _)| CACHE_OPS.iter().map(move |(op, _)| format!("{cache}-{op}")))
-}
-
 /// `r1a8` → 0x1a8: perf's raw code (hexadecimal, no `0x`).
 fn raw_code(name: &str) -> Option<u64> {
     let hex = name.strip_prefix('r')?;
@@ -625,7 +543,7 @@ fn parse_value(text: &str) -> Option<u64> {
 }
 
 /// The known names closest to `given` (at most three, within a few edits or sharing its start).
-fn nearest(given: &str, known: &[String]) -> Vec<String> {
+pub(crate) fn nearest(given: &str, known: &[String]) -> Vec<String> {
     let given = given.to_ascii_lowercase();
     let limit = (given.len() / 3).max(2);
     let mut scored: Vec<(usize, &String)> = known

@@ -1,12 +1,15 @@
 //! Hardware and software counters: what the CPU is and which topdown method it has (`cpu`), the
 //! PMUs and events the kernel exposes (`pmu`, `events`), counting them over a run (`counting`)
 //! and the topdown analysis of their totals (`tma`), also from `perf stat` output (`perf_csv`);
-//! perf's event language (`language`), tracepoints among its events (`tracepoint`).
+//! perf's event language (`language`), tracepoints and user probes among its events
+//! (`tracepoint`, `probe`).
 pub mod counting;
 pub mod cpu;
 pub mod events;
 pub mod language;
+pub mod names;
 pub mod perf_csv;
 pub mod pmu;
+pub mod probe;
 pub mod tma;
 pub mod tracepoint;

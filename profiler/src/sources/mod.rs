@@ -186,6 +186,11 @@ pub trait Source {
     }
     /// What only user space knows of the run, into the run's health.
     fn add_health(&self, _health: &mut Health) {}
+    /// What the report must say of the run's figures, read at its end (with everything still
+    /// attached).
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 #[cfg(test)]

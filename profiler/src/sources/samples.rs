@@ -6,8 +6,7 @@ use std::os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 
 use anyhow::Context as _;
 use aya::{
-    maps::{HashMap as BpfHashMap, MapData, StackTraceMap},
-    programs::PerfEvent,
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
     Ebpf,
 };
 use profiler_common::{
@@ -61,6 +60,9 @@ pub struct Spec {
 impl Spec {
     pub fn needs(&self, options: &mut LoadOptions<'_>) {
         options.use_maps(names::SAMPLES.iter().chain(&names::STACKS));
+        if self.events.iter().any(Event::is_traced) {
+            options.use_maps([&names::HITS]);
+        }
         if !self.counters.is_empty() {
             options.use_maps(names::DELTAS.iter().chain([&names::PENDING_DELTAS]));
             options.counters = self.counters.len() as u32;
@@ -72,30 +74,133 @@ impl Spec {
     }
 
     pub fn attach(self, kernel: &mut Loaded, context: &AttachContext<'_>) -> anyhow::Result<Attached> {
-        let maps = SampleMaps::take(&mut kernel.ebpf, !self.counters.is_empty())?;
-        if context.unwind_tables {
-            let program: &mut PerfEvent = kernel.program(names::PROG_UNWIND)?;
-            program.load().context("loading the stack unwinding program")?;
-            kernel.install_walker(names::PROG_UNWIND, names::UNWIND_PROGRAMS)?;
-        }
+        let traced: Vec<(usize, String)> = (self.events.iter().enumerate())
+            .filter(|(_, e)| e.is_traced())
+            .map(|(index, e)| (index, e.spelled()))
+            .collect();
+        let maps = SampleMaps::take(&mut kernel.ebpf, !self.counters.is_empty(), !traced.is_empty())?;
         // The sampler opens before the counters read at each sample: created first, it is
         // scheduled first, so a cycles sampler takes the PMU's dedicated cycle counter where
         // there is one, and the counters share the general-purpose ones.
-        let program = sampling_program(kernel)?;
         for (index, event) in self.events.iter().enumerate() {
-            attach_sampling(kernel, program, (index, event), self.rate)?;
+            let sampler = Sampler::of(event);
+            let program = sampler.load(kernel, context.unwind_tables)?;
+            attach_sampling(
+                kernel,
+                program,
+                (index, event),
+                self.rate,
+                sampler.scope(context)?,
+            )?;
         }
         if !self.counters.is_empty() {
             open_counters(kernel, &self.counters, self.group)?;
         }
         let rate = self.rate;
         Ok(Attached {
-            source: Box::new(maps),
             doing: Some(format!(
-                "sampling {rate} ({})",
+                "sampling {} ({})",
+                match traced.is_empty() {
+                    true => rate.to_string(),
+                    false => rate.to_string().replace("event", "hit"),
+                },
                 Event::spelled_list(&self.events, ", ")
             )),
+            source: Box::new(SampleSource {
+                maps,
+                traced,
+                period: hit_period(rate),
+            }),
             note: None,
+        })
+    }
+}
+
+/// How many of a tracing event's hits make one sample.
+fn hit_period(rate: Rate) -> u64 {
+    match rate {
+        Rate::Period(n) => n.max(1),
+        Rate::Frequency(_) => 1,
+    }
+}
+
+/// The program that samples an event: the CPU sampler at a perf event's overflows, or a tracing
+/// event's at each of its hits (a tracepoint's or a user probe's program type).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sampler {
+    Overflow,
+    Tracepoint,
+    Probe,
+}
+
+impl Sampler {
+    fn of(event: &Event) -> Sampler {
+        match (event.is_tracepoint(), event.probe.is_some()) {
+            (true, _) => Sampler::Tracepoint,
+            (_, true) => Sampler::Probe,
+            _ => Sampler::Overflow,
+        }
+    }
+
+    /// Its program and (its stack walker), each loaded once: the program's fd.
+    fn load(self, kernel: &mut Loaded, tables: bool) -> anyhow::Result<RawFd> {
+        let (sampler, walker, walkers) = match self {
+            Sampler::Overflow => (names::PROG_SAMPLE, names::PROG_UNWIND, names::UNWIND_PROGRAMS),
+            Sampler::Tracepoint => (
+                names::PROG_SAMPLE_TRACEPOINT,
+                names::PROG_UNWIND_TRACEPOINT_HIT,
+                names::TRACEPOINT_HIT_UNWIND_PROGRAMS,
+            ),
+            Sampler::Probe => (
+                names::PROG_SAMPLE_PROBE,
+                names::PROG_UNWIND_PROBE_HIT,
+                names::PROBE_HIT_UNWIND_PROGRAMS,
+            ),
+        };
+        if tables && !self.loaded(kernel, walker)? {
+            self.load_program(kernel, walker)
+                .context("loading the stack unwinding program")?;
+            kernel.install_walker(walker, walkers)?;
+        }
+        if !self.loaded(kernel, sampler)? {
+            self.load_program(kernel, sampler)
+                .context("loading the sampling program")?;
+        }
+        Ok(Self::program(kernel, sampler)?.fd()?.as_fd().as_raw_fd())
+    }
+
+    fn program<'a>(kernel: &'a Loaded, name: &str) -> anyhow::Result<&'a aya::programs::Program> {
+        (kernel.ebpf.program(name)).with_context(|| format!("program {name} missing"))
+    }
+
+    fn loaded(self, kernel: &Loaded, name: &str) -> anyhow::Result<bool> {
+        Ok(Self::program(kernel, name)?.fd().is_ok())
+    }
+
+    /// Load one of its programs (its type's own `load`).
+    fn load_program(self, kernel: &mut Loaded, name: &str) -> anyhow::Result<()> {
+        use aya::programs::{PerfEvent, TracePoint, UProbe};
+        match self {
+            Sampler::Overflow => kernel.program::<PerfEvent>(name)?.load()?,
+            Sampler::Tracepoint => kernel.program::<TracePoint>(name)?.load()?,
+            Sampler::Probe => kernel.program::<UProbe>(name)?.load()?,
+        }
+        Ok(())
+    }
+
+    /// Where its perf events are opened, as `(pid, cpu)`. The CPU sampler's on every CPU. A
+    /// tracing event's program runs at every hit on any CPU, whichever CPU its perf event was
+    /// opened on (and the kernel takes a tracepoint's program once), so once: for a user probe
+    /// of `-p` processes once per process, which plants the probe in their memory only (one
+    /// opened system-wide traps in every process that maps the file).
+    fn scope(self, context: &AttachContext<'_>) -> anyhow::Result<Vec<(i32, i32)>> {
+        let cpus = crate::counters::cpu::online_ids()?;
+        let any_cpu = vec![(-1, cpus.first().copied().unwrap_or(0) as i32)];
+        let per_process = !context.system_wide && context.command.is_none();
+        Ok(match self {
+            Sampler::Overflow => cpus.into_iter().map(|cpu| (-1, cpu as i32)).collect(),
+            Sampler::Probe if per_process => context.pids.iter().map(|&pid| (pid as i32, -1)).collect(),
+            Sampler::Tracepoint | Sampler::Probe => any_cpu,
         })
     }
 }
@@ -103,39 +208,42 @@ impl Spec {
 /// `perf_event_attr.freq`: `sample_period` is a frequency.
 const FLAG_FREQ: u64 = 1 << 10;
 
-/// The sampling program, loaded: its fd.
-fn sampling_program(kernel: &mut Loaded) -> anyhow::Result<RawFd> {
-    let program: &mut PerfEvent = kernel.program(names::PROG_SAMPLE)?;
-    program.load().context("loading the sampling program")?;
-    Ok(program.fd()?.as_fd().as_raw_fd())
-}
-
-/// One sampling event per online CPU, each running the sampling program at its overflows with
-/// the event's place in `-e` as the program's cookie (the samples' `event`).
+/// One sampling event per place (`(pid, cpu)`: every online CPU, or each probed process), each
+/// running `program_fd` with the event's place in `-e` as the program's cookie (the samples'
+/// `event`; a tracing event's also carries its period: `hit_cookie`).
 fn attach_sampling(
     kernel: &mut Loaded,
     program_fd: RawFd,
     (index, event): (usize, &Event),
     rate: Rate,
+    places: Vec<(i32, i32)>,
 ) -> anyhow::Result<()> {
     let (period, freq) = match rate {
+        // A tracing event's program runs at every hit and samples every Nth itself.
+        _ if event.is_traced() => (0, 0),
         // The clocks count nanoseconds: a fixed period is exact and needs no warm-up.
         Rate::Frequency(hz) if event.is_clock() => (1_000_000_000 / hz.max(1), 0),
         Rate::Frequency(hz) => (hz, FLAG_FREQ),
         Rate::Period(n) => (n, 0),
     };
+    let cookie = match event.is_traced() {
+        true => profiler_common::hit_cookie(index as u16, hit_period(rate)),
+        false => index as u64,
+    };
     let attr = Attr {
-        kind: event.kind,
-        config: event.config,
         sample_period: period,
         flags: freq | event.exclude_flags() | event.precise_flags(),
-        ..Attr::default()
+        ..event.attr()
     };
-    for cpu in crate::counters::cpu::online_ids()? {
-        let fd = perf_event_open(&attr, -1, cpu as i32, -1).map_err(|e| open_error(event, cpu, e))?;
-        let link = link_with_cookie(program_fd, fd.as_raw_fd(), index as u64).with_context(|| {
+    for (pid, cpu) in places {
+        let place = match pid {
+            -1 => format!("on CPU {cpu}"),
+            pid => format!("in process {pid}"),
+        };
+        let fd = perf_event_open(&attr, pid, cpu, -1).map_err(|e| open_error(event, &place, e))?;
+        let link = link_with_cookie(program_fd, fd.as_raw_fd(), cookie).with_context(|| {
             format!(
-                "running the sampling program at {} events on CPU {cpu}",
+                "running the sampling program at {} events {place}",
                 event.spelled()
             )
         })?;
@@ -183,7 +291,7 @@ fn link_with_cookie(program_fd: RawFd, perf_fd: RawFd, cookie: u64) -> std::io::
 }
 
 /// What a sampling event the kernel refused to open means for the user.
-fn open_error(event: &Event, cpu: u32, e: std::io::Error) -> anyhow::Error {
+fn open_error(event: &Event, place: &str, e: std::io::Error) -> anyhow::Error {
     let missing = matches!(
         e.raw_os_error(),
         Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV)
@@ -198,7 +306,7 @@ fn open_error(event: &Event, cpu: u32, e: std::io::Error) -> anyhow::Error {
             event.spelled()
         ))
         .into(),
-        _ => anyhow::Error::from(e).context(format!("opening the {} event on CPU {cpu}", event.spelled())),
+        _ => anyhow::Error::from(e).context(format!("opening the {} event {place}", event.spelled())),
     }
 }
 
@@ -253,10 +361,12 @@ pub struct SampleMaps {
     user_stacks: [BpfHashMap<MapData, u32, UserStack>; 2],
     /// Frame-pointer stacks the kernel also resolved by build ID (with tables in use).
     build_ids: [BpfHashMap<MapData, BuildIdKey, BuildIdStack>; 2],
+    /// Per CPU, each tracing event's hits by the targets (when one is sampled).
+    hits: Option<PerCpuArray<MapData, u64>>,
 }
 
 impl SampleMaps {
-    fn take(ebpf: &mut Ebpf, with_deltas: bool) -> anyhow::Result<Self> {
+    fn take(ebpf: &mut Ebpf, with_deltas: bool, with_hits: bool) -> anyhow::Result<Self> {
         let mut take = |name: &str| take_map(ebpf, name);
         let mut pair = |names: [&str; 2]| -> anyhow::Result<[aya::maps::Map; 2]> {
             Ok([take(names[0])?, take(names[1])?])
@@ -272,7 +382,12 @@ impl SampleMaps {
             }
             false => None,
         };
+        let hits = match with_hits {
+            true => Some(PerCpuArray::try_from(take(names::HITS)?)?),
+            false => None,
+        };
         Ok(Self {
+            hits,
             samples: [BpfHashMap::try_from(s0)?, BpfHashMap::try_from(s1)?],
             stacks: [StackTraceMap::try_from(k0)?, StackTraceMap::try_from(k1)?],
             deltas,
@@ -330,11 +445,40 @@ impl SampleMaps {
         clear_stacks(&mut self.stacks[slot], &mut self.user_stacks[slot]);
         Ok(out)
     }
+
+    /// Each event's hits by the targets so far, summed over the CPUs (none when no tracing event
+    /// is sampled).
+    fn hits(&self, event: usize) -> Option<u64> {
+        let values = self.hits.as_ref()?.get(&(event as u32), 0).ok()?;
+        Some(values.iter().sum())
+    }
 }
 
-impl Source for SampleMaps {
+/// The sampling source: its maps, and what its notes name.
+pub struct SampleSource {
+    maps: SampleMaps,
+    /// The tracing events as spelled, with their place among the run's (their samples' `event`).
+    traced: Vec<(usize, String)>,
+    /// A tracing event's hits per sample.
+    period: u64,
+}
+
+impl Source for SampleSource {
     fn drain(&mut self, flip: Flip, _wants: Wants, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
-        Ok(Some(Batch::Samples(self.drain_slot(flip.slot)?)))
+        Ok(Some(Batch::Samples(self.maps.drain_slot(flip.slot)?)))
+    }
+
+    /// Each tracing event's hits, counted exactly in the kernel: what the event fired, of which
+    /// the report's samples are every Nth (per CPU).
+    fn notes(&self) -> Vec<String> {
+        let every = match self.period {
+            1 => "each one sampled".to_string(),
+            n => format!("every {n}th sampled on each CPU"),
+        };
+        (self.traced.iter())
+            .filter_map(|(index, event)| Some((event, self.maps.hits(*index)?)))
+            .map(|(event, hits)| format!("{event}: {hits} hits by the targets, {every}"))
+            .collect()
     }
 }
 

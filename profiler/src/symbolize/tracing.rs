@@ -43,13 +43,18 @@ const RUNNER: &[&str] = &[
     "trace_call_bpf",
     "__bpf_prog_enter",
     "__bpf_prog_exit",
+    // A tracepoint's perf handler: where a tracepoint program's stack begins (the registers
+    // its stacks are taken from are fetched there).
+    "perf_trace_",
+    "perf_syscall_enter",
+    "perf_syscall_exit",
+    "perf_call_bpf_",
 ];
 const GLUE: &[&str] = &[
     "bpf_",
     "__bpf_",
     "____bpf_",
     "__traceiter_",
-    "perf_trace_",
     "perf_callchain",
     "get_perf_callchain",
     "kprobe_",
@@ -136,6 +141,8 @@ mod tests {
         assert_eq!(machinery(&frame("trace_call_bpf", 0x40)), Some(Runner));
         assert_eq!(machinery(&frame("__traceiter_sched_switch", 0x3e)), Some(Glue));
         assert_eq!(machinery(&frame("bpf_get_stackid_raw_tp", 0x60)), Some(Glue));
+        assert_eq!(machinery(&frame("perf_syscall_enter", 0x1a0)), Some(Runner));
+        assert_eq!(machinery(&frame("perf_trace_sched_switch", 0x10)), Some(Runner));
         assert_eq!(machinery(&frame("__schedule", 0x4c7)), None);
         assert_eq!(machinery(&frame("futex_wait_queue", 0x60)), None);
         assert_eq!(machinery(&Frame::unknown("", 1, true)), Some(Unknown));

@@ -1,0 +1,66 @@
+//! Sampling at tracing events: a tracepoint or a user probe runs its program at every hit,
+//! whatever the perf event's period. So the program counts the targets' hits of each event
+//! (exact: what a report says the event fired) and records every Nth hit as a sample, N and the
+//! event's place in the run both in its cookie (`hit_cookie`). The sample goes the way of the
+//! CPU sampler's: the same maps, the same stacks, the table walker where the process has tables.
+use aya_ebpf::{
+    helpers::bpf_get_attach_cookie,
+    macros::{map, tracepoint, uprobe},
+    maps::PerCpuArray,
+    programs::{tracing::StackIdContext, ProbeContext, TracePointContext},
+};
+use profiler_common::{hit_cookie_parts, HealthCounter, MAX_SAMPLING_EVENTS};
+
+use crate::{
+    health::bump,
+    sampling::{announce_once, record_sample},
+    targets::{current_ids, is_target},
+};
+
+/// Per CPU, each event's hits by the targets, for the whole run.
+#[map(name = "HITS")]
+static HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_SAMPLING_EVENTS as u32, 0);
+
+#[tracepoint]
+pub fn sample_tracepoint(ctx: TracePointContext) -> u32 {
+    if let Some((tgid, tid)) = sampled_hit(&ctx) {
+        // Hands the sample to the table walker if the process has tables (no return then).
+        crate::unwind::start_tracepoint_hit(&ctx, tgid, tid);
+        record_sample(&ctx, tgid, tid, None);
+    }
+    0
+}
+
+#[uprobe]
+pub fn sample_probe(ctx: ProbeContext) -> u32 {
+    if let Some((tgid, tid)) = sampled_hit(&ctx) {
+        crate::unwind::start_probe_hit(&ctx, tgid, tid);
+        record_sample(&ctx, tgid, tid, None);
+    }
+    0
+}
+
+/// Count a hit of a target thread; the thread if this hit is one to sample.
+#[inline(always)]
+fn sampled_hit<C: StackIdContext>(ctx: &C) -> Option<(u32, u32)> {
+    let (tgid, tid) = current_ids();
+    if tid == 0 {
+        bump(HealthCounter::Idle);
+        return None;
+    }
+    if !is_target(tgid) {
+        return None;
+    }
+    let (event, period) = hit_cookie_parts(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    let hits = HITS.get_ptr_mut(u32::from(event))?;
+    // Per CPU, and a program does not nest on its CPU: a plain add.
+    let hits = unsafe {
+        *hits += 1;
+        *hits
+    };
+    if hits % period != 0 {
+        return None;
+    }
+    announce_once(tgid);
+    Some((tgid, tid))
+}

@@ -1,0 +1,266 @@
+//! User probes as events: `uprobe:PATH:FUNC`, `uprobe:PATH:FUNC+OFFSET`, `uprobe:PATH:0xADDR`
+//! and `uretprobe:PATH:FUNC` (at the function's returns). A perf event of the kernel's `uprobe`
+//! PMU, whose `config1` is the file's path and `config2` the probed instruction's offset in the
+//! file. `PATH` is a file, a program on `$PATH` (`python3.11`) or a library by name (`libc`,
+//! `libc.so.6`) in the system's library directories.
+use std::{
+    ffi::CString,
+    os::unix::ffi::OsStrExt as _,
+    path::{Path, PathBuf},
+};
+
+use object::{Object as _, ObjectSegment as _, ObjectSymbol as _, SymbolKind};
+
+/// Where a probe fires.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// The file, resolved and canonical (for `perf_event_attr.config1`).
+    pub path: CString,
+    /// The probed instruction's offset in the file.
+    pub offset: u64,
+    /// At the function's returns rather than its entry.
+    pub ret: bool,
+}
+
+/// Why a probe's spelling names no instruction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProbeError {
+    /// Nothing by that name to probe (the nearest names, if any).
+    Missing {
+        what: String,
+        near: Vec<String>,
+    },
+    Invalid(String),
+}
+
+/// `text` if it spells a probe: (at returns, PATH, FUNC).
+pub fn spelling(text: &str) -> Option<(bool, &str, &str)> {
+    let (ret, rest) = match text.split_once(':')? {
+        ("uprobe", rest) => (false, rest),
+        ("uretprobe", rest) => (true, rest),
+        _ => return None,
+    };
+    let (path, function) = rest.rsplit_once(':').unwrap_or((rest, ""));
+    Some((ret, path, function))
+}
+
+/// The probe `text` spells (`spelling`), resolved in the file system.
+pub fn resolve(ret: bool, path: &str, function: &str) -> Result<Probe, ProbeError> {
+    if path.is_empty() || function.is_empty() {
+        return Err(ProbeError::Invalid(
+            "a probe is uprobe:PATH:FUNCTION (or FUNCTION+OFFSET, or 0xADDRESS); PATH may be a library's name (libc)"
+                .into(),
+        ));
+    }
+    let file = binary(path)?;
+    let offset = file_offset(&file, function)?;
+    let path = CString::new(file.as_os_str().as_bytes())
+        .map_err(|_| ProbeError::Invalid("a NUL in the path".into()))?;
+    Ok(Probe { path, offset, ret })
+}
+
+/// The functions of the file `given` names (`binary`), by name: what a probe on it can name.
+pub fn functions(given: &str) -> Result<(PathBuf, Vec<String>), ProbeError> {
+    let file = binary(given)?;
+    let names = with_object(&file, |object| Ok(function_names(object)))?;
+    Ok((file, names))
+}
+
+impl std::fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProbeError::Missing { what, near } if near.is_empty() => write!(f, "{what}"),
+            ProbeError::Missing { what, near } => write!(f, "{what}: did you mean {}?", near.join(", ")),
+            ProbeError::Invalid(reason) => write!(f, "{reason}"),
+        }
+    }
+}
+
+/// `read` on `file` parsed as an object file (mapped, not read whole).
+fn with_object<T>(
+    file: &Path,
+    read: impl FnOnce(&object::File<'_>) -> Result<T, ProbeError>,
+) -> Result<T, ProbeError> {
+    let invalid = |reason: String| ProbeError::Invalid(format!("{}: {reason}", file.display()));
+    let data = std::fs::File::open(file)
+        // SAFETY: the file is mapped read-only and only read while mapped; a file truncated
+        // under us would fault, as it would for any reader of a mapped binary.
+        .and_then(|f| unsafe { memmap2::Mmap::map(&f) })
+        .map_err(|e| invalid(e.to_string()))?;
+    let object = object::File::parse(&*data).map_err(|e| invalid(format!("not an ELF file ({e})")))?;
+    read(&object)
+}
+
+/// The directories libraries are looked up in by name, for this machine's architecture.
+fn library_dirs() -> Vec<PathBuf> {
+    let triple = format!("{}-linux-gnu", std::env::consts::ARCH);
+    ["/usr/lib", "/lib", "/usr/local/lib", "/usr/lib64", "/lib64"]
+        .iter()
+        .flat_map(|dir| [Path::new(dir).join(&triple), PathBuf::from(dir)])
+        .collect()
+}
+
+/// The file `given` names: a path, a program on `$PATH`, or a library (`libc`, `libc.so.6`).
+fn binary(given: &str) -> Result<PathBuf, ProbeError> {
+    let missing = |near| ProbeError::Missing {
+        what: format!("no file `{given}` (a path, a program on $PATH or a library's name)"),
+        near,
+    };
+    if given.contains('/') {
+        return std::fs::canonicalize(given).map_err(|_| missing(Vec::new()));
+    }
+    if let Some(program) = crate::which::on_path(Path::new(given)) {
+        return std::fs::canonicalize(program).map_err(|_| missing(Vec::new()));
+    }
+    let mut names = Vec::new();
+    for dir in library_dirs() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut found: Vec<PathBuf> = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if library_matches(&name, given) && is_elf(&entry.path()) {
+                found.push(entry.path());
+            }
+            if name.contains(".so") {
+                names.push(name);
+            }
+        }
+        // `libc.so.6` before `libc.so.6.debug`-like names: the shortest match.
+        found.sort_by_key(|p| p.as_os_str().len());
+        if let Some(library) = found.first() {
+            return std::fs::canonicalize(library).map_err(|_| missing(Vec::new()));
+        }
+    }
+    names.sort();
+    names.dedup();
+    Err(missing(super::language::nearest(given, &names)))
+}
+
+/// `libc` names `libc.so.6`, as do `c` and `libc.so.6` itself; `libc.so` alone is often a
+/// linker script (not ELF: skipped by the caller).
+fn library_matches(file: &str, given: &str) -> bool {
+    let stem = given.strip_prefix("lib").unwrap_or(given);
+    file == given
+        || file.starts_with(&format!("lib{stem}.so"))
+        || file.starts_with(&format!("lib{stem}-")) && file.contains(".so")
+}
+
+fn is_elf(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok()
+        && magic == *b"\x7fELF"
+}
+
+/// Where in `file` `function` (`NAME`, `NAME+OFFSET`, `0xADDRESS`) is: a file offset.
+fn file_offset(file: &Path, function: &str) -> Result<u64, ProbeError> {
+    with_object(file, |object| offset_in(object, file, function))
+}
+
+fn offset_in(object: &object::File<'_>, file: &Path, function: &str) -> Result<u64, ProbeError> {
+    let invalid = |reason: String| ProbeError::Invalid(format!("{}: {reason}", file.display()));
+    let (name, offset) = match function.split_once('+') {
+        Some((name, offset)) => (
+            name,
+            parse_number(offset).ok_or_else(|| invalid(format!("`{offset}` is not an offset")))?,
+        ),
+        None => (function, 0),
+    };
+    let address = match parse_number(name).filter(|_| name.starts_with("0x")) {
+        Some(address) => address,
+        None => function_address(object, name).ok_or_else(|| ProbeError::Missing {
+            what: format!("no function `{name}` in {}", file.display()),
+            near: super::language::nearest(name, &function_names(object)),
+        })?,
+    } + offset;
+    object
+        .segments()
+        .find(|s| (s.address()..s.address() + s.size()).contains(&address))
+        .map(|s| address - s.address() + s.file_range().0)
+        .ok_or_else(|| invalid(format!("address {address:#x} is in none of its segments")))
+}
+
+fn parse_number(text: &str) -> Option<u64> {
+    match text.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => text.parse().ok(),
+    }
+}
+
+/// A defined function's address, from the symbol table or the dynamic one.
+fn function_address(object: &object::File<'_>, name: &str) -> Option<u64> {
+    object
+        .symbols()
+        .chain(object.dynamic_symbols())
+        .find(|s| {
+            s.kind() == SymbolKind::Text && !s.is_undefined() && s.name() == Ok(name) && s.address() != 0
+        })
+        .map(|s| s.address())
+}
+
+fn function_names(object: &object::File<'_>) -> Vec<String> {
+    let mut names: Vec<String> = object
+        .symbols()
+        .chain(object.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && !s.is_undefined())
+        .filter_map(|s| s.name().ok().map(str::to_string))
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spellings_of_probes_and_of_other_events() {
+        assert_eq!(spelling("uprobe:libc:malloc"), Some((false, "libc", "malloc")));
+        assert_eq!(
+            spelling("uretprobe:/usr/bin/x:f+4"),
+            Some((true, "/usr/bin/x", "f+4"))
+        );
+        assert_eq!(spelling("uprobe:libc"), Some((false, "libc", "")));
+        assert_eq!(spelling("syscalls:sys_enter_write"), None);
+        assert_eq!(spelling("cycles:u"), None);
+    }
+
+    #[test]
+    fn libraries_by_name() {
+        for (file, given) in [
+            ("libc.so.6", "libc"),
+            ("libc.so.6", "c"),
+            ("libc.so.6", "libc.so.6"),
+        ] {
+            assert!(library_matches(file, given), "{file} {given}");
+        }
+        for (file, given) in [("libcrypt.so.1", "libc"), ("libc.so.6", "libm")] {
+            assert!(!library_matches(file, given), "{file} {given}");
+        }
+    }
+
+    /// The test binary itself: its own functions are found at the offsets its segments give,
+    /// and a misspelt one names the nearest.
+    #[test]
+    fn functions_resolve_to_file_offsets_and_misspelt_ones_name_the_nearest() {
+        let me = std::env::current_exe().unwrap();
+        let me = me.to_str().unwrap();
+        let main = resolve(false, me, "main").unwrap();
+        let plus = resolve(false, me, "main+4").unwrap();
+        assert_eq!(plus.offset, main.offset + 4);
+        assert!(main.offset > 0);
+        match resolve(false, me, "mian") {
+            Err(ProbeError::Missing { near, .. }) => assert!(near.contains(&"main".to_string()), "{near:?}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            resolve(false, "/nonexistent/x", "main"),
+            Err(ProbeError::Missing { .. })
+        ));
+        assert!(matches!(resolve(false, me, ""), Err(ProbeError::Invalid(_))));
+    }
+}
