@@ -94,6 +94,7 @@ fn probe_forms() -> Vec<Listed> {
     [
         ("uprobe:FILE:FUNCTION", "at the function's entry (FUNCTION+OFFSET, or 0xADDRESS)"),
         ("uretprobe:FILE:FUNCTION", "at the function's returns"),
+        ("usdt:FILE:PROVIDER:NAME", "a static probe the program was built with"),
     ]
     .into_iter()
     .map(|(name, description)| Listed {
@@ -107,17 +108,19 @@ fn probe_forms() -> Vec<Listed> {
 
 /// The functions of `file` a user probe can name.
 fn probe_entries(file: &str) -> Result<Vec<Listed>, UserError> {
-    let (path, names) =
-        crate::counters::probe::functions(file).map_err(|e| UserError::Usage(format!("--probes {e}")))?;
-    let group = format!("functions of {} (uprobe:{file}:FUNCTION)", path.display());
-    Ok(names
-        .into_iter()
-        .map(|name| Listed {
-            name,
-            group: group.clone(),
-            description: String::new(),
-            unavailable: None,
-        })
+    let refused = |e: crate::counters::probe::ProbeError| UserError::Usage(format!("--probes {e}"));
+    let (path, functions) = crate::counters::probe::functions(file).map_err(refused)?;
+    let usdt = crate::counters::probe::usdt_probes(file).map_err(refused)?;
+    let entry = |name: String, group: &str| Listed {
+        name,
+        group: group.to_string(),
+        description: String::new(),
+        unavailable: None,
+    };
+    let usdt_group = format!("USDT probes of {} (usdt:{file}:PROVIDER:NAME)", path.display());
+    let function_group = format!("functions of {} (uprobe:{file}:FUNCTION)", path.display());
+    Ok((usdt.into_iter().map(|n| entry(n, &usdt_group)))
+        .chain(functions.into_iter().map(|n| entry(n, &function_group)))
         .collect())
 }
 

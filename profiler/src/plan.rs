@@ -102,6 +102,9 @@ fn sampling_events(catalog: &Catalog, given: &[String]) -> Result<Vec<Event>, Us
             }
         }
     }
+    if events.is_empty() && !given.is_empty() {
+        return Err(UserError::Usage("-e: no event given".into()));
+    }
     if events.len() > MAX_SAMPLING_EVENTS {
         return Err(UserError::Usage(format!(
             "at most {MAX_SAMPLING_EVENTS} sampling events in one run"

@@ -717,3 +717,73 @@ fn every_tenth_malloc_splits_by_call_site() {
     assert!(alpha + beta >= 0.95 * samples, "{alpha} + {beta} of {samples}");
     assert_no_programs_left();
 }
+
+/// USDT: Debian's python3.11 marks each garbage collection with `python:gc__start`, behind a
+/// semaphore (it fires only while the kernel holds that raised). A script that disables the
+/// collector and calls `gc.collect()` exactly K times: counted by stat, K more for K more calls
+/// (the interpreter also collects at start and at exit: at least the collections it reports
+/// itself before exiting), and sampled with as many hits as stat counted.
+#[test]
+fn usdt_probes_count_pythons_collections_exactly() {
+    let python = "/usr/bin/python3.11";
+    let script = temp_path("collect.py");
+    std::fs::write(
+        &script,
+        "import gc, sys\ngc.disable()\nfor _ in range(int(sys.argv[1])):\n    gc.collect()\n\
+         print('TRUTH collections=%d' % sum(s['collections'] for s in gc.get_stats()))\n",
+    )
+    .unwrap();
+    let event = format!("usdt:{python}:python:gc__start");
+    let script = script.to_str().unwrap();
+    let count = |k: &str| {
+        let (report, out) = stat(&["-e", &event], &[python, script, k]);
+        let count = counter(&report, &event)["value"].as_f64().unwrap();
+        (count, truth(&out)["collections"])
+    };
+    let (few, few_truth) = count("10");
+    let (more, more_truth) = count("47");
+    println!(
+        "gc__start: {few} for 10 calls ({few_truth} collections said), {more} for 47 ({more_truth} said)"
+    );
+    assert_eq!(more - few, 37.0);
+    for (counted, said) in [(few, few_truth), (more, more_truth)] {
+        assert!(counted >= said && counted <= said + 10.0, "{counted} vs {said}");
+    }
+    let path = temp_path("collections.json");
+    let out = run(&[
+        "-e",
+        &event,
+        "-o",
+        path.to_str().unwrap(),
+        "--",
+        python,
+        script,
+        "47",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = Report::read(&path);
+    let said = truth(&stdout(&out))["collections"];
+    let hits = hits_noted(&report.0["notes"].to_string(), &event);
+    let samples = report.samples_of(said_pid(&report));
+    println!("sampled: {hits} hits noted, {samples} samples, {said} collections said");
+    assert!(
+        hits as f64 >= said && hits == samples,
+        "{hits} hits, {samples} samples"
+    );
+    refused_in_one_line(
+        &[
+            "stat",
+            "-e",
+            &format!("usdt:{python}:python:gc_start"),
+            "--",
+            "true",
+        ],
+        "did you mean python:gc__start",
+    );
+    assert_no_programs_left();
+}
+
+/// The one process a report's stacks are of.
+fn said_pid(report: &Report) -> u32 {
+    report.stacks()[0]["pid"].as_u64().unwrap() as u32
+}

@@ -255,8 +255,8 @@ impl Catalog {
     /// One event as written: `name[:modifiers]`, `pmu/name/`, `pmu/term=value,.../` or `rHEX`.
     pub fn parse(&self, text: &str) -> Result<Event, EventError> {
         let text = text.trim();
-        if let Some((ret, path, function)) = probe::spelling(text) {
-            return self.probe_event(text, probe::resolve(ret, path, function));
+        if let Some(spelled) = probe::spelling(text) {
+            return self.probe_event(text, probe::resolve(spelled));
         }
         if let Some(found) = (self.tracefs.as_deref()).and_then(|root| tracepoint::id(root, text)) {
             return tracepoint_event(text, found);
@@ -299,10 +299,12 @@ impl Catalog {
         let pmu = (self.pmus.iter().find(|p| p.name == "uprobe")).ok_or_else(|| {
             invalid("this kernel has no uprobe PMU (/sys/bus/event_source/devices/uprobe)".into())
         })?;
-        let config = match probe.ret {
-            true => pmu.encode(&[("retprobe", 1)]).map_err(invalid)?,
-            false => 0,
-        };
+        let config = pmu
+            .encode(&[
+                ("retprobe", u64::from(probe.ret)),
+                ("ref_ctr_offset", probe.semaphore.unwrap_or(0)),
+            ])
+            .map_err(invalid)?;
         Ok(Event {
             name: text.to_string(),
             kind: pmu.kind,
@@ -468,7 +470,8 @@ impl Catalog {
         let (mut name, mut in_pmu, mut in_group, mut members) = (String::new(), false, false, Vec::new());
         for c in text.chars().chain([',']) {
             match c {
-                '/' => {
+                // A PMU's `pmu/terms/`; a probe's file path is not one.
+                '/' if probe::spelling(&name).is_none() => {
                     in_pmu = !in_pmu;
                     name.push(c);
                 }

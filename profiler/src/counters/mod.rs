@@ -1,8 +1,8 @@
 //! Hardware and software counters: what the CPU is and which topdown method it has (`cpu`), the
 //! PMUs and events the kernel exposes (`pmu`, `events`), counting them over a run (`counting`)
 //! and the topdown analysis of their totals (`tma`), also from `perf stat` output (`perf_csv`);
-//! perf's event language (`language`), tracepoints and user probes among its events
-//! (`tracepoint`, `probe`).
+//! perf's event language (`language`), tracepoints, user probes and USDT probes among its
+//! events (`tracepoint`, `probe`, `usdt`).
 pub mod counting;
 pub mod cpu;
 pub mod events;
@@ -13,3 +13,4 @@ pub mod pmu;
 pub mod probe;
 pub mod tma;
 pub mod tracepoint;
+pub mod usdt;

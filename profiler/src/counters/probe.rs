@@ -11,6 +11,8 @@ use std::{
 
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _, SymbolKind};
 
+use super::usdt;
+
 /// Where a probe fires.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Probe {
@@ -20,6 +22,8 @@ pub struct Probe {
     pub offset: u64,
     /// At the function's returns rather than its entry.
     pub ret: bool,
+    /// A USDT site's semaphore, as an offset in the file: raised while the probe is attached.
+    pub semaphore: Option<u64>,
 }
 
 /// Why a probe's spelling names no instruction.
@@ -33,37 +37,121 @@ pub enum ProbeError {
     Invalid(String),
 }
 
-/// `text` if it spells a probe: (at returns, PATH, FUNC).
-pub fn spelling(text: &str) -> Option<(bool, &str, &str)> {
-    let (ret, rest) = match text.split_once(':')? {
-        ("uprobe", rest) => (false, rest),
-        ("uretprobe", rest) => (true, rest),
-        _ => return None,
-    };
-    let (path, function) = rest.rsplit_once(':').unwrap_or((rest, ""));
-    Some((ret, path, function))
+/// A probe as spelled: what follows `uprobe:`, `uretprobe:` or `usdt:`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Spelled<'a> {
+    /// `uprobe:FILE:FUNCTION` (`ret`: `uretprobe:`).
+    Function {
+        ret: bool,
+        file: &'a str,
+        function: &'a str,
+    },
+    /// `usdt:FILE:PROVIDER:NAME`.
+    Usdt {
+        file: &'a str,
+        provider: &'a str,
+        name: &'a str,
+    },
 }
 
-/// The probe `text` spells (`spelling`), resolved in the file system.
-pub fn resolve(ret: bool, path: &str, function: &str) -> Result<Probe, ProbeError> {
-    if path.is_empty() || function.is_empty() {
-        return Err(ProbeError::Invalid(
-            "a probe is uprobe:PATH:FUNCTION (or FUNCTION+OFFSET, or 0xADDRESS); PATH may be a library's name (libc)"
-                .into(),
-        ));
+/// `text` if it spells a probe.
+pub fn spelling(text: &str) -> Option<Spelled<'_>> {
+    let (kind, rest) = text.split_once(':')?;
+    let (head, last) = rest.rsplit_once(':').unwrap_or((rest, ""));
+    match kind {
+        "uprobe" | "uretprobe" => Some(Spelled::Function {
+            ret: kind == "uretprobe",
+            file: head,
+            function: last,
+        }),
+        "usdt" => {
+            let (file, provider) = head.rsplit_once(':').unwrap_or((head, ""));
+            Some(Spelled::Usdt {
+                file,
+                provider,
+                name: last,
+            })
+        }
+        _ => None,
     }
-    let file = binary(path)?;
-    let offset = file_offset(&file, function)?;
-    let path = CString::new(file.as_os_str().as_bytes())
+}
+
+/// The probe `spelled` names, resolved in the file system.
+pub fn resolve(spelled: Spelled<'_>) -> Result<Probe, ProbeError> {
+    let (file, ret) = match spelled {
+        Spelled::Function { file, function, ret } if !file.is_empty() && !function.is_empty() => (file, ret),
+        Spelled::Usdt { file, provider, name } if ![file, provider, name].contains(&"") => (file, false),
+        _ => {
+            return Err(ProbeError::Invalid(
+                "a probe is uprobe:FILE:FUNCTION (or FUNCTION+OFFSET, or 0xADDRESS), uretprobe:FILE:FUNCTION or usdt:FILE:PROVIDER:NAME; FILE may be a library's name (libc)".into(),
+            ))
+        }
+    };
+    let path = binary(file)?;
+    let (offset, semaphore) = with_object(&path, |object, data| match spelled {
+        Spelled::Function { function, .. } => Ok((offset_in(object, &path, function)?, None)),
+        Spelled::Usdt { provider, name, .. } => usdt_site(object, data, &path, provider, name),
+    })?;
+    let path = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| ProbeError::Invalid("a NUL in the path".into()))?;
-    Ok(Probe { path, offset, ret })
+    Ok(Probe {
+        path,
+        offset,
+        ret,
+        semaphore,
+    })
+}
+
+/// A USDT site's offset and its semaphore's, in the file.
+fn usdt_site(
+    object: &object::File<'_>,
+    data: &[u8],
+    path: &Path,
+    provider: &str,
+    name: &str,
+) -> Result<(u64, Option<u64>), ProbeError> {
+    let all = usdt::sites(object, data);
+    let sites: Vec<&usdt::Site> = (all.iter())
+        .filter(|s| s.provider == provider && s.name == name)
+        .collect();
+    let offset = |address| file_offset_of(object, path, address);
+    match sites.as_slice() {
+        [site] => Ok((offset(site.address)?, site.semaphore.map(offset).transpose()?)),
+        [] => Err(ProbeError::Missing {
+            what: format!("no USDT probe {provider}:{name} in {}", path.display()),
+            near: super::language::nearest(
+                &format!("{provider}:{name}"),
+                &all.iter().map(|s| format!("{}:{}", s.provider, s.name)).collect::<Vec<_>>(),
+            ),
+        }),
+        more => Err(ProbeError::Invalid(format!(
+            "{provider}:{name} has {} sites in {}; one event probes one site yet: name each as uprobe:{}:0xADDRESS ({})",
+            more.len(),
+            path.display(),
+            path.display(),
+            more.iter().map(|s| format!("{:#x}", s.address)).collect::<Vec<_>>().join(", ")
+        ))),
+    }
 }
 
 /// The functions of the file `given` names (`binary`), by name: what a probe on it can name.
 pub fn functions(given: &str) -> Result<(PathBuf, Vec<String>), ProbeError> {
     let file = binary(given)?;
-    let names = with_object(&file, |object| Ok(function_names(object)))?;
+    let names = with_object(&file, |object, _| Ok(function_names(object)))?;
     Ok((file, names))
+}
+
+/// The USDT probes of the file `given` names, as `PROVIDER:NAME`, each once.
+pub fn usdt_probes(given: &str) -> Result<Vec<String>, ProbeError> {
+    let file = binary(given)?;
+    let mut names: Vec<String> = with_object(&file, |object, data| {
+        Ok((usdt::sites(object, data).into_iter())
+            .map(|s| format!("{}:{}", s.provider, s.name))
+            .collect())
+    })?;
+    names.sort();
+    names.dedup();
+    Ok(names)
 }
 
 impl std::fmt::Display for ProbeError {
@@ -79,7 +167,7 @@ impl std::fmt::Display for ProbeError {
 /// `read` on `file` parsed as an object file (mapped, not read whole).
 fn with_object<T>(
     file: &Path,
-    read: impl FnOnce(&object::File<'_>) -> Result<T, ProbeError>,
+    read: impl FnOnce(&object::File<'_>, &[u8]) -> Result<T, ProbeError>,
 ) -> Result<T, ProbeError> {
     let invalid = |reason: String| ProbeError::Invalid(format!("{}: {reason}", file.display()));
     let data = std::fs::File::open(file)
@@ -88,7 +176,7 @@ fn with_object<T>(
         .and_then(|f| unsafe { memmap2::Mmap::map(&f) })
         .map_err(|e| invalid(e.to_string()))?;
     let object = object::File::parse(&*data).map_err(|e| invalid(format!("not an ELF file ({e})")))?;
-    read(&object)
+    read(&object, &data)
 }
 
 /// The directories libraries are looked up in by name, for this machine's architecture.
@@ -156,10 +244,6 @@ fn is_elf(path: &Path) -> bool {
 }
 
 /// Where in `file` `function` (`NAME`, `NAME+OFFSET`, `0xADDRESS`) is: a file offset.
-fn file_offset(file: &Path, function: &str) -> Result<u64, ProbeError> {
-    with_object(file, |object| offset_in(object, file, function))
-}
-
 fn offset_in(object: &object::File<'_>, file: &Path, function: &str) -> Result<u64, ProbeError> {
     let invalid = |reason: String| ProbeError::Invalid(format!("{}: {reason}", file.display()));
     let (name, offset) = match function.split_once('+') {
@@ -176,11 +260,21 @@ fn offset_in(object: &object::File<'_>, file: &Path, function: &str) -> Result<u
             near: super::language::nearest(name, &function_names(object)),
         })?,
     } + offset;
+    file_offset_of(object, file, address)
+}
+
+/// Where in the file an address of its segments lies.
+fn file_offset_of(object: &object::File<'_>, file: &Path, address: u64) -> Result<u64, ProbeError> {
     object
         .segments()
         .find(|s| (s.address()..s.address() + s.size()).contains(&address))
         .map(|s| address - s.address() + s.file_range().0)
-        .ok_or_else(|| invalid(format!("address {address:#x} is in none of its segments")))
+        .ok_or_else(|| {
+            ProbeError::Invalid(format!(
+                "{}: address {address:#x} is in none of its segments",
+                file.display()
+            ))
+        })
 }
 
 fn parse_number(text: &str) -> Option<u64> {
@@ -219,12 +313,21 @@ mod tests {
 
     #[test]
     fn spellings_of_probes_and_of_other_events() {
-        assert_eq!(spelling("uprobe:libc:malloc"), Some((false, "libc", "malloc")));
+        let function = |ret, file, function| Some(Spelled::Function { ret, file, function });
+        assert_eq!(spelling("uprobe:libc:malloc"), function(false, "libc", "malloc"));
         assert_eq!(
             spelling("uretprobe:/usr/bin/x:f+4"),
-            Some((true, "/usr/bin/x", "f+4"))
+            function(true, "/usr/bin/x", "f+4")
         );
-        assert_eq!(spelling("uprobe:libc"), Some((false, "libc", "")));
+        assert_eq!(spelling("uprobe:libc"), function(false, "libc", ""));
+        assert_eq!(
+            spelling("usdt:/usr/bin/python3.11:python:gc__start"),
+            Some(Spelled::Usdt {
+                file: "/usr/bin/python3.11",
+                provider: "python",
+                name: "gc__start"
+            })
+        );
         assert_eq!(spelling("syscalls:sys_enter_write"), None);
         assert_eq!(spelling("cycles:u"), None);
     }
@@ -249,18 +352,17 @@ mod tests {
     fn functions_resolve_to_file_offsets_and_misspelt_ones_name_the_nearest() {
         let me = std::env::current_exe().unwrap();
         let me = me.to_str().unwrap();
-        let main = resolve(false, me, "main").unwrap();
-        let plus = resolve(false, me, "main+4").unwrap();
+        let at = |function| spelling(&format!("uprobe:{me}:{function}")).map(resolve).unwrap();
+        let main = at("main").unwrap();
+        let plus = at("main+4").unwrap();
         assert_eq!(plus.offset, main.offset + 4);
         assert!(main.offset > 0);
-        match resolve(false, me, "mian") {
+        match at("mian") {
             Err(ProbeError::Missing { near, .. }) => assert!(near.contains(&"main".to_string()), "{near:?}"),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(
-            resolve(false, "/nonexistent/x", "main"),
-            Err(ProbeError::Missing { .. })
-        ));
-        assert!(matches!(resolve(false, me, ""), Err(ProbeError::Invalid(_))));
+        let missing = spelling("uprobe:/nonexistent/x:main").map(resolve).unwrap();
+        assert!(matches!(missing, Err(ProbeError::Missing { .. })));
+        assert!(matches!(at(""), Err(ProbeError::Invalid(_))));
     }
 }

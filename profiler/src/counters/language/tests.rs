@@ -252,6 +252,22 @@ fn event_lists_with_groups_and_commas_inside_a_pmus_terms() {
     }
 }
 
+/// A probe's file path has slashes that are not a PMU's: the comma after it still ends it,
+/// whether the path has an odd or an even number of them.
+#[test]
+fn a_probes_path_is_not_a_pmus_terms() {
+    let here = intel();
+    let exe = std::env::current_exe().unwrap();
+    for path in [exe.display().to_string(), format!("/.{}", exe.display())] {
+        let probe = format!("uprobe:{path}:main");
+        match here.parse_list(&format!("{probe},cycles")) {
+            // This catalog has no uprobe PMU: the probe alone is refused.
+            Err(EventError::Invalid { given, reason }) => assert_eq!(given, probe, "{reason}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
 /// Tracepoints through the language: `SUBSYSTEM:NAME` is a tracepoint event by its tracefs id,
 /// a misspelt one names its subsystem's nearest; `cycles:u` stays an event with a modifier.
 #[test]
