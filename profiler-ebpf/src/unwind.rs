@@ -140,16 +140,21 @@ pub fn start_tracepoint_hit(ctx: &TracePointContext, tgid: u32, tid: u32) {
     }
 }
 
-/// The same at a user probe's sampled hit, from the probe's own registers (user space's).
+/// The same at a probe's sampled hit: from a user probe's own registers (user space's), or
+/// from those a kernel probe's thread entered the kernel with.
 #[inline(always)]
 pub fn start_probe_hit(ctx: &ProbeContext, tgid: u32, tid: u32) {
     if tables_for_sample(tgid) {
         let regs = unsafe { &*ctx.regs };
+        let registers = match arch::in_user_mode(regs) {
+            true => Some(arch::registers(regs)),
+            false => saved_user_registers(),
+        };
         launch(
             ctx,
             &PROBE_HIT_WALK,
             &PROBE_HIT_UNWIND_PROGRAMS,
-            Some(arch::registers(regs)),
+            registers,
             None,
             tgid,
             tid,

@@ -95,6 +95,8 @@ fn probe_forms() -> Vec<Listed> {
         ("uprobe:FILE:FUNCTION", "at the function's entry (FUNCTION+OFFSET, or 0xADDRESS)"),
         ("uretprobe:FILE:FUNCTION", "at the function's returns"),
         ("usdt:FILE:PROVIDER:NAME", "a static probe the program was built with"),
+        ("kprobe:FUNCTION", "at a kernel function's entry (where the kernel has kprobes)"),
+        ("kretprobe:FUNCTION", "at a kernel function's returns"),
     ]
     .into_iter()
     .map(|(name, description)| Listed {

@@ -787,3 +787,21 @@ fn usdt_probes_count_pythons_collections_exactly() {
 fn said_pid(report: &Report) -> u32 {
     report.stacks()[0]["pid"].as_u64().unwrap() as u32
 }
+
+/// This machine's kernel has no kprobes (the arm64 guest's has: kprobes.rs): a kernel probe is
+/// refused in one line that says so, before anything is loaded.
+#[test]
+fn kprobes_where_the_kernel_has_none_are_refused_in_one_line() {
+    let pmu = std::path::Path::new("/sys/bus/event_source/devices/kprobe");
+    assert!(
+        !pmu.exists(),
+        "this kernel has kprobes: kprobes.rs is the test for it"
+    );
+    for args in [
+        vec!["stat", "-e", "kprobe:do_nanosleep", "--", "true"],
+        vec!["-e", "kretprobe:do_nanosleep", "--", "true"],
+    ] {
+        refused_in_one_line(&args, "this kernel has no kprobes");
+    }
+    assert_no_programs_left();
+}

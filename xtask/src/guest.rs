@@ -34,6 +34,8 @@ use crate::{
 /// Of `lock`, all but the ones that run Debian's xz and Redis, which the guest (busybox) has not.
 pub const GUEST_SUITES: &[(&str, Option<&str>)] = &[
     ("pmu", None),
+    // The host's kernel has no kprobes.
+    ("kprobes", None),
     ("unwind", None),
     ("sched", None),
     (
@@ -51,8 +53,9 @@ fn guest_suite(name: &str) -> Option<usize> {
     GUEST_SUITES.iter().position(|(suite, _)| *suite == name)
 }
 
-/// Of those, the ones written for a machine with a PMU: the host (which has none) leaves them out.
-pub const GUEST_ONLY: &[&str] = &["pmu"];
+/// Of those, the ones written for a machine with a PMU and kprobes: the host (which has neither)
+/// leaves them out.
+pub const GUEST_ONLY: &[&str] = &["pmu", "kprobes"];
 
 /// The whole guest run, boot to power-off, must end within this (a hung guest fails the suite).
 const GUEST_TIMEOUT: Duration = Duration::from_secs(30 * 60);

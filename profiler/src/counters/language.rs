@@ -79,7 +79,7 @@ impl Event {
     /// Its `perf_event_attr`'s type and configuration (the caller sets the rest).
     pub fn attr(&self) -> Attr {
         let (config1, config2) = match &self.probe {
-            Some(probe) => (probe.path.as_ptr() as u64, probe.offset),
+            Some(probe) => (probe.target.as_ptr() as u64, probe.offset),
             None => (0, 0),
         };
         Attr {
@@ -289,22 +289,22 @@ impl Catalog {
         Ok(event)
     }
 
-    /// A user probe, on the kernel's `uprobe` PMU.
+    /// A probe, on the kernel's `uprobe` or `kprobe` PMU.
     fn probe_event(&self, text: &str, found: Result<Probe, ProbeError>) -> Result<Event, EventError> {
         let invalid = |reason: String| EventError::Invalid {
             given: text.to_string(),
             reason,
         };
         let probe = found.map_err(|e| invalid(e.to_string()))?;
-        let pmu = (self.pmus.iter().find(|p| p.name == "uprobe")).ok_or_else(|| {
-            invalid("this kernel has no uprobe PMU (/sys/bus/event_source/devices/uprobe)".into())
+        let name = if probe.kernel { "kprobe" } else { "uprobe" };
+        let pmu = (self.pmus.iter().find(|p| p.name == name)).ok_or_else(|| {
+            invalid(format!(
+                "this kernel has no {name}s (no {name} PMU in /sys/bus/event_source/devices)"
+            ))
         })?;
-        let config = pmu
-            .encode(&[
-                ("retprobe", u64::from(probe.ret)),
-                ("ref_ctr_offset", probe.semaphore.unwrap_or(0)),
-            ])
-            .map_err(invalid)?;
+        let mut terms = vec![("retprobe", u64::from(probe.ret))];
+        terms.extend(probe.semaphore.map(|offset| ("ref_ctr_offset", offset)));
+        let config = pmu.encode(&terms).map_err(invalid)?;
         Ok(Event {
             name: text.to_string(),
             kind: pmu.kind,

@@ -1,8 +1,10 @@
-//! User probes as events: `uprobe:PATH:FUNC`, `uprobe:PATH:FUNC+OFFSET`, `uprobe:PATH:0xADDR`
-//! and `uretprobe:PATH:FUNC` (at the function's returns). A perf event of the kernel's `uprobe`
-//! PMU, whose `config1` is the file's path and `config2` the probed instruction's offset in the
-//! file. `PATH` is a file, a program on `$PATH` (`python3.11`) or a library by name (`libc`,
-//! `libc.so.6`) in the system's library directories.
+//! Probes as events: on user code, `uprobe:PATH:FUNC`, `uprobe:PATH:FUNC+OFFSET`,
+//! `uprobe:PATH:0xADDR`, `uretprobe:PATH:FUNC` (at the function's returns) and USDT probes
+//! (`usdt:PATH:PROVIDER:NAME`, see `usdt`); in the kernel, `kprobe:FUNC[+OFFSET]` and
+//! `kretprobe:FUNC`. A perf event of the kernel's `uprobe` or `kprobe` PMU, whose `config1` is
+//! the file's path (or the kernel function's name) and `config2` the offset (in the file, or
+//! into the function). `PATH` is a file, a program on `$PATH` (`python3.11`) or a library by
+//! name (`libc`, `libc.so.6`) in the system's library directories.
 use std::{
     ffi::CString,
     os::unix::ffi::OsStrExt as _,
@@ -16,10 +18,12 @@ use super::usdt;
 /// Where a probe fires.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Probe {
-    /// The file, resolved and canonical (for `perf_event_attr.config1`).
-    pub path: CString,
-    /// The probed instruction's offset in the file.
+    /// `perf_event_attr.config1`: the file, resolved and canonical, or the kernel function.
+    pub target: CString,
+    /// The probed instruction's offset in the file, or into the kernel function.
     pub offset: u64,
+    /// In the kernel (the `kprobe` PMU's) rather than in user code.
+    pub kernel: bool,
     /// At the function's returns rather than its entry.
     pub ret: bool,
     /// A USDT site's semaphore, as an offset in the file: raised while the probe is attached.
@@ -37,7 +41,7 @@ pub enum ProbeError {
     Invalid(String),
 }
 
-/// A probe as spelled: what follows `uprobe:`, `uretprobe:` or `usdt:`.
+/// A probe as spelled: what follows `uprobe:`, `uretprobe:`, `usdt:`, `kprobe:` or `kretprobe:`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Spelled<'a> {
     /// `uprobe:FILE:FUNCTION` (`ret`: `uretprobe:`).
@@ -52,6 +56,8 @@ pub enum Spelled<'a> {
         provider: &'a str,
         name: &'a str,
     },
+    /// `kprobe:FUNCTION[+OFFSET]` (`ret`: `kretprobe:`).
+    Kernel { ret: bool, function: &'a str },
 }
 
 /// `text` if it spells a probe.
@@ -63,6 +69,10 @@ pub fn spelling(text: &str) -> Option<Spelled<'_>> {
             ret: kind == "uretprobe",
             file: head,
             function: last,
+        }),
+        "kprobe" | "kretprobe" => Some(Spelled::Kernel {
+            ret: kind == "kretprobe",
+            function: rest,
         }),
         "usdt" => {
             let (file, provider) = head.rsplit_once(':').unwrap_or((head, ""));
@@ -79,27 +89,78 @@ pub fn spelling(text: &str) -> Option<Spelled<'_>> {
 /// The probe `spelled` names, resolved in the file system.
 pub fn resolve(spelled: Spelled<'_>) -> Result<Probe, ProbeError> {
     let (file, ret) = match spelled {
+        Spelled::Kernel { ret, function } => return kernel_probe(ret, function),
         Spelled::Function { file, function, ret } if !file.is_empty() && !function.is_empty() => (file, ret),
         Spelled::Usdt { file, provider, name } if ![file, provider, name].contains(&"") => (file, false),
         _ => {
             return Err(ProbeError::Invalid(
-                "a probe is uprobe:FILE:FUNCTION (or FUNCTION+OFFSET, or 0xADDRESS), uretprobe:FILE:FUNCTION or usdt:FILE:PROVIDER:NAME; FILE may be a library's name (libc)".into(),
+                "a probe is uprobe:FILE:FUNCTION (or FUNCTION+OFFSET, or 0xADDRESS), uretprobe:FILE:FUNCTION, usdt:FILE:PROVIDER:NAME or kprobe:FUNCTION; FILE may be a library's name (libc)".into(),
             ))
         }
     };
     let path = binary(file)?;
     let (offset, semaphore) = with_object(&path, |object, data| match spelled {
-        Spelled::Function { function, .. } => Ok((offset_in(object, &path, function)?, None)),
         Spelled::Usdt { provider, name, .. } => usdt_site(object, data, &path, provider, name),
+        Spelled::Function { function, .. } | Spelled::Kernel { function, .. } => {
+            Ok((offset_in(object, &path, function)?, None))
+        }
     })?;
-    let path = CString::new(path.as_os_str().as_bytes())
+    let target = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| ProbeError::Invalid("a NUL in the path".into()))?;
     Ok(Probe {
-        path,
+        target,
         offset,
+        kernel: false,
         ret,
         semaphore,
     })
+}
+
+/// A kernel function's probe, the function checked against the kernel's symbols.
+fn kernel_probe(ret: bool, spelled: &str) -> Result<Probe, ProbeError> {
+    let (function, offset) = match spelled.split_once('+') {
+        Some((function, offset)) => (
+            function,
+            parse_number(offset)
+                .ok_or_else(|| ProbeError::Invalid(format!("`{offset}` is not an offset")))?,
+        ),
+        None => (spelled, 0),
+    };
+    if function.is_empty() {
+        return Err(ProbeError::Invalid(
+            "a kernel probe is kprobe:FUNCTION or kretprobe:FUNCTION".into(),
+        ));
+    }
+    let functions = kernel_functions();
+    if !functions.is_empty() && functions.binary_search_by(|f| f.as_str().cmp(function)).is_err() {
+        return Err(ProbeError::Missing {
+            what: format!("no kernel function `{function}`"),
+            near: super::language::nearest(function, &functions),
+        });
+    }
+    Ok(Probe {
+        target: CString::new(function).map_err(|_| ProbeError::Invalid("a NUL in the name".into()))?,
+        offset,
+        kernel: true,
+        ret,
+        semaphore: None,
+    })
+}
+
+/// The kernel's functions by name (sorted), from `/proc/kallsyms`; none where it cannot be read
+/// (the kernel then judges the name).
+fn kernel_functions() -> Vec<String> {
+    let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+    let mut names: Vec<String> = (text.lines())
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (_, kind, name) = (fields.next()?, fields.next()?, fields.next()?);
+            matches!(kind, "t" | "T").then(|| name.to_string())
+        })
+        .collect();
+    names.sort();
+    names.dedup();
+    names
 }
 
 /// A USDT site's offset and its semaphore's, in the file.
@@ -328,8 +389,39 @@ mod tests {
                 name: "gc__start"
             })
         );
+        assert_eq!(
+            spelling("kretprobe:do_nanosleep+4"),
+            Some(Spelled::Kernel {
+                ret: true,
+                function: "do_nanosleep+4"
+            })
+        );
         assert_eq!(spelling("syscalls:sys_enter_write"), None);
         assert_eq!(spelling("cycles:u"), None);
+    }
+
+    /// A kernel function is checked against the kernel's own symbols (`/proc/kallsyms`, whose
+    /// names anyone may read).
+    #[test]
+    fn kernel_functions_are_checked_and_misspelt_ones_name_the_nearest() {
+        let probe = resolve(Spelled::Kernel {
+            ret: false,
+            function: "do_nanosleep+8",
+        })
+        .unwrap();
+        assert_eq!(
+            (probe.target.to_str().unwrap(), probe.offset, probe.kernel),
+            ("do_nanosleep", 8, true)
+        );
+        match resolve(Spelled::Kernel {
+            ret: false,
+            function: "do_nanoslep",
+        }) {
+            Err(ProbeError::Missing { near, .. }) => {
+                assert!(near.contains(&"do_nanosleep".to_string()), "{near:?}")
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

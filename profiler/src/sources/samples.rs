@@ -90,7 +90,7 @@ impl Spec {
                 program,
                 (index, event),
                 self.rate,
-                sampler.scope(context)?,
+                sampler.scope(event, context)?,
             )?;
         }
         if !self.counters.is_empty() {
@@ -192,14 +192,17 @@ impl Sampler {
     /// tracing event's program runs at every hit on any CPU, whichever CPU its perf event was
     /// opened on (and the kernel takes a tracepoint's program once), so once: for a user probe
     /// of `-p` processes once per process, which plants the probe in their memory only (one
-    /// opened system-wide traps in every process that maps the file).
-    fn scope(self, context: &AttachContext<'_>) -> anyhow::Result<Vec<(i32, i32)>> {
+    /// opened system-wide traps in every process that maps the file). A kernel probe's program
+    /// runs at every hit whatever process the perf event names: once.
+    fn scope(self, event: &Event, context: &AttachContext<'_>) -> anyhow::Result<Vec<(i32, i32)>> {
         let cpus = crate::counters::cpu::online_ids()?;
         let any_cpu = vec![(-1, cpus.first().copied().unwrap_or(0) as i32)];
         let per_process = !context.system_wide && context.command.is_none();
         Ok(match self {
             Sampler::Overflow => cpus.into_iter().map(|cpu| (-1, cpu as i32)).collect(),
-            Sampler::Probe if per_process => context.pids.iter().map(|&pid| (pid as i32, -1)).collect(),
+            Sampler::Probe if per_process && !event.probe.as_ref().is_some_and(|p| p.kernel) => {
+                context.pids.iter().map(|&pid| (pid as i32, -1)).collect()
+            }
             Sampler::Tracepoint | Sampler::Probe => any_cpu,
         })
     }
