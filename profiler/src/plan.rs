@@ -92,6 +92,39 @@ fn rate_of(events: &[Event], period: Option<u64>, frequency_hz: u64) -> Rate {
     }
 }
 
+/// `stat --filter`: on every tracepoint of the groups, each checked to name only its fields.
+fn filter_tracepoints(groups: &mut [Group], filter: &str) -> Result<(), UserError> {
+    use crate::counters::{language::nearest, tracepoint};
+    let tracefs = tracepoint::tracefs_root();
+    let tracepoints = groups
+        .iter_mut()
+        .flat_map(|g| g.events.iter_mut())
+        .filter(|e| e.is_tracepoint());
+    let mut filtered = 0;
+    for event in tracepoints {
+        let fields = tracepoint::fields(tracefs, &event.name);
+        if let Some(name) = tracepoint::unknown_field(filter, &fields) {
+            let near = match nearest(name, &fields).first() {
+                Some(near) => format!(" (did you mean {near}?)"),
+                None => String::new(),
+            };
+            return Err(UserError::Usage(format!(
+                "--filter: {} has no field `{name}`{near}; its fields: {}",
+                event.name,
+                fields.join(", ")
+            )));
+        }
+        event.filter = Some(filter.to_string());
+        filtered += 1;
+    }
+    match filtered {
+        0 => Err(UserError::Usage(
+            "--filter applies to tracepoints, and -e names none".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// Every `-e` (each may list several, comma-separated), at most `MAX_SAMPLING_EVENTS`.
 fn sampling_events(catalog: &Catalog, given: &[String]) -> Result<Vec<Event>, UserError> {
     let mut events = Vec::new();
@@ -291,6 +324,9 @@ impl Plan {
         }
         if stat.is_empty() {
             return Err(UserError::Usage("-e: no event given".into()));
+        }
+        if let Some(filter) = &args.filter {
+            filter_tracepoints(&mut stat, filter)?;
         }
         if let Some(program) = args.command.first() {
             launcher::resolve(program)?;

@@ -166,8 +166,9 @@ fn a_server_that_never_answers_delays_a_run_by_the_bounded_wait_at_most() {
         named * 100.0
     );
     println!("stderr: {errors}");
-    // The wait is 10 s; the fetch's own deadline (30 s) would be far over it.
-    assert!(took < Duration::from_secs(2 + 10 + 6), "{took:?}");
+    // The wait is 10 s; the fetch's own deadline (30 s) would be over 2 + 30 s. The rest is
+    // loading and naming, which a busy machine (`cargo xtask test --noise`) slows: 7 s seen.
+    assert!(took < Duration::from_secs(2 + 10 + 15), "{took:?}");
     assert!(
         took >= Duration::from_secs(2 + 10),
         "{took:?}: did it wait at all?"

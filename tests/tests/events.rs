@@ -400,12 +400,13 @@ fn stat_intervals_add_up_to_the_run() {
         "{} intervals in at least 0.8 s at 200 ms",
         intervals.len()
     );
-    // Every 200 ms (the driver wakes for each), but the last, which ends with the run.
+    // Every 200 ms (the driver wakes for each), but the last, which ends with the run. Loosely:
+    // a busy machine wakes the driver late (what is exact is below: the counts).
     for pair in at[..at.len() - 1].windows(2) {
-        assert!((pair[1] - pair[0] - 0.2).abs() < 0.1, "intervals {at:?}");
+        assert!((0.05..0.5).contains(&(pair[1] - pair[0])), "intervals {at:?}");
     }
     let last = at[at.len() - 1] - at[at.len() - 2];
-    assert!(last > 0.0 && last < 0.3, "the last interval: {last} s");
+    assert!((0.0..0.5).contains(&last), "the last interval: {last} s");
     let summed: f64 = each.iter().sum();
     assert_eq!(summed, total, "the intervals add up to the run");
     assert!(
@@ -561,6 +562,35 @@ fn stat_counts_a_tracepoint_exactly() {
         assert_eq!(count, writes + 1.0, "{event}");
     }
     refused_in_one_line(&["stat", "-e", "sched:sched_swich", "--", "true"], "did you mean");
+    assert_no_programs_left();
+}
+
+/// `stat --filter`: the kernel's filter on the tracepoint's fields. The workload's 1000 writes
+/// are of one byte each, the TRUTH line's of more: `count == 1` counts the 1000, `count > 1` the
+/// one. A field the tracepoint has not is refused in one line, naming the nearest and its fields.
+#[test]
+fn stat_filters_a_tracepoint_on_its_fields() {
+    let event = "syscalls:sys_enter_write";
+    for (filter, expected) in [("count == 1", 1000.0), ("count > 1", 1.0)] {
+        let (report, out) = stat(
+            &["-e", event, "--filter", filter],
+            &[&events_bin(), "writes", "1000"],
+        );
+        let count = counter(&report, event)["value"].as_f64().unwrap();
+        println!(
+            "{event} --filter '{filter}': {count} ({} one-byte writes and the TRUTH line)",
+            truth(&out)["writes"]
+        );
+        assert_eq!(count, expected, "{filter}");
+    }
+    refused_in_one_line(
+        &["stat", "-e", event, "--filter", "cnt > 1", "--", "true"],
+        "no field `cnt` (did you mean count?)",
+    );
+    refused_in_one_line(
+        &["stat", "-e", "page-faults", "--filter", "count > 1", "--", "true"],
+        "names none",
+    );
     assert_no_programs_left();
 }
 

@@ -180,6 +180,11 @@ pub struct StatArgs {
     /// software counters where not.
     #[arg(short = 'e', long = "event", value_name = "EVENTS")]
     pub events: Vec<String>,
+    /// Count only the tracepoint hits this filter passes, in the kernel's own filter language,
+    /// on the tracepoint's fields (`count > 4096`, `fd == 1 && count < 64`, `comm == "dd"`): it
+    /// applies to every tracepoint of -e.
+    #[arg(long, value_name = "EXPRESSION")]
+    pub filter: Option<String>,
     /// Run the command this many times and report each count's mean and relative spread.
     #[arg(short = 'r', long = "repeat", value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=1000))]

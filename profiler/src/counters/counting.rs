@@ -51,6 +51,12 @@ pub enum CountingError {
     Unsupported { event: String, reason: String },
     #[error("opening the {event} counter: {source}")]
     Open { event: String, source: io::Error },
+    #[error("the kernel refused the filter `{filter}` of {event} ({source}): see its fields in /sys/kernel/tracing/events/.../format")]
+    Filter {
+        event: String,
+        filter: String,
+        source: io::Error,
+    },
 }
 
 impl Counting {
@@ -165,7 +171,16 @@ fn open_group(
             _ => -1,
         };
         match perf_event_open(&attr, pid, cpu, leader) {
-            Ok(fd) => fds.push(fd),
+            Ok(fd) => {
+                if let Some(filter) = &event.filter {
+                    set_filter(&fd, filter).map_err(|source| CountingError::Filter {
+                        event: event.spelled(),
+                        filter: filter.clone(),
+                        source,
+                    })?;
+                }
+                fds.push(fd)
+            }
             Err(e) if pid > 0 && e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
             Err(e) => {
                 let event = event.spelled();
@@ -187,6 +202,18 @@ fn open_group(
         });
     }
     Ok(Some(fds))
+}
+
+/// A tracepoint's filter, which the kernel applies before it counts a hit
+/// (`PERF_EVENT_IOC_SET_FILTER`).
+fn set_filter(fd: &OwnedFd, filter: &str) -> io::Result<()> {
+    const PERF_EVENT_IOC_SET_FILTER: libc::c_ulong = 0x4008_2406;
+    let filter = std::ffi::CString::new(filter).map_err(io::Error::other)?;
+    // SAFETY: the kernel reads the NUL-terminated string, which lives through the call.
+    match unsafe { libc::ioctl(fd.as_raw_fd(), PERF_EVENT_IOC_SET_FILTER, filter.as_ptr()) } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
 }
 
 fn read_words(fd: &OwnedFd, n: usize) -> io::Result<Vec<u64>> {

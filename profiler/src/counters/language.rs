@@ -37,6 +37,8 @@ pub struct Event {
     pub hardware: bool,
     /// A user probe's file and offset (`config1`, `config2`).
     pub probe: Option<Probe>,
+    /// A tracepoint's filter, in the kernel's filter language (`stat --filter`).
+    pub filter: Option<String>,
 }
 
 impl Event {
@@ -52,6 +54,7 @@ impl Event {
             precise: 0,
             hardware: !matches!(spec.source, events::Source::Software(_)),
             probe: None,
+            filter: None,
         })
     }
 
@@ -147,6 +150,7 @@ fn tracepoint_event(text: &str, found: Result<u64, Vec<String>>) -> Result<Event
             precise: 0,
             hardware: false,
             probe: None,
+            filter: None,
         }),
         Err(known) => Err(EventError::Unknown {
             given: text.to_string(),
@@ -314,6 +318,7 @@ impl Catalog {
             precise: 0,
             hardware: false,
             probe: Some(probe),
+            filter: None,
         })
     }
 
@@ -329,6 +334,7 @@ impl Catalog {
             precise: 0,
             hardware,
             probe: None,
+            filter: None,
         };
         if let Some((_, config, _)) = SOFTWARE.iter().find(|(n, _, _)| *n == name) {
             return Ok(event(PERF_TYPE_SOFTWARE, *config, false));
@@ -424,6 +430,7 @@ impl Catalog {
             precise: 0,
             hardware: true,
             probe: None,
+            filter: None,
         })
     }
 

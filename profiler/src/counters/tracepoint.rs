@@ -40,6 +40,47 @@ pub fn id(tracefs: &Path, text: &str) -> Option<Result<u64, Vec<String>>> {
     }))
 }
 
+/// A tracepoint's field names, from its tracefs `format` (the common ones first): what a filter
+/// may name. None when tracefs does not describe it.
+pub fn fields(tracefs: &Path, text: &str) -> Vec<String> {
+    let Some((system, name)) = text.split_once(':') else {
+        return Vec::new();
+    };
+    let format = std::fs::read_to_string(tracefs.join("events").join(system).join(name).join("format"));
+    (format.unwrap_or_default().lines())
+        .filter_map(|line| line.trim().strip_prefix("field:")?.split(';').next())
+        .filter_map(|declaration| {
+            let last = declaration.split_whitespace().last()?;
+            Some(last.split('[').next()?.trim_start_matches('*').to_string())
+        })
+        .collect()
+}
+
+/// Whether `filter` names only fields of `fields` (and `comm` and `cpu`, which the kernel's
+/// filters also know); the first name that is not one otherwise. Quoted strings and numbers
+/// are not names.
+pub fn unknown_field<'a>(filter: &'a str, fields: &[String]) -> Option<&'a str> {
+    let mut rest = filter;
+    while let Some(start) = rest.find(|c: char| c.is_ascii_alphabetic() || c == '_' || c == '"') {
+        rest = &rest[start..];
+        if let Some(quoted) = rest.strip_prefix('"') {
+            rest = quoted.split_once('"').map_or("", |(_, after)| after);
+            continue;
+        }
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        let (name, after) = rest.split_at(end);
+        let number = rest.len() < filter.len()
+            && filter[..filter.len() - rest.len()].ends_with(|c: char| c.is_ascii_digit());
+        if !number && !["comm", "cpu", "COMM", "CPU"].contains(&name) && !fields.iter().any(|f| f == name) {
+            return Some(name);
+        }
+        rest = after;
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,6 +97,24 @@ mod tests {
             std::fs::write(dir.join("id"), format!("{id}\n")).unwrap();
         }
         root
+    }
+
+    #[test]
+    fn a_filter_names_only_the_tracepoints_fields() {
+        let root = std::env::temp_dir().join(format!("bpfprof-format-{}", std::process::id()));
+        let dir = root.join("events/syscalls/sys_enter_write");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("format"),
+            "name: sys_enter_write\nformat:\n\tfield:int common_pid;\toffset:4;\n\n\tfield:const char * buf;\toffset:24;\n\tfield:size_t count;\toffset:32;\n\tfield:char name[16];\toffset:40;\n",
+        )
+        .unwrap();
+        let fields = fields(&root, "syscalls:sys_enter_write");
+        assert_eq!(fields, ["common_pid", "buf", "count", "name"]);
+        assert_eq!(unknown_field("count > 4096 && common_pid != 0x1f", &fields), None);
+        assert_eq!(unknown_field("comm == \"dd x\" || name ~ \"a*\"", &fields), None);
+        assert_eq!(unknown_field("cnt > 1", &fields), Some("cnt"));
+        assert_eq!(unknown_field("count > 1 && bytes < 2", &fields), Some("bytes"));
     }
 
     #[test]

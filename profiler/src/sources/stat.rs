@@ -44,6 +44,7 @@ impl Spec {
             CountingError::Unsupported { event, .. } if crate::counters::pmu::missing_reason().is_some() => {
                 anyhow::Error::from(UserError::NoPmu { event })
             }
+            e @ CountingError::Filter { .. } => UserError::Usage(format!("--filter: {e}")).into(),
             e => e.into(),
         })?;
         let events: usize = self.groups.iter().map(|g| g.events.len()).sum();

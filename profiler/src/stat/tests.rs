@@ -25,6 +25,7 @@ fn counts(values: &[(&str, f64, f64)]) -> Counts {
 fn plan(events: &str) -> Plan {
     let args = crate::cli::StatArgs {
         events: vec![events.to_string()],
+        filter: None,
         repeat: 1,
         interval_ms: None,
         pids: Vec::new(),
