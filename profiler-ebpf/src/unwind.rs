@@ -7,8 +7,9 @@
 //! Six walkers share the walk: for samples (a perf-event program, tail-called from the sampling
 //! program, and a tracepoint and a uprobe program for the samples of tracing events), for
 //! threads going to sleep (a raw-tracepoint program, tail-called from the switch program), for
-//! futex waits and wakes (a tracepoint program) and for pthread lock calls (a uprobe program). A tail call only reaches programs of its caller's type, and each has its own
-//! per-CPU scratch: a sample can interrupt a switch or a syscall on the same CPU.
+//! futex waits and wakes (a tracepoint program) and for pthread lock calls (a uprobe program).
+//! A tail call only reaches programs of its caller's type, and each has its own per-CPU
+//! scratch: a sample can interrupt a switch or a syscall on the same CPU.
 use aya_ebpf::{
     bindings::{pt_regs, BPF_F_MMAPABLE},
     helpers::{bpf_get_current_task_btf, bpf_probe_read_user},

@@ -13,7 +13,7 @@ use std::{
 
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _, SymbolKind};
 
-use super::usdt;
+use super::{cpu::parse_number, usdt};
 
 /// Where a probe fires.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -336,13 +336,6 @@ fn file_offset_of(object: &object::File<'_>, file: &Path, address: u64) -> Resul
                 file.display()
             ))
         })
-}
-
-fn parse_number(text: &str) -> Option<u64> {
-    match text.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => text.parse().ok(),
-    }
 }
 
 /// A defined function's address, from the symbol table or the dynamic one.

@@ -221,17 +221,13 @@ fn attach_sampling(
     rate: Rate,
     places: Vec<(i32, i32)>,
 ) -> anyhow::Result<()> {
-    let (period, freq) = match rate {
+    let (period, freq, cookie) = match rate {
         // A tracing event's program runs at every hit and samples every Nth itself.
-        _ if event.is_traced() => (0, 0),
+        _ if event.is_traced() => (0, 0, profiler_common::hit_cookie(index as u16, hit_period(rate))),
         // The clocks count nanoseconds: a fixed period is exact and needs no warm-up.
-        Rate::Frequency(hz) if event.is_clock() => (1_000_000_000 / hz.max(1), 0),
-        Rate::Frequency(hz) => (hz, FLAG_FREQ),
-        Rate::Period(n) => (n, 0),
-    };
-    let cookie = match event.is_traced() {
-        true => profiler_common::hit_cookie(index as u16, hit_period(rate)),
-        false => index as u64,
+        Rate::Frequency(hz) if event.is_clock() => (1_000_000_000 / hz.max(1), 0, index as u64),
+        Rate::Frequency(hz) => (hz, FLAG_FREQ, index as u64),
+        Rate::Period(n) => (n, 0, index as u64),
     };
     let attr = Attr {
         sample_period: period,
@@ -476,7 +472,7 @@ impl Source for SampleSource {
     fn notes(&self) -> Vec<String> {
         let every = match self.period {
             1 => "each one sampled".to_string(),
-            n => format!("every {n}th sampled on each CPU"),
+            n => format!("1 in {n} sampled on each CPU"),
         };
         (self.traced.iter())
             .filter_map(|(index, event)| Some((event, self.maps.hits(*index)?)))
