@@ -8,8 +8,8 @@
 
 /// Hands the table of every health counter to `$make!`. Each kernel row is
 /// `Variant = slot, field, source, "metric", "help", |h| warning`; each user row (counted by
-/// user space) is the same without `Variant = slot`. `source` is `samples`, `sched`, `locks` or
-/// `common`; a metric name shared by two rows is one `/metrics` line, their sum; a warning is an
+/// user space) is the same without `Variant = slot`. `source` is `samples`, `sched`, `locks`,
+/// `syscalls`, `latency` or `common`; a metric name shared by two rows is one `/metrics` line, their sum; a warning is an
 /// expression of type `fn(&Health) -> Option<String>` (user space's `Health`).
 #[macro_export]
 macro_rules! health_table {
@@ -141,6 +141,24 @@ macro_rules! health_table {
                     |h| (h.switch_outs_missed > 0).then(|| format!(
                         "{} switch-outs were never shown by the kernel's tracepoint (the task was seen switched in again): those runs and waits are the kernel's own totals, settled at the next switch-in; the time off the CPU between is not known",
                         h.switch_outs_missed
+                    ));
+                SyscallThreadsFull = 24, syscall_threads_full, syscalls, "syscall_threads_full_total",
+                    "system calls not timed because the per-thread map of calls in progress was full",
+                    |h| (h.syscall_threads_full > 0).then(|| format!(
+                        "{} system calls were not counted: the map of threads in a call was full",
+                        h.syscall_threads_full
+                    ));
+                SyscallTotalsFull = 25, syscall_totals_full, syscalls, "syscall_totals_full_total",
+                    "system calls not counted because the map of sums per thread and call was full",
+                    |h| (h.syscall_totals_full > 0).then(|| format!(
+                        "{} system calls were not counted: the map of sums per thread and call was full",
+                        h.syscall_totals_full
+                    ));
+                LatencyStartsFull = 26, latency_starts_full, latency, "latency_starts_full_total",
+                    "starts of `latency` not kept because the map of starts waiting for their end was full",
+                    |h| (h.latency_starts_full > 0).then(|| format!(
+                        "{} starts were not timed: the map of starts waiting for their end was full (starts that never end fill it)",
+                        h.latency_starts_full
                     ));
             }
             user {

@@ -8,10 +8,12 @@
 extern crate std;
 
 pub mod health;
+pub mod latency;
 pub mod lock;
 pub mod names;
 pub mod sampling;
 pub mod sched;
+pub mod syscalls;
 pub mod unwind;
 
 // The families' types at the root, where both sides have always found them.
@@ -46,6 +48,11 @@ mod pod {
     unsafe impl aya::Pod for lock::ThreadOffsets {}
     unsafe impl aya::Pod for lock::Waiting {}
     unsafe impl aya::Pod for lock::LastWake {}
+    unsafe impl aya::Pod for syscalls::SyscallEntry {}
+    unsafe impl aya::Pod for latency::LatencyKey {}
+    unsafe impl aya::Pod for latency::LatencyKeys {}
+    unsafe impl aya::Pod for syscalls::SyscallKey {}
+    unsafe impl aya::Pod for syscalls::SyscallTotals {}
 }
 
 #[cfg(test)]

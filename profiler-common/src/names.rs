@@ -65,6 +65,14 @@ names! {
         HITS = "HITS";
         TRACEPOINT_HIT_UNWIND_PROGRAMS = "TRACEPOINT_HIT_UNWIND_PROGRAMS";
         PROBE_HIT_UNWIND_PROGRAMS = "PROBE_HIT_UNWIND_PROGRAMS";
+        /// Per target thread, the system call it is in (`SyscallEntry`).
+        SYSCALL_THREADS = "SYSCALL_THREADS";
+        /// Per (thread, call, errno), the calls and their time (`SyscallTotals`).
+        SYSCALL_TOTALS = "SYSCALL_TOTALS";
+        /// Starts of `latency` waiting for their end (`LatencyKey` → ns).
+        LATENCY_STARTS = "LATENCY_STARTS";
+        /// Per CPU, `latency`'s histogram and sums (`latency::slot`).
+        LATENCY_HIST = "LATENCY_HIST";
     }
     PROGRAMS {
         PROG_SAMPLE = "sample_stack";
@@ -90,6 +98,10 @@ names! {
         PROG_SAMPLE_PROBE = "sample_probe";
         PROG_UNWIND_TRACEPOINT_HIT = "unwind_tracepoint_hit";
         PROG_UNWIND_PROBE_HIT = "unwind_probe_hit";
+        PROG_SYSCALL_ENTER = "syscall_enter";
+        PROG_SYSCALL_EXIT = "syscall_exit";
+        PROG_LATENCY_TRACEPOINT = "latency_tracepoint";
+        PROG_LATENCY_PROBE = "latency_probe";
     }
     GLOBALS {
         G_TASK_OFFSETS = "TASK_OFFSETS";
@@ -103,6 +115,8 @@ names! {
         G_FILTER = "FILTER_BY_TARGET";
         G_FORK = "FORK_OFFSETS";
         G_EXIT = "EXIT_OFFSETS";
+        /// `latency`: each side's key (`LatencyKeys`).
+        G_LATENCY_KEYS = "LATENCY_KEYS";
     }
 }
 

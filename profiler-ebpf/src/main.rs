@@ -20,9 +20,11 @@ mod arch;
 mod atomic;
 mod health;
 mod hits;
+mod latency;
 mod lock;
 mod sampling;
 mod sched;
+mod syscalls;
 mod targets;
 mod unwind;
 

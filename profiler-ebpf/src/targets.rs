@@ -105,6 +105,7 @@ fn try_forget_exit(ctx: &TracePointContext) -> Result<(), i64> {
     let (tgid, tid) = current_ids();
     crate::sched::forget_task(tid);
     crate::lock::forget_thread(tgid, tid);
+    crate::syscalls::forget_thread(tid);
     let offsets = unsafe { core::ptr::read_volatile(&EXIT_OFFSETS) };
     let group_dead = match offsets.group_dead {
         u32::MAX => None,

@@ -73,6 +73,8 @@ pub struct LoadOptions<'a> {
     pub nvcsw_offset: u32,
     /// Futex source: the `task_struct` fields read at thread creation (to tell a join).
     pub thread_offsets: ThreadOffsets,
+    /// `latency`: each side's key.
+    pub latency_keys: profiler_common::latency::LatencyKeys,
     /// Of the maps only some runs use (`OPTIONAL_MAPS`), those this one does; the others shrink
     /// to one entry, so they cost (almost) no kernel memory.
     pub maps: BTreeSet<&'static str>,
@@ -81,7 +83,7 @@ pub struct LoadOptions<'a> {
 }
 
 /// The maps only some sources use.
-pub const OPTIONAL_MAPS: [&str; 31] = [
+pub const OPTIONAL_MAPS: [&str; 35] = [
     names::SAMPLES[0],
     names::SAMPLES[1],
     names::STACKS[0],
@@ -113,6 +115,10 @@ pub const OPTIONAL_MAPS: [&str; 31] = [
     names::LOCK_KERNEL_WAITING,
     names::LOCK_STACKS,
     names::LOCK_USER_STACKS,
+    names::SYSCALL_THREADS,
+    names::SYSCALL_TOTALS,
+    names::LATENCY_STARTS,
+    names::LATENCY_HIST,
 ];
 
 impl<'a> LoadOptions<'a> {
@@ -131,6 +137,7 @@ impl<'a> LoadOptions<'a> {
                 clear_child_tid: u32::MAX,
                 ..Default::default()
             },
+            latency_keys: Default::default(),
             maps: BTreeSet::new(),
             sample_map_entries: None,
         }
@@ -171,7 +178,8 @@ impl Loaded {
             .override_global(names::G_COUNTERS, &options.counters, true)
             .override_global(names::G_UNWIND, &unwind, true)
             .override_global(names::G_NVCSW, &options.nvcsw_offset, true)
-            .override_global(names::G_THREAD_OFFSETS, &options.thread_offsets, true);
+            .override_global(names::G_THREAD_OFFSETS, &options.thread_offsets, true)
+            .override_global(names::G_LATENCY_KEYS, &options.latency_keys, true);
         // Fixed at load: below debug the verifier sees a constant and prunes every kernel log
         // site as dead code, and the log ring shrinks to one page (it stays empty).
         let log_level = kernel_log_level();

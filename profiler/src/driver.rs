@@ -53,6 +53,23 @@ pub(crate) trait Sink {
     }
 }
 
+/// A sink for what is read once, at the end (`trace`, `latency`): the sources' last batches.
+#[derive(Default)]
+pub(crate) struct AtEnd {
+    pub batches: Vec<Batch>,
+}
+
+impl Sink for AtEnd {
+    fn drained(&mut self, _drained: Drained<'_>) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn finished(&mut self, batches: Vec<Batch>, _procs: &mut Processes) -> anyhow::Result<()> {
+        self.batches.extend(batches);
+        Ok(())
+    }
+}
+
 /// What a sink is handed after each drain.
 pub(crate) struct Drained<'a> {
     /// Each source's batch, in the sources' order.

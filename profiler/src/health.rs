@@ -22,7 +22,7 @@ pub struct Counter {
     pub help: &'static str,
 }
 
-/// `samples`, `sched`, `locks` or `common`: the source a table row speaks of.
+/// `samples`, `sched`, `locks`, `syscalls`, `latency` or `common`: the source a table row speaks of.
 macro_rules! source_of {
     (samples) => {
         Some(Kind::CpuSamples)
@@ -32,6 +32,12 @@ macro_rules! source_of {
     };
     (locks) => {
         Some(Kind::Locks)
+    };
+    (syscalls) => {
+        Some(Kind::Syscalls)
+    };
+    (latency) => {
+        Some(Kind::Latency)
     };
     (common) => {
         None

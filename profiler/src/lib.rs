@@ -15,6 +15,7 @@ pub mod driver;
 pub mod error;
 pub mod golang;
 pub mod health;
+pub mod latency;
 pub mod launcher;
 pub mod list;
 pub mod model;
@@ -32,6 +33,7 @@ pub mod stat;
 pub mod status;
 pub mod symbolize;
 pub mod top;
+pub mod trace;
 pub mod unwind;
 pub mod views;
 pub mod which;
@@ -47,6 +49,8 @@ pub fn run(mut cli: Cli) -> anyhow::Result<i32> {
         Some(Subcommands::Report(args)) => views::run_report(args),
         Some(Subcommands::Top(args)) => top::run(args),
         Some(Subcommands::Stat(args)) => stat::run(args),
+        Some(Subcommands::Trace(args)) => trace::run(args),
+        Some(Subcommands::Latency(args)) => latency::run(args),
         Some(Subcommands::List(args)) => list::run(args),
         None => match cli.counters.clone() {
             Some(path) => session::topdown_from_counters(&cli, &path),

@@ -78,6 +78,21 @@ fn in_directory(dir: &Path, e: &io::Error) -> io::Error {
     io::Error::new(e.kind(), reason)
 }
 
+/// A command's own report (`stat`, `trace`, `latency`) as JSON (its schema's version and its
+/// mode first) or as text by `text`, to `path` or standard output.
+pub fn write_command_report<R: serde::Serialize>(
+    path: Option<&Path>,
+    format: crate::cli::Format,
+    mode: &'static str,
+    report: &R,
+    text: fn(&R, &mut dyn Write) -> io::Result<()>,
+) -> Result<(), UserError> {
+    write_report(path, &|out| match format {
+        crate::cli::Format::Json => crate::report::json::write_command_json(out, mode, report),
+        _ => text(report, out),
+    })
+}
+
 /// Write the report with `render`. On a file error the report is saved in the temp directory
 /// instead, and the error names that place.
 pub fn write_report(

@@ -2,6 +2,8 @@
 //! loaded, and what the run is then made of.
 use std::{ffi::OsString, path::PathBuf, time::Duration};
 
+use profiler_common::latency::LatencyKeys;
+
 use crate::{
     cli::{Cli, Format, LockSource, Mode, OffCpuStacks},
     counters::language::{Catalog, Event, Group},
@@ -10,9 +12,10 @@ use crate::{
     sources::{
         self,
         counting::TopdownCounting,
+        latency,
         locks::{self, Reading},
         samples::{self, Rate},
-        sched, stat, Kind, Spec,
+        sched, stat, syscalls, Kind, Spec,
     },
     start::Recipe,
 };
@@ -94,7 +97,7 @@ fn rate_of(events: &[Event], period: Option<u64>, frequency_hz: u64) -> Rate {
 
 /// `stat --filter`: on every tracepoint of the groups, each checked to name only its fields.
 fn filter_tracepoints(groups: &mut [Group], filter: &str) -> Result<(), UserError> {
-    use crate::counters::{language::nearest, tracepoint};
+    use crate::counters::tracepoint;
     let tracefs = tracepoint::tracefs_root();
     let tracepoints = groups
         .iter_mut()
@@ -104,15 +107,7 @@ fn filter_tracepoints(groups: &mut [Group], filter: &str) -> Result<(), UserErro
     for event in tracepoints {
         let fields = tracepoint::fields(tracefs, &event.name);
         if let Some(name) = tracepoint::unknown_field(filter, &fields) {
-            let near = match nearest(name, &fields).first() {
-                Some(near) => format!(" (did you mean {near}?)"),
-                None => String::new(),
-            };
-            return Err(UserError::Usage(format!(
-                "--filter: {} has no field `{name}`{near}; its fields: {}",
-                event.name,
-                fields.join(", ")
-            )));
+            return Err(no_field("--filter", &event.name, name, &fields));
         }
         event.filter = Some(filter.to_string());
         filtered += 1;
@@ -123,6 +118,75 @@ fn filter_tracepoints(groups: &mut [Group], filter: &str) -> Result<(), UserErro
         )),
         _ => Ok(()),
     }
+}
+
+/// `OPTION: TRACEPOINT has no field `NAME` (did you mean ...?); its fields: ...`.
+fn no_field(option: &str, tracepoint: &str, name: &str, fields: &[String]) -> UserError {
+    let near = match crate::counters::language::nearest(name, fields).first() {
+        Some(near) => format!(" (did you mean {near}?)"),
+        None => String::new(),
+    };
+    UserError::Usage(format!(
+        "{option}: {tracepoint} has no field `{name}`{near}; its fields: {}",
+        fields.join(", ")
+    ))
+}
+
+/// `latency --from`/`--to`: a tracing event (a tracepoint or a probe), whose program runs at its
+/// every hit.
+fn traced_event(catalog: &Catalog, option: &str, text: &str) -> Result<Event, UserError> {
+    let event = catalog.parse(text)?;
+    match event.is_traced() {
+        true => Ok(event),
+        false => Err(UserError::Usage(format!(
+            "{option} {text}: not a tracepoint or a probe (latency is timed from one hit of a tracing event to another; `bpfprof list` shows them)"
+        ))),
+    }
+}
+
+/// Each side's key: the thread, or one or two fields both tracepoints have, each a number of 1,
+/// 2, 4 or 8 bytes (read where each one's tracefs format says).
+fn latency_keys(from: &Event, to: &Event, key: &str) -> Result<(LatencyKeys, String), UserError> {
+    use crate::counters::tracepoint;
+    if matches!(key, "thread" | "tid") {
+        return Ok((LatencyKeys::default(), "thread".into()));
+    }
+    let names: Vec<&str> = key.split(',').map(str::trim).collect();
+    if names.len() > 2 || names.iter().any(|n| n.is_empty()) {
+        return Err(UserError::Usage(format!(
+            "--key {key}: `thread`, or one or two fields of the tracepoints (`dev,sector`)"
+        )));
+    }
+    let mut keys = LatencyKeys::default();
+    for (side, event) in [from, to].into_iter().enumerate() {
+        if !event.is_tracepoint() {
+            return Err(UserError::Usage(format!(
+                "--key {key}: {} is a probe, which has no fields: key it by thread",
+                event.spelled()
+            )));
+        }
+        let layout = tracepoint::layout(tracepoint::tracefs_root(), &event.name);
+        let fields = &mut keys.sides[side];
+        for (i, name) in names.iter().enumerate() {
+            let all: Vec<String> = layout.iter().map(|f| f.name.clone()).collect();
+            let field = layout
+                .iter()
+                .find(|f| f.name == *name)
+                .ok_or_else(|| no_field("--key", &event.name, name, &all))?;
+            if field.array || ![1, 2, 4, 8].contains(&field.size) {
+                return Err(UserError::Usage(format!(
+                    "--key: {}'s field `{name}` is not a number ({} bytes{}): a key is a number's value",
+                    event.name,
+                    field.size,
+                    if field.array { ", an array or a string" } else { "" }
+                )));
+            }
+            fields.offsets[i] = field.offset;
+            fields.sizes[i] = field.size;
+        }
+        fields.fields = names.len() as u32;
+    }
+    Ok((keys, names.join(",")))
 }
 
 /// Every `-e` (each may list several, comma-separated), at most `MAX_SAMPLING_EVENTS`.
@@ -207,6 +271,8 @@ pub struct Plan {
     /// `stat`: the events counted, in their groups, and how often they are printed (`-I`).
     pub stat: Vec<Group>,
     pub interval: Option<Duration>,
+    /// `latency`: the two events and their key.
+    pub latency: Option<latency::Spec>,
 }
 
 impl Plan {
@@ -308,6 +374,7 @@ impl Plan {
             debuginfod,
             stat: Vec::new(),
             interval: None,
+            latency: None,
         })
     }
 
@@ -328,20 +395,52 @@ impl Plan {
         if let Some(filter) = &args.filter {
             filter_tracepoints(&mut stat, filter)?;
         }
-        if let Some(program) = args.command.first() {
+        Ok(Plan {
+            stat,
+            interval: args.interval_ms.map(Duration::from_millis),
+            ..Plan::scoped(Mode::Stat, &args.scope, args.report.output.clone())?
+        })
+    }
+
+    /// `bpfprof latency`: the time from one event to another, per key.
+    pub fn for_latency(args: &crate::cli::LatencyArgs) -> Result<Plan, UserError> {
+        let catalog = Catalog::here();
+        let from = traced_event(&catalog, "--from", &args.from)?;
+        let to = traced_event(&catalog, "--to", &args.to)?;
+        if from.spelled() == to.spelled() {
+            return Err(UserError::Usage(format!(
+                "--from and --to are both {}: an interval is between two events",
+                from.spelled()
+            )));
+        }
+        let (keys, key) = latency_keys(&from, &to, &args.key)?;
+        Ok(Plan {
+            latency: Some(latency::Spec { from, to, keys, key }),
+            ..Plan::scoped(Mode::Latency, &args.scope, args.report.output.clone())?
+        })
+    }
+
+    /// `bpfprof trace`: the system-call summary of a command, processes or the whole system.
+    pub fn for_trace(args: &crate::cli::TraceArgs) -> Result<Plan, UserError> {
+        Plan::scoped(Mode::Trace, &args.scope, args.report.output.clone())
+    }
+
+    /// A plan of `stat` or `trace`: what they watch and for how long, nothing sampled.
+    fn scoped(mode: Mode, scope: &crate::cli::ScopeArgs, output: Option<PathBuf>) -> Result<Plan, UserError> {
+        if let Some(program) = scope.command.first() {
             launcher::resolve(program)?;
         }
         Ok(Plan {
-            mode: Mode::Stat,
-            events: vec![catalog.parse("cpu-clock")?],
+            mode,
+            events: vec![Catalog::here().parse("cpu-clock")?],
             rate: Rate::Frequency(DEFAULT_HZ),
             frequency_hz: 0,
-            duration: args.duration.map(Duration::from_secs_f64),
-            system_wide: args.system_wide || (args.pids.is_empty() && args.command.is_empty()),
-            pids: preflight::resolve_pids(&args.pids)?,
-            command: args.command.clone(),
+            duration: scope.duration.map(Duration::from_secs_f64),
+            system_wide: scope.system_wide || (scope.pids.is_empty() && scope.command.is_empty()),
+            pids: preflight::resolve_pids(&scope.pids)?,
+            command: scope.command.clone(),
             format: Format::Text,
-            output: args.output.clone(),
+            output,
             slow_threshold_ns: u64::MAX,
             offcpu_stacks: OffCpuStacks::None,
             counters: Vec::new(),
@@ -352,8 +451,9 @@ impl Plan {
             annotate: None,
             debug_dirs: Vec::new(),
             debuginfod: None,
-            stat,
-            interval: args.interval_ms.map(Duration::from_millis),
+            stat: Vec::new(),
+            interval: None,
+            latency: None,
         })
     }
 
@@ -391,6 +491,7 @@ impl Plan {
             debuginfod: args.names.debuginfod()?,
             stat: Vec::new(),
             interval: None,
+            latency: None,
         })
     }
 
@@ -417,6 +518,8 @@ impl Plan {
                     groups: self.stat.clone(),
                     intervals: self.interval.is_some(),
                 })),
+                Kind::Syscalls => specs.push(Spec::Syscalls(syscalls::Spec)),
+                Kind::Latency => specs.extend(self.latency.clone().map(|l| Spec::Latency(Box::new(l)))),
             }
         }
         Ok(Recipe {

@@ -233,7 +233,9 @@ fn report_run(
             write(&|out| renderer.sched(&report, out))?;
             Ok(format!("{} tasks", report.tasks.len()))
         }
-        Mode::Stat => anyhow::bail!("a stat run is reported by `bpfprof stat`"),
+        Mode::Stat | Mode::Trace | Mode::Latency => {
+            anyhow::bail!("a {} run is reported by `bpfprof {0}`", plan.mode.name())
+        }
         Mode::Hotspot => {
             let profile = stacks.context("hotspot run without samples")?;
             let report = symbolized(naming, meta, &profile, &procs);
@@ -368,7 +370,7 @@ impl RunSink {
                 .get_or_insert_with(Default::default)
                 .add_batch(batch, procs),
             Batch::Counts(counting) => self.counts = Some(*counting),
-            Batch::Stat(_) => {}
+            Batch::Stat(_) | Batch::Syscalls(_) | Batch::Latency(_) => {}
         }
     }
 
@@ -407,6 +409,30 @@ pub(crate) fn run_live(plan: &Plan, live: &mut dyn Sink) -> anyhow::Result<Vec<S
 pub(crate) fn run_into(plan: &Plan, sink: &mut dyn Sink) -> anyhow::Result<Recording> {
     let (tracefs, runtime) = prepare_to_load()?;
     runtime.block_on(record(plan, Reading::AtEnd, tracefs, sink, Feedback::None))
+}
+
+/// A run read once, at its end (`trace`, `latency`): the sources' last batches, what the report
+/// must say (how the run ended, what was lost), how long it ran and the command's exit status.
+pub(crate) struct Ended {
+    pub batches: Vec<Batch>,
+    pub notes: Vec<String>,
+    pub seconds: f64,
+    pub exit_code: i32,
+}
+
+/// Run `plan` (privileges checked first) to its end.
+pub(crate) fn run_to_end(plan: &Plan) -> anyhow::Result<Ended> {
+    preflight::check_privileges()?;
+    let mut sink = crate::driver::AtEnd::default();
+    let recording = run_into(plan, &mut sink)?;
+    let mut notes = recording.meta.notes;
+    notes.extend(recording.stopped.health.warnings());
+    Ok(Ended {
+        batches: sink.batches,
+        notes,
+        seconds: recording.meta.duration_s,
+        exit_code: recording.exit_code,
+    })
 }
 
 /// What a run shows while it collects.

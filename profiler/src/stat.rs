@@ -3,12 +3,12 @@
 //! this module is its sink (each interval, the totals) and its report: each counter with the
 //! share of the run it was on the PMU, derived metrics where their inputs were counted, and with
 //! `-r N` each figure's mean and relative spread over the runs.
-use std::{io::Write, time::Duration};
+use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::{
-    cli::{format_for, Format, StatArgs},
+    cli::{Format, StatArgs},
     counters::{
         language::Catalog,
         tma::{self, Counts},
@@ -28,19 +28,9 @@ pub mod render;
 mod tests;
 
 pub fn run(args: StatArgs) -> anyhow::Result<i32> {
-    let format = format_for(args.format, args.output.as_deref())?;
-    if !matches!(format, Format::Text | Format::Json) {
-        return Err(UserError::FormatUnavailable {
-            format: format.name(),
-            mode: "stat",
-        }
-        .into());
-    }
-    if args.repeat > 1 && args.command.is_empty() {
+    let format = args.report.checked("stat")?;
+    if args.repeat > 1 && args.scope.command.is_empty() {
         return Err(UserError::Usage("-r N runs a command N times: give it after --".into()).into());
-    }
-    if let Some(path) = &args.output {
-        output::check_writable(path)?;
     }
     let plan = Plan::for_stat(&args, default_events(&Catalog::here()))?;
     preflight::check_privileges()?;
@@ -66,11 +56,7 @@ pub fn run(args: StatArgs) -> anyhow::Result<i32> {
         }
     }
     let report = StatReport::of(&plan, &runs);
-    let renderer = |out: &mut dyn Write| match format {
-        Format::Json => render::json(&report, out),
-        _ => render::text(&report, out),
-    };
-    output::write_report(plan.output.as_deref(), &renderer)?;
+    output::write_command_report(plan.output.as_deref(), format, "stat", &report, render::text)?;
     Ok(exit_code)
 }
 

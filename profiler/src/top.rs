@@ -342,7 +342,7 @@ impl TopView {
                 ));
                 lines.extend(lock_lines(&self.locks, &self.lock_info, rows));
             }
-            Mode::Topdown | Mode::Stat => {}
+            Mode::Topdown | Mode::Stat | Mode::Trace | Mode::Latency => {}
         }
         lines
     }
@@ -373,7 +373,7 @@ impl Sink for TopView {
                 Batch::Samples(samples) => self.hotspot(samples, data.procs),
                 Batch::Sched(batch) => self.sched(batch),
                 Batch::Locks(batch) => self.lock(batch, data.procs, health.clone()),
-                Batch::Counts(_) | Batch::Stat(_) => {}
+                Batch::Counts(_) | Batch::Stat(_) | Batch::Syscalls(_) | Batch::Latency(_) => {}
             }
         }
         let lines = self.lines((height as usize).saturating_sub(3).max(1), &status);

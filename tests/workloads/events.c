@@ -6,6 +6,9 @@
  *                       involuntary ones meanwhile, which may land in a nap's own kernel path)
  *   events insns N      a loop of exactly 2 instructions run N times (2N instructions retired)
  *   events writes N     N write(2) calls of one byte to /dev/null (and one more: the TRUTH line)
+ *   events sleeps N     a second thread sleeps N times 1 ms, then N/4 times 20 ms (nanosleep);
+ *                       prints its tid, each count and duration, and how many sleeps took at
+ *                       least 2^24 ns (16.8 ms) by its own clock
  *   events mallocs N    N malloc calls, from alpha_alloc (64 bytes) or beta_alloc (4096 bytes),
  *                       picked 70/30 by a fixed pseudo-random sequence (no pattern a sampling
  *                       period could fall in step with); prints each one's calls and bytes
@@ -19,6 +22,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 #include <time.h>
+#include <pthread.h>
+#include <sys/syscall.h>
 
 #define PAGE 4096
 
@@ -63,6 +68,28 @@ static void mallocs(long n) {
 static __attribute__((noinline)) void napper(long naps) {
     struct timespec nap = {0, 200000};
     for (long i = 0; i < naps; i++) nanosleep(&nap, NULL);
+}
+
+/* The sleeps of `sleeps N`, on their own thread: 1 ms N times, then 20 ms N/4 times. */
+static long sleeps_short, sleeps_long, sleeper_tid, sleeps_over_2pow24;
+
+/* One nanosleep, and whether it took at least 2^24 ns (16.8 ms) by this thread's own clock. */
+static void timed_nap(const struct timespec *nap) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    nanosleep(nap, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    long long ns = (t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec);
+    sleeps_over_2pow24 += ns >= (1LL << 24);
+}
+
+static void *sleeper(void *unused) {
+    (void)unused;
+    sleeper_tid = syscall(SYS_gettid);
+    struct timespec short_nap = {0, 1000000}, long_nap = {0, 20000000};
+    for (long i = 0; i < sleeps_short; i++) timed_nap(&short_nap);
+    for (long i = 0; i < sleeps_long; i++) timed_nap(&long_nap);
+    return NULL;
 }
 
 /* Two instructions an iteration, whatever the compiler: a counted loop in assembly. */
@@ -114,6 +141,13 @@ int main(int argc, char **argv) {
         printf("TRUTH pid=%d writes=%ld\n", getpid(), n);
     } else if (strcmp(argv[1], "mallocs") == 0) {
         mallocs(n);
+    } else if (strcmp(argv[1], "sleeps") == 0) {
+        pthread_t thread;
+        sleeps_short = n;
+        sleeps_long = n / 4;
+        if (pthread_create(&thread, NULL, sleeper, NULL) != 0 || pthread_join(thread, NULL) != 0) return 1;
+        printf("TRUTH pid=%d sleeper_tid=%ld short=%ld short_ns=1000000 long=%ld long_ns=20000000 over_2pow24=%ld\n",
+               getpid(), sleeper_tid, sleeps_short, sleeps_long, sleeps_over_2pow24);
     } else if (strcmp(argv[1], "naps") == 0) {
         long before = preemptions();
         napper(n);

@@ -14,7 +14,9 @@ pub fn out_dir() -> PathBuf {
 }
 
 /// The subcommands each of which gets its own page (`bpfprof-agent.1`) and completion.
-const SUBCOMMANDS: &[&str] = &["agent", "diff", "list", "report", "stat", "top"];
+const SUBCOMMANDS: &[&str] = &[
+    "agent", "diff", "latency", "list", "report", "stat", "top", "trace",
+];
 
 /// Generate, check, and say where they are.
 pub fn run() -> Result<()> {

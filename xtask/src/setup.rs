@@ -48,6 +48,10 @@ pub fn run(needs: Needs) -> Result<()> {
             ("openssl", "openssl"),
             // The debuginfod tests fetch a debug file from elfutils' own server.
             ("debuginfod", "debuginfod"),
+            // `trace -s` is checked against `strace -c`, and benched against it.
+            ("strace", "strace"),
+            // `latency` on block requests is checked against fio's own completion latency.
+            ("fio", "fio"),
         ])?;
         // The arm64 suites run in an emulated Neoverse (and the AArch64 unwind-table unit test
         // reads the arm64 C library the cross compiler brings).

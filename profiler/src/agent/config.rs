@@ -59,7 +59,7 @@ impl Config {
                     LockSource::Futex,
                     locks::Reading::Drained,
                 ))),
-                Kind::Counting | Kind::Stat => None,
+                Kind::Counting | Kind::Stat | Kind::Syscalls | Kind::Latency => None,
             })
             .collect();
         Recipe {

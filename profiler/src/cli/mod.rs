@@ -165,6 +165,20 @@ pub enum Subcommands {
         after_help = "Examples:\n  sudo bpfprof stat -- ./prog                               the default counters of this machine\n  sudo bpfprof stat -e page-faults,minor-faults -r 5 -- ./prog  five runs, mean and spread\n  sudo bpfprof stat -e '{cpu_cycles,inst_retired}' -- ./prog    counted together (IPC)\n  sudo bpfprof stat -a -e context-switches -I 1000 -d 10     system-wide, a line a second"
     )]
     Stat(StatArgs),
+    /// The system calls of a command, processes or the whole system, per thread: calls, errors
+    /// by errno, total, average, shortest and longest time (like `perf trace -s`, `strace -c`),
+    /// timed and summed in the kernel.
+    #[command(
+        after_help = "Examples:\n  sudo bpfprof trace -s -- dd if=/dev/zero of=/dev/null count=100k   a command's calls\n  sudo bpfprof trace -s -p 1234 -d 10                                a process for 10 s"
+    )]
+    Trace(TraceArgs),
+    /// The time from each hit of one event to the next hit of another with the same key (the
+    /// thread, or some of the tracepoints' fields): count, average, p50/p90/p99, longest and a
+    /// histogram, summed in the kernel.
+    #[command(
+        after_help = "Examples:\n  sudo bpfprof latency --from syscalls:sys_enter_read --to syscalls:sys_exit_read -p 1234\n  sudo bpfprof latency --from block:block_rq_issue --to block:block_rq_complete --key dev,sector -a -d 10\n  sudo bpfprof latency --from uprobe:libc:malloc --to uretprobe:libc:malloc -- ./prog"
+    )]
+    Latency(LatencyArgs),
     /// What this machine can count and sample: perf's generic, cache and software events, each
     /// PMU's own (Arm's architected events by name), tracepoints by subsystem.
     #[command(
@@ -193,7 +207,46 @@ pub struct StatArgs {
     #[arg(short = 'I', long = "interval", value_name = "MS",
           value_parser = clap::value_parser!(u64).range(10..))]
     pub interval_ms: Option<u64>,
-    /// Count these processes (all their threads, and what they start from now on).
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    #[command(flatten)]
+    pub report: ReportOutput,
+}
+
+/// Where `stat`, `trace` and `latency` write their report, and in what format.
+#[derive(Clone, Debug, Default, Args)]
+pub struct ReportOutput {
+    /// Output format: text or json (default: from the -o extension, else text).
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// Write the report here instead of standard output.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+impl ReportOutput {
+    /// Text or JSON (the only formats of these commands), and the output checked writable:
+    /// both before anything is loaded.
+    pub fn checked(&self, command: &'static str) -> anyhow::Result<Format> {
+        let format = format_for(self.format, self.output.as_deref())?;
+        if !matches!(format, Format::Text | Format::Json) {
+            return Err(crate::error::UserError::FormatUnavailable {
+                format: format.name(),
+                mode: command,
+            }
+            .into());
+        }
+        if let Some(path) = &self.output {
+            crate::output::check_writable(path)?;
+        }
+        Ok(format)
+    }
+}
+
+/// What `stat`, `trace` and `latency` watch, and for how long.
+#[derive(Clone, Debug, Default, Args)]
+pub struct ScopeArgs {
+    /// These processes (all their threads, and what they start from now on).
     #[arg(
         short = 'p',
         long = "pid",
@@ -202,21 +255,46 @@ pub struct StatArgs {
         conflicts_with = "command"
     )]
     pub pids: Vec<u32>,
-    /// Count on every CPU (the default when neither -p nor a command is given).
+    /// The whole system, every CPU (the default when neither -p nor a command is given).
     #[arg(short = 'a', long = "all-cpus", conflicts_with = "pids")]
     pub system_wide: bool,
     /// Stop after this many seconds (default: when the command or targets exit, or Ctrl-C).
     #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_seconds)]
     pub duration: Option<f64>,
-    /// Output format: text or json (default: from the -o extension, else text).
-    #[arg(long, value_enum)]
-    pub format: Option<Format>,
-    /// Write the counts here instead of standard output.
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub output: Option<PathBuf>,
-    /// Command to start and count; counting starts before its first instruction.
+    /// Command to start and watch, from before its first instruction.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct LatencyArgs {
+    /// Where each interval starts: a tracepoint or a probe, in `-e`'s language.
+    #[arg(long, value_name = "EVENT")]
+    pub from: String,
+    /// Where it ends: the next hit of this event with the same key.
+    #[arg(long, value_name = "EVENT")]
+    pub to: String,
+    /// What matches an end to its start: `thread` (the default: the same thread), or one or two
+    /// fields both tracepoints have (`dev,sector`: a block request, completed in an interrupt).
+    #[arg(long, value_name = "FIELDS", default_value = "thread")]
+    pub key: String,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    #[command(flatten)]
+    pub report: ReportOutput,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct TraceArgs {
+    /// The summary: per thread, each system call's calls, errors (by errno), total, average,
+    /// shortest and longest time, as `perf trace -s` and `strace -c` give them (the only output
+    /// `trace` has yet: each call as it happens is not listed).
+    #[arg(short = 's', long = "summary")]
+    pub summary: bool,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    #[command(flatten)]
+    pub report: ReportOutput,
 }
 
 #[derive(Clone, Debug, Args)]
@@ -570,6 +648,12 @@ pub enum Mode {
     /// `bpfprof stat`, which has its own command line.
     #[value(skip)]
     Stat,
+    /// `bpfprof trace`, which has its own command line.
+    #[value(skip)]
+    Trace,
+    /// `bpfprof latency`, which has its own command line.
+    #[value(skip)]
+    Latency,
 }
 
 impl Mode {
@@ -580,6 +664,8 @@ impl Mode {
             Mode::Lock => "lock",
             Mode::Sched => "sched",
             Mode::Stat => "stat",
+            Mode::Trace => "trace",
+            Mode::Latency => "latency",
         }
     }
 }

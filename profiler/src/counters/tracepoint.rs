@@ -1,7 +1,7 @@
 //! Tracepoints as events: `SUBSYSTEM:NAME` (`syscalls:sys_enter_write`, `sched:sched_switch`), a
 //! perf event of type `PERF_TYPE_TRACEPOINT` whose config is the tracepoint's id in tracefs
-//! (`events/SUBSYSTEM/NAME/id`). Counted by `bpfprof stat`; sampling them with stacks needs a
-//! program of the tracepoint type, which the sampler is not (yet).
+//! (`events/SUBSYSTEM/NAME/id`). Counted by `bpfprof stat`, sampled with stacks (`-e`), and timed
+//! from one to another (`latency`).
 use std::path::Path;
 
 pub const TRACEFS: &str = "/sys/kernel/tracing";
@@ -43,15 +43,44 @@ pub fn id(tracefs: &Path, text: &str) -> Option<Result<u64, Vec<String>>> {
 /// A tracepoint's field names, from its tracefs `format` (the common ones first): what a filter
 /// may name. None when tracefs does not describe it.
 pub fn fields(tracefs: &Path, text: &str) -> Vec<String> {
+    layout(tracefs, text).into_iter().map(|f| f.name).collect()
+}
+
+/// One field of a tracepoint's record, as its tracefs `format` describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Field {
+    pub name: String,
+    pub offset: u32,
+    pub size: u32,
+    /// An array or a string (`char name[16]`, `__data_loc char[] name`): not a number.
+    pub array: bool,
+}
+
+/// A tracepoint's fields (the common ones first); none when tracefs does not describe it.
+pub fn layout(tracefs: &Path, text: &str) -> Vec<Field> {
     let Some((system, name)) = text.split_once(':') else {
         return Vec::new();
     };
     let format = std::fs::read_to_string(tracefs.join("events").join(system).join(name).join("format"));
-    (format.unwrap_or_default().lines())
-        .filter_map(|line| line.trim().strip_prefix("field:")?.split(';').next())
-        .filter_map(|declaration| {
+    parse_format(&format.unwrap_or_default())
+}
+
+/// The fields of a `format` file: `field:TYPE NAME;\toffset:N;\tsize:N;\tsigned:N;` lines.
+pub fn parse_format(format: &str) -> Vec<Field> {
+    format
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.trim().split(';').map(str::trim);
+            let declaration = parts.next()?.strip_prefix("field:")?;
+            let mut number = |key: &str| parts.next()?.strip_prefix(key)?.parse::<u32>().ok();
+            let (offset, size) = (number("offset:")?, number("size:")?);
             let last = declaration.split_whitespace().last()?;
-            Some(last.split('[').next()?.trim_start_matches('*').to_string())
+            Some(Field {
+                name: last.split('[').next()?.trim_start_matches('*').to_string(),
+                offset,
+                size,
+                array: declaration.contains('[') || declaration.contains("__data_loc"),
+            })
         })
         .collect()
 }
@@ -106,11 +135,17 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
             dir.join("format"),
-            "name: sys_enter_write\nformat:\n\tfield:int common_pid;\toffset:4;\n\n\tfield:const char * buf;\toffset:24;\n\tfield:size_t count;\toffset:32;\n\tfield:char name[16];\toffset:40;\n",
+            "name: sys_enter_write\nformat:\n\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;\n\n\tfield:const char * buf;\toffset:24;\tsize:8;\tsigned:0;\n\tfield:size_t count;\toffset:32;\tsize:8;\tsigned:0;\n\tfield:char name[16];\toffset:40;\tsize:16;\tsigned:0;\n",
         )
         .unwrap();
         let fields = fields(&root, "syscalls:sys_enter_write");
         assert_eq!(fields, ["common_pid", "buf", "count", "name"]);
+        let count = &layout(&root, "syscalls:sys_enter_write")[2];
+        assert_eq!((count.offset, count.size, count.array), (32, 8, false));
+        assert!(
+            layout(&root, "syscalls:sys_enter_write")[3].array,
+            "char name[16]"
+        );
         assert_eq!(unknown_field("count > 4096 && common_pid != 0x1f", &fields), None);
         assert_eq!(unknown_field("comm == \"dd x\" || name ~ \"a*\"", &fields), None);
         assert_eq!(unknown_field("cnt > 1", &fields), Some("cnt"));

@@ -200,6 +200,28 @@ pub(crate) fn write_json(out: &mut dyn Write, doc: &impl Serialize) -> io::Resul
     writeln!(out)
 }
 
+/// A command's own report (`stat`, `trace`), indented: its schema's version and its mode first.
+pub(crate) fn write_command_json(
+    out: &mut dyn Write,
+    mode: &'static str,
+    report: &impl Serialize,
+) -> io::Result<()> {
+    #[derive(Serialize)]
+    struct Doc<'a, T> {
+        format_version: u32,
+        mode: &'static str,
+        #[serde(flatten)]
+        report: &'a T,
+    }
+    let doc = Doc {
+        format_version: FORMAT_VERSION,
+        mode,
+        report,
+    };
+    serde_json::to_writer_pretty(&mut *out, &doc).map_err(io::Error::other)?;
+    writeln!(out)
+}
+
 fn stacks_json<'a>(stacks: &'a [Stack], table: &mut FrameTable<'a>) -> Vec<StackJson<'a>> {
     stacks
         .iter()

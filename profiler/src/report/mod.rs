@@ -13,7 +13,7 @@ mod heatmap;
 pub mod json;
 mod names;
 pub mod pprof;
-mod sched_text;
+pub(crate) mod sched_text;
 mod svg;
 mod text;
 

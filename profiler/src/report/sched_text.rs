@@ -89,14 +89,20 @@ fn histograms(r: &SchedReport, out: &mut dyn Write) -> io::Result<()> {
     )?;
     for t in tasks {
         writeln!(out, "{} (tid {}), {} waits", t.comm, t.tid, t.waits)?;
-        let rows = log2_rows(&t.histogram);
-        let max = rows.iter().map(|row| row.count).max().unwrap_or(1).max(1);
-        for row in rows {
-            let (lower, upper) = row.labels();
-            let bar = "#".repeat((row.count * BAR_WIDTH).div_ceil(max) as usize);
-            let line = format!("  {lower:>6} .. {upper:<6} {:>8} {bar}", row.count);
-            writeln!(out, "{}", line.trim_end())?;
-        }
+        histogram_lines(&t.histogram, out)?;
+    }
+    Ok(())
+}
+
+/// A fine histogram as power-of-two rows, each with its count and a bar.
+pub(crate) fn histogram_lines(histogram: &[Bucket], out: &mut dyn Write) -> io::Result<()> {
+    let rows = log2_rows(histogram);
+    let max = rows.iter().map(|row| row.count).max().unwrap_or(1).max(1);
+    for row in rows {
+        let (lower, upper) = row.labels();
+        let bar = "#".repeat((row.count * BAR_WIDTH).div_ceil(max) as usize);
+        let line = format!("  {lower:>6} .. {upper:<6} {:>8} {bar}", row.count);
+        writeln!(out, "{}", line.trim_end())?;
     }
     Ok(())
 }

@@ -4,8 +4,8 @@
 /// The kinds of kernel data, in the order the start path attaches them: the lock probes first
 /// (they are placed before anything counts), the sampler before the counters read at each sample
 /// (see `samples`), the scheduler last but for the counters' totals, so its thread states and
-/// those totals cover the same run; `stat`'s counters last of all, just before a command is let
-/// run.
+/// those totals cover the same run; `stat`'s counters and the system-call summary last of all, just before
+/// a command is let run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     Locks,
@@ -13,4 +13,6 @@ pub enum Kind {
     Sched,
     Counting,
     Stat,
+    Syscalls,
+    Latency,
 }

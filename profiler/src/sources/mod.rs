@@ -3,7 +3,9 @@
 //! - [`sched`]: the scheduler's thread states, run-queue waits and off-CPU stacks;
 //! - [`locks`]: lock waits (futex, pthread probes or the kernel's contention tracepoints);
 //! - [`counting`]: topdown's counter totals over the whole run;
-//! - [`stat`]: any events counted over the run, as `perf stat` counts them.
+//! - [`stat`]: any events counted over the run, as `perf stat` counts them;
+//! - [`syscalls`]: every system call of the targets, timed and summed per thread, call and errno;
+//! - [`latency`]: the time from each hit of one event to the next of another, as a histogram.
 //!
 //! A source's [`Spec`] is what it needs (a value decided before anything is loaded: the globals
 //! and maps it sets, checked by unit tests without root); the start path attaches it, in the
@@ -20,22 +22,27 @@ use crate::{
 };
 
 pub mod counting;
+pub mod hooks;
 pub mod kind;
+pub mod latency;
 pub mod locks;
 pub mod samples;
 pub mod sched;
 pub mod stat;
+pub mod syscalls;
 
 pub use kind::Kind;
 
 /// Which sources each mode uses. Topdown samples only where its counter set can be counted (it
 /// then splits the counts by function).
-pub const MODE_SOURCES: [(Mode, &[Kind]); 5] = [
+pub const MODE_SOURCES: [(Mode, &[Kind]); 7] = [
     (Mode::Hotspot, &[Kind::CpuSamples]),
     (Mode::Topdown, &[Kind::CpuSamples, Kind::Sched, Kind::Counting]),
     (Mode::Lock, &[Kind::Locks]),
     (Mode::Sched, &[Kind::Sched]),
     (Mode::Stat, &[Kind::Stat]),
+    (Mode::Trace, &[Kind::Syscalls]),
+    (Mode::Latency, &[Kind::Latency]),
 ];
 
 /// Which source each of the agent's signals is a view of.
@@ -83,6 +90,8 @@ pub enum Spec {
     Locks(locks::Spec),
     Counting(Box<counting::TopdownCounting>),
     Stat(stat::Spec),
+    Syscalls(syscalls::Spec),
+    Latency(Box<latency::Spec>),
 }
 
 impl Spec {
@@ -93,6 +102,8 @@ impl Spec {
             Spec::Locks(_) => Kind::Locks,
             Spec::Counting(_) => Kind::Counting,
             Spec::Stat(_) => Kind::Stat,
+            Spec::Syscalls(_) => Kind::Syscalls,
+            Spec::Latency(_) => Kind::Latency,
         }
     }
 
@@ -103,7 +114,11 @@ impl Spec {
         match self {
             Spec::Sched(spec) => Ok(spec.prepare()?),
             Spec::Locks(spec) => spec.prepare(pids, command),
-            Spec::CpuSamples(_) | Spec::Counting(_) | Spec::Stat(_) => Ok(()),
+            Spec::CpuSamples(_)
+            | Spec::Counting(_)
+            | Spec::Stat(_)
+            | Spec::Syscalls(_)
+            | Spec::Latency(_) => Ok(()),
         }
     }
 
@@ -114,6 +129,8 @@ impl Spec {
             Spec::Sched(spec) => spec.needs(options),
             Spec::Locks(spec) => spec.needs(options),
             Spec::Stat(spec) => spec.needs(options),
+            Spec::Syscalls(spec) => spec.needs(options),
+            Spec::Latency(spec) => spec.needs(options),
             Spec::Counting(_) => {}
         }
     }
@@ -126,6 +143,8 @@ impl Spec {
             Spec::Locks(spec) => spec.attach(kernel, context),
             Spec::Counting(counting) => counting::attach(*counting, kernel),
             Spec::Stat(spec) => spec.attach(kernel, context),
+            Spec::Syscalls(spec) => spec.attach(kernel, context),
+            Spec::Latency(spec) => (*spec).attach(kernel, context),
         }
     }
 }
@@ -171,6 +190,10 @@ pub enum Batch {
     Counts(Box<counting::TopdownCounting>),
     /// `stat`'s counts: at each drain when intervals are wanted, and at the end.
     Stat(stat::StatBatch),
+    /// The system-call summary, at the end.
+    Syscalls(syscalls::SyscallBatch),
+    /// `latency`'s histogram, at the end.
+    Latency(latency::LatencyBatch),
 }
 
 /// One kind of kernel data, attached: drained at each epoch flip, settled at the stop.

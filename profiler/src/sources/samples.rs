@@ -2,7 +2,7 @@
 //! names, at a frequency or every N events) records each sample's stacks into the epoch's slot,
 //! with the deltas of the counters it reads at each sample (`--counter`, topdown per function);
 //! drained at each flip.
-use std::os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
+use std::os::fd::{AsFd as _, AsRawFd as _, RawFd};
 
 use anyhow::Context as _;
 use aya::{
@@ -13,14 +13,17 @@ use profiler_common::{
     names, unwind::UserStack, BuildIdKey, BuildIdStack, CounterDeltas, SampleKey, SampleValue,
 };
 
-use super::{AttachContext, Attached, Batch, Source, Wants};
+use super::{
+    hooks::{run_at_hits, Hook},
+    AttachContext, Attached, Batch, Source, Wants,
+};
 use crate::{
     bpf::{map_update, LoadOptions, Loaded},
     collect::{clear_stacks, comm_string, object_offsets, read_stack, read_unwound, take_map, Flip},
     counters::{
         counting::{Counting, CountingError, Scope},
         language::Event,
-        pmu::{perf_event_open, Attr},
+        pmu::Attr,
     },
     error::UserError,
     process::Processes,
@@ -83,14 +86,14 @@ impl Spec {
         // scheduled first, so a cycles sampler takes the PMU's dedicated cycle counter where
         // there is one, and the counters share the general-purpose ones.
         for (index, event) in self.events.iter().enumerate() {
-            let sampler = Sampler::of(event);
-            let program = sampler.load(kernel, context.unwind_tables)?;
+            let hook = Hook::of(event);
+            let program = load_sampler(hook, kernel, context.unwind_tables)?;
             attach_sampling(
                 kernel,
                 program,
                 (index, event),
                 self.rate,
-                sampler.scope(event, context)?,
+                hook.scope(event, context)?,
             )?;
         }
         if !self.counters.is_empty() {
@@ -124,88 +127,32 @@ fn hit_period(rate: Rate) -> u64 {
     }
 }
 
-/// The program that samples an event: the CPU sampler at a perf event's overflows, or a tracing
-/// event's at each of its hits (a tracepoint's or a user probe's program type).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Sampler {
-    Overflow,
-    Tracepoint,
-    Probe,
-}
-
-impl Sampler {
-    fn of(event: &Event) -> Sampler {
-        match (event.is_tracepoint(), event.probe.is_some()) {
-            (true, _) => Sampler::Tracepoint,
-            (_, true) => Sampler::Probe,
-            _ => Sampler::Overflow,
-        }
+/// The sampling program of an event's kind and (its stack walker), each loaded once: the
+/// program's fd.
+fn load_sampler(hook: Hook, kernel: &mut Loaded, tables: bool) -> anyhow::Result<RawFd> {
+    let (sampler, walker, walkers) = match hook {
+        Hook::Overflow => (names::PROG_SAMPLE, names::PROG_UNWIND, names::UNWIND_PROGRAMS),
+        Hook::Tracepoint => (
+            names::PROG_SAMPLE_TRACEPOINT,
+            names::PROG_UNWIND_TRACEPOINT_HIT,
+            names::TRACEPOINT_HIT_UNWIND_PROGRAMS,
+        ),
+        Hook::Probe => (
+            names::PROG_SAMPLE_PROBE,
+            names::PROG_UNWIND_PROBE_HIT,
+            names::PROBE_HIT_UNWIND_PROGRAMS,
+        ),
+    };
+    if tables && !hook.loaded(kernel, walker)? {
+        hook.load_program(kernel, walker)
+            .context("loading the stack unwinding program")?;
+        kernel.install_walker(walker, walkers)?;
     }
-
-    /// Its program and (its stack walker), each loaded once: the program's fd.
-    fn load(self, kernel: &mut Loaded, tables: bool) -> anyhow::Result<RawFd> {
-        let (sampler, walker, walkers) = match self {
-            Sampler::Overflow => (names::PROG_SAMPLE, names::PROG_UNWIND, names::UNWIND_PROGRAMS),
-            Sampler::Tracepoint => (
-                names::PROG_SAMPLE_TRACEPOINT,
-                names::PROG_UNWIND_TRACEPOINT_HIT,
-                names::TRACEPOINT_HIT_UNWIND_PROGRAMS,
-            ),
-            Sampler::Probe => (
-                names::PROG_SAMPLE_PROBE,
-                names::PROG_UNWIND_PROBE_HIT,
-                names::PROBE_HIT_UNWIND_PROGRAMS,
-            ),
-        };
-        if tables && !self.loaded(kernel, walker)? {
-            self.load_program(kernel, walker)
-                .context("loading the stack unwinding program")?;
-            kernel.install_walker(walker, walkers)?;
-        }
-        if !self.loaded(kernel, sampler)? {
-            self.load_program(kernel, sampler)
-                .context("loading the sampling program")?;
-        }
-        Ok(Self::program(kernel, sampler)?.fd()?.as_fd().as_raw_fd())
+    if !hook.loaded(kernel, sampler)? {
+        hook.load_program(kernel, sampler)
+            .context("loading the sampling program")?;
     }
-
-    fn program<'a>(kernel: &'a Loaded, name: &str) -> anyhow::Result<&'a aya::programs::Program> {
-        (kernel.ebpf.program(name)).with_context(|| format!("program {name} missing"))
-    }
-
-    fn loaded(self, kernel: &Loaded, name: &str) -> anyhow::Result<bool> {
-        Ok(Self::program(kernel, name)?.fd().is_ok())
-    }
-
-    /// Load one of its programs (its type's own `load`).
-    fn load_program(self, kernel: &mut Loaded, name: &str) -> anyhow::Result<()> {
-        use aya::programs::{PerfEvent, TracePoint, UProbe};
-        match self {
-            Sampler::Overflow => kernel.program::<PerfEvent>(name)?.load()?,
-            Sampler::Tracepoint => kernel.program::<TracePoint>(name)?.load()?,
-            Sampler::Probe => kernel.program::<UProbe>(name)?.load()?,
-        }
-        Ok(())
-    }
-
-    /// Where its perf events are opened, as `(pid, cpu)`. The CPU sampler's on every CPU. A
-    /// tracing event's program runs at every hit on any CPU, whichever CPU its perf event was
-    /// opened on (and the kernel takes a tracepoint's program once), so once: for a user probe
-    /// of `-p` processes once per process, which plants the probe in their memory only (one
-    /// opened system-wide traps in every process that maps the file). A kernel probe's program
-    /// runs at every hit whatever process the perf event names: once.
-    fn scope(self, event: &Event, context: &AttachContext<'_>) -> anyhow::Result<Vec<(i32, i32)>> {
-        let cpus = crate::counters::cpu::online_ids()?;
-        let any_cpu = vec![(-1, cpus.first().copied().unwrap_or(0) as i32)];
-        let per_process = !context.system_wide && context.command.is_none();
-        Ok(match self {
-            Sampler::Overflow => cpus.into_iter().map(|cpu| (-1, cpu as i32)).collect(),
-            Sampler::Probe if per_process && !event.probe.as_ref().is_some_and(|p| p.kernel) => {
-                context.pids.iter().map(|&pid| (pid as i32, -1)).collect()
-            }
-            Sampler::Tracepoint | Sampler::Probe => any_cpu,
-        })
-    }
+    Ok(Hook::program(kernel, sampler)?.fd()?.as_fd().as_raw_fd())
 }
 
 /// `perf_event_attr.freq`: `sample_period` is a frequency.
@@ -234,79 +181,7 @@ fn attach_sampling(
         flags: freq | event.exclude_flags() | event.precise_flags(),
         ..event.attr()
     };
-    for (pid, cpu) in places {
-        let place = match pid {
-            -1 => format!("on CPU {cpu}"),
-            pid => format!("in process {pid}"),
-        };
-        let fd = perf_event_open(&attr, pid, cpu, -1).map_err(|e| open_error(event, &place, e))?;
-        let link = link_with_cookie(program_fd, fd.as_raw_fd(), cookie).with_context(|| {
-            format!(
-                "running the sampling program at {} events {place}",
-                event.spelled()
-            )
-        })?;
-        kernel.hold((link, fd));
-    }
-    Ok(())
-}
-
-/// `BPF_LINK_CREATE` of a perf-event program on a perf event, with a cookie the program reads
-/// back (`bpf_get_attach_cookie`, kernel 5.15 and later); the link detaches when dropped. aya
-/// attaches perf events it opens itself, without a cookie.
-fn link_with_cookie(program_fd: RawFd, perf_fd: RawFd, cookie: u64) -> std::io::Result<OwnedFd> {
-    /// `union bpf_attr`'s `link_create` with its `perf_event` member.
-    #[repr(C)]
-    struct LinkCreate {
-        prog_fd: u32,
-        target_fd: u32,
-        attach_type: u32,
-        flags: u32,
-        bpf_cookie: u64,
-    }
-    const BPF_LINK_CREATE: libc::c_long = 28;
-    const BPF_PERF_EVENT: u32 = 41;
-    let attr = LinkCreate {
-        prog_fd: program_fd as u32,
-        target_fd: perf_fd as u32,
-        attach_type: BPF_PERF_EVENT,
-        flags: 0,
-        bpf_cookie: cookie,
-    };
-    // SAFETY: bpf(2) reads `size` bytes of `attr`, which lives through the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            BPF_LINK_CREATE,
-            &attr as *const LinkCreate,
-            std::mem::size_of::<LinkCreate>() as u32,
-        )
-    };
-    match fd {
-        // SAFETY: a new fd the kernel just gave us, owned by nothing else.
-        fd if fd >= 0 => Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }),
-        _ => Err(std::io::Error::last_os_error()),
-    }
-}
-
-/// What a sampling event the kernel refused to open means for the user.
-fn open_error(event: &Event, place: &str, e: std::io::Error) -> anyhow::Error {
-    let missing = matches!(
-        e.raw_os_error(),
-        Some(libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV)
-    );
-    match (event.hardware, e.raw_os_error()) {
-        (true, _) if missing && crate::counters::pmu::missing_reason().is_some() => UserError::NoPmu {
-            event: event.spelled(),
-        }
-        .into(),
-        (_, Some(libc::EINVAL | libc::EOPNOTSUPP)) if event.precise > 0 => UserError::Usage(format!(
-            "-e {}: this PMU cannot sample that event precisely; drop the :p",
-            event.spelled()
-        ))
-        .into(),
-        _ => anyhow::Error::from(e).context(format!("opening the {} event {place}", event.spelled())),
-    }
+    run_at_hits(kernel, program_fd, event, &attr, cookie, places)
 }
 
 /// Open `events` on every CPU (one group per CPU when `group`) and hand them to the sampling

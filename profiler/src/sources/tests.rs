@@ -9,7 +9,11 @@ use crate::{bpf::OPTIONAL_MAPS, cli::Cli, plan::Plan, sources::locks::Reading, s
 
 /// The maps a run of this command line uses, of those only some runs use.
 fn maps_of(args: &[&str]) -> BTreeSet<&'static str> {
-    let plan = Plan::from_cli(Cli::try_parse_from(args).unwrap()).unwrap();
+    maps_of_plan(Plan::from_cli(Cli::try_parse_from(args).unwrap()).unwrap())
+}
+
+/// The maps a plan's run uses, system-wide.
+fn maps_of_plan(plan: Plan) -> BTreeSet<&'static str> {
     let recipe = plan.recipe(Reading::AtEnd).unwrap();
     let targets = Targets {
         system_wide: true,
@@ -19,6 +23,35 @@ fn maps_of(args: &[&str]) -> BTreeSet<&'static str> {
     recipe
         .load_options(Path::new("/sys/kernel/tracing"), &targets)
         .maps
+}
+
+/// The maps `bpfprof trace -s -a` uses.
+fn trace_maps() -> BTreeSet<&'static str> {
+    let args = crate::cli::TraceArgs {
+        summary: true,
+        scope: crate::cli::ScopeArgs {
+            system_wide: true,
+            ..Default::default()
+        },
+        report: Default::default(),
+    };
+    maps_of_plan(Plan::for_trace(&args).unwrap())
+}
+
+/// The maps `bpfprof latency` uses (whatever its two events: its needs alone).
+fn latency_maps() -> BTreeSet<&'static str> {
+    let event = crate::counters::language::Catalog::here()
+        .parse("page-faults")
+        .unwrap();
+    let spec = Spec::Latency(Box::new(latency::Spec {
+        from: event.clone(),
+        to: event,
+        keys: Default::default(),
+        key: "thread".into(),
+    }));
+    let mut options = crate::bpf::LoadOptions::new(Path::new("/"), true, true);
+    spec.needs(&mut options);
+    options.maps
 }
 
 fn kinds_of(args: &[&str]) -> Vec<Kind> {
@@ -48,7 +81,9 @@ fn every_mode_and_signal_has_its_sources_and_every_source_is_used() {
             Kind::CpuSamples,
             Kind::Sched,
             Kind::Counting,
-            Kind::Stat
+            Kind::Stat,
+            Kind::Syscalls,
+            Kind::Latency
         ])
     );
     // Two signals of one source: the source once.
@@ -135,6 +170,8 @@ fn every_optional_map_is_used_by_some_run() {
             }
             false => maps_of(args),
         })
+        .chain(trace_maps())
+        .chain(latency_maps())
         .collect();
     let unused: Vec<&str> = OPTIONAL_MAPS.into_iter().filter(|m| !used.contains(m)).collect();
     assert!(unused.is_empty(), "optional maps no run uses: {unused:?}");

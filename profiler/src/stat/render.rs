@@ -93,20 +93,3 @@ pub fn interval_lines(interval: &Interval, out: &mut dyn Write) -> io::Result<()
     }
     Ok(())
 }
-
-pub fn json(r: &StatReport, out: &mut dyn Write) -> io::Result<()> {
-    #[derive(serde::Serialize)]
-    struct Doc<'a> {
-        format_version: u32,
-        mode: &'static str,
-        #[serde(flatten)]
-        report: &'a StatReport,
-    }
-    let doc = Doc {
-        format_version: crate::report::json::FORMAT_VERSION,
-        mode: "stat",
-        report: r,
-    };
-    serde_json::to_writer_pretty(&mut *out, &doc).map_err(io::Error::other)?;
-    writeln!(out)
-}

@@ -28,12 +28,11 @@ fn plan(events: &str) -> Plan {
         filter: None,
         repeat: 1,
         interval_ms: None,
-        pids: Vec::new(),
-        system_wide: true,
-        duration: None,
-        format: None,
-        output: None,
-        command: Vec::new(),
+        scope: crate::cli::ScopeArgs {
+            system_wide: true,
+            ..Default::default()
+        },
+        report: Default::default(),
     };
     Plan::for_stat(&args, String::new()).unwrap()
 }
@@ -88,7 +87,7 @@ fn a_report_keeps_the_given_order_says_what_never_counted_and_derives_ipc() {
     assert!(text.contains("(50.00% of the run on the PMU, scaled)"), "{text}");
     assert!(text.contains("<not counted>       page-faults"), "{text}");
     let mut json = Vec::new();
-    render::json(&report, &mut json).unwrap();
+    crate::report::json::write_command_json(&mut json, "stat", &report).unwrap();
     let json: serde_json::Value = serde_json::from_slice(&json).unwrap();
     assert_eq!(json["mode"], "stat");
     assert_eq!(json["counters"][0]["value"], 3300.0);

@@ -151,16 +151,28 @@ pub struct SchedReport {
     pub heatmap: Heatmap,
 }
 
+/// A fine histogram's non-empty buckets.
+pub fn buckets<C: Copy + Into<u64>>(hist: &[C]) -> Vec<Bucket> {
+    hist.iter()
+        .enumerate()
+        .filter(|(_, &c)| c.into() > 0)
+        .map(|(i, &c)| Bucket {
+            le_ns: hist_lower_bound(i + 1).saturating_sub(1),
+            count: c.into(),
+        })
+        .collect()
+}
+
 /// The value at quantile `q` of a histogram: the midpoint of the bucket holding it.
-pub fn percentile(hist: &[u32], q: f64) -> u64 {
-    let total: u64 = hist.iter().map(|&c| c as u64).sum();
+pub fn percentile<C: Copy + Into<u64>>(hist: &[C], q: f64) -> u64 {
+    let total: u64 = hist.iter().map(|&c| c.into()).sum();
     if total == 0 {
         return 0;
     }
     let rank = ((q * total as f64).ceil() as u64).max(1);
     let mut seen = 0;
     for (i, &count) in hist.iter().enumerate() {
-        seen += count as u64;
+        seen += count.into();
         if seen >= rank {
             let (lo, hi) = (hist_lower_bound(i), hist_lower_bound(i + 1));
             return lo + (hi - lo) / 2;
@@ -181,16 +193,7 @@ pub fn latencies(records: &[TaskRecord], started_ns: u64) -> Vec<TaskLatency> {
 }
 
 fn task_latency(t: &TaskRecord, started_ns: u64) -> TaskLatency {
-    let histogram = t
-        .hist
-        .iter()
-        .enumerate()
-        .filter(|(_, &c)| c > 0)
-        .map(|(i, &c)| Bucket {
-            le_ns: hist_lower_bound(i + 1).saturating_sub(1),
-            count: c as u64,
-        })
-        .collect();
+    let histogram = buckets(&t.hist);
     TaskLatency {
         pid: t.pid,
         tid: t.tid,
@@ -334,7 +337,7 @@ mod tests {
             let got = percentile(&hist, q) as f64;
             assert!((got - truth).abs() / truth < 0.07, "p{q}: {got} vs {truth}");
         }
-        assert_eq!(percentile(&vec![0; HIST_BUCKETS], 0.5), 0);
+        assert_eq!(percentile(&vec![0u32; HIST_BUCKETS], 0.5), 0);
     }
 
     #[test]

@@ -12,6 +12,8 @@ use anyhow::{bail, Context as _, Result};
 
 use crate::{bpfprof_bin, sh, workspace_root};
 
+mod trace;
+
 const ROUNDS: usize = 9;
 const THREADS: &str = "2";
 
@@ -22,7 +24,10 @@ pub fn run(mode: &str) -> Result<()> {
         "unwind" => unwind(),
         "lock" => lock(),
         "agent" => agent(),
-        other => bail!("no benchmark for mode `{other}` (available: hotspot, sched, unwind, lock, agent)"),
+        "trace" => trace::trace(),
+        other => {
+            bail!("no benchmark for mode `{other}` (available: hotspot, sched, unwind, lock, agent, trace)")
+        }
     }
 }
 

@@ -1,0 +1,53 @@
+//! `bpfprof latency --from A --to B`: the time from each hit of A to the next hit of B with the
+//! same key (the thread, or the values of some of the tracepoints' fields), as a histogram
+//! summed in the kernel (`crate::hist_bucket`'s buckets).
+use core::mem::size_of;
+
+use crate::sched::HIST_BUCKETS;
+
+/// Starts waiting for their end.
+pub const LATENCY_START_ENTRIES: u32 = 64 * 1024;
+
+/// The attach cookie of each side's program.
+pub const FROM: u64 = 0;
+pub const TO: u64 = 1;
+
+/// Slots of the per-CPU `LATENCY_HIST` array: the histogram's buckets, then these.
+pub mod slot {
+    use super::HIST_BUCKETS;
+    /// Of every latency: the sum (ns) and the longest (ns).
+    pub const SUM: u32 = HIST_BUCKETS as u32;
+    pub const MAX: u32 = SUM + 1;
+    /// Ends with no start of the same key (begun before the run, or by another thread).
+    pub const UNMATCHED: u32 = SUM + 2;
+    pub const SLOTS: u32 = SUM + 3;
+}
+
+/// What a start is matched to its end by: the thread (`a` its tid), or up to two fields' values.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct LatencyKey {
+    pub a: u64,
+    pub b: u64,
+}
+const _: () = assert!(size_of::<LatencyKey>() == 16);
+
+/// Where one side's tracepoint keeps the key's fields (`fields` 0: keyed by thread).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KeyFields {
+    pub fields: u32,
+    pub _pad: u32,
+    /// Offset in the tracepoint's record and size (1, 2, 4 or 8 bytes) of each field.
+    pub offsets: [u32; 2],
+    pub sizes: [u32; 2],
+}
+const _: () = assert!(size_of::<KeyFields>() == 24);
+
+/// Each side's key: `[from, to]`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LatencyKeys {
+    pub sides: [KeyFields; 2],
+}
+const _: () = assert!(size_of::<LatencyKeys>() == 48);

@@ -1,0 +1,68 @@
+//! The system-call summary (`bpfprof trace -s`): each target thread's calls timed from the
+//! kernel's `sys_enter` to its `sys_exit`, summed in the kernel per thread, call and errno.
+use core::mem::size_of;
+
+/// Threads whose current call is remembered (one entry per target thread that made a call).
+pub const SYSCALL_THREAD_ENTRIES: u32 = 16 * 1024;
+/// Sums per (thread, call, errno).
+pub const SYSCALL_TOTAL_ENTRIES: u32 = 32 * 1024;
+/// The `errno` of a call that never returned: `exit`, `exit_group`, or a call its thread was
+/// killed in. Counted once, at the thread's exit, with no time.
+pub const NO_RETURN: u32 = u32::MAX;
+/// A return value in `-MAX_ERRNO..0` is an error (the kernel's own rule).
+pub const MAX_ERRNO: i64 = 4095;
+
+/// The call a thread is in (`entered_ns` 0: none).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyscallEntry {
+    pub entered_ns: u64,
+    pub nr: u32,
+    pub tgid: u32,
+}
+const _: () = assert!(size_of::<SyscallEntry>() == 16);
+
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SyscallKey {
+    pub tgid: u32,
+    pub tid: u32,
+    pub nr: u32,
+    /// 0: returned without error; `NO_RETURN`; else the errno it returned.
+    pub errno: u32,
+}
+const _: () = assert!(size_of::<SyscallKey>() == 16);
+
+/// One (thread, call, errno)'s calls and their time, and the thread's name at its first.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SyscallTotals {
+    pub calls: u64,
+    pub total_ns: u64,
+    pub min_ns: u64,
+    pub max_ns: u64,
+    pub comm: [u8; 16],
+}
+const _: () = assert!(size_of::<SyscallTotals>() == 48);
+
+/// The error a return value says, if any (`MAX_ERRNO`).
+pub const fn errno_of(ret: i64) -> u32 {
+    match ret < 0 && ret >= -MAX_ERRNO {
+        true => (-ret) as u32,
+        false => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_last_4095_negative_values_are_errors() {
+        assert_eq!(errno_of(0), 0);
+        assert_eq!(errno_of(512), 0);
+        assert_eq!(errno_of(-2), 2);
+        assert_eq!(errno_of(-4095), 4095);
+        assert_eq!(errno_of(-4096), 0, "an address, not an error");
+    }
+}

@@ -1,0 +1,103 @@
+//! `bpfprof latency --from A --to B [--key FIELDS]`: the time from each hit of A to the next hit
+//! of B with the same key, over a command, processes or the whole system: count, average, p50,
+//! p90, p99, longest and a histogram. Collected by the `latency` source (a histogram summed in
+//! the kernel); this module is its sink and its report.
+use serde::Serialize;
+
+use crate::{
+    cli::LatencyArgs,
+    modes::sched::{buckets, percentile, Bucket},
+    output,
+    plan::Plan,
+    session::run_to_end,
+    sources::{latency::LatencyBatch, Batch},
+};
+
+pub mod render;
+#[cfg(test)]
+mod tests;
+
+pub fn run(args: LatencyArgs) -> anyhow::Result<i32> {
+    let format = args.report.checked("latency")?;
+    let plan = Plan::for_latency(&args)?;
+    let ended = run_to_end(&plan)?;
+    let batch = ended.batches.into_iter().find_map(|batch| match batch {
+        Batch::Latency(batch) => Some(batch),
+        _ => None,
+    });
+    let spec = plan.latency.as_ref().expect("a latency plan has its events");
+    let interval = Interval {
+        from: spec.from.spelled(),
+        to: spec.to.spelled(),
+        key: spec.key.clone(),
+    };
+    let report = LatencyReport::of(
+        interval,
+        plan.target_description(),
+        ended.seconds,
+        &batch.unwrap_or_default(),
+        ended.notes,
+    );
+    output::write_command_report(plan.output.as_deref(), format, "latency", &report, render::text)?;
+    Ok(ended.exit_code)
+}
+
+/// What was timed: from which event to which, matched by what.
+#[derive(Clone, Debug, Serialize)]
+pub struct Interval {
+    pub from: String,
+    pub to: String,
+    /// `thread`, or the fields (`dev,sector`).
+    pub key: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct LatencyReport {
+    #[serde(flatten)]
+    pub interval: Interval,
+    pub target: String,
+    pub seconds: f64,
+    pub count: u64,
+    pub avg_ns: u64,
+    /// Each the middle of the histogram's bucket that holds it (buckets at most 6.25% wide),
+    /// never above `max_ns`.
+    pub p50_ns: u64,
+    pub p90_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    /// Non-empty buckets: latencies of at most `le_ns` (and more than the previous bucket's).
+    pub histogram: Vec<Bucket>,
+    /// Ends with no start of their key (begun before the run, or started by another key).
+    pub unmatched: u64,
+    /// Starts with no end when the run stopped.
+    pub pending: u64,
+    pub notes: Vec<String>,
+}
+
+impl LatencyReport {
+    pub fn of(
+        interval: Interval,
+        target: String,
+        seconds: f64,
+        batch: &LatencyBatch,
+        notes: Vec<String>,
+    ) -> Self {
+        let count: u64 = batch.hist.iter().sum();
+        let at = |q| percentile(&batch.hist, q).min(batch.max_ns);
+        LatencyReport {
+            interval,
+            target,
+            seconds,
+            count,
+            avg_ns: batch.sum_ns.checked_div(count).unwrap_or(0),
+            p50_ns: at(0.50),
+            p90_ns: at(0.90),
+            p99_ns: at(0.99),
+            max_ns: batch.max_ns,
+            histogram: buckets(&batch.hist),
+            unmatched: batch.unmatched,
+            pending: batch.pending,
+            notes,
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! `latency`'s report as text: the figures, then the histogram in power-of-two rows.
+use std::io::{self, Write};
+
+use super::LatencyReport;
+use crate::report::{human_ns, sched_text::histogram_lines};
+
+pub fn text(r: &LatencyReport, out: &mut dyn Write) -> io::Result<()> {
+    let i = &r.interval;
+    writeln!(
+        out,
+        "\n Latency from {} to {}, by {}, of {} ({:.3} s)\n",
+        i.from, i.to, i.key, r.target, r.seconds
+    )?;
+    if r.count == 0 {
+        writeln!(out, "   no interval ended")?;
+    } else {
+        writeln!(
+            out,
+            "   count {}   avg {}   p50 {}   p90 {}   p99 {}   max {}\n",
+            r.count,
+            human_ns(r.avg_ns),
+            human_ns(r.p50_ns),
+            human_ns(r.p90_ns),
+            human_ns(r.p99_ns),
+            human_ns(r.max_ns)
+        )?;
+        histogram_lines(&r.histogram, out)?;
+    }
+    writeln!(out)?;
+    if r.unmatched > 0 {
+        writeln!(
+            out,
+            "note: {} ends of {} had no start (begun before the run, or of another {})",
+            r.unmatched, i.to, i.key
+        )?;
+    }
+    if r.pending > 0 {
+        writeln!(
+            out,
+            "note: {} starts had not ended when the run stopped",
+            r.pending
+        )?;
+    }
+    for note in &r.notes {
+        writeln!(out, "note: {note}")?;
+    }
+    Ok(())
+}

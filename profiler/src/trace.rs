@@ -1,0 +1,185 @@
+//! `bpfprof trace -s`: the system calls of a command, processes or the whole system, per
+//! thread, as `perf trace -s` and `strace -c` give them: calls, errors by errno, total, average,
+//! shortest and longest time. Collected by the `syscalls` source (summed in the kernel); this
+//! module is its sink and its report.
+use std::collections::BTreeMap;
+
+use profiler_common::syscalls::{SyscallTotals, NO_RETURN};
+use serde::Serialize;
+
+use crate::{
+    cli::TraceArgs,
+    collect::comm_string,
+    output,
+    plan::Plan,
+    session::run_to_end,
+    sources::{syscalls::SyscallBatch, Batch},
+};
+
+pub mod render;
+#[cfg(test)]
+mod tests;
+
+pub fn run(args: TraceArgs) -> anyhow::Result<i32> {
+    let format = args.report.checked("trace")?;
+    let plan = Plan::for_trace(&args)?;
+    let ended = run_to_end(&plan)?;
+    let batch = ended.batches.into_iter().find_map(|batch| match batch {
+        Batch::Syscalls(batch) => Some(batch),
+        _ => None,
+    });
+    let report = TraceReport::of(
+        plan.target_description(),
+        ended.seconds,
+        &batch.unwrap_or_default(),
+        ended.notes,
+    );
+    output::write_command_report(plan.output.as_deref(), format, "trace", &report, render::text)?;
+    Ok(ended.exit_code)
+}
+
+/// The summary: every thread that made a call, the busiest first.
+#[derive(Clone, Debug, Serialize)]
+pub struct TraceReport {
+    pub target: String,
+    pub seconds: f64,
+    /// Every call counted, of every thread.
+    pub calls: u64,
+    pub threads: Vec<ThreadCalls>,
+    pub notes: Vec<String>,
+}
+
+/// One thread's calls, the longest in total first.
+#[derive(Clone, Debug, Serialize)]
+pub struct ThreadCalls {
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    pub calls: u64,
+    pub syscalls: Vec<CallStat>,
+}
+
+/// One system call of one thread.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CallStat {
+    pub name: String,
+    pub nr: u32,
+    /// Every call: returned, never returned and still in progress at the stop.
+    pub calls: u64,
+    /// Calls that returned an error, and how many of each errno (`ENOENT`).
+    pub errors: u64,
+    pub errnos: BTreeMap<String, u64>,
+    /// Of the calls that returned: their time.
+    pub total_ns: u64,
+    pub min_ns: u64,
+    pub avg_ns: u64,
+    pub max_ns: u64,
+    /// Calls that never returned: `exit_group`, or a call its thread was killed in.
+    pub no_return: u64,
+    /// Calls the thread was still in when tracing stopped (not timed).
+    pub in_progress: u64,
+}
+
+impl CallStat {
+    fn returned(&self) -> u64 {
+        self.calls - self.no_return - self.in_progress
+    }
+
+    fn add(&mut self, errno: u32, totals: &SyscallTotals) {
+        self.calls += totals.calls;
+        match errno {
+            NO_RETURN => self.no_return += totals.calls,
+            errno => {
+                let first = self.returned() == totals.calls;
+                if errno != 0 {
+                    self.errors += totals.calls;
+                    *self.errnos.entry(errno_name(errno)).or_default() += totals.calls;
+                }
+                self.total_ns += totals.total_ns;
+                self.max_ns = self.max_ns.max(totals.max_ns);
+                self.min_ns = match first {
+                    true => totals.min_ns,
+                    false => self.min_ns.min(totals.min_ns),
+                };
+                self.avg_ns = self.total_ns / self.returned();
+            }
+        }
+    }
+}
+
+impl TraceReport {
+    pub fn of(target: String, seconds: f64, batch: &SyscallBatch, notes: Vec<String>) -> TraceReport {
+        let mut names: BTreeMap<(u32, u32), String> = BTreeMap::new();
+        let mut keyed: BTreeMap<(u32, u32, u32), CallStat> = BTreeMap::new();
+        for (key, totals) in &batch.totals {
+            names
+                .entry((key.tgid, key.tid))
+                .or_insert_with(|| comm_string(&totals.comm));
+            call_of(&mut keyed, key.tgid, key.tid, key.nr).add(key.errno, totals);
+        }
+        for &(tgid, tid, nr) in &batch.in_progress {
+            names
+                .entry((tgid, tid))
+                .or_insert_with(|| crate::process::comm_of(tid).unwrap_or_default());
+            let stat = call_of(&mut keyed, tgid, tid, nr);
+            stat.calls += 1;
+            stat.in_progress += 1;
+        }
+        let mut threads: BTreeMap<(u32, u32), ThreadCalls> = names
+            .into_iter()
+            .map(|((pid, tid), comm)| {
+                let thread = ThreadCalls {
+                    pid,
+                    tid,
+                    comm,
+                    calls: 0,
+                    syscalls: Vec::new(),
+                };
+                ((pid, tid), thread)
+            })
+            .collect();
+        for ((tgid, tid, _), stat) in keyed {
+            let thread = threads
+                .get_mut(&(tgid, tid))
+                .expect("every call's thread is named");
+            thread.calls += stat.calls;
+            thread.syscalls.push(stat);
+        }
+        let mut threads: Vec<ThreadCalls> = threads.into_values().collect();
+        for thread in &mut threads {
+            thread
+                .syscalls
+                .sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(b.calls.cmp(&a.calls)));
+        }
+        threads.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.tid.cmp(&b.tid)));
+        TraceReport {
+            target,
+            seconds,
+            calls: threads.iter().map(|t| t.calls).sum(),
+            threads,
+            notes,
+        }
+    }
+}
+
+/// The row of one (process, thread, call), new if it has none yet.
+fn call_of(keyed: &mut BTreeMap<(u32, u32, u32), CallStat>, tgid: u32, tid: u32, nr: u32) -> &mut CallStat {
+    keyed.entry((tgid, tid, nr)).or_insert_with(|| CallStat {
+        name: syscall_name(nr),
+        nr,
+        ..CallStat::default()
+    })
+}
+
+/// The running architecture's name of a call (`read`), or its number where the table has none.
+pub fn syscall_name(nr: u32) -> String {
+    syscalls::Sysno::new(nr as usize).map_or_else(|| format!("syscall_{nr}"), |s| s.name().to_string())
+}
+
+/// `ENOENT`, or the number where libc has no name for it.
+pub fn errno_name(errno: u32) -> String {
+    match nix::errno::Errno::from_raw(errno as i32) {
+        nix::errno::Errno::UnknownErrno => format!("errno {errno}"),
+        known => format!("{known:?}"),
+    }
+}

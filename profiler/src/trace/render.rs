@@ -1,0 +1,92 @@
+//! `trace -s`'s summary as text: perf trace -s's columns, per thread.
+use std::io::{self, Write};
+
+use super::{CallStat, ThreadCalls, TraceReport};
+use crate::stat::render::grouped;
+
+pub fn text(r: &TraceReport, out: &mut dyn Write) -> io::Result<()> {
+    let threads = match r.threads.len() {
+        1 => "1 thread".to_string(),
+        n => format!("{} threads", grouped(n as f64)),
+    };
+    writeln!(
+        out,
+        "\n System calls of {} ({:.3} s): {} calls by {threads}",
+        r.target,
+        r.seconds,
+        grouped(r.calls as f64)
+    )?;
+    for thread in &r.threads {
+        thread_table(thread, out)?;
+    }
+    writeln!(out)?;
+    for note in &r.notes {
+        writeln!(out, "note: {note}")?;
+    }
+    Ok(())
+}
+
+fn thread_table(t: &ThreadCalls, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(
+        out,
+        "\n {} (pid {}, tid {}): {} calls\n",
+        t.comm,
+        t.pid,
+        t.tid,
+        grouped(t.calls as f64)
+    )?;
+    writeln!(
+        out,
+        "   {:<22} {:>11} {:>8} {:>12} {:>10} {:>10} {:>10}",
+        "syscall", "calls", "errors", "total (ms)", "min (us)", "avg (us)", "max (us)"
+    )?;
+    writeln!(
+        out,
+        "   {:<22} {:>11} {:>8} {:>12} {:>10} {:>10} {:>10}",
+        "-".repeat(22),
+        "-".repeat(11),
+        "-".repeat(8),
+        "-".repeat(12),
+        "-".repeat(10),
+        "-".repeat(10),
+        "-".repeat(10)
+    )?;
+    for call in &t.syscalls {
+        writeln!(out, "{}", call_line(call).trim_end())?;
+    }
+    Ok(())
+}
+
+/// One call's row; the time columns blank where no call returned, the errnos and the calls that
+/// did not return after it.
+fn call_line(c: &CallStat) -> String {
+    let returned = c.calls - c.no_return - c.in_progress;
+    let times = match returned {
+        0 => format!("{:>12} {:>10} {:>10} {:>10}", "", "", "", ""),
+        _ => format!(
+            "{:>12.3} {:>10.3} {:>10.3} {:>10.3}",
+            c.total_ns as f64 / 1e6,
+            c.min_ns as f64 / 1e3,
+            c.avg_ns as f64 / 1e3,
+            c.max_ns as f64 / 1e3
+        ),
+    };
+    let mut after = Vec::new();
+    if !c.errnos.is_empty() {
+        let errnos: Vec<String> = c.errnos.iter().map(|(name, n)| format!("{name} {n}")).collect();
+        after.push(errnos.join(", "));
+    }
+    if c.no_return > 0 {
+        after.push(format!("{} never returned", c.no_return));
+    }
+    if c.in_progress > 0 {
+        after.push(format!("{} in progress at the stop", c.in_progress));
+    }
+    format!(
+        "   {:<22} {:>11} {:>8} {times}  {}",
+        c.name,
+        grouped(c.calls as f64),
+        grouped(c.errors as f64),
+        after.join("; ")
+    )
+}
