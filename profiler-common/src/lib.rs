@@ -59,6 +59,19 @@ mod pod {
 mod tests {
     use super::*;
 
+    /// `--weight`'s registers: x86-64's System V order in `struct pt_regs` (rdi at 112 ... r9 at
+    /// 64, rax at 80), AArch64's x0-x5 at 8 bytes each (the return value in x0).
+    #[test]
+    fn weights_read_the_calling_conventions_registers() {
+        use hit_weight::*;
+        assert_eq!(register_offset(ARG0 + 1, false), Some(112));
+        assert_eq!(register_offset(ARG0 + 6, false), Some(64));
+        assert_eq!(register_offset(RETVAL, false), Some(80));
+        assert_eq!(register_offset(ARG0 + 3, true), Some(16));
+        assert_eq!(register_offset(RETVAL, true), Some(0));
+        assert_eq!(register_offset(ONE, false), None);
+    }
+
     #[test]
     fn multiplexed_deltas_scale_by_enabled_over_running() {
         let mut d = CounterDeltas {

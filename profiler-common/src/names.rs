@@ -117,11 +117,13 @@ names! {
         G_EXIT = "EXIT_OFFSETS";
         /// `latency`: each side's key (`LatencyKeys`).
         G_LATENCY_KEYS = "LATENCY_KEYS";
+        /// What a probe's sampled hit weighs (`hit_weight`).
+        G_HIT_WEIGHT = "HIT_WEIGHT";
     }
 }
 
 /// The maps only the kernel programs use (per-CPU scratch space, state between programs).
-pub const KERNEL_ONLY_MAPS: [&str; 12] = [
+pub const KERNEL_ONLY_MAPS: [&str; 13] = [
     "BUILD_ID_SCRATCH",
     "COUNTER_BASELINE",
     "CPU_HISTORY",
@@ -129,6 +131,7 @@ pub const KERNEL_ONLY_MAPS: [&str; 12] = [
     "LOCK_WALK_FOR",
     "OFFCPU_WALK",
     "PROBE_HIT_WALK",
+    "PROBE_HIT_WEIGHTS",
     "PTHREAD_WALK",
     "PTHREAD_WALK_FOR",
     "TASK_TEMPLATE",

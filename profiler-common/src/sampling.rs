@@ -72,6 +72,34 @@ pub fn hit_cookie_parts(cookie: u64) -> (u16, u64) {
     )
 }
 
+/// What a probe's sampled hit weighs (`--weight arg1`: the bytes a `malloc` asks, by call site):
+/// one, or the value of an argument or of the return value, as user space says it (`ONE`,
+/// `ARG0 + n`, `RETVAL`). The kernel's global `HIT_WEIGHT` holds where that register is: 0 for
+/// one, else its byte offset in the probe's `pt_regs` plus one (see `register_offset`).
+pub mod hit_weight {
+    /// Each sample counts one.
+    pub const ONE: u32 = 0;
+    /// Arguments 1 to 6: `ARG0 + n`.
+    pub const ARG0: u32 = 0;
+    pub const MAX_ARG: u32 = 6;
+    /// The return value (a uretprobe's).
+    pub const RETVAL: u32 = 7;
+
+    /// The byte offset in x86-64's `struct pt_regs` of an argument's or the return value's
+    /// register (rdi, rsi, rdx, rcx, r8, r9; rax), or in AArch64's (x0-x5; x0).
+    pub const fn register_offset(weight: u32, aarch64: bool) -> Option<u32> {
+        const X86_64_ARGS: [u32; 6] = [112, 104, 96, 88, 72, 64];
+        const X86_64_RAX: u32 = 80;
+        match (weight, aarch64) {
+            (RETVAL, false) => Some(X86_64_RAX),
+            (RETVAL, true) => Some(0),
+            (n @ 1..=MAX_ARG, false) => Some(X86_64_ARGS[(n - 1) as usize]),
+            (n @ 1..=MAX_ARG, true) => Some(8 * (n - 1)),
+            _ => None,
+        }
+    }
+}
+
 /// Counters whose deltas the sampling program attributes to the sampled stack: room for the
 /// largest topdown set (7 events on Intel ICL+ and AMD Zen 4/5, with cycles and instructions).
 pub const MAX_COUNTERS: usize = 8;

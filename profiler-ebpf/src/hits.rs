@@ -4,10 +4,11 @@
 //! event's place in the run both in its cookie (`hit_cookie`). The sample goes the way of the
 //! CPU sampler's: the same maps, the same stacks, the table walker where the process has tables.
 use aya_ebpf::{
-    helpers::bpf_get_attach_cookie,
+    helpers::{bpf_get_attach_cookie, bpf_probe_read_kernel},
     macros::{map, tracepoint, uprobe},
     maps::PerCpuArray,
     programs::{tracing::StackIdContext, ProbeContext, TracePointContext},
+    EbpfContext as _,
 };
 use profiler_common::{hit_cookie_parts, HealthCounter, MAX_SAMPLING_EVENTS};
 
@@ -21,12 +22,22 @@ use crate::{
 #[map(name = "HITS")]
 static HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_SAMPLING_EVENTS as u32, 0);
 
+/// Set by the loader: what a probe's sampled hit weighs: 0 one, else the byte offset of the
+/// register to read in its `pt_regs`, plus one (`profiler_common::hit_weight`).
+#[unsafe(no_mangle)]
+static HIT_WEIGHT: u32 = 0;
+
+/// Per CPU, the weight of the probe hit whose stack the walker is walking (a probe's program
+/// does not nest on its CPU).
+#[map(name = "PROBE_HIT_WEIGHTS")]
+static PROBE_HIT_WEIGHTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+
 #[tracepoint]
 pub fn sample_tracepoint(ctx: TracePointContext) -> u32 {
     if let Some((tgid, tid)) = sampled_hit(&ctx) {
         // Hands the sample to the table walker if the process has tables (no return then).
         crate::unwind::start_tracepoint_hit(&ctx, tgid, tid);
-        record_sample(&ctx, tgid, tid, None);
+        record_sample(&ctx, tgid, tid, None, 1);
     }
     0
 }
@@ -34,10 +45,33 @@ pub fn sample_tracepoint(ctx: TracePointContext) -> u32 {
 #[uprobe]
 pub fn sample_probe(ctx: ProbeContext) -> u32 {
     if let Some((tgid, tid)) = sampled_hit(&ctx) {
+        let weight = weight(&ctx);
+        if let Some(slot) = PROBE_HIT_WEIGHTS.get_ptr_mut(0) {
+            unsafe { *slot = weight };
+        }
         crate::unwind::start_probe_hit(&ctx, tgid, tid);
-        record_sample(&ctx, tgid, tid, None);
+        record_sample(&ctx, tgid, tid, None, weight);
     }
     0
+}
+
+/// What this probe hit weighs: one, or the value of the register `HIT_WEIGHT` names (an
+/// argument's or the return value's).
+#[inline(always)]
+fn weight(ctx: &ProbeContext) -> u64 {
+    match unsafe { core::ptr::read_volatile(&HIT_WEIGHT) } {
+        0 => 1,
+        at => {
+            let register = unsafe { (ctx.as_ptr() as *const u8).add((at - 1) as usize & 0x1ff) };
+            unsafe { bpf_probe_read_kernel(register as *const u64) }.unwrap_or(0)
+        }
+    }
+}
+
+/// The weight of the probe hit being walked on this CPU (see `sample_probe`).
+#[inline(always)]
+pub fn walked_probe_weight() -> u64 {
+    PROBE_HIT_WEIGHTS.get(0).copied().unwrap_or(1)
 }
 
 /// Count a hit of a target thread; the thread if this hit is one to sample.

@@ -123,14 +123,14 @@ fn try_sample_stack(ctx: &PerfEventContext) -> Result<(), i64> {
     announce_once(tgid);
     // Hands the sample to the table walker if the process has tables (no return then).
     crate::unwind::start(ctx, tgid, tid);
-    record_sample(ctx, tgid, tid, None);
+    record_sample(ctx, tgid, tid, None, 1);
     Ok(())
 }
 
 /// Record one sample, with the table walker's user stack (its id, or the negative error) or,
 /// without one, the frame-pointer walk's.
 #[inline(always)]
-pub fn record_sample<C: StackIdContext>(ctx: &C, tgid: u32, tid: u32, unwound: Option<i32>) {
+pub fn record_sample<C: StackIdContext>(ctx: &C, tgid: u32, tid: u32, unwound: Option<i32>, weight: u64) {
     let slot = EPOCH.get(0).copied().unwrap_or(0) & 1;
     let _ = if slot == 0 {
         record(
@@ -139,7 +139,7 @@ pub fn record_sample<C: StackIdContext>(ctx: &C, tgid: u32, tid: u32, unwound: O
             (&STACKS_0, &BUILD_ID_STACKS_0),
             &SAMPLES_0,
             &DELTAS_0,
-            unwound,
+            (unwound, weight),
         )
     } else {
         record(
@@ -148,7 +148,7 @@ pub fn record_sample<C: StackIdContext>(ctx: &C, tgid: u32, tid: u32, unwound: O
             (&STACKS_1, &BUILD_ID_STACKS_1),
             &SAMPLES_1,
             &DELTAS_1,
-            unwound,
+            (unwound, weight),
         )
     };
 }
@@ -160,7 +160,7 @@ fn record<C: StackIdContext>(
     (stacks, build_ids): (&StackTrace, &HashMap<BuildIdKey, BuildIdStack>),
     samples: &HashMap<SampleKey, SampleValue>,
     deltas: &HashMap<SampleKey, CounterDeltas>,
-    unwound: Option<i32>,
+    (unwound, weight): (Option<i32>, u64),
 ) -> Result<(), i64> {
     let (user_stack_id, user_unwound) = match unwound {
         Some(id) => (id, 1),
@@ -187,7 +187,7 @@ fn record<C: StackIdContext>(
         kernel_log!("sample map full: a sample of pid {} tid {} dropped", tgid, tid);
         return Ok(());
     };
-    unsafe { atomic_add(&mut (*value).count, 1) };
+    unsafe { atomic_add(&mut (*value).count, weight) };
     add_counter_deltas(tid, &key, deltas);
     bump(HealthCounter::Samples);
     Ok(())

@@ -282,20 +282,21 @@ pub fn unwind_user(ctx: PerfEventContext) -> u32 {
 }
 
 fn try_unwind_user(ctx: &PerfEventContext) -> Result<(), ()> {
-    walk_sample(ctx, &WALK, &UNWIND_PROGRAMS)
+    walk_sample(ctx, &WALK, &UNWIND_PROGRAMS, 1)
 }
 
 /// Loaded beside the tracepoint sampler (never attached): it is only tail-called.
 #[tracepoint]
 pub fn unwind_tracepoint_hit(ctx: TracePointContext) -> u32 {
-    let _ = walk_sample(&ctx, &TRACEPOINT_HIT_WALK, &TRACEPOINT_HIT_UNWIND_PROGRAMS);
+    let _ = walk_sample(&ctx, &TRACEPOINT_HIT_WALK, &TRACEPOINT_HIT_UNWIND_PROGRAMS, 1);
     0
 }
 
 /// Loaded beside the probe sampler (never attached): it is only tail-called.
 #[uprobe]
 pub fn unwind_probe_hit(ctx: ProbeContext) -> u32 {
-    let _ = walk_sample(&ctx, &PROBE_HIT_WALK, &PROBE_HIT_UNWIND_PROGRAMS);
+    let weight = crate::hits::walked_probe_weight();
+    let _ = walk_sample(&ctx, &PROBE_HIT_WALK, &PROBE_HIT_UNWIND_PROGRAMS, weight);
     0
 }
 
@@ -308,6 +309,7 @@ fn walk_sample<C: StackIdContext>(
     ctx: &C,
     scratch: &PerCpuArray<Walk>,
     programs: &ProgramArray,
+    weight: u64,
 ) -> Result<(), ()> {
     let walk = unsafe { &mut *scratch.get_ptr_mut(0).ok_or(())? };
     advance(ctx, walk, programs);
@@ -316,7 +318,7 @@ fn walk_sample<C: StackIdContext>(
         _ => &USER_STACKS_1,
     };
     let stack_id = store(stacks, walk);
-    record_sample(ctx, walk.tgid, walk.tid, Some(stack_id));
+    record_sample(ctx, walk.tgid, walk.tid, Some(stack_id), weight);
     Ok(())
 }
 

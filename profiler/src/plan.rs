@@ -54,6 +54,31 @@ fn not_traced(event: &Event, flag: &str) -> Result<(), UserError> {
     }
 }
 
+/// `--weight`: what each sample of a probe counts. Only a probe's registers hold the function's
+/// arguments and return value (a USDT probe's arguments are described otherwise, a tracepoint
+/// has fields); the return value only at a return.
+fn hit_weight(events: &[Event], weight: Option<u32>) -> Result<u32, UserError> {
+    use profiler_common::hit_weight::{ONE, RETVAL};
+    let Some(weight) = weight else {
+        return Ok(ONE);
+    };
+    for event in events {
+        let why = match &event.probe {
+            None => "only a probe's samples can weigh an argument or the return value",
+            Some(p) if p.semaphore.is_some() || event.name.starts_with("usdt:") => {
+                "a USDT probe's arguments are not the function's registers (not yet)"
+            }
+            Some(p) if weight == RETVAL && !p.ret => "a return value is a uretprobe's or kretprobe's",
+            Some(_) => continue,
+        };
+        return Err(UserError::Usage(format!(
+            "--weight with -e {}: {why}",
+            event.spelled()
+        )));
+    }
+    Ok(weight)
+}
+
 /// Tracing events (tracepoints, probes) are sampled every Nth hit, in hotspot mode, and not
 /// beside events sampled at a frequency or a period of their own (one rate per run).
 fn traced_events_fit(events: &[Event], cli: &Cli) -> Result<(), UserError> {
@@ -273,6 +298,8 @@ pub struct Plan {
     pub interval: Option<Duration>,
     /// `latency`: the two events and their key.
     pub latency: Option<latency::Spec>,
+    /// What a probe's sample counts (`profiler_common::hit_weight`).
+    pub weight: u32,
 }
 
 impl Plan {
@@ -301,6 +328,7 @@ impl Plan {
         several_events_fit(&events, &cli, format)?;
         traced_events_fit(&events, &cli)?;
         let rate = rate_of(&events, cli.period, frequency_hz);
+        let weight = hit_weight(&events, cli.weight)?;
         if matches!(cli.mode, Mode::Hotspot | Mode::Topdown) && matches!(rate, Rate::Frequency(_)) {
             preflight::check_frequency(frequency_hz)?;
         }
@@ -375,6 +403,7 @@ impl Plan {
             stat: Vec::new(),
             interval: None,
             latency: None,
+            weight,
         })
     }
 
@@ -454,6 +483,7 @@ impl Plan {
             stat: Vec::new(),
             interval: None,
             latency: None,
+            weight: profiler_common::hit_weight::ONE,
         })
     }
 
@@ -492,6 +522,7 @@ impl Plan {
             stat: Vec::new(),
             interval: None,
             latency: None,
+            weight: profiler_common::hit_weight::ONE,
         })
     }
 
@@ -557,6 +588,7 @@ impl Plan {
             rate: self.rate,
             counters,
             group,
+            weight: self.weight,
         }))
     }
 

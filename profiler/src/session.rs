@@ -249,7 +249,10 @@ fn report_run(
                 }
                 None => write(&|out| renderer.hotspot(&report, out))?,
             }
-            Ok(format!("{} samples", report.samples))
+            Ok(match plan.weight {
+                profiler_common::hit_weight::ONE => format!("{} samples", report.samples),
+                _ => format!("{} samples, weighing {}", health.samples, report.samples),
+            })
         }
     }
 }

@@ -47,6 +47,7 @@ impl Config {
                     rate: samples::Rate::Frequency(self.frequency_hz),
                     counters: self.counter_events(),
                     group: true,
+                    weight: profiler_common::hit_weight::ONE,
                 })),
                 Kind::Sched => Some(Spec::Sched(sched::Spec::new(
                     u64::MAX,

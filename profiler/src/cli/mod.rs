@@ -40,6 +40,11 @@ pub struct Cli {
     /// Sample every N occurrences of the event instead (perf's -c): `-e branch-misses -c 1000`.
     #[arg(short = 'c', long = "count", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub period: Option<u64>,
+    /// Probes sampled with -e: each sample counts the value of an argument (`arg1`..`arg6`) or of
+    /// the return value (`retval`, a uretprobe's) instead of one: `-e uprobe:libc:malloc
+    /// --weight arg1` gives the bytes asked, by call site.
+    #[arg(long, value_name = "argN|retval", value_parser = parse_weight)]
+    pub weight: Option<u32>,
     /// Stop after this many seconds (default: at Ctrl-C, or when the command or targets exit).
     #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_seconds)]
     pub duration: Option<f64>,
@@ -129,6 +134,18 @@ pub struct Cli {
     /// Command to start and profile; bpfprof attaches first, so its first samples are captured.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+/// `arg1`..`arg6` or `retval`, as `profiler_common::hit_weight` says them.
+fn parse_weight(text: &str) -> Result<u32, String> {
+    use profiler_common::hit_weight;
+    match text {
+        "retval" => Ok(hit_weight::RETVAL),
+        _ => match text.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok()) {
+            Some(n @ 1..=hit_weight::MAX_ARG) => Ok(hit_weight::ARG0 + n),
+            _ => Err(format!("`{text}`: arg1 to arg{} or retval", hit_weight::MAX_ARG)),
+        },
+    }
 }
 
 #[derive(Debug, Subcommand)]

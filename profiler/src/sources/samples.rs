@@ -58,6 +58,8 @@ pub struct Spec {
     /// Counters whose deltas each sample carries, opened as one group per CPU when `group`.
     pub counters: Vec<Event>,
     pub group: bool,
+    /// What a probe's sample counts (`profiler_common::hit_weight`): one, or a register's value.
+    pub weight: u32,
 }
 
 impl Spec {
@@ -66,6 +68,9 @@ impl Spec {
         if self.events.iter().any(Event::is_traced) {
             options.use_maps([&names::HITS]);
         }
+        options.hit_weight =
+            profiler_common::hit_weight::register_offset(self.weight, cfg!(target_arch = "aarch64"))
+                .map_or(0, |offset| offset + 1);
         if !self.counters.is_empty() {
             options.use_maps(names::DELTAS.iter().chain([&names::PENDING_DELTAS]));
             options.counters = self.counters.len() as u32;
@@ -113,9 +118,23 @@ impl Spec {
                 maps,
                 traced,
                 period: hit_period(rate),
+                weight: self.weight,
             }),
             note: None,
         })
+    }
+}
+
+/// What a weighted sample counts, as the hits note says it.
+fn weighed(weight: u32) -> String {
+    use profiler_common::hit_weight::{ARG0, ONE, RETVAL};
+    match weight {
+        ONE => String::new(),
+        RETVAL => "; each sample counts the return value (the report's counts are its sums)".into(),
+        n => format!(
+            "; each sample counts arg{} (the report's counts are its sums)",
+            n - ARG0
+        ),
     }
 }
 
@@ -335,6 +354,8 @@ pub struct SampleSource {
     traced: Vec<(usize, String)>,
     /// A tracing event's hits per sample.
     period: u64,
+    /// What each probe sample counts (`profiler_common::hit_weight`).
+    weight: u32,
 }
 
 impl Source for SampleSource {
@@ -351,7 +372,12 @@ impl Source for SampleSource {
         };
         (self.traced.iter())
             .filter_map(|(index, event)| Some((event, self.maps.hits(*index)?)))
-            .map(|(event, hits)| format!("{event}: {hits} hits by the targets, {every}"))
+            .map(|(event, hits)| {
+                format!(
+                    "{event}: {hits} hits by the targets, {every}{}",
+                    weighed(self.weight)
+                )
+            })
             .collect()
     }
 }
