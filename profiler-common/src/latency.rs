@@ -20,7 +20,9 @@ pub mod slot {
     pub const MAX: u32 = SUM + 1;
     /// Ends with no start of the same key (begun before the run, or by another thread).
     pub const UNMATCHED: u32 = SUM + 2;
-    pub const SLOTS: u32 = SUM + 3;
+    /// Starts that replaced a start of their key not ended yet.
+    pub const REPLACED: u32 = SUM + 3;
+    pub const SLOTS: u32 = SUM + 4;
 }
 
 /// What a start is matched to its end by: the thread (`a` its tid), or up to two fields' values.

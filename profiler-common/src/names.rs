@@ -115,6 +115,8 @@ names! {
         G_FILTER = "FILTER_BY_TARGET";
         G_FORK = "FORK_OFFSETS";
         G_EXIT = "EXIT_OFFSETS";
+        /// Offset of `sched_process_exec`'s `old_pid` (`u32::MAX`: unknown).
+        G_EXEC_OLD_PID = "EXEC_OLD_PID_OFFSET";
         /// `latency`: each side's key (`LatencyKeys`).
         G_LATENCY_KEYS = "LATENCY_KEYS";
         /// What a probe's sampled hit weighs (`hit_weight`).

@@ -6,8 +6,9 @@ use core::mem::size_of;
 pub const SYSCALL_THREAD_ENTRIES: u32 = 16 * 1024;
 /// Sums per (thread, call, errno).
 pub const SYSCALL_TOTAL_ENTRIES: u32 = 32 * 1024;
-/// The `errno` of a call that never returned: `exit`, `exit_group`, or a call its thread was
-/// killed in. Counted once, at the thread's exit, with no time.
+/// The `errno` of a call that never returned: `exit`, `exit_group`. Counted once, at the thread's
+/// exit, with no time. (A call a fatal signal interrupts returns first, with the kernel-internal
+/// `ERESTARTSYS` or another of 512-516.)
 pub const NO_RETURN: u32 = u32::MAX;
 /// A return value in `-MAX_ERRNO..0` is an error (the kernel's own rule).
 pub const MAX_ERRNO: i64 = 4095;

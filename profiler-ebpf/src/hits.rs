@@ -63,7 +63,9 @@ fn weight(ctx: &ProbeContext) -> u64 {
         0 => 1,
         at => {
             let register = unsafe { (ctx.as_ptr() as *const u8).add((at - 1) as usize & 0x1ff) };
-            unsafe { bpf_probe_read_kernel(register as *const u64) }.unwrap_or(0)
+            // A negative value (an error returned, -1) weighs nothing rather than 2^64 - 1.
+            let value = unsafe { bpf_probe_read_kernel(register as *const i64) }.unwrap_or(0);
+            value.max(0) as u64
         }
     }
 }

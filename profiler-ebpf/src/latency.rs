@@ -90,7 +90,14 @@ fn hit(side: u64, key: LatencyKey) {
     if side == FROM {
         // A side keyed by fields starts only for the targets too.
         let (tgid, _) = current_ids();
-        if is_target(tgid) && STARTS.insert(key, now, 0).is_err() {
+        if !is_target(tgid) {
+            return;
+        }
+        // A start not ended yet is replaced (timed from the later one), and counted.
+        if unsafe { STARTS.get(key) }.is_some() {
+            add(slot::REPLACED, 1);
+        }
+        if STARTS.insert(key, now, 0).is_err() {
             bump(HealthCounter::LatencyStartsFull);
         }
         return;
@@ -99,13 +106,42 @@ fn hit(side: u64, key: LatencyKey) {
         add(slot::UNMATCHED, 1);
         return;
     };
-    let _ = STARTS.remove(key);
+    // Only the end that removes the start times it (two CPUs may end one key at once).
+    if STARTS.remove(key).is_err() {
+        return;
+    }
     let took = now.saturating_sub(started);
     add(hist_bucket(took) as u32, 1);
     add(slot::SUM, took);
     if let Some(max) = HIST.get_ptr_mut(slot::MAX) {
         unsafe { *max = (*max).max(took) };
     }
+}
+
+/// A thread exits: a start keyed by it never ends (and its tid may be reused).
+#[inline(always)]
+pub fn forget_thread(tid: u32) {
+    if keyed_by_thread() {
+        let _ = STARTS.remove(LatencyKey { a: tid as u64, b: 0 });
+    }
+}
+
+/// A thread that exec'd took on the tid `to`: its start moves with it.
+#[inline(always)]
+pub fn moved_thread(from: u32, to: u32) {
+    if !keyed_by_thread() {
+        return;
+    }
+    let from = LatencyKey { a: from as u64, b: 0 };
+    if let Some(started) = (unsafe { STARTS.get(from) }).copied() {
+        let _ = STARTS.remove(from);
+        let _ = STARTS.insert(LatencyKey { a: to as u64, b: 0 }, started, 0);
+    }
+}
+
+#[inline(always)]
+fn keyed_by_thread() -> bool {
+    unsafe { core::ptr::read_volatile(&LATENCY_KEYS) }.sides[0].fields == 0
 }
 
 /// Per CPU, and a program does not nest on its CPU: a plain add.

@@ -1,7 +1,8 @@
 //! The system-call summary: the raw `sys_enter` notes the call a target thread enters and when,
 //! `sys_exit` adds its time to the sums of (thread, call, errno). Only the thread itself writes
-//! its entries, so plain adds suffice. A call that never returns (`exit_group`, or one its thread
-//! was killed in) is counted at the thread's exit.
+//! its entries, so plain adds suffice. A call that never returns (`exit`, `exit_group`) is
+//! counted at the thread's exit; a call a fatal signal interrupts returns first (with a
+//! kernel-internal errno, `ERESTARTSYS` ...).
 use aya_ebpf::{
     helpers::{bpf_get_current_comm, bpf_ktime_get_ns},
     macros::{map, raw_tracepoint},
@@ -97,7 +98,19 @@ fn add(tgid: u32, tid: u32, nr: u32, errno: u32, took: u64) {
     }
 }
 
-/// A thread exits (on itself): the call it is in never returns.
+/// A thread that exec'd took on the tid `to` (its leader's): its call in progress moves with it
+/// (the `execve` whose exit is still to come).
+#[inline(always)]
+pub fn moved_thread(from: u32, to: u32) {
+    if let Some(entry) = (unsafe { THREADS.get(from) }).copied() {
+        let _ = THREADS.remove(from);
+        if THREADS.insert(to, entry, 0).is_err() {
+            bump(HealthCounter::SyscallThreadsFull);
+        }
+    }
+}
+
+/// A thread exits (on itself): the call it is in never returns (`exit`, `exit_group`).
 #[inline(always)]
 pub fn forget_thread(tid: u32) {
     let Some(entry) = (unsafe { THREADS.get(tid) }).copied() else {

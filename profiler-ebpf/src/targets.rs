@@ -25,6 +25,9 @@ static EXIT_OFFSETS: ExitOffsets = ExitOffsets {
     pid: 24,
     group_dead: 32,
 };
+/// Offset of `sched_process_exec`'s `old_pid` (`u32::MAX`: unknown).
+#[unsafe(no_mangle)]
+static EXEC_OLD_PID_OFFSET: u32 = 16;
 
 /// Target tgids (and, transiently, tids of targets' new threads: see `try_follow_fork`).
 #[map(name = "TARGETS")]
@@ -106,6 +109,7 @@ fn try_forget_exit(ctx: &TracePointContext) -> Result<(), i64> {
     crate::sched::forget_task(tid);
     crate::lock::forget_thread(tgid, tid);
     crate::syscalls::forget_thread(tid);
+    crate::latency::forget_thread(tid);
     let offsets = unsafe { core::ptr::read_volatile(&EXIT_OFFSETS) };
     let group_dead = match offsets.group_dead {
         u32::MAX => None,
@@ -136,9 +140,20 @@ fn try_forget_exit(ctx: &TracePointContext) -> Result<(), i64> {
 /// mapped the libraries): forget the process, so its next sample announces it again. It also has
 /// a new name.
 #[tracepoint]
-pub fn announce_exec(_ctx: TracePointContext) -> u32 {
+pub fn announce_exec(ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
+    // A thread other than the leader that execs takes on the leader's tid: what is kept under
+    // its old tid (a system call in progress, a start keyed by thread) moves with it.
+    let at = unsafe { core::ptr::read_volatile(&EXEC_OLD_PID_OFFSET) };
+    if at != u32::MAX {
+        if let Ok(old) = unsafe { ctx.read_at::<u32>(at as usize) } {
+            if old != pid_tgid as u32 {
+                crate::syscalls::moved_thread(old, pid_tgid as u32);
+                crate::latency::moved_thread(old, pid_tgid as u32);
+            }
+        }
+    }
     let _ = SEEN.remove(tgid);
     crate::unwind::forget_process(tgid);
     if is_target(tgid) {

@@ -6,7 +6,7 @@ use std::{collections::BTreeSet, path::Path};
 use anyhow::Context as _;
 use aya::{
     maps::{HashMap as BpfHashMap, MapData},
-    programs::{ProgramError, RawTracePoint, TracePoint},
+    programs::{raw_trace_point::RawTracePointLink, ProgramError, RawTracePoint, TracePoint},
     Ebpf, EbpfLoader,
 };
 use profiler_common::{lock::ThreadOffsets, names, offcpu_stacks, ExitOffsets, ForkOffsets, TaskOffsets};
@@ -35,7 +35,7 @@ fn kernel_log_level() -> u8 {
 }
 
 /// Field offsets of the sched tracepoints on the running kernel.
-pub fn tracepoint_offsets(tracefs: &Path) -> anyhow::Result<(ForkOffsets, ExitOffsets)> {
+pub fn tracepoint_offsets(tracefs: &Path) -> anyhow::Result<(ForkOffsets, ExitOffsets, u32)> {
     let field = |event: &str, name: &str| {
         tracepoint_field_offset(tracefs, "sched", event, name)
             .with_context(|| format!("sched:{event} has no field `{name}` in its tracefs format"))
@@ -49,7 +49,10 @@ pub fn tracepoint_offsets(tracefs: &Path) -> anyhow::Result<(ForkOffsets, ExitOf
         group_dead: tracepoint_field_offset(tracefs, "sched", "sched_process_exit", "group_dead")
             .unwrap_or(u32::MAX),
     };
-    Ok((fork, exit))
+    // The thread that execs, under the tid it had (another than the leader's it takes on).
+    let exec_old_pid =
+        tracepoint_field_offset(tracefs, "sched", "sched_process_exec", "old_pid").unwrap_or(u32::MAX);
+    Ok((fork, exit, exec_old_pid))
 }
 
 /// What the loader sets before the object is loaded: the globals, and which maps are used.
@@ -168,7 +171,7 @@ impl<'a> LoadOptions<'a> {
 
 impl Loaded {
     pub fn load(options: &LoadOptions<'_>) -> anyhow::Result<Loaded> {
-        let (fork, exit) = tracepoint_offsets(options.tracefs)?;
+        let (fork, exit, exec_old_pid) = tracepoint_offsets(options.tracefs)?;
         let filter = u32::from(options.filter);
         let unwind = u32::from(options.unwind_tables);
         let mut loader = EbpfLoader::new();
@@ -176,6 +179,7 @@ impl Loaded {
             .override_global(names::G_FILTER, &filter, true)
             .override_global(names::G_FORK, &fork, true)
             .override_global(names::G_EXIT, &exit, true)
+            .override_global(names::G_EXEC_OLD_PID, &exec_old_pid, true)
             .override_global(names::G_TASK_OFFSETS, &options.task_offsets, true)
             .override_global(names::G_SLOW_NS, &options.slow_threshold_ns, true)
             .override_global(names::G_OFFCPU_STACKS, &options.offcpu_stacks, true)
@@ -241,12 +245,19 @@ impl Loaded {
 
     /// Load `prog` and attach it to the raw tracepoint `event`.
     pub fn attach_raw_tracepoint(&mut self, prog: &str, event: &str) -> anyhow::Result<()> {
+        self.raw_tracepoint_link(prog, event)?;
+        Ok(())
+    }
+
+    /// The same, the attachment handed over: dropping it detaches the program (a source that
+    /// must stop its programs before it reads their maps at the end).
+    pub fn raw_tracepoint_link(&mut self, prog: &str, event: &str) -> anyhow::Result<RawTracePointLink> {
         let program: &mut RawTracePoint = self.program(prog)?;
         program.load().with_context(|| format!("loading {prog}"))?;
-        program
+        let link = program
             .attach(event)
             .with_context(|| format!("attaching {prog} to the raw tracepoint {event}"))?;
-        Ok(())
+        Ok(program.take_link(link)?)
     }
 
     /// Load and attach each (program, category, event).

@@ -7,8 +7,8 @@ use serde::Serialize;
 use crate::{
     cli::LatencyArgs,
     modes::sched::{buckets, percentile, Bucket},
-    output,
     plan::Plan,
+    report::command,
     session::run_to_end,
     sources::{latency::LatencyBatch, Batch},
 };
@@ -18,10 +18,10 @@ pub mod render;
 mod tests;
 
 pub fn run(args: LatencyArgs) -> anyhow::Result<i32> {
-    let format = args.report.checked("latency")?;
+    let format = command::checked_format(&args.report, "latency")?;
     let plan = Plan::for_latency(&args)?;
-    let ended = run_to_end(&plan)?;
-    let batch = ended.batches.into_iter().find_map(|batch| match batch {
+    let mut ended = run_to_end(&plan)?;
+    let batch = ended.take(|batch| match batch {
         Batch::Latency(batch) => Some(batch),
         _ => None,
     });
@@ -38,7 +38,7 @@ pub fn run(args: LatencyArgs) -> anyhow::Result<i32> {
         &batch.unwrap_or_default(),
         ended.notes,
     );
-    output::write_command_report(plan.output.as_deref(), format, "latency", &report, render::text)?;
+    command::write(plan.output.as_deref(), format, "latency", &report, render::text)?;
     Ok(ended.exit_code)
 }
 
@@ -71,6 +71,9 @@ pub struct LatencyReport {
     pub unmatched: u64,
     /// Starts with no end when the run stopped.
     pub pending: u64,
+    /// Starts that came while a start of their key had not ended: the interval is timed from
+    /// the later one (a recursive function between its entry and return, a request issued again).
+    pub replaced: u64,
     pub notes: Vec<String>,
 }
 
@@ -97,6 +100,7 @@ impl LatencyReport {
             histogram: buckets(&batch.hist),
             unmatched: batch.unmatched,
             pending: batch.pending,
+            replaced: batch.replaced,
             notes,
         }
     }

@@ -29,6 +29,9 @@ pub struct RunMeta {
     pub notes: Vec<String>,
     /// Counters whose deltas are attributed to stacks (`--counter`), in order.
     pub counters: Vec<String>,
+    /// What each sample counts instead of one (`--weight`: `arg1`, `retval`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<String>,
 }
 
 impl RunMeta {

@@ -2,7 +2,8 @@
 //! failed write never leaves half a report; a broken pipe on stdout is not an error. The file
 //! beside it is created new (`O_EXCL`) under a random name: bpfprof runs as root, and a
 //! predictable name in a directory others can write (`/tmp`) would let them plant a symlink there
-//! that root then writes through.
+//! that root then writes through. A destination that is not a file (`/dev/null`, a FIFO, a
+//! terminal) is written in place: renaming over it would replace the device with a file.
 use std::{
     io::{self, BufWriter, Write},
     path::Path,
@@ -40,8 +41,19 @@ pub fn check_writable(path: &Path) -> Result<(), UserError> {
     if path.is_dir() {
         return Err(err("it is a directory".into()));
     }
+    if is_special(path) {
+        // Not opened: a FIFO's open would wait for its reader.
+        return nix::unistd::access(path, nix::unistd::AccessFlags::W_OK)
+            .map_err(|e| err(e.desc().to_string()));
+    }
     // Removed as it is dropped.
     temp_beside(path).map(drop).map_err(|e| err(e.to_string()))
+}
+
+/// A destination that exists and is neither a file nor a directory: a device, a FIFO, a socket
+/// (followed through symlinks: `/dev/stdout`).
+fn is_special(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| !m.is_file() && !m.is_dir())
 }
 
 /// A new file in `path`'s directory, named after it with a random part; removed unless persisted.
@@ -76,21 +88,6 @@ fn in_directory(dir: &Path, e: &io::Error) -> io::Error {
         kind => format!("cannot create a file in {dir}: {kind}"),
     };
     io::Error::new(e.kind(), reason)
-}
-
-/// A command's own report (`stat`, `trace`, `latency`) as JSON (its schema's version and its
-/// mode first) or as text by `text`, to `path` or standard output.
-pub fn write_command_report<R: serde::Serialize>(
-    path: Option<&Path>,
-    format: crate::cli::Format,
-    mode: &'static str,
-    report: &R,
-    text: fn(&R, &mut dyn Write) -> io::Result<()>,
-) -> Result<(), UserError> {
-    write_report(path, &|out| match format {
-        crate::cli::Format::Json => crate::report::json::write_command_json(out, mode, report),
-        _ => text(report, out),
-    })
 }
 
 /// Write the report with `render`. On a file error the report is saved in the temp directory
@@ -133,6 +130,11 @@ pub fn write_report(
 
 /// Write `path` whole or not at all: into a temporary file beside it, synced, then renamed.
 pub fn write_atomically(path: &Path, render: &dyn Fn(&mut dyn Write) -> io::Result<()>) -> io::Result<()> {
+    if is_special(path) {
+        let mut out = BufWriter::new(std::fs::OpenOptions::new().write(true).open(path)?);
+        render(&mut out)?;
+        return out.flush();
+    }
     let temp = temp_beside(path)?;
     let mut out = BufWriter::new(temp);
     render(&mut out)?;
@@ -145,6 +147,32 @@ pub fn write_atomically(path: &Path, render: &dyn Fn(&mut dyn Write) -> io::Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `-o /dev/null` (as root): written to, never renamed over (that replaced the device with a
+    /// file once, and broke every program that opened /dev/null afterwards). A FIFO likewise.
+    #[test]
+    fn a_device_or_a_fifo_is_written_in_place_not_replaced() {
+        use std::os::unix::fs::FileTypeExt as _;
+        let null = Path::new("/dev/null");
+        assert!(check_writable(null).is_ok());
+        write_report(Some(null), &|w| w.write_all(b"gone")).unwrap();
+        assert!(
+            std::fs::metadata(null).unwrap().file_type().is_char_device(),
+            "/dev/null is still the device"
+        );
+        let dir = std::env::temp_dir().join(format!("bpfprof-output-fifo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("report.fifo");
+        let _ = std::fs::remove_file(&fifo);
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+        };
+        write_report(Some(&fifo), &|w| w.write_all(b"through the fifo")).unwrap();
+        assert_eq!(reader.join().unwrap(), "through the fifo");
+        assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    }
 
     #[test]
     fn writes_whole_file_or_says_why() {

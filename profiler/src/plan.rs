@@ -1,6 +1,10 @@
 //! A validated command line: every check that needs no privileges, done before anything is
 //! loaded, and what the run is then made of.
-use std::{ffi::OsString, path::PathBuf, time::Duration};
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    time::Duration,
+};
 
 use profiler_common::latency::LatencyKeys;
 
@@ -69,6 +73,9 @@ fn hit_weight(events: &[Event], weight: Option<u32>) -> Result<u32, UserError> {
                 "a USDT probe's arguments are not the function's registers (not yet)"
             }
             Some(p) if weight == RETVAL && !p.ret => "a return value is a uretprobe's or kretprobe's",
+            Some(p) if weight != RETVAL && p.ret => {
+                "at a return the argument registers hold whatever the function left in them: weigh a return by retval"
+            }
             Some(_) => continue,
         };
         return Err(UserError::Usage(format!(
@@ -170,9 +177,10 @@ fn traced_event(catalog: &Catalog, option: &str, text: &str) -> Result<Event, Us
 }
 
 /// Each side's key: the thread, or one or two fields both tracepoints have, each a number of 1,
-/// 2, 4 or 8 bytes (read where each one's tracefs format says).
-fn latency_keys(from: &Event, to: &Event, key: &str) -> Result<(LatencyKeys, String), UserError> {
-    use crate::counters::tracepoint;
+/// 2, 4 or 8 bytes of the same size and signedness on both (read where each one's tracefs
+/// format says).
+fn latency_keys(tracefs: &Path, sides: [&Event; 2], key: &str) -> Result<(LatencyKeys, String), UserError> {
+    use crate::counters::tracepoint::{self, Field};
     if matches!(key, "thread" | "tid") {
         return Ok((LatencyKeys::default(), "thread".into()));
     }
@@ -183,17 +191,17 @@ fn latency_keys(from: &Event, to: &Event, key: &str) -> Result<(LatencyKeys, Str
         )));
     }
     let mut keys = LatencyKeys::default();
-    for (side, event) in [from, to].into_iter().enumerate() {
+    let mut first: Vec<Field> = Vec::new();
+    for (side, event) in sides.into_iter().enumerate() {
         if !event.is_tracepoint() {
             return Err(UserError::Usage(format!(
                 "--key {key}: {} is a probe, which has no fields: key it by thread",
                 event.spelled()
             )));
         }
-        let layout = tracepoint::layout(tracepoint::tracefs_root(), &event.name);
-        let fields = &mut keys.sides[side];
+        let layout = tracepoint::layout(tracefs, &event.name);
+        let all: Vec<String> = layout.iter().map(|f| f.name.clone()).collect();
         for (i, name) in names.iter().enumerate() {
-            let all: Vec<String> = layout.iter().map(|f| f.name.clone()).collect();
             let field = layout
                 .iter()
                 .find(|f| f.name == *name)
@@ -206,12 +214,31 @@ fn latency_keys(from: &Event, to: &Event, key: &str) -> Result<(LatencyKeys, Str
                     if field.array { ", an array or a string" } else { "" }
                 )));
             }
-            fields.offsets[i] = field.offset;
-            fields.sizes[i] = field.size;
+            match first.get(i) {
+                Some(other) if (other.size, other.signed) != (field.size, field.signed) => {
+                    return Err(UserError::Usage(format!(
+                        "--key: `{name}` is {} on {} and {} on {}: the two would never be equal",
+                        number_kind(other),
+                        sides[0].name,
+                        number_kind(field),
+                        event.name
+                    )));
+                }
+                Some(_) => {}
+                None => first.push(field.clone()),
+            }
+            keys.sides[side].offsets[i] = field.offset;
+            keys.sides[side].sizes[i] = field.size;
         }
-        fields.fields = names.len() as u32;
+        keys.sides[side].fields = names.len() as u32;
     }
     Ok((keys, names.join(",")))
+}
+
+/// `a signed 4-byte number`, `an unsigned 8-byte number`.
+fn number_kind(field: &crate::counters::tracepoint::Field) -> String {
+    let sign = if field.signed { "a signed" } else { "an unsigned" };
+    format!("{sign} {}-byte number", field.size)
 }
 
 /// Every `-e` (each may list several, comma-separated), at most `MAX_SAMPLING_EVENTS`.
@@ -328,7 +355,6 @@ impl Plan {
         several_events_fit(&events, &cli, format)?;
         traced_events_fit(&events, &cli)?;
         let rate = rate_of(&events, cli.period, frequency_hz);
-        let weight = hit_weight(&events, cli.weight)?;
         if matches!(cli.mode, Mode::Hotspot | Mode::Topdown) && matches!(rate, Rate::Frequency(_)) {
             preflight::check_frequency(frequency_hz)?;
         }
@@ -337,9 +363,7 @@ impl Plan {
             .iter()
             .map(|c| catalog.parse(c))
             .collect::<Result<Vec<_>, _>>()?;
-        for counter in &counters {
-            not_traced(counter, "--counter")?;
-        }
+        counters.iter().try_for_each(|c| not_traced(c, "--counter"))?;
         let pids = preflight::resolve_pids(&cli.pids)?;
         if let Some(program) = cli.command.first() {
             launcher::resolve(program)?;
@@ -374,6 +398,7 @@ impl Plan {
         let debuginfod = cli.names.debuginfod()?;
         Ok(Plan {
             mode: cli.mode,
+            weight: hit_weight(&events, cli.weight)?,
             events,
             rate,
             frequency_hz,
@@ -403,7 +428,6 @@ impl Plan {
             stat: Vec::new(),
             interval: None,
             latency: None,
-            weight,
         })
     }
 
@@ -442,7 +466,8 @@ impl Plan {
                 from.spelled()
             )));
         }
-        let (keys, key) = latency_keys(&from, &to, &args.key)?;
+        let tracefs = crate::counters::tracepoint::tracefs_root();
+        let (keys, key) = latency_keys(tracefs, [&from, &to], &args.key)?;
         Ok(Plan {
             latency: Some(latency::Spec { from, to, keys, key }),
             ..Plan::scoped(Mode::Latency, &args.scope, args.report.output.clone())?
@@ -605,5 +630,69 @@ impl Plan {
             parts.push(format!("command `{}`", launcher::display(&self.command)));
         }
         parts.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tracefs with two tracepoints whose key fields sit at different offsets, one of them with
+    /// a field of another size.
+    fn tracefs() -> PathBuf {
+        let root = std::env::temp_dir().join(format!("bpfprof-latency-keys-{}", std::process::id()));
+        let format = |fields: &str| {
+            format!("name: x\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n{fields}")
+        };
+        for (name, fields) in [
+            ("issue", "\tfield:dev_t dev;\toffset:8;\tsize:4;\tsigned:0;\n\tfield:sector_t sector;\toffset:16;\tsize:8;\tsigned:0;\n\tfield:char comm[16];\toffset:24;\tsize:16;\tsigned:0;\n"),
+            ("complete", "\tfield:sector_t sector;\toffset:8;\tsize:8;\tsigned:0;\n\tfield:dev_t dev;\toffset:16;\tsize:4;\tsigned:0;\n"),
+            ("other", "\tfield:int dev;\toffset:8;\tsize:4;\tsigned:1;\n"),
+        ] {
+            let dir = root.join("events/test").join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("format"), format(fields)).unwrap();
+        }
+        root
+    }
+
+    fn tracepoint(name: &str) -> Event {
+        Event {
+            name: format!("test:{name}"),
+            kind: crate::counters::tracepoint::PERF_TYPE_TRACEPOINT,
+            ..Catalog::here().parse("page-faults").unwrap()
+        }
+    }
+
+    #[test]
+    fn latency_keys_read_each_sides_fields_where_its_format_says() {
+        let root = tracefs();
+        let (issue, complete) = (tracepoint("issue"), tracepoint("complete"));
+        let (keys, key) = latency_keys(&root, [&issue, &complete], "dev,sector").unwrap();
+        assert_eq!(key, "dev,sector");
+        assert_eq!(
+            (keys.sides[0].fields, keys.sides[0].offsets, keys.sides[0].sizes),
+            (2, [8, 16], [4, 8])
+        );
+        assert_eq!(
+            (keys.sides[1].fields, keys.sides[1].offsets, keys.sides[1].sizes),
+            (2, [16, 8], [4, 8])
+        );
+        assert_eq!(
+            latency_keys(&root, [&issue, &complete], "thread").unwrap().0,
+            LatencyKeys::default()
+        );
+        let refused = |sides: [&Event; 2], key: &str| match latency_keys(&root, sides, key) {
+            Err(UserError::Usage(why)) => why,
+            other => panic!("{key}: {other:?}"),
+        };
+        assert!(refused([&issue, &complete], "dev,sector,comm").contains("one or two fields"));
+        assert!(refused([&issue, &complete], "comm").contains("not a number"));
+        assert!(refused([&issue, &complete], "sectr").contains("did you mean sector?"));
+        let why = refused([&issue, &tracepoint("other")], "dev");
+        assert!(
+            why.contains("an unsigned 4-byte number on test:issue and a signed 4-byte number"),
+            "{why}"
+        );
     }
 }

@@ -74,6 +74,7 @@ pub fn topdown_from_counters(cli: &Cli, path: &Path) -> anyhow::Result<i32> {
             .map(|e| format!("{e}: not counted by perf"))
             .collect(),
         counters: Vec::new(),
+        weight: None,
     };
     let report = topdown::from_counters(meta, tma);
     let renderer = report::renderer(format);
@@ -423,6 +424,13 @@ pub(crate) struct Ended {
     pub exit_code: i32,
 }
 
+impl Ended {
+    /// The batch `pick` takes (the one a command's source gives at the end).
+    pub fn take<B>(&mut self, pick: fn(Batch) -> Option<B>) -> Option<B> {
+        std::mem::take(&mut self.batches).into_iter().find_map(pick)
+    }
+}
+
 /// Run `plan` (privileges checked first) to its end.
 pub(crate) fn run_to_end(plan: &Plan) -> anyhow::Result<Ended> {
     preflight::check_privileges()?;
@@ -532,6 +540,11 @@ async fn record(
         cpus,
         notes,
         counters,
+        weight: match plan.weight {
+            profiler_common::hit_weight::ONE => None,
+            profiler_common::hit_weight::RETVAL => Some("retval".into()),
+            n => Some(format!("arg{}", n - profiler_common::hit_weight::ARG0)),
+        },
     };
     Ok(Recording {
         stopped,

@@ -15,10 +15,10 @@ use crate::{
     },
     driver::{Drained, Sink},
     error::UserError,
-    output,
     plan::Plan,
     preflight,
     process::Processes,
+    report::command,
     session::run_into,
     sources::{stat::StatBatch, Batch},
 };
@@ -28,7 +28,7 @@ pub mod render;
 mod tests;
 
 pub fn run(args: StatArgs) -> anyhow::Result<i32> {
-    let format = args.report.checked("stat")?;
+    let format = command::checked_format(&args.report, "stat")?;
     if args.repeat > 1 && args.scope.command.is_empty() {
         return Err(UserError::Usage("-r N runs a command N times: give it after --".into()).into());
     }
@@ -56,7 +56,7 @@ pub fn run(args: StatArgs) -> anyhow::Result<i32> {
         }
     }
     let report = StatReport::of(&plan, &runs);
-    output::write_command_report(plan.output.as_deref(), format, "stat", &report, render::text)?;
+    command::write(plan.output.as_deref(), format, "stat", &report, render::text)?;
     Ok(exit_code)
 }
 

@@ -202,6 +202,7 @@ impl TopView {
                 cpus: 0,
                 notes: Vec::new(),
                 counters: Vec::new(),
+                weight: None,
             },
             mode: plan.mode,
             lock_waits: plan.waits,

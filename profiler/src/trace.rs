@@ -10,8 +10,8 @@ use serde::Serialize;
 use crate::{
     cli::TraceArgs,
     collect::comm_string,
-    output,
     plan::Plan,
+    report::command,
     session::run_to_end,
     sources::{syscalls::SyscallBatch, Batch},
 };
@@ -21,10 +21,10 @@ pub mod render;
 mod tests;
 
 pub fn run(args: TraceArgs) -> anyhow::Result<i32> {
-    let format = args.report.checked("trace")?;
+    let format = command::checked_format(&args.report, "trace")?;
     let plan = Plan::for_trace(&args)?;
-    let ended = run_to_end(&plan)?;
-    let batch = ended.batches.into_iter().find_map(|batch| match batch {
+    let mut ended = run_to_end(&plan)?;
+    let batch = ended.take(|batch| match batch {
         Batch::Syscalls(batch) => Some(batch),
         _ => None,
     });
@@ -34,7 +34,7 @@ pub fn run(args: TraceArgs) -> anyhow::Result<i32> {
         &batch.unwrap_or_default(),
         ended.notes,
     );
-    output::write_command_report(plan.output.as_deref(), format, "trace", &report, render::text)?;
+    command::write(plan.output.as_deref(), format, "trace", &report, render::text)?;
     Ok(ended.exit_code)
 }
 
@@ -74,23 +74,26 @@ pub struct CallStat {
     pub min_ns: u64,
     pub avg_ns: u64,
     pub max_ns: u64,
-    /// Calls that never returned: `exit_group`, or a call its thread was killed in.
+    /// Calls that never returned: `exit`, `exit_group`.
     pub no_return: u64,
     /// Calls the thread was still in when tracing stopped (not timed).
     pub in_progress: u64,
 }
 
 impl CallStat {
-    fn returned(&self) -> u64 {
+    /// The calls that returned (and were timed).
+    pub(crate) fn returned(&self) -> u64 {
         self.calls - self.no_return - self.in_progress
     }
 
+    /// One of the kernel's sums (all of them before any call in progress is added).
     fn add(&mut self, errno: u32, totals: &SyscallTotals) {
+        let returned_before = self.returned();
         self.calls += totals.calls;
         match errno {
             NO_RETURN => self.no_return += totals.calls,
             errno => {
-                let first = self.returned() == totals.calls;
+                let first = returned_before == 0;
                 if errno != 0 {
                     self.errors += totals.calls;
                     *self.errnos.entry(errno_name(errno)).or_default() += totals.calls;
@@ -107,51 +110,15 @@ impl CallStat {
     }
 }
 
+/// Per (process, thread, call), its row.
+type Rows = BTreeMap<(u32, u32, u32), CallStat>;
+/// Per (process, thread), its names and on how many calls it had each.
+type Names = BTreeMap<(u32, u32), BTreeMap<String, u64>>;
+
 impl TraceReport {
     pub fn of(target: String, seconds: f64, batch: &SyscallBatch, notes: Vec<String>) -> TraceReport {
-        let mut names: BTreeMap<(u32, u32), String> = BTreeMap::new();
-        let mut keyed: BTreeMap<(u32, u32, u32), CallStat> = BTreeMap::new();
-        for (key, totals) in &batch.totals {
-            names
-                .entry((key.tgid, key.tid))
-                .or_insert_with(|| comm_string(&totals.comm));
-            call_of(&mut keyed, key.tgid, key.tid, key.nr).add(key.errno, totals);
-        }
-        for &(tgid, tid, nr) in &batch.in_progress {
-            names
-                .entry((tgid, tid))
-                .or_insert_with(|| crate::process::comm_of(tid).unwrap_or_default());
-            let stat = call_of(&mut keyed, tgid, tid, nr);
-            stat.calls += 1;
-            stat.in_progress += 1;
-        }
-        let mut threads: BTreeMap<(u32, u32), ThreadCalls> = names
-            .into_iter()
-            .map(|((pid, tid), comm)| {
-                let thread = ThreadCalls {
-                    pid,
-                    tid,
-                    comm,
-                    calls: 0,
-                    syscalls: Vec::new(),
-                };
-                ((pid, tid), thread)
-            })
-            .collect();
-        for ((tgid, tid, _), stat) in keyed {
-            let thread = threads
-                .get_mut(&(tgid, tid))
-                .expect("every call's thread is named");
-            thread.calls += stat.calls;
-            thread.syscalls.push(stat);
-        }
-        let mut threads: Vec<ThreadCalls> = threads.into_values().collect();
-        for thread in &mut threads {
-            thread
-                .syscalls
-                .sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(b.calls.cmp(&a.calls)));
-        }
-        threads.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.tid.cmp(&b.tid)));
+        let (rows, names) = rows(batch);
+        let threads = threads(rows, names);
         TraceReport {
             target,
             seconds,
@@ -162,9 +129,68 @@ impl TraceReport {
     }
 }
 
+/// The kernel's sums folded into one row per (thread, call), and each thread's names (its name
+/// at the first call of each sum; a thread still in a call at the stop, as /proc says it now).
+fn rows(batch: &SyscallBatch) -> (Rows, Names) {
+    let mut rows = Rows::new();
+    let mut names = Names::new();
+    for (key, totals) in &batch.totals {
+        let name = names.entry((key.tgid, key.tid)).or_default();
+        *name.entry(comm_string(&totals.comm)).or_default() += totals.calls;
+        call_of(&mut rows, key.tgid, key.tid, key.nr).add(key.errno, totals);
+    }
+    for &(tgid, tid, nr) in &batch.in_progress {
+        let name = names.entry((tgid, tid)).or_default();
+        *name
+            .entry(crate::process::comm_of(tid).unwrap_or_default())
+            .or_default() += 1;
+        let stat = call_of(&mut rows, tgid, tid, nr);
+        stat.calls += 1;
+        stat.in_progress += 1;
+    }
+    (rows, names)
+}
+
+/// Each thread with its rows, named as it was on most of its calls; the most calls first, and
+/// each thread's calls the longest in total first.
+fn threads(rows: Rows, names: Names) -> Vec<ThreadCalls> {
+    let mut threads: BTreeMap<(u32, u32), ThreadCalls> = names
+        .into_iter()
+        .map(|((pid, tid), names)| {
+            let comm = names
+                .into_iter()
+                .max_by_key(|(_, calls)| *calls)
+                .map(|(name, _)| name);
+            let thread = ThreadCalls {
+                pid,
+                tid,
+                comm: comm.unwrap_or_default(),
+                calls: 0,
+                syscalls: Vec::new(),
+            };
+            ((pid, tid), thread)
+        })
+        .collect();
+    for ((tgid, tid, _), stat) in rows {
+        let thread = threads
+            .get_mut(&(tgid, tid))
+            .expect("every call's thread is named");
+        thread.calls += stat.calls;
+        thread.syscalls.push(stat);
+    }
+    let mut threads: Vec<ThreadCalls> = threads.into_values().collect();
+    for thread in &mut threads {
+        thread
+            .syscalls
+            .sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then(b.calls.cmp(&a.calls)));
+    }
+    threads.sort_by(|a, b| b.calls.cmp(&a.calls).then(a.tid.cmp(&b.tid)));
+    threads
+}
+
 /// The row of one (process, thread, call), new if it has none yet.
-fn call_of(keyed: &mut BTreeMap<(u32, u32, u32), CallStat>, tgid: u32, tid: u32, nr: u32) -> &mut CallStat {
-    keyed.entry((tgid, tid, nr)).or_insert_with(|| CallStat {
+fn call_of(rows: &mut Rows, tgid: u32, tid: u32, nr: u32) -> &mut CallStat {
+    rows.entry((tgid, tid, nr)).or_insert_with(|| CallStat {
         name: syscall_name(nr),
         nr,
         ..CallStat::default()
@@ -176,8 +202,22 @@ pub fn syscall_name(nr: u32) -> String {
     syscalls::Sysno::new(nr as usize).map_or_else(|| format!("syscall_{nr}"), |s| s.name().to_string())
 }
 
-/// `ENOENT`, or the number where libc has no name for it.
+/// `ENOENT`; the kernel-internal errnos a call interrupted by a signal returns (`ERESTARTSYS`:
+/// restarted, or cut short by a fatal signal); else the number.
 pub fn errno_name(errno: u32) -> String {
+    const KERNEL_INTERNAL: [&str; 5] = [
+        "ERESTARTSYS",
+        "ERESTARTNOINTR",
+        "ERESTARTNOHAND",
+        "ENOIOCTLCMD",
+        "ERESTART_RESTARTBLOCK",
+    ];
+    if let Some(name) = errno
+        .checked_sub(512)
+        .and_then(|i| KERNEL_INTERNAL.get(i as usize))
+    {
+        return name.to_string();
+    }
     match nix::errno::Errno::from_raw(errno as i32) {
         nix::errno::Errno::UnknownErrno => format!("errno {errno}"),
         known => format!("{known:?}"),

@@ -217,11 +217,12 @@ fn sampling_context_switches_every_one_counts_each_sleep() {
         "{asleep} samples for {naps} naps ({preempted} preemptions)"
     );
     // Under its caller, but for samples taken before the process's unwind tables were loaded
-    // (frame pointers skip the caller of libc's frameless nanosleep; counted in the health:
-    // seen 20-26 of 300 here).
+    // (frame pointers skip the caller of libc's frameless nanosleep), which the health counts:
+    // seen 11-26 of 300 here, more on a busy machine (the tables come later).
+    let before_tables = report.0["health"]["unwind_before_tables"].as_u64().unwrap();
     assert!(
-        under_napper * 10 >= naps * 9,
-        "{under_napper} of {naps} under napper"
+        under_napper + before_tables >= asleep,
+        "{under_napper} of {asleep} under napper, {before_tables} taken before the tables"
     );
 }
 
@@ -659,13 +660,17 @@ fn a_tracepoint_is_sampled_at_every_hit_or_every_nth_with_its_hits_counted() {
         );
         // Frame pointers skip the caller of libc's frameless write: only samples taken before
         // the process's tables were given may miss main, and the TRUTH line's write (its
-        // buffer is flushed at exit, after main returned) when it is sampled.
-        let at_exit = u64::from(every == 1);
+        // buffer is flushed at exit, after main returned) when it is sampled (with -c 10 too,
+        // when it is a CPU's tenth hit).
+        let at_exit = 1;
         assert!(
             in_main + early + at_exit >= samples,
-            "{in_main} of {samples} under main, {early} early"
+            "{in_main} of {samples} under main, {early} early; health {}",
+            report.0["health"]
         );
-        assert!(in_main * 2 >= samples, "{in_main} of {samples} under main");
+        // The table walk found main at all (how many samples come before the tables depends on
+        // how busy the machine is: 809 of 2000 under the arm64 guest's emulation here).
+        assert!(in_main > 0, "{in_main} of {samples} under main");
         // The kernel stack begins at the traced syscall's entry, not in the tracing machinery.
         assert_eq!(top, "syscall_trace_enter", "{}", report.0["functions"]);
     }
@@ -746,9 +751,10 @@ fn every_tenth_malloc_splits_by_call_site() {
 }
 
 /// `--weight arg1`: each sampled malloc counts the bytes it asked, so the call sites split as
-/// their bytes do (alpha's 64-byte blocks are 70% of the calls but 3.6% of the bytes), and the
-/// report's counts add up to about ten times the bytes of the sampled calls. Refused in one line
-/// where there is no register to read: a tracepoint, a return value at a function's entry.
+/// their bytes do (alpha's 64-byte blocks are 70% of the calls but 3.6% of the bytes: within a
+/// fifth of that), and ten times the report's counts is the bytes asked within 10%. Refused in
+/// one line where there is no register to read: a tracepoint, a return value at a function's
+/// entry.
 #[test]
 fn weighted_by_an_argument_every_tenth_malloc_splits_by_the_bytes_asked() {
     let (report, notes, truth) = sample_hits_with(
@@ -768,7 +774,10 @@ fn weighted_by_an_argument_every_tenth_malloc_splits_by_the_bytes_asked() {
         10.0 * weight / bytes
     );
     assert!(notes.contains("each sample counts arg1"), "{notes}");
-    assert!((share - expected).abs() <= 3.0, "{share:.2}% vs {expected:.2}%");
+    assert!(
+        (share / expected - 1.0).abs() <= 0.2,
+        "{share:.2}% vs {expected:.2}%"
+    );
     assert!(
         (10.0 * (alpha + beta) / bytes - 1.0).abs() < 0.1,
         "{alpha} + {beta} of {bytes} / 10"

@@ -221,6 +221,7 @@ fn start_renderer(
         cpus: crate::counters::cpu::online_ids().map_or(1, |c| c.len() as u32),
         notes: Vec::new(),
         counters: config.counter_events().iter().map(|e| e.spelled()).collect(),
+        weight: None,
     };
     let debuginfod = crate::symbolize::debuginfod::Debuginfod::shared(config.debuginfod.as_ref())?;
     if let Some(client) = &debuginfod {

@@ -3,7 +3,9 @@ use std::{ffi::OsString, path::PathBuf};
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
+mod events;
 mod names;
+pub use events::{LatencyArgs, ListArgs, ReportOutput, ScopeArgs, StatArgs, TraceArgs};
 pub use names::NamesArgs;
 
 #[derive(Debug, Parser)]
@@ -202,130 +204,6 @@ pub enum Subcommands {
         after_help = "Examples:\n  bpfprof list             everything\n  bpfprof list cache       names containing `cache`"
     )]
     List(ListArgs),
-}
-
-#[derive(Clone, Debug, Args)]
-pub struct StatArgs {
-    /// Events to count, comma-separated or repeated, in `-e`'s language; `{a,b}` counts a and b
-    /// as one group (on the PMU together). Default: the CPU's topdown set where there is a PMU,
-    /// software counters where not.
-    #[arg(short = 'e', long = "event", value_name = "EVENTS")]
-    pub events: Vec<String>,
-    /// Count only the tracepoint hits this filter passes, in the kernel's own filter language,
-    /// on the tracepoint's fields (`count > 4096`, `fd == 1 && count < 64`, `comm == "dd"`): it
-    /// applies to every tracepoint of -e.
-    #[arg(long, value_name = "EXPRESSION")]
-    pub filter: Option<String>,
-    /// Run the command this many times and report each count's mean and relative spread.
-    #[arg(short = 'r', long = "repeat", value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..=1000))]
-    pub repeat: u32,
-    /// Print the counts of each interval of this many milliseconds as well.
-    #[arg(short = 'I', long = "interval", value_name = "MS",
-          value_parser = clap::value_parser!(u64).range(10..))]
-    pub interval_ms: Option<u64>,
-    #[command(flatten)]
-    pub scope: ScopeArgs,
-    #[command(flatten)]
-    pub report: ReportOutput,
-}
-
-/// Where `stat`, `trace` and `latency` write their report, and in what format.
-#[derive(Clone, Debug, Default, Args)]
-pub struct ReportOutput {
-    /// Output format: text or json (default: from the -o extension, else text).
-    #[arg(long, value_enum)]
-    pub format: Option<Format>,
-    /// Write the report here instead of standard output.
-    #[arg(short = 'o', long = "output", value_name = "FILE")]
-    pub output: Option<PathBuf>,
-}
-
-impl ReportOutput {
-    /// Text or JSON (the only formats of these commands), and the output checked writable:
-    /// both before anything is loaded.
-    pub fn checked(&self, command: &'static str) -> anyhow::Result<Format> {
-        let format = format_for(self.format, self.output.as_deref())?;
-        if !matches!(format, Format::Text | Format::Json) {
-            return Err(crate::error::UserError::FormatUnavailable {
-                format: format.name(),
-                mode: command,
-            }
-            .into());
-        }
-        if let Some(path) = &self.output {
-            crate::output::check_writable(path)?;
-        }
-        Ok(format)
-    }
-}
-
-/// What `stat`, `trace` and `latency` watch, and for how long.
-#[derive(Clone, Debug, Default, Args)]
-pub struct ScopeArgs {
-    /// These processes (all their threads, and what they start from now on).
-    #[arg(
-        short = 'p',
-        long = "pid",
-        value_delimiter = ',',
-        value_name = "PID[,PID...]",
-        conflicts_with = "command"
-    )]
-    pub pids: Vec<u32>,
-    /// The whole system, every CPU (the default when neither -p nor a command is given).
-    #[arg(short = 'a', long = "all-cpus", conflicts_with = "pids")]
-    pub system_wide: bool,
-    /// Stop after this many seconds (default: when the command or targets exit, or Ctrl-C).
-    #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_seconds)]
-    pub duration: Option<f64>,
-    /// Command to start and watch, from before its first instruction.
-    #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<OsString>,
-}
-
-#[derive(Clone, Debug, Args)]
-pub struct LatencyArgs {
-    /// Where each interval starts: a tracepoint or a probe, in `-e`'s language.
-    #[arg(long, value_name = "EVENT")]
-    pub from: String,
-    /// Where it ends: the next hit of this event with the same key.
-    #[arg(long, value_name = "EVENT")]
-    pub to: String,
-    /// What matches an end to its start: `thread` (the default: the same thread), or one or two
-    /// fields both tracepoints have (`dev,sector`: a block request, completed in an interrupt).
-    #[arg(long, value_name = "FIELDS", default_value = "thread")]
-    pub key: String,
-    #[command(flatten)]
-    pub scope: ScopeArgs,
-    #[command(flatten)]
-    pub report: ReportOutput,
-}
-
-#[derive(Clone, Debug, Args)]
-pub struct TraceArgs {
-    /// The summary: per thread, each system call's calls, errors (by errno), total, average,
-    /// shortest and longest time, as `perf trace -s` and `strace -c` give them (the only output
-    /// `trace` has yet: each call as it happens is not listed).
-    #[arg(short = 's', long = "summary")]
-    pub summary: bool,
-    #[command(flatten)]
-    pub scope: ScopeArgs,
-    #[command(flatten)]
-    pub report: ReportOutput,
-}
-
-#[derive(Clone, Debug, Args)]
-pub struct ListArgs {
-    /// Only names containing this.
-    #[arg(value_name = "FILTER")]
-    pub filter: Option<String>,
-    /// The functions of this file a user probe can name (`uprobe:FILE:FUNCTION`), instead of the
-    /// events: a path, a program on $PATH or a library's name (`libc`).
-    #[arg(long, value_name = "FILE")]
-    pub probes: Option<String>,
-    /// Output format: text or json.
-    #[arg(long, value_enum)]
-    pub format: Option<Format>,
 }
 
 #[derive(Clone, Debug, Args)]

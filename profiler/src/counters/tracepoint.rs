@@ -54,6 +54,7 @@ pub struct Field {
     pub size: u32,
     /// An array or a string (`char name[16]`, `__data_loc char[] name`): not a number.
     pub array: bool,
+    pub signed: bool,
 }
 
 /// A tracepoint's fields (the common ones first); none when tracefs does not describe it.
@@ -73,13 +74,14 @@ pub fn parse_format(format: &str) -> Vec<Field> {
             let mut parts = line.trim().split(';').map(str::trim);
             let declaration = parts.next()?.strip_prefix("field:")?;
             let mut number = |key: &str| parts.next()?.strip_prefix(key)?.parse::<u32>().ok();
-            let (offset, size) = (number("offset:")?, number("size:")?);
+            let (offset, size, signed) = (number("offset:")?, number("size:")?, number("signed:"));
             let last = declaration.split_whitespace().last()?;
             Some(Field {
                 name: last.split('[').next()?.trim_start_matches('*').to_string(),
                 offset,
                 size,
                 array: declaration.contains('[') || declaration.contains("__data_loc"),
+                signed: signed == Some(1),
             })
         })
         .collect()

@@ -34,6 +34,13 @@ pub fn text(r: &LatencyReport, out: &mut dyn Write) -> io::Result<()> {
             r.unmatched, i.to, i.key
         )?;
     }
+    if r.replaced > 0 {
+        writeln!(
+            out,
+            "note: {} starts came before the previous start of their {} had ended: timed from the later one",
+            r.replaced, i.key
+        )?;
+    }
     if r.pending > 0 {
         writeln!(
             out,

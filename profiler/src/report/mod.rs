@@ -7,6 +7,7 @@ use crate::{
     modes::{lock::LockReport, sched::SchedReport, topdown::TopdownReport},
 };
 
+pub mod command;
 mod folded;
 mod frame_table;
 mod heatmap;
@@ -128,6 +129,7 @@ pub(crate) mod tests {
                 cpus: 2,
                 notes: vec![],
                 counters: vec![],
+                weight: None,
             },
             health: Health {
                 samples: 100,

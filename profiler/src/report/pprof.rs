@@ -310,11 +310,18 @@ pub fn hotspot_profile_labeled(report: &StackReport, labels: &ProcessLabels<'_>)
     let samples = match report.weight {
         Weight::OffCpuNanoseconds => b.value_type("off-cpu", "nanoseconds"),
         Weight::LockWaitNanoseconds => b.value_type("lock-wait", "nanoseconds"),
-        Weight::Samples => b.value_type("samples", "count"),
+        // A probe's samples weighted by a register: its sums (`arg1`, e.g. bytes asked).
+        Weight::Samples => match &report.meta.weight {
+            Some(register) => b.value_type(register, "value"),
+            None => b.value_type("samples", "count"),
+        },
     };
     b.profile.sample_type.push(samples.clone());
-    // Each sample stands for this many of its event: the CPU clock's nanoseconds, or `-c N`.
+    // Each sample stands for this many of its event: the CPU clock's nanoseconds, or `-c N`
+    // (not of a weighted sample: its value is the register's, not a count).
+    let weighted = report.meta.weight.is_some();
     let (unit_of_sample, each) = match (cpu_clock, report.meta.period) {
+        _ if weighted => (None, 1),
         (true, period) => (
             Some(b.value_type("cpu", "nanoseconds")),
             period.map_or(period_ns, |n| n as i64),

@@ -91,6 +91,21 @@ pub(crate) fn run_at_hits(
     cookie: u64,
     places: Vec<(i32, i32)>,
 ) -> anyhow::Result<()> {
+    for opened in open_at_hits(program_fd, event, attr, cookie, places)? {
+        kernel.hold(opened);
+    }
+    Ok(())
+}
+
+/// The same, each (link, perf event) handed over: dropping them detaches the program.
+pub(crate) fn open_at_hits(
+    program_fd: RawFd,
+    event: &Event,
+    attr: &Attr,
+    cookie: u64,
+    places: Vec<(i32, i32)>,
+) -> anyhow::Result<Vec<(OwnedFd, OwnedFd)>> {
+    let mut opened = Vec::new();
     for (pid, cpu) in places {
         let place = match pid {
             -1 => format!("on CPU {cpu}"),
@@ -99,9 +114,9 @@ pub(crate) fn run_at_hits(
         let fd = perf_event_open(attr, pid, cpu, -1).map_err(|e| open_error(event, &place, e))?;
         let link = link_with_cookie(program_fd, fd.as_raw_fd(), cookie)
             .with_context(|| format!("running a program at {} events {place}", event.spelled()))?;
-        kernel.hold((link, fd));
+        opened.push((link, fd));
     }
-    Ok(())
+    Ok(opened)
 }
 
 /// `BPF_LINK_CREATE` of a perf-event program on a perf event, with a cookie the program reads

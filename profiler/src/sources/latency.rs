@@ -1,7 +1,9 @@
 //! Latency between two events (`bpfprof latency --from A --to B`): a program at each side's hits
 //! (a tracepoint's or a probe's type, see `hooks`) notes each start under its key and takes each
 //! end's time since into a per-CPU histogram; nothing crosses to user space per hit. Read once,
-//! at the end, with the starts still waiting for their end.
+//! at the end (the programs detached first), with the starts still waiting for their end.
+use std::os::fd::OwnedFd;
+
 use aya::maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray};
 use profiler_common::{
     latency::{slot, LatencyKey, LatencyKeys, FROM, TO},
@@ -9,7 +11,7 @@ use profiler_common::{
 };
 
 use super::{
-    hooks::{run_at_hits, Hook},
+    hooks::{open_at_hits, Hook},
     AttachContext, Attached, Batch, Source, Wants,
 };
 use crate::{
@@ -36,6 +38,7 @@ impl Spec {
     }
 
     pub fn attach(self, kernel: &mut Loaded, context: &AttachContext<'_>) -> anyhow::Result<Attached> {
+        let mut links = Vec::new();
         for (side, event) in [(FROM, &self.from), (TO, &self.to)] {
             let hook = Hook::of(event);
             let program = match hook {
@@ -47,7 +50,7 @@ impl Spec {
                 flags: event.exclude_flags(),
                 ..event.attr()
             };
-            run_at_hits(kernel, fd, event, &attr, side, hook.scope(event, context)?)?;
+            links.extend(open_at_hits(fd, event, &attr, side, hook.scope(event, context)?)?);
         }
         Ok(Attached {
             doing: Some(format!(
@@ -59,6 +62,7 @@ impl Spec {
             source: Box::new(LatencySource {
                 starts: take_map(&mut kernel.ebpf, names::LATENCY_STARTS)?,
                 hist: PerCpuArray::try_from(take_map(&mut kernel.ebpf, names::LATENCY_HIST)?)?,
+                links,
             }),
             note: None,
         })
@@ -74,6 +78,8 @@ pub struct LatencyBatch {
     pub max_ns: u64,
     /// Ends with no start of their key.
     pub unmatched: u64,
+    /// Starts that replaced an unended start of their key.
+    pub replaced: u64,
     /// Starts with no end yet.
     pub pending: u64,
 }
@@ -81,6 +87,9 @@ pub struct LatencyBatch {
 struct LatencySource {
     starts: Map,
     hist: PerCpuArray<MapData, u64>,
+    /// Each side's (link, perf event), dropped (detached) when collection stops: the histogram
+    /// and the starts are then read as they stood at that moment.
+    links: Vec<(OwnedFd, OwnedFd)>,
 }
 
 impl LatencySource {
@@ -103,6 +112,10 @@ impl Source for LatencySource {
         Ok(None)
     }
 
+    fn stopping(&mut self) {
+        self.links.clear();
+    }
+
     fn finish(&mut self, _stopped_ns: u64, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
         let starts = BpfHashMap::<&MapData, LatencyKey, u64>::try_from(&self.starts)?;
         Ok(Some(Batch::Latency(LatencyBatch {
@@ -110,6 +123,7 @@ impl Source for LatencySource {
             sum_ns: self.read(slot::SUM),
             max_ns: self.read(slot::MAX),
             unmatched: self.read(slot::UNMATCHED),
+            replaced: self.read(slot::REPLACED),
             pending: starts.keys().filter_map(Result::ok).count() as u64,
         })))
     }

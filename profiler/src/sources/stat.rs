@@ -90,8 +90,10 @@ impl StatSource {
 }
 
 impl Source for StatSource {
+    /// An interval's reading; none once collection stopped (the last drains come after the
+    /// totals were read: a reading then would end an interval after the run's end).
     fn drain(&mut self, _flip: Flip, _wants: Wants, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
-        match self.intervals {
+        match self.intervals && self.at_stop.is_none() {
             true => Ok(Some(Batch::Stat(self.read(false)?))),
             false => Ok(None),
         }

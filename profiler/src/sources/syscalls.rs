@@ -1,8 +1,11 @@
 //! The system-call summary (`bpfprof trace -s`): every call of the target threads, timed from
 //! the kernel's raw `sys_enter` to its `sys_exit` and summed in the kernel per (thread, call,
-//! errno), so nothing crosses to user space per call. Read once, at the end: each sum, and the
-//! calls threads were still in when collection stopped.
-use aya::maps::{HashMap as BpfHashMap, Map, MapData};
+//! errno), so nothing crosses to user space per call. Read once, at the end (the programs
+//! detached first): each sum, and the calls threads were still in when collection stopped.
+use aya::{
+    maps::{HashMap as BpfHashMap, Map, MapData},
+    programs::raw_trace_point::RawTracePointLink,
+};
 use profiler_common::{
     names,
     syscalls::{SyscallEntry, SyscallKey, SyscallTotals},
@@ -24,12 +27,15 @@ impl Spec {
     }
 
     pub fn attach(self, kernel: &mut Loaded, _context: &AttachContext<'_>) -> anyhow::Result<Attached> {
-        kernel.attach_raw_tracepoint(names::PROG_SYSCALL_ENTER, "sys_enter")?;
-        kernel.attach_raw_tracepoint(names::PROG_SYSCALL_EXIT, "sys_exit")?;
+        let links = vec![
+            kernel.raw_tracepoint_link(names::PROG_SYSCALL_ENTER, "sys_enter")?,
+            kernel.raw_tracepoint_link(names::PROG_SYSCALL_EXIT, "sys_exit")?,
+        ];
         Ok(Attached {
             source: Box::new(SyscallSource {
                 threads: take_map(&mut kernel.ebpf, names::SYSCALL_THREADS)?,
                 totals: take_map(&mut kernel.ebpf, names::SYSCALL_TOTALS)?,
+                links,
             }),
             doing: Some("timing every system call".into()),
             note: None,
@@ -49,11 +55,18 @@ pub struct SyscallBatch {
 struct SyscallSource {
     threads: Map,
     totals: Map,
+    /// The programs' attachments, dropped (detached) when collection stops: the sums and the
+    /// calls in progress are then read as they stood at that moment.
+    links: Vec<RawTracePointLink>,
 }
 
 impl Source for SyscallSource {
     fn drain(&mut self, _flip: Flip, _wants: Wants, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
         Ok(None)
+    }
+
+    fn stopping(&mut self) {
+        self.links.clear();
     }
 
     fn finish(&mut self, _stopped_ns: u64, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {

@@ -60,8 +60,7 @@ fn thread_table(t: &ThreadCalls, out: &mut dyn Write) -> io::Result<()> {
 /// One call's row; the time columns blank where no call returned, the errnos and the calls that
 /// did not return after it.
 fn call_line(c: &CallStat) -> String {
-    let returned = c.calls - c.no_return - c.in_progress;
-    let times = match returned {
+    let times = match c.returned() {
         0 => format!("{:>12} {:>10} {:>10} {:>10}", "", "", "", ""),
         _ => format!(
             "{:>12.3} {:>10.3} {:>10.3} {:>10.3}",

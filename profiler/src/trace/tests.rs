@@ -89,4 +89,6 @@ fn unknown_numbers_keep_their_number() {
     assert_eq!(syscall_name(100_000), "syscall_100000");
     assert_eq!(errno_name(2), "ENOENT");
     assert_eq!(errno_name(4000), "errno 4000");
+    assert_eq!(errno_name(512), "ERESTARTSYS");
+    assert_eq!(errno_name(516), "ERESTART_RESTARTBLOCK");
 }

@@ -148,6 +148,7 @@ fn meta(mode: &str, event: &str, target: String) -> RunMeta {
         cpus: 0,
         notes: Vec::new(),
         counters: Vec::new(),
+        weight: None,
     }
 }
 

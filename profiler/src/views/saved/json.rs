@@ -56,6 +56,7 @@ fn run_meta(doc: &Value, mode: &str, event: &str) -> RunMeta {
         .iter()
         .filter_map(|n| n.as_str().map(str::to_string))
         .collect();
+    meta.weight = doc["weight"].as_str().map(str::to_string);
     meta
 }
 
