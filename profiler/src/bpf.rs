@@ -245,7 +245,9 @@ impl Loaded {
 
     /// Load `prog` and attach it to the raw tracepoint `event`.
     pub fn attach_raw_tracepoint(&mut self, prog: &str, event: &str) -> anyhow::Result<()> {
-        self.raw_tracepoint_link(prog, event)?;
+        // Held for the run: a dropped link detaches its program.
+        let link = self.raw_tracepoint_link(prog, event)?;
+        self.hold(link);
         Ok(())
     }
 

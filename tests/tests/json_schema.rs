@@ -13,10 +13,13 @@ const FORMAT_VERSION: u64 = 2;
 
 /// Fields the page names that a run only writes under some condition, and why they are absent
 /// from these runs.
-const CONDITIONAL: &[(&str, &str)] = &[(
-    "files_without_tables_named",
-    "written only when some file has no usable unwind table",
-)];
+const CONDITIONAL: &[(&str, &str)] = &[
+    (
+        "files_without_tables_named",
+        "written only when some file has no usable unwind table",
+    ),
+    ("weight", "written only when probe samples are weighted (--weight)"),
+];
 
 /// Objects whose keys are data (counter and metric names), not fields.
 const KEYED_BY_DATA: &[&str] = &["metrics", "multiplexed", "counters"];
