@@ -18,7 +18,10 @@ const CONDITIONAL: &[(&str, &str)] = &[
         "files_without_tables_named",
         "written only when some file has no usable unwind table",
     ),
-    ("weight", "written only when probe samples are weighted (--weight)"),
+    (
+        "weight",
+        "written only when probe samples are weighted (--weight)",
+    ),
 ];
 
 /// Objects whose keys are data (counter and metric names), not fields.
