@@ -167,11 +167,8 @@ fn load_sampler(hook: Hook, kernel: &mut Loaded, tables: bool) -> anyhow::Result
             .context("loading the stack unwinding program")?;
         kernel.install_walker(walker, walkers)?;
     }
-    if !hook.loaded(kernel, sampler)? {
-        hook.load_program(kernel, sampler)
-            .context("loading the sampling program")?;
-    }
-    Ok(Hook::program(kernel, sampler)?.fd()?.as_fd().as_raw_fd())
+    hook.load_once(kernel, sampler)
+        .context("loading the sampling program")
 }
 
 /// `perf_event_attr.freq`: `sample_period` is a frequency.
