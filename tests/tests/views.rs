@@ -411,8 +411,13 @@ fn type_top(tmux: &Tmux, args: &str) {
 /// After top exited: status 0, main screen back, cursor shown, line editing and echo on, and
 /// nothing of bpfprof left in the kernel.
 fn assert_exited_and_terminal_sane(tmux: &Tmux) {
+    // The typed command itself can wrap so that a screen line starts with "TOP-EXIT=$?": only
+    // the echo's own line, the word and digits alone, is the exit status.
     let (screen, _) = tmux.wait_for("exit after q", EVENTUALLY, |s| {
-        s.lines().any(|l| l.starts_with("TOP-EXIT="))
+        s.lines().any(|l| {
+            l.strip_prefix("TOP-EXIT=")
+                .is_some_and(|code| !code.is_empty() && code.bytes().all(|b| b.is_ascii_digit()))
+        })
     });
     assert!(screen.lines().any(|l| l == "TOP-EXIT=0"), "{screen}");
     let (screen, _) = tmux.wait_for("stty's answer", EVENTUALLY, |s| {
