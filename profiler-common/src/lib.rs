@@ -11,6 +11,7 @@ pub mod health;
 pub mod latency;
 pub mod lock;
 pub mod names;
+pub mod records;
 pub mod sampling;
 pub mod sched;
 pub mod syscalls;
@@ -53,6 +54,8 @@ mod pod {
     unsafe impl aya::Pod for latency::LatencyKeys {}
     unsafe impl aya::Pod for syscalls::SyscallKey {}
     unsafe impl aya::Pod for syscalls::SyscallTotals {}
+    unsafe impl aya::Pod for records::HitRecord {}
+    unsafe impl aya::Pod for records::Fetch {}
 }
 
 #[cfg(test)]

@@ -73,6 +73,12 @@ names! {
         LATENCY_STARTS = "LATENCY_STARTS";
         /// Per CPU, `latency`'s histogram and sums (`latency::slot`).
         LATENCY_HIST = "LATENCY_HIST";
+        /// `record`'s ring of hits (`HitRecord`).
+        RECORDS = "RECORDS";
+        /// What `record` fetches at each probe's hits (`Fetch`).
+        RECORD_FETCHES = "RECORD_FETCHES";
+        /// Per CPU, the records the full ring had no room for.
+        RECORDS_LOST = "RECORDS_LOST";
     }
     PROGRAMS {
         PROG_SAMPLE = "sample_stack";
@@ -102,6 +108,8 @@ names! {
         PROG_SYSCALL_EXIT = "syscall_exit";
         PROG_LATENCY_TRACEPOINT = "latency_tracepoint";
         PROG_LATENCY_PROBE = "latency_probe";
+        PROG_RECORD_TRACEPOINT = "record_tracepoint";
+        PROG_RECORD_PROBE = "record_probe";
     }
     GLOBALS {
         G_TASK_OFFSETS = "TASK_OFFSETS";

@@ -34,7 +34,7 @@ static PROBE_HIT_WEIGHTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0)
 
 #[tracepoint]
 pub fn sample_tracepoint(ctx: TracePointContext) -> u32 {
-    if let Some((tgid, tid)) = sampled_hit(&ctx) {
+    if let Some((tgid, tid, _)) = sampled_hit(&ctx) {
         // Hands the sample to the table walker if the process has tables (no return then).
         crate::unwind::start_tracepoint_hit(&ctx, tgid, tid);
         record_sample(&ctx, tgid, tid, None, 1);
@@ -44,7 +44,7 @@ pub fn sample_tracepoint(ctx: TracePointContext) -> u32 {
 
 #[uprobe]
 pub fn sample_probe(ctx: ProbeContext) -> u32 {
-    if let Some((tgid, tid)) = sampled_hit(&ctx) {
+    if let Some((tgid, tid, _)) = sampled_hit(&ctx) {
         let weight = weight(&ctx);
         if let Some(slot) = PROBE_HIT_WEIGHTS.get_ptr_mut(0) {
             unsafe { *slot = weight };
@@ -76,9 +76,10 @@ pub fn walked_probe_weight() -> u64 {
     PROBE_HIT_WEIGHTS.get(0).copied().unwrap_or(1)
 }
 
-/// Count a hit of a target thread; the thread if this hit is one to sample.
+/// Count a hit of a target thread; the thread and the event if this hit is one to sample (or,
+/// for `record`, to record).
 #[inline(always)]
-fn sampled_hit<C: StackIdContext>(ctx: &C) -> Option<(u32, u32)> {
+pub(crate) fn sampled_hit<C: StackIdContext>(ctx: &C) -> Option<(u32, u32, u16)> {
     let (tgid, tid) = current_ids();
     if tid == 0 {
         bump(HealthCounter::Idle);
@@ -98,5 +99,5 @@ fn sampled_hit<C: StackIdContext>(ctx: &C) -> Option<(u32, u32)> {
         return None;
     }
     announce_once(tgid);
-    Some((tgid, tid))
+    Some((tgid, tid, event))
 }

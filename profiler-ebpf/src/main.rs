@@ -22,6 +22,7 @@ mod health;
 mod hits;
 mod latency;
 mod lock;
+mod records;
 mod sampling;
 mod sched;
 mod syscalls;

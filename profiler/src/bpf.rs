@@ -193,12 +193,16 @@ impl Loaded {
         // site as dead code, and the log ring shrinks to one page (it stays empty).
         let log_level = kernel_log_level();
         loader.override_global(aya_log::LEVEL, &log_level, true);
+        let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+            .ok()
+            .flatten()
+            .unwrap_or(4096) as u32;
         if log_level < log::LevelFilter::Debug as usize as u8 {
-            let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
-                .ok()
-                .flatten()
-                .unwrap_or(4096) as u32;
             loader.map_max_entries(names::KERNEL_LOGS, page);
+        }
+        // A ring's size is a multiple of the page: `record`'s shrinks to one where unused.
+        if !options.maps.contains(names::RECORDS) {
+            loader.map_max_entries(names::RECORDS, page);
         }
         for map in options.unused_maps() {
             loader.map_max_entries(map, 1);

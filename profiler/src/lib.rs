@@ -25,6 +25,7 @@ pub mod plan;
 pub mod preflight;
 pub mod process;
 pub mod profile;
+pub mod record;
 pub mod report;
 pub mod session;
 pub mod sources;
@@ -51,6 +52,8 @@ pub fn run(mut cli: Cli) -> anyhow::Result<i32> {
         Some(Subcommands::Stat(args)) => stat::run(args),
         Some(Subcommands::Trace(args)) => trace::run(args),
         Some(Subcommands::Latency(args)) => latency::run(args),
+        Some(Subcommands::Record(args)) => record::run(args),
+        Some(Subcommands::Script(args)) => record::script(args),
         Some(Subcommands::List(args)) => list::run(args),
         None => match cli.counters.clone() {
             Some(path) => session::topdown_from_counters(&cli, &path),

@@ -29,6 +29,9 @@ pub fn run(args: ListArgs) -> anyhow::Result<i32> {
         }
         .into());
     }
+    if let (Some(file), Some(function)) = (&args.probes, &args.lines) {
+        return lines(file, function, format);
+    }
     let mut listed = match &args.probes {
         Some(file) => probe_entries(file)?,
         None => {
@@ -43,17 +46,54 @@ pub fn run(args: ListArgs) -> anyhow::Result<i32> {
         let filter = filter.to_ascii_lowercase();
         listed.retain(|l| l.name.to_ascii_lowercase().contains(&filter) || l.group.contains(&filter));
     }
+    written(format, &listed, |out| text(&listed, out))
+}
+
+/// `listed` to standard output, as JSON or by `text`; a closed pipe ends it quietly.
+fn written<T: Serialize>(
+    format: Format,
+    listed: &T,
+    text: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> anyhow::Result<i32> {
     let mut out = std::io::stdout().lock();
     let written = match format {
-        Format::Json => serde_json::to_writer_pretty(&mut out, &listed)
+        Format::Json => serde_json::to_writer_pretty(&mut out, listed)
             .map_err(std::io::Error::other)
             .and_then(|()| writeln!(out)),
-        _ => text(&listed, &mut out),
+        _ => text(&mut out),
     };
     match written {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(0),
         other => other.map(|()| 0).map_err(Into::into),
     }
+}
+
+/// `list --probes FILE --lines FUNCTION`: the function's source, each line that has code numbered
+/// (`perf probe -L`).
+fn lines(file: &str, function: &str, format: Format) -> anyhow::Result<i32> {
+    let (source, lines) = crate::counters::probe::function_lines(file, function)
+        .map_err(|e| UserError::Usage(format!("--lines {e}")))?;
+    let name = source
+        .file_name()
+        .unwrap_or_default()
+        .to_string_lossy()
+        .into_owned();
+    written(format, &lines, |out| {
+        writeln!(
+            out,
+            "{function}, {} (probe a numbered line as uprobe:{file}:{name}:LINE):",
+            source.display()
+        )?;
+        for line in &lines {
+            let number = line
+                .probe
+                .as_ref()
+                .map_or(String::new(), |_| line.line.to_string());
+            let text = line.text.as_deref().unwrap_or("");
+            writeln!(out, "{}", format!("  {number:>6}  {text}").trim_end())?;
+        }
+        Ok(())
+    })
 }
 
 /// The generic, cache and software events, each PMU's sysfs events and Arm's architected ones.

@@ -144,6 +144,50 @@ pub fn write_atomically(path: &Path, render: &dyn Fn(&mut dyn Write) -> io::Resu
     temp.persist(path).map(drop).map_err(|e| e.error)
 }
 
+/// A file written as it comes (`record`'s records) that appears whole at `finish` or not at all;
+/// a device or FIFO is written in place. Dropped unfinished, the temporary file is removed.
+pub struct Streamed {
+    out: BufWriter<std::fs::File>,
+    temp: Option<(tempfile::TempPath, std::path::PathBuf)>,
+}
+
+impl Streamed {
+    pub fn create(path: &Path) -> io::Result<Streamed> {
+        if is_special(path) {
+            let file = std::fs::OpenOptions::new().write(true).open(path)?;
+            return Ok(Streamed {
+                out: BufWriter::new(file),
+                temp: None,
+            });
+        }
+        let (file, temp) = temp_beside(path)?.into_parts();
+        Ok(Streamed {
+            out: BufWriter::new(file),
+            temp: Some((temp, path.to_path_buf())),
+        })
+    }
+
+    /// Flushed, synced and renamed into place.
+    pub fn finish(self) -> io::Result<()> {
+        let file = self.out.into_inner().map_err(|e| e.into_error())?;
+        if let Some((temp, path)) = self.temp {
+            file.sync_all()?;
+            temp.persist(path).map_err(|e| e.error)?;
+        }
+        Ok(())
+    }
+}
+
+impl Write for Streamed {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.out.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

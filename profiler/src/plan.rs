@@ -18,6 +18,7 @@ use crate::{
         counting::TopdownCounting,
         latency,
         locks::{self, Reading},
+        records,
         samples::{self, Rate},
         sched, stat, syscalls, Kind, Spec,
     },
@@ -176,6 +177,15 @@ fn traced_event(catalog: &Catalog, option: &str, text: &str) -> Result<Event, Us
     }
 }
 
+/// A tracepoint's fields, as its tracefs format lays them out (none for a probe).
+fn tracepoint_fields(event: &Event) -> Vec<crate::counters::tracepoint::Field> {
+    use crate::counters::tracepoint;
+    match event.is_tracepoint() {
+        true => tracepoint::layout(tracepoint::tracefs_root(), &event.name),
+        false => Vec::new(),
+    }
+}
+
 /// Each side's key: the thread, or one or two fields both tracepoints have, each a number of 1,
 /// 2, 4 or 8 bytes of the same size and signedness on both (read where each one's tracefs
 /// format says).
@@ -325,6 +335,8 @@ pub struct Plan {
     pub interval: Option<Duration>,
     /// `latency`: the two events and their key.
     pub latency: Option<latency::Spec>,
+    /// `record`: the events recorded, and what each fetches.
+    pub record: Option<records::Spec>,
     /// What a probe's sample counts (`profiler_common::hit_weight`).
     pub weight: u32,
 }
@@ -425,9 +437,7 @@ impl Plan {
             annotate: cli.annotate,
             debug_dirs,
             debuginfod,
-            stat: Vec::new(),
-            interval: None,
-            latency: None,
+            ..Plan::base(cli.mode)?
         })
     }
 
@@ -474,6 +484,49 @@ impl Plan {
         })
     }
 
+    /// `bpfprof record`: the tracing events whose hits are recorded, every Nth, and what each
+    /// probe fetches at them.
+    pub fn for_record(args: &crate::cli::RecordArgs) -> Result<Plan, UserError> {
+        let catalog = Catalog::here();
+        let mut events = Vec::new();
+        for list in &args.events {
+            for group in catalog.parse_list(list)? {
+                events.extend(group.events);
+            }
+        }
+        if let Some(event) = events.iter().find(|e| !e.is_traced()) {
+            return Err(UserError::Usage(format!(
+                "-e {}: not a tracepoint or a probe (record takes each hit of a tracing event; `bpfprof list` shows them)",
+                event.spelled()
+            )));
+        }
+        if events.is_empty() || events.len() > profiler_common::MAX_SAMPLING_EVENTS {
+            return Err(UserError::Usage(format!(
+                "-e: one to {} tracepoints or probes",
+                profiler_common::MAX_SAMPLING_EVENTS
+            )));
+        }
+        let specs = (args.fetch.as_deref())
+            .map(crate::counters::fetch::parse_list)
+            .transpose()
+            .map_err(|why| UserError::Usage(format!("--fetch {why}")))?;
+        let fetches = (events.iter())
+            .map(|event| match &specs {
+                None => Ok(Vec::new()),
+                Some(specs) => crate::counters::fetch::resolve(specs, event, &tracepoint_fields(event))
+                    .map_err(|why| UserError::Usage(format!("--fetch with -e {}: {why}", event.spelled()))),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Plan {
+            record: Some(records::Spec {
+                events,
+                period: args.period.unwrap_or(1),
+                fetches,
+            }),
+            ..Plan::scoped(Mode::Record, &args.scope, args.report.output.clone())?
+        })
+    }
+
     /// `bpfprof trace`: the system-call summary of a command, processes or the whole system.
     pub fn for_trace(args: &crate::cli::TraceArgs) -> Result<Plan, UserError> {
         Plan::scoped(Mode::Trace, &args.scope, args.report.output.clone())
@@ -485,16 +538,29 @@ impl Plan {
             launcher::resolve(program)?;
         }
         Ok(Plan {
-            mode,
-            events: vec![Catalog::here().parse("cpu-clock")?],
-            rate: Rate::Frequency(DEFAULT_HZ),
-            frequency_hz: 0,
             duration: scope.duration.map(Duration::from_secs_f64),
             system_wide: scope.system_wide || (scope.pids.is_empty() && scope.command.is_empty()),
             pids: preflight::resolve_pids(&scope.pids)?,
             command: scope.command.clone(),
-            format: Format::Text,
             output,
+            ..Plan::base(mode)?
+        })
+    }
+
+    /// What every plan starts from: the whole system sampled on the CPU clock at the default
+    /// rate until stopped, reported as text on standard output; nothing else asked.
+    fn base(mode: Mode) -> Result<Plan, UserError> {
+        Ok(Plan {
+            mode,
+            events: vec![Catalog::here().parse("cpu-clock")?],
+            rate: Rate::Frequency(DEFAULT_HZ),
+            frequency_hz: 0,
+            duration: None,
+            system_wide: true,
+            pids: Vec::new(),
+            command: Vec::new(),
+            format: Format::Text,
+            output: None,
             slow_threshold_ns: u64::MAX,
             offcpu_stacks: OffCpuStacks::None,
             counters: Vec::new(),
@@ -508,6 +574,7 @@ impl Plan {
             stat: Vec::new(),
             interval: None,
             latency: None,
+            record: None,
             weight: profiler_common::hit_weight::ONE,
         })
     }
@@ -524,30 +591,17 @@ impl Plan {
         }
         let events = vec![sampling_event(&Catalog::here(), &args.event)?];
         Ok(Plan {
-            mode,
             rate: rate_of(&events, args.period, args.frequency),
             events,
             frequency_hz: args.frequency,
             duration: args.duration.map(Duration::from_secs_f64),
             system_wide: args.pids.is_empty(),
             pids: preflight::resolve_pids(&args.pids)?,
-            command: Vec::new(),
-            format: Format::Text,
-            output: None,
-            slow_threshold_ns: u64::MAX,
-            offcpu_stacks: OffCpuStacks::None,
-            counters: Vec::new(),
-            preset: "topdown".into(),
             unwind: crate::cli::Unwind::Tables,
-            lock_source: LockSource::Futex,
             waits: args.waits,
-            annotate: None,
             debug_dirs: args.names.checked_dirs()?,
             debuginfod: args.names.debuginfod()?,
-            stat: Vec::new(),
-            interval: None,
-            latency: None,
-            weight: profiler_common::hit_weight::ONE,
+            ..Plan::base(mode)?
         })
     }
 
@@ -576,6 +630,7 @@ impl Plan {
                 })),
                 Kind::Syscalls => specs.push(Spec::Syscalls(syscalls::Spec)),
                 Kind::Latency => specs.extend(self.latency.clone().map(|l| Spec::Latency(Box::new(l)))),
+                Kind::Records => specs.extend(self.record.clone().map(Spec::Records)),
             }
         }
         Ok(Recipe {
@@ -634,65 +689,4 @@ impl Plan {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A tracefs with two tracepoints whose key fields sit at different offsets, one of them with
-    /// a field of another size.
-    fn tracefs() -> PathBuf {
-        let root = std::env::temp_dir().join(format!("bpfprof-latency-keys-{}", std::process::id()));
-        let format = |fields: &str| {
-            format!("name: x\nformat:\n\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n{fields}")
-        };
-        for (name, fields) in [
-            ("issue", "\tfield:dev_t dev;\toffset:8;\tsize:4;\tsigned:0;\n\tfield:sector_t sector;\toffset:16;\tsize:8;\tsigned:0;\n\tfield:char comm[16];\toffset:24;\tsize:16;\tsigned:0;\n"),
-            ("complete", "\tfield:sector_t sector;\toffset:8;\tsize:8;\tsigned:0;\n\tfield:dev_t dev;\toffset:16;\tsize:4;\tsigned:0;\n"),
-            ("other", "\tfield:int dev;\toffset:8;\tsize:4;\tsigned:1;\n"),
-        ] {
-            let dir = root.join("events/test").join(name);
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join("format"), format(fields)).unwrap();
-        }
-        root
-    }
-
-    fn tracepoint(name: &str) -> Event {
-        Event {
-            name: format!("test:{name}"),
-            kind: crate::counters::tracepoint::PERF_TYPE_TRACEPOINT,
-            ..Catalog::here().parse("page-faults").unwrap()
-        }
-    }
-
-    #[test]
-    fn latency_keys_read_each_sides_fields_where_its_format_says() {
-        let root = tracefs();
-        let (issue, complete) = (tracepoint("issue"), tracepoint("complete"));
-        let (keys, key) = latency_keys(&root, [&issue, &complete], "dev,sector").unwrap();
-        assert_eq!(key, "dev,sector");
-        assert_eq!(
-            (keys.sides[0].fields, keys.sides[0].offsets, keys.sides[0].sizes),
-            (2, [8, 16], [4, 8])
-        );
-        assert_eq!(
-            (keys.sides[1].fields, keys.sides[1].offsets, keys.sides[1].sizes),
-            (2, [16, 8], [4, 8])
-        );
-        assert_eq!(
-            latency_keys(&root, [&issue, &complete], "thread").unwrap().0,
-            LatencyKeys::default()
-        );
-        let refused = |sides: [&Event; 2], key: &str| match latency_keys(&root, sides, key) {
-            Err(UserError::Usage(why)) => why,
-            other => panic!("{key}: {other:?}"),
-        };
-        assert!(refused([&issue, &complete], "dev,sector,comm").contains("one or two fields"));
-        assert!(refused([&issue, &complete], "comm").contains("not a number"));
-        assert!(refused([&issue, &complete], "sectr").contains("did you mean sector?"));
-        let why = refused([&issue, &tracepoint("other")], "dev");
-        assert!(
-            why.contains("an unsigned 4-byte number on test:issue and a signed 4-byte number"),
-            "{why}"
-        );
-    }
-}
+mod tests;

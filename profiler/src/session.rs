@@ -234,7 +234,7 @@ fn report_run(
             write(&|out| renderer.sched(&report, out))?;
             Ok(format!("{} tasks", report.tasks.len()))
         }
-        Mode::Stat | Mode::Trace | Mode::Latency => {
+        Mode::Stat | Mode::Trace | Mode::Latency | Mode::Record => {
             anyhow::bail!("a {} run is reported by `bpfprof {0}`", plan.mode.name())
         }
         Mode::Hotspot => {
@@ -374,7 +374,7 @@ impl RunSink {
                 .get_or_insert_with(Default::default)
                 .add_batch(batch, procs),
             Batch::Counts(counting) => self.counts = Some(*counting),
-            Batch::Stat(_) | Batch::Syscalls(_) | Batch::Latency(_) => {}
+            Batch::Stat(_) | Batch::Syscalls(_) | Batch::Latency(_) | Batch::Records(_) => {}
         }
     }
 

@@ -343,7 +343,7 @@ impl TopView {
                 ));
                 lines.extend(lock_lines(&self.locks, &self.lock_info, rows));
             }
-            Mode::Topdown | Mode::Stat | Mode::Trace | Mode::Latency => {}
+            Mode::Topdown | Mode::Stat | Mode::Trace | Mode::Latency | Mode::Record => {}
         }
         lines
     }
@@ -374,7 +374,11 @@ impl Sink for TopView {
                 Batch::Samples(samples) => self.hotspot(samples, data.procs),
                 Batch::Sched(batch) => self.sched(batch),
                 Batch::Locks(batch) => self.lock(batch, data.procs, health.clone()),
-                Batch::Counts(_) | Batch::Stat(_) | Batch::Syscalls(_) | Batch::Latency(_) => {}
+                Batch::Counts(_)
+                | Batch::Stat(_)
+                | Batch::Syscalls(_)
+                | Batch::Latency(_)
+                | Batch::Records(_) => {}
             }
         }
         let lines = self.lines((height as usize).saturating_sub(3).max(1), &status);

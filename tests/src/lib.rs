@@ -173,6 +173,15 @@ pub fn finish_bpfprof(
     (status, rest)
 }
 
+/// `args` fail with exit 2 and one line that says `says`.
+pub fn refused_in_one_line(args: &[&str], says: &str) {
+    let out = run(args);
+    let err = stderr(&out);
+    println!("{args:?}: {:?} {err}", out.status.code());
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains(says) && err.trim().lines().count() == 1, "{err}");
+}
+
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }

@@ -595,15 +595,6 @@ fn stat_filters_a_tracepoint_on_its_fields() {
     assert_no_programs_left();
 }
 
-/// `args` fail with exit 2 and one line that says `says`.
-fn refused_in_one_line(args: &[&str], says: &str) {
-    let out = run(args);
-    let err = stderr(&out);
-    println!("{args:?}: {:?} {err}", out.status.code());
-    assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains(says) && err.trim().lines().count() == 1, "{err}");
-}
-
 /// `-e EVENT [-c N]` on the events workload (`mode`, `n`): the report, its notes, the truth.
 fn sample_hits(event: &str, every: &str, mode: &str, n: &str) -> (Report, String, HashMap<String, f64>) {
     sample_hits_with(&["-e", event, "-c", every], mode, n)

@@ -12,6 +12,10 @@
  *   events mallocs N    N malloc calls, from alpha_alloc (64 bytes) or beta_alloc (4096 bytes),
  *                       picked 70/30 by a fixed pseudo-random sequence (no pattern a sampling
  *                       period could fall in step with); prints each one's calls and bytes
+ *   events lines N      the loop of `lines` runs N times; the line marked PROBE-LINE once each time,
+ *                       after it stored the iteration's value in the global `line_value`, which
+ *                       `step` is also called with (its first argument) and named after (its
+ *                       second, the string "step"); prints N and the sum of the values
  * Each prints one `TRUTH key=value ...` line at exit. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -63,6 +67,20 @@ static void mallocs(long n) {
     }
     printf("TRUTH pid=%d alpha_calls=%ld beta_calls=%ld alpha_bytes=%llu beta_bytes=%llu\n", getpid(), calls[0],
            calls[1], bytes[0], bytes[1]);
+}
+
+/* One source line run a known number of times, with a global and arguments to fetch there. */
+static volatile long line_value;
+static __attribute__((noipa)) long step(long value, const char *name) { return value + name[0]; }
+
+static __attribute__((noinline)) void lines(long n) {
+    long values = 0, steps = 0;
+    for (long i = 0; i < n; i++) {
+        line_value = (i * 7919) % 1000003;
+        steps += step(line_value, "step"); /* PROBE-LINE */
+        values += line_value;
+    }
+    printf("TRUTH pid=%d lines=%ld values_sum=%ld steps=%ld\n", getpid(), n, values, steps);
 }
 
 static __attribute__((noinline)) void napper(long naps) {
@@ -148,6 +166,8 @@ int main(int argc, char **argv) {
         if (pthread_create(&thread, NULL, sleeper, NULL) != 0 || pthread_join(thread, NULL) != 0) return 1;
         printf("TRUTH pid=%d sleeper_tid=%ld short=%ld short_ns=1000000 long=%ld long_ns=20000000 over_2pow24=%ld\n",
                getpid(), sleeper_tid, sleeps_short, sleeps_long, sleeps_over_2pow24);
+    } else if (strcmp(argv[1], "lines") == 0) {
+        lines(n);
     } else if (strcmp(argv[1], "naps") == 0) {
         long before = preemptions();
         napper(n);

@@ -15,7 +15,7 @@ pub fn out_dir() -> PathBuf {
 
 /// The subcommands each of which gets its own page (`bpfprof-agent.1`) and completion.
 const SUBCOMMANDS: &[&str] = &[
-    "agent", "diff", "latency", "list", "report", "stat", "top", "trace",
+    "agent", "diff", "latency", "list", "record", "report", "script", "stat", "top", "trace",
 ];
 
 /// Generate, check, and say where they are.

@@ -60,7 +60,7 @@ impl Config {
                     LockSource::Futex,
                     locks::Reading::Drained,
                 ))),
-                Kind::Counting | Kind::Stat | Kind::Syscalls | Kind::Latency => None,
+                Kind::Counting | Kind::Stat | Kind::Syscalls | Kind::Latency | Kind::Records => None,
             })
             .collect();
         Recipe {

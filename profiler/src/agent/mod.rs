@@ -344,7 +344,11 @@ impl Sink for AgentSink {
                 Batch::Samples(samples) => self.take_samples(samples, procs),
                 Batch::Sched(batch) => live = self.take_sched(batch, procs),
                 Batch::Locks(batch) => self.take_locks(batch, procs),
-                Batch::Counts(_) | Batch::Stat(_) | Batch::Syscalls(_) | Batch::Latency(_) => {}
+                Batch::Counts(_)
+                | Batch::Stat(_)
+                | Batch::Syscalls(_)
+                | Batch::Latency(_)
+                | Batch::Records(_) => {}
             }
         }
         // Only now: what this drain took was recorded before they were asked for.

@@ -1,6 +1,7 @@
 //! The command lines of the commands on events: `stat` (counting), `trace` (system calls),
-//! `latency` (between two events) and `list` (what there is), with what they share: what they
-//! watch (`ScopeArgs`) and where their report goes (`ReportOutput`).
+//! `latency` (between two events), `record` and `script` (each hit), and `list` (what there is),
+//! with what they share: what they watch (`ScopeArgs`) and where their report goes
+//! (`ReportOutput`).
 use std::{ffi::OsString, path::PathBuf};
 
 use clap::Args;
@@ -107,7 +108,40 @@ pub struct ListArgs {
     /// events: a path, a program on $PATH or a library's name (`libc`).
     #[arg(long, value_name = "FILE")]
     pub probes: Option<String>,
+    /// With --probes: the source lines of this function, numbered where a probe can fire
+    /// (`uprobe:FILE:SOURCE:LINE`), from the file's DWARF line tables.
+    #[arg(long, value_name = "FUNCTION", requires = "probes")]
+    pub lines: Option<String>,
     /// Output format: text or json.
     #[arg(long, value_enum)]
     pub format: Option<Format>,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct RecordArgs {
+    /// Tracepoints and probes whose hits are recorded, comma-separated or repeated, in `-e`'s
+    /// language (`syscalls:sys_enter_write`, `uprobe:./prog:prog.c:42`, `uretprobe:libc:malloc`).
+    #[arg(short = 'e', long = "event", value_name = "EVENTS", required = true)]
+    pub events: Vec<String>,
+    /// Record every Nth hit of each event (counted per CPU); every hit by default.
+    #[arg(short = 'c', long = "count", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub period: Option<u64>,
+    /// What each hit of a probe reads, up to 4, each NAME[:TYPE]: arg1..arg6 (at a function's
+    /// entry), retval (at a return) or a global variable of the probed file by name; TYPE u8..u64,
+    /// s8..s64, x8..x64 (hex) or str (`--fetch arg1,arg2:str`, `--fetch line_value:s32`).
+    #[arg(long, value_name = "LIST")]
+    pub fetch: Option<String>,
+    #[command(flatten)]
+    pub scope: ScopeArgs,
+    // Text: a line per hit, as `perf script` prints them (the default on standard output); json:
+    // JSON Lines, an object per hit, then one with the totals (`bpfprof script` reads it).
+    #[command(flatten)]
+    pub report: ReportOutput,
+}
+
+#[derive(Clone, Debug, Args)]
+pub struct ScriptArgs {
+    /// Hits `bpfprof record -o FILE` saved (JSON Lines).
+    #[arg(value_name = "FILE")]
+    pub input: PathBuf,
 }

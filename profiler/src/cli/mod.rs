@@ -5,7 +5,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod events;
 mod names;
-pub use events::{LatencyArgs, ListArgs, ReportOutput, ScopeArgs, StatArgs, TraceArgs};
+pub use events::{
+    LatencyArgs, ListArgs, RecordArgs, ReportOutput, ScopeArgs, ScriptArgs, StatArgs, TraceArgs,
+};
 pub use names::NamesArgs;
 
 #[derive(Debug, Parser)]
@@ -198,6 +200,16 @@ pub enum Subcommands {
         after_help = "Examples:\n  sudo bpfprof latency --from syscalls:sys_enter_read --to syscalls:sys_exit_read -p 1234\n  sudo bpfprof latency --from block:block_rq_issue --to block:block_rq_complete --key dev,sector -a -d 10\n  sudo bpfprof latency --from uprobe:libc:malloc --to uretprobe:libc:malloc -- ./prog"
     )]
     Latency(LatencyArgs),
+    /// Each hit of tracepoints and probes (every Nth with -c), with the tracepoint's fields or
+    /// the values fetched at the probe, through a ring buffer (lost records counted): a line
+    /// each, or JSON Lines that `bpfprof script` prints.
+    #[command(
+        after_help = "Examples:\n  sudo bpfprof record -e syscalls:sys_enter_openat --fetch filename:str -- ls\n                                      each openat with its fields, the file's name read\n  sudo bpfprof record -e uprobe:./prog:prog.c:42 --fetch count:s32 -o hits.json -- ./prog\n                                      each time line 42 runs, with the global `count`"
+    )]
+    Record(RecordArgs),
+    /// The hits `bpfprof record -o FILE` saved, a line each, then their totals.
+    #[command(after_help = "Examples:\n  bpfprof script hits.json             the saved hits, a line each")]
+    Script(ScriptArgs),
     /// What this machine can count and sample: perf's generic, cache and software events, each
     /// PMU's own (Arm's architected events by name), tracepoints by subsystem.
     #[command(
@@ -549,6 +561,9 @@ pub enum Mode {
     /// `bpfprof latency`, which has its own command line.
     #[value(skip)]
     Latency,
+    /// `bpfprof record`, which has its own command line.
+    #[value(skip)]
+    Record,
 }
 
 impl Mode {
@@ -561,6 +576,7 @@ impl Mode {
             Mode::Stat => "stat",
             Mode::Trace => "trace",
             Mode::Latency => "latency",
+            Mode::Record => "record",
         }
     }
 }

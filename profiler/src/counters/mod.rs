@@ -2,11 +2,13 @@
 //! PMUs and events the kernel exposes (`pmu`, `events`), counting them over a run (`counting`)
 //! and the topdown analysis of their totals (`tma`), also from `perf stat` output (`perf_csv`);
 //! perf's event language (`language`), tracepoints, user probes and USDT probes among its
-//! events (`tracepoint`, `probe`, `usdt`).
+//! events (`tracepoint`, `probe`, `usdt`), source lines as probe sites (`lines`).
 pub mod counting;
 pub mod cpu;
 pub mod events;
+pub mod fetch;
 pub mod language;
+pub mod lines;
 pub mod names;
 pub mod perf_csv;
 pub mod pmu;

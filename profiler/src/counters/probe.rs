@@ -50,6 +50,13 @@ pub enum Spelled<'a> {
         file: &'a str,
         function: &'a str,
     },
+    /// `uprobe:FILE:SOURCE:LINE`: a source line (`ret`: `uretprobe:`, refused).
+    Line {
+        ret: bool,
+        file: &'a str,
+        source: &'a str,
+        line: u64,
+    },
     /// `usdt:FILE:PROVIDER:NAME`.
     Usdt {
         file: &'a str,
@@ -65,6 +72,15 @@ pub fn spelling(text: &str) -> Option<Spelled<'_>> {
     let (kind, rest) = text.split_once(':')?;
     let (head, last) = rest.rsplit_once(':').unwrap_or((rest, ""));
     match kind {
+        "uprobe" | "uretprobe" if is_line_number(last) && head.contains(':') => {
+            let (file, source) = head.rsplit_once(':')?;
+            Some(Spelled::Line {
+                ret: kind == "uretprobe",
+                file,
+                source,
+                line: last.parse().ok()?,
+            })
+        }
         "uprobe" | "uretprobe" => Some(Spelled::Function {
             ret: kind == "uretprobe",
             file: head,
@@ -86,21 +102,33 @@ pub fn spelling(text: &str) -> Option<Spelled<'_>> {
     }
 }
 
+/// `LINE` of `uprobe:FILE:SOURCE:LINE`: decimal digits (an address is `0x...`).
+fn is_line_number(text: &str) -> bool {
+    !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit())
+}
+
 /// The probe `spelled` names, resolved in the file system.
 pub fn resolve(spelled: Spelled<'_>) -> Result<Probe, ProbeError> {
     let (file, ret) = match spelled {
         Spelled::Kernel { ret, function } => return kernel_probe(ret, function),
         Spelled::Function { file, function, ret } if !file.is_empty() && !function.is_empty() => (file, ret),
         Spelled::Usdt { file, provider, name } if ![file, provider, name].contains(&"") => (file, false),
+        Spelled::Line { ret: true, .. } => {
+            return Err(ProbeError::Invalid(
+                "a source line is probed where it starts: uprobe:FILE:SOURCE:LINE (uretprobe: fires at a function's returns)".into(),
+            ))
+        }
+        Spelled::Line { file, source, .. } if !file.is_empty() && !source.is_empty() => (file, false),
         _ => {
             return Err(ProbeError::Invalid(
-                "a probe is uprobe:FILE:FUNCTION (or FUNCTION+OFFSET, or 0xADDRESS), uretprobe:FILE:FUNCTION, usdt:FILE:PROVIDER:NAME or kprobe:FUNCTION; FILE may be a library's name (libc)".into(),
+                "a probe is uprobe:FILE:FUNCTION (or FUNCTION+OFFSET, 0xADDRESS or SOURCE:LINE), uretprobe:FILE:FUNCTION, usdt:FILE:PROVIDER:NAME or kprobe:FUNCTION; FILE may be a library's name (libc)".into(),
             ))
         }
     };
     let path = binary(file)?;
     let (offset, semaphore) = with_object(&path, |object, data| match spelled {
         Spelled::Usdt { provider, name, .. } => usdt_site(object, data, &path, provider, name),
+        Spelled::Line { source, line, .. } => Ok((line_site(object, &path, source, line)?, None)),
         Spelled::Function { function, .. } | Spelled::Kernel { function, .. } => {
             Ok((offset_in(object, &path, function)?, None))
         }
@@ -193,6 +221,71 @@ fn usdt_site(
             more.iter().map(|s| format!("{:#x}", s.address)).collect::<Vec<_>>().join(", ")
         ))),
     }
+}
+
+/// Where in the file a source line starts: its one site (a line inlined into several functions
+/// is refused with theirs).
+fn line_site(object: &object::File<'_>, path: &Path, source: &str, line: u64) -> Result<u64, ProbeError> {
+    match super::lines::sites(object, path, source, line)?.as_slice() {
+        [(address, _)] => file_offset_of(object, path, *address),
+        more => Err(ProbeError::Invalid(format!(
+            "{source}:{line} has code in {} functions of {} (inlined copies); one event probes one site yet: name each as uprobe:{}:0xADDRESS ({})",
+            more.len(),
+            path.display(),
+            path.display(),
+            more.iter().map(|(a, f)| format!("{a:#x} in {f}")).collect::<Vec<_>>().join(", ")
+        ))),
+    }
+}
+
+/// Where the global `name` of a user probe's file is from the probed instruction (both move
+/// together when the file is loaded), and its size.
+pub fn global_from(probe: &Probe, name: &str) -> Result<(i64, u64), ProbeError> {
+    let file = PathBuf::from(std::ffi::OsStr::from_bytes(probe.target.as_bytes()));
+    with_object(&file, |object, _| {
+        let probed = (object.segments())
+            .find_map(|s| {
+                let (start, size) = s.file_range();
+                (start..start + size)
+                    .contains(&probe.offset)
+                    .then(|| s.address() + probe.offset - start)
+            })
+            .ok_or_else(|| {
+                ProbeError::Invalid(format!(
+                    "{}: the probe is in none of its segments",
+                    file.display()
+                ))
+            })?;
+        let globals = || {
+            (object.symbols().chain(object.dynamic_symbols()))
+                .filter(|s| s.kind() == SymbolKind::Data && !s.is_undefined() && s.address() != 0)
+        };
+        match globals().find(|s| s.name() == Ok(name)) {
+            Some(global) => Ok((global.address().wrapping_sub(probed) as i64, global.size())),
+            None => {
+                let mut names: Vec<String> = globals()
+                    .filter_map(|s| s.name().ok().map(str::to_string))
+                    .collect();
+                names.sort();
+                names.dedup();
+                Err(ProbeError::Missing {
+                    what: format!("no global variable `{name}` in {}", file.display()),
+                    near: super::language::nearest(name, &names),
+                })
+            }
+        }
+    })
+}
+
+/// The lines of `function` in the file `given` names, and the source file they are in.
+pub fn function_lines(
+    given: &str,
+    function: &str,
+) -> Result<(PathBuf, Vec<super::lines::SourceLine>), ProbeError> {
+    let file = binary(given)?;
+    with_object(&file, |object, _| {
+        super::lines::function_lines(object, &file, given, function)
+    })
 }
 
 /// The functions of the file `given` names (`binary`), by name: what a probe on it can name.
@@ -389,6 +482,22 @@ mod tests {
                 function: "do_nanosleep+4"
             })
         );
+        assert_eq!(
+            spelling("uprobe:./events:events.c:80"),
+            Some(Spelled::Line {
+                ret: false,
+                file: "./events",
+                source: "events.c",
+                line: 80
+            })
+        );
+        // An address is not a line, nor a line without a source file.
+        assert_eq!(spelling("uprobe:x:0x80"), function(false, "x", "0x80"));
+        assert_eq!(spelling("uprobe:x:80"), function(false, "x", "80"));
+        assert!(matches!(
+            spelling("uretprobe:x:a.c:3").map(resolve),
+            Some(Err(ProbeError::Invalid(_)))
+        ));
         assert_eq!(spelling("syscalls:sys_enter_write"), None);
         assert_eq!(spelling("cycles:u"), None);
     }

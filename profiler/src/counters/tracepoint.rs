@@ -55,6 +55,20 @@ pub struct Field {
     /// An array or a string (`char name[16]`, `__data_loc char[] name`): not a number.
     pub array: bool,
     pub signed: bool,
+    /// As declared, less the name (`char[16]`, `__data_loc char[]`, `unsigned long`).
+    pub declared: String,
+}
+
+impl Field {
+    /// Text: a `char` array, in place or where a `__data_loc` word points.
+    pub fn is_text(&self) -> bool {
+        self.array && self.declared.contains("char")
+    }
+
+    /// Where its bytes are (a `__data_loc` field holds their offset and length in its record).
+    pub fn is_dynamic(&self) -> bool {
+        self.declared.starts_with("__data_loc")
+    }
 }
 
 /// A tracepoint's fields (the common ones first); none when tracefs does not describe it.
@@ -82,6 +96,12 @@ pub fn parse_format(format: &str) -> Vec<Field> {
                 size,
                 array: declaration.contains('[') || declaration.contains("__data_loc"),
                 signed: signed == Some(1),
+                declared: declaration
+                    .strip_suffix(last)
+                    .unwrap_or(declaration)
+                    .trim()
+                    .to_string()
+                    + last.find('[').map_or("", |at| &last[at..]),
             })
         })
         .collect()

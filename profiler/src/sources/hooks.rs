@@ -81,6 +81,29 @@ impl Hook {
     }
 }
 
+/// `event` opened where its hits run a program (`scope`), which is `programs.0` for a tracepoint
+/// and `programs.1` for a probe (loaded once), with `cookie`: each (link, perf event), dropping
+/// which detaches it.
+pub(crate) fn open_traced(
+    kernel: &mut Loaded,
+    event: &Event,
+    programs: (&str, &str),
+    cookie: u64,
+    context: &AttachContext<'_>,
+) -> anyhow::Result<Vec<(OwnedFd, OwnedFd)>> {
+    let hook = Hook::of(event);
+    let program = match hook {
+        Hook::Tracepoint => programs.0,
+        _ => programs.1,
+    };
+    let fd = hook.load_once(kernel, program)?;
+    let attr = Attr {
+        flags: event.exclude_flags(),
+        ..event.attr()
+    };
+    open_at_hits(fd, event, &attr, cookie, hook.scope(event, context)?)
+}
+
 /// Open `event` (as `attr`) at each of `places` (`(pid, cpu)`), running `program_fd` at its
 /// hits with `cookie`; held open for the run.
 pub(crate) fn run_at_hits(

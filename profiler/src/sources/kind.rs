@@ -5,7 +5,7 @@
 /// (they are placed before anything counts), the sampler before the counters read at each sample
 /// (see `samples`), the scheduler last but for the counters' totals, so its thread states and
 /// those totals cover the same run; `stat`'s counters and the system-call summary last of all, just before
-/// a command is let run.
+/// a command is let run, `record`'s after them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     Locks,
@@ -15,4 +15,5 @@ pub enum Kind {
     Stat,
     Syscalls,
     Latency,
+    Records,
 }

@@ -10,14 +10,11 @@ use profiler_common::{
     names, HIST_BUCKETS,
 };
 
-use super::{
-    hooks::{open_at_hits, Hook},
-    AttachContext, Attached, Batch, Source, Wants,
-};
+use super::{hooks::open_traced, AttachContext, Attached, Batch, Source, Wants};
 use crate::{
     bpf::{LoadOptions, Loaded},
     collect::{take_map, Flip},
-    counters::{language::Event, pmu::Attr},
+    counters::language::Event,
     process::Processes,
 };
 
@@ -39,18 +36,9 @@ impl Spec {
 
     pub fn attach(self, kernel: &mut Loaded, context: &AttachContext<'_>) -> anyhow::Result<Attached> {
         let mut links = Vec::new();
+        let programs = (names::PROG_LATENCY_TRACEPOINT, names::PROG_LATENCY_PROBE);
         for (side, event) in [(FROM, &self.from), (TO, &self.to)] {
-            let hook = Hook::of(event);
-            let program = match hook {
-                Hook::Tracepoint => names::PROG_LATENCY_TRACEPOINT,
-                _ => names::PROG_LATENCY_PROBE,
-            };
-            let fd = hook.load_once(kernel, program)?;
-            let attr = Attr {
-                flags: event.exclude_flags(),
-                ..event.attr()
-            };
-            links.extend(open_at_hits(fd, event, &attr, side, hook.scope(event, context)?)?);
+            links.extend(open_traced(kernel, event, programs, side, context)?);
         }
         Ok(Attached {
             doing: Some(format!(

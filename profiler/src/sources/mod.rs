@@ -5,7 +5,8 @@
 //! - [`counting`]: topdown's counter totals over the whole run;
 //! - [`stat`]: any events counted over the run, as `perf stat` counts them;
 //! - [`syscalls`]: every system call of the targets, timed and summed per thread, call and errno;
-//! - [`latency`]: the time from each hit of one event to the next of another, as a histogram.
+//! - [`latency`]: the time from each hit of one event to the next of another, as a histogram;
+//! - [`records`]: each sampled hit of tracing events, whole, with what was fetched there.
 //!
 //! A source's [`Spec`] is what it needs (a value decided before anything is loaded: the globals
 //! and maps it sets, checked by unit tests without root); the start path attaches it, in the
@@ -26,6 +27,7 @@ pub mod hooks;
 pub mod kind;
 pub mod latency;
 pub mod locks;
+pub mod records;
 pub mod samples;
 pub mod sched;
 pub mod stat;
@@ -35,7 +37,7 @@ pub use kind::Kind;
 
 /// Which sources each mode uses. Topdown samples only where its counter set can be counted (it
 /// then splits the counts by function).
-pub const MODE_SOURCES: [(Mode, &[Kind]); 7] = [
+pub const MODE_SOURCES: [(Mode, &[Kind]); 8] = [
     (Mode::Hotspot, &[Kind::CpuSamples]),
     (Mode::Topdown, &[Kind::CpuSamples, Kind::Sched, Kind::Counting]),
     (Mode::Lock, &[Kind::Locks]),
@@ -43,6 +45,7 @@ pub const MODE_SOURCES: [(Mode, &[Kind]); 7] = [
     (Mode::Stat, &[Kind::Stat]),
     (Mode::Trace, &[Kind::Syscalls]),
     (Mode::Latency, &[Kind::Latency]),
+    (Mode::Record, &[Kind::Records]),
 ];
 
 /// Which source each of the agent's signals is a view of.
@@ -92,6 +95,7 @@ pub enum Spec {
     Stat(stat::Spec),
     Syscalls(syscalls::Spec),
     Latency(Box<latency::Spec>),
+    Records(records::Spec),
 }
 
 impl Spec {
@@ -104,6 +108,7 @@ impl Spec {
             Spec::Stat(_) => Kind::Stat,
             Spec::Syscalls(_) => Kind::Syscalls,
             Spec::Latency(_) => Kind::Latency,
+            Spec::Records(_) => Kind::Records,
         }
     }
 
@@ -118,7 +123,8 @@ impl Spec {
             | Spec::Counting(_)
             | Spec::Stat(_)
             | Spec::Syscalls(_)
-            | Spec::Latency(_) => Ok(()),
+            | Spec::Latency(_)
+            | Spec::Records(_) => Ok(()),
         }
     }
 
@@ -131,6 +137,7 @@ impl Spec {
             Spec::Stat(spec) => spec.needs(options),
             Spec::Syscalls(spec) => spec.needs(options),
             Spec::Latency(spec) => spec.needs(options),
+            Spec::Records(spec) => spec.needs(options),
             Spec::Counting(_) => {}
         }
     }
@@ -145,6 +152,7 @@ impl Spec {
             Spec::Stat(spec) => spec.attach(kernel, context),
             Spec::Syscalls(spec) => spec.attach(kernel, context),
             Spec::Latency(spec) => (*spec).attach(kernel, context),
+            Spec::Records(spec) => spec.attach(kernel, context),
         }
     }
 }
@@ -194,6 +202,8 @@ pub enum Batch {
     Syscalls(syscalls::SyscallBatch),
     /// `latency`'s histogram, at the end.
     Latency(latency::LatencyBatch),
+    /// `record`'s hits since the last drain (at the end, with the run's totals).
+    Records(records::RecordBatch),
 }
 
 /// One kind of kernel data, attached: drained at each epoch flip, settled at the stop.

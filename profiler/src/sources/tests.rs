@@ -83,7 +83,8 @@ fn every_mode_and_signal_has_its_sources_and_every_source_is_used() {
             Kind::Counting,
             Kind::Stat,
             Kind::Syscalls,
-            Kind::Latency
+            Kind::Latency,
+            Kind::Records
         ])
     );
     // Two signals of one source: the source once.

@@ -1,0 +1,66 @@
+//! `bpfprof record`: each sampled hit of a tracing event crosses to user space whole, through a
+//! ring buffer (`HitRecord`): when, who, on which CPU, and what was read there. A tracepoint's
+//! record is copied (its fields, as its tracefs format lays them out); a probe's record holds
+//! what user space asked to fetch at it (`Fetch`, up to `MAX_FETCHES`): registers (arguments,
+//! the return value), a global of the probed file, numbers or strings.
+use core::mem::size_of;
+
+/// Values fetched at each probe hit.
+pub const MAX_FETCHES: usize = 4;
+/// Bytes of each fetched string (the last a NUL).
+pub const STRING_BYTES: usize = 64;
+/// Bytes of a tracepoint's record copied, and of the fetched strings (one slot each).
+pub const RECORD_DATA_BYTES: usize = MAX_FETCHES * STRING_BYTES;
+/// The ring's size: about 28,000 records between two drains.
+pub const RECORD_RING_BYTES: u32 = 16 << 20;
+
+/// One hit, as the kernel saw it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct HitRecord {
+    /// `bpf_ktime_get_ns`: CLOCK_MONOTONIC, as perf's own records.
+    pub time_ns: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    pub cpu: u32,
+    /// The event's place in the run.
+    pub event: u16,
+    /// Bit n: fetch n could not be read (a fault: memory paged out, a bad pointer).
+    pub failed: u16,
+    pub comm: [u8; 16],
+    /// Each fetch's number (a register's whole value, or the bytes read, zero-extended).
+    pub values: [u64; MAX_FETCHES],
+    /// Each fetched string, in its slot of `STRING_BYTES`.
+    pub strings: [u8; RECORD_DATA_BYTES],
+    /// A tracepoint's record, from its start.
+    pub data: [u8; RECORD_DATA_BYTES],
+}
+const _: () = assert!(size_of::<HitRecord>() == 72 + 2 * RECORD_DATA_BYTES);
+
+/// What a probe's record reads at each hit, one per fetch (`RECORD_FETCHES`, at
+/// `event * MAX_FETCHES + n`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Fetch {
+    /// `fetch::NONE`, `WORD` or `GLOBAL`.
+    pub kind: u8,
+    /// Bytes of a number read from memory (1, 2, 4 or 8); 0: a string, into the string slot `n`
+    /// (where a word points, or at the global itself: a `char` array).
+    pub size: u8,
+    /// A word of the program's context, by its byte offset: a register in a probe's `pt_regs`
+    /// (`hit_weight::register_offset`), a pointer field in a tracepoint's record.
+    pub word: u16,
+    pub _pad: u32,
+    /// A global's address less the probed instruction's: both are in the same file, which the
+    /// loader maps whole at one offset, so the global is at the hit's address plus this.
+    pub delta: i64,
+}
+const _: () = assert!(size_of::<Fetch>() == 16);
+
+pub mod fetch {
+    pub const NONE: u8 = 0;
+    /// A word of the context: the number itself (`size` > 0), or the string it points at.
+    pub const WORD: u8 = 1;
+    /// A global of the probed file.
+    pub const GLOBAL: u8 = 2;
+}

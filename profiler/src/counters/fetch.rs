@@ -1,0 +1,257 @@
+//! What `record --fetch` reads at each hit of a probe: an argument (`arg1`..`arg6`) or the
+//! return value (`retval`) from the calling convention's registers, or a global variable of the
+//! probed file by its symbol (`line_value`); each shown as a type (`:u8`..`:u64`, `:s8`..`:s64`,
+//! `:x8`..`:x64` in hex, `:str` a NUL-terminated string). A register is 64 bits (`u64`) and a
+//! global as large as its symbol unless typed; a global whose size is not a number's is text.
+use profiler_common::{
+    hit_weight,
+    records::{fetch, Fetch, MAX_FETCHES},
+};
+use serde_json::Value;
+
+use super::{language::Event, tracepoint::Field};
+
+/// How a fetched value is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Type {
+    Unsigned(u8),
+    Signed(u8),
+    Hex(u8),
+    Str,
+}
+
+/// What to fetch, as spelled: `NAME[:TYPE]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FetchSpec {
+    pub name: String,
+    /// A register (`hit_weight`'s `ARG0 + n` or `RETVAL`); none: a global by this name.
+    pub register: Option<u32>,
+    pub ty: Option<Type>,
+}
+
+/// One fetch resolved for one probe: the kernel's instructions, and how to show what it read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fetched {
+    /// As spelled (`arg1`, `line_value`): what the value is called in each record.
+    pub name: String,
+    pub fetch: Fetch,
+    pub ty: Type,
+}
+
+/// `--fetch arg1,arg2:str,line_value:s32`.
+pub fn parse_list(text: &str) -> Result<Vec<FetchSpec>, String> {
+    let specs: Vec<FetchSpec> = text
+        .split(',')
+        .map(str::trim)
+        .map(parse_one)
+        .collect::<Result<_, _>>()?;
+    if specs.len() > MAX_FETCHES {
+        return Err(format!("at most {MAX_FETCHES} values are fetched at a hit"));
+    }
+    Ok(specs)
+}
+
+fn parse_one(text: &str) -> Result<FetchSpec, String> {
+    let (name, ty) = match text.split_once(':') {
+        Some((name, ty)) => (name, Some(parse_type(ty)?)),
+        None => (text, None),
+    };
+    let register = match name {
+        "retval" => Some(hit_weight::RETVAL),
+        _ => (name.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok()))
+            .filter(|n| (1..=hit_weight::MAX_ARG).contains(n))
+            .map(|n| hit_weight::ARG0 + n),
+    };
+    let is_symbol = !name.is_empty()
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
+    if register.is_none() && (!is_symbol || name.starts_with("arg")) {
+        return Err(format!(
+            "`{name}`: fetch arg1..arg{}, retval or a global variable's name",
+            hit_weight::MAX_ARG
+        ));
+    }
+    Ok(FetchSpec {
+        name: name.to_string(),
+        register,
+        ty,
+    })
+}
+
+fn parse_type(text: &str) -> Result<Type, String> {
+    let bits = |digits: &str| match digits {
+        "8" => Some(1),
+        "16" => Some(2),
+        "32" => Some(4),
+        "64" => Some(8),
+        _ => None,
+    };
+    let ty = match text.split_at(text.len().min(1)) {
+        _ if text == "str" || text == "string" => Some(Type::Str),
+        ("u", n) => bits(n).map(Type::Unsigned),
+        ("s", n) => bits(n).map(Type::Signed),
+        ("x", n) => bits(n).map(Type::Hex),
+        _ => None,
+    };
+    ty.ok_or_else(|| format!("`:{text}`: a type is u8..u64, s8..s64, x8..x64 (hex) or str"))
+}
+
+/// `specs` for `event`. At a probe: registers where it fires at a function's entry (arguments)
+/// or return (`retval`); globals where it fires in the file that has them (a user probe's entry
+/// or line: at a return the program is in the caller's code). At a tracepoint (its `fields`):
+/// the string a pointer field points at (`filename:str`); its numbers are in its record.
+pub fn resolve(specs: &[FetchSpec], event: &Event, fields: &[Field]) -> Result<Vec<Fetched>, String> {
+    let Some(probe) = &event.probe else {
+        return specs.iter().map(|spec| pointed_string(spec, fields)).collect();
+    };
+    if event.name.starts_with("usdt:") {
+        return Err("a USDT probe's own arguments are not fetched yet".into());
+    }
+    let aarch64 = cfg!(target_arch = "aarch64");
+    let mut fetched = Vec::new();
+    for spec in specs {
+        let (fetch, natural) = match spec.register {
+            Some(hit_weight::RETVAL) if !probe.ret => {
+                return Err("retval is a uretprobe's or kretprobe's".into())
+            }
+            Some(_) if probe.ret && spec.register != Some(hit_weight::RETVAL) => {
+                return Err(format!(
+                    "{}: at a return the argument registers hold whatever the function left in them",
+                    spec.name
+                ))
+            }
+            Some(register) => {
+                let offset = hit_weight::register_offset(register, aarch64).unwrap_or(0);
+                (
+                    Fetch {
+                        kind: fetch::WORD,
+                        word: offset as u16,
+                        ..Fetch::default()
+                    },
+                    Type::Unsigned(8),
+                )
+            }
+            None if probe.kernel || probe.ret => {
+                return Err(format!(
+                    "{}: a global is fetched at a user probe's entry or line, in the file it is in",
+                    spec.name
+                ))
+            }
+            None => {
+                let (delta, size) =
+                    super::probe::global_from(probe, &spec.name).map_err(|e| e.to_string())?;
+                let natural = match size {
+                    1 | 2 | 4 | 8 => Type::Signed(size as u8),
+                    _ => Type::Str,
+                };
+                (
+                    Fetch {
+                        kind: fetch::GLOBAL,
+                        delta,
+                        ..Fetch::default()
+                    },
+                    natural,
+                )
+            }
+        };
+        let ty = spec.ty.unwrap_or(natural);
+        let size = match ty {
+            Type::Str => 0,
+            Type::Unsigned(n) | Type::Signed(n) | Type::Hex(n) => n,
+        };
+        fetched.push(Fetched {
+            name: spec.name.clone(),
+            fetch: Fetch { size, ..fetch },
+            ty,
+        });
+    }
+    Ok(fetched)
+}
+
+/// A tracepoint's pointer field, fetched as the string it points at in user memory.
+fn pointed_string(spec: &FetchSpec, fields: &[Field]) -> Result<Fetched, String> {
+    let Some(field) = fields.iter().find(|f| f.name == spec.name) else {
+        let names: Vec<String> = fields.iter().map(|f| f.name.clone()).collect();
+        let near = super::language::nearest(&spec.name, &names);
+        return Err(format!(
+            "no field `{}`{}",
+            spec.name,
+            match near.is_empty() {
+                true => String::new(),
+                false => format!(": did you mean {}?", near.join(", ")),
+            }
+        ));
+    };
+    if !field.declared.contains('*') || field.size != 8 || spec.ty != Some(Type::Str) {
+        return Err(format!(
+            "{}: a tracepoint's fields are in its record already; what a pointer field (`const char * filename`) points at is fetched as NAME:str",
+            spec.name
+        ));
+    }
+    Ok(Fetched {
+        name: spec.name.clone(),
+        fetch: Fetch {
+            kind: fetch::WORD,
+            word: field.offset as u16,
+            ..Fetch::default()
+        },
+        ty: Type::Str,
+    })
+}
+
+impl Type {
+    /// What was read (`value`, or the string's bytes up to their NUL) as this type shows it.
+    pub fn show(self, value: u64, string: &[u8]) -> Value {
+        let bits = |n: u8| u32::from(n) * 8;
+        match self {
+            Type::Str => {
+                let end = string.iter().position(|&b| b == 0).unwrap_or(string.len());
+                Value::String(String::from_utf8_lossy(&string[..end]).into_owned())
+            }
+            Type::Unsigned(n) => Value::from(truncate(value, bits(n))),
+            Type::Hex(n) => Value::String(format!("{:#x}", truncate(value, bits(n)))),
+            Type::Signed(n) => {
+                let shift = 64 - bits(n);
+                Value::from(((value << shift) as i64) >> shift)
+            }
+        }
+    }
+}
+
+fn truncate(value: u64, bits: u32) -> u64 {
+    match bits {
+        64 => value,
+        bits => value & ((1 << bits) - 1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fetches_are_registers_or_globals_each_typed() {
+        let specs = parse_list("arg1,arg2:str,retval:s32,line_value:x16").unwrap();
+        assert_eq!(specs[0].register, Some(hit_weight::ARG0 + 1));
+        assert_eq!(specs[1].ty, Some(Type::Str));
+        assert_eq!(specs[2].register, Some(hit_weight::RETVAL));
+        assert_eq!((specs[3].register, specs[3].ty), (None, Some(Type::Hex(2))));
+        for bad in ["arg7", "arg0", "x:u12", "1abc", "a b", "arg1,arg2,arg3,arg4,arg5"] {
+            assert!(parse_list(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn values_show_as_their_type() {
+        assert_eq!(Type::Signed(4).show(0xffff_fffe, b""), Value::from(-2));
+        assert_eq!(Type::Signed(8).show(u64::MAX, b""), Value::from(-1));
+        assert_eq!(Type::Unsigned(1).show(0x1ff, b""), Value::from(0xff));
+        assert_eq!(
+            Type::Hex(8).show(0x3ff9affe000, b""),
+            Value::from("0x3ff9affe000")
+        );
+        assert_eq!(Type::Str.show(0, b"step\0junk"), Value::from("step"));
+    }
+}

@@ -1,0 +1,138 @@
+//! Each sampled hit of tracing events, whole (`bpfprof record`): a program at each event's hits
+//! (a tracepoint's or a probe's type, see `hooks`) counts the targets' hits in `HITS` and puts
+//! every Nth in the `RECORDS` ring, a tracepoint's record copied, a probe's fetches read
+//! (`RECORD_FETCHES`). Drained at every drain; at the end, each event's hits and the records a
+//! full ring dropped.
+use std::os::fd::OwnedFd;
+
+use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
+use profiler_common::{
+    hit_cookie, names,
+    records::{Fetch, HitRecord, MAX_FETCHES},
+};
+
+use super::{hooks::open_traced, AttachContext, Attached, Batch, Source, Wants};
+use crate::{
+    bpf::{LoadOptions, Loaded},
+    collect::{take_map, Flip},
+    counters::{fetch::Fetched, language::Event},
+    process::Processes,
+};
+
+/// The events, every how many hits each is recorded, and what each probe fetches.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    pub events: Vec<Event>,
+    pub period: u64,
+    /// Per event (none for a tracepoint).
+    pub fetches: Vec<Vec<Fetched>>,
+}
+
+impl Spec {
+    pub fn needs(&self, options: &mut LoadOptions<'_>) {
+        options.use_maps([&names::RECORDS]);
+    }
+
+    pub fn attach(self, kernel: &mut Loaded, context: &AttachContext<'_>) -> anyhow::Result<Attached> {
+        let mut table: Array<MapData, Fetch> =
+            Array::try_from(take_map(&mut kernel.ebpf, names::RECORD_FETCHES)?)?;
+        for (event, fetches) in self.fetches.iter().enumerate() {
+            for (n, fetched) in fetches.iter().enumerate() {
+                table.set((event * MAX_FETCHES + n) as u32, fetched.fetch, 0)?;
+            }
+        }
+        kernel.hold(table);
+        let mut links = Vec::new();
+        let programs = (names::PROG_RECORD_TRACEPOINT, names::PROG_RECORD_PROBE);
+        for (index, event) in self.events.iter().enumerate() {
+            let cookie = hit_cookie(index as u16, self.period);
+            links.extend(open_traced(kernel, event, programs, cookie, context)?);
+        }
+        let every = match self.period {
+            1 => "every hit".to_string(),
+            n => format!("every {n} hits"),
+        };
+        Ok(Attached {
+            doing: Some(format!(
+                "recording {every} of {}",
+                Event::spelled_list(&self.events, ",")
+            )),
+            source: Box::new(RecordSource {
+                ring: RingBuf::try_from(take_map(&mut kernel.ebpf, names::RECORDS)?)?,
+                lost: PerCpuArray::try_from(take_map(&mut kernel.ebpf, names::RECORDS_LOST)?)?,
+                hits: PerCpuArray::try_from(take_map(&mut kernel.ebpf, names::HITS)?)?,
+                events: self.events.len(),
+                links,
+            }),
+            note: None,
+        })
+    }
+}
+
+/// The records since the last drain; at the end, the run's totals too.
+#[derive(Clone, Debug, Default)]
+pub struct RecordBatch {
+    pub records: Vec<HitRecord>,
+    pub totals: Option<RecordTotals>,
+}
+
+/// Each event's hits by the targets, and the records the full ring had no room for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordTotals {
+    pub hits: Vec<u64>,
+    pub lost: u64,
+}
+
+struct RecordSource {
+    ring: RingBuf<MapData>,
+    lost: PerCpuArray<MapData, u64>,
+    hits: PerCpuArray<MapData, u64>,
+    events: usize,
+    /// Each event's (link, perf event), dropped (detached) when collection stops.
+    links: Vec<(OwnedFd, OwnedFd)>,
+}
+
+impl RecordSource {
+    /// Everything in the ring now.
+    fn read(&mut self) -> Vec<HitRecord> {
+        let mut records = Vec::new();
+        while let Some(item) = self.ring.next() {
+            if item.len() >= std::mem::size_of::<HitRecord>() {
+                // SAFETY: the kernel wrote a whole `HitRecord` (checked long enough); read
+                // unaligned, as the ring promises only 8-byte alignment.
+                records.push(unsafe { std::ptr::read_unaligned(item.as_ptr() as *const HitRecord) });
+            }
+        }
+        records
+    }
+
+    /// A per-CPU slot, summed.
+    fn sum(array: &PerCpuArray<MapData, u64>, at: u32) -> u64 {
+        array.get(&at, 0).map_or(0, |values| values.iter().sum())
+    }
+}
+
+impl Source for RecordSource {
+    fn drain(&mut self, _flip: Flip, _wants: Wants, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
+        Ok(Some(Batch::Records(RecordBatch {
+            records: self.read(),
+            totals: None,
+        })))
+    }
+
+    fn stopping(&mut self) {
+        self.links.clear();
+    }
+
+    fn finish(&mut self, _stopped_ns: u64, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
+        Ok(Some(Batch::Records(RecordBatch {
+            records: self.read(),
+            totals: Some(RecordTotals {
+                hits: (0..self.events as u32)
+                    .map(|e| Self::sum(&self.hits, e))
+                    .collect(),
+                lost: Self::sum(&self.lost, 0),
+            }),
+        })))
+    }
+}

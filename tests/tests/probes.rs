@@ -1,0 +1,267 @@
+//! Probes on what a user names in their own program: a source line (`uprobe:FILE:SOURCE:LINE`,
+//! from the DWARF line tables, listed by `list --probes FILE --lines FUNCTION`), and each hit
+//! recorded with the values fetched there (`record`, `script`). Ground truth: the events
+//! workload's `lines N` runs one marked line exactly N times and prints the sum of the values
+//! it stored there.
+use bpfprof_tests::*;
+
+fn events_bin() -> String {
+    workload("events").to_str().unwrap().to_string()
+}
+
+/// The number of the workload's line marked `/* PROBE-LINE */`, read from its source.
+fn marked_line() -> usize {
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/events.c");
+    let text = std::fs::read_to_string(source).unwrap();
+    1 + text
+        .lines()
+        .position(|l| l.contains("/* PROBE-LINE */"))
+        .expect("the marked line")
+}
+
+/// A probe on a source line inside a loop counts the loop's trips exactly; `list --lines` numbers
+/// that line (it has code) and not the loop's closing brace; a line without code, or a source
+/// file the binary was not built from, is refused naming what is near.
+#[test]
+fn a_source_line_in_a_loop_is_counted_exactly() {
+    let bin = events_bin();
+    let line = marked_line();
+    let event = format!("uprobe:{bin}:events.c:{line}");
+    let path = temp_path("line-stat.json");
+    let out = run(&[
+        "stat",
+        "-e",
+        &event,
+        "-o",
+        path.to_str().unwrap(),
+        "--",
+        &bin,
+        "lines",
+        "12345",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let truth = truth(&stdout(&out));
+    let report = read_json(&path);
+    let counted = (report["counters"].as_array().unwrap().iter())
+        .find(|c| c["event"] == event.as_str())
+        .map(|c| c["value"].as_f64().unwrap());
+    println!("line {line}: ran {} times, counted {counted:?}", truth["lines"]);
+    assert_eq!(counted, Some(truth["lines"]));
+
+    let out = run(&["list", "--probes", &bin, "--lines", "lines"]);
+    let listing = stdout(&out);
+    println!("{listing}");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let numbered = |n: usize| {
+        listing
+            .lines()
+            .any(|l| l.split_whitespace().next() == Some(&n.to_string()))
+    };
+    assert!(numbered(line), "{listing}");
+    assert!(
+        !numbered(line + 2),
+        "the loop's closing brace has no code: {listing}"
+    );
+    assert!(
+        listing.contains(&format!("uprobe:{bin}:events.c:LINE")),
+        "{listing}"
+    );
+
+    refused_in_one_line(
+        &[
+            "stat",
+            "-e",
+            &format!("uprobe:{bin}:events.c:{}", line + 2),
+            "--",
+            "true",
+        ],
+        &format!("has no code in {bin}: did you mean events.c:{line}"),
+    );
+    refused_in_one_line(
+        &[
+            "stat",
+            "-e",
+            &format!("uprobe:{bin}:event.c:{line}"),
+            "--",
+            "true",
+        ],
+        "no source file `event.c`",
+    );
+    refused_in_one_line(
+        &["list", "--probes", &bin, "--lines", "linez"],
+        "did you mean lines",
+    );
+    assert_no_programs_left();
+}
+
+/// `record -o FILE ... -- events ARGS`: the saved hits (each a JSON line), the totals (the
+/// last line), the workload's truth.
+fn record(
+    options: &[&str],
+    args: &[&str],
+) -> (
+    Vec<serde_json::Value>,
+    serde_json::Value,
+    std::collections::HashMap<String, f64>,
+    std::path::PathBuf,
+) {
+    let unique = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let path = temp_path(&format!("record-{unique}.json"));
+    let bin = events_bin();
+    let mut all = vec!["record", "-o", path.to_str().unwrap()];
+    all.extend_from_slice(options);
+    all.push("--");
+    all.push(&bin);
+    all.extend_from_slice(args);
+    let out = run(&all);
+    assert!(out.status.success(), "{all:?}: {}", stderr(&out));
+    println!("{}", stderr(&out));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let totals = lines.pop().expect("the totals line")["totals"].clone();
+    assert!(totals.is_object(), "the last line is the totals: {totals}");
+    (lines, totals, truth(&stdout(&out)), path)
+}
+
+/// The hits of `event` in a saved run.
+fn hits_of<'a>(hits: &'a [serde_json::Value], event: &str) -> Vec<&'a serde_json::Value> {
+    hits.iter().filter(|h| h["event"] == event).collect()
+}
+
+/// "A probe on a source line inside a loop of known trip count, with a fetched value as the
+/// workload printed it": every trip of the loop recorded at the marked line and at the function
+/// it calls, each with the global the line just stored (the sum of the values is the workload's
+/// own), and at the function's entry its arguments, a number and a string; `script` prints each
+/// as a line, nothing is lost.
+#[test]
+fn each_hit_is_recorded_with_the_values_fetched_there() {
+    let bin = events_bin();
+    let line = format!("uprobe:{bin}:events.c:{}", marked_line());
+    let step = format!("uprobe:{bin}:step");
+    let (hits, totals, truth, path) = record(
+        &["-e", &format!("{line},{step}"), "--fetch", "line_value"],
+        &["lines", "2000"],
+    );
+    let sum = |hits: &[&serde_json::Value], field: &str| -> f64 {
+        hits.iter().map(|h| h["fields"][field].as_f64().unwrap()).sum()
+    };
+    let (at_line, at_step) = (hits_of(&hits, &line), hits_of(&hits, &step));
+    println!(
+        "{} trips, values summing to {}: at the line {} hits summing to {}, at step {} summing to {}; totals {totals}",
+        truth["lines"],
+        truth["values_sum"],
+        at_line.len(),
+        sum(&at_line, "line_value"),
+        at_step.len(),
+        sum(&at_step, "line_value")
+    );
+    assert_eq!(at_line.len() as f64, truth["lines"]);
+    assert_eq!(at_step.len() as f64, truth["lines"]);
+    assert_eq!(sum(&at_line, "line_value"), truth["values_sum"]);
+    assert_eq!(sum(&at_step, "line_value"), truth["values_sum"]);
+    assert!(hits
+        .iter()
+        .all(|h| h["pid"] == truth["pid"] && h["comm"] == "events"));
+    assert_eq!(totals["lost"], 0);
+    assert_eq!(totals["records"], 2.0 * truth["lines"]);
+    assert_eq!(totals["events"][0]["hits"], truth["lines"]);
+
+    let out = run(&["script", path.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let printed = stdout(&out);
+    assert_eq!(
+        printed
+            .lines()
+            .filter(|l| l.contains(&format!("{line}: line_value=")))
+            .count() as f64,
+        truth["lines"]
+    );
+    assert!(stderr(&out).contains("0 lost"), "{}", stderr(&out));
+
+    let (hits, _, truth, _) = record(&["-e", &step, "--fetch", "arg1,arg2:str"], &["lines", "1000"]);
+    let at_step = hits_of(&hits, &step);
+    assert_eq!(at_step.len() as f64, truth["lines"]);
+    assert_eq!(sum(&at_step, "arg1"), truth["values_sum"]);
+    assert!(
+        at_step.iter().all(|h| h["fields"]["arg2"] == "step"),
+        "{:?}",
+        at_step[0]
+    );
+    assert_no_programs_left();
+}
+
+/// A tracepoint's hits each with its fields read where its format puts them: the workload's
+/// one-byte writes (and the longer TRUTH line), each with its count and descriptor, and the
+/// string its buffer pointer points at (`--fetch buf:str`): the "x" the workload writes.
+#[test]
+fn a_tracepoints_hits_are_recorded_with_their_fields() {
+    let (hits, totals, truth, _) = record(
+        &["-e", "syscalls:sys_enter_write", "--fetch", "buf:str"],
+        &["writes", "500"],
+    );
+    let mine: Vec<_> = (hits.iter()).filter(|h| h["pid"] == truth["pid"]).collect();
+    let one_byte = (mine.iter())
+        .filter(|h| h["fields"]["count"] == 1 && h["fields"]["buf"] == "x")
+        .count();
+    println!(
+        "{} writes of one byte and the TRUTH line: {} recorded, {one_byte} of one byte; totals {totals}",
+        truth["writes"],
+        mine.len()
+    );
+    assert_eq!(one_byte as f64, truth["writes"]);
+    assert_eq!(mine.len() as f64, truth["writes"] + 1.0);
+    let descriptors: std::collections::BTreeSet<String> = (mine.iter())
+        .filter(|h| h["fields"]["count"] == 1)
+        .map(|h| h["fields"]["fd"].to_string())
+        .collect();
+    assert_eq!(
+        descriptors.len(),
+        1,
+        "one descriptor for /dev/null: {descriptors:?}"
+    );
+    assert_eq!(totals["lost"], 0);
+    assert_no_programs_left();
+}
+
+/// Every hit is recorded or counted lost, never neither: 300,000 writes as fast as a thread can
+/// make them (more than the ring holds between two reads on a busy machine).
+#[test]
+fn every_hit_is_recorded_or_counted_lost() {
+    let (hits, totals, truth, _) = record(&["-e", "syscalls:sys_enter_write"], &["writes", "300000"]);
+    println!("{} writes and the TRUTH line: totals {totals}", truth["writes"]);
+    let lost = totals["lost"].as_f64().unwrap();
+    assert_eq!(totals["events"][0]["hits"], truth["writes"] + 1.0);
+    assert_eq!(hits.len() as f64 + lost, truth["writes"] + 1.0);
+    assert_eq!(totals["records"], hits.len());
+}
+
+/// What cannot be fetched or recorded is refused in one line naming what exists nearby, before
+/// anything is loaded; a file that is not a saved run is refused by `script` with its line.
+#[test]
+fn what_cannot_be_recorded_is_refused_in_one_line() {
+    let bin = events_bin();
+    let step = format!("uprobe:{bin}:step");
+    refused_in_one_line(
+        &["record", "-e", &step, "--fetch", "line_valu", "--", "true"],
+        "did you mean line_value",
+    );
+    refused_in_one_line(
+        &["record", "-e", &step, "--fetch", "retval", "--", "true"],
+        "retval is a uretprobe's",
+    );
+    refused_in_one_line(
+        &["record", "-e", &step, "--fetch", "arg9", "--", "true"],
+        "arg1..arg6",
+    );
+    refused_in_one_line(
+        &["record", "-e", "cpu-clock", "--", "true"],
+        "not a tracepoint or a probe",
+    );
+    let corrupt = temp_path("not-a-record.json");
+    std::fs::write(&corrupt, "{\"time_ns\": 1}\n").unwrap();
+    refused_in_one_line(&["script", corrupt.to_str().unwrap()], "line 1 is not a hit");
+    assert_no_programs_left();
+}
