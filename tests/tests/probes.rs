@@ -1,8 +1,8 @@
 //! Probes on what a user names in their own program: a source line (`uprobe:FILE:SOURCE:LINE`,
 //! from the DWARF line tables, listed by `list --probes FILE --lines FUNCTION`), and each hit
-//! recorded with the values fetched there (`record`, `script`). Ground truth: the events
-//! workload's `lines N` runs one marked line exactly N times and prints the sum of the values
-//! it stored there.
+//! recorded with the values fetched there (`record`, `script`); tracepoints by a glob. Ground
+//! truth: the events workload's `lines N` runs one marked line exactly N times and prints the sum
+//! of the values it stored there; `writes N` makes N one-byte writes.
 use bpfprof_tests::*;
 
 fn events_bin() -> String {
@@ -264,4 +264,44 @@ fn what_cannot_be_recorded_is_refused_in_one_line() {
     std::fs::write(&corrupt, "{\"time_ns\": 1}\n").unwrap();
     refused_in_one_line(&["script", corrupt.to_str().unwrap()], "line 1 is not a hit");
     assert_no_programs_left();
+}
+
+/// A glob names every tracepoint it matches, each counted apart: the workload's writes under
+/// `sys_enter_write`, none under `sys_enter_writev`; a glob matching nothing is refused.
+#[test]
+fn a_glob_counts_each_tracepoint_it_names() {
+    let path = temp_path("glob-stat.json");
+    let bin = events_bin();
+    let out = run(&[
+        "stat",
+        "-e",
+        "syscalls:sys_enter_wri*",
+        "-o",
+        path.to_str().unwrap(),
+        "--",
+        &bin,
+        "writes",
+        "1000",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let truth = truth(&stdout(&out));
+    let report = read_json(&path);
+    let counted: Vec<(String, f64)> = (report["counters"].as_array().unwrap().iter())
+        .map(|c| {
+            (
+                c["event"].as_str().unwrap().to_string(),
+                c["value"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    println!("{} writes and the TRUTH line: {counted:?}", truth["writes"]);
+    assert!(counted.contains(&("syscalls:sys_enter_write".into(), truth["writes"] + 1.0)));
+    assert!(counted.contains(&("syscalls:sys_enter_writev".into(), 0.0)));
+    assert!(counted
+        .iter()
+        .all(|(name, _)| name.starts_with("syscalls:sys_enter_wri")));
+    refused_in_one_line(
+        &["stat", "-e", "syscalls:sys_enter_nope*", "--", "true"],
+        "no tracepoint matches it",
+    );
 }

@@ -49,6 +49,12 @@ pub const GUEST_SUITES: &[(&str, Option<&str>)] = &[
     ("debuginfo", None),
     // Of `trace`, the sleeps (arm64's own system-call table): the guest has neither strace nor fio.
     ("trace", Some("sleep")),
+    // Of `probes`, a source line and the values fetched at it (arm64's registers, a global by its
+    // distance from the probe): the rest reads no register.
+    (
+        "probes",
+        Some("--skip every_hit --skip what_cannot --skip tracepoints"),
+    ),
 ];
 
 fn guest_suite(name: &str) -> Option<usize> {

@@ -256,6 +256,23 @@ impl Catalog {
         })
     }
 
+    /// The tracepoints a glob names (`syscalls:sys_enter_*`), or the one event written; none for
+    /// nothing written.
+    fn parse_glob(&self, text: &str) -> Result<Vec<Event>, EventError> {
+        if text.is_empty() {
+            return Ok(Vec::new());
+        }
+        let expanded = (self.tracefs.as_deref()).and_then(|root| tracepoint::expand(root, text));
+        match expanded {
+            None => Ok(vec![self.parse(text)?]),
+            Some(names) if names.is_empty() => Err(EventError::Invalid {
+                given: text.to_string(),
+                reason: "no tracepoint matches it (`bpfprof list SUBSYSTEM:` shows them)".into(),
+            }),
+            Some(names) => names.iter().map(|name| self.parse(name)).collect(),
+        }
+    }
+
     /// One event as written: `name[:modifiers]`, `pmu/name/`, `pmu/term=value,.../` or `rHEX`.
     pub fn parse(&self, text: &str) -> Result<Event, EventError> {
         let text = text.trim();
@@ -505,8 +522,7 @@ impl Catalog {
                 ',' if in_group => members.push(std::mem::take(&mut name)),
                 ',' => {
                     let loose = std::mem::take(&mut name);
-                    if !loose.trim().is_empty() {
-                        let event = self.parse(&loose)?;
+                    for event in self.parse_glob(loose.trim())? {
                         match groups.last_mut() {
                             Some(group) if !group.together => group.events.push(event),
                             _ => groups.push(Group {

@@ -40,6 +40,52 @@ pub fn id(tracefs: &Path, text: &str) -> Option<Result<u64, Vec<String>>> {
     }))
 }
 
+/// The tracepoints a glob names (`syscalls:sys_enter_*`, `sched:sched_wak*`: `*` and `?` in
+/// either part), sorted; none when `text` is not a tracepoint's spelling with a wildcard.
+pub fn expand(tracefs: &Path, text: &str) -> Option<Vec<String>> {
+    let (system, name) = text.split_once(':')?;
+    if !text.contains(['*', '?']) || name.contains(':') || system.contains('/') {
+        return None;
+    }
+    let dirs = |dir: &Path| -> Vec<String> {
+        (std::fs::read_dir(dir).into_iter().flatten().flatten())
+            .filter(|e| e.path().is_dir())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let events = tracefs.join("events");
+    let mut found = Vec::new();
+    for group in dirs(&events).into_iter().filter(|g| glob_matches(system, g)) {
+        for event in dirs(&events.join(&group))
+            .into_iter()
+            .filter(|e| glob_matches(name, e))
+        {
+            if events.join(&group).join(&event).join("id").is_file() {
+                found.push(format!("{group}:{event}"));
+            }
+        }
+    }
+    found.sort();
+    Some(found)
+}
+
+/// `*` any run of characters, `?` any one, anything else itself.
+fn glob_matches(pattern: &str, text: &str) -> bool {
+    match pattern.chars().next() {
+        None => text.is_empty(),
+        Some('*') => (0..=text.len())
+            .filter(|&at| text.is_char_boundary(at))
+            .any(|at| glob_matches(&pattern[1..], &text[at..])),
+        Some(c) => {
+            let mut chars = text.chars();
+            match chars.next() {
+                Some(t) if c == '?' || c == t => glob_matches(&pattern[c.len_utf8()..], chars.as_str()),
+                _ => false,
+            }
+        }
+    }
+}
+
 /// A tracepoint's field names, from its tracefs `format` (the common ones first): what a filter
 /// may name. None when tracefs does not describe it.
 pub fn fields(tracefs: &Path, text: &str) -> Vec<String> {
@@ -135,6 +181,16 @@ pub fn unknown_field<'a>(filter: &'a str, fields: &[String]) -> Option<&'a str> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn globs_match_any_run_or_any_one_character() {
+        assert!(glob_matches("sys_enter_*", "sys_enter_write"));
+        assert!(glob_matches("*", ""));
+        assert!(glob_matches("sys_?nter_wr*e", "sys_enter_write"));
+        assert!(!glob_matches("sys_enter_*", "sys_exit_write"));
+        assert!(!glob_matches("sys_enter_write", "sys_enter_writev"));
+        assert!(glob_matches("*write*", "sys_enter_pwritev2"));
+    }
 
     /// A tracefs with `sched:sched_switch` (id 316) and `syscalls:sys_enter_write` (id 700).
     fn tracefs() -> std::path::PathBuf {
