@@ -256,6 +256,11 @@ fn what_cannot_be_recorded_is_refused_in_one_line() {
         &["record", "-e", &step, "--fetch", "arg9", "--", "true"],
         "arg1..arg6",
     );
+    let line = format!("uprobe:{bin}:events.c:{}", marked_line());
+    refused_in_one_line(
+        &["record", "-e", &line, "--fetch", "arg1", "--", "true"],
+        "arguments are in their registers at a function's entry only",
+    );
     refused_in_one_line(
         &["record", "-e", "cpu-clock", "--", "true"],
         "not a tracepoint or a probe",

@@ -88,12 +88,11 @@ fn parse_type(text: &str) -> Result<Type, String> {
         "64" => Some(8),
         _ => None,
     };
-    let ty = match text.split_at(text.len().min(1)) {
-        _ if text == "str" || text == "string" => Some(Type::Str),
-        ("u", n) => bits(n).map(Type::Unsigned),
-        ("s", n) => bits(n).map(Type::Signed),
-        ("x", n) => bits(n).map(Type::Hex),
-        _ => None,
+    let ty = match text {
+        "str" | "string" => Some(Type::Str),
+        _ => (text.strip_prefix('u').and_then(bits).map(Type::Unsigned))
+            .or_else(|| text.strip_prefix('s').and_then(bits).map(Type::Signed))
+            .or_else(|| text.strip_prefix('x').and_then(bits).map(Type::Hex)),
     };
     ty.ok_or_else(|| format!("`:{text}`: a type is u8..u64, s8..s64, x8..x64 (hex) or str"))
 }
@@ -119,6 +118,12 @@ pub fn resolve(specs: &[FetchSpec], event: &Event, fields: &[Field]) -> Result<V
             Some(_) if probe.ret && spec.register != Some(hit_weight::RETVAL) => {
                 return Err(format!(
                     "{}: at a return the argument registers hold whatever the function left in them",
+                    spec.name
+                ))
+            }
+            Some(_) if !probe.ret && !probe.entry => {
+                return Err(format!(
+                    "{}: arguments are in their registers at a function's entry only: probe the function itself (not an offset, an address or a source line)",
                     spec.name
                 ))
             }
@@ -184,6 +189,12 @@ fn pointed_string(spec: &FetchSpec, fields: &[Field]) -> Result<Fetched, String>
             }
         ));
     };
+    if field.offset + 8 > 512 {
+        return Err(format!(
+            "{}: past the record's first 512 bytes, where fetches read",
+            spec.name
+        ));
+    }
     if !field.declared.contains('*') || field.size != 8 || spec.ty != Some(Type::Str) {
         return Err(format!(
             "{}: a tracepoint's fields are in its record already; what a pointer field (`const char * filename`) points at is fetched as NAME:str",
@@ -238,7 +249,16 @@ mod tests {
         assert_eq!(specs[1].ty, Some(Type::Str));
         assert_eq!(specs[2].register, Some(hit_weight::RETVAL));
         assert_eq!((specs[3].register, specs[3].ty), (None, Some(Type::Hex(2))));
-        for bad in ["arg7", "arg0", "x:u12", "1abc", "a b", "arg1,arg2,arg3,arg4,arg5"] {
+        for bad in [
+            "arg7",
+            "arg0",
+            "x:u12",
+            "x:ü8",
+            "x:",
+            "1abc",
+            "a b",
+            "arg1,arg2,arg3,arg4,arg5",
+        ] {
             assert!(parse_list(bad).is_err(), "{bad}");
         }
     }

@@ -78,13 +78,18 @@ fn names(source: &str, path: &Path) -> bool {
     path.ends_with(Path::new(source))
 }
 
-/// The defined functions of the file: (start, size, name), by start.
-fn functions(object: &object::File<'_>) -> Vec<(u64, u64, String)> {
-    let mut functions: Vec<(u64, u64, String)> = (object.symbols().chain(object.dynamic_symbols()))
+/// The defined functions of the file, every name: (start, size, name).
+fn all_functions(object: &object::File<'_>) -> Vec<(u64, u64, String)> {
+    (object.symbols().chain(object.dynamic_symbols()))
         .filter(|s| s.kind() == SymbolKind::Text && !s.is_undefined() && s.address() != 0)
         .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
-        .collect();
-    functions.sort();
+        .collect()
+}
+
+/// The same, one per start (the largest of its aliases), by start.
+fn functions(object: &object::File<'_>) -> Vec<(u64, u64, String)> {
+    let mut functions = all_functions(object);
+    functions.sort_by(|a, b| (a.0, std::cmp::Reverse(a.1), &a.2).cmp(&(b.0, std::cmp::Reverse(b.1), &b.2)));
     functions.dedup_by_key(|f| f.0);
     functions
 }
@@ -106,10 +111,16 @@ pub fn sites(
     line: u64,
 ) -> Result<Vec<(u64, String)>, ProbeError> {
     let invalid = |reason: String| ProbeError::Invalid(format!("{}: {reason}", file.display()));
+    let functions = functions(object);
     let mut addresses = Vec::new();
+    let mut paths = BTreeSet::new();
     let mut lines_of_source = BTreeSet::new();
     let mut sources = BTreeSet::new();
     each_row(object, |path, row_line, address| {
+        // Rows of code the linker discarded (at address 0, or outside every function) are no site.
+        if function_at(&functions, address).is_none() {
+            return;
+        }
         if !names(source, path) {
             sources.insert(
                 path.file_name()
@@ -119,6 +130,7 @@ pub fn sites(
             );
         } else if row_line == line {
             addresses.push(address);
+            paths.insert(path.to_path_buf());
         } else {
             lines_of_source.insert(row_line);
         }
@@ -127,16 +139,23 @@ pub fn sites(
     if addresses.is_empty() {
         return Err(no_code(file, source, line, &lines_of_source, sources));
     }
-    let functions = functions(object);
-    let mut first: BTreeMap<String, u64> = BTreeMap::new();
-    for address in addresses {
-        let name = function_at(&functions, address).map_or_else(|| format!("{address:#x}"), |f| f.2.clone());
-        let lowest = first.entry(name).or_insert(address);
-        *lowest = (*lowest).min(address);
+    if paths.len() > 1 {
+        let paths: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+        return Err(invalid(format!(
+            "`{source}` names {} source files with code at line {line} ({}): give more of its path",
+            paths.len(),
+            paths.join(", ")
+        )));
     }
-    let mut sites: Vec<(u64, String)> = first.into_iter().map(|(name, address)| (address, name)).collect();
-    sites.sort();
-    Ok(sites)
+    // The lowest address in each function (by its start: two functions may share a name).
+    let mut first: BTreeMap<u64, (u64, String)> = BTreeMap::new();
+    for address in addresses {
+        if let Some((start, _, name)) = function_at(&functions, address) {
+            let lowest = first.entry(*start).or_insert((address, name.clone()));
+            lowest.0 = lowest.0.min(address);
+        }
+    }
+    Ok(first.into_values().collect())
 }
 
 /// Why a line has no site: the file has no such source (the nearest names), or the line no
@@ -196,8 +215,8 @@ pub fn function_lines(
     function: &str,
 ) -> Result<(PathBuf, Vec<SourceLine>), ProbeError> {
     let invalid = |reason: String| ProbeError::Invalid(format!("{}: {reason}", file.display()));
-    let functions = functions(object);
-    let Some(&(start, size, _)) = functions.iter().find(|f| f.2 == function) else {
+    let functions = all_functions(object);
+    let Some(&(start, size, _)) = (functions.iter()).filter(|f| f.2 == function).max_by_key(|f| f.1) else {
         let names: Vec<String> = functions.into_iter().map(|f| f.2).collect();
         return Err(ProbeError::Missing {
             what: format!("no function `{function}` in {}", file.display()),
@@ -222,10 +241,8 @@ pub fn function_lines(
     };
     let with_code = &by_file[&source];
     let first = *with_code.first().unwrap_or(&1);
-    let last = (*with_code.last().unwrap_or(&1)).min(first + MAX_LISTED_LINES);
-    let text: Vec<String> = std::fs::read_to_string(&source)
-        .map(|t| t.lines().map(str::to_string).collect())
-        .unwrap_or_default();
+    let last = (*with_code.last().unwrap_or(&1)).min(first.saturating_add(MAX_LISTED_LINES));
+    let text = source_text(&source);
     let name = source.file_name().unwrap_or_default().to_string_lossy();
     let lines = (first..=last)
         .map(|line| SourceLine {
@@ -237,4 +254,19 @@ pub fn function_lines(
         })
         .collect();
     Ok((source, lines))
+}
+
+/// A source file's lines, if it is a regular file of a sane size (a path in DWARF is the
+/// binary's word: it may name a device or a FIFO).
+fn source_text(path: &Path) -> Vec<String> {
+    const MAX_SOURCE_BYTES: u64 = 64 << 20;
+    let readable = std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.len() <= MAX_SOURCE_BYTES);
+    let text = readable
+        .then(|| std::fs::read(path).ok())
+        .flatten()
+        .unwrap_or_default();
+    String::from_utf8_lossy(&text)
+        .lines()
+        .map(str::to_string)
+        .collect()
 }

@@ -28,6 +28,9 @@ pub struct Probe {
     pub ret: bool,
     /// A USDT site's semaphore, as an offset in the file: raised while the probe is attached.
     pub semaphore: Option<u64>,
+    /// At a function's first instruction, where its arguments are in their registers (not at an
+    /// offset, an address, a source line or a USDT site).
+    pub entry: bool,
 }
 
 /// Why a probe's spelling names no instruction.
@@ -135,12 +138,14 @@ pub fn resolve(spelled: Spelled<'_>) -> Result<Probe, ProbeError> {
     })?;
     let target = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| ProbeError::Invalid("a NUL in the path".into()))?;
+    let entry = matches!(spelled, Spelled::Function { function, .. } if !function.contains('+') && !function.starts_with("0x"));
     Ok(Probe {
         target,
         offset,
         kernel: false,
         ret,
         semaphore,
+        entry,
     })
 }
 
@@ -172,6 +177,7 @@ fn kernel_probe(ret: bool, spelled: &str) -> Result<Probe, ProbeError> {
         kernel: true,
         ret,
         semaphore: None,
+        entry: offset == 0,
     })
 }
 
@@ -260,9 +266,19 @@ pub fn global_from(probe: &Probe, name: &str) -> Result<(i64, u64), ProbeError> 
             (object.symbols().chain(object.dynamic_symbols()))
                 .filter(|s| s.kind() == SymbolKind::Data && !s.is_undefined() && s.address() != 0)
         };
-        match globals().find(|s| s.name() == Ok(name)) {
-            Some(global) => Ok((global.address().wrapping_sub(probed) as i64, global.size())),
-            None => {
+        let mut named: Vec<(u64, u64)> = (globals().filter(|s| s.name() == Ok(name)))
+            .map(|s| (s.address(), s.size()))
+            .collect();
+        named.sort();
+        named.dedup_by_key(|g| g.0);
+        match named.as_slice() {
+            [(address, size)] => Ok((address.wrapping_sub(probed) as i64, *size)),
+            [_, _, ..] => Err(ProbeError::Invalid(format!(
+                "{} has {} globals named `{name}` (static ones of different source files): which one is meant cannot be told",
+                file.display(),
+                named.len()
+            ))),
+            [] => {
                 let mut names: Vec<String> = globals()
                     .filter_map(|s| s.name().ok().map(str::to_string))
                     .collect();

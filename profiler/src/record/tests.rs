@@ -39,7 +39,8 @@ fn tracefs() -> std::path::PathBuf {
         \tfield:int ret;\toffset:16;\tsize:4;\tsigned:1;\n\
         \tfield:char comm[16];\toffset:20;\tsize:16;\tsigned:0;\n\
         \tfield:unsigned long args[2];\toffset:40;\tsize:16;\tsigned:0;\n\
-        \tfield:__data_loc char[] filename;\toffset:56;\tsize:4;\tsigned:0;\n";
+        \tfield:__data_loc char[] filename;\toffset:56;\tsize:4;\tsigned:0;\n\
+        \tfield:unsigned int odd[2];\toffset:60;\tsize:0;\tsigned:0;\n";
     std::fs::write(dir.join("format"), format).unwrap();
     root
 }
@@ -85,6 +86,8 @@ fn a_tracepoints_record_reads_as_its_fields() {
             ("comm", Value::from("bash")),
             ("args", Value::from(vec![7, 9])),
             ("filename", Value::from("/etc/hosts")),
+            // A crafted format: an array of no bytes reads as nothing, without a panic.
+            ("odd", Value::from(0)),
         ]
     );
     assert_eq!(
