@@ -173,6 +173,26 @@ pub fn finish_bpfprof(
     (status, rest)
 }
 
+/// `bpfprof stat ... -o json -- COMMAND`: the report and the command's output.
+pub fn stat(args: &[&str], command: &[&str]) -> (serde_json::Value, String) {
+    let path = temp_path(&format!("stat-{}.json", std::process::id() ^ rand_suffix()));
+    let mut all = vec!["stat", "-o", path.to_str().unwrap()];
+    all.extend_from_slice(args);
+    all.push("--");
+    all.extend_from_slice(command);
+    let out = run(&all);
+    assert!(out.status.success(), "bpfprof {all:?}: {}", stderr(&out));
+    (read_json(&path), stdout(&out))
+}
+
+/// A number that differs between calls (for file names within one test process).
+pub fn rand_suffix() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos()
+}
+
 /// `args` fail with exit 2 and one line that says `says`.
 pub fn refused_in_one_line(args: &[&str], says: &str) {
     let out = run(args);

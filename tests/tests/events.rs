@@ -10,25 +10,6 @@ fn events_bin() -> String {
     workload("events").to_str().unwrap().to_string()
 }
 
-/// `bpfprof stat ... -o json -- COMMAND`: the report and the command's output.
-fn stat(args: &[&str], command: &[&str]) -> (serde_json::Value, String) {
-    let path = temp_path(&format!("stat-{}.json", std::process::id() ^ rand_suffix()));
-    let mut all = vec!["stat", "-o", path.to_str().unwrap()];
-    all.extend_from_slice(args);
-    all.push("--");
-    all.extend_from_slice(command);
-    let out = run(&all);
-    assert!(out.status.success(), "bpfprof {all:?}: {}", stderr(&out));
-    (read_json(&path), stdout(&out))
-}
-
-fn rand_suffix() -> u32 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos()
-}
-
 fn counter(report: &serde_json::Value, event: &str) -> serde_json::Value {
     report["counters"]
         .as_array()

@@ -27,21 +27,8 @@ fn a_source_line_in_a_loop_is_counted_exactly() {
     let bin = events_bin();
     let line = marked_line();
     let event = format!("uprobe:{bin}:events.c:{line}");
-    let path = temp_path("line-stat.json");
-    let out = run(&[
-        "stat",
-        "-e",
-        &event,
-        "-o",
-        path.to_str().unwrap(),
-        "--",
-        &bin,
-        "lines",
-        "12345",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let truth = truth(&stdout(&out));
-    let report = read_json(&path);
+    let (report, out) = stat(&["-e", &event], &[&bin, "lines", "12345"]);
+    let truth = truth(&out);
     let counted = (report["counters"].as_array().unwrap().iter())
         .find(|c| c["event"] == event.as_str())
         .map(|c| c["value"].as_f64().unwrap());
@@ -105,11 +92,7 @@ fn record(
     std::collections::HashMap<String, f64>,
     std::path::PathBuf,
 ) {
-    let unique = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let path = temp_path(&format!("record-{unique}.json"));
+    let path = temp_path(&format!("record-{}.json", rand_suffix()));
     let bin = events_bin();
     let mut all = vec!["record", "-o", path.to_str().unwrap()];
     all.extend_from_slice(options);
@@ -275,22 +258,9 @@ fn what_cannot_be_recorded_is_refused_in_one_line() {
 /// `sys_enter_write`, none under `sys_enter_writev`; a glob matching nothing is refused.
 #[test]
 fn a_glob_counts_each_tracepoint_it_names() {
-    let path = temp_path("glob-stat.json");
     let bin = events_bin();
-    let out = run(&[
-        "stat",
-        "-e",
-        "syscalls:sys_enter_wri*",
-        "-o",
-        path.to_str().unwrap(),
-        "--",
-        &bin,
-        "writes",
-        "1000",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let truth = truth(&stdout(&out));
-    let report = read_json(&path);
+    let (report, out) = stat(&["-e", "syscalls:sys_enter_wri*"], &[&bin, "writes", "1000"]);
+    let truth = truth(&out);
     let counted: Vec<(String, f64)> = (report["counters"].as_array().unwrap().iter())
         .map(|c| {
             (

@@ -179,15 +179,11 @@ pub fn resolve(specs: &[FetchSpec], event: &Event, fields: &[Field]) -> Result<V
 fn pointed_string(spec: &FetchSpec, fields: &[Field]) -> Result<Fetched, String> {
     let Some(field) = fields.iter().find(|f| f.name == spec.name) else {
         let names: Vec<String> = fields.iter().map(|f| f.name.clone()).collect();
-        let near = super::language::nearest(&spec.name, &names);
-        return Err(format!(
-            "no field `{}`{}",
-            spec.name,
-            match near.is_empty() {
-                true => String::new(),
-                false => format!(": did you mean {}?", near.join(", ")),
-            }
-        ));
+        return Err(super::probe::ProbeError::Missing {
+            what: format!("no field `{}`", spec.name),
+            near: super::language::nearest(&spec.name, &names),
+        }
+        .to_string());
     };
     if field.offset + 8 > 512 {
         return Err(format!(
