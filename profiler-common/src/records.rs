@@ -42,7 +42,7 @@ const _: () = assert!(size_of::<HitRecord>() == 72 + 2 * RECORD_DATA_BYTES);
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Fetch {
-    /// `fetch::NONE`, `WORD` or `GLOBAL`.
+    /// `fetch::NONE`, `WORD`, `GLOBAL`, `MEMORY` or `CONSTANT`.
     pub kind: u8,
     /// Bytes of a number read from memory (1, 2, 4 or 8); 0: a string, into the string slot `n`
     /// (where a word points, or at the global itself: a `char` array).
@@ -52,7 +52,8 @@ pub struct Fetch {
     pub word: u16,
     pub _pad: u32,
     /// A global's address less the probed instruction's: both are in the same file, which the
-    /// loader maps whole at one offset, so the global is at the hit's address plus this.
+    /// loader maps whole at one offset, so the global is at the hit's address plus this. For
+    /// `MEMORY`, what is added to the word; for `CONSTANT`, the value.
     pub delta: i64,
 }
 const _: () = assert!(size_of::<Fetch>() == 16);
@@ -63,4 +64,9 @@ pub mod fetch {
     pub const WORD: u8 = 1;
     /// A global of the probed file.
     pub const GLOBAL: u8 = 2;
+    /// Memory at a word of the context (a register) plus `delta`: a USDT argument the compiler
+    /// left on the stack. A string (`size` 0) is where the word read there points.
+    pub const MEMORY: u8 = 3;
+    /// `delta` itself: a USDT argument the compiler knew.
+    pub const CONSTANT: u8 = 4;
 }

@@ -101,15 +101,22 @@ fn fetch_all(context: *const u8, pc: u64, record: &mut HitRecord, event: u16) {
 /// Fetch `n` of this hit into the record; false where memory could not be read.
 #[inline(always)]
 fn fetch_one(context: *const u8, pc: u64, fetch: &Fetch, record: &mut HitRecord, n: usize) -> bool {
-    let address = match fetch.kind {
-        fetch::WORD => {
-            let word = unsafe { context.add(fetch.word as usize & 0x1ff) };
-            match unsafe { bpf_probe_read_kernel(word as *const u64) } {
-                Ok(value) => value,
-                Err(_) => return false,
-            }
-        }
-        _ => pc.wrapping_add(fetch.delta as u64),
+    let word = || {
+        let word = unsafe { context.add(fetch.word as usize & 0x1ff) };
+        unsafe { bpf_probe_read_kernel(word as *const u64) }.ok()
+    };
+    let mut address = match fetch.kind {
+        fetch::WORD => word(),
+        fetch::MEMORY => word().map(|base| base.wrapping_add(fetch.delta as u64)),
+        fetch::CONSTANT => Some(fetch.delta as u64),
+        _ => Some(pc.wrapping_add(fetch.delta as u64)),
+    };
+    if fetch.kind == fetch::MEMORY && fetch.size == 0 {
+        // A pointer kept in memory: the string is where it points.
+        address = address.and_then(|at| unsafe { bpf_probe_read_user(at as *const u64) }.ok());
+    }
+    let Some(address) = address else {
+        return false;
     };
     if fetch.size == 0 {
         // A string: where the word points, or the global's own bytes.
@@ -118,7 +125,7 @@ fn fetch_one(context: *const u8, pc: u64, fetch: &Fetch, record: &mut HitRecord,
         return unsafe { bpf_probe_read_user_str_bytes(address as *const u8, slot) }.is_ok();
     }
     let value = match (fetch.kind, fetch.size) {
-        (fetch::WORD, _) => Ok(address),
+        (fetch::WORD | fetch::CONSTANT, _) => Ok(address),
         (_, 1) => unsafe { bpf_probe_read_user(address as *const u8) }.map(u64::from),
         (_, 2) => unsafe { bpf_probe_read_user(address as *const u16) }.map(u64::from),
         (_, 4) => unsafe { bpf_probe_read_user(address as *const u32) }.map(u64::from),

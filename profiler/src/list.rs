@@ -153,16 +153,16 @@ fn probe_entries(file: &str) -> Result<Vec<Listed>, UserError> {
     let refused = |e: crate::counters::probe::ProbeError| UserError::Usage(format!("--probes {e}"));
     let (path, functions) = crate::counters::probe::functions(file).map_err(refused)?;
     let usdt = crate::counters::probe::usdt_probes(file).map_err(refused)?;
-    let entry = |name: String, group: &str| Listed {
+    let entry = |(name, description): (String, String), group: &str| Listed {
         name,
         group: group.to_string(),
-        description: String::new(),
+        description,
         unavailable: None,
     };
     let usdt_group = format!("USDT probes of {} (usdt:{file}:PROVIDER:NAME)", path.display());
     let function_group = format!("functions of {} (uprobe:{file}:FUNCTION)", path.display());
     Ok((usdt.into_iter().map(|n| entry(n, &usdt_group)))
-        .chain(functions.into_iter().map(|n| entry(n, &function_group)))
+        .chain((functions.into_iter()).map(|n| entry((n, String::new()), &function_group)))
         .collect())
 }
 

@@ -83,22 +83,26 @@ fn a_source_line_in_a_loop_is_counted_exactly() {
 
 /// `record -o FILE ... -- events ARGS`: the saved hits (each a JSON line), the totals (the
 /// last line), the workload's truth.
-fn record(
-    options: &[&str],
-    args: &[&str],
-) -> (
+fn record(options: &[&str], args: &[&str]) -> Recorded {
+    let bin = events_bin();
+    record_command(options, &[&[bin.as_str()], args].concat())
+}
+
+/// The saved hits, the totals, the command's truth and the saved file.
+type Recorded = (
     Vec<serde_json::Value>,
     serde_json::Value,
     std::collections::HashMap<String, f64>,
     std::path::PathBuf,
-) {
+);
+
+/// `record -o FILE OPTIONS -- COMMAND`, as `record`.
+fn record_command(options: &[&str], command: &[&str]) -> Recorded {
     let path = temp_path(&format!("record-{}.json", rand_suffix()));
-    let bin = events_bin();
     let mut all = vec!["record", "-o", path.to_str().unwrap()];
     all.extend_from_slice(options);
     all.push("--");
-    all.push(&bin);
-    all.extend_from_slice(args);
+    all.extend_from_slice(command);
     let out = run(&all);
     assert!(out.status.success(), "{all:?}: {}", stderr(&out));
     println!("{}", stderr(&out));
@@ -173,6 +177,110 @@ fn each_hit_is_recorded_with_the_values_fetched_there() {
         "{:?}",
         at_step[0]
     );
+    assert_no_programs_left();
+}
+
+/// A USDT probe's own arguments, wherever its note says the compiler put them: the workload's
+/// `events:step` has an int in a register, a global in memory (x86-64: relative to the probed
+/// instruction, `line_value(%rip)`; AArch64: at a register), a constant and a string's address;
+/// each hit recorded with them, their sums the workload's own. An argument the probe does not
+/// have, or a return value, is refused naming what it has.
+#[test]
+fn a_usdt_probes_own_arguments_are_recorded() {
+    let event = format!("usdt:{}:events:step", events_bin());
+    let (hits, totals, truth, _) = record(
+        &["-e", &event, "--fetch", "arg0,arg1,arg2,arg3:str"],
+        &["usdt", "3000"],
+    );
+    let sum = |field: &str| -> f64 { hits.iter().map(|h| h["fields"][field].as_f64().unwrap()).sum() };
+    println!(
+        "{} hits: arg0 sums to {} (the workload's ints {}), arg1 to {} (its globals {}); totals {totals}",
+        hits.len(),
+        sum("arg0"),
+        truth["ints_sum"],
+        sum("arg1"),
+        truth["globals_sum"]
+    );
+    assert_eq!(hits.len() as f64, truth["usdt"]);
+    assert_eq!(sum("arg0"), truth["ints_sum"]);
+    assert!(
+        hits.iter().any(|h| h["fields"]["arg0"].as_i64().unwrap() < 0),
+        "signed"
+    );
+    assert_eq!(sum("arg1"), truth["globals_sum"]);
+    assert!(hits
+        .iter()
+        .all(|h| h["fields"]["arg2"] == 42 && h["fields"]["arg3"] == "usdt-step"));
+    assert_eq!(totals["lost"], 0);
+    let listed = stdout(&run(&["list", "--probes", &events_bin()]));
+    let line = listed
+        .lines()
+        .find(|l| l.contains("events:step"))
+        .unwrap_or_default();
+    assert!(line.contains("arg0..arg3: -4@"), "listed as {line:?}");
+    for (fetch, said) in [
+        ("arg4", "this USDT probe has arg0..arg3"),
+        ("retval", "a USDT probe has its own arguments"),
+        ("arg2:str", "a constant is not a string's address"),
+    ] {
+        refused_in_one_line(&["record", "-e", &event, "--fetch", fetch, "--", "true"], said);
+    }
+    assert_no_programs_left();
+}
+
+/// Debian's python3.11, a program no one here wrote: `gc__start`'s generation (which its note
+/// puts on the stack, `-4@112(%rsp)`) for each collection, as many of generations 0 and 1 as
+/// Python's own `gc.get_stats()` says (generation 2 also collects at exit, after the script's
+/// last word); `function__entry`'s file, function and line (two strings and an int in
+/// registers) for each call of the script's `target`, its line the code object's own. Python
+/// 3.11 fires its function probes only while a profile or trace function is set.
+#[test]
+fn pythons_usdt_arguments_are_its_own() {
+    let python = "/usr/bin/python3.11";
+    let script = temp_path(&format!("usdt-{}.py", rand_suffix()));
+    std::fs::write(
+        &script,
+        "import gc, sys\ngc.disable()\nsys.setprofile(lambda *a: None)\n\
+         def target(n):\n    return n + 1\n\
+         for i in range(int(sys.argv[1])):\n    target(i)\n\
+         for g in (0, 1, 1, 0, 1, 0, 0):\n    gc.collect(g)\n\
+         s = gc.get_stats()\n\
+         print('TRUTH calls=%s line=%d gen0=%d gen1=%d' % (sys.argv[1], target.__code__.co_firstlineno, s[0]['collections'], s[1]['collections']))\n",
+    )
+    .unwrap();
+    let script = script.to_str().unwrap();
+    let (start, entry) = (
+        format!("usdt:{python}:python:gc__start"),
+        format!("usdt:{python}:python:function__entry"),
+    );
+    let (hits, totals, truth, _) = record_command(
+        &["-e", &entry, "--fetch", "arg0:str,arg1:str,arg2"],
+        &[python, script, "37"],
+    );
+    let calls: Vec<_> = (hits_of(&hits, &entry).into_iter())
+        .filter(|h| h["fields"]["arg1"] == "target")
+        .collect();
+    println!(
+        "{} calls of target: {} recorded; totals {totals}",
+        truth["calls"],
+        calls.len()
+    );
+    assert_eq!(calls.len() as f64, truth["calls"]);
+    assert!(calls
+        .iter()
+        .all(|h| h["fields"]["arg0"] == script && h["fields"]["arg2"] == truth["line"]));
+    let (hits, _, truth, _) = record_command(&["-e", &start, "--fetch", "arg0"], &[python, script, "1"]);
+    let generation = |g: i64| hits.iter().filter(|h| h["fields"]["arg0"] == g).count() as f64;
+    println!(
+        "collections of generation 0: {} recorded, {} said; 1: {} recorded, {} said; 2: {} recorded",
+        generation(0),
+        truth["gen0"],
+        generation(1),
+        truth["gen1"],
+        generation(2)
+    );
+    assert_eq!(generation(0), truth["gen0"]);
+    assert_eq!(generation(1), truth["gen1"]);
     assert_no_programs_left();
 }
 

@@ -16,6 +16,9 @@
  *                       after it stored the iteration's value in the global `line_value`, which
  *                       `step` is also called with (its first argument) and named after (its
  *                       second, the string "step"); prints N and the sum of the values
+ *   events usdt N       the USDT probe events:step fires N times, its four arguments an int in a
+ *                       register (-500..499), the global `line_value` in memory, the constant 42
+ *                       and the string "usdt-step"; prints N and each number argument's sum
  * Each prints one `TRUTH key=value ...` line at exit. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -81,6 +84,50 @@ static __attribute__((noinline)) void lines(long n) {
         values += line_value;
     }
     printf("TRUTH pid=%d lines=%ld values_sum=%ld steps=%ld\n", getpid(), n, values, steps);
+}
+
+/* A USDT probe as sys/sdt.h writes one (its header is not on every machine, nor in the arm64
+ * cross compiler's path): a nop at the site, and a .note.stapsdt entry giving its address, the
+ * base it was linked at, no semaphore, the provider, the name and where each argument is, as the
+ * compiler printed its operand (a register, memory, a constant). */
+#define USDT_NOTE(provider, name, args)                                                   \
+    "990: nop\n"                                                                         \
+    ".pushsection .note.stapsdt,\"\",\"note\"\n"                                     \
+    ".balign 4\n"                                                                        \
+    ".4byte 992f-991f, 994f-993f, 3\n"                                                   \
+    "991: .asciz \"stapsdt\"\n"                                                        \
+    "992: .balign 4\n"                                                                   \
+    "993: .8byte 990b\n"                                                                 \
+    ".8byte _.stapsdt.base\n"                                                            \
+    ".8byte 0\n"                                                                         \
+    ".asciz \"" provider "\"\n"                                                        \
+    ".asciz \"" name "\"\n"                                                            \
+    ".asciz \"" args "\"\n"                                                            \
+    "994: .balign 4\n"                                                                   \
+    ".popsection\n"                                                                      \
+    ".ifndef _.stapsdt.base\n"                                                           \
+    ".pushsection .stapsdt.base,\"aG\",\"progbits\",.stapsdt.base,comdat\n"          \
+    ".weak _.stapsdt.base\n"                                                             \
+    ".hidden _.stapsdt.base\n"                                                           \
+    "_.stapsdt.base: .space 1\n"                                                         \
+    ".size _.stapsdt.base, 1\n"                                                          \
+    ".popsection\n"                                                                      \
+    ".endif\n"
+
+static __attribute__((noinline)) void usdt_steps(long n) {
+    long ints = 0, globals = 0;
+    for (long i = 0; i < n; i++) {
+        int value = (int)((i * 7919) % 1000) - 500;
+        line_value = i * 3;
+        __asm__ __volatile__(USDT_NOTE("events", "step", "-4@%[value] 8@%[global] -4@%[constant] 8@%[name]")
+                             :
+                             : [value] "r"(value), [global] "m"(line_value), [constant] "i"(42),
+                               [name] "r"("usdt-step"));
+        ints += value;
+        globals += line_value;
+    }
+    printf("TRUTH pid=%d usdt=%ld ints_sum=%ld globals_sum=%ld constant=42\n", getpid(), n, ints,
+           globals);
 }
 
 static __attribute__((noinline)) void napper(long naps) {
@@ -168,6 +215,8 @@ int main(int argc, char **argv) {
                getpid(), sleeper_tid, sleeps_short, sleeps_long, sleeps_over_2pow24);
     } else if (strcmp(argv[1], "lines") == 0) {
         lines(n);
+    } else if (strcmp(argv[1], "usdt") == 0) {
+        usdt_steps(n);
     } else if (strcmp(argv[1], "naps") == 0) {
         long before = preemptions();
         napper(n);

@@ -1,15 +1,22 @@
 //! What `record --fetch` reads at each hit of a probe: an argument (`arg1`..`arg6`) or the
-//! return value (`retval`) from the calling convention's registers, or a global variable of the
-//! probed file by its symbol (`line_value`); each shown as a type (`:u8`..`:u64`, `:s8`..`:s64`,
-//! `:x8`..`:x64` in hex, `:str` a NUL-terminated string). A register is 64 bits (`u64`) and a
-//! global as large as its symbol unless typed; a global whose size is not a number's is text.
+//! return value (`retval`) from the calling convention's registers, a USDT probe's own
+//! arguments (`arg0`..`arg11`, where its note says the compiler put them), or a global variable
+//! of the probed file by its symbol (`line_value`); each shown as a type (`:u8`..`:u64`,
+//! `:s8`..`:s64`, `:x8`..`:x64` in hex, `:str` a NUL-terminated string). A register is 64 bits
+//! (`u64`), a USDT argument as its note sizes it and a global as large as its symbol unless
+//! typed; a global whose size is not a number's is text.
 use profiler_common::{
     hit_weight,
     records::{fetch, Fetch, MAX_FETCHES},
 };
 use serde_json::Value;
 
-use super::{language::Event, tracepoint::Field};
+use super::{
+    language::Event,
+    probe::Probe,
+    tracepoint::Field,
+    usdt::{self, Location},
+};
 
 /// How a fetched value is shown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,9 +31,18 @@ pub enum Type {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FetchSpec {
     pub name: String,
-    /// A register (`hit_weight`'s `ARG0 + n` or `RETVAL`); none: a global by this name.
-    pub register: Option<u32>,
+    pub source: Source,
     pub ty: Option<Type>,
+}
+
+/// What a fetch's name says it reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// `argN` as spelled: a function's `arg1`..`arg6`, a USDT probe's `arg0`..`arg11`.
+    Arg(u32),
+    Retval,
+    /// A global variable (or, at a tracepoint, a field) by this name.
+    Named,
 }
 
 /// One fetch resolved for one probe: the kernel's instructions, and how to show what it read.
@@ -56,26 +72,29 @@ fn parse_one(text: &str) -> Result<FetchSpec, String> {
         Some((name, ty)) => (name, Some(parse_type(ty)?)),
         None => (text, None),
     };
-    let register = match name {
-        "retval" => Some(hit_weight::RETVAL),
-        _ => (name.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok()))
-            .filter(|n| (1..=hit_weight::MAX_ARG).contains(n))
-            .map(|n| hit_weight::ARG0 + n),
-    };
+    let arg = (name.strip_prefix("arg"))
+        .filter(|n| n.len() <= 2 && n.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|n| n.parse::<u32>().ok())
+        .filter(|n| *n < usdt::MAX_ARGS as u32);
     let is_symbol = !name.is_empty()
         && !name.starts_with(|c: char| c.is_ascii_digit())
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.');
-    if register.is_none() && (!is_symbol || name.starts_with("arg")) {
-        return Err(format!(
-            "`{name}`: fetch arg1..arg{}, retval or a global variable's name",
-            hit_weight::MAX_ARG
-        ));
-    }
+    let source = match (name, arg) {
+        ("retval", _) => Source::Retval,
+        (_, Some(n)) => Source::Arg(n),
+        _ if is_symbol && !name.starts_with("arg") => Source::Named,
+        _ => {
+            let (last, usdt_last) = (hit_weight::MAX_ARG, usdt::MAX_ARGS - 1);
+            let what =
+                format!("arg1..arg{last} (a USDT probe's arg0..arg{usdt_last}), retval or a global's name");
+            return Err(format!("`{name}`: fetch {what}"));
+        }
+    };
     Ok(FetchSpec {
         name: name.to_string(),
-        register,
+        source,
         ty,
     })
 }
@@ -98,71 +117,37 @@ fn parse_type(text: &str) -> Result<Type, String> {
 }
 
 /// `specs` for `event`. At a probe: registers where it fires at a function's entry (arguments)
-/// or return (`retval`); globals where it fires in the file that has them (a user probe's entry
-/// or line: at a return the program is in the caller's code). At a tracepoint (its `fields`):
-/// the string a pointer field points at (`filename:str`); its numbers are in its record.
+/// or return (`retval`); a USDT site's own arguments where its note puts them; globals where it
+/// fires in the file that has them (a user probe's entry, line or USDT site: at a return the
+/// program is in the caller's code). At a tracepoint (its `fields`): the string a pointer field
+/// points at (`filename:str`); its numbers are in its record.
 pub fn resolve(specs: &[FetchSpec], event: &Event, fields: &[Field]) -> Result<Vec<Fetched>, String> {
     let Some(probe) = &event.probe else {
         return specs.iter().map(|spec| pointed_string(spec, fields)).collect();
     };
-    if event.name.starts_with("usdt:") {
-        return Err("a USDT probe's own arguments are not fetched yet".into());
-    }
     let aarch64 = cfg!(target_arch = "aarch64");
+    let usdt_args = match &probe.usdt_args {
+        Some(text) => Some(usdt::parse_args(text, aarch64).map_err(|e| format!("{}: {e}", event.name))?),
+        None => None,
+    };
     let mut fetched = Vec::new();
     for spec in specs {
-        let (fetch, natural) = match spec.register {
-            Some(hit_weight::RETVAL) if !probe.ret => {
-                return Err("retval is a uretprobe's or kretprobe's".into())
-            }
-            Some(_) if probe.ret && spec.register != Some(hit_weight::RETVAL) => {
+        let (fetch, natural) = match (spec.source, &usdt_args) {
+            (Source::Named, _) => global(spec, probe)?,
+            (Source::Arg(n), Some(args)) => usdt_arg(spec, n, args, probe)?,
+            (_, Some(_)) => {
                 return Err(format!(
-                    "{}: at a return the argument registers hold whatever the function left in them",
+                    "{}: a USDT probe has its own arguments (arg0..), no return",
                     spec.name
                 ))
             }
-            Some(_) if !probe.ret && !probe.entry => {
-                return Err(format!(
-                    "{}: arguments are in their registers at a function's entry only: probe the function itself (not an offset, an address or a source line)",
-                    spec.name
-                ))
-            }
-            Some(register) => {
-                let offset = hit_weight::register_offset(register, aarch64).unwrap_or(0);
-                (
-                    Fetch {
-                        kind: fetch::WORD,
-                        word: offset as u16,
-                        ..Fetch::default()
-                    },
-                    Type::Unsigned(8),
-                )
-            }
-            None if probe.kernel || probe.ret => {
-                return Err(format!(
-                    "{}: a global is fetched at a user probe's entry or line, in the file it is in",
-                    spec.name
-                ))
-            }
-            None => {
-                let (delta, size) =
-                    super::probe::global_from(probe, &spec.name).map_err(|e| e.to_string())?;
-                let natural = match size {
-                    1 | 2 | 4 | 8 => Type::Signed(size as u8),
-                    _ => Type::Str,
-                };
-                (
-                    Fetch {
-                        kind: fetch::GLOBAL,
-                        delta,
-                        ..Fetch::default()
-                    },
-                    natural,
-                )
-            }
+            (_, None) => register(spec, probe, aarch64)?,
         };
         let ty = spec.ty.unwrap_or(natural);
         let size = match ty {
+            Type::Str if fetch.kind == fetch::CONSTANT => {
+                return Err(format!("{}: a constant is not a string's address", spec.name))
+            }
             Type::Str => 0,
             Type::Unsigned(n) | Type::Signed(n) | Type::Hex(n) => n,
         };
@@ -173,6 +158,111 @@ pub fn resolve(specs: &[FetchSpec], event: &Event, fields: &[Field]) -> Result<V
         });
     }
     Ok(fetched)
+}
+
+/// A function's argument at its entry, or its return value at a return: a register.
+fn register(spec: &FetchSpec, probe: &Probe, aarch64: bool) -> Result<(Fetch, Type), String> {
+    let register = match spec.source {
+        Source::Retval if !probe.ret => return Err("retval is a uretprobe's or kretprobe's".into()),
+        Source::Retval => hit_weight::RETVAL,
+        Source::Arg(_) if probe.ret => {
+            return Err(format!(
+                "{}: at a return the argument registers hold whatever the function left in them",
+                spec.name
+            ))
+        }
+        Source::Arg(_) if !probe.entry => {
+            return Err(format!(
+                "{}: arguments are in their registers at a function's entry only: probe the function itself (not an offset, an address or a source line)",
+                spec.name
+            ))
+        }
+        Source::Arg(n @ 1..=hit_weight::MAX_ARG) => hit_weight::ARG0 + n,
+        _ => {
+            return Err(format!(
+                "{}: a function's arguments are arg1..arg{}",
+                spec.name,
+                hit_weight::MAX_ARG
+            ))
+        }
+    };
+    let offset = hit_weight::register_offset(register, aarch64).unwrap_or(0);
+    let fetch = Fetch {
+        kind: fetch::WORD,
+        word: offset as u16,
+        ..Fetch::default()
+    };
+    Ok((fetch, Type::Unsigned(8)))
+}
+
+/// A global of the probed file, at a user probe that fires in its code.
+fn global(spec: &FetchSpec, probe: &Probe) -> Result<(Fetch, Type), String> {
+    if probe.kernel || probe.ret {
+        return Err(format!(
+            "{}: a global is fetched at a user probe's entry or line, in the file it is in",
+            spec.name
+        ));
+    }
+    let (delta, size) = super::probe::global_from(probe, &spec.name).map_err(|e| e.to_string())?;
+    let natural = match size {
+        1 | 2 | 4 | 8 => Type::Signed(size as u8),
+        _ => Type::Str,
+    };
+    let fetch = Fetch {
+        kind: fetch::GLOBAL,
+        delta,
+        ..Fetch::default()
+    };
+    Ok((fetch, natural))
+}
+
+/// A USDT probe's argument `n`, where its note says it is; typed as the note sizes it.
+fn usdt_arg(spec: &FetchSpec, n: u32, args: &[usdt::Arg], probe: &Probe) -> Result<(Fetch, Type), String> {
+    let Some(arg) = args.get(n as usize) else {
+        return Err(match args.len() {
+            0 => format!("{}: this USDT probe has no arguments", spec.name),
+            count => format!(
+                "{}: this USDT probe has arg0..arg{} (counted from 0, as its note and bpftrace count them)",
+                spec.name,
+                count - 1
+            ),
+        });
+    };
+    let word = |offset: u16| Fetch {
+        word: offset,
+        ..Fetch::default()
+    };
+    let fetch = match &arg.at {
+        Location::Register(at) => Fetch {
+            kind: fetch::WORD,
+            ..word(*at)
+        },
+        Location::Memory { base, offset } => Fetch {
+            kind: fetch::MEMORY,
+            delta: *offset,
+            ..word(*base)
+        },
+        Location::Constant(value) => Fetch {
+            kind: fetch::CONSTANT,
+            delta: *value,
+            ..Fetch::default()
+        },
+        // x86-64's `counter(%rip)`: at the probed instruction's address (the hit's `ip`) plus
+        // the global's distance from it.
+        Location::Global { symbol, offset } => {
+            let (delta, _) = super::probe::global_from(probe, symbol).map_err(|e| e.to_string())?;
+            Fetch {
+                kind: fetch::MEMORY,
+                delta: delta.wrapping_add(*offset),
+                ..word(usdt::X86_64_IP)
+            }
+        }
+    };
+    let natural = match arg.signed {
+        true => Type::Signed(arg.size),
+        false => Type::Unsigned(arg.size),
+    };
+    Ok((fetch, natural))
 }
 
 /// A tracepoint's pointer field, fetched as the string it points at in user memory.
@@ -241,13 +331,18 @@ mod tests {
     #[test]
     fn fetches_are_registers_or_globals_each_typed() {
         let specs = parse_list("arg1,arg2:str,retval:s32,line_value:x16").unwrap();
-        assert_eq!(specs[0].register, Some(hit_weight::ARG0 + 1));
+        assert_eq!(specs[0].source, Source::Arg(1));
         assert_eq!(specs[1].ty, Some(Type::Str));
-        assert_eq!(specs[2].register, Some(hit_weight::RETVAL));
-        assert_eq!((specs[3].register, specs[3].ty), (None, Some(Type::Hex(2))));
+        assert_eq!(specs[2].source, Source::Retval);
+        assert_eq!(
+            (specs[3].source, specs[3].ty),
+            (Source::Named, Some(Type::Hex(2)))
+        );
+        assert_eq!(parse_list("arg0,arg11").unwrap()[1].source, Source::Arg(11));
         for bad in [
-            "arg7",
-            "arg0",
+            "arg12",
+            "arg01x",
+            "args",
             "x:u12",
             "x:ü8",
             "x:",

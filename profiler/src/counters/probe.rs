@@ -31,6 +31,8 @@ pub struct Probe {
     /// At a function's first instruction, where its arguments are in their registers (not at an
     /// offset, an address, a source line or a USDT site).
     pub entry: bool,
+    /// A USDT site's arguments, as its note spells them (`usdt::parse_args`).
+    pub usdt_args: Option<String>,
 }
 
 /// Why a probe's spelling names no instruction.
@@ -129,13 +131,20 @@ pub fn resolve(spelled: Spelled<'_>) -> Result<Probe, ProbeError> {
         }
     };
     let path = binary(file)?;
-    let (offset, semaphore) = with_object(&path, |object, data| match spelled {
-        Spelled::Usdt { provider, name, .. } => usdt_site(object, data, &path, provider, name),
+    let (offset, usdt) = with_object(&path, |object, data| match spelled {
+        Spelled::Usdt { provider, name, .. } => {
+            let (offset, site) = usdt_site(object, data, &path, provider, name)?;
+            Ok((offset, Some(site)))
+        }
         Spelled::Line { source, line, .. } => Ok((line_site(object, &path, source, line)?, None)),
         Spelled::Function { function, .. } | Spelled::Kernel { function, .. } => {
             Ok((offset_in(object, &path, function)?, None))
         }
     })?;
+    let (semaphore, usdt_args) = match usdt {
+        Some((semaphore, args)) => (semaphore, Some(args)),
+        None => (None, None),
+    };
     let target = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| ProbeError::Invalid("a NUL in the path".into()))?;
     let entry = matches!(spelled, Spelled::Function { function, .. } if !function.contains('+') && !function.starts_with("0x"));
@@ -146,6 +155,7 @@ pub fn resolve(spelled: Spelled<'_>) -> Result<Probe, ProbeError> {
         ret,
         semaphore,
         entry,
+        usdt_args,
     })
 }
 
@@ -178,6 +188,7 @@ fn kernel_probe(ret: bool, spelled: &str) -> Result<Probe, ProbeError> {
         ret,
         semaphore: None,
         entry: offset == 0,
+        usdt_args: None,
     })
 }
 
@@ -197,21 +208,24 @@ fn kernel_functions() -> Vec<String> {
     names
 }
 
-/// A USDT site's offset and its semaphore's, in the file.
+/// A USDT site's offset, and its semaphore's (in the file) and arguments.
 fn usdt_site(
     object: &object::File<'_>,
     data: &[u8],
     path: &Path,
     provider: &str,
     name: &str,
-) -> Result<(u64, Option<u64>), ProbeError> {
+) -> Result<(u64, (Option<u64>, String)), ProbeError> {
     let all = usdt::sites(object, data);
     let sites: Vec<&usdt::Site> = (all.iter())
         .filter(|s| s.provider == provider && s.name == name)
         .collect();
     let offset = |address| file_offset_of(object, path, address);
     match sites.as_slice() {
-        [site] => Ok((offset(site.address)?, site.semaphore.map(offset).transpose()?)),
+        [site] => Ok((
+            offset(site.address)?,
+            (site.semaphore.map(offset).transpose()?, site.args.clone()),
+        )),
         [] => Err(ProbeError::Missing {
             what: format!("no USDT probe {provider}:{name} in {}", path.display()),
             near: super::language::nearest(
@@ -311,17 +325,34 @@ pub fn functions(given: &str) -> Result<(PathBuf, Vec<String>), ProbeError> {
     Ok((file, names))
 }
 
-/// The USDT probes of the file `given` names, as `PROVIDER:NAME`, each once.
-pub fn usdt_probes(given: &str) -> Result<Vec<String>, ProbeError> {
+/// The USDT probes of the file `given` names, as `PROVIDER:NAME`, each once, with what it
+/// takes: its arguments as `record --fetch` names them and as its note places them.
+pub fn usdt_probes(given: &str) -> Result<Vec<(String, String)>, ProbeError> {
     let file = binary(given)?;
-    let mut names: Vec<String> = with_object(&file, |object, data| {
-        Ok((usdt::sites(object, data).into_iter())
-            .map(|s| format!("{}:{}", s.provider, s.name))
-            .collect())
-    })?;
-    names.sort();
-    names.dedup();
-    Ok(names)
+    let mut sites = with_object(&file, |object, data| Ok(usdt::sites(object, data)))?;
+    sites.sort_by(|a, b| (&a.provider, &a.name).cmp(&(&b.provider, &b.name)));
+    let mut probes: Vec<(String, String)> = Vec::new();
+    for (i, site) in sites.iter().enumerate() {
+        let name = format!("{}:{}", site.provider, site.name);
+        if probes.last().is_some_and(|(last, _)| *last == name) {
+            continue;
+        }
+        let count = sites[i..]
+            .iter()
+            .take_while(|s| (&s.provider, &s.name) == (&site.provider, &site.name))
+            .count();
+        let args = site.args.split_whitespace().count();
+        let mut what = match args {
+            0 => "no arguments".to_string(),
+            1 => format!("arg0: {}", site.args),
+            n => format!("arg0..arg{}: {}", n - 1, site.args),
+        };
+        if count > 1 {
+            what.push_str(&format!(" ({count} sites)"));
+        }
+        probes.push((name, what));
+    }
+    Ok(probes)
 }
 
 impl std::fmt::Display for ProbeError {
