@@ -129,6 +129,8 @@ names! {
         G_LATENCY_KEYS = "LATENCY_KEYS";
         /// What a probe's sampled hit weighs (`hit_weight`).
         G_HIT_WEIGHT = "HIT_WEIGHT";
+        /// `record -g`: each record with its stacks (`StackedRecord`).
+        G_RECORD_STACKS = "RECORD_STACKS";
     }
 }
 

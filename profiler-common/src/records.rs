@@ -37,6 +37,33 @@ pub struct HitRecord {
 }
 const _: () = assert!(size_of::<HitRecord>() == 72 + 2 * RECORD_DATA_BYTES);
 
+/// Kernel frames kept with a recorded hit (`record -g`).
+pub const RECORD_KERNEL_FRAMES: usize = 64;
+
+/// A hit with the stacks it was hit on (`record -g`): the user stack walked through the
+/// process's unwind tables where it has them (as the sampler walks it), else by frame pointers
+/// as `bpf_get_stack` walks it (as `perf record -g` does), and the kernel's.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct StackedRecord {
+    pub hit: HitRecord,
+    /// Bytes of `user` and `kernel` written, or the negative error `bpf_get_stack` returned.
+    pub user_bytes: i32,
+    pub kernel_bytes: i32,
+    /// Which image of the process the user stack is of (see `SampleKey::exec_generation`).
+    pub exec_generation: u32,
+    /// How the user stack was walked: 0 by frame pointers, else through the process's unwind
+    /// tables, `1 + ` how the walk ended (`unwind::stop`).
+    pub user_walk: u32,
+    /// Leaf first.
+    pub user: [u64; crate::unwind::MAX_FRAMES],
+    pub kernel: [u64; RECORD_KERNEL_FRAMES],
+}
+const _: () = assert!(
+    size_of::<StackedRecord>()
+        == size_of::<HitRecord>() + 16 + 8 * (crate::unwind::MAX_FRAMES + RECORD_KERNEL_FRAMES)
+);
+
 /// What a probe's record reads at each hit, one per fetch (`RECORD_FETCHES`, at
 /// `event * MAX_FETCHES + n`).
 #[repr(C)]

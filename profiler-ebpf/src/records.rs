@@ -2,17 +2,21 @@
 //! them) goes to user space whole through the `RECORDS` ring: a tracepoint's record copied as
 //! it is, a probe's fetches read (`RECORD_FETCHES`). A full ring drops the record and counts it.
 use aya_ebpf::{
+    bindings::BPF_F_USER_STACK,
     helpers::{
-        bpf_get_current_comm, bpf_get_smp_processor_id, bpf_ktime_get_ns, bpf_probe_read_kernel,
-        bpf_probe_read_kernel_buf, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
+        bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_smp_processor_id, bpf_get_stack,
+        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_buf, bpf_probe_read_user,
+        bpf_probe_read_user_str_bytes,
     },
     macros::{map, tracepoint, uprobe},
     maps::{Array, PerCpuArray, RingBuf},
     programs::{ProbeContext, TracePointContext},
-    EbpfContext as _,
+    EbpfContext,
 };
 use profiler_common::{
-    records::{fetch, Fetch, HitRecord, MAX_FETCHES, RECORD_RING_BYTES, STRING_BYTES},
+    hit_cookie_parts,
+    records::{fetch, Fetch, HitRecord, StackedRecord, MAX_FETCHES, RECORD_RING_BYTES, STRING_BYTES},
+    unwind::{Walk, MAX_FRAMES},
     MAX_SAMPLING_EVENTS,
 };
 
@@ -27,19 +31,22 @@ static RECORD_FETCHES: Array<Fetch> = Array::with_max_entries((MAX_SAMPLING_EVEN
 #[map(name = "RECORDS_LOST")]
 static RECORDS_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
+/// Set by the loader: each record with its stacks (`record -g`, a `StackedRecord`).
+#[unsafe(no_mangle)]
+static RECORD_STACKS: u32 = 0;
+
 #[tracepoint]
 pub fn record_tracepoint(ctx: TracePointContext) -> u32 {
     if let Some((tgid, tid, event)) = sampled_hit(&ctx) {
-        if let Some(mut entry) = reserve() {
-            let record = unsafe { &mut *entry.as_mut_ptr() };
-            fill(record, tgid, tid, event);
-            // The tracepoint's record, fields and all (what lies past its end is never read).
-            if unsafe { bpf_probe_read_kernel_buf(ctx.as_ptr() as *const u8, &mut record.data) }.is_err() {
-                record.failed = u16::MAX;
-            }
-            fetch_all(ctx.as_ptr() as *const u8, 0, record, event);
-            entry.submit(0);
+        if recording_stacks() {
+            // Through the process's unwind tables where it has them (no return then).
+            crate::unwind::start_tracepoint_hit(&ctx, tgid, tid);
         }
+        emit(
+            &ctx,
+            |record| tracepoint_record(&ctx, record, (tgid, tid, event)),
+            None,
+        );
     }
     0
 }
@@ -47,21 +54,114 @@ pub fn record_tracepoint(ctx: TracePointContext) -> u32 {
 #[uprobe]
 pub fn record_probe(ctx: ProbeContext) -> u32 {
     if let Some((tgid, tid, event)) = sampled_hit(&ctx) {
-        if let Some(mut entry) = reserve() {
-            let record = unsafe { &mut *entry.as_mut_ptr() };
-            fill(record, tgid, tid, event);
-            let pc = arch::pc(unsafe { &*ctx.regs });
-            fetch_all(ctx.as_ptr() as *const u8, pc, record, event);
-            entry.submit(0);
+        if recording_stacks() {
+            crate::unwind::start_probe_hit(&ctx, tgid, tid);
         }
+        emit(
+            &ctx,
+            |record| probe_record(&ctx, record, (tgid, tid, event)),
+            None,
+        );
     }
     0
 }
 
+/// The end of a tracepoint hit's table walk (`unwind`): its record, with the walked stack.
+#[inline(always)]
+pub fn walked_tracepoint(ctx: &TracePointContext, walk: &Walk) {
+    let event = hit_cookie_parts(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) }).0;
+    emit(
+        ctx,
+        |record| tracepoint_record(ctx, record, (walk.tgid, walk.tid, event)),
+        Some(walk),
+    );
+}
+
+/// The same for a probe's hit.
+#[inline(always)]
+pub fn walked_probe(ctx: &ProbeContext, walk: &Walk) {
+    let event = hit_cookie_parts(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) }).0;
+    emit(
+        ctx,
+        |record| probe_record(ctx, record, (walk.tgid, walk.tid, event)),
+        Some(walk),
+    );
+}
+
+/// Whether records carry their stacks (`record -g`).
+#[inline(always)]
+pub fn recording_stacks() -> bool {
+    unsafe { core::ptr::read_volatile(&RECORD_STACKS) != 0 }
+}
+
+/// A tracepoint's hit: its record, fields and all (what lies past its end is never read).
+#[inline(always)]
+fn tracepoint_record(ctx: &TracePointContext, record: &mut HitRecord, (tgid, tid, event): (u32, u32, u16)) {
+    fill(record, tgid, tid, event);
+    if unsafe { bpf_probe_read_kernel_buf(ctx.as_ptr() as *const u8, &mut record.data) }.is_err() {
+        record.failed = u16::MAX;
+    }
+    fetch_all(ctx.as_ptr() as *const u8, 0, record, event);
+}
+
+/// A probe's hit: what it fetches, read at the probed instruction.
+#[inline(always)]
+fn probe_record(ctx: &ProbeContext, record: &mut HitRecord, (tgid, tid, event): (u32, u32, u16)) {
+    fill(record, tgid, tid, event);
+    let pc = arch::pc(unsafe { &*ctx.regs });
+    fetch_all(ctx.as_ptr() as *const u8, pc, record, event);
+}
+
+/// One record into the ring, filled by `fill`, with its stacks if they are asked for: the user
+/// stack `walked` through tables, else by frame pointers.
+#[inline(always)]
+fn emit<C: EbpfContext>(ctx: &C, fill: impl FnOnce(&mut HitRecord), walked: Option<&Walk>) {
+    if !recording_stacks() {
+        if let Some(mut entry) = reserve::<HitRecord>() {
+            fill(unsafe { &mut *entry.as_mut_ptr() });
+            entry.submit(0);
+        }
+        return;
+    }
+    if let Some(mut entry) = reserve::<StackedRecord>() {
+        let record = unsafe { &mut *entry.as_mut_ptr() };
+        fill(&mut record.hit);
+        match walked {
+            Some(walk) => {
+                let frames = (walk.stack.len as usize).min(MAX_FRAMES);
+                let copied = unsafe {
+                    let to =
+                        core::slice::from_raw_parts_mut(record.user.as_mut_ptr() as *mut u8, 8 * MAX_FRAMES);
+                    bpf_probe_read_kernel_buf(walk.stack.frames.as_ptr() as *const u8, to)
+                };
+                record.user_bytes = match copied {
+                    Ok(()) => (frames * 8) as i32,
+                    Err(e) => e as i32,
+                };
+                record.user_walk = 1 + walk.stack.stop;
+            }
+            None => {
+                record.user_bytes = stack(ctx, &mut record.user, BPF_F_USER_STACK as u64);
+                record.user_walk = 0;
+            }
+        }
+        record.kernel_bytes = stack(ctx, &mut record.kernel, 0);
+        record.exec_generation = crate::targets::exec_generation(record.hit.tgid);
+        entry.submit(0);
+    }
+}
+
+/// The current stack into `frames` (leaf first): the bytes written, or the negative error.
+#[inline(always)]
+fn stack<C: EbpfContext, const N: usize>(ctx: &C, frames: &mut [u64; N], flags: u64) -> i32 {
+    let size = core::mem::size_of::<[u64; N]>() as u32;
+    (unsafe { bpf_get_stack(ctx.as_ptr(), frames.as_mut_ptr() as *mut _, size, flags) }) as i32
+}
+
 /// Room for one record in the ring; none (counted) when it is full.
 #[inline(always)]
-fn reserve() -> Option<aya_ebpf::maps::ring_buf::RingBufEntry<HitRecord>> {
-    let entry = RECORDS.reserve::<HitRecord>(0);
+fn reserve<T: 'static>() -> Option<aya_ebpf::maps::ring_buf::RingBufEntry<T>> {
+    let entry = RECORDS.reserve::<T>(0);
     if entry.is_none() {
         if let Some(lost) = RECORDS_LOST.get_ptr_mut(0) {
             // Per CPU, and a program does not nest on its CPU: a plain add.

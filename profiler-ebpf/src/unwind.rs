@@ -282,13 +282,20 @@ pub fn unwind_user(ctx: PerfEventContext) -> u32 {
 }
 
 fn try_unwind_user(ctx: &PerfEventContext) -> Result<(), ()> {
-    walk_sample(ctx, &WALK, &UNWIND_PROGRAMS, 1)
+    walk_sample(ctx, &WALK, &UNWIND_PROGRAMS, 1, None)
 }
 
 /// Loaded beside the tracepoint sampler (never attached): it is only tail-called.
 #[tracepoint]
 pub fn unwind_tracepoint_hit(ctx: TracePointContext) -> u32 {
-    let _ = walk_sample(&ctx, &TRACEPOINT_HIT_WALK, &TRACEPOINT_HIT_UNWIND_PROGRAMS, 1);
+    let recorded = crate::records::walked_tracepoint;
+    let _ = walk_sample(
+        &ctx,
+        &TRACEPOINT_HIT_WALK,
+        &TRACEPOINT_HIT_UNWIND_PROGRAMS,
+        1,
+        Some(recorded),
+    );
     0
 }
 
@@ -296,23 +303,37 @@ pub fn unwind_tracepoint_hit(ctx: TracePointContext) -> u32 {
 #[uprobe]
 pub fn unwind_probe_hit(ctx: ProbeContext) -> u32 {
     let weight = crate::hits::walked_probe_weight();
-    let _ = walk_sample(&ctx, &PROBE_HIT_WALK, &PROBE_HIT_UNWIND_PROGRAMS, weight);
+    let recorded = crate::records::walked_probe;
+    let _ = walk_sample(
+        &ctx,
+        &PROBE_HIT_WALK,
+        &PROBE_HIT_UNWIND_PROGRAMS,
+        weight,
+        Some(recorded),
+    );
     0
 }
 
 /// A sample's walk, one run of it: once it has ended, the stack goes to the epoch's user
 /// stacks and the sample is recorded with it, as the sampler would have with a frame-pointer
 /// stack. Every sampler's walker, each with its own scratch (a CPU sample may interrupt a
-/// tracepoint's walk) and program type.
+/// tracepoint's walk) and program type. A tracing hit's walk for `record -g` ends in its
+/// record instead (`recorded`).
 #[inline(always)]
 fn walk_sample<C: StackIdContext>(
     ctx: &C,
     scratch: &PerCpuArray<Walk>,
     programs: &ProgramArray,
     weight: u64,
+    recorded: Option<fn(&C, &Walk)>,
 ) -> Result<(), ()> {
     let walk = unsafe { &mut *scratch.get_ptr_mut(0).ok_or(())? };
     advance(ctx, walk, programs);
+    if let Some(recorded) = recorded.filter(|_| crate::records::recording_stacks()) {
+        note_end(walk);
+        recorded(ctx, walk);
+        return Ok(());
+    }
     let stacks = match EPOCH.get(0).copied().unwrap_or(0) & 1 {
         0 => &USER_STACKS_0,
         _ => &USER_STACKS_1,
@@ -570,6 +591,13 @@ fn find_row(mapping: Mapping, pc: u64) -> Option<Row> {
 /// that stands for it.
 #[inline(always)]
 fn store(stacks: &HashMap<u32, UserStack>, walk: &mut Walk) -> i32 {
+    note_end(walk);
+    stored(stacks, walk)
+}
+
+/// A walk counted in health, and a truncated or failed one said.
+#[inline(always)]
+fn note_end(walk: &Walk) {
     bump(HealthCounter::UnwindWalks);
     match walk.stack.stop {
         stop::TRUNCATED => {
@@ -593,6 +621,11 @@ fn store(stacks: &HashMap<u32, UserStack>, walk: &mut Walk) -> i32 {
         }
         _ => {}
     }
+}
+
+/// The walked stack's place in `stacks` (see `store`).
+#[inline(always)]
+fn stored(stacks: &HashMap<u32, UserStack>, walk: &mut Walk) -> i32 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325 ^ walk.stack.len as u64;
     for i in 0..MAX_FRAMES {
         if i >= walk.stack.len as usize {

@@ -81,6 +81,8 @@ pub struct LoadOptions<'a> {
     /// What a probe's sample counts: 0 one, else the byte offset of the register it reads in the
     /// probe's `pt_regs`, plus one (`profiler_common::hit_weight`).
     pub hit_weight: u32,
+    /// `record -g`: each record with its stacks.
+    pub record_stacks: u32,
     /// Of the maps only some runs use (`OPTIONAL_MAPS`), those this one does; the others shrink
     /// to one entry, so they cost (almost) no kernel memory.
     pub maps: BTreeSet<&'static str>,
@@ -145,6 +147,7 @@ impl<'a> LoadOptions<'a> {
             },
             latency_keys: Default::default(),
             hit_weight: 0,
+            record_stacks: 0,
             maps: BTreeSet::new(),
             sample_map_entries: None,
         }
@@ -188,7 +191,8 @@ impl Loaded {
             .override_global(names::G_NVCSW, &options.nvcsw_offset, true)
             .override_global(names::G_THREAD_OFFSETS, &options.thread_offsets, true)
             .override_global(names::G_LATENCY_KEYS, &options.latency_keys, true)
-            .override_global(names::G_HIT_WEIGHT, &options.hit_weight, true);
+            .override_global(names::G_HIT_WEIGHT, &options.hit_weight, true)
+            .override_global(names::G_RECORD_STACKS, &options.record_stacks, true);
         // Fixed at load: below debug the verifier sees a constant and prunes every kernel log
         // site as dead code, and the log ring shrinks to one page (it stays empty).
         let log_level = kernel_log_level();

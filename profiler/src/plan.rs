@@ -522,7 +522,13 @@ impl Plan {
                 events,
                 period: args.period.unwrap_or(1),
                 fetches,
+                stacks: args.stacks,
             }),
+            // The user stacks of `-g` through each process's unwind tables, as the sampler's.
+            unwind: match args.stacks {
+                true => crate::cli::Unwind::Tables,
+                false => crate::cli::Unwind::Fp,
+            },
             ..Plan::scoped(Mode::Record, &args.scope, args.report.output.clone())?
         })
     }

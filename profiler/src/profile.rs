@@ -90,6 +90,16 @@ impl RawProfile {
     /// could be captured; addresses are resolved against it now, because it may change later
     /// (exec, dlopen).
     pub fn add(&mut self, sample: RawSample, procs: &Processes) {
+        let (count, deltas) = (sample.count, sample.deltas);
+        let key = self.key(sample, procs);
+        if deltas != CounterDeltas::default() {
+            self.counters.entry(key.clone()).or_default().add(&deltas);
+        }
+        *self.stacks.entry(key).or_default() += count;
+    }
+
+    /// The stack a sample was taken on, its addresses resolved (see `add`).
+    pub fn key(&mut self, sample: RawSample, procs: &Processes) -> StackKey {
         let (user, user_lost) = match sample.user {
             StackRead::Frames(ips) => {
                 let objects = &sample.user_objects;
@@ -120,7 +130,7 @@ impl RawProfile {
             StackRead::Collision => (Vec::new(), Some(LostStack::Collision)),
             StackRead::Error(_) => (Vec::new(), Some(LostStack::Error)),
         };
-        let key = StackKey {
+        StackKey {
             pid: sample.pid,
             tid: sample.tid,
             comm: sample.comm,
@@ -129,11 +139,7 @@ impl RawProfile {
             kernel,
             kernel_lost,
             event: sample.event,
-        };
-        if sample.deltas != CounterDeltas::default() {
-            self.counters.entry(key.clone()).or_default().add(&sample.deltas);
         }
-        *self.stacks.entry(key).or_default() += sample.count;
     }
 
     pub fn total_samples(&self) -> u64 {

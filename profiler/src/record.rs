@@ -24,6 +24,7 @@ use crate::{
 
 pub mod hit;
 pub mod render;
+pub mod stacks;
 #[cfg(test)]
 mod tests;
 
@@ -78,6 +79,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         decoders: Decoders::new(spec, crate::counters::tracepoint::tracefs_root()),
         out: Some(out),
         json: format == Format::Json,
+        stacks: spec.stacks.then(stacks::StackNamer::new),
         records: 0,
         totals: None,
         next: tokio::time::Instant::now() + READ_EVERY,
@@ -90,6 +92,11 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     let kernel = sink.totals.take().unwrap_or_default();
     let mut notes = recording.meta.notes;
     notes.extend(recording.stopped.health.warnings());
+    if let Some(unplaced @ 1..) = sink.stacks.as_ref().map(|s| s.unplaced) {
+        notes.push(format!(
+            "{unplaced} user stacks could not be placed in their process's files (it exited before bpfprof read its memory map, a few milliseconds after its first hit): their frames show as [unmapped]"
+        ));
+    }
     let totals = Totals {
         target: plan.target_description(),
         seconds: recording.meta.duration_s,
@@ -155,6 +162,8 @@ struct RecordSink {
     /// None once standard output was closed (a reader that had enough: not an error).
     out: Option<Out>,
     json: bool,
+    /// `-g`: names each record's stacks.
+    stacks: Option<stacks::StackNamer>,
     records: u64,
     totals: Option<crate::sources::records::RecordTotals>,
     /// When the ring is read next.
@@ -164,7 +173,7 @@ struct RecordSink {
 }
 
 impl RecordSink {
-    fn write(&mut self, batch: RecordBatch) {
+    fn write(&mut self, batch: RecordBatch, procs: &mut Processes) {
         self.records += batch.records.len() as u64;
         if let Some(totals) = batch.totals {
             self.totals = Some(totals);
@@ -172,9 +181,15 @@ impl RecordSink {
         let Some(out) = self.out.as_mut().map(Out::out) else {
             return;
         };
+        let mut stacks = match &mut self.stacks {
+            Some(namer) => namer.name(&batch.records, procs),
+            None => Vec::new(),
+        }
+        .into_iter();
         let mut written = Ok(());
         for record in &batch.records {
-            let hit = self.decoders.hit(record);
+            let mut hit = self.decoders.hit(&record.hit);
+            hit.stack = stacks.next().flatten();
             written = match self.json {
                 true => serde_json::to_writer(&mut *out, &hit)
                     .map_err(io::Error::other)
@@ -216,7 +231,7 @@ impl Sink for RecordSink {
         self.next = tokio::time::Instant::now() + READ_EVERY;
         for batch in drained.batches {
             if let Batch::Records(batch) = batch {
-                self.write(batch);
+                self.write(batch, drained.procs);
             }
         }
         Ok(())
@@ -226,10 +241,10 @@ impl Sink for RecordSink {
         Some(self.next)
     }
 
-    fn finished(&mut self, batches: Vec<Batch>, _procs: &mut Processes) -> anyhow::Result<()> {
+    fn finished(&mut self, batches: Vec<Batch>, procs: &mut Processes) -> anyhow::Result<()> {
         for batch in batches {
             if let Batch::Records(batch) = batch {
-                self.write(batch);
+                self.write(batch, procs);
             }
         }
         Ok(())

@@ -284,6 +284,75 @@ fn pythons_usdt_arguments_are_its_own() {
     assert_no_programs_left();
 }
 
+/// `record -g`: each hit with its stacks, innermost first. At the probe on `step` (called by
+/// `lines`, called by `main`), every recorded stack starts at `step` and reaches `main`; walked
+/// through the process's unwind tables once they are ready, its caller `lines` is there too (a
+/// frame-pointer walk from a function's first instruction skips it). At the workload's writes,
+/// the kernel's frames come first, then the user's. `script` prints them under each hit.
+#[test]
+fn each_hit_is_recorded_with_its_stacks() {
+    let step = format!("uprobe:{}:step", events_bin());
+    let (hits, totals, truth, path) = record(&["-g", "-c", "10", "-e", &step], &["lines", "100000"]);
+    let functions = |hit: &serde_json::Value| -> Vec<String> {
+        (hit["stack"].as_array().into_iter().flatten())
+            .map(|f| f["function"].as_str().unwrap_or_default().to_string())
+            .collect()
+    };
+    let stacks: Vec<Vec<String>> = hits.iter().map(functions).collect();
+    let with_caller = stacks
+        .iter()
+        .filter(|s| s.get(1).is_some_and(|f| f == "lines"))
+        .count();
+    println!(
+        "{} trips, every 10th recorded: {} records ({} lost), {with_caller} with step's caller `lines`; first stack {:?}; notes {}",
+        truth["lines"],
+        hits.len(),
+        totals["lost"],
+        stacks.first(),
+        totals["notes"]
+    );
+    assert_eq!(
+        hits.len() as f64 + totals["lost"].as_f64().unwrap(),
+        truth["lines"] / 10.0
+    );
+    assert!(
+        stacks
+            .iter()
+            .all(|s| s.first().is_some_and(|f| f == "step") && s.iter().take(3).any(|f| f == "main")),
+        "{:?}",
+        stacks.iter().find(|s| s.first().is_none_or(|f| f != "step"))
+    );
+    assert!(with_caller > 0, "no stack walked through the tables");
+    let printed = stdout(&run(&["script", path.to_str().unwrap()]));
+    assert!(
+        printed
+            .lines()
+            .any(|l| l.starts_with('\t') && l.contains(" step (")),
+        "{printed:.500}"
+    );
+
+    let (hits, _, truth, _) = record(&["-g", "-e", "syscalls:sys_enter_write"], &["writes", "300"]);
+    let mine: Vec<_> = (hits.iter())
+        .filter(|h| h["pid"] == truth["pid"] && h["fields"]["count"] == 1)
+        .collect();
+    // The kernel's frames (none where a syscall tracepoint hands the program the user's
+    // registers: arm64's 6.1), then at least one of the user's.
+    let kernel_then_user = |hit: &serde_json::Value| {
+        let frames = hit["stack"].as_array().cloned().unwrap_or_default();
+        let kernel = frames.iter().take_while(|f| f["kernel"] == true).count();
+        kernel < frames.len() && frames[kernel..].iter().all(|f| f.get("kernel").is_none())
+    };
+    println!(
+        "{} writes: {} recorded, first {}",
+        truth["writes"],
+        mine.len(),
+        mine[0]["stack"]
+    );
+    assert_eq!(mine.len() as f64, truth["writes"]);
+    assert!(mine.iter().all(|h| kernel_then_user(h)), "{}", mine[0]["stack"]);
+    assert_no_programs_left();
+}
+
 /// A tracepoint's hits each with its fields read where its format puts them: the workload's
 /// one-byte writes (and the longer TRUTH line), each with its count and descriptor, and the
 /// string its buffer pointer points at (`--fetch buf:str`): the "x" the workload writes.

@@ -127,10 +127,15 @@ pub struct RecordArgs {
     #[arg(short = 'c', long = "count", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub period: Option<u64>,
     /// What each hit of a probe reads, up to 4, each NAME[:TYPE]: arg1..arg6 (at a function's
-    /// entry), retval (at a return) or a global variable of the probed file by name; TYPE u8..u64,
-    /// s8..s64, x8..x64 (hex) or str (`--fetch arg1,arg2:str`, `--fetch line_value:s32`).
+    /// entry), retval (at a return), a USDT probe's own arg0..arg11, or a global variable of the
+    /// probed file by name; TYPE u8..u64, s8..s64, x8..x64 (hex) or str (`--fetch arg1,arg2:str`,
+    /// `--fetch line_value:s32`).
     #[arg(long, value_name = "LIST")]
     pub fetch: Option<String>,
+    /// Each hit with its stacks, leaf first: the user stack walked by frame pointers (as `perf
+    /// record -g` walks it), and the kernel's.
+    #[arg(short = 'g', long = "stacks")]
+    pub stacks: bool,
     #[command(flatten)]
     pub scope: ScopeArgs,
     // Text: a line per hit, as `perf script` prints them (the default on standard output); json:

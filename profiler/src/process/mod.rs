@@ -313,6 +313,11 @@ impl Processes {
         }
     }
 
+    /// Whether the memory map of this image of `pid` was read.
+    pub fn knows(&self, pid: u32, generation: u32) -> bool {
+        self.maps.contains_key(&(pid, generation))
+    }
+
     /// Capture the process again (see `refresh`) when a stack of one of its images falls
     /// outside that image's known map: it may have loaded a library since.
     pub fn refresh_unless_covered(&mut self, pid: u32, generation: u32, addrs: &[u64]) -> io::Result<()> {

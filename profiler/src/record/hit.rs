@@ -32,6 +32,10 @@ pub struct Hit {
     pub event: String,
     /// The tracepoint's fields or the probe's fetches, in their order; null where unreadable.
     pub fields: Fields,
+    /// `record -g`: the stacks it was hit on, innermost first as perf script prints them: the
+    /// kernel's frames (at a tracepoint), then the user's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<Vec<super::stacks::StackFrame>>,
 }
 
 /// Named values in order (a JSON object whose keys keep their order).
@@ -111,6 +115,7 @@ impl Decoders {
             comm: comm_string(&record.comm),
             event,
             fields,
+            stack: None,
         }
     }
 }

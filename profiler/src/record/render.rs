@@ -22,7 +22,16 @@ pub fn hit_line(hit: &Hit, out: &mut dyn Write) -> io::Result<()> {
     for (name, value) in &hit.fields.0 {
         write!(out, " {name}={}", shown(value))?;
     }
-    writeln!(out)
+    writeln!(out)?;
+    if let Some(stack) = &hit.stack {
+        // As perf script: a frame a line, innermost first, then a blank line.
+        for frame in stack {
+            let at = frame.address.trim_start_matches("0x");
+            writeln!(out, "\t{at:>16} {} ({})", frame.function, frame.module)?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
 }
 
 /// A value as a line shows it: numbers bare, text quoted, `?` where it could not be read.

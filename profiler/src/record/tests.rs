@@ -50,6 +50,7 @@ fn spec(events: Vec<Event>, fetches: Vec<Vec<Fetched>>) -> Spec {
         events,
         period: 1,
         fetches,
+        stacks: false,
     }
 }
 
@@ -146,9 +147,21 @@ fn saved_lines_read_back_as_written() {
             ("zeta".into(), Value::from(1)),
             ("alpha".into(), Value::from("a")),
         ]),
+        stack: Some(vec![
+            frame("0xffffffff8225a85e", "do_syscall_64", "[kernel.kallsyms]", true),
+            frame("0x55c4af8e06a0", "step", "/tmp/prog", false),
+        ]),
     };
     let text = serde_json::to_string(&hit).unwrap();
     assert!(text.find("zeta") < text.find("alpha"), "{text}");
+    // As perf script: each frame a line under the hit, innermost first, then a blank line.
+    let mut printed = Vec::new();
+    super::render::hit_line(&hit, &mut printed).unwrap();
+    assert!(
+        String::from_utf8(printed).unwrap().ends_with(
+            ": e: zeta=1 alpha=\"a\"\n\tffffffff8225a85e do_syscall_64 ([kernel.kallsyms])\n\t    55c4af8e06a0 step (/tmp/prog)\n\n"
+        )
+    );
     match serde_json::from_str::<Line>(&text).unwrap() {
         Line::Hit(back) => assert_eq!(back, hit),
         Line::Totals { .. } => panic!("a hit read as totals"),
@@ -167,4 +180,16 @@ fn saved_lines_read_back_as_written() {
         Line::Hit(_) => panic!("totals read as a hit"),
     }
     assert!(serde_json::from_str::<Line>("{\"time_ns\": \"x\"}").is_err());
+}
+
+fn frame(address: &str, function: &str, module: &str, kernel: bool) -> super::stacks::StackFrame {
+    super::stacks::StackFrame {
+        address: address.into(),
+        function: function.into(),
+        module: module.into(),
+        file: None,
+        line: None,
+        kernel,
+        inlined: false,
+    }
 }

@@ -4,6 +4,7 @@
 use std::os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 
 use anyhow::Context as _;
+use profiler_common::names;
 
 use super::AttachContext;
 use crate::{
@@ -35,6 +36,25 @@ impl Hook {
 
     pub(crate) fn program<'a>(kernel: &'a Loaded, name: &str) -> anyhow::Result<&'a aya::programs::Program> {
         (kernel.ebpf.program(name)).with_context(|| format!("program {name} missing"))
+    }
+
+    /// The table walker a program at this hook hands a stack to (see `unwind`), loaded once and
+    /// put where the hook's programs tail-call it.
+    pub(crate) fn load_walker(self, kernel: &mut Loaded) -> anyhow::Result<()> {
+        let (walker, walkers) = match self {
+            Hook::Overflow => (names::PROG_UNWIND, names::UNWIND_PROGRAMS),
+            Hook::Tracepoint => (
+                names::PROG_UNWIND_TRACEPOINT_HIT,
+                names::TRACEPOINT_HIT_UNWIND_PROGRAMS,
+            ),
+            Hook::Probe => (names::PROG_UNWIND_PROBE_HIT, names::PROBE_HIT_UNWIND_PROGRAMS),
+        };
+        if !self.loaded(kernel, walker)? {
+            self.load_program(kernel, walker)
+                .context("loading the stack unwinding program")?;
+            kernel.install_walker(walker, walkers)?;
+        }
+        Ok(())
     }
 
     pub(crate) fn loaded(self, kernel: &Loaded, name: &str) -> anyhow::Result<bool> {

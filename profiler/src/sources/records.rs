@@ -8,7 +8,7 @@ use std::os::fd::OwnedFd;
 use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use profiler_common::{
     hit_cookie, names,
-    records::{Fetch, HitRecord, MAX_FETCHES},
+    records::{Fetch, HitRecord, StackedRecord, MAX_FETCHES},
 };
 
 use super::{hooks::open_traced, AttachContext, Attached, Batch, Source, Wants};
@@ -17,6 +17,7 @@ use crate::{
     collect::{take_map, Flip},
     counters::{fetch::Fetched, language::Event},
     process::Processes,
+    profile::StackRead,
 };
 
 /// The events, every how many hits each is recorded, and what each probe fetches.
@@ -26,11 +27,17 @@ pub struct Spec {
     pub period: u64,
     /// Per event (none for a tracepoint).
     pub fetches: Vec<Vec<Fetched>>,
+    /// Each hit with its user and kernel stacks (`-g`).
+    pub stacks: bool,
 }
 
 impl Spec {
     pub fn needs(&self, options: &mut LoadOptions<'_>) {
         options.use_maps([&names::RECORDS]);
+        options.record_stacks = u32::from(self.stacks);
+        if self.stacks && options.unwind_tables {
+            options.use_maps(&names::UNWIND_TABLES);
+        }
     }
 
     pub fn attach(self, kernel: &mut Loaded, context: &AttachContext<'_>) -> anyhow::Result<Attached> {
@@ -42,6 +49,11 @@ impl Spec {
             }
         }
         kernel.hold(table);
+        if self.stacks && context.unwind_tables {
+            for event in &self.events {
+                super::hooks::Hook::of(event).load_walker(kernel)?;
+            }
+        }
         let mut links = Vec::new();
         let programs = (names::PROG_RECORD_TRACEPOINT, names::PROG_RECORD_PROBE);
         for (index, event) in self.events.iter().enumerate() {
@@ -72,8 +84,23 @@ impl Spec {
 /// The records since the last drain; at the end, the run's totals too.
 #[derive(Clone, Debug, Default)]
 pub struct RecordBatch {
-    pub records: Vec<HitRecord>,
+    pub records: Vec<Recorded>,
     pub totals: Option<RecordTotals>,
+}
+
+/// One hit as the kernel wrote it, and its stacks (leaf first) where they were asked for.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    pub hit: HitRecord,
+    pub stacks: Option<Stacks>,
+}
+
+/// A hit's user and kernel stacks, and which image of its process the user stack is of.
+#[derive(Clone, Debug)]
+pub struct Stacks {
+    pub user: StackRead,
+    pub kernel: StackRead,
+    pub exec_generation: u32,
 }
 
 /// Each event's hits by the targets, and the records the full ring had no room for.
@@ -94,13 +121,26 @@ struct RecordSource {
 
 impl RecordSource {
     /// Everything in the ring now.
-    fn read(&mut self) -> Vec<HitRecord> {
+    fn read(&mut self) -> Vec<Recorded> {
         let mut records = Vec::new();
         while let Some(item) = self.ring.next() {
-            if item.len() >= std::mem::size_of::<HitRecord>() {
-                // SAFETY: the kernel wrote a whole `HitRecord` (checked long enough); read
-                // unaligned, as the ring promises only 8-byte alignment.
-                records.push(unsafe { std::ptr::read_unaligned(item.as_ptr() as *const HitRecord) });
+            // SAFETY: the kernel wrote a whole `StackedRecord` or `HitRecord` (checked long
+            // enough); read unaligned, as the ring promises only 8-byte alignment.
+            if item.len() >= std::mem::size_of::<StackedRecord>() {
+                let stacked = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const StackedRecord) };
+                records.push(Recorded {
+                    hit: stacked.hit,
+                    stacks: Some(Stacks {
+                        user: stack_read(stacked.user_bytes, &stacked.user),
+                        kernel: stack_read(stacked.kernel_bytes, &stacked.kernel),
+                        exec_generation: stacked.exec_generation,
+                    }),
+                });
+            } else if item.len() >= std::mem::size_of::<HitRecord>() {
+                records.push(Recorded {
+                    hit: unsafe { std::ptr::read_unaligned(item.as_ptr() as *const HitRecord) },
+                    stacks: None,
+                });
             }
         }
         records
@@ -134,5 +174,15 @@ impl Source for RecordSource {
                 lost: Self::sum(&self.lost, 0),
             }),
         })))
+    }
+}
+
+/// What `bpf_get_stack` wrote: `bytes` of frames (none: no such stack, a kernel thread's user
+/// side or a hit in user code's kernel side), or its error.
+fn stack_read(bytes: i32, frames: &[u64]) -> StackRead {
+    match bytes {
+        0 => StackRead::Absent,
+        n if n < 0 => StackRead::Error(n),
+        n => StackRead::Frames(frames[..(n as usize / 8).min(frames.len())].to_vec()),
     }
 }

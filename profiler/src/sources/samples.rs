@@ -149,23 +149,13 @@ fn hit_period(rate: Rate) -> u64 {
 /// The sampling program of an event's kind and (its stack walker), each loaded once: the
 /// program's fd.
 fn load_sampler(hook: Hook, kernel: &mut Loaded, tables: bool) -> anyhow::Result<RawFd> {
-    let (sampler, walker, walkers) = match hook {
-        Hook::Overflow => (names::PROG_SAMPLE, names::PROG_UNWIND, names::UNWIND_PROGRAMS),
-        Hook::Tracepoint => (
-            names::PROG_SAMPLE_TRACEPOINT,
-            names::PROG_UNWIND_TRACEPOINT_HIT,
-            names::TRACEPOINT_HIT_UNWIND_PROGRAMS,
-        ),
-        Hook::Probe => (
-            names::PROG_SAMPLE_PROBE,
-            names::PROG_UNWIND_PROBE_HIT,
-            names::PROBE_HIT_UNWIND_PROGRAMS,
-        ),
+    let sampler = match hook {
+        Hook::Overflow => names::PROG_SAMPLE,
+        Hook::Tracepoint => names::PROG_SAMPLE_TRACEPOINT,
+        Hook::Probe => names::PROG_SAMPLE_PROBE,
     };
-    if tables && !hook.loaded(kernel, walker)? {
-        hook.load_program(kernel, walker)
-            .context("loading the stack unwinding program")?;
-        kernel.install_walker(walker, walkers)?;
+    if tables {
+        hook.load_walker(kernel)?;
     }
     hook.load_once(kernel, sampler)
         .context("loading the sampling program")

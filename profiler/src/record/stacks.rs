@@ -1,0 +1,115 @@
+//! `record -g`: each hit's stacks named as the sampling reports name theirs. The addresses of a
+//! drain's records are resolved against their processes' memory maps now (a process may exit or
+//! map other files later) and symbolized in one batch by one long-lived `Symbolizer`; a frame
+//! that cannot be named keeps its module and address, and a stack the kernel could not read is
+//! a marker frame that says so.
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    model::frames_of,
+    process::{Processes, UserAddr},
+    profile::{RawProfile, RawSample, StackRead},
+    sources::records::Recorded,
+    symbolize::{DebugLocator, Frame, Symbolizer},
+};
+
+/// One frame of a recorded hit's stack.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct StackFrame {
+    /// The instruction looked up (a caller's return address moved back into its call).
+    pub address: String,
+    pub function: String,
+    pub module: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub kernel: bool,
+    /// Inlined into the frame after it (its caller), at the same address.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inlined: bool,
+}
+
+/// Names the stacks of each drain's records.
+pub struct StackNamer {
+    symbolizer: Symbolizer,
+    /// User stacks none of whose frames could be placed in a file of their process: it exited
+    /// before its memory map was read.
+    pub unplaced: u64,
+}
+
+impl StackNamer {
+    pub fn new() -> Self {
+        Self {
+            symbolizer: Symbolizer::long_lived(DebugLocator::default()),
+            unplaced: 0,
+        }
+    }
+
+    /// Each record's frames, leaf first (none for a record without stacks).
+    pub fn name(&mut self, records: &[Recorded], procs: &mut Processes) -> Vec<Option<Vec<StackFrame>>> {
+        let mut profile = RawProfile::new();
+        let mut keys = Vec::with_capacity(records.len());
+        for record in records {
+            let Some(stacks) = &record.stacks else {
+                keys.push(None);
+                continue;
+            };
+            let (pid, generation) = (record.hit.tgid, stacks.exec_generation);
+            // An image not read yet, or a library loaded since; a process gone keeps what was
+            // read (the driver reads each announced process's map as it comes).
+            let _ = match (procs.knows(pid, generation), &stacks.user) {
+                (false, _) if procs.current_generation(pid) == generation => procs.capture(pid),
+                (true, StackRead::Frames(ips)) => procs.refresh_unless_covered(pid, generation, ips),
+                _ => Ok(()),
+            };
+            let sample = RawSample {
+                pid,
+                tid: record.hit.tid,
+                comm: String::new(),
+                user: stacks.user.clone(),
+                kernel: stacks.kernel.clone(),
+                count: 1,
+                exec_generation: generation,
+                event: record.hit.event,
+                deltas: Default::default(),
+                user_objects: Vec::new(),
+            };
+            let key = profile.key(sample, procs);
+            let placed = |a: &UserAddr| !matches!(a, UserAddr::Unmapped { .. });
+            self.unplaced += u64::from(!key.user.is_empty() && !key.user.iter().any(placed));
+            *profile.stacks.entry(key.clone()).or_default() += 1;
+            keys.push(Some(key));
+        }
+        if profile.stacks.is_empty() {
+            return keys.into_iter().map(|_| None).collect();
+        }
+        let symbols = self.symbolizer.symbolize(&profile, procs);
+        (keys.into_iter())
+            .map(|key| {
+                key.map(|key| {
+                    frames_of(&key, &symbols)
+                        .iter()
+                        .rev()
+                        .map(StackFrame::from)
+                        .collect()
+                })
+            })
+            .collect()
+    }
+}
+
+impl From<&Frame> for StackFrame {
+    fn from(frame: &Frame) -> Self {
+        Self {
+            address: format!("{:#x}", frame.address),
+            function: frame.function.clone(),
+            module: frame.module.clone(),
+            file: frame.file.clone(),
+            line: frame.line,
+            kernel: frame.kernel,
+            inlined: frame.inlined,
+        }
+    }
+}
