@@ -207,6 +207,10 @@ impl Loaded {
         // A ring's size is a multiple of the page: `record`'s shrinks to one where unused.
         if !options.maps.contains(names::RECORDS) {
             loader.map_max_entries(names::RECORDS, page);
+        } else if options.record_stacks != 0 {
+            // Records with stacks are nearly four times as large, and naming a new file's
+            // frames holds the reader up: room for about 31,000 of them.
+            loader.map_max_entries(names::RECORDS, 4 * profiler_common::records::RECORD_RING_BYTES);
         }
         for map in options.unused_maps() {
             loader.map_max_entries(map, 1);
