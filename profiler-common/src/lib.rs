@@ -56,6 +56,7 @@ mod pod {
     unsafe impl aya::Pod for syscalls::SyscallTotals {}
     unsafe impl aya::Pod for records::HitRecord {}
     unsafe impl aya::Pod for records::Fetch {}
+    unsafe impl aya::Pod for FilterTerm {}
 }
 
 #[cfg(test)]

@@ -63,6 +63,8 @@ names! {
         PTHREAD_UNWIND_PROGRAMS = "PTHREAD_UNWIND_PROGRAMS";
         /// Per CPU, each tracing event's hits by the targets (`hit_cookie`).
         HITS = "HITS";
+        /// Each tracing event's filter (`FilterTerm`s).
+        HIT_FILTERS = "HIT_FILTERS";
         TRACEPOINT_HIT_UNWIND_PROGRAMS = "TRACEPOINT_HIT_UNWIND_PROGRAMS";
         PROBE_HIT_UNWIND_PROGRAMS = "PROBE_HIT_UNWIND_PROGRAMS";
         /// Per target thread, the system call it is in (`SyscallEntry`).

@@ -72,6 +72,63 @@ pub fn hit_cookie_parts(cookie: u64) -> (u16, u64) {
     )
 }
 
+/// Comparisons a hit must pass to count (`--filter` when sampling or recording), per event.
+pub const MAX_FILTER_TERMS: usize = 4;
+
+/// One comparison of a hit's filter (`HIT_FILTERS`, at `event * MAX_FILTER_TERMS + n`): a
+/// number of the program's context (a tracepoint's field, a probe's register) against `value`.
+/// All of an event's terms must pass (`&&`); the first with `op` `filter_op::NONE` ends them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FilterTerm {
+    /// Its byte offset in the context.
+    pub offset: u16,
+    /// 1, 2, 4 or 8 bytes.
+    pub size: u8,
+    /// Compared as signed (sign-extended from `size`).
+    pub signed: u8,
+    pub op: u8,
+    pub _pad: [u8; 3],
+    pub value: u64,
+}
+const _: () = assert!(size_of::<FilterTerm>() == 16);
+
+pub mod filter_op {
+    pub const NONE: u8 = 0;
+    pub const EQ: u8 = 1;
+    pub const NE: u8 = 2;
+    pub const LT: u8 = 3;
+    pub const LE: u8 = 4;
+    pub const GT: u8 = 5;
+    pub const GE: u8 = 6;
+    /// Any bit of `value` set.
+    pub const AND: u8 = 7;
+}
+
+impl FilterTerm {
+    /// Whether `raw` (the context's 8 bytes at `offset`, little-endian as read) passes.
+    pub fn passes(&self, raw: u64) -> bool {
+        let bits = u32::from(self.size.clamp(1, 8)) * 8;
+        let shift = 64 - bits;
+        let unsigned = (raw << shift) >> shift;
+        let signed = ((raw << shift) as i64) >> shift;
+        let order = match self.signed {
+            0 => unsigned.cmp(&self.value),
+            _ => signed.cmp(&(self.value as i64)),
+        };
+        match self.op {
+            filter_op::EQ => order.is_eq(),
+            filter_op::NE => order.is_ne(),
+            filter_op::LT => order.is_lt(),
+            filter_op::LE => order.is_le(),
+            filter_op::GT => order.is_gt(),
+            filter_op::GE => order.is_ge(),
+            filter_op::AND => unsigned & self.value != 0,
+            _ => true,
+        }
+    }
+}
+
 /// What a probe's sampled hit weighs (`--weight arg1`: the bytes a `malloc` asks, by call site):
 /// one, or the value of an argument or of the return value, as user space says it (`ONE`,
 /// `ARG0 + n`, `RETVAL`). The kernel's global `HIT_WEIGHT` holds where that register is: 0 for

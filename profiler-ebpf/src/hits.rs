@@ -6,11 +6,13 @@
 use aya_ebpf::{
     helpers::{bpf_get_attach_cookie, bpf_probe_read_kernel},
     macros::{map, tracepoint, uprobe},
-    maps::PerCpuArray,
+    maps::{Array, PerCpuArray},
     programs::{tracing::StackIdContext, ProbeContext, TracePointContext},
     EbpfContext as _,
 };
-use profiler_common::{hit_cookie_parts, HealthCounter, MAX_SAMPLING_EVENTS};
+use profiler_common::{
+    filter_op, hit_cookie_parts, FilterTerm, HealthCounter, MAX_FILTER_TERMS, MAX_SAMPLING_EVENTS,
+};
 
 use crate::{
     health::bump,
@@ -21,6 +23,12 @@ use crate::{
 /// Per CPU, each event's hits by the targets, for the whole run.
 #[map(name = "HITS")]
 static HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_SAMPLING_EVENTS as u32, 0);
+
+/// Set by user space: each event's filter (`--filter`), its terms at `event *
+/// MAX_FILTER_TERMS + n`; none passes every hit.
+#[map(name = "HIT_FILTERS")]
+static HIT_FILTERS: Array<FilterTerm> =
+    Array::with_max_entries((MAX_SAMPLING_EVENTS * MAX_FILTER_TERMS) as u32, 0);
 
 /// Set by the loader: what a probe's sampled hit weighs: 0 one, else the byte offset of the
 /// register to read in its `pt_regs`, plus one (`profiler_common::hit_weight`).
@@ -89,6 +97,9 @@ pub(crate) fn sampled_hit<C: StackIdContext>(ctx: &C) -> Option<(u32, u32, u16)>
         return None;
     }
     let (event, period) = hit_cookie_parts(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    if !passes_filter(ctx.as_ptr() as *const u8, event) {
+        return None;
+    }
     let hits = HITS.get_ptr_mut(u32::from(event))?;
     // Per CPU, and a program does not nest on its CPU: a plain add.
     let hits = unsafe {
@@ -100,4 +111,25 @@ pub(crate) fn sampled_hit<C: StackIdContext>(ctx: &C) -> Option<(u32, u32, u16)>
     }
     announce_once(tgid);
     Some((tgid, tid, event))
+}
+
+/// Whether this hit passes its event's filter: each term's number, read from the program's
+/// context (a tracepoint's record, a probe's registers), compared as the term says.
+#[inline(always)]
+fn passes_filter(context: *const u8, event: u16) -> bool {
+    for n in 0..MAX_FILTER_TERMS {
+        let at = u32::from(event) * MAX_FILTER_TERMS as u32 + n as u32;
+        let Some(term) = HIT_FILTERS.get(at) else {
+            return true;
+        };
+        if term.op == filter_op::NONE {
+            return true;
+        }
+        let word = unsafe { context.add(term.offset as usize & 0x1ff) };
+        let raw = unsafe { bpf_probe_read_kernel(word as *const u64) }.unwrap_or(0);
+        if !term.passes(raw) {
+            return false;
+        }
+    }
+    true
 }

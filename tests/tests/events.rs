@@ -722,6 +722,46 @@ fn every_tenth_malloc_splits_by_call_site() {
     assert_no_programs_left();
 }
 
+/// `--filter` when sampling: the kernel program judges each hit before it counts it. Every
+/// malloc of 64 bytes (alpha_alloc's, none of beta's 4096) is counted and sampled, exactly as
+/// many as the workload made; a filter beyond what the program judges (`||`), on a field the
+/// probe has not, or on an event sampled at a rate, is refused in one line.
+#[test]
+fn a_filter_samples_only_the_hits_it_passes() {
+    let (report, notes, truth) = sample_hits_with(
+        &["-e", "uprobe:libc:malloc", "--filter", "arg1 == 64"],
+        "mallocs",
+        "20000",
+    );
+    let pid = truth["pid"] as u32;
+    let hits = hits_noted(&notes, "uprobe:libc:malloc");
+    let samples = report.samples_of(pid);
+    let beta = report.total_share(pid, "beta_alloc");
+    println!(
+        "{} mallocs of 64 bytes, {} of 4096: {hits} hits noted, {samples} samples, {beta} of them under beta_alloc",
+        truth["alpha_calls"], truth["beta_calls"]
+    );
+    assert_eq!(hits as f64, truth["alpha_calls"]);
+    assert_eq!(samples as f64, truth["alpha_calls"]);
+    assert_eq!(beta, 0.0);
+    for (filter, event, said) in [
+        (
+            "arg1 == 64 || arg1 == 1",
+            "uprobe:libc:malloc",
+            "up to 4 comparisons",
+        ),
+        ("arg9 > 1", "uprobe:libc:malloc", "filter on arg1..arg6"),
+        (
+            "count > 1",
+            "cpu-clock",
+            "only tracepoints and probes are filtered",
+        ),
+    ] {
+        refused_in_one_line(&["-e", event, "--filter", filter, "--", "true"], said);
+    }
+    assert_no_programs_left();
+}
+
 /// `--weight arg1`: each sampled malloc counts the bytes it asked, so the call sites split as
 /// their bytes do (alpha's 64-byte blocks are 70% of the calls but 3.6% of the bytes: within a
 /// fifth of that), and ten times the report's counts is the bytes asked within 10%. Refused in

@@ -386,6 +386,39 @@ fn a_tracepoints_hits_are_recorded_with_their_fields() {
     assert_no_programs_left();
 }
 
+/// `record --filter`: only the hits it passes are counted and recorded: the workload's 500
+/// one-byte writes with `count == 1`, its one longer write (the TRUTH line) with `count > 1`.
+#[test]
+fn a_filter_records_only_the_hits_it_passes() {
+    for (filter, expected) in [("count == 1", "writes"), ("count > 1 && count < 4096", "one")] {
+        let (hits, totals, truth, _) = record(
+            &["-e", "syscalls:sys_enter_write", "--filter", filter],
+            &["writes", "500"],
+        );
+        let expected = match expected {
+            "writes" => truth["writes"],
+            _ => 1.0,
+        };
+        let mine: Vec<_> = hits.iter().filter(|h| h["pid"] == truth["pid"]).collect();
+        println!("--filter '{filter}': {} records, totals {totals}", mine.len());
+        assert_eq!(mine.len() as f64, expected, "{filter}");
+        assert_eq!(totals["events"][0]["hits"].as_f64(), Some(expected), "{filter}");
+    }
+    refused_in_one_line(
+        &[
+            "record",
+            "-e",
+            "syscalls:sys_enter_write",
+            "--filter",
+            "cuont > 1",
+            "--",
+            "true",
+        ],
+        "did you mean count",
+    );
+    assert_no_programs_left();
+}
+
 /// Every hit is recorded or counted lost, never neither: 300,000 writes as fast as a thread can
 /// make them (more than the ring holds between two reads on a busy machine).
 #[test]

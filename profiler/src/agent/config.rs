@@ -48,6 +48,7 @@ impl Config {
                     counters: self.counter_events(),
                     group: true,
                     weight: profiler_common::hit_weight::ONE,
+                    filters: Vec::new(),
                 })),
                 Kind::Sched => Some(Spec::Sched(sched::Spec::new(
                     u64::MAX,

@@ -136,6 +136,11 @@ pub struct RecordArgs {
     /// record -g` walks it), and the kernel's.
     #[arg(short = 'g', long = "stacks")]
     pub stacks: bool,
+    /// Only the hits this filter passes are counted and recorded: up to 4 comparisons joined by
+    /// && of a tracepoint's number fields or a probe's arg1..arg6 (at entry) or retval
+    /// (`count > 4096 && fd == 1`).
+    #[arg(long, value_name = "EXPRESSION")]
+    pub filter: Option<String>,
     #[command(flatten)]
     pub scope: ScopeArgs,
     // Text: a line per hit, as `perf script` prints them (the default on standard output); json:

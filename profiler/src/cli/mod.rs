@@ -49,6 +49,10 @@ pub struct Cli {
     /// --weight arg1` gives the bytes asked, by call site.
     #[arg(long, value_name = "argN|retval", value_parser = parse_weight)]
     pub weight: Option<u32>,
+    /// Tracepoints and probes sampled with -e: only the hits this filter passes count, up to 4
+    /// comparisons joined by && of their number fields, arg1..arg6 or retval (`count > 4096`).
+    #[arg(long, value_name = "EXPRESSION")]
+    pub filter: Option<String>,
     /// Stop after this many seconds (default: at Ctrl-C, or when the command or targets exit).
     #[arg(short = 'd', long = "duration", value_name = "SECONDS", value_parser = parse_seconds)]
     pub duration: Option<f64>,

@@ -139,7 +139,7 @@ pub struct Group {
 }
 
 /// A tracepoint found by its id, or the nearest of its subsystem's names.
-fn tracepoint_event(text: &str, found: Result<u64, Vec<String>>) -> Result<Event, EventError> {
+pub(crate) fn tracepoint_event(text: &str, found: Result<u64, Vec<String>>) -> Result<Event, EventError> {
     match found {
         Ok(id) => Ok(Event {
             name: text.to_string(),

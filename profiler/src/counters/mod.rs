@@ -2,11 +2,13 @@
 //! PMUs and events the kernel exposes (`pmu`, `events`), counting them over a run (`counting`)
 //! and the topdown analysis of their totals (`tma`), also from `perf stat` output (`perf_csv`);
 //! perf's event language (`language`), tracepoints, user probes and USDT probes among its
-//! events (`tracepoint`, `probe`, `usdt`), source lines as probe sites (`lines`).
+//! events (`tracepoint`, `probe`, `usdt`), source lines as probe sites (`lines`), what is read
+//! (`fetch`) and judged (`filter`) at their hits.
 pub mod counting;
 pub mod cpu;
 pub mod events;
 pub mod fetch;
+pub mod filter;
 pub mod language;
 pub mod lines;
 pub mod names;

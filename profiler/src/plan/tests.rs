@@ -1,5 +1,6 @@
 //! The plan's checks that need no privileges.
 use super::*;
+use profiler_common::latency::LatencyKeys;
 
 /// A tracefs with two tracepoints whose key fields sit at different offsets, one of them with
 /// a field of another size.

@@ -51,6 +51,7 @@ fn spec(events: Vec<Event>, fetches: Vec<Vec<Fetched>>) -> Spec {
         period: 1,
         fetches,
         stacks: false,
+        filters: Vec::new(),
     }
 }
 

@@ -124,6 +124,26 @@ pub(crate) fn open_traced(
     open_at_hits(fd, event, &attr, cookie, hook.scope(event, context)?)
 }
 
+/// Each event's filter into the kernel's table (`HIT_FILTERS`), at `event * MAX_FILTER_TERMS + n`.
+pub(crate) fn set_filters(
+    kernel: &mut Loaded,
+    filters: &[Vec<profiler_common::FilterTerm>],
+) -> anyhow::Result<()> {
+    use profiler_common::MAX_FILTER_TERMS;
+    if filters.iter().all(Vec::is_empty) {
+        return Ok(());
+    }
+    let mut table: aya::maps::Array<aya::maps::MapData, profiler_common::FilterTerm> =
+        aya::maps::Array::try_from(crate::collect::take_map(&mut kernel.ebpf, names::HIT_FILTERS)?)?;
+    for (event, terms) in filters.iter().enumerate() {
+        for (n, term) in terms.iter().enumerate().take(MAX_FILTER_TERMS) {
+            table.set((event * MAX_FILTER_TERMS + n) as u32, *term, 0)?;
+        }
+    }
+    kernel.hold(table);
+    Ok(())
+}
+
 /// Open `event` (as `attr`) at each of `places` (`(pid, cpu)`), running `program_fd` at its
 /// hits with `cookie`; held open for the run.
 pub(crate) fn run_at_hits(

@@ -29,6 +29,8 @@ pub struct Spec {
     pub fetches: Vec<Vec<Fetched>>,
     /// Each hit with its user and kernel stacks (`-g`).
     pub stacks: bool,
+    /// Per event, what its hits must pass (`--filter`; none: every hit).
+    pub filters: Vec<Vec<profiler_common::FilterTerm>>,
 }
 
 impl Spec {
@@ -49,6 +51,7 @@ impl Spec {
             }
         }
         kernel.hold(table);
+        super::hooks::set_filters(kernel, &self.filters)?;
         if self.stacks && context.unwind_tables {
             for event in &self.events {
                 super::hooks::Hook::of(event).load_walker(kernel)?;

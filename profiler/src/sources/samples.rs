@@ -60,6 +60,8 @@ pub struct Spec {
     pub group: bool,
     /// What a probe's sample counts (`profiler_common::hit_weight`): one, or a register's value.
     pub weight: u32,
+    /// Per event, what its hits must pass (`--filter`; none: every hit).
+    pub filters: Vec<Vec<profiler_common::FilterTerm>>,
 }
 
 impl Spec {
@@ -87,6 +89,7 @@ impl Spec {
             .map(|(index, e)| (index, e.spelled()))
             .collect();
         let maps = SampleMaps::take(&mut kernel.ebpf, !self.counters.is_empty(), !traced.is_empty())?;
+        super::hooks::set_filters(kernel, &self.filters)?;
         // The sampler opens before the counters read at each sample: created first, it is
         // scheduled first, so a cycles sampler takes the PMU's dedicated cycle counter where
         // there is one, and the counters share the general-purpose ones.

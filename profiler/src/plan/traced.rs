@@ -1,0 +1,231 @@
+//! What a plan allows tracing events (tracepoints, probes) to do: sampled at their hits, not
+//! read as counters; weighed by a register, filtered on their fields or registers; timed from
+//! one to another (`latency`) by keys both have.
+use std::path::Path;
+
+use profiler_common::latency::LatencyKeys;
+
+use crate::{
+    cli::{Cli, Mode},
+    counters::language::{Catalog, Event, Group},
+    error::UserError,
+};
+
+/// A counter read at each sample is a PMU's or the kernel's count; a tracing event's hits are
+/// counted by `stat`, or sampled with `-e`.
+pub(super) fn not_traced(event: &Event, flag: &str) -> Result<(), UserError> {
+    match event.is_traced() {
+        true => Err(UserError::Usage(format!(
+            "{flag} {0}: a tracepoint or probe is not read at samples: `bpfprof stat -e {0}` counts it, `-e {0}` samples its hits",
+            event.spelled()
+        ))),
+        false => Ok(()),
+    }
+}
+
+/// `--weight`: what each sample of a probe counts. Only a probe's registers hold the function's
+/// arguments and return value (a USDT probe's arguments are described otherwise, a tracepoint
+/// has fields); the return value only at a return.
+pub(super) fn hit_weight(events: &[Event], weight: Option<u32>) -> Result<u32, UserError> {
+    use profiler_common::hit_weight::{ONE, RETVAL};
+    let Some(weight) = weight else {
+        return Ok(ONE);
+    };
+    for event in events {
+        let why = match &event.probe {
+            None => "only a probe's samples can weigh an argument or the return value",
+            Some(p) if p.semaphore.is_some() || event.name.starts_with("usdt:") => {
+                "a USDT probe's arguments are not the function's registers (not yet)"
+            }
+            Some(p) if weight == RETVAL && !p.ret => "a return value is a uretprobe's or kretprobe's",
+            Some(p) if weight != RETVAL && p.ret => {
+                "at a return the argument registers hold whatever the function left in them: weigh a return by retval"
+            }
+            Some(_) => continue,
+        };
+        return Err(UserError::Usage(format!(
+            "--weight with -e {}: {why}",
+            event.spelled()
+        )));
+    }
+    Ok(weight)
+}
+
+/// `--filter` when sampling or recording: each event's terms, judged by its program at each hit.
+pub(super) fn hit_filters(
+    events: &[Event],
+    filter: Option<&str>,
+) -> Result<Vec<Vec<profiler_common::FilterTerm>>, UserError> {
+    let Some(filter) = filter else {
+        return Ok(Vec::new());
+    };
+    events
+        .iter()
+        .map(|event| match event.is_traced() {
+            false => Err(UserError::Usage(format!(
+                "--filter with -e {}: only tracepoints and probes are filtered at their hits",
+                event.spelled()
+            ))),
+            true => crate::counters::filter::compile(filter, event, &tracepoint_fields(event))
+                .map_err(|why| UserError::Usage(format!("--filter with -e {}: {why}", event.spelled()))),
+        })
+        .collect()
+}
+
+/// Tracing events (tracepoints, probes) are sampled every Nth hit, in hotspot mode, and not
+/// beside events sampled at a frequency or a period of their own (one rate per run).
+pub(super) fn traced_events_fit(events: &[Event], cli: &Cli) -> Result<(), UserError> {
+    let traced = events.iter().filter(|e| e.is_traced()).count();
+    if traced == 0 {
+        return Ok(());
+    }
+    let spelled = Event::spelled_list(events, ",");
+    if traced < events.len() {
+        return Err(UserError::Usage(format!(
+            "-e {spelled}: tracepoints and probes are sampled at their hits, other events at a rate: sample them in separate runs"
+        )));
+    }
+    if cli.frequency.is_some() {
+        return Err(UserError::Usage(format!(
+            "-e {spelled}: a tracepoint or probe is sampled at its hits, not at a frequency: -c N samples every Nth hit (every hit without it)"
+        )));
+    }
+    if cli.mode != Mode::Hotspot {
+        return Err(UserError::Usage(format!(
+            "-e {spelled}: tracepoints and probes are sampled in --mode hotspot"
+        )));
+    }
+    if !cli.counters_events.is_empty() {
+        return Err(UserError::Usage(
+            "--counter is read at CPU samples, not at tracepoint or probe hits".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// `stat --filter`: on every tracepoint of the groups, each checked to name only its fields.
+pub(super) fn filter_tracepoints(groups: &mut [Group], filter: &str) -> Result<(), UserError> {
+    use crate::counters::tracepoint;
+    let tracefs = tracepoint::tracefs_root();
+    let tracepoints = groups
+        .iter_mut()
+        .flat_map(|g| g.events.iter_mut())
+        .filter(|e| e.is_tracepoint());
+    let mut filtered = 0;
+    for event in tracepoints {
+        let fields = tracepoint::fields(tracefs, &event.name);
+        if let Some(name) = tracepoint::unknown_field(filter, &fields) {
+            return Err(no_field("--filter", &event.name, name, &fields));
+        }
+        event.filter = Some(filter.to_string());
+        filtered += 1;
+    }
+    match filtered {
+        0 => Err(UserError::Usage(
+            "--filter applies to tracepoints, and -e names none".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// `OPTION: TRACEPOINT has no field `NAME` (did you mean ...?); its fields: ...`.
+pub(super) fn no_field(option: &str, tracepoint: &str, name: &str, fields: &[String]) -> UserError {
+    let near = match crate::counters::language::nearest(name, fields).first() {
+        Some(near) => format!(" (did you mean {near}?)"),
+        None => String::new(),
+    };
+    UserError::Usage(format!(
+        "{option}: {tracepoint} has no field `{name}`{near}; its fields: {}",
+        fields.join(", ")
+    ))
+}
+
+/// `latency --from`/`--to`: a tracing event (a tracepoint or a probe), whose program runs at its
+/// every hit.
+pub(super) fn traced_event(catalog: &Catalog, option: &str, text: &str) -> Result<Event, UserError> {
+    let event = catalog.parse(text)?;
+    match event.is_traced() {
+        true => Ok(event),
+        false => Err(UserError::Usage(format!(
+            "{option} {text}: not a tracepoint or a probe (latency is timed from one hit of a tracing event to another; `bpfprof list` shows them)"
+        ))),
+    }
+}
+
+/// A tracepoint's fields, as its tracefs format lays them out (none for a probe).
+pub(super) fn tracepoint_fields(event: &Event) -> Vec<crate::counters::tracepoint::Field> {
+    use crate::counters::tracepoint;
+    match event.is_tracepoint() {
+        true => tracepoint::layout(tracepoint::tracefs_root(), &event.name),
+        false => Vec::new(),
+    }
+}
+
+/// Each side's key: the thread, or one or two fields both tracepoints have, each a number of 1,
+/// 2, 4 or 8 bytes of the same size and signedness on both (read where each one's tracefs
+/// format says).
+pub(super) fn latency_keys(
+    tracefs: &Path,
+    sides: [&Event; 2],
+    key: &str,
+) -> Result<(LatencyKeys, String), UserError> {
+    use crate::counters::tracepoint::{self, Field};
+    if matches!(key, "thread" | "tid") {
+        return Ok((LatencyKeys::default(), "thread".into()));
+    }
+    let names: Vec<&str> = key.split(',').map(str::trim).collect();
+    if names.len() > 2 || names.iter().any(|n| n.is_empty()) {
+        return Err(UserError::Usage(format!(
+            "--key {key}: `thread`, or one or two fields of the tracepoints (`dev,sector`)"
+        )));
+    }
+    let mut keys = LatencyKeys::default();
+    let mut first: Vec<Field> = Vec::new();
+    for (side, event) in sides.into_iter().enumerate() {
+        if !event.is_tracepoint() {
+            return Err(UserError::Usage(format!(
+                "--key {key}: {} is a probe, which has no fields: key it by thread",
+                event.spelled()
+            )));
+        }
+        let layout = tracepoint::layout(tracefs, &event.name);
+        let all: Vec<String> = layout.iter().map(|f| f.name.clone()).collect();
+        for (i, name) in names.iter().enumerate() {
+            let field = layout
+                .iter()
+                .find(|f| f.name == *name)
+                .ok_or_else(|| no_field("--key", &event.name, name, &all))?;
+            if field.array || ![1, 2, 4, 8].contains(&field.size) {
+                return Err(UserError::Usage(format!(
+                    "--key: {}'s field `{name}` is not a number ({} bytes{}): a key is a number's value",
+                    event.name,
+                    field.size,
+                    if field.array { ", an array or a string" } else { "" }
+                )));
+            }
+            match first.get(i) {
+                Some(other) if (other.size, other.signed) != (field.size, field.signed) => {
+                    return Err(UserError::Usage(format!(
+                        "--key: `{name}` is {} on {} and {} on {}: the two would never be equal",
+                        number_kind(other),
+                        sides[0].name,
+                        number_kind(field),
+                        event.name
+                    )));
+                }
+                Some(_) => {}
+                None => first.push(field.clone()),
+            }
+            keys.sides[side].offsets[i] = field.offset;
+            keys.sides[side].sizes[i] = field.size;
+        }
+        keys.sides[side].fields = names.len() as u32;
+    }
+    Ok((keys, names.join(",")))
+}
+
+/// `a signed 4-byte number`, `an unsigned 8-byte number`.
+pub(super) fn number_kind(field: &crate::counters::tracepoint::Field) -> String {
+    let sign = if field.signed { "a signed" } else { "an unsigned" };
+    format!("{sign} {}-byte number", field.size)
+}
