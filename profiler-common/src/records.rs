@@ -52,9 +52,7 @@ pub struct StackedRecord {
     pub kernel_bytes: i32,
     /// Which image of the process the user stack is of (see `SampleKey::exec_generation`).
     pub exec_generation: u32,
-    /// How the user stack was walked: 0 by frame pointers, else through the process's unwind
-    /// tables, `1 + ` how the walk ended (`unwind::stop`).
-    pub user_walk: u32,
+    pub _pad: u32,
     /// Leaf first.
     pub user: [u64; crate::unwind::MAX_FRAMES],
     pub kernel: [u64; RECORD_KERNEL_FRAMES],

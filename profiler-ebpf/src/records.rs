@@ -138,11 +138,9 @@ fn emit<C: EbpfContext>(ctx: &C, fill: impl FnOnce(&mut HitRecord), walked: Opti
                     Ok(()) => (frames * 8) as i32,
                     Err(e) => e as i32,
                 };
-                record.user_walk = 1 + walk.stack.stop;
             }
             None => {
                 record.user_bytes = stack(ctx, &mut record.user, BPF_F_USER_STACK as u64);
-                record.user_walk = 0;
             }
         }
         record.kernel_bytes = stack(ctx, &mut record.kernel, 0);

@@ -282,7 +282,13 @@ pub fn unwind_user(ctx: PerfEventContext) -> u32 {
 }
 
 fn try_unwind_user(ctx: &PerfEventContext) -> Result<(), ()> {
-    walk_sample(ctx, &WALK, &UNWIND_PROGRAMS, 1, None)
+    walk_sample(
+        ctx,
+        &WALK,
+        &UNWIND_PROGRAMS,
+        1,
+        None::<fn(&PerfEventContext, &Walk)>,
+    )
 }
 
 /// Loaded beside the tracepoint sampler (never attached): it is only tail-called.
@@ -325,7 +331,7 @@ fn walk_sample<C: StackIdContext>(
     scratch: &PerCpuArray<Walk>,
     programs: &ProgramArray,
     weight: u64,
-    recorded: Option<fn(&C, &Walk)>,
+    recorded: Option<impl FnOnce(&C, &Walk)>,
 ) -> Result<(), ()> {
     let walk = unsafe { &mut *scratch.get_ptr_mut(0).ok_or(())? };
     advance(ctx, walk, programs);

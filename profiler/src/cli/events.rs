@@ -132,8 +132,8 @@ pub struct RecordArgs {
     /// `--fetch line_value:s32`).
     #[arg(long, value_name = "LIST")]
     pub fetch: Option<String>,
-    /// Each hit with its stacks, leaf first: the user stack walked by frame pointers (as `perf
-    /// record -g` walks it), and the kernel's.
+    /// Each hit with its stacks, innermost first: the kernel's, then the user's, walked through
+    /// the process's unwind tables once loaded (before: by frame pointers, as `perf record -g`).
     #[arg(short = 'g', long = "stacks")]
     pub stacks: bool,
     /// Only the hits this filter passes are counted and recorded: up to 4 comparisons joined by

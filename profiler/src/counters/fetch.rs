@@ -99,7 +99,7 @@ fn parse_one(text: &str) -> Result<FetchSpec, String> {
     })
 }
 
-fn parse_type(text: &str) -> Result<Type, String> {
+pub(crate) fn parse_type(text: &str) -> Result<Type, String> {
     let bits = |digits: &str| match digits {
         "8" => Some(1),
         "16" => Some(2),
@@ -126,15 +126,15 @@ pub fn resolve(specs: &[FetchSpec], event: &Event, fields: &[Field]) -> Result<V
         return specs.iter().map(|spec| pointed_string(spec, fields)).collect();
     };
     let aarch64 = cfg!(target_arch = "aarch64");
-    let usdt_args = match &probe.usdt_args {
-        Some(text) => Some(usdt::parse_args(text, aarch64).map_err(|e| format!("{}: {e}", event.name))?),
-        None => None,
-    };
     let mut fetched = Vec::new();
     for spec in specs {
-        let (fetch, natural) = match (spec.source, &usdt_args) {
+        let (fetch, natural) = match (spec.source, &probe.usdt_args) {
             (Source::Named, _) => global(spec, probe)?,
-            (Source::Arg(n), Some(args)) => usdt_arg(spec, n, args, probe)?,
+            (Source::Arg(n), Some(args)) => {
+                let arg = usdt::parse_arg_at(args, n as usize, aarch64)
+                    .map_err(|e| format!("{}: {e}", spec.name))?;
+                usdt_arg(&arg, probe)?
+            }
             (_, Some(_)) => {
                 return Err(format!(
                     "{}: a USDT probe has its own arguments (arg0..), no return",
@@ -217,17 +217,7 @@ fn global(spec: &FetchSpec, probe: &Probe) -> Result<(Fetch, Type), String> {
 }
 
 /// A USDT probe's argument `n`, where its note says it is; typed as the note sizes it.
-fn usdt_arg(spec: &FetchSpec, n: u32, args: &[usdt::Arg], probe: &Probe) -> Result<(Fetch, Type), String> {
-    let Some(arg) = args.get(n as usize) else {
-        return Err(match args.len() {
-            0 => format!("{}: this USDT probe has no arguments", spec.name),
-            count => format!(
-                "{}: this USDT probe has arg0..arg{} (counted from 0, as its note and bpftrace count them)",
-                spec.name,
-                count - 1
-            ),
-        });
-    };
+fn usdt_arg(arg: &usdt::Arg, probe: &Probe) -> Result<(Fetch, Type), String> {
     let word = |offset: u16| Fetch {
         word: offset,
         ..Fetch::default()

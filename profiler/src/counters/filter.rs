@@ -42,16 +42,16 @@ fn compile_term(text: &str, event: &Event, fields: &[Field]) -> Result<FilterTer
             Some((name.trim(), *op, number.trim()))
         })
         .ok_or_else(|| format!("`{text}`: {SUBSET}"))?;
-    let value = super::cpu::parse_number(number.trim_start_matches('-'))
-        .map(|n| {
-            if number.starts_with('-') {
-                n.wrapping_neg()
-            } else {
-                n
-            }
-        })
-        .ok_or_else(|| format!("`{text}`: `{number}` is not a number ({SUBSET})"))?;
+    let (negative, magnitude) =
+        kernel_number(number).ok_or_else(|| format!("`{text}`: `{number}` is not a number ({SUBSET})"))?;
     let (offset, size, signed) = place(name, event, fields)?;
+    let value = fitted(negative, magnitude, size, signed).ok_or_else(|| {
+        format!(
+            "`{text}`: {number} is not a value of {name} (a {}{}-bit number)",
+            if signed { "signed " } else { "" },
+            size * 8
+        )
+    })?;
     Ok(FilterTerm {
         offset,
         size,
@@ -62,9 +62,53 @@ fn compile_term(text: &str, event: &Event, fields: &[Field]) -> Result<FilterTer
     })
 }
 
-/// Where `name` is in the program's context: (offset, size, signed).
+/// A number as the kernel's filters read one: an optional `-`, then hex after `0x`, octal after
+/// a leading `0`, else decimal.
+fn kernel_number(text: &str) -> Option<(bool, u64)> {
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let magnitude = match (
+        digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")),
+        digits,
+    ) {
+        (Some(hex), _) => u64::from_str_radix(hex, 16).ok()?,
+        (None, octal) if octal.len() > 1 && octal.starts_with('0') => {
+            u64::from_str_radix(&octal[1..], 8).ok()?
+        }
+        (None, decimal) => decimal.parse().ok()?,
+    };
+    Some((negative, magnitude))
+}
+
+/// The number as a value of a `size`-byte field, if it is one (no negative value for an unsigned
+/// field, nothing past its width), as the term compares it.
+fn fitted(negative: bool, magnitude: u64, size: u8, signed: bool) -> Option<u64> {
+    let bits = u32::from(size) * 8;
+    let limit = |b: u32| if b >= 64 { u64::MAX } else { (1u64 << b) - 1 };
+    match (signed, negative) {
+        (false, true) => None,
+        (false, false) => (magnitude <= limit(bits)).then_some(magnitude),
+        (true, false) => (magnitude <= limit(bits - 1)).then_some(magnitude),
+        (true, true) => (magnitude <= limit(bits - 1) + 1).then(|| (magnitude as i64).wrapping_neg() as u64),
+    }
+}
+
+/// Where `name` is in the program's context: (offset, size, signed). A probe's register is a
+/// signed 64-bit number unless typed (`retval:s32`: a function returning `int` leaves its upper
+/// half clear).
 fn place(name: &str, event: &Event, fields: &[Field]) -> Result<(u16, u8, bool), String> {
+    let (name, ty) = match name.split_once(':') {
+        Some((name, ty)) => (name, Some(super::fetch::parse_type(ty)?)),
+        None => (name, None),
+    };
     let Some(probe) = &event.probe else {
+        if ty.is_some() {
+            return Err(format!(
+                "{name}: a tracepoint's field is compared as its format types it"
+            ));
+        }
         let Some(field) = fields.iter().find(|f| f.name == name) else {
             let names: Vec<String> = fields.iter().map(|f| f.name.clone()).collect();
             return Err(super::probe::ProbeError::Missing {
@@ -94,7 +138,13 @@ fn place(name: &str, event: &Event, fields: &[Field]) -> Result<(u16, u8, bool),
         },
     };
     let offset = hit_weight::register_offset(register, cfg!(target_arch = "aarch64")).unwrap_or(0);
-    Ok((offset as u16, 8, true))
+    let (size, signed) = match ty {
+        None => (8, true),
+        Some(super::fetch::Type::Signed(n)) => (n, true),
+        Some(super::fetch::Type::Unsigned(n) | super::fetch::Type::Hex(n)) => (n, false),
+        Some(super::fetch::Type::Str) => return Err(format!("{name}: a filter compares numbers")),
+    };
+    Ok((offset as u16, size, signed))
 }
 
 #[cfg(test)]
@@ -154,6 +204,20 @@ mod tests {
         ] {
             assert!(compile(bad, &tracepoint(), &fields).is_err(), "{bad}");
         }
+        // Numbers as the kernel's filters read them, and only values the field can hold.
+        let value = |filter: &str| compile(filter, &tracepoint(), &fields).map(|t| t[0].value);
+        assert_eq!(value("fd == 0644"), Ok(0o644));
+        assert_eq!(value("fd == 0x10"), Ok(16));
+        assert_eq!(value("ret == -2147483648"), Ok((-2147483648i64) as u64));
+        for bad in [
+            "fd == -1",
+            "ret == 2147483648",
+            "fd == --1",
+            "fd == 09",
+            "fd:s32 == 1",
+        ] {
+            assert!(compile(bad, &tracepoint(), &fields).is_err(), "{bad}");
+        }
         let missing = compile("cuont > 1", &tracepoint(), &fields).unwrap_err();
         assert!(missing.contains("did you mean count"), "{missing}");
         assert!(compile(
@@ -162,5 +226,31 @@ mod tests {
             &fields
         )
         .is_err());
+    }
+
+    /// A function returning `int` leaves -1 as 0xffffffff in its 64-bit register: `retval:s32`
+    /// compares the low half, signed; untyped, the whole register.
+    #[test]
+    fn a_register_is_compared_as_typed() {
+        let mut event = tracepoint();
+        event.probe = Some(crate::counters::probe::Probe {
+            target: std::ffi::CString::new("/bin/true").unwrap(),
+            offset: 0,
+            kernel: false,
+            ret: true,
+            semaphore: None,
+            entry: false,
+            usdt_args: None,
+        });
+        let typed = compile("retval:s32 < 0", &event, &[]).unwrap();
+        assert_eq!((typed[0].size, typed[0].signed), (4, 1));
+        assert!(typed[0].passes(0xffff_ffff));
+        let whole = compile("retval < 0", &event, &[]).unwrap();
+        assert!(!whole[0].passes(0xffff_ffff) && whole[0].passes(u64::MAX));
+        assert!(
+            compile("arg1 > 0", &event, &[]).is_err(),
+            "no argument at a return"
+        );
+        assert!(compile("retval:str == 1", &event, &[]).is_err());
     }
 }

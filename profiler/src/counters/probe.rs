@@ -341,7 +341,7 @@ pub fn usdt_probes(given: &str) -> Result<Vec<(String, String)>, ProbeError> {
             .iter()
             .take_while(|s| (&s.provider, &s.name) == (&site.provider, &site.name))
             .count();
-        let args = site.args.split_whitespace().count();
+        let args = usdt::split_args(&site.args).len();
         let mut what = match args {
             0 => "no arguments".to_string(),
             1 => format!("arg0: {}", site.args),

@@ -115,8 +115,22 @@ pub fn parse_args(text: &str, aarch64: bool) -> Result<Vec<Arg>, String> {
     }
 }
 
+/// Argument `n` of a note's arguments (`parse_args`), the others left unread: one this cannot
+/// place does not keep the rest from being read.
+pub fn parse_arg_at(text: &str, n: usize, aarch64: bool) -> Result<Arg, String> {
+    let args = split_args(text);
+    match args.get(n) {
+        Some(arg) => parse_arg(arg, aarch64).ok_or_else(|| format!("argument `{arg}` is not read yet")),
+        None if args.is_empty() => Err("this USDT probe has no arguments".into()),
+        None => Err(format!(
+            "this USDT probe has arg0..arg{} (counted from 0, as its note and bpftrace count them)",
+            args.len() - 1
+        )),
+    }
+}
+
 /// The arguments, split at the spaces between them (not those inside AArch64's `[sp, 16]`).
-fn split_args(text: &str) -> Vec<&str> {
+pub fn split_args(text: &str) -> Vec<&str> {
     let (mut args, mut start, mut depth) = (Vec::new(), 0, 0);
     for (i, c) in text.char_indices() {
         match c {
