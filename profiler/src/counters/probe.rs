@@ -31,7 +31,7 @@ pub struct Probe {
     /// At a function's first instruction, where its arguments are in their registers (not at an
     /// offset, an address, a source line or a USDT site).
     pub entry: bool,
-    /// A USDT site's arguments, as its note spells them (`usdt::parse_args`).
+    /// A USDT site's arguments, as its note spells them (`usdt::parse_arg_at`).
     pub usdt_args: Option<String>,
 }
 
