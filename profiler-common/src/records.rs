@@ -7,11 +7,14 @@ use core::mem::size_of;
 
 /// Values fetched at each probe hit.
 pub const MAX_FETCHES: usize = 4;
-/// Bytes of each fetched string (the last a NUL).
-pub const STRING_BYTES: usize = 64;
-/// Bytes of a tracepoint's record copied, and of the fetched strings (one slot each).
-pub const RECORD_DATA_BYTES: usize = MAX_FETCHES * STRING_BYTES;
-/// The ring's size: about 28,000 records between two drains.
+/// Bytes of each fetched string (the last a NUL): a longer one keeps its first 127 and is
+/// marked `cut`.
+pub const STRING_BYTES: usize = 128;
+/// Bytes of the fetched strings, one slot each.
+pub const RECORD_STRING_BYTES: usize = MAX_FETCHES * STRING_BYTES;
+/// Bytes of a tracepoint's record copied.
+pub const RECORD_DATA_BYTES: usize = 256;
+/// The ring's size: about 20,000 records between two drains.
 pub const RECORD_RING_BYTES: u32 = 16 << 20;
 
 /// One hit, as the kernel saw it.
@@ -25,17 +28,21 @@ pub struct HitRecord {
     pub cpu: u32,
     /// The event's place in the run.
     pub event: u16,
-    /// Bit n: fetch n could not be read (a fault: memory paged out, a bad pointer).
-    pub failed: u16,
+    /// Bit n: fetch n could not be read (a fault: memory paged out, a bad pointer); all set: the
+    /// tracepoint's record could not be copied.
+    pub failed: u8,
+    /// Bit n: fetch n is a string longer than its slot, cut to `STRING_BYTES - 1`.
+    pub cut: u8,
     pub comm: [u8; 16],
     /// Each fetch's number (a register's whole value, or the bytes read, zero-extended).
     pub values: [u64; MAX_FETCHES],
     /// Each fetched string, in its slot of `STRING_BYTES`.
-    pub strings: [u8; RECORD_DATA_BYTES],
+    pub strings: [u8; RECORD_STRING_BYTES],
     /// A tracepoint's record, from its start.
     pub data: [u8; RECORD_DATA_BYTES],
 }
-const _: () = assert!(size_of::<HitRecord>() == 72 + 2 * RECORD_DATA_BYTES);
+const _: () = assert!(size_of::<HitRecord>() == 72 + RECORD_STRING_BYTES + RECORD_DATA_BYTES);
+const _: () = assert!(MAX_FETCHES <= 8, "a bit of `failed` and of `cut` each");
 
 /// Kernel frames kept with a recorded hit (`record -g`).
 pub const RECORD_KERNEL_FRAMES: usize = 64;

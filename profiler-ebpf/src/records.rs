@@ -99,7 +99,7 @@ pub fn recording_stacks() -> bool {
 fn tracepoint_record(ctx: &TracePointContext, record: &mut HitRecord, (tgid, tid, event): (u32, u32, u16)) {
     fill(record, tgid, tid, event);
     if unsafe { bpf_probe_read_kernel_buf(ctx.as_ptr() as *const u8, &mut record.data) }.is_err() {
-        record.failed = u16::MAX;
+        record.failed = u8::MAX;
     }
     fetch_all(ctx.as_ptr() as *const u8, 0, record, event);
 }
@@ -178,6 +178,7 @@ fn fill(record: &mut HitRecord, tgid: u32, tid: u32, event: u16) {
     record.cpu = unsafe { bpf_get_smp_processor_id() };
     record.event = event;
     record.failed = 0;
+    record.cut = 0;
     record.comm = bpf_get_current_comm().unwrap_or_default();
     record.values = [0; MAX_FETCHES];
 }
@@ -220,7 +221,17 @@ fn fetch_one(context: *const u8, pc: u64, fetch: &Fetch, record: &mut HitRecord,
         // A string: where the word points, or the global's own bytes.
         let start = n.min(MAX_FETCHES - 1) * STRING_BYTES;
         let slot = &mut record.strings[start..start + STRING_BYTES];
-        return unsafe { bpf_probe_read_user_str_bytes(address as *const u8, slot) }.is_ok();
+        let Ok(read) = (unsafe { bpf_probe_read_user_str_bytes(address as *const u8, slot) }) else {
+            return false;
+        };
+        if read.len() == STRING_BYTES - 1 {
+            // The slot is full: cut, unless its last byte was the string's end.
+            let past = (address + STRING_BYTES as u64 - 1) as *const u8;
+            if unsafe { bpf_probe_read_user(past) }.is_ok_and(|byte| byte != 0) {
+                record.cut |= 1 << n;
+            }
+        }
+        return true;
     }
     let value = match (fetch.kind, fetch.size) {
         (fetch::WORD | fetch::CONSTANT, _) => Ok(address),

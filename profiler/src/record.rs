@@ -81,6 +81,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         json: format == Format::Json,
         stacks: spec.stacks.then(stacks::StackNamer::new),
         records: 0,
+        cut: 0,
         totals: None,
         next: tokio::time::Instant::now() + READ_EVERY,
         failed: None,
@@ -95,6 +96,13 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
     if let Some(unplaced @ 1..) = sink.stacks.as_ref().map(|s| s.unplaced) {
         notes.push(format!(
             "{unplaced} user stacks could not be placed in their process's files (it exited before bpfprof read its memory map, a few milliseconds after its first hit): their frames show as [unmapped]"
+        ));
+    }
+    if sink.cut > 0 {
+        notes.push(format!(
+            "{} fetched strings were longer than the {} bytes a record holds: each keeps its start, and its field is listed in its hit's \"cut\" (text: its value ends in ...)",
+            sink.cut,
+            profiler_common::records::STRING_BYTES - 1
         ));
     }
     let totals = Totals {
@@ -165,6 +173,8 @@ struct RecordSink {
     /// `-g`: names each record's stacks.
     stacks: Option<stacks::StackNamer>,
     records: u64,
+    /// Strings longer than a record holds.
+    cut: u64,
     totals: Option<crate::sources::records::RecordTotals>,
     /// When the ring is read next.
     next: tokio::time::Instant,
@@ -190,6 +200,7 @@ impl RecordSink {
         for record in &batch.records {
             let mut hit = self.decoders.hit(&record.hit);
             hit.stack = stacks.next().flatten();
+            self.cut += hit.cut.len() as u64;
             written = match self.json {
                 true => serde_json::to_writer(&mut *out, &hit)
                     .map_err(io::Error::other)

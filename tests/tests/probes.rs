@@ -233,11 +233,14 @@ fn a_usdt_probes_own_arguments_are_recorded() {
 /// Python's own `gc.get_stats()` says (generation 2 also collects at exit, after the script's
 /// last word); `function__entry`'s file, function and line (two strings and an int in
 /// registers) for each call of the script's `target`, its line the code object's own. Python
-/// 3.11 fires its function probes only while a profile or trace function is set.
+/// 3.11 fires its function probes only while a profile or trace function is set. The script's
+/// path is longer than a record's strings: each keeps its first 127 bytes and says it was cut.
 #[test]
 fn pythons_usdt_arguments_are_its_own() {
     let python = "/usr/bin/python3.11";
-    let script = temp_path(&format!("usdt-{}.py", rand_suffix()));
+    let dir = temp_path(&"a-directory-with-a-long-name-".repeat(4));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join(format!("usdt-{}.py", rand_suffix()));
     std::fs::write(
         &script,
         "import gc, sys\ngc.disable()\nsys.setprofile(lambda *a: None)\n\
@@ -266,9 +269,16 @@ fn pythons_usdt_arguments_are_its_own() {
         calls.len()
     );
     assert_eq!(calls.len() as f64, truth["calls"]);
-    assert!(calls
-        .iter()
-        .all(|h| h["fields"]["arg0"] == script && h["fields"]["arg2"] == truth["line"]));
+    assert!(script.len() > 127);
+    assert!(calls.iter().all(|h| h["fields"]["arg0"] == script[..127]
+        && h["cut"] == serde_json::json!(["arg0"])
+        && h["fields"]["arg2"] == truth["line"]));
+    let said = totals["notes"].to_string();
+    let cut = hits.iter().filter(|h| h.get("cut").is_some()).count();
+    assert!(
+        said.contains(&format!("{cut} fetched strings were longer")),
+        "{said}"
+    );
     let (hits, _, truth, _) = record_command(&["-e", &start, "--fetch", "arg0"], &[python, script, "1"]);
     let generation = |g: i64| hits.iter().filter(|h| h["fields"]["arg0"] == g).count() as f64;
     println!(

@@ -36,6 +36,10 @@ pub struct Hit {
     /// kernel's frames (at a tracepoint), then the user's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack: Option<Vec<super::stacks::StackFrame>>,
+    /// The fields whose strings were longer than bpfprof reads (`STRING_BYTES - 1`): their
+    /// values are the strings' starts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cut: Vec<String>,
 }
 
 /// Named values in order (a JSON object whose keys keep their order).
@@ -103,9 +107,9 @@ impl Decoders {
     }
 
     pub fn hit(&self, record: &HitRecord) -> Hit {
-        let (event, fields) = match self.0.get(record.event as usize) {
-            Some((name, decoder)) => (name.clone(), decoder.fields(record)),
-            None => (format!("event {}", record.event), Fields::default()),
+        let (event, fields, cut) = match self.0.get(record.event as usize) {
+            Some((name, decoder)) => (name.clone(), decoder.fields(record), decoder.cut(record)),
+            None => (format!("event {}", record.event), Fields::default(), Vec::new()),
         };
         Hit {
             time_ns: record.time_ns,
@@ -116,18 +120,28 @@ impl Decoders {
             event,
             fields,
             stack: None,
+            cut,
         }
     }
 }
 
 impl Decoder {
+    /// The names of the record's fetched strings that were cut.
+    fn cut(&self, record: &HitRecord) -> Vec<String> {
+        let (Decoder::Tracepoint(_, fetches) | Decoder::Probe(fetches)) = self;
+        (fetches.iter().enumerate())
+            .filter(|(n, _)| record.cut & (1 << n.min(&7)) != 0)
+            .map(|(_, f)| f.name.clone())
+            .collect()
+    }
+
     fn fields(&self, record: &HitRecord) -> Fields {
         Fields(match self {
             Decoder::Tracepoint(fields, fetches) => (fields.iter())
                 .map(|f| {
                     let fetched = fetches.iter().position(|fetch| fetch.name == f.name);
                     let value = match (record.failed, fetched) {
-                        (u16::MAX, _) => Value::Null,
+                        (u8::MAX, _) => Value::Null,
                         (_, Some(n)) => fetched_value(record, n, &fetches[n]),
                         _ => field_value(f, &record.data),
                     };
@@ -143,7 +157,7 @@ impl Decoder {
 
 /// Fetch `n` of a record as its type shows it; null where it could not be read.
 fn fetched_value(record: &HitRecord, n: usize, fetched: &Fetched) -> Value {
-    if record.failed & (1 << n.min(15)) != 0 {
+    if record.failed & (1 << n.min(7)) != 0 {
         return Value::Null;
     }
     let string = (record.strings)

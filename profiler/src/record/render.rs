@@ -20,7 +20,8 @@ pub fn hit_line(hit: &Hit, out: &mut dyn Write) -> io::Result<()> {
         hit.event
     )?;
     for (name, value) in &hit.fields.0 {
-        write!(out, " {name}={}", shown(value))?;
+        let cut = if hit.cut.contains(name) { "..." } else { "" };
+        write!(out, " {name}={}{cut}", shown(value))?;
     }
     writeln!(out)?;
     if let Some(stack) = &hit.stack {

@@ -1,4 +1,6 @@
-use profiler_common::records::{fetch, Fetch, HitRecord, MAX_FETCHES, RECORD_DATA_BYTES, STRING_BYTES};
+use profiler_common::records::{
+    fetch, Fetch, HitRecord, MAX_FETCHES, RECORD_DATA_BYTES, RECORD_STRING_BYTES, STRING_BYTES,
+};
 use serde_json::Value;
 
 use super::{hit::*, render, Line, Totals};
@@ -21,9 +23,10 @@ fn record(event: u16) -> HitRecord {
         cpu: 1,
         event,
         failed: 0,
+        cut: 0,
         comm,
         values: [0; MAX_FETCHES],
-        strings: [0; RECORD_DATA_BYTES],
+        strings: [0; RECORD_STRING_BYTES],
         data: [0; RECORD_DATA_BYTES],
     }
 }
@@ -97,7 +100,7 @@ fn a_tracepoints_record_reads_as_its_fields() {
         (42, 43, 1, "prog")
     );
     // A record whose bytes could not be copied: every field unknown.
-    r.failed = u16::MAX;
+    r.failed = u8::MAX;
     assert!(decoders.hit(&r).fields.0.iter().all(|(_, v)| v.is_null()));
 }
 
@@ -131,6 +134,10 @@ fn a_probes_record_reads_as_its_fetches_and_prints_as_a_line() {
         String::from_utf8(line).unwrap(),
         "            prog      42/43      [001]   5123.456789: page-faults: arg1=-7 arg2=\"step\" arg3=?\n"
     );
+    assert!(hit.cut.is_empty());
+    // A string longer than its slot: its start, named as cut.
+    r.cut = 1 << 1;
+    assert_eq!(decoders.hit(&r).cut, ["arg2"]);
 }
 
 /// A hit written as a JSON line reads back the same, its fields in their order (not sorted); the
@@ -152,6 +159,7 @@ fn saved_lines_read_back_as_written() {
             frame("0xffffffff8225a85e", "do_syscall_64", "[kernel.kallsyms]", true),
             frame("0x55c4af8e06a0", "step", "/tmp/prog", false),
         ]),
+        cut: vec!["alpha".into()],
     };
     let text = serde_json::to_string(&hit).unwrap();
     assert!(text.find("zeta") < text.find("alpha"), "{text}");
@@ -160,7 +168,7 @@ fn saved_lines_read_back_as_written() {
     super::render::hit_line(&hit, &mut printed).unwrap();
     assert!(
         String::from_utf8(printed).unwrap().ends_with(
-            ": e: zeta=1 alpha=\"a\"\n\tffffffff8225a85e do_syscall_64 ([kernel.kallsyms])\n\t    55c4af8e06a0 step (/tmp/prog)\n\n"
+            ": e: zeta=1 alpha=\"a\"...\n\tffffffff8225a85e do_syscall_64 ([kernel.kallsyms])\n\t    55c4af8e06a0 step (/tmp/prog)\n\n"
         )
     );
     match serde_json::from_str::<Line>(&text).unwrap() {
