@@ -116,7 +116,7 @@ pub(crate) fn sampled_hit<C: StackIdContext>(ctx: &C) -> Option<(u32, u32, u16)>
 /// Whether this hit passes its event's filter: each term's number, read from the program's
 /// context (a tracepoint's record, a probe's registers), compared as the term says.
 #[inline(always)]
-fn passes_filter(context: *const u8, event: u16) -> bool {
+pub(crate) fn passes_filter(context: *const u8, event: u16) -> bool {
     for n in 0..MAX_FILTER_TERMS {
         let at = u32::from(event) * MAX_FILTER_TERMS as u32 + n as u32;
         let Some(term) = HIT_FILTERS.get(at) else {

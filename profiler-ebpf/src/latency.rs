@@ -17,6 +17,7 @@ use profiler_common::{
 
 use crate::{
     health::bump,
+    hits::passes_filter,
     targets::{current_ids, is_target},
 };
 
@@ -40,6 +41,9 @@ static HIST: PerCpuArray<u64> = PerCpuArray::with_max_entries(slot::SLOTS, 0);
 #[tracepoint]
 pub fn latency_tracepoint(ctx: TracePointContext) -> u32 {
     let side = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    if side == FROM && !passes_filter(ctx.as_ptr() as *const u8, FROM as u16) {
+        return 0;
+    }
     let fields = unsafe { core::ptr::read_volatile(&LATENCY_KEYS) }.sides[(side & 1) as usize];
     match fields.fields {
         0 => by_thread(side),
@@ -54,7 +58,10 @@ pub fn latency_tracepoint(ctx: TracePointContext) -> u32 {
 
 #[uprobe]
 pub fn latency_probe(ctx: ProbeContext) -> u32 {
-    by_thread(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    let side = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    if side != FROM || passes_filter(ctx.as_ptr() as *const u8, FROM as u16) {
+        by_thread(side);
+    }
     0
 }
 

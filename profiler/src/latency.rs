@@ -30,6 +30,7 @@ pub fn run(args: LatencyArgs) -> anyhow::Result<i32> {
         from: spec.from.spelled(),
         to: spec.to.spelled(),
         key: spec.key.clone(),
+        filter: spec.filter.as_ref().map(|(text, _)| text.clone()),
     };
     let report = LatencyReport::of(
         interval,
@@ -49,6 +50,9 @@ pub struct Interval {
     pub to: String,
     /// `thread`, or the fields (`dev,sector`).
     pub key: String,
+    /// `--filter`: only the starts it passed were timed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]

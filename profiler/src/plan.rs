@@ -285,8 +285,18 @@ impl Plan {
         }
         let tracefs = crate::counters::tracepoint::tracefs_root();
         let (keys, key) = latency_keys(tracefs, [&from, &to], &args.key)?;
+        let filter = match &args.filter {
+            Some(_) => hit_filters(std::slice::from_ref(&from), args.filter.as_deref())?.remove(0),
+            None => Vec::new(),
+        };
         Ok(Plan {
-            latency: Some(latency::Spec { from, to, keys, key }),
+            latency: Some(latency::Spec {
+                from,
+                to,
+                keys,
+                key,
+                filter: args.filter.clone().map(|text| (text, filter)),
+            }),
             ..Plan::scoped(Mode::Latency, &args.scope, args.report.output.clone())?
         })
     }

@@ -203,6 +203,41 @@ fn latency_between_two_tracepoints_counts_every_sleep_in_its_bucket() {
     assert!(report["max_ns"].as_u64().unwrap() >= 20_000_000);
 }
 
+/// `--filter` judges each start: glibc's nanosleep sleeps on CLOCK_REALTIME (0), so with
+/// `which_clock == 0` every sleep is timed, and with `which_clock == 1` none is, each of their
+/// ends said unmatched.
+#[test]
+fn a_latency_filter_times_only_the_starts_it_passes() {
+    for (clock, timed) in [(0, true), (1, false)] {
+        let filter = format!("which_clock == {clock}");
+        let (report, out) = latency(&[
+            "--from",
+            "syscalls:sys_enter_clock_nanosleep",
+            "--to",
+            "syscalls:sys_exit_clock_nanosleep",
+            "--filter",
+            &filter,
+            "--",
+            workload("events").to_str().unwrap(),
+            "sleeps",
+            "8",
+        ]);
+        let truth = truth(&out);
+        let sleeps = (truth["short"] + truth["long"]) as u64;
+        println!(
+            "{filter}: {sleeps} sleeps; count {}, unmatched {}",
+            report["count"], report["unmatched"]
+        );
+        assert_eq!(report["filter"], filter.as_str());
+        let (count, unmatched) = match timed {
+            true => (sleeps, 0),
+            false => (0, sleeps),
+        };
+        assert_eq!(report["count"].as_u64(), Some(count));
+        assert_eq!(report["unmatched"].as_u64(), Some(unmatched));
+    }
+}
+
 /// Bad input, each in one line and exit 2 before anything is loaded: an event that is not a
 /// tracing event, the same event twice, a key field a tracepoint has not, a key on a probe.
 #[test]
@@ -249,7 +284,9 @@ fn latency_refuses_what_it_cannot_time_in_one_line() {
 /// fio's direct 256 KiB random reads of a file it read once before (so that nothing of the file
 /// or of fio is left to read or write back but the reads): each read one block request, timed
 /// from its issue to its completion (keyed by device and sector: completions come in an
-/// interrupt, on no target's thread). Exactly as many requests as fio read. Their median lies
+/// interrupt, on no target's thread), only the 256 KiB ones (`--filter`: fio's first thread may
+/// page in a few pages of its own, in smaller requests). Exactly as many requests as fio read,
+/// each end of a request filtered out said as unmatched. Their median lies
 /// within fio's own completion-latency median, which adds the system call and the wake-up
 /// around each request: at most that (and half a bucket), at least 85% of it (measured here:
 /// 8-10% below, the 35-45 us the call and the wake-up take).
@@ -279,6 +316,8 @@ fn block_request_latency_is_fios_own_completion_latency() {
         "block:block_rq_complete",
         "--key",
         "dev,sector",
+        "--filter",
+        "bytes == 262144",
         "--",
     ];
     args.extend_from_slice(&fio);

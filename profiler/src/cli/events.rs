@@ -80,6 +80,10 @@ pub struct LatencyArgs {
     /// fields both tracepoints have (`dev,sector`: a block request, completed in an interrupt).
     #[arg(long, value_name = "FIELDS", default_value = "thread")]
     pub key: String,
+    /// Only the starts this filter passes are timed: up to 4 comparisons joined by && of
+    /// --from's number fields or a probe's arg1..arg6 (`bytes >= 262144`: the large requests).
+    #[arg(long, value_name = "EXPRESSION")]
+    pub filter: Option<String>,
     #[command(flatten)]
     pub scope: ScopeArgs,
     #[command(flatten)]

@@ -6,9 +6,10 @@ use crate::report::{human_ns, sched_text::histogram_lines};
 
 pub fn text(r: &LatencyReport, out: &mut dyn Write) -> io::Result<()> {
     let i = &r.interval;
+    let filter = (i.filter.as_ref()).map_or(String::new(), |f| format!(" where {f}"));
     writeln!(
         out,
-        "\n Latency from {} to {}, by {}, of {} ({:.3} s)\n",
+        "\n Latency from {}{filter} to {}, by {}, of {} ({:.3} s)\n",
         i.from, i.to, i.key, r.target, r.seconds
     )?;
     if r.count == 0 {
@@ -30,8 +31,15 @@ pub fn text(r: &LatencyReport, out: &mut dyn Write) -> io::Result<()> {
     if r.unmatched > 0 {
         writeln!(
             out,
-            "note: {} ends of {} had no start (begun before the run, or of another {})",
-            r.unmatched, i.to, i.key
+            "note: {} ends of {} had no start (begun before the run, or of another {}{})",
+            r.unmatched,
+            i.to,
+            i.key,
+            if i.filter.is_some() {
+                ", or filtered out"
+            } else {
+                ""
+            }
         )?;
     }
     if r.replaced > 0 {

@@ -25,6 +25,7 @@ fn the_report_counts_every_interval_and_its_percentiles_fall_in_their_buckets() 
         from: "syscalls:sys_enter_clock_nanosleep".into(),
         to: "syscalls:sys_exit_clock_nanosleep".into(),
         key: "thread".into(),
+        filter: None,
     };
     let r = LatencyReport::of(interval, "command `x`".into(), 1.5, &batch, Vec::new());
     assert_eq!(r.count, 250);

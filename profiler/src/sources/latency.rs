@@ -26,6 +26,8 @@ pub struct Spec {
     pub keys: LatencyKeys,
     /// How the key reads (`thread`, `dev,sector`).
     pub key: String,
+    /// `--filter`: which starts are timed, as written and as the kernel judges it.
+    pub filter: Option<(String, Vec<profiler_common::FilterTerm>)>,
 }
 
 impl Spec {
@@ -35,6 +37,10 @@ impl Spec {
     }
 
     pub fn attach(self, kernel: &mut Loaded, context: &AttachContext<'_>) -> anyhow::Result<Attached> {
+        if let Some((_, terms)) = &self.filter {
+            // The start's side is the filter table's event 0 (`FROM`).
+            super::hooks::set_filters(kernel, std::slice::from_ref(terms))?;
+        }
         let mut links = Vec::new();
         let programs = (names::PROG_LATENCY_TRACEPOINT, names::PROG_LATENCY_PROBE);
         for (side, event) in [(FROM, &self.from), (TO, &self.to)] {
@@ -42,8 +48,9 @@ impl Spec {
         }
         Ok(Attached {
             doing: Some(format!(
-                "timing {} to {} by {}",
+                "timing {}{} to {} by {}",
                 self.from.spelled(),
+                (self.filter.as_ref()).map_or(String::new(), |(text, _)| format!(" where {text}")),
                 self.to.spelled(),
                 self.key
             )),

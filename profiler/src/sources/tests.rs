@@ -48,6 +48,7 @@ fn latency_maps() -> BTreeSet<&'static str> {
         to: event,
         keys: Default::default(),
         key: "thread".into(),
+        filter: None,
     }));
     let mut options = crate::bpf::LoadOptions::new(Path::new("/"), true, true);
     spec.needs(&mut options);
