@@ -16,6 +16,7 @@ pub mod sampling;
 pub mod sched;
 pub mod syscalls;
 pub mod unwind;
+pub mod values;
 
 // The families' types at the root, where both sides have always found them.
 pub use health::*;
@@ -57,6 +58,8 @@ mod pod {
     unsafe impl aya::Pod for records::HitRecord {}
     unsafe impl aya::Pod for records::Fetch {}
     unsafe impl aya::Pod for FilterTerm {}
+    unsafe impl aya::Pod for values::ByField {}
+    unsafe impl aya::Pod for values::ValueKey {}
 }
 
 #[cfg(test)]

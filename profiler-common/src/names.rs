@@ -81,6 +81,12 @@ names! {
         RECORD_FETCHES = "RECORD_FETCHES";
         /// Per CPU, the records the full ring had no room for.
         RECORDS_LOST = "RECORDS_LOST";
+        /// `stat --by`: where each event's counted number is (`ByField`).
+        BY_FIELDS = "BY_FIELDS";
+        /// Per CPU, each (event, value)'s hits (`ValueKey` → count).
+        VALUE_COUNTS = "VALUE_COUNTS";
+        /// Per CPU, each event's hits of values the full `VALUE_COUNTS` had no room for.
+        VALUE_COUNTS_LOST = "VALUE_COUNTS_LOST";
     }
     PROGRAMS {
         PROG_SAMPLE = "sample_stack";
@@ -112,6 +118,8 @@ names! {
         PROG_LATENCY_PROBE = "latency_probe";
         PROG_RECORD_TRACEPOINT = "record_tracepoint";
         PROG_RECORD_PROBE = "record_probe";
+        PROG_COUNT_TRACEPOINT = "count_tracepoint_value";
+        PROG_COUNT_PROBE = "count_probe_value";
     }
     GLOBALS {
         G_TASK_OFFSETS = "TASK_OFFSETS";

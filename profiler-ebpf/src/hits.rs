@@ -5,9 +5,9 @@
 //! CPU sampler's: the same maps, the same stacks, the table walker where the process has tables.
 use aya_ebpf::{
     helpers::{bpf_get_attach_cookie, bpf_probe_read_kernel},
-    macros::{map, tracepoint, uprobe},
+    macros::{map, uprobe},
     maps::{Array, PerCpuArray},
-    programs::{tracing::StackIdContext, ProbeContext, TracePointContext},
+    programs::{tracing::StackIdContext, ProbeContext},
     EbpfContext as _,
 };
 use profiler_common::{
@@ -40,14 +40,15 @@ static HIT_WEIGHT: u32 = 0;
 #[map(name = "PROBE_HIT_WEIGHTS")]
 static PROBE_HIT_WEIGHTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 
-#[tracepoint]
+tracepoint! {
 pub fn sample_tracepoint(ctx: TracePointContext) -> u32 {
     if let Some((tgid, tid, _)) = sampled_hit(&ctx) {
         // Hands the sample to the table walker if the process has tables (no return then).
         crate::unwind::start_tracepoint_hit(&ctx, tgid, tid);
         record_sample(&ctx, tgid, tid, None, 1);
     }
-    0
+    crate::PASS_ON
+}
 }
 
 #[uprobe]

@@ -4,7 +4,7 @@
 //! request, which completes in an interrupt, on no target's thread).
 use aya_ebpf::{
     helpers::{bpf_get_attach_cookie, bpf_ktime_get_ns},
-    macros::{map, tracepoint, uprobe},
+    macros::{map, uprobe},
     maps::{HashMap, PerCpuArray},
     programs::{ProbeContext, TracePointContext},
     EbpfContext,
@@ -38,11 +38,11 @@ static STARTS: HashMap<LatencyKey, u64> = HashMap::with_max_entries(LATENCY_STAR
 #[map(name = "LATENCY_HIST")]
 static HIST: PerCpuArray<u64> = PerCpuArray::with_max_entries(slot::SLOTS, 0);
 
-#[tracepoint]
+tracepoint! {
 pub fn latency_tracepoint(ctx: TracePointContext) -> u32 {
     let side = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     if side == FROM && !passes_filter(ctx.as_ptr() as *const u8, FROM as u16) {
-        return 0;
+        return crate::PASS_ON;
     }
     let fields = unsafe { core::ptr::read_volatile(&LATENCY_KEYS) }.sides[(side & 1) as usize];
     match fields.fields {
@@ -53,7 +53,8 @@ pub fn latency_tracepoint(ctx: TracePointContext) -> u32 {
             }
         }
     }
-    0
+    crate::PASS_ON
+}
 }
 
 #[uprobe]

@@ -16,6 +16,28 @@ macro_rules! kernel_log {
     };
 }
 
+/// What every program at a tracepoint opened as a perf event (`#[tracepoint]`) returns: non-zero
+/// lets the kernel go on to count and record the hit for the tracepoint's perf events, zero
+/// would drop it for all of them (`perf_trace_run_bpf_submit`), machine-wide for as long as the
+/// program is attached: another tool's `perf stat -e sched:sched_process_exec` or `perf record -e
+/// syscalls:sys_enter_write` would see nothing, and neither would bpfprof's own `stat`.
+pub const PASS_ON: u32 = 1;
+
+/// A program at a tracepoint opened as a perf event, declared as aya's `#[tracepoint]` declares
+/// one but returning what its function returns (aya's returns 0 whatever the function does):
+/// each of ours returns `PASS_ON`.
+macro_rules! tracepoint {
+    ($(#[$attr:meta])* pub fn $name:ident($ctx:ident: TracePointContext) -> u32 $body:block) => {
+        $(#[$attr])*
+        #[unsafe(no_mangle)]
+        #[unsafe(link_section = "tracepoint")]
+        pub fn $name($ctx: *mut ::core::ffi::c_void) -> u32 {
+            let $ctx = ::aya_ebpf::programs::TracePointContext::new($ctx);
+            $body
+        }
+    };
+}
+
 mod arch;
 mod atomic;
 mod health;
@@ -28,6 +50,7 @@ mod sched;
 mod syscalls;
 mod targets;
 mod unwind;
+mod values;
 
 #[cfg(not(test))]
 #[panic_handler]

@@ -8,7 +8,7 @@ use aya_ebpf::{
         bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_buf, bpf_probe_read_user,
         bpf_probe_read_user_str_bytes,
     },
-    macros::{map, tracepoint, uprobe},
+    macros::{map, uprobe},
     maps::{Array, PerCpuArray, RingBuf},
     programs::{ProbeContext, TracePointContext},
     EbpfContext,
@@ -35,7 +35,7 @@ static RECORDS_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 #[unsafe(no_mangle)]
 static RECORD_STACKS: u32 = 0;
 
-#[tracepoint]
+tracepoint! {
 pub fn record_tracepoint(ctx: TracePointContext) -> u32 {
     if let Some((tgid, tid, event)) = sampled_hit(&ctx) {
         if recording_stacks() {
@@ -48,7 +48,8 @@ pub fn record_tracepoint(ctx: TracePointContext) -> u32 {
             None,
         );
     }
-    0
+    crate::PASS_ON
+}
 }
 
 #[uprobe]

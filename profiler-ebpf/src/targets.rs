@@ -4,7 +4,7 @@
 //! follows descendants itself, so a child that lives for a millisecond is still profiled.
 use aya_ebpf::{
     helpers::bpf_get_current_pid_tgid,
-    macros::{map, tracepoint},
+    macros::map,
     maps::{HashMap, LruHashMap},
     programs::TracePointContext,
 };
@@ -55,12 +55,11 @@ pub fn is_target(tgid: u32) -> bool {
     !filtering() || TARGETS.get_ptr(tgid).is_some()
 }
 
-#[tracepoint]
+tracepoint! {
 pub fn follow_fork(ctx: TracePointContext) -> u32 {
-    match try_follow_fork(&ctx) {
-        Ok(()) => 0,
-        Err(_) => 1,
-    }
+    let _ = try_follow_fork(&ctx);
+    crate::PASS_ON
+}
 }
 
 /// A target's clone adds the child. The tracepoint does not say whether the child is a thread
@@ -87,12 +86,11 @@ fn try_follow_fork(ctx: &TracePointContext) -> Result<(), i64> {
     Ok(())
 }
 
-#[tracepoint]
+tracepoint! {
 pub fn forget_exit(ctx: TracePointContext) -> u32 {
-    match try_forget_exit(&ctx) {
-        Ok(()) => 0,
-        Err(_) => 1,
-    }
+    let _ = try_forget_exit(&ctx);
+    crate::PASS_ON
+}
 }
 
 /// The current task's (process id, thread id).
@@ -136,10 +134,10 @@ fn try_forget_exit(ctx: &TracePointContext) -> Result<(), i64> {
     Ok(())
 }
 
+tracepoint! {
 /// After exec the old memory map is gone and the new one is not built yet (the loader has not
 /// mapped the libraries): forget the process, so its next sample announces it again. It also has
 /// a new name.
-#[tracepoint]
 pub fn announce_exec(ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
@@ -160,5 +158,6 @@ pub fn announce_exec(ctx: TracePointContext) -> u32 {
         let _ = EXEC_GENERATIONS.insert(tgid, exec_generation(tgid) + 1, 0);
     }
     crate::sched::rename_current(pid_tgid as u32);
-    0
+    crate::PASS_ON
+}
 }

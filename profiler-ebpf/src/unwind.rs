@@ -13,7 +13,7 @@
 use aya_ebpf::{
     bindings::{pt_regs, BPF_F_MMAPABLE},
     helpers::{bpf_get_current_task_btf, bpf_probe_read_user},
-    macros::{map, perf_event, raw_tracepoint, tracepoint, uprobe},
+    macros::{map, perf_event, raw_tracepoint, uprobe},
     maps::{Array, HashMap, PerCpuArray, ProgramArray},
     programs::{
         tracing::StackIdContext, PerfEventContext, ProbeContext, RawTracePointContext, TracePointContext,
@@ -291,8 +291,8 @@ fn try_unwind_user(ctx: &PerfEventContext) -> Result<(), ()> {
     )
 }
 
+tracepoint! {
 /// Loaded beside the tracepoint sampler (never attached): it is only tail-called.
-#[tracepoint]
 pub fn unwind_tracepoint_hit(ctx: TracePointContext) -> u32 {
     let recorded = crate::records::walked_tracepoint;
     let _ = walk_sample(
@@ -302,7 +302,9 @@ pub fn unwind_tracepoint_hit(ctx: TracePointContext) -> u32 {
         1,
         Some(recorded),
     );
-    0
+    // A tail call's return is the tracepoint program's (see `PASS_ON`).
+    crate::PASS_ON
+}
 }
 
 /// Loaded beside the probe sampler (never attached): it is only tail-called.
@@ -369,11 +371,12 @@ fn try_unwind_offcpu(ctx: &RawTracePointContext) -> Result<(), ()> {
     Ok(())
 }
 
+tracepoint! {
 /// Loaded beside the futex programs (never attached): it is only tail-called.
-#[tracepoint]
 pub fn unwind_lock(ctx: TracePointContext) -> u32 {
     let _ = try_unwind_lock(&ctx);
-    0
+    crate::PASS_ON
+}
 }
 
 fn try_unwind_lock(ctx: &TracePointContext) -> Result<(), ()> {

@@ -91,7 +91,7 @@ pub struct LoadOptions<'a> {
 }
 
 /// The maps only some sources use.
-pub const OPTIONAL_MAPS: [&str; 35] = [
+pub const OPTIONAL_MAPS: [&str; 36] = [
     names::SAMPLES[0],
     names::SAMPLES[1],
     names::STACKS[0],
@@ -127,6 +127,7 @@ pub const OPTIONAL_MAPS: [&str; 35] = [
     names::SYSCALL_TOTALS,
     names::LATENCY_STARTS,
     names::LATENCY_HIST,
+    names::VALUE_COUNTS,
 ];
 
 impl<'a> LoadOptions<'a> {

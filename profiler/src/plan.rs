@@ -14,13 +14,13 @@ use crate::{
         locks::{self, Reading},
         records,
         samples::{self, Rate},
-        sched, stat, syscalls, Kind, Spec,
+        sched, stat, syscalls, values, Kind, Spec,
     },
     start::Recipe,
 };
 use traced::{
-    filter_tracepoints, hit_filters, hit_weight, latency_keys, not_traced, traced_event, traced_events_fit,
-    tracepoint_fields,
+    by_values, filter_tracepoints, hit_filters, hit_weight, latency_keys, not_traced, traced_event,
+    traced_events_fit, tracepoint_fields,
 };
 
 /// The sampling frequency when neither -F nor -c is given.
@@ -137,6 +137,8 @@ pub struct Plan {
     /// `stat`: the events counted, in their groups, and how often they are printed (`-I`).
     pub stat: Vec<Group>,
     pub interval: Option<Duration>,
+    /// `stat --by`: the tracing events counted per value, and by what (as written).
+    pub by: Option<(values::Spec, String)>,
     /// `latency`: the two events and their key.
     pub latency: Option<latency::Spec>,
     /// `record`: the events recorded, and what each fetches.
@@ -265,8 +267,13 @@ impl Plan {
         if let Some(filter) = &args.filter {
             filter_tracepoints(&mut stat, filter)?;
         }
+        let by = match &args.by {
+            Some(by) => Some((by_values(&stat, by, args.filter.as_deref())?, by.clone())),
+            None => None,
+        };
         Ok(Plan {
             stat,
+            by,
             interval: args.interval_ms.map(Duration::from_millis),
             ..Plan::scoped(Mode::Stat, &args.scope, args.report.output.clone())?
         })
@@ -398,6 +405,7 @@ impl Plan {
             debuginfod: None,
             stat: Vec::new(),
             interval: None,
+            by: None,
             latency: None,
             record: None,
             weight: profiler_common::hit_weight::ONE,
@@ -454,6 +462,7 @@ impl Plan {
                     groups: self.stat.clone(),
                     intervals: self.interval.is_some(),
                 })),
+                Kind::Values => specs.extend(self.by.clone().map(|(spec, _)| Spec::Values(spec))),
                 Kind::Syscalls => specs.push(Spec::Syscalls(syscalls::Spec)),
                 Kind::Latency => specs.extend(self.latency.clone().map(|l| Spec::Latency(Box::new(l)))),
                 Kind::Records => specs.extend(self.record.clone().map(Spec::Records)),

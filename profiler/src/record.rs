@@ -79,7 +79,7 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         decoders: Decoders::new(spec, crate::counters::tracepoint::tracefs_root()),
         out: Some(out),
         json: format == Format::Json,
-        stacks: spec.stacks.then(stacks::StackNamer::new),
+        stacks: spec.stacks.then(stacks::StackNamer::default),
         records: 0,
         cut: 0,
         totals: None,

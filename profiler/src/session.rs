@@ -374,7 +374,11 @@ impl RunSink {
                 .get_or_insert_with(Default::default)
                 .add_batch(batch, procs),
             Batch::Counts(counting) => self.counts = Some(*counting),
-            Batch::Stat(_) | Batch::Syscalls(_) | Batch::Latency(_) | Batch::Records(_) => {}
+            Batch::Stat(_)
+            | Batch::Values(_)
+            | Batch::Syscalls(_)
+            | Batch::Latency(_)
+            | Batch::Records(_) => {}
         }
     }
 

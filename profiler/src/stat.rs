@@ -26,6 +26,7 @@ use crate::{
 pub mod render;
 #[cfg(test)]
 mod tests;
+pub mod values;
 
 pub fn run(args: StatArgs) -> anyhow::Result<i32> {
     let format = command::checked_format(&args.report, "stat")?;
@@ -48,6 +49,7 @@ pub fn run(args: StatArgs) -> anyhow::Result<i32> {
         runs.push(Run {
             seconds: recording.meta.duration_s,
             counts: sink.totals.unwrap_or_default(),
+            values: sink.values,
             intervals: sink.intervals,
             notes: recording.meta.notes,
         });
@@ -89,6 +91,8 @@ fn default_events(catalog: &Catalog) -> String {
 pub struct Run {
     pub seconds: f64,
     pub counts: Counts,
+    /// `--by`: the tracing events' hits per value.
+    pub values: Option<crate::sources::values::ValueBatch>,
     pub intervals: Vec<Interval>,
     pub notes: Vec<String>,
 }
@@ -113,6 +117,7 @@ struct StatSink {
     previous: Option<Counts>,
     intervals: Vec<Interval>,
     totals: Option<Counts>,
+    values: Option<crate::sources::values::ValueBatch>,
 }
 
 impl StatSink {
@@ -125,6 +130,7 @@ impl StatSink {
             previous: None,
             intervals: Vec::new(),
             totals: None,
+            values: None,
         }
     }
 
@@ -176,12 +182,16 @@ impl Sink for StatSink {
 
     fn finished(&mut self, batches: Vec<Batch>, _procs: &mut Processes) -> anyhow::Result<()> {
         for batch in batches {
-            if let Batch::Stat(batch) = batch {
-                // The last, shorter interval too: the intervals add up to the run's totals.
-                if self.interval.is_some() {
-                    self.interval(&batch);
+            match batch {
+                Batch::Stat(batch) => {
+                    // The last, shorter interval too: the intervals add up to the run's totals.
+                    if self.interval.is_some() {
+                        self.interval(&batch);
+                    }
+                    self.totals = Some(batch.counts);
                 }
-                self.totals = Some(batch.counts);
+                Batch::Values(batch) => self.values = Some(batch),
+                _ => {}
             }
         }
         Ok(())
@@ -243,6 +253,9 @@ pub struct StatReport {
     pub metrics: Vec<MetricStat>,
     /// Events the kernel never put on the PMU during a run (no count to give).
     pub not_counted: Vec<String>,
+    /// `--by`: each tracing event's hits per value.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub by_value: Vec<values::EventValues>,
     pub intervals: Vec<Interval>,
     pub notes: Vec<String>,
 }
@@ -282,10 +295,21 @@ impl StatReport {
             counters,
             metrics: metrics(runs),
             not_counted,
+            by_value: by_value(plan, runs),
             intervals: runs.first().map(|r| r.intervals.clone()).unwrap_or_default(),
             notes,
         }
     }
+}
+
+/// `--by`'s values over the runs.
+fn by_value(plan: &Plan, runs: &[Run]) -> Vec<values::EventValues> {
+    let Some((spec, by)) = &plan.by else {
+        return Vec::new();
+    };
+    let events: Vec<String> = spec.events.iter().map(|e| e.spelled()).collect();
+    let batches: Vec<_> = runs.iter().map(|r| r.values.as_ref()).collect();
+    values::over_runs(&events, by, &spec.fields, &batches)
 }
 
 /// The metrics every run's counts give (IPC, CPUs utilized, the miss and walk rates), each over

@@ -376,6 +376,7 @@ impl Sink for TopView {
                 Batch::Locks(batch) => self.lock(batch, data.procs, health.clone()),
                 Batch::Counts(_)
                 | Batch::Stat(_)
+                | Batch::Values(_)
                 | Batch::Syscalls(_)
                 | Batch::Latency(_)
                 | Batch::Records(_) => {}

@@ -576,6 +576,151 @@ fn stat_filters_a_tracepoint_on_its_fields() {
     assert_no_programs_left();
 }
 
+/// `stat --by`'s values of `event`: (the value or a range's first, its hits).
+fn values_of(report: &serde_json::Value, event: &str) -> Vec<(i64, f64)> {
+    let by = (report["by_value"].as_array().into_iter().flatten())
+        .find(|e| e["event"] == event)
+        .unwrap_or_else(|| panic!("no values of {event} in {report}"));
+    assert_eq!(by["unkept"], 0.0, "{by}");
+    (by["values"].as_array().unwrap().iter())
+        .map(|v| {
+            let value = v.get("value").unwrap_or(&v["from"]);
+            (value.as_i64().unwrap(), v["count"].as_f64().unwrap())
+        })
+        .collect()
+}
+
+/// `stat --by`: the workload's 1000 one-byte writes to /dev/null and its TRUTH line to standard
+/// output, counted per descriptor (1000 on one, 1 on fd 1) and per power-of-two size (1000 of
+/// exactly 1 byte), the values adding up to the event's count; with `--filter 'count == 1'` only
+/// the 1000, as the filtered count. Probes too: malloc's sizes, exactly as many 64-byte calls as
+/// the workload made, and its 4096-byte ones (with, at most, stdio's buffer for the TRUTH line:
+/// a pipe's block size is 4096). Bad input in one line.
+#[test]
+fn stat_by_counts_each_value_of_a_field_exactly() {
+    let event = "syscalls:sys_enter_write";
+    let sum = |values: &[(i64, f64)]| values.iter().map(|v| v.1).sum::<f64>();
+    let hits = |values: &[(i64, f64)], value: i64| values.iter().find(|v| v.0 == value).map_or(0.0, |v| v.1);
+    for (by, filter) in [("fd", None), ("count:log2", None), ("count", Some("count == 1"))] {
+        let mut options = vec!["-e", event, "--by", by];
+        options.extend(filter.iter().flat_map(|f| ["--filter", f]));
+        let (report, out) = stat(&options, &[&events_bin(), "writes", "1000"]);
+        let writes = truth(&out)["writes"];
+        let values = values_of(&report, event);
+        let count = counter(&report, event)["value"].as_f64().unwrap();
+        println!("--by {by} --filter {filter:?}: {values:?}; counted {count}; {writes} writes");
+        assert_eq!(sum(&values), count, "the values add up to the count");
+        match (by, filter) {
+            ("fd", _) => {
+                assert_eq!(count, writes + 1.0);
+                assert_eq!(hits(&values, 1), 1.0, "the TRUTH line");
+                assert!(values.iter().any(|v| v.0 > 2 && v.1 == writes), "{values:?}");
+            }
+            (_, None) => assert_eq!(hits(&values, 1), writes, "the one-byte writes' range"),
+            (_, Some(_)) => assert_eq!(values, [(1, writes)]),
+        }
+    }
+    let (report, out) = stat(
+        &["-e", "uprobe:libc:malloc", "--by", "arg1"],
+        &[&events_bin(), "mallocs", "20000"],
+    );
+    let (truth, values) = (truth(&out), values_of(&report, "uprobe:libc:malloc"));
+    println!(
+        "malloc by size: 64 bytes {} times, 4096 {}; the workload: {} and {}",
+        hits(&values, 64),
+        hits(&values, 4096),
+        truth["alpha_calls"],
+        truth["beta_calls"]
+    );
+    assert_eq!(hits(&values, 64), truth["alpha_calls"]);
+    assert!((0.0..=1.0).contains(&(hits(&values, 4096) - truth["beta_calls"])));
+    assert_eq!(
+        sum(&values),
+        counter(&report, "uprobe:libc:malloc")["value"].as_f64().unwrap()
+    );
+    for (options, said) in [
+        (
+            vec!["-e", event, "--by", "cnt"],
+            "no field `cnt`: did you mean count?",
+        ),
+        (vec!["-e", "page-faults", "--by", "fd"], "names none"),
+        (vec!["-e", "uretprobe:libc:malloc", "--by", "arg1"], "retval"),
+        (
+            vec!["-e", event, "--by", "fd", "--filter", "fd == 1 || fd == 2"],
+            "up to 4 comparisons",
+        ),
+    ] {
+        refused_in_one_line(&[&["stat"], &options[..], &["--", "true"]].concat(), said);
+    }
+    assert_no_programs_left();
+}
+
+/// A program at a tracepoint must let the kernel go on to count the hit for the tracepoint's
+/// perf events (return non-zero): else, while bpfprof runs, every perf user of that tracepoint on
+/// the machine sees nothing. `stat` of the process tracepoints bpfprof itself follows (fork,
+/// exec, exit) gives perf's own counts of the same command; and perf counting the workload's
+/// writes as bpfprof's command, while bpfprof samples, records and times them, counts them all.
+#[test]
+fn tracepoints_bpfprof_runs_at_still_count_for_perf() {
+    let events = "sched:sched_process_exec,sched:sched_process_fork,sched:sched_process_exit";
+    let shell = ["bash", "-c", "/bin/true; /bin/true; exec /bin/true"];
+    let perf_counts = |out: &str, event: &str| -> Option<f64> {
+        let line = out.lines().find(|l| l.split(',').nth(2) == Some(event))?;
+        line.split(',').next()?.parse().ok()
+    };
+    let perf = std::process::Command::new("perf")
+        .args(["stat", "-x,", "-e", events, "--"])
+        .args(shell)
+        .output()
+        .expect("perf (cargo xtask setup installs it)");
+    let (report, _) = stat(&["-e", events], &shell);
+    for event in events.split(',') {
+        let (ours, perfs) = (
+            counter(&report, event)["value"].as_f64(),
+            perf_counts(&stderr(&perf), event),
+        );
+        println!("{event}: bpfprof {ours:?}, perf {perfs:?}");
+        assert!(ours.is_some_and(|n| n > 0.0) && ours == perfs, "{event}");
+    }
+    let write = "syscalls:sys_enter_write";
+    let out_path = temp_path(&format!("beside-perf-{}.json", rand_suffix()));
+    let out_path = out_path.to_str().unwrap();
+    for run in [
+        vec!["-e", write, "-o", out_path],
+        vec!["record", "-e", write, "-o", out_path],
+        vec![
+            "latency",
+            "--from",
+            write,
+            "--to",
+            "syscalls:sys_exit_write",
+            "-o",
+            out_path,
+        ],
+    ] {
+        let perf_stat = [
+            "perf",
+            "stat",
+            "-x,",
+            "-e",
+            write,
+            "--",
+            &events_bin(),
+            "writes",
+            "300",
+        ];
+        let out = crate::run(&[&run[..], &["--"], &perf_stat[..]].concat());
+        assert!(out.status.success(), "{}", stderr(&out));
+        let counted = perf_counts(&stderr(&out), write);
+        println!(
+            "perf stat under bpfprof {}: {counted:?} for 300 writes and the TRUTH line",
+            run[0]
+        );
+        assert_eq!(counted, Some(301.0), "{}", stderr(&out));
+    }
+    assert_no_programs_left();
+}
+
 /// `-e EVENT [-c N]` on the events workload (`mode`, `n`): the report, its notes, the truth.
 fn sample_hits(event: &str, every: &str, mode: &str, n: &str) -> (Report, String, HashMap<String, f64>) {
     sample_hits_with(&["-e", event, "-c", every], mode, n)
@@ -750,7 +895,11 @@ fn a_filter_samples_only_the_hits_it_passes() {
             "uprobe:libc:malloc",
             "up to 4 comparisons",
         ),
-        ("arg9 > 1", "uprobe:libc:malloc", "filter on arg1..arg6"),
+        (
+            "arg9 > 1",
+            "uprobe:libc:malloc",
+            "a probe's numbers are arg1..arg6",
+        ),
         (
             "count > 1",
             "cpu-clock",

@@ -5,7 +5,7 @@
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::bpf_ktime_get_ns,
-    macros::{map, raw_tracepoint, tracepoint},
+    macros::{map, raw_tracepoint},
     maps::{HashMap, LruHashMap, PerCpuArray},
     programs::{tracing::StackIdContext as _, RawTracePointContext, TracePointContext},
 };
@@ -51,12 +51,11 @@ static LOCK_WAKES: LruHashMap<LockId, LastWake> = LruHashMap::with_max_entries(W
 #[map(name = "LOCK_WALK_FOR")]
 static LOCK_WALK_FOR: PerCpuArray<WalkFor> = PerCpuArray::with_max_entries(1, 0);
 
-#[tracepoint]
+tracepoint! {
 pub fn futex_enter(ctx: TracePointContext) -> u32 {
-    match try_futex_enter(&ctx) {
-        Ok(()) => 0,
-        Err(_) => 1,
-    }
+    let _ = try_futex_enter(&ctx);
+    crate::PASS_ON
+}
 }
 
 fn try_futex_enter(ctx: &TracePointContext) -> Result<(), i64> {
@@ -197,10 +196,11 @@ pub fn user_stack_walked(tgid: u32, tid: u32, id: i32, unwound: bool) {
     }
 }
 
-#[tracepoint]
+tracepoint! {
 pub fn futex_exit(ctx: TracePointContext) -> u32 {
     let _ = try_futex_exit(&ctx);
-    0
+    crate::PASS_ON
+}
 }
 
 fn try_futex_exit(ctx: &TracePointContext) -> Result<(), i64> {

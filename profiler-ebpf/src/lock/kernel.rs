@@ -4,7 +4,7 @@
 //! outer one. The kernel does not say who holds the lock: no holder stacks from this source.
 use aya_ebpf::{
     helpers::bpf_ktime_get_ns,
-    macros::{map, tracepoint},
+    macros::map,
     maps::LruHashMap,
     programs::{tracing::StackIdContext as _, TracePointContext},
 };
@@ -24,12 +24,11 @@ const FLAGS: usize = 16;
 #[map(name = "LOCK_KERNEL_WAITING")]
 static LOCK_KERNEL_WAITING: LruHashMap<LockId, Waiting> = LruHashMap::with_max_entries(WAIT_ENTRIES, 0);
 
-#[tracepoint]
+tracepoint! {
 pub fn contention_begin(ctx: TracePointContext) -> u32 {
-    match try_contention_begin(&ctx) {
-        Ok(()) => 0,
-        Err(_) => 1,
-    }
+    let _ = try_contention_begin(&ctx);
+    crate::PASS_ON
+}
 }
 
 fn try_contention_begin(ctx: &TracePointContext) -> Result<(), i64> {
@@ -66,10 +65,11 @@ fn try_contention_begin(ctx: &TracePointContext) -> Result<(), i64> {
     Ok(())
 }
 
-#[tracepoint]
+tracepoint! {
 pub fn contention_end(ctx: TracePointContext) -> u32 {
     let _ = try_contention_end(&ctx);
-    0
+    crate::PASS_ON
+}
 }
 
 fn try_contention_end(ctx: &TracePointContext) -> Result<(), i64> {

@@ -61,7 +61,12 @@ impl Config {
                     LockSource::Futex,
                     locks::Reading::Drained,
                 ))),
-                Kind::Counting | Kind::Stat | Kind::Syscalls | Kind::Latency | Kind::Records => None,
+                Kind::Counting
+                | Kind::Stat
+                | Kind::Values
+                | Kind::Syscalls
+                | Kind::Latency
+                | Kind::Records => None,
             })
             .collect();
         Recipe {

@@ -346,6 +346,7 @@ impl Sink for AgentSink {
                 Batch::Locks(batch) => self.take_locks(batch, procs),
                 Batch::Counts(_)
                 | Batch::Stat(_)
+                | Batch::Values(_)
                 | Batch::Syscalls(_)
                 | Batch::Latency(_)
                 | Batch::Records(_) => {}

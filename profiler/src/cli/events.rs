@@ -20,6 +20,11 @@ pub struct StatArgs {
     /// applies to every tracepoint of -e.
     #[arg(long, value_name = "EXPRESSION")]
     pub filter: Option<String>,
+    /// Also count each tracepoint's and probe's hits per value of one of its numbers: a
+    /// tracepoint's number field, a probe's arg1..arg6 (at entry) or retval (at a return); with
+    /// `:log2`, per power-of-two range (`--by fd`, `--by count:log2`, `--by arg1:log2`).
+    #[arg(long, value_name = "FIELD[:log2]")]
+    pub by: Option<String>,
     /// Run the command this many times and report each count's mean and relative spread.
     #[arg(short = 'r', long = "repeat", value_name = "N", default_value_t = 1,
           value_parser = clap::value_parser!(u32).range(1..=1000))]

@@ -1,14 +1,15 @@
-//! `--filter` where a program judges each hit itself (sampling and `record`): comparisons of a
+//! `--filter` where a program judges each hit itself (sampling, `record`, `latency`, `stat
+//! --by`; and `stat --by`'s number, placed as a filter's): comparisons of a
 //! hit's numbers, all of which must pass, compiled into `FilterTerm`s the kernel program checks
 //! before it counts the hit. A tracepoint's number fields (where its tracefs `format` puts
 //! them), a probe's `arg1`..`arg6` at a function's entry and `retval` at a return. `stat`
 //! counts with the kernel's own filter, which takes its whole language.
-use profiler_common::{filter_op, hit_weight, FilterTerm, MAX_FILTER_TERMS};
+use profiler_common::{filter_op, hit_weight, values::ByField, FilterTerm, MAX_FILTER_TERMS};
 
 use super::{language::Event, tracepoint::Field};
 
 /// What the kernel program can judge, said when a filter asks more.
-const SUBSET: &str = "when sampling or recording, a filter is up to 4 comparisons of numbers joined by && (FIELD OP NUMBER, OP one of == != < <= > >= &); `bpfprof stat --filter` takes the kernel's whole filter language";
+const SUBSET: &str = "where bpfprof's program judges each hit (sampling, record, latency, stat --by), a filter is up to 4 comparisons of numbers joined by && (FIELD OP NUMBER, OP one of == != < <= > >= &); `bpfprof stat --filter` without --by takes the kernel's whole filter language";
 
 /// `text` for `event` (a tracepoint with `fields`, or a probe).
 pub fn compile(text: &str, event: &Event, fields: &[Field]) -> Result<Vec<FilterTerm>, String> {
@@ -59,6 +60,22 @@ fn compile_term(text: &str, event: &Event, fields: &[Field]) -> Result<FilterTer
         op,
         value,
         ..FilterTerm::default()
+    })
+}
+
+/// `stat --by FIELD[:log2]` for `event`: where its number is, read as a filter reads it.
+pub fn by_field(text: &str, event: &Event, fields: &[Field]) -> Result<ByField, String> {
+    let (name, log2) = match text.strip_suffix(":log2") {
+        Some(name) => (name, true),
+        None => (text, false),
+    };
+    let (offset, size, signed) = place(name.trim(), event, fields)?;
+    Ok(ByField {
+        offset,
+        size,
+        signed: u8::from(signed),
+        log2: u8::from(log2),
+        _pad: [0; 3],
     })
 }
 
@@ -128,13 +145,13 @@ fn place(name: &str, event: &Event, fields: &[Field]) -> Result<(u16, u8, bool),
         "retval" if probe.ret => hit_weight::RETVAL,
         _ if probe.ret || !probe.entry || probe.usdt_args.is_some() => {
             return Err(format!(
-                "{name}: a probe is filtered on a function's arguments at its entry (arg1..arg{}) or on its return value at a return (retval)",
+                "{name}: a probe's numbers are a function's arguments at its entry (arg1..arg{}) and its return value at a return (retval)",
                 hit_weight::MAX_ARG
             ))
         }
         _ => match name.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok()) {
             Some(n @ 1..=hit_weight::MAX_ARG) => hit_weight::ARG0 + n,
-            _ => return Err(format!("`{name}`: filter on arg1..arg{}", hit_weight::MAX_ARG)),
+            _ => return Err(format!("`{name}`: a probe's numbers are arg1..arg{}", hit_weight::MAX_ARG)),
         },
     };
     let offset = hit_weight::register_offset(register, cfg!(target_arch = "aarch64")).unwrap_or(0);
@@ -142,7 +159,7 @@ fn place(name: &str, event: &Event, fields: &[Field]) -> Result<(u16, u8, bool),
         None => (8, true),
         Some(super::fetch::Type::Signed(n)) => (n, true),
         Some(super::fetch::Type::Unsigned(n) | super::fetch::Type::Hex(n)) => (n, false),
-        Some(super::fetch::Type::Str) => return Err(format!("{name}: a filter compares numbers")),
+        Some(super::fetch::Type::Str) => return Err(format!("{name}: a number, not a string")),
     };
     Ok((offset as u16, size, signed))
 }

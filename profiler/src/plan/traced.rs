@@ -103,6 +103,52 @@ pub(super) fn traced_events_fit(events: &[Event], cli: &Cli) -> Result<(), UserE
     Ok(())
 }
 
+/// `stat --by FIELD[:log2]`: each tracing event of the groups (at most `MAX_SAMPLING_EVENTS`),
+/// with where its number is; a tracepoint's `--filter` judged by the counting program too (the
+/// kernel's own filter does not apply to programs), so its values add up to its count.
+pub(super) fn by_values(
+    groups: &[Group],
+    by: &str,
+    filter: Option<&str>,
+) -> Result<crate::sources::values::Spec, UserError> {
+    use profiler_common::MAX_SAMPLING_EVENTS;
+    let events: Vec<Event> = (groups.iter().flat_map(|g| g.events.iter()))
+        .filter(|e| e.is_traced())
+        .cloned()
+        .collect();
+    if events.is_empty() {
+        return Err(UserError::Usage(
+            "--by counts a tracepoint's or probe's hits per value, and -e names none".into(),
+        ));
+    }
+    if events.len() > MAX_SAMPLING_EVENTS {
+        return Err(UserError::Usage(format!(
+            "--by: at most {MAX_SAMPLING_EVENTS} tracepoints or probes, and -e names {} (per system call: -e raw_syscalls:sys_enter --by id)",
+            events.len()
+        )));
+    }
+    let fields = (events.iter())
+        .map(|event| {
+            crate::counters::filter::by_field(by, event, &tracepoint_fields(event))
+                .map_err(|why| UserError::Usage(format!("--by with -e {}: {why}", event.spelled())))
+        })
+        .collect::<Result<_, _>>()?;
+    let filters = (events.iter())
+        .map(|event| match (filter, event.is_tracepoint()) {
+            (Some(filter), true) => {
+                crate::counters::filter::compile(filter, event, &tracepoint_fields(event))
+                    .map_err(|why| UserError::Usage(format!("--filter with --by: {why}")))
+            }
+            _ => Ok(Vec::new()),
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(crate::sources::values::Spec {
+        events,
+        fields,
+        filters,
+    })
+}
+
 /// `stat --filter`: on every tracepoint of the groups, each checked to name only its fields.
 pub(super) fn filter_tracepoints(groups: &mut [Group], filter: &str) -> Result<(), UserError> {
     use crate::counters::tracepoint;

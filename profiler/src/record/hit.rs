@@ -191,7 +191,7 @@ fn field_value(field: &Field, data: &[u8]) -> Value {
     }
     let count = (field.declared.split('[').nth(1))
         .and_then(|n| n.trim_end_matches(']').parse::<usize>().ok())
-        .filter(|&n| n > 0 && size % n == 0 && size / n > 0);
+        .filter(|&n| n > 0 && size.is_multiple_of(n) && size / n > 0);
     match count {
         Some(n) if field.array => {
             Value::Array(bytes.chunks(size / n).map(|c| number(c, field.signed)).collect())

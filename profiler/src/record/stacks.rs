@@ -39,13 +39,16 @@ pub struct StackNamer {
     pub unplaced: u64,
 }
 
-impl StackNamer {
-    pub fn new() -> Self {
+impl Default for StackNamer {
+    fn default() -> Self {
         Self {
             symbolizer: Symbolizer::long_lived(DebugLocator::default()),
             unplaced: 0,
         }
     }
+}
+
+impl StackNamer {
 
     /// Each record's frames, leaf first (none for a record without stacks).
     pub fn name(&mut self, records: &[Recorded], procs: &mut Processes) -> Vec<Option<Vec<StackFrame>>> {

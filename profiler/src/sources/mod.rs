@@ -4,6 +4,7 @@
 //! - [`locks`]: lock waits (futex, pthread probes or the kernel's contention tracepoints);
 //! - [`counting`]: topdown's counter totals over the whole run;
 //! - [`stat`]: any events counted over the run, as `perf stat` counts them;
+//! - [`values`]: tracing events' hits counted per value of one of their numbers (`stat --by`);
 //! - [`syscalls`]: every system call of the targets, timed and summed per thread, call and errno;
 //! - [`latency`]: the time from each hit of one event to the next of another, as a histogram;
 //! - [`records`]: each sampled hit of tracing events, whole, with what was fetched there.
@@ -32,6 +33,7 @@ pub mod samples;
 pub mod sched;
 pub mod stat;
 pub mod syscalls;
+pub mod values;
 
 pub use kind::Kind;
 
@@ -42,7 +44,7 @@ pub const MODE_SOURCES: [(Mode, &[Kind]); 8] = [
     (Mode::Topdown, &[Kind::CpuSamples, Kind::Sched, Kind::Counting]),
     (Mode::Lock, &[Kind::Locks]),
     (Mode::Sched, &[Kind::Sched]),
-    (Mode::Stat, &[Kind::Stat]),
+    (Mode::Stat, &[Kind::Stat, Kind::Values]),
     (Mode::Trace, &[Kind::Syscalls]),
     (Mode::Latency, &[Kind::Latency]),
     (Mode::Record, &[Kind::Records]),
@@ -93,6 +95,7 @@ pub enum Spec {
     Locks(locks::Spec),
     Counting(Box<counting::TopdownCounting>),
     Stat(stat::Spec),
+    Values(values::Spec),
     Syscalls(syscalls::Spec),
     Latency(Box<latency::Spec>),
     Records(records::Spec),
@@ -106,6 +109,7 @@ impl Spec {
             Spec::Locks(_) => Kind::Locks,
             Spec::Counting(_) => Kind::Counting,
             Spec::Stat(_) => Kind::Stat,
+            Spec::Values(_) => Kind::Values,
             Spec::Syscalls(_) => Kind::Syscalls,
             Spec::Latency(_) => Kind::Latency,
             Spec::Records(_) => Kind::Records,
@@ -122,6 +126,7 @@ impl Spec {
             Spec::CpuSamples(_)
             | Spec::Counting(_)
             | Spec::Stat(_)
+            | Spec::Values(_)
             | Spec::Syscalls(_)
             | Spec::Latency(_)
             | Spec::Records(_) => Ok(()),
@@ -135,6 +140,7 @@ impl Spec {
             Spec::Sched(spec) => spec.needs(options),
             Spec::Locks(spec) => spec.needs(options),
             Spec::Stat(spec) => spec.needs(options),
+            Spec::Values(spec) => spec.needs(options),
             Spec::Syscalls(spec) => spec.needs(options),
             Spec::Latency(spec) => spec.needs(options),
             Spec::Records(spec) => spec.needs(options),
@@ -150,6 +156,7 @@ impl Spec {
             Spec::Locks(spec) => spec.attach(kernel, context),
             Spec::Counting(counting) => counting::attach(*counting, kernel),
             Spec::Stat(spec) => spec.attach(kernel, context),
+            Spec::Values(spec) => spec.attach(kernel, context),
             Spec::Syscalls(spec) => spec.attach(kernel, context),
             Spec::Latency(spec) => (*spec).attach(kernel, context),
             Spec::Records(spec) => spec.attach(kernel, context),
@@ -198,6 +205,8 @@ pub enum Batch {
     Counts(Box<counting::TopdownCounting>),
     /// `stat`'s counts: at each drain when intervals are wanted, and at the end.
     Stat(stat::StatBatch),
+    /// `stat --by`'s counts per value, at the end.
+    Values(values::ValueBatch),
     /// The system-call summary, at the end.
     Syscalls(syscalls::SyscallBatch),
     /// `latency`'s histogram, at the end.

@@ -55,6 +55,18 @@ fn latency_maps() -> BTreeSet<&'static str> {
     options.maps
 }
 
+/// The maps `bpfprof stat --by` uses (whatever its events: its needs alone).
+fn values_maps() -> BTreeSet<&'static str> {
+    let spec = Spec::Values(values::Spec {
+        events: Vec::new(),
+        fields: Vec::new(),
+        filters: Vec::new(),
+    });
+    let mut options = crate::bpf::LoadOptions::new(Path::new("/"), true, true);
+    spec.needs(&mut options);
+    options.maps
+}
+
 fn kinds_of(args: &[&str]) -> Vec<Kind> {
     let plan = Plan::from_cli(Cli::try_parse_from(args).unwrap()).unwrap();
     plan.recipe(Reading::AtEnd)
@@ -83,6 +95,7 @@ fn every_mode_and_signal_has_its_sources_and_every_source_is_used() {
             Kind::Sched,
             Kind::Counting,
             Kind::Stat,
+            Kind::Values,
             Kind::Syscalls,
             Kind::Latency,
             Kind::Records
@@ -174,6 +187,7 @@ fn every_optional_map_is_used_by_some_run() {
         })
         .chain(trace_maps())
         .chain(latency_maps())
+        .chain(values_maps())
         .collect();
     let unused: Vec<&str> = OPTIONAL_MAPS.into_iter().filter(|m| !used.contains(m)).collect();
     assert!(unused.is_empty(), "optional maps no run uses: {unused:?}");

@@ -53,6 +53,7 @@ pub fn text(r: &StatReport, out: &mut dyn Write) -> io::Result<()> {
     for event in &r.not_counted {
         writeln!(out, "{:>18}       {event:<28}(never on the PMU)", "<not counted>")?;
     }
+    super::values::text(&r.by_value, out)?;
     if !r.metrics.is_empty() {
         writeln!(out)?;
         for m in &r.metrics {

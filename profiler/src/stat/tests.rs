@@ -26,6 +26,7 @@ fn plan(events: &str) -> Plan {
     let args = crate::cli::StatArgs {
         events: vec![events.to_string()],
         filter: None,
+        by: None,
         repeat: 1,
         interval_ms: None,
         scope: crate::cli::ScopeArgs {
@@ -60,6 +61,7 @@ fn a_report_keeps_the_given_order_says_what_never_counted_and_derives_ipc() {
             ("branches", 100.0 * scale, 1.0),
             ("branch-misses", 5.0 * scale, 1.0),
         ]),
+        values: None,
         intervals: Vec::new(),
         notes: Vec::new(),
     };
@@ -119,4 +121,56 @@ fn counts_are_grouped_by_thousands() {
     assert_eq!(render::grouped(999.0), "999");
     assert_eq!(render::grouped(1000.0), "1,000");
     assert_eq!(render::grouped(1234567.4), "1,234,567");
+}
+
+/// `--by` over two runs: each value's mean (a value one run lacks counts 0 there), most first;
+/// ranges in order, printed as their numbers; a system call's number named; what the kernel's
+/// table could not keep said.
+#[test]
+fn values_are_averaged_over_the_runs_and_printed_with_their_shares() {
+    use profiler_common::values::ByField;
+
+    use crate::sources::values::ValueBatch;
+    let batch = |values: &[(u64, u64)], lost: u64| ValueBatch {
+        values: vec![values.iter().copied().collect()],
+        lost: vec![lost],
+    };
+    let (one, two) = (batch(&[(3, 10), (1, 2)], 0), batch(&[(3, 30), (0, 4)], 2));
+    let exact = ByField::default();
+    let events = ["raw_syscalls:sys_enter".to_string()];
+    let runs = [Some(&one), Some(&two)];
+    let values = values::over_runs(&events, "id", &[exact], &runs);
+    let shown: Vec<_> = (values[0].values.iter())
+        .map(|v| (v.value, v.count, v.name.clone()))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (Some(3), 20.0, Some("close".into())),
+            (Some(0), 2.0, Some("read".into())),
+            (Some(1), 1.0, Some("write".into()))
+        ]
+    );
+    assert_eq!(values[0].unkept, 1.0);
+    let ranges = ByField {
+        log2: 1,
+        signed: 1,
+        size: 8,
+        ..ByField::default()
+    };
+    let negative = batch(&[(-3i64 as u64, 5), (0, 1), (13, 2)], 0);
+    let values = values::over_runs(&events, "ret:log2", &[ranges], &[Some(&negative)]);
+    let mut text = Vec::new();
+    values::text(&values, &mut text).unwrap();
+    let text = String::from_utf8(text).unwrap();
+    println!("{text}");
+    let order: Vec<_> = values[0].values.iter().map(|v| (v.from, v.to)).collect();
+    assert_eq!(
+        order,
+        [(Some(-7), Some(-4)), (Some(0), Some(0)), (Some(4096), Some(8191))]
+    );
+    assert!(
+        text.contains("62.50%  ret=-7..-4\n") && text.contains("ret=4096..8191\n"),
+        "{text}"
+    );
 }
