@@ -49,7 +49,6 @@ impl Default for StackNamer {
 }
 
 impl StackNamer {
-
     /// Each record's frames, leaf first (none for a record without stacks).
     pub fn name(&mut self, records: &[Recorded], procs: &mut Processes) -> Vec<Option<Vec<StackFrame>>> {
         let mut profile = RawProfile::new();

@@ -7,10 +7,10 @@ use std::path::Path;
 use aya::maps::{MapData, PerCpuArray};
 use profiler_common::{names, CounterDeltas};
 
-use super::{Attached, Batch, Source, Wants};
+use super::{Attached, Batch, Source};
 use crate::{
     bpf::Loaded,
-    collect::{take_map, Flip},
+    collect::take_map,
     counters::{
         counting::{counts_of, Reading},
         cpu::Method,
@@ -162,10 +162,6 @@ pub fn attach(mut counting: TopdownCounting, kernel: &mut Loaded) -> anyhow::Res
 }
 
 impl Source for RunCounting {
-    fn drain(&mut self, _flip: Flip, _wants: Wants, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
-        Ok(None)
-    }
-
     /// The totals at the moment collection stopped (the last drains take time of their own).
     fn stopping(&mut self) {
         let sums = self.read();

@@ -10,10 +10,10 @@ use profiler_common::{
     names, HIST_BUCKETS,
 };
 
-use super::{hooks::open_traced, AttachContext, Attached, Batch, Source, Wants};
+use super::{hooks::open_traced, AttachContext, Attached, Batch, Source};
 use crate::{
     bpf::{LoadOptions, Loaded},
-    collect::{take_map, Flip},
+    collect::take_map,
     counters::language::Event,
     process::Processes,
 };
@@ -103,10 +103,6 @@ impl LatencySource {
 }
 
 impl Source for LatencySource {
-    fn drain(&mut self, _flip: Flip, _wants: Wants, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
-        Ok(None)
-    }
-
     fn stopping(&mut self) {
         self.links.clear();
     }

@@ -217,8 +217,11 @@ pub enum Batch {
 
 /// One kind of kernel data, attached: drained at each epoch flip, settled at the stop.
 pub trait Source {
-    /// What it recorded since the last drain (the epoch just switched to `flip`).
-    fn drain(&mut self, flip: Flip, wants: Wants, procs: &mut Processes) -> anyhow::Result<Option<Batch>>;
+    /// What it recorded since the last drain (the epoch just switched to `flip`); nothing for a
+    /// source read only at the end (`finish`).
+    fn drain(&mut self, _flip: Flip, _wants: Wants, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
+        Ok(None)
+    }
     /// Collection stopped: read what must be read at that very moment (before the last drains).
     fn stopping(&mut self) {}
     /// After the last drains, with everything still attached: what is still in flight, as it

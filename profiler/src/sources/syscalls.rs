@@ -11,10 +11,10 @@ use profiler_common::{
     syscalls::{SyscallEntry, SyscallKey, SyscallTotals},
 };
 
-use super::{AttachContext, Attached, Batch, Source, Wants};
+use super::{AttachContext, Attached, Batch, Source};
 use crate::{
     bpf::{LoadOptions, Loaded},
-    collect::{take_map, Flip},
+    collect::take_map,
     process::Processes,
 };
 
@@ -61,10 +61,6 @@ struct SyscallSource {
 }
 
 impl Source for SyscallSource {
-    fn drain(&mut self, _flip: Flip, _wants: Wants, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
-        Ok(None)
-    }
-
     fn stopping(&mut self) {
         self.links.clear();
     }

@@ -12,11 +12,11 @@ use profiler_common::{
 
 use super::{
     hooks::{open_traced, set_filters},
-    AttachContext, Attached, Batch, Source, Wants,
+    AttachContext, Attached, Batch, Source,
 };
 use crate::{
     bpf::{LoadOptions, Loaded},
-    collect::{take_map, Flip},
+    collect::take_map,
     counters::language::Event,
     process::Processes,
 };
@@ -78,10 +78,6 @@ struct ValueSource {
 }
 
 impl Source for ValueSource {
-    fn drain(&mut self, _flip: Flip, _wants: Wants, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
-        Ok(None)
-    }
-
     fn stopping(&mut self) {
         self.links.clear();
     }
