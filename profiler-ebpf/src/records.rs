@@ -227,7 +227,7 @@ fn fetch_one(context: *const u8, pc: u64, fetch: &Fetch, record: &mut HitRecord,
         };
         if read.len() == STRING_BYTES - 1 {
             // The slot is full: cut, unless its last byte was the string's end.
-            let past = (address + STRING_BYTES as u64 - 1) as *const u8;
+            let past = address.wrapping_add(STRING_BYTES as u64 - 1) as *const u8;
             if unsafe { bpf_probe_read_user(past) }.is_ok_and(|byte| byte != 0) {
                 record.cut |= 1 << n;
             }

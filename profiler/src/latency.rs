@@ -2,11 +2,12 @@
 //! of B with the same key, over a command, processes or the whole system: count, average, p50,
 //! p90, p99, longest and a histogram. Collected by the `latency` source (a histogram summed in
 //! the kernel); this module is its sink and its report.
+use profiler_common::{hist_lower_bound, HEAT_BUCKETS};
 use serde::Serialize;
 
 use crate::{
-    cli::LatencyArgs,
-    modes::sched::{buckets, percentile, Bucket},
+    cli::{Format, LatencyArgs},
+    modes::sched::{buckets, percentile, Bucket, Heatmap},
     plan::Plan,
     report::command,
     session::run_to_end,
@@ -18,7 +19,7 @@ pub mod render;
 mod tests;
 
 pub fn run(args: LatencyArgs) -> anyhow::Result<i32> {
-    let format = command::checked_format(&args.report, "latency")?;
+    let format = command::checked_format(&args.report, "latency", &[Format::Heatmap])?;
     let plan = Plan::for_latency(&args)?;
     let mut ended = run_to_end(&plan)?;
     let batch = ended.take(|batch| match batch {
@@ -39,7 +40,12 @@ pub fn run(args: LatencyArgs) -> anyhow::Result<i32> {
         &batch.unwrap_or_default(),
         ended.notes,
     );
-    command::write(plan.output.as_deref(), format, "latency", &report, render::text)?;
+    match format {
+        Format::Heatmap => {
+            crate::output::write_report(plan.output.as_deref(), &|out| render::heatmap(&report, out))?
+        }
+        _ => command::write(plan.output.as_deref(), format, "latency", &report, render::text)?,
+    }
     Ok(ended.exit_code)
 }
 
@@ -79,6 +85,9 @@ pub struct LatencyReport {
     /// the later one (a recursive function between its entry and return, a request issued again).
     pub replaced: u64,
     pub notes: Vec<String>,
+    /// `-o lat.heatmap.svg`: the latencies that ended in each second, by bucket.
+    #[serde(skip)]
+    pub heatmap: Heatmap,
 }
 
 impl LatencyReport {
@@ -106,6 +115,11 @@ impl LatencyReport {
             pending: batch.pending,
             replaced: batch.replaced,
             notes,
+            heatmap: Heatmap {
+                column_s: crate::collect::DRAIN_EVERY.as_secs_f64(),
+                row_lower_ns: (0..HEAT_BUCKETS).map(|b| hist_lower_bound(b * 8)).collect(),
+                columns: batch.columns.clone(),
+            },
         }
     }
 }

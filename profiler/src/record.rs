@@ -64,7 +64,7 @@ enum Line {
 }
 
 pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
-    let format = command::checked_format(&args.report, "record")?;
+    let format = command::checked_format(&args.report, "record", &[])?;
     let plan = Plan::for_record(&args)?;
     preflight::check_privileges()?;
     let spec = plan.record.as_ref().expect("a record plan records");

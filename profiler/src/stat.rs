@@ -29,7 +29,7 @@ mod tests;
 pub mod values;
 
 pub fn run(args: StatArgs) -> anyhow::Result<i32> {
-    let format = command::checked_format(&args.report, "stat")?;
+    let format = command::checked_format(&args.report, "stat", &[])?;
     if args.repeat > 1 && args.scope.command.is_empty() {
         return Err(UserError::Usage("-r N runs a command N times: give it after --".into()).into());
     }
@@ -253,8 +253,7 @@ pub struct StatReport {
     pub metrics: Vec<MetricStat>,
     /// Events the kernel never put on the PMU during a run (no count to give).
     pub not_counted: Vec<String>,
-    /// `--by`: each tracing event's hits per value.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    /// `--by`: each tracing event's hits per value (none without it).
     pub by_value: Vec<values::EventValues>,
     pub intervals: Vec<Interval>,
     pub notes: Vec<String>,

@@ -21,7 +21,7 @@ pub mod render;
 mod tests;
 
 pub fn run(args: TraceArgs) -> anyhow::Result<i32> {
-    let format = command::checked_format(&args.report, "trace")?;
+    let format = command::checked_format(&args.report, "trace", &[])?;
     let plan = Plan::for_trace(&args)?;
     let mut ended = run_to_end(&plan)?;
     let batch = ended.take(|batch| match batch {

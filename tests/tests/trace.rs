@@ -203,6 +203,63 @@ fn latency_between_two_tracepoints_counts_every_sleep_in_its_bucket() {
     assert!(report["max_ns"].as_u64().unwrap() >= 20_000_000);
 }
 
+/// `-o lat.heatmap.svg`: a cell per second and bucket, its title saying how many intervals ended
+/// there: together every sleep (100 of 1 ms, 25 of 20 ms), and in the rows from 2^24 ns (16.8
+/// ms) up exactly as many as the workload's own clock saw take that long; no column past the
+/// run's end (the drains after the stop add to the last one).
+#[test]
+fn a_latency_heatmap_holds_every_interval_in_its_cell() {
+    let path = temp_path(&format!("latency-{}.heatmap.svg", rand_suffix()));
+    let out = run(&[
+        "latency",
+        "--from",
+        "syscalls:sys_enter_clock_nanosleep",
+        "--to",
+        "syscalls:sys_exit_clock_nanosleep",
+        "-o",
+        path.to_str().unwrap(),
+        "--",
+        workload("events").to_str().unwrap(),
+        "sleeps",
+        "100",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let truth = truth(&stdout(&out));
+    let svg = std::fs::read_to_string(&path).unwrap();
+    // `<title>0s: 97 intervals of 1.02 ms .. 1.15 ms</title>`.
+    let seconds: Vec<f64> = (svg.split("<title>").skip(1))
+        .filter_map(|cell| cell.split_once("s: ")?.0.parse().ok())
+        .collect();
+    let cells: Vec<(u64, f64)> = (svg.split("<title>").skip(1))
+        .filter_map(|cell| {
+            let (count, rest) = cell.split_once(": ")?.1.split_once(" intervals of ")?;
+            let (value, unit) = rest.split_once(' ')?;
+            let scale = match unit.split_whitespace().next()? {
+                "ns" => 1.0,
+                "us" | "µs" => 1e3,
+                "ms" => 1e6,
+                _ => 1e9,
+            };
+            Some((count.parse().ok()?, value.parse::<f64>().ok()? * scale))
+        })
+        .collect();
+    let total: u64 = cells.iter().map(|c| c.0).sum();
+    let long: u64 = cells
+        .iter()
+        .filter(|c| c.1 >= (1u64 << 24) as f64 * 0.999)
+        .map(|c| c.0)
+        .sum();
+    println!("cells {cells:?}; TRUTH {truth:?}");
+    assert!(
+        svg.starts_with("<?xml") && svg.contains("latency heatmap"),
+        "{svg}"
+    );
+    assert_eq!(total as f64, truth["short"] + truth["long"]);
+    assert_eq!(long as f64, truth["over_2pow24"]);
+    // A column a second: the sleeps take 0.6 s, so no cell past the second column.
+    assert!(seconds.iter().all(|&s| s <= 1.0), "{seconds:?}");
+}
+
 /// `--filter` judges each start: glibc's nanosleep sleeps on CLOCK_REALTIME (0), so with
 /// `which_clock == 0` every sleep is timed, and with `which_clock == 1` none is, each of their
 /// ends said unmatched.

@@ -61,3 +61,18 @@ pub fn text(r: &LatencyReport, out: &mut dyn Write) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// `-o lat.heatmap.svg`: time across, the latencies' buckets up.
+pub fn heatmap(r: &LatencyReport, out: &mut dyn Write) -> io::Result<()> {
+    let i = &r.interval;
+    let filter = (i.filter.as_ref()).map_or(String::new(), |f| format!(" where {f}"));
+    let caption = crate::report::heatmap::Caption {
+        title: format!(
+            "latency heatmap: {}{filter} to {} by {}, {}",
+            i.from, i.to, i.key, r.target
+        ),
+        rows: "latency",
+        counted: "intervals",
+    };
+    crate::report::heatmap::svg(&r.heatmap, &caption, out)
+}

@@ -48,3 +48,38 @@ fn the_report_counts_every_interval_and_its_percentiles_fall_in_their_buckets() 
     assert!(text.contains("3 ends of syscalls:sys_exit_clock_nanosleep had no start"));
     assert!(text.contains("1 starts had not ended"));
 }
+
+/// The heatmap's cells are the batch's columns: one rect per non-empty (second, row), titled
+/// with its count; its title says what was timed.
+#[test]
+fn a_heatmap_draws_each_columns_counts() {
+    use profiler_common::HEAT_BUCKETS;
+    let mut columns = vec![vec![0; HEAT_BUCKETS]; 2];
+    columns[0][hist_bucket(1_050_000) / 8] = 97;
+    columns[1][hist_bucket(1_050_000) / 8] = 3;
+    columns[1][hist_bucket(20_100_000) / 8] = 25;
+    let batch = LatencyBatch {
+        hist: vec![0; HIST_BUCKETS],
+        columns,
+        ..LatencyBatch::default()
+    };
+    let interval = Interval {
+        from: "syscalls:sys_enter_clock_nanosleep".into(),
+        to: "syscalls:sys_exit_clock_nanosleep".into(),
+        key: "thread".into(),
+        filter: Some("which_clock == 0".into()),
+    };
+    let r = LatencyReport::of(interval, "command `x`".into(), 1.5, &batch, Vec::new());
+    let mut svg = Vec::new();
+    render::heatmap(&r, &mut svg).unwrap();
+    let svg = String::from_utf8(svg).unwrap();
+    assert!(svg.contains("latency heatmap: syscalls:sys_enter_clock_nanosleep where which_clock == 0 to"));
+    for cell in [
+        "<title>0s: 97 intervals of",
+        "<title>1s: 3 intervals of",
+        "<title>1s: 25 intervals of",
+    ] {
+        assert!(svg.contains(cell), "{cell}: {svg}");
+    }
+    assert_eq!(svg.matches("<title>").count(), 3);
+}

@@ -11,10 +11,14 @@ use crate::{
     output,
 };
 
-/// Text or JSON (the only formats of these commands), and the output checked writable.
-pub fn checked_format(report: &ReportOutput, command: &'static str) -> anyhow::Result<Format> {
+/// Text, JSON or one of the command's `others`, and the output checked writable.
+pub fn checked_format(
+    report: &ReportOutput,
+    command: &'static str,
+    others: &[Format],
+) -> anyhow::Result<Format> {
     let format = format_for(report.format, report.output.as_deref())?;
-    if !matches!(format, Format::Text | Format::Json) {
+    if !matches!(format, Format::Text | Format::Json) && !others.contains(&format) {
         return Err(UserError::FormatUnavailable {
             format: format.name(),
             mode: command,

@@ -10,7 +10,7 @@ use crate::{
 pub mod command;
 mod folded;
 mod frame_table;
-mod heatmap;
+pub mod heatmap;
 pub mod json;
 mod names;
 pub mod pprof;

@@ -1,19 +1,21 @@
 //! Latency between two events (`bpfprof latency --from A --to B`): a program at each side's hits
 //! (a tracepoint's or a probe's type, see `hooks`) notes each start under its key and takes each
-//! end's time since into a per-CPU histogram; nothing crosses to user space per hit. Read once,
-//! at the end (the programs detached first), with the starts still waiting for their end.
+//! end's time since into a per-CPU histogram; nothing crosses to user space per hit. The
+//! histogram is read at each drain, for the heatmap's column of the latencies that ended since
+//! (coarser rows: `HEAT_BUCKETS`), and at the end (the programs detached first) whole, with the
+//! starts still waiting for their end.
 use std::os::fd::OwnedFd;
 
 use aya::maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray};
 use profiler_common::{
     latency::{slot, LatencyKey, LatencyKeys, FROM, TO},
-    names, HIST_BUCKETS,
+    names, HEAT_BUCKETS, HIST_BUCKETS,
 };
 
-use super::{hooks::open_traced, AttachContext, Attached, Batch, Source};
+use super::{hooks::open_traced, AttachContext, Attached, Batch, Source, Wants};
 use crate::{
     bpf::{LoadOptions, Loaded},
-    collect::take_map,
+    collect::{take_map, Flip},
     counters::language::Event,
     process::Processes,
 };
@@ -58,6 +60,10 @@ impl Spec {
                 starts: take_map(&mut kernel.ebpf, names::LATENCY_STARTS)?,
                 hist: PerCpuArray::try_from(take_map(&mut kernel.ebpf, names::LATENCY_HIST)?)?,
                 links,
+                drained: Vec::new(),
+                columns: Vec::new(),
+                stopped: false,
+                last_begun: false,
             }),
             note: None,
         })
@@ -77,6 +83,9 @@ pub struct LatencyBatch {
     pub replaced: u64,
     /// Starts with no end yet.
     pub pending: u64,
+    /// One per drain (`DRAIN_EVERY`), and the last, shorter one: per heatmap row (a
+    /// `HEAT_BUCKETS` bucket, eight of the histogram's), the latencies that ended in it.
+    pub columns: Vec<Vec<u64>>,
 }
 
 struct LatencySource {
@@ -85,37 +94,76 @@ struct LatencySource {
     /// Each side's (link, perf event), dropped (detached) when collection stops: the histogram
     /// and the starts are then read as they stood at that moment.
     links: Vec<(OwnedFd, OwnedFd)>,
+    /// The histogram at the last drain, and a heatmap column per drain since the start.
+    drained: Vec<u64>,
+    columns: Vec<Vec<u64>>,
+    /// Collection stopped (`stopping`): the drains and the read that follow add to one last
+    /// column, begun by the first of them.
+    stopped: bool,
+    last_begun: bool,
 }
 
 impl LatencySource {
-    /// One slot, summed over the CPUs (the largest of them for `MAX`).
-    fn read(&self, at: u32) -> u64 {
-        let values = self
-            .hist
-            .get(&at, 0)
-            .map(|v| v.iter().copied().collect::<Vec<u64>>());
-        let values = values.unwrap_or_default().into_iter();
-        match at {
+    /// One slot, summed over the CPUs (the largest of them for `MAX`); none where it could not be
+    /// read.
+    fn try_read(&self, at: u32) -> Option<u64> {
+        let values = self.hist.get(&at, 0).ok()?;
+        let values = values.iter().copied();
+        Some(match at {
             slot::MAX => values.max().unwrap_or(0),
             _ => values.sum(),
+        })
+    }
+
+    fn read(&self, at: u32) -> u64 {
+        self.try_read(at).unwrap_or(0)
+    }
+
+    /// The histogram now (a bucket that could not be read as it was), and into the heatmap what
+    /// it gained since the last drain: a new column, or after the stop the last one.
+    fn column(&mut self) -> Vec<u64> {
+        let then = |b: usize| self.drained.get(b).copied().unwrap_or(0);
+        let now: Vec<u64> = (0..HIST_BUCKETS)
+            .map(|b| self.try_read(b as u32).unwrap_or(then(b)))
+            .collect();
+        let mut column = vec![0; HEAT_BUCKETS];
+        for (b, &n) in now.iter().enumerate() {
+            column[(b / 8).min(HEAT_BUCKETS - 1)] += n.saturating_sub(then(b));
         }
+        match (self.last_begun, self.columns.last_mut()) {
+            (true, Some(last)) => last.iter_mut().zip(column).for_each(|(cell, n)| *cell += n),
+            _ => {
+                self.columns.push(column);
+                self.last_begun = self.stopped;
+            }
+        }
+        self.drained.clone_from(&now);
+        now
     }
 }
 
 impl Source for LatencySource {
+    fn drain(&mut self, _flip: Flip, _wants: Wants, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
+        self.column();
+        Ok(None)
+    }
+
     fn stopping(&mut self) {
         self.links.clear();
+        self.stopped = true;
     }
 
     fn finish(&mut self, _stopped_ns: u64, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
+        let hist = self.column();
         let starts = BpfHashMap::<&MapData, LatencyKey, u64>::try_from(&self.starts)?;
         Ok(Some(Batch::Latency(LatencyBatch {
-            hist: (0..HIST_BUCKETS as u32).map(|b| self.read(b)).collect(),
+            hist,
             sum_ns: self.read(slot::SUM),
             max_ns: self.read(slot::MAX),
             unmatched: self.read(slot::UNMATCHED),
             replaced: self.read(slot::REPLACED),
             pending: starts.keys().filter_map(Result::ok).count() as u64,
+            columns: std::mem::take(&mut self.columns),
         })))
     }
 }

@@ -126,7 +126,12 @@ pub fn text(events: &[EventValues], out: &mut dyn Write) -> io::Result<()> {
             writeln!(out, "   no hits")?;
         }
         let field = e.by.trim_end_matches(":log2");
-        for v in e.values.iter().take(SHOWN) {
+        // Ranges all (at most 130), in order; values the most frequent.
+        let shown = match e.by.ends_with(":log2") {
+            true => e.values.len(),
+            false => SHOWN,
+        };
+        for v in e.values.iter().take(shown) {
             let shown = match (v.value, v.from, v.to) {
                 (Some(value), ..) => format!("{field}={value}"),
                 (None, Some(from), Some(to)) if from == to => format!("{field}={from}"),
@@ -141,14 +146,14 @@ pub fn text(events: &[EventValues], out: &mut dyn Write) -> io::Result<()> {
                 100.0 * v.count / total
             )?;
         }
-        if e.values.len() > SHOWN {
-            let rest: f64 = e.values[SHOWN..].iter().map(|v| v.count).sum();
+        if e.values.len() > shown {
+            let rest: f64 = e.values[shown..].iter().map(|v| v.count).sum();
             writeln!(
                 out,
                 "{:>18}  {:>6.2}%  {} more values (all in JSON)",
                 grouped(rest),
                 100.0 * rest / total,
-                e.values.len() - SHOWN
+                e.values.len() - shown
             )?;
         }
         if e.unkept > 0.0 {

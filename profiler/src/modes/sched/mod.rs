@@ -126,7 +126,7 @@ pub struct OffCpuStack {
     pub frames: Vec<crate::symbolize::Frame>,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Heatmap {
     pub column_s: f64,
     /// Lower bound (ns) of each row's bucket.
