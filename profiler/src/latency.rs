@@ -61,6 +61,16 @@ pub struct Interval {
     pub filter: Option<String>,
 }
 
+impl Interval {
+    /// `--from` as the report names it: with its filter (`block:block_rq_issue where bytes > 4096`).
+    pub fn start(&self) -> String {
+        match &self.filter {
+            Some(filter) => format!("{} where {filter}", self.from),
+            None => self.from.clone(),
+        }
+    }
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct LatencyReport {
     #[serde(flatten)]

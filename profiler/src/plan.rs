@@ -293,16 +293,21 @@ impl Plan {
         let tracefs = crate::counters::tracepoint::tracefs_root();
         let (keys, key) = latency_keys(tracefs, [&from, &to], &args.key)?;
         let filter = match &args.filter {
-            Some(_) => hit_filters(std::slice::from_ref(&from), args.filter.as_deref())?.remove(0),
-            None => Vec::new(),
+            Some(text) => Some((
+                text.clone(),
+                hit_filters(std::slice::from_ref(&from), Some(text))?.remove(0),
+            )),
+            None => None,
         };
+        let heatmap = crate::cli::format_for(args.report.format, args.report.output.as_deref())?;
         Ok(Plan {
             latency: Some(latency::Spec {
                 from,
                 to,
                 keys,
                 key,
-                filter: args.filter.clone().map(|text| (text, filter)),
+                filter,
+                heatmap: heatmap == crate::cli::Format::Heatmap,
             }),
             ..Plan::scoped(Mode::Latency, &args.scope, args.report.output.clone())?
         })

@@ -6,11 +6,14 @@ use crate::report::{human_ns, sched_text::histogram_lines};
 
 pub fn text(r: &LatencyReport, out: &mut dyn Write) -> io::Result<()> {
     let i = &r.interval;
-    let filter = (i.filter.as_ref()).map_or(String::new(), |f| format!(" where {f}"));
     writeln!(
         out,
-        "\n Latency from {}{filter} to {}, by {}, of {} ({:.3} s)\n",
-        i.from, i.to, i.key, r.target, r.seconds
+        "\n Latency from {} to {}, by {}, of {} ({:.3} s)\n",
+        i.start(),
+        i.to,
+        i.key,
+        r.target,
+        r.seconds
     )?;
     if r.count == 0 {
         writeln!(out, "   no interval ended")?;
@@ -65,11 +68,13 @@ pub fn text(r: &LatencyReport, out: &mut dyn Write) -> io::Result<()> {
 /// `-o lat.heatmap.svg`: time across, the latencies' buckets up.
 pub fn heatmap(r: &LatencyReport, out: &mut dyn Write) -> io::Result<()> {
     let i = &r.interval;
-    let filter = (i.filter.as_ref()).map_or(String::new(), |f| format!(" where {f}"));
     let caption = crate::report::heatmap::Caption {
         title: format!(
-            "latency heatmap: {}{filter} to {} by {}, {}",
-            i.from, i.to, i.key, r.target
+            "latency heatmap: {} to {} by {}, {}",
+            i.start(),
+            i.to,
+            i.key,
+            r.target
         ),
         rows: "latency",
         counted: "intervals",

@@ -30,6 +30,8 @@ pub struct Spec {
     pub key: String,
     /// `--filter`: which starts are timed, as written and as the kernel judges it.
     pub filter: Option<(String, Vec<profiler_common::FilterTerm>)>,
+    /// A heatmap is drawn: the histogram is read at each drain too, for its columns.
+    pub heatmap: bool,
 }
 
 impl Spec {
@@ -60,6 +62,7 @@ impl Spec {
                 starts: take_map(&mut kernel.ebpf, names::LATENCY_STARTS)?,
                 hist: PerCpuArray::try_from(take_map(&mut kernel.ebpf, names::LATENCY_HIST)?)?,
                 links,
+                heatmap: self.heatmap,
                 drained: Vec::new(),
                 columns: Vec::new(),
                 stopped: false,
@@ -94,6 +97,8 @@ struct LatencySource {
     /// Each side's (link, perf event), dropped (detached) when collection stops: the histogram
     /// and the starts are then read as they stood at that moment.
     links: Vec<(OwnedFd, OwnedFd)>,
+    /// Whether each drain reads the histogram (for the heatmap: else only the end does).
+    heatmap: bool,
     /// The histogram at the last drain, and a heatmap column per drain since the start.
     drained: Vec<u64>,
     columns: Vec<Vec<u64>>,
@@ -144,7 +149,9 @@ impl LatencySource {
 
 impl Source for LatencySource {
     fn drain(&mut self, _flip: Flip, _wants: Wants, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
-        self.column();
+        if self.heatmap {
+            self.column();
+        }
         Ok(None)
     }
 

@@ -49,6 +49,7 @@ fn latency_maps() -> BTreeSet<&'static str> {
         keys: Default::default(),
         key: "thread".into(),
         filter: None,
+        heatmap: false,
     }));
     let mut options = crate::bpf::LoadOptions::new(Path::new("/"), true, true);
     spec.needs(&mut options);
