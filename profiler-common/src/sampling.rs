@@ -105,13 +105,18 @@ pub mod filter_op {
     pub const AND: u8 = 7;
 }
 
+/// The `size`-byte number (1 to 8) at the start of `raw` (a context's 8 bytes at a field or a
+/// register, little-endian as read): unsigned, and sign-extended.
+#[inline(always)]
+pub fn sized(raw: u64, size: u8) -> (u64, i64) {
+    let shift = 64 - u32::from(size.clamp(1, 8)) * 8;
+    ((raw << shift) >> shift, ((raw << shift) as i64) >> shift)
+}
+
 impl FilterTerm {
     /// Whether `raw` (the context's 8 bytes at `offset`, little-endian as read) passes.
     pub fn passes(&self, raw: u64) -> bool {
-        let bits = u32::from(self.size.clamp(1, 8)) * 8;
-        let shift = 64 - bits;
-        let unsigned = (raw << shift) >> shift;
-        let signed = ((raw << shift) as i64) >> shift;
+        let (unsigned, signed) = sized(raw, self.size);
         let order = match self.signed {
             0 => unsigned.cmp(&self.value),
             _ => signed.cmp(&(self.value as i64)),

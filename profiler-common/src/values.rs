@@ -27,10 +27,10 @@ impl ByField {
     /// The key's value of `raw` (the context's 8 bytes at `offset`): the number as its size and
     /// sign read it, or its range.
     pub fn value(&self, raw: u64) -> u64 {
-        let shift = 64 - u32::from(self.size.clamp(1, 8)) * 8;
+        let (unsigned, signed) = crate::sized(raw, self.size);
         let number = match self.signed {
-            0 => (raw << shift) >> shift,
-            _ => (((raw << shift) as i64) >> shift) as u64,
+            0 => unsigned,
+            _ => signed as u64,
         };
         match (self.log2, self.signed) {
             (0, _) => number,

@@ -71,9 +71,8 @@ fn weight(ctx: &ProbeContext) -> u64 {
     match unsafe { core::ptr::read_volatile(&HIT_WEIGHT) } {
         0 => 1,
         at => {
-            let register = unsafe { (ctx.as_ptr() as *const u8).add((at - 1) as usize & 0x1ff) };
             // A negative value (an error returned, -1) weighs nothing rather than 2^64 - 1.
-            let value = unsafe { bpf_probe_read_kernel(register as *const i64) }.unwrap_or(0);
+            let value = context_word(ctx.as_ptr() as *const u8, (at - 1) as usize).unwrap_or(0) as i64;
             value.max(0) as u64
         }
     }
@@ -114,6 +113,14 @@ pub(crate) fn sampled_hit<C: StackIdContext>(ctx: &C) -> Option<(u32, u32, u16)>
     Some((tgid, tid, event))
 }
 
+/// The 8 bytes at `offset` of a program's context (a tracepoint's record, a probe's registers),
+/// the offset bounded for the verifier.
+#[inline(always)]
+pub(crate) fn context_word(context: *const u8, offset: usize) -> Option<u64> {
+    let word = unsafe { context.add(offset & 0x1ff) };
+    unsafe { bpf_probe_read_kernel(word as *const u64) }.ok()
+}
+
 /// Whether this hit passes its event's filter: each term's number, read from the program's
 /// context (a tracepoint's record, a probe's registers), compared as the term says.
 #[inline(always)]
@@ -126,8 +133,7 @@ pub(crate) fn passes_filter(context: *const u8, event: u16) -> bool {
         if term.op == filter_op::NONE {
             return true;
         }
-        let word = unsafe { context.add(term.offset as usize & 0x1ff) };
-        let raw = unsafe { bpf_probe_read_kernel(word as *const u64) }.unwrap_or(0);
+        let raw = context_word(context, term.offset as usize).unwrap_or(0);
         if !term.passes(raw) {
             return false;
         }

@@ -5,8 +5,7 @@ use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::{
         bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_smp_processor_id, bpf_get_stack,
-        bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_kernel_buf, bpf_probe_read_user,
-        bpf_probe_read_user_str_bytes,
+        bpf_ktime_get_ns, bpf_probe_read_kernel_buf, bpf_probe_read_user, bpf_probe_read_user_str_bytes,
     },
     macros::{map, uprobe},
     maps::{Array, PerCpuArray, RingBuf},
@@ -201,10 +200,7 @@ fn fetch_all(context: *const u8, pc: u64, record: &mut HitRecord, event: u16) {
 /// Fetch `n` of this hit into the record; false where memory could not be read.
 #[inline(always)]
 fn fetch_one(context: *const u8, pc: u64, fetch: &Fetch, record: &mut HitRecord, n: usize) -> bool {
-    let word = || {
-        let word = unsafe { context.add(fetch.word as usize & 0x1ff) };
-        unsafe { bpf_probe_read_kernel(word as *const u64) }.ok()
-    };
+    let word = || crate::hits::context_word(context, fetch.word as usize);
     let mut address = match fetch.kind {
         fetch::WORD => word(),
         fetch::MEMORY => word().map(|base| base.wrapping_add(fetch.delta as u64)),

@@ -4,7 +4,7 @@
 //! add up to the event's count.
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
-    helpers::{bpf_get_attach_cookie, bpf_probe_read_kernel},
+    helpers::bpf_get_attach_cookie,
     macros::{map, uprobe},
     maps::{Array, PerCpuArray, PerCpuHashMap},
     programs::ProbeContext,
@@ -56,8 +56,7 @@ fn count<C: EbpfContext>(ctx: &C) {
     let Some(field) = BY_FIELDS.get(event) else {
         return;
     };
-    let at = unsafe { context.add(field.offset as usize & 0x1ff) };
-    let raw = unsafe { bpf_probe_read_kernel(at as *const u64) }.unwrap_or(0);
+    let raw = crate::hits::context_word(context, field.offset as usize).unwrap_or(0);
     let key = ValueKey {
         event,
         _pad: 0,
