@@ -160,6 +160,12 @@ macro_rules! health_table {
                         "{} starts were not timed: the map of starts waiting for their end was full (starts that never end fill it)",
                         h.latency_starts_full
                     ));
+                SlowCallsLost = 27, slow_calls_lost, syscalls, "slow_calls_lost_total",
+                    "calls over `trace --duration-min` not listed because their ring was full",
+                    |h| (h.slow_calls_lost > 0).then(|| format!(
+                        "{} calls over the --duration-min threshold were not listed: their ring buffer was full (they are in the summary)",
+                        h.slow_calls_lost
+                    ));
             }
             user {
                 processes_not_captured, common, "processes_not_captured_total",

@@ -71,6 +71,9 @@ names! {
         SYSCALL_THREADS = "SYSCALL_THREADS";
         /// Per (thread, call, errno), the calls and their time (`SyscallTotals`).
         SYSCALL_TOTALS = "SYSCALL_TOTALS";
+        /// `trace --duration-min`: the ring of calls at least that long (`SlowCall`).
+        SLOW_CALLS = "SLOW_CALLS";
+        SYSCALL_UNWIND_PROGRAMS = "SYSCALL_UNWIND_PROGRAMS";
         /// Starts of `latency` waiting for their end (`LatencyKey` → ns).
         LATENCY_STARTS = "LATENCY_STARTS";
         /// Per CPU, `latency`'s histogram and sums (`latency::slot`).
@@ -114,6 +117,7 @@ names! {
         PROG_UNWIND_PROBE_HIT = "unwind_probe_hit";
         PROG_SYSCALL_ENTER = "syscall_enter";
         PROG_SYSCALL_EXIT = "syscall_exit";
+        PROG_UNWIND_SYSCALL = "unwind_syscall";
         PROG_LATENCY_TRACEPOINT = "latency_tracepoint";
         PROG_LATENCY_PROBE = "latency_probe";
         PROG_RECORD_TRACEPOINT = "record_tracepoint";
@@ -141,11 +145,13 @@ names! {
         G_HIT_WEIGHT = "HIT_WEIGHT";
         /// `record -g`: each record with its stacks (`StackedRecord`).
         G_RECORD_STACKS = "RECORD_STACKS";
+        /// `trace --duration-min`: calls at least this long are sent (0: none).
+        G_SLOW_CALL_NS = "SLOW_CALL_NS";
     }
 }
 
 /// The maps only the kernel programs use (per-CPU scratch space, state between programs).
-pub const KERNEL_ONLY_MAPS: [&str; 13] = [
+pub const KERNEL_ONLY_MAPS: [&str; 15] = [
     "BUILD_ID_SCRATCH",
     "COUNTER_BASELINE",
     "CPU_HISTORY",
@@ -156,6 +162,8 @@ pub const KERNEL_ONLY_MAPS: [&str; 13] = [
     "PROBE_HIT_WEIGHTS",
     "PTHREAD_WALK",
     "PTHREAD_WALK_FOR",
+    "SLOW_CALL_PENDING",
+    "SYSCALL_WALK",
     "TASK_TEMPLATE",
     "TRACEPOINT_HIT_WALK",
     "WALK",

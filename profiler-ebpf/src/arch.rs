@@ -25,6 +25,9 @@ mod imp {
     /// Addresses at or above this are the kernel's (or non-canonical), never a user pc.
     pub const USER_SPACE_END: u64 = 0x0000_8000_0000_0000;
 
+    /// `mmap`'s system call number.
+    pub const MMAP_NR: u32 = 9;
+
     #[inline(always)]
     pub fn in_user_mode(regs: &pt_regs) -> bool {
         regs.cs & 3 == 3
@@ -82,6 +85,18 @@ mod imp {
         })
     }
 
+    /// A system call's six arguments at `sys_enter` (rdi, rsi, rdx, r10, r8, r9), read in one
+    /// copy of the registers from r10 to rdi, which `pt_regs` keeps side by side.
+    #[inline(always)]
+    pub fn syscall_args(regs: *const pt_regs) -> [u64; 6] {
+        let from = unsafe { core::ptr::addr_of!((*regs).r10) } as *const [u64; 8];
+        match unsafe { bpf_probe_read_kernel(from) } {
+            // r10, r9, r8, ax, cx, dx, si, di
+            Ok(r) => [r[7], r[6], r[5], r[0], r[2], r[1]],
+            Err(_) => [0; 6],
+        }
+    }
+
     /// The user registers the kernel saved for the current thread (`bpf_task_pt_regs`).
     #[inline(always)]
     pub fn saved(saved: *const pt_regs) -> Option<UserRegisters> {
@@ -107,6 +122,9 @@ mod imp {
 
     /// User addresses have at most 52 bits (48 on most kernels); the kernel's start with 0xffff.
     pub const USER_SPACE_END: u64 = 1 << 52;
+
+    /// `mmap`'s system call number.
+    pub const MMAP_NR: u32 = 222;
 
     /// PSTATE.M[3:0] is 0 (EL0t) in user mode; bit 4 set is a 32-bit task, which is not walked.
     const MODE_MASK: u64 = 0x1f;
@@ -173,6 +191,14 @@ mod imp {
             fp: regs.regs[29],
             lr: 0,
         })
+    }
+
+    /// A system call's six arguments at `sys_enter`: x0 to x5 (x0 is overwritten only by the
+    /// return value).
+    #[inline(always)]
+    pub fn syscall_args(regs: *const pt_regs) -> [u64; 6] {
+        let from = unsafe { core::ptr::addr_of!((*regs).regs) } as *const [u64; 6];
+        unsafe { bpf_probe_read_kernel(from) }.unwrap_or([0; 6])
     }
 
     /// The user registers the kernel saved for the current thread (`bpf_task_pt_regs`: the

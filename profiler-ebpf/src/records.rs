@@ -15,7 +15,7 @@ use aya_ebpf::{
 use profiler_common::{
     hit_cookie_parts,
     records::{fetch, Fetch, HitRecord, StackedRecord, MAX_FETCHES, RECORD_RING_BYTES, STRING_BYTES},
-    unwind::{Walk, MAX_FRAMES},
+    unwind::Walk,
     MAX_SAMPLING_EVENTS,
 };
 
@@ -127,18 +127,7 @@ fn emit<C: EbpfContext>(ctx: &C, fill: impl FnOnce(&mut HitRecord), walked: Opti
         let record = unsafe { &mut *entry.as_mut_ptr() };
         fill(&mut record.hit);
         match walked {
-            Some(walk) => {
-                let frames = (walk.stack.len as usize).min(MAX_FRAMES);
-                let copied = unsafe {
-                    let to =
-                        core::slice::from_raw_parts_mut(record.user.as_mut_ptr() as *mut u8, 8 * MAX_FRAMES);
-                    bpf_probe_read_kernel_buf(walk.stack.frames.as_ptr() as *const u8, to)
-                };
-                record.user_bytes = match copied {
-                    Ok(()) => (frames * 8) as i32,
-                    Err(e) => e as i32,
-                };
-            }
+            Some(walk) => record.user_bytes = crate::unwind::copy_walked(walk, &mut record.user),
             None => {
                 record.user_bytes = stack(ctx, &mut record.user, BPF_F_USER_STACK as u64);
             }

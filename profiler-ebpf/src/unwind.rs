@@ -4,10 +4,11 @@
 //! the same program until the stack ends. Where a mapping has no table (or a row has a rule we do
 //! not follow), that frame is stepped with the frame pointer instead.
 //!
-//! Six walkers share the walk: for samples (a perf-event program, tail-called from the sampling
+//! Seven walkers share the walk: for samples (a perf-event program, tail-called from the sampling
 //! program, and a tracepoint and a uprobe program for the samples of tracing events), for
 //! threads going to sleep (a raw-tracepoint program, tail-called from the switch program), for
-//! futex waits and wakes (a tracepoint program) and for pthread lock calls (a uprobe program).
+//! futex waits and wakes (a tracepoint program), for pthread lock calls (a uprobe program) and
+//! for slow system calls (a raw-tracepoint program, tail-called from `sys_exit`).
 //! A tail call only reaches programs of its caller's type, and each has its own per-CPU
 //! scratch: a sample can interrupt a switch or a syscall on the same CPU.
 use aya_ebpf::{
@@ -87,6 +88,11 @@ static PROBE_HIT_UNWIND_PROGRAMS: ProgramArray = ProgramArray::with_max_entries(
 #[map(name = "PROBE_HIT_WALK")]
 static PROBE_HIT_WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
 
+#[map(name = "SYSCALL_UNWIND_PROGRAMS")]
+static SYSCALL_UNWIND_PROGRAMS: ProgramArray = ProgramArray::with_max_entries(1, 0);
+#[map(name = "SYSCALL_WALK")]
+static SYSCALL_WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
+
 /// Tables are in use for this run (whether or not a given process has them yet).
 #[inline(always)]
 pub fn tables_in_use() -> bool {
@@ -98,6 +104,31 @@ pub fn tables_in_use() -> bool {
 pub fn has_tables(tgid: u32) -> bool {
     let enabled = unsafe { core::ptr::read_volatile(&UNWIND_ENABLED) };
     enabled != 0 && UNWIND_PROCESSES.get_ptr(tgid).is_some()
+}
+
+/// A finished walk's frames into `to` (a record's): the bytes copied, or the negative error.
+#[inline(always)]
+pub fn copy_walked(walk: &Walk, to: &mut [u64; MAX_FRAMES]) -> i32 {
+    let frames = (walk.stack.len as usize).min(MAX_FRAMES);
+    let copied = unsafe {
+        let to = core::slice::from_raw_parts_mut(to.as_mut_ptr() as *mut u8, 8 * MAX_FRAMES);
+        aya_ebpf::helpers::bpf_probe_read_kernel_buf(walk.stack.frames.as_ptr() as *const u8, to)
+    };
+    match copied {
+        Ok(()) => (frames * 8) as i32,
+        Err(e) => e as i32,
+    }
+}
+
+/// The process has tables and they covered every pc walked so far (a pc outside them marks them
+/// stale until user space reads its mappings again).
+#[inline(always)]
+pub fn has_current_tables(tgid: u32) -> bool {
+    let enabled = unsafe { core::ptr::read_volatile(&UNWIND_ENABLED) };
+    enabled != 0
+        && UNWIND_PROCESSES
+            .get_ptr(tgid)
+            .is_some_and(|m| unsafe { (*m).missed } == 0)
 }
 
 /// Its mappings are gone (exit) or stale (exec): until user space gives new ones, its stacks are
@@ -187,6 +218,22 @@ pub fn start_offcpu(ctx: &RawTracePointContext, tgid: u32, tid: u32) {
         ctx,
         &OFFCPU_WALK,
         &OFFCPU_UNWIND_PROGRAMS,
+        saved_user_registers(),
+        None,
+        tgid,
+        tid,
+    );
+}
+
+/// Start a walk of the stack a slow system call was made from (`current`, at `sys_exit`):
+/// through its process's tables where it has them, else by frame pointers. Returns only if the
+/// walk could not start.
+#[inline(always)]
+pub fn start_syscall(ctx: &RawTracePointContext, tgid: u32, tid: u32) {
+    launch(
+        ctx,
+        &SYSCALL_WALK,
+        &SYSCALL_UNWIND_PROGRAMS,
         saved_user_registers(),
         None,
         tgid,
@@ -369,6 +416,18 @@ fn try_unwind_offcpu(ctx: &RawTracePointContext) -> Result<(), ()> {
     let stack_id = store(stacks, walk);
     crate::sched::offcpu_user_stack(walk.tid, stack_id, true);
     Ok(())
+}
+
+/// Loaded beside the system-call programs (never attached): it is only tail-called.
+#[raw_tracepoint(tracepoint = "sys_exit")]
+pub fn unwind_syscall(ctx: RawTracePointContext) -> u32 {
+    if let Some(walk) = SYSCALL_WALK.get_ptr_mut(0) {
+        let walk = unsafe { &mut *walk };
+        advance(&ctx, walk, &SYSCALL_UNWIND_PROGRAMS);
+        note_end(walk);
+        crate::syscalls::send_slow(Some(walk));
+    }
+    0
 }
 
 tracepoint! {

@@ -83,6 +83,8 @@ pub struct LoadOptions<'a> {
     pub hit_weight: u32,
     /// `record -g`: each record with its stacks.
     pub record_stacks: u32,
+    /// `trace --duration-min`: calls at least this long are sent whole (0: none).
+    pub slow_call_ns: u64,
     /// Of the maps only some runs use (`OPTIONAL_MAPS`), those this one does; the others shrink
     /// to one entry, so they cost (almost) no kernel memory.
     pub maps: BTreeSet<&'static str>,
@@ -149,6 +151,7 @@ impl<'a> LoadOptions<'a> {
             latency_keys: Default::default(),
             hit_weight: 0,
             record_stacks: 0,
+            slow_call_ns: 0,
             maps: BTreeSet::new(),
             sample_map_entries: None,
         }
@@ -193,7 +196,8 @@ impl Loaded {
             .override_global(names::G_THREAD_OFFSETS, &options.thread_offsets, true)
             .override_global(names::G_LATENCY_KEYS, &options.latency_keys, true)
             .override_global(names::G_HIT_WEIGHT, &options.hit_weight, true)
-            .override_global(names::G_RECORD_STACKS, &options.record_stacks, true);
+            .override_global(names::G_RECORD_STACKS, &options.record_stacks, true)
+            .override_global(names::G_SLOW_CALL_NS, &options.slow_call_ns, true);
         // Fixed at load: below debug the verifier sees a constant and prunes every kernel log
         // site as dead code, and the log ring shrinks to one page (it stays empty).
         let log_level = kernel_log_level();
@@ -212,6 +216,9 @@ impl Loaded {
             // Records with stacks are nearly four times as large, and naming a new file's
             // frames holds the reader up: room for about 31,000 of them.
             loader.map_max_entries(names::RECORDS, 4 * profiler_common::records::RECORD_RING_BYTES);
+        }
+        if !options.maps.contains(names::SLOW_CALLS) {
+            loader.map_max_entries(names::SLOW_CALLS, page);
         }
         for map in options.unused_maps() {
             loader.map_max_entries(map, 1);

@@ -143,6 +143,8 @@ pub struct Plan {
     pub latency: Option<latency::Spec>,
     /// `record`: the events recorded, and what each fetches.
     pub record: Option<records::Spec>,
+    /// `trace`: which calls are also listed one by one.
+    pub syscalls: syscalls::Spec,
     /// What a probe's sample counts (`profiler_common::hit_weight`).
     pub weight: u32,
     /// Per tracing event, what its hits must pass to be counted and sampled or recorded.
@@ -366,7 +368,16 @@ impl Plan {
 
     /// `bpfprof trace`: the system-call summary of a command, processes or the whole system.
     pub fn for_trace(args: &crate::cli::TraceArgs) -> Result<Plan, UserError> {
-        Plan::scoped(Mode::Trace, &args.scope, args.report.output.clone())
+        let slow_ns = args.duration_min_ms.map(|ms| ((ms * 1e6) as u64).max(1));
+        Ok(Plan {
+            syscalls: syscalls::Spec { slow_ns },
+            // A slow call's stack through each process's unwind tables, as the sampler's.
+            unwind: match slow_ns {
+                Some(_) => crate::cli::Unwind::Tables,
+                None => crate::cli::Unwind::Fp,
+            },
+            ..Plan::scoped(Mode::Trace, &args.scope, args.report.output.clone())?
+        })
     }
 
     /// A plan of `stat` or `trace`: what they watch and for how long, nothing sampled.
@@ -413,6 +424,7 @@ impl Plan {
             by: None,
             latency: None,
             record: None,
+            syscalls: syscalls::Spec::default(),
             weight: profiler_common::hit_weight::ONE,
             filters: Vec::new(),
         })
@@ -468,7 +480,7 @@ impl Plan {
                     intervals: self.interval.is_some(),
                 })),
                 Kind::Values => specs.extend(self.by.clone().map(|(spec, _)| Spec::Values(spec))),
-                Kind::Syscalls => specs.push(Spec::Syscalls(syscalls::Spec)),
+                Kind::Syscalls => specs.push(Spec::Syscalls(self.syscalls.clone())),
                 Kind::Latency => specs.extend(self.latency.clone().map(|l| Spec::Latency(Box::new(l)))),
                 Kind::Records => specs.extend(self.record.clone().map(Spec::Records)),
             }

@@ -21,6 +21,16 @@ pub enum StackRead {
     Error(i32),
 }
 
+impl StackRead {
+    /// Its frames, where it has them.
+    pub fn frames(&self) -> Option<&[u64]> {
+        match self {
+            StackRead::Frames(ips) => Some(ips),
+            _ => None,
+        }
+    }
+}
+
 /// One entry of a drained sample map: a thread, its two stacks, and how often they were seen.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RawSample {

@@ -192,7 +192,10 @@ impl RecordSink {
             return;
         };
         let mut stacks = match &mut self.stacks {
-            Some(namer) => namer.name(&batch.records, procs),
+            Some(namer) => namer.name(
+                (batch.records.iter()).map(|r| (r.hit.tgid, r.stacks.as_ref())),
+                procs,
+            ),
             None => Vec::new(),
         }
         .into_iter();

@@ -420,12 +420,15 @@ pub(crate) fn run_into(plan: &Plan, sink: &mut dyn Sink) -> anyhow::Result<Recor
 }
 
 /// A run read once, at its end (`trace`, `latency`): the sources' last batches, what the report
-/// must say (how the run ended, what was lost), how long it ran and the command's exit status.
+/// must say (how the run ended, what was lost), how long it ran and the command's exit status;
+/// and its processes as they were read, to name stacks with.
 pub(crate) struct Ended {
     pub batches: Vec<Batch>,
     pub notes: Vec<String>,
     pub seconds: f64,
     pub exit_code: i32,
+    pub health: Health,
+    pub procs: Processes,
 }
 
 impl Ended {
@@ -447,6 +450,8 @@ pub(crate) fn run_to_end(plan: &Plan) -> anyhow::Result<Ended> {
         notes,
         seconds: recording.meta.duration_s,
         exit_code: recording.exit_code,
+        health: recording.stopped.health,
+        procs: recording.stopped.procs,
     })
 }
 

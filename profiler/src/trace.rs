@@ -1,7 +1,8 @@
 //! `bpfprof trace -s`: the system calls of a command, processes or the whole system, per
 //! thread, as `perf trace -s` and `strace -c` give them: calls, errors by errno, total, average,
 //! shortest and longest time. Collected by the `syscalls` source (summed in the kernel); this
-//! module is its sink and its report.
+//! module is its sink and its report. With `--duration-min`, each call at least that long is
+//! listed too (`slow`).
 use std::collections::BTreeMap;
 
 use profiler_common::syscalls::{SyscallTotals, NO_RETURN};
@@ -15,8 +16,10 @@ use crate::{
     session::run_to_end,
     sources::{syscalls::SyscallBatch, Batch},
 };
+use slow::SlowCallsReport;
 
 pub mod render;
+pub mod slow;
 #[cfg(test)]
 mod tests;
 
@@ -24,16 +27,24 @@ pub fn run(args: TraceArgs) -> anyhow::Result<i32> {
     let format = command::checked_format(&args.report, "trace", &[])?;
     let plan = Plan::for_trace(&args)?;
     let mut ended = run_to_end(&plan)?;
-    let batch = ended.take(|batch| match batch {
-        Batch::Syscalls(batch) => Some(batch),
-        _ => None,
-    });
-    let report = TraceReport::of(
-        plan.target_description(),
-        ended.seconds,
-        &batch.unwrap_or_default(),
-        ended.notes,
-    );
+    let batch = ended
+        .take(|batch| match batch {
+            Batch::Syscalls(batch) => Some(batch),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let mut report = TraceReport::of(plan.target_description(), ended.seconds, &batch, ended.notes);
+    if let Some(min_ns) = plan.syscalls.slow_ns {
+        let tracefs = crate::counters::tracepoint::tracefs_root();
+        let lost = ended.health.slow_calls_lost;
+        report.slow = Some(SlowCallsReport::of(
+            min_ns,
+            &batch.slow,
+            lost,
+            tracefs,
+            &mut ended.procs,
+        ));
+    }
     command::write(plan.output.as_deref(), format, "trace", &report, render::text)?;
     Ok(ended.exit_code)
 }
@@ -46,6 +57,9 @@ pub struct TraceReport {
     /// Every call counted, of every thread.
     pub calls: u64,
     pub threads: Vec<ThreadCalls>,
+    /// `--duration-min`: each call at least that long.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slow: Option<SlowCallsReport>,
     pub notes: Vec<String>,
 }
 
@@ -124,6 +138,7 @@ impl TraceReport {
             seconds,
             calls: threads.iter().map(|t| t.calls).sum(),
             threads,
+            slow: None,
             notes,
         }
     }

@@ -130,6 +130,94 @@ fn a_threads_sleeps_are_its_own_each_at_least_as_long_as_asked() {
     );
 }
 
+/// `--duration-min 16.777216`: the sleeper's sleeps of at least 2^24 ns by its own clock are
+/// listed, exactly as many, each as the workload made it (`nanosleep`: the realtime clock, no
+/// flags, no remainder asked) with its stack through libc's frameless wrappers (the process's
+/// unwind tables) to `timed_nap` and `sleeper`; every call listed took at least the threshold;
+/// the main thread's join is one of them; and the summary is the same as without the list.
+#[test]
+fn each_call_over_the_duration_min_is_listed_with_its_arguments_and_stack() {
+    const MIN_NS: u64 = 1 << 24;
+    let (report, out) = trace(&[
+        "--duration-min",
+        "16.777216",
+        "--",
+        workload("events").to_str().unwrap(),
+        "sleeps",
+        "40",
+    ]);
+    let truth = truth(&out);
+    let (pid, tid) = (truth["pid"] as u64, truth["sleeper_tid"] as u64);
+    let slow = &report["slow"];
+    let calls = slow["calls"].as_array().unwrap();
+    for call in calls {
+        println!(
+            "{} {} took {} ms: {}",
+            call["tid"],
+            call["name"],
+            call["took_ns"].as_f64().unwrap() / 1e6,
+            call["args"]
+        );
+        assert!(call["took_ns"].as_u64().unwrap() >= MIN_NS, "{call}");
+    }
+    assert_eq!(
+        (slow["min_ms"].as_f64(), slow["not_listed"].as_u64()),
+        (Some(16.777216), Some(0))
+    );
+    let sleeps: Vec<&Value> = (calls.iter())
+        .filter(|c| c["tid"] == tid && c["name"] == "clock_nanosleep")
+        .collect();
+    println!("TRUTH {truth:?}; first: {}", sleeps[0]);
+    assert_eq!(
+        sleeps.len() as f64,
+        truth["over_2pow24"],
+        "by the workload's own clock"
+    );
+    let long_nap = format!("{:#x}", truth["long_nap_at"] as u64);
+    let long_sleeps = (sleeps.iter())
+        .filter(|s| s["args"][2]["value"].as_str() == Some(&long_nap))
+        .count();
+    assert_eq!(long_sleeps as f64, truth["long"], "every 20 ms sleep");
+    let functions = |call: &Value| -> Vec<String> {
+        (call["stack"].as_array().unwrap().iter())
+            .map(|f| f["function"].as_str().unwrap().to_string())
+            .collect()
+    };
+    for sleep in &sleeps {
+        let args: Vec<(&str, &str)> = (sleep["args"].as_array().unwrap().iter())
+            .map(|a| (a["name"].as_str().unwrap(), a["value"].as_str().unwrap()))
+            .collect();
+        assert_eq!(args.len(), 4, "{args:?}");
+        assert_eq!(
+            [args[0], args[1], args[3]],
+            [("which_clock", "0"), ("flags", "0"), ("rmtp", "NULL")]
+        );
+        let nap_at = |key: &str| format!("{:#x}", truth[key] as u64);
+        assert!(
+            [nap_at("short_nap_at"), nap_at("long_nap_at")].contains(&args[2].1.to_string()),
+            "rqtp is one of the sleeper's two timespecs: {args:?}"
+        );
+        assert_eq!((sleep["ret"].as_i64(), sleep["errno"].as_str()), (Some(0), None));
+        let stack = functions(sleep);
+        let module = sleep["stack"][0]["module"].as_str().unwrap();
+        assert!(
+            module.contains("libc.so"),
+            "the leaf is libc's wrapper: {stack:?} {module}"
+        );
+        let at = |name: &str| stack.iter().position(|f| f == name);
+        assert!(
+            matches!((at("timed_nap"), at("sleeper")), (Some(nap), Some(sleeper)) if nap < sleeper),
+            "{stack:?}"
+        );
+    }
+    let join = (calls.iter())
+        .find(|c| c["tid"] == pid && c["name"] == "futex")
+        .unwrap_or_else(|| panic!("the main thread's join: {calls:?}"));
+    assert!(functions(join).iter().any(|f| f == "main"), "{join}");
+    let summary = &calls_of(&report, tid)["clock_nanosleep"];
+    assert_eq!(summary["calls"].as_f64(), Some(truth["short"] + truth["long"]));
+}
+
 /// A pid that is not running is refused in one line, before anything is loaded.
 #[test]
 fn a_missing_pid_is_refused_in_one_line() {

@@ -7,8 +7,9 @@
  *   events insns N      a loop of exactly 2 instructions run N times (2N instructions retired)
  *   events writes N     N write(2) calls of one byte to /dev/null (and one more: the TRUTH line)
  *   events sleeps N     a second thread sleeps N times 1 ms, then N/4 times 20 ms (nanosleep);
- *                       prints its tid, each count and duration, and how many sleeps took at
- *                       least 2^24 ns (16.8 ms) by its own clock
+ *                       prints its tid, each count and duration, how many sleeps took at
+ *                       least 2^24 ns (16.8 ms) by its own clock, and where each length's
+ *                       timespec is
  *   events mallocs N    N malloc calls, from alpha_alloc (64 bytes) or beta_alloc (4096 bytes),
  *                       picked 70/30 by a fixed pseudo-random sequence (no pattern a sampling
  *                       period could fall in step with); prints each one's calls and bytes
@@ -137,6 +138,8 @@ static __attribute__((noinline)) void napper(long naps) {
 
 /* The sleeps of `sleeps N`, on their own thread: 1 ms N times, then 20 ms N/4 times. */
 static long sleeps_short, sleeps_long, sleeper_tid, sleeps_over_2pow24;
+/* Where the two lengths of sleep are (each nanosleep's first argument). */
+static unsigned long short_nap_at, long_nap_at;
 
 /* One nanosleep, and whether it took at least 2^24 ns (16.8 ms) by this thread's own clock. */
 static void timed_nap(const struct timespec *nap) {
@@ -152,6 +155,8 @@ static void *sleeper(void *unused) {
     (void)unused;
     sleeper_tid = syscall(SYS_gettid);
     struct timespec short_nap = {0, 1000000}, long_nap = {0, 20000000};
+    short_nap_at = (unsigned long)&short_nap;
+    long_nap_at = (unsigned long)&long_nap;
     for (long i = 0; i < sleeps_short; i++) timed_nap(&short_nap);
     for (long i = 0; i < sleeps_long; i++) timed_nap(&long_nap);
     return NULL;
@@ -211,8 +216,9 @@ int main(int argc, char **argv) {
         sleeps_short = n;
         sleeps_long = n / 4;
         if (pthread_create(&thread, NULL, sleeper, NULL) != 0 || pthread_join(thread, NULL) != 0) return 1;
-        printf("TRUTH pid=%d sleeper_tid=%ld short=%ld short_ns=1000000 long=%ld long_ns=20000000 over_2pow24=%ld\n",
-               getpid(), sleeper_tid, sleeps_short, sleeps_long, sleeps_over_2pow24);
+        printf("TRUTH pid=%d sleeper_tid=%ld short=%ld short_ns=1000000 long=%ld long_ns=20000000 over_2pow24=%ld "
+               "short_nap_at=%lu long_nap_at=%lu\n",
+               getpid(), sleeper_tid, sleeps_short, sleeps_long, sleeps_over_2pow24, short_nap_at, long_nap_at);
     } else if (strcmp(argv[1], "lines") == 0) {
         lines(n);
     } else if (strcmp(argv[1], "usdt") == 0) {

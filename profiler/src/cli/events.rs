@@ -98,10 +98,14 @@ pub struct LatencyArgs {
 #[derive(Clone, Debug, Args)]
 pub struct TraceArgs {
     /// The summary: per thread, each system call's calls, errors (by errno), total, average,
-    /// shortest and longest time, as `perf trace -s` and `strace -c` give them (the only output
-    /// `trace` has yet: each call as it happens is not listed).
+    /// shortest and longest time, as `perf trace -s` and `strace -c` give them (always given:
+    /// each call as it happens is not listed, only the slow ones with --duration-min).
     #[arg(short = 's', long = "summary")]
     pub summary: bool,
+    /// Also list each call that took at least MS milliseconds, as `perf trace --duration` does:
+    /// when, which thread, its arguments and result, and the user stack it was made from.
+    #[arg(long = "duration-min", value_name = "MS", value_parser = super::parse_millis)]
+    pub duration_min_ms: Option<f64>,
     #[command(flatten)]
     pub scope: ScopeArgs,
     #[command(flatten)]

@@ -194,7 +194,7 @@ pub enum Subcommands {
     /// by errno, total, average, shortest and longest time (like `perf trace -s`, `strace -c`),
     /// timed and summed in the kernel.
     #[command(
-        after_help = "Examples:\n  sudo bpfprof trace -s -- dd if=/dev/zero of=/dev/null count=100k   a command's calls\n  sudo bpfprof trace -s -p 1234 -d 10                                a process for 10 s"
+        after_help = "Examples:\n  sudo bpfprof trace -s -- dd if=/dev/zero of=/dev/null count=100k   a command's calls\n  sudo bpfprof trace -s -p 1234 -d 10                                a process for 10 s\n  sudo bpfprof trace -s --duration-min 10 -p 1234                    and each call of 10 ms or more, with its stack"
     )]
     Trace(TraceArgs),
     /// The time from each hit of one event to the next hit of another with the same key (the
@@ -648,7 +648,7 @@ impl Cli {
     }
 }
 
-fn parse_millis(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_millis(s: &str) -> Result<f64, String> {
     match s.trim_end_matches("ms").parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
         _ => Err(format!("`{s}` is not a duration in milliseconds")),

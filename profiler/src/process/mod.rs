@@ -327,6 +327,18 @@ impl Processes {
         }
     }
 
+    /// Make sure a stack of `pid`'s image `generation`, taken moments ago, can be placed later,
+    /// even after the process is gone: read an image not read yet while it is still the
+    /// process's current one, or read it again where the stack falls outside it (a library
+    /// loaded since). A process gone keeps what was read.
+    pub fn cover_stack(&mut self, pid: u32, generation: u32, user: Option<&[u64]>) {
+        let _ = match (self.knows(pid, generation), user) {
+            (false, _) if self.current_generation(pid) == generation => self.capture(pid),
+            (true, Some(ips)) => self.refresh_unless_covered(pid, generation, ips),
+            _ => Ok(()),
+        };
+    }
+
     /// Keep each capture's mappings until `take_captured`.
     pub fn record_captures(&mut self) {
         self.captured.get_or_insert_with(Vec::new);

@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use serde_json::Value;
 
-use super::{hit::Hit, Totals};
+use super::{hit::Hit, stacks::StackFrame, Totals};
 
 /// `           prog  4242/4242  [001]  5123.456789: uprobe:./prog:prog.c:42: n=7 name="step"`.
 pub fn hit_line(hit: &Hit, out: &mut dyn Write) -> io::Result<()> {
@@ -25,14 +25,18 @@ pub fn hit_line(hit: &Hit, out: &mut dyn Write) -> io::Result<()> {
     }
     writeln!(out)?;
     if let Some(stack) = &hit.stack {
-        // As perf script: a frame a line, innermost first, then a blank line.
-        for frame in stack {
-            let at = frame.address.trim_start_matches("0x");
-            writeln!(out, "\t{at:>16} {} ({})", frame.function, frame.module)?;
-        }
-        writeln!(out)?;
+        stack_lines(stack, out)?;
     }
     Ok(())
+}
+
+/// A stack as perf script shows one: a frame a line, innermost first, then a blank line.
+pub fn stack_lines(stack: &[StackFrame], out: &mut dyn Write) -> io::Result<()> {
+    for frame in stack {
+        let at = frame.address.trim_start_matches("0x");
+        writeln!(out, "\t{at:>16} {} ({})", frame.function, frame.module)?;
+    }
+    writeln!(out)
 }
 
 /// A value as a line shows it: numbers bare, text quoted, `?` where it could not be read.

@@ -1,4 +1,5 @@
-//! `record -g`: each hit's stacks named as the sampling reports name theirs. The addresses of a
+//! `record -g` and `trace --duration-min`: each hit's or call's stacks named as the sampling
+//! reports name theirs. The addresses of a
 //! drain's records are resolved against their processes' memory maps now (a process may exit or
 //! map other files later) and symbolized in one batch by one long-lived `Symbolizer`; a frame
 //! that cannot be named keeps its module and address, and a stack the kernel could not read is
@@ -8,8 +9,8 @@ use serde::{Deserialize, Serialize};
 use crate::{
     model::frames_of,
     process::{Processes, UserAddr},
-    profile::{RawProfile, RawSample, StackRead},
-    sources::records::Recorded,
+    profile::{RawProfile, RawSample},
+    sources::records::Stacks,
     symbolize::{DebugLocator, Frame, Symbolizer},
 };
 
@@ -49,32 +50,30 @@ impl Default for StackNamer {
 }
 
 impl StackNamer {
-    /// Each record's frames, leaf first (none for a record without stacks).
-    pub fn name(&mut self, records: &[Recorded], procs: &mut Processes) -> Vec<Option<Vec<StackFrame>>> {
+    /// Each stack's frames, leaf first (none where there is none), given with its process.
+    pub fn name<'s>(
+        &mut self,
+        stacks: impl IntoIterator<Item = (u32, Option<&'s Stacks>)>,
+        procs: &mut Processes,
+    ) -> Vec<Option<Vec<StackFrame>>> {
         let mut profile = RawProfile::new();
-        let mut keys = Vec::with_capacity(records.len());
-        for record in records {
-            let Some(stacks) = &record.stacks else {
+        let mut keys = Vec::new();
+        for (pid, stacks) in stacks {
+            let Some(stacks) = stacks else {
                 keys.push(None);
                 continue;
             };
-            let (pid, generation) = (record.hit.tgid, stacks.exec_generation);
-            // An image not read yet, or a library loaded since; a process gone keeps what was
-            // read (the driver reads each announced process's map as it comes).
-            let _ = match (procs.knows(pid, generation), &stacks.user) {
-                (false, _) if procs.current_generation(pid) == generation => procs.capture(pid),
-                (true, StackRead::Frames(ips)) => procs.refresh_unless_covered(pid, generation, ips),
-                _ => Ok(()),
-            };
+            let generation = stacks.exec_generation;
+            procs.cover_stack(pid, generation, stacks.user.frames());
             let sample = RawSample {
                 pid,
-                tid: record.hit.tid,
+                tid: 0,
                 comm: String::new(),
                 user: stacks.user.clone(),
                 kernel: stacks.kernel.clone(),
                 count: 1,
                 exec_generation: generation,
-                event: record.hit.event,
+                event: 0,
                 deltas: Default::default(),
                 user_objects: Vec::new(),
             };

@@ -180,9 +180,9 @@ impl Source for RecordSource {
     }
 }
 
-/// What `bpf_get_stack` wrote: `bytes` of frames (none: no such stack, a kernel thread's user
+/// What `bpf_get_stack` (or a table walk) wrote: `bytes` of frames (none: no such stack, a kernel thread's user
 /// side or a hit in user code's kernel side), or its error.
-fn stack_read(bytes: i32, frames: &[u64]) -> StackRead {
+pub(super) fn stack_read(bytes: i32, frames: &[u64]) -> StackRead {
     match bytes {
         0 => StackRead::Absent,
         n if n < 0 => StackRead::Error(n),

@@ -29,6 +29,7 @@ fn maps_of_plan(plan: Plan) -> BTreeSet<&'static str> {
 fn trace_maps() -> BTreeSet<&'static str> {
     let args = crate::cli::TraceArgs {
         summary: true,
+        duration_min_ms: None,
         scope: crate::cli::ScopeArgs {
             system_wide: true,
             ..Default::default()

@@ -1,8 +1,11 @@
 //! `trace -s`'s summary as text: perf trace -s's columns, per thread.
 use std::io::{self, Write};
 
-use super::{CallStat, ThreadCalls, TraceReport};
-use crate::stat::render::grouped;
+use super::{
+    slow::{SlowCallReport, SlowCallsReport},
+    CallStat, ThreadCalls, TraceReport,
+};
+use crate::{record::render::stack_lines, stat::render::grouped};
 
 pub fn text(r: &TraceReport, out: &mut dyn Write) -> io::Result<()> {
     let threads = match r.threads.len() {
@@ -20,6 +23,9 @@ pub fn text(r: &TraceReport, out: &mut dyn Write) -> io::Result<()> {
         thread_table(thread, out)?;
     }
     writeln!(out)?;
+    if let Some(slow) = &r.slow {
+        slow_calls(slow, out)?;
+    }
     for note in &r.notes {
         writeln!(out, "note: {note}")?;
     }
@@ -87,5 +93,50 @@ fn call_line(c: &CallStat) -> String {
         grouped(c.calls as f64),
         grouped(c.errors as f64),
         after.join("; ")
+    )
+}
+
+/// `--duration-min`: each call as perf trace lists it (when it began, how long it took, who,
+/// the call and its result), then the stack it was made from.
+fn slow_calls(slow: &SlowCallsReport, out: &mut dyn Write) -> io::Result<()> {
+    writeln!(
+        out,
+        " Calls of at least {} ms: {}{}\n",
+        slow.min_ms,
+        grouped(slow.calls.len() as f64),
+        match slow.not_listed {
+            0 => String::new(),
+            n => format!(" listed, {} more not listed", grouped(n as f64)),
+        }
+    )?;
+    for call in &slow.calls {
+        writeln!(out, "{}", call_header(call))?;
+        if let Some(note) = &call.stack_note {
+            writeln!(out, "\t({note})")?;
+        }
+        stack_lines(&call.stack, out)?;
+    }
+    Ok(())
+}
+
+/// `  0.512 (20.081 ms): events/1234 clock_nanosleep(which_clock: 0, ...) = 0`
+fn call_header(c: &SlowCallReport) -> String {
+    let args: Vec<String> = c
+        .args
+        .iter()
+        .map(|a| format!("{}: {}", a.name, a.value))
+        .collect();
+    let ret = match &c.errno {
+        Some(errno) => format!("-1 {errno}"),
+        None => c.ret.to_string(),
+    };
+    format!(
+        "{:>10.3} ({:>9.3} ms): {}/{} {}({}) = {ret}",
+        c.at_s * 1e3,
+        c.took_ns as f64 / 1e6,
+        c.comm,
+        c.tid,
+        c.name,
+        args.join(", ")
     )
 }

@@ -38,6 +38,7 @@ fn a_threads_rows_fold_errnos_and_calls_that_did_not_return_into_one_line_per_ca
             (key(101, "write", 0), totals(2, 100, 50, 50)),
         ],
         in_progress: vec![(100, 101, key(0, "futex", 0).nr)],
+        ..SyscallBatch::default()
     };
     let report = TraceReport::of("command `dd`".into(), 1.0, &batch, Vec::new());
     assert_eq!(report.calls, 5 + 3 + 1 + 10 + 1 + 2 + 1);
@@ -91,4 +92,54 @@ fn unknown_numbers_keep_their_number() {
     assert_eq!(errno_name(4000), "errno 4000");
     assert_eq!(errno_name(512), "ERESTARTSYS");
     assert_eq!(errno_name(516), "ERESTART_RESTARTBLOCK");
+}
+
+fn param(name: &str, declared: &str) -> crate::counters::tracepoint::Field {
+    crate::counters::tracepoint::Field {
+        name: name.into(),
+        offset: 16,
+        size: 8,
+        array: false,
+        signed: false,
+        declared: declared.into(),
+    }
+}
+
+#[test]
+fn a_slow_calls_arguments_are_shown_as_the_kernel_declares_them() {
+    let params = [
+        param("dfd", "int"),
+        param("filename", "const char *"),
+        param("flags", "int"),
+        param("mode", "umode_t"),
+    ];
+    let values = [0xdead_0000_ffff_ff9c, 0x7ffc_0000_1000, 0x80000, 0o644, 9, 9];
+    let shown: Vec<(String, String)> = (slow::args(&values, &params).into_iter())
+        .map(|a| (a.name, a.value))
+        .collect();
+    let expected = [
+        ("dfd", "-100"),
+        ("filename", "0x7ffc00001000"),
+        ("flags", "524288"),
+        ("mode", "420"),
+    ];
+    assert_eq!(
+        shown,
+        expected.map(|(n, v)| (n.to_string(), v.to_string())),
+        "an int from the register's low half, whatever the high one holds"
+    );
+    let params = [
+        param("rmtp", "struct __kernel_timespec *"),
+        param("offset", "loff_t"),
+    ];
+    let shown: Vec<String> = (slow::args(&[0, (-4096i64) as u64, 0, 0, 0, 0], &params).into_iter())
+        .map(|a| a.value)
+        .collect();
+    assert_eq!(shown, ["NULL", "-4096"]);
+    let unknown = slow::args(&[1, 2, 3, 4, 5, 0xff], &[]);
+    assert_eq!(unknown.len(), 6, "every register where the call is not described");
+    assert_eq!(
+        (unknown[5].name.as_str(), unknown[5].value.as_str()),
+        ("arg6", "0xff")
+    );
 }
