@@ -133,7 +133,7 @@ macro_rules! health_table {
                 UnwindBeforeTables = 22, unwind_before_tables, samples, "samples_before_unwind_tables_total",
                     "samples taken before their process's unwind tables were loaded (it had just started or exec'd): user stacks by frame pointers",
                     |h| (h.unwind_before_tables > 0 && h.unwind_before_tables * 100 >= h.samples).then(|| format!(
-                        "{} samples were taken before their process's unwind tables were loaded (it had just started or exec'd): their user stacks come from frame pointers and may stop early",
+                        "{} user stacks (of samples, or of traced hits) were taken before their process's unwind tables were loaded (it had just started or exec'd): they come from frame pointers and may stop early",
                         h.unwind_before_tables
                     ));
                 SwitchOutsMissed = 23, switch_outs_missed, sched, "switch_outs_missed_total",
@@ -165,6 +165,12 @@ macro_rules! health_table {
                     |h| (h.slow_calls_lost > 0).then(|| format!(
                         "{} calls over the --duration-min threshold were not listed: their ring buffer was full (they are in the summary)",
                         h.slow_calls_lost
+                    ));
+                SlowIntervalsLost = 28, slow_intervals_lost, latency, "slow_intervals_lost_total",
+                    "intervals over `latency --duration-min` not listed because their ring was full",
+                    |h| (h.slow_intervals_lost > 0).then(|| format!(
+                        "{} intervals over the --duration-min threshold were not listed: their ring buffer was full (they are in the histogram)",
+                        h.slow_intervals_lost
                     ));
             }
             user {

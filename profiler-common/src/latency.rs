@@ -7,6 +7,12 @@ use crate::sched::HIST_BUCKETS;
 
 /// Starts waiting for their end.
 pub const LATENCY_START_ENTRIES: u32 = 64 * 1024;
+/// `--duration-min`: distinct stacks of starts (each kind: frame-pointer and kernel stacks, and
+/// table-walked user stacks).
+pub const LATENCY_STACK_ENTRIES: u32 = 16 * 1024;
+/// The bytes of the ring of intervals at least `--duration-min` long: about 3,600 of them
+/// between two drains.
+pub const SLOW_INTERVAL_RING_BYTES: u32 = 256 << 10;
 
 /// The attach cookie of each side's program.
 pub const FROM: u64 = 0;
@@ -53,3 +59,33 @@ pub struct LatencyKeys {
     pub sides: [KeyFields; 2],
 }
 const _: () = assert!(size_of::<LatencyKeys>() == 48);
+
+/// A start waiting for its end: when, and with `--duration-min` who started it and where.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LatencyStart {
+    pub started_ns: u64,
+    pub tgid: u32,
+    pub tid: u32,
+    /// The starter's user stack: an id in `LATENCY_USER_STACKS` (walked through its process's
+    /// tables) where `user_tables` is 1, else in `LATENCY_STACKS` (frame pointers); negative:
+    /// the error.
+    pub user_stack: i32,
+    /// An id in `LATENCY_STACKS`, or the negative error (`-EFAULT`: none, a start in user code).
+    pub kernel_stack: i32,
+    pub user_tables: u32,
+    /// Which image of its process the user stack is of (see `SampleKey::exec_generation`).
+    pub exec_generation: u32,
+    pub comm: [u8; 16],
+}
+const _: () = assert!(size_of::<LatencyStart>() == 48);
+
+/// An interval at least `--duration-min` long: its start, key and length.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlowInterval {
+    pub start: LatencyStart,
+    pub key: LatencyKey,
+    pub took_ns: u64,
+}
+const _: () = assert!(size_of::<SlowInterval>() == 72);

@@ -53,6 +53,7 @@ mod pod {
     unsafe impl aya::Pod for syscalls::SyscallEntry {}
     unsafe impl aya::Pod for latency::LatencyKey {}
     unsafe impl aya::Pod for latency::LatencyKeys {}
+    unsafe impl aya::Pod for latency::LatencyStart {}
     unsafe impl aya::Pod for syscalls::SyscallKey {}
     unsafe impl aya::Pod for syscalls::SyscallTotals {}
     unsafe impl aya::Pod for records::HitRecord {}

@@ -78,6 +78,11 @@ names! {
         LATENCY_STARTS = "LATENCY_STARTS";
         /// Per CPU, `latency`'s histogram and sums (`latency::slot`).
         LATENCY_HIST = "LATENCY_HIST";
+        /// `latency --duration-min`: the intervals at least that long (`SlowInterval`), and the
+        /// stacks of their starts (frame-pointer and kernel stacks; table-walked user stacks).
+        LATENCY_SLOW = "LATENCY_SLOW";
+        LATENCY_STACKS = "LATENCY_STACKS";
+        LATENCY_USER_STACKS = "LATENCY_USER_STACKS";
         /// `record`'s ring of hits (`HitRecord`).
         RECORDS = "RECORDS";
         /// What `record` fetches at each probe's hits (`Fetch`).
@@ -147,14 +152,17 @@ names! {
         G_RECORD_STACKS = "RECORD_STACKS";
         /// `trace --duration-min`: calls at least this long are sent (0: none).
         G_SLOW_CALL_NS = "SLOW_CALL_NS";
+        /// `latency --duration-min`: intervals at least this long are sent (0: none).
+        G_LATENCY_SLOW_NS = "LATENCY_SLOW_NS";
     }
 }
 
 /// The maps only the kernel programs use (per-CPU scratch space, state between programs).
-pub const KERNEL_ONLY_MAPS: [&str; 15] = [
+pub const KERNEL_ONLY_MAPS: [&str; 16] = [
     "BUILD_ID_SCRATCH",
     "COUNTER_BASELINE",
     "CPU_HISTORY",
+    "LATENCY_PENDING",
     "LOCK_WALK",
     "LOCK_WALK_FOR",
     "OFFCPU_WALK",

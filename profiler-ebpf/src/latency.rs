@@ -2,24 +2,48 @@
 //! hit of B with that key takes the time since into a per-CPU histogram. The key is the thread,
 //! or up to two fields of each side's tracepoint (`LATENCY_KEYS`: `dev,sector` of a block
 //! request, which completes in an interrupt, on no target's thread).
+//!
+//! With `--duration-min` (`LATENCY_SLOW_NS`), each start also keeps who started it and its
+//! stacks: the user stack through the process's unwind tables (the tracing hit's walker, a tail
+//! call that ends in `walked_start`), else by frame pointers; and each interval at least that
+//! long goes to the `LATENCY_SLOW` ring with its start.
 use aya_ebpf::{
-    helpers::{bpf_get_attach_cookie, bpf_ktime_get_ns},
+    bindings::BPF_F_USER_STACK,
+    helpers::{bpf_get_attach_cookie, bpf_get_current_comm, bpf_ktime_get_ns},
     macros::{map, uprobe},
-    maps::{HashMap, PerCpuArray},
-    programs::{ProbeContext, TracePointContext},
+    maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
+    programs::{tracing::StackIdContext, ProbeContext, TracePointContext},
     EbpfContext,
 };
 use profiler_common::{
     hist_bucket,
-    latency::{slot, KeyFields, LatencyKey, LatencyKeys, FROM, LATENCY_START_ENTRIES},
+    latency::{
+        slot, KeyFields, LatencyKey, LatencyKeys, LatencyStart, SlowInterval, FROM, LATENCY_STACK_ENTRIES,
+        LATENCY_START_ENTRIES, SLOW_INTERVAL_RING_BYTES,
+    },
     HealthCounter,
 };
 
 use crate::{
     health::bump,
     hits::passes_filter,
-    targets::{current_ids, is_target},
+    sampling::{announce_once, stack_id},
+    targets::{current_ids, exec_generation, is_target},
 };
+
+/// Set by the loader: intervals at least this long are sent whole (0: none are).
+#[unsafe(no_mangle)]
+static LATENCY_SLOW_NS: u64 = 0;
+
+#[map(name = "LATENCY_SLOW")]
+static SLOW: RingBuf = RingBuf::with_byte_size(SLOW_INTERVAL_RING_BYTES, 0);
+
+#[map(name = "LATENCY_STACKS")]
+static STACKS: StackTrace = StackTrace::with_max_entries(LATENCY_STACK_ENTRIES, 0);
+
+/// Per CPU, the start whose user stack is being walked (tracing programs do not nest on a CPU).
+#[map(name = "LATENCY_PENDING")]
+static PENDING: PerCpuArray<SlowInterval> = PerCpuArray::with_max_entries(1, 0);
 
 /// Set by the loader: each side's key.
 #[unsafe(no_mangle)]
@@ -33,7 +57,7 @@ static LATENCY_KEYS: LatencyKeys = LatencyKeys {
 };
 
 #[map(name = "LATENCY_STARTS")]
-static STARTS: HashMap<LatencyKey, u64> = HashMap::with_max_entries(LATENCY_START_ENTRIES, 0);
+static STARTS: HashMap<LatencyKey, LatencyStart> = HashMap::with_max_entries(LATENCY_START_ENTRIES, 0);
 
 #[map(name = "LATENCY_HIST")]
 static HIST: PerCpuArray<u64> = PerCpuArray::with_max_entries(slot::SLOTS, 0);
@@ -44,13 +68,10 @@ pub fn latency_tracepoint(ctx: TracePointContext) -> u32 {
     if side == FROM && !passes_filter(ctx.as_ptr() as *const u8, FROM as u16) {
         return crate::PASS_ON;
     }
-    let fields = unsafe { core::ptr::read_volatile(&LATENCY_KEYS) }.sides[(side & 1) as usize];
-    match fields.fields {
-        0 => by_thread(side),
-        _ => {
-            if let (Some(a), Some(b)) = (field(&ctx, &fields, 0), field(&ctx, &fields, 1)) {
-                hit(side, LatencyKey { a, b });
-            }
+    if let Some(key) = tracepoint_key(&ctx, side) {
+        match side {
+            FROM => start(&ctx, key, crate::unwind::start_tracepoint_hit),
+            _ => end(key),
         }
     }
     crate::PASS_ON
@@ -60,19 +81,36 @@ pub fn latency_tracepoint(ctx: TracePointContext) -> u32 {
 #[uprobe]
 pub fn latency_probe(ctx: ProbeContext) -> u32 {
     let side = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
-    if side != FROM || passes_filter(ctx.as_ptr() as *const u8, FROM as u16) {
-        by_thread(side);
+    if side == FROM && !passes_filter(ctx.as_ptr() as *const u8, FROM as u16) {
+        return 0;
+    }
+    if let Some(key) = thread_key() {
+        match side {
+            FROM => start(&ctx, key, crate::unwind::start_probe_hit),
+            _ => end(key),
+        }
     }
     0
 }
 
+/// A tracepoint side's key: the thread, or its fields' values.
+#[inline(always)]
+fn tracepoint_key(ctx: &TracePointContext, side: u64) -> Option<LatencyKey> {
+    let fields = unsafe { core::ptr::read_volatile(&LATENCY_KEYS) }.sides[(side & 1) as usize];
+    match fields.fields {
+        0 => thread_key(),
+        _ => Some(LatencyKey {
+            a: field(ctx, &fields, 0)?,
+            b: field(ctx, &fields, 1)?,
+        }),
+    }
+}
+
 /// A side keyed by thread: only the targets' threads start or end one.
 #[inline(always)]
-fn by_thread(side: u64) {
+fn thread_key() -> Option<LatencyKey> {
     let (tgid, tid) = current_ids();
-    if tid != 0 && is_target(tgid) {
-        hit(side, LatencyKey { a: tid as u64, b: 0 });
-    }
+    (tid != 0 && is_target(tgid)).then_some(LatencyKey { a: tid as u64, b: 0 })
 }
 
 /// The `i`th key field's value (0 past the side's fields).
@@ -92,25 +130,81 @@ fn field(ctx: &TracePointContext, fields: &KeyFields, i: usize) -> Option<u64> {
     }
 }
 
+/// A start by a target (a side keyed by fields starts only for the targets too). With
+/// `--duration-min`, its user stack is walked first through its process's tables where it has
+/// them (`walk`: the hit's walker, which returns only if it could not start; `walked_start`
+/// notes the start then), else taken by frame pointers.
 #[inline(always)]
-fn hit(side: u64, key: LatencyKey) {
+fn start<C: StackIdContext>(ctx: &C, key: LatencyKey, walk: fn(&C, u32, u32)) {
     let now = unsafe { bpf_ktime_get_ns() };
-    if side == FROM {
-        // A side keyed by fields starts only for the targets too.
-        let (tgid, _) = current_ids();
-        if !is_target(tgid) {
-            return;
-        }
-        // A start not ended yet is replaced (timed from the later one), and counted.
-        if unsafe { STARTS.get(key) }.is_some() {
-            add(slot::REPLACED, 1);
-        }
-        if STARTS.insert(key, now, 0).is_err() {
-            bump(HealthCounter::LatencyStartsFull);
-        }
+    let (tgid, tid) = current_ids();
+    if !is_target(tgid) {
         return;
     }
-    let Some(started) = (unsafe { STARTS.get(key) }).copied() else {
+    let mut start = LatencyStart {
+        started_ns: now,
+        tgid,
+        tid,
+        ..LatencyStart::default()
+    };
+    if slow_ns() != 0 {
+        // Its memory map read (and tables built) while it lives, for the stacks.
+        announce_once(tgid);
+        start.comm = bpf_get_current_comm().unwrap_or([0; 16]);
+        start.exec_generation = exec_generation(tgid);
+        start.kernel_stack = stack_id(ctx, &STACKS, 0, false);
+        if let Some(pending) = PENDING.get_ptr_mut(0) {
+            unsafe {
+                (*pending).start = start;
+                (*pending).key = key;
+            }
+            walk(ctx, tgid, tid);
+        }
+        start.user_stack = stack_id(ctx, &STACKS, BPF_F_USER_STACK as u64, true);
+    }
+    note(key, &start);
+}
+
+/// The end of a start's table walk (`unwind`): the start noted with the walked stack's id.
+#[inline(always)]
+pub fn walked_start(stack_id: i32) {
+    if let Some(pending) = PENDING.get_ptr_mut(0) {
+        let pending = unsafe { &mut *pending };
+        pending.start.user_stack = stack_id;
+        pending.start.user_tables = 1;
+        note(pending.key, &pending.start);
+    }
+}
+
+/// Whether starts walk their stacks (`--duration-min`): the tracing hits' walkers end here.
+#[inline(always)]
+pub fn walks_starts() -> bool {
+    slow_ns() != 0
+}
+
+#[inline(always)]
+fn slow_ns() -> u64 {
+    unsafe { core::ptr::read_volatile(&LATENCY_SLOW_NS) }
+}
+
+/// A start waits for its end; one not ended yet is replaced (timed from the later one), and
+/// counted.
+#[inline(always)]
+fn note(key: LatencyKey, start: &LatencyStart) {
+    if unsafe { STARTS.get(key) }.is_some() {
+        add(slot::REPLACED, 1);
+    }
+    if STARTS.insert(key, *start, 0).is_err() {
+        bump(HealthCounter::LatencyStartsFull);
+    }
+}
+
+/// An end: the time since its key's start into the histogram (and, at least `--duration-min`
+/// long, the interval whole into the ring).
+#[inline(always)]
+fn end(key: LatencyKey) {
+    let now = unsafe { bpf_ktime_get_ns() };
+    let Some(start) = (unsafe { STARTS.get(key) }).copied() else {
         add(slot::UNMATCHED, 1);
         return;
     };
@@ -118,11 +212,22 @@ fn hit(side: u64, key: LatencyKey) {
     if STARTS.remove(key).is_err() {
         return;
     }
-    let took = now.saturating_sub(started);
+    let took = now.saturating_sub(start.started_ns);
     add(hist_bucket(took) as u32, 1);
     add(slot::SUM, took);
     if let Some(max) = HIST.get_ptr_mut(slot::MAX) {
         unsafe { *max = (*max).max(took) };
+    }
+    let threshold = slow_ns();
+    if threshold != 0 && took >= threshold {
+        let interval = SlowInterval {
+            start,
+            key,
+            took_ns: took,
+        };
+        if SLOW.output::<SlowInterval>(&interval, 0).is_err() {
+            bump(HealthCounter::SlowIntervalsLost);
+        }
     }
 }
 
@@ -141,9 +246,9 @@ pub fn moved_thread(from: u32, to: u32) {
         return;
     }
     let from = LatencyKey { a: from as u64, b: 0 };
-    if let Some(started) = (unsafe { STARTS.get(from) }).copied() {
+    if let Some(start) = (unsafe { STARTS.get(from) }).copied() {
         let _ = STARTS.remove(from);
-        let _ = STARTS.insert(LatencyKey { a: to as u64, b: 0 }, started, 0);
+        let _ = STARTS.insert(LatencyKey { a: to as u64, b: 0 }, start, 0);
     }
 }
 

@@ -413,7 +413,7 @@ fn read_counter(reader: &PerfEventArray<u32>) -> Option<bpf_perf_event_value> {
 /// The stack id, or the negative error, counted when it is a real failure. `-EFAULT` is normal:
 /// no user stack for a kernel thread, no kernel stack for a sample taken in user mode.
 #[inline(always)]
-fn stack_id<C: StackIdContext>(ctx: &C, stacks: &StackTrace, flags: u64, user: bool) -> i32 {
+pub(crate) fn stack_id<C: StackIdContext>(ctx: &C, stacks: &StackTrace, flags: u64, user: bool) -> i32 {
     match ctx.get_stackid(stacks, flags) {
         Ok(id) => id as i32,
         Err(err) => {

@@ -29,8 +29,10 @@ use crate::{
     targets::{current_ids, is_target},
 };
 
-/// `mmap`'s `prot` bit of executable code.
+/// `mmap`'s `prot` bit of executable code, and its flag of memory backed by no file (the same on
+/// x86-64 and arm64).
 const PROT_EXEC: u64 = 4;
+const MAP_ANONYMOUS: u64 = 0x20;
 
 /// Set by the loader: calls at least this long are sent whole (0: none are).
 #[unsafe(no_mangle)]
@@ -80,19 +82,34 @@ pub fn syscall_exit(ctx: RawTracePointContext) -> u32 {
             entry.entered_ns = 0;
             let ret = ctx.arg::<i64>(1);
             add(entry.tgid, tid, entry.nr, errno_of(ret), took);
-            let threshold = slow_call_ns();
-            if threshold != 0 {
-                if entry.nr == crate::arch::MMAP_NR && entry.args[2] & PROT_EXEC != 0 && errno_of(ret) == 0 {
-                    // New code (a library loaded): its tables before a slow call walks through it.
-                    announce(entry.tgid, ProcessEventKind::MappingsChanged);
-                }
-                if took >= threshold {
-                    slow(&ctx, entry, tid, (entered_ns, took, ret));
-                }
+            if slow_call_ns() != 0 {
+                after_call(&ctx, entry, tid, (entered_ns, took, ret));
             }
         }
     }
     0
+}
+
+/// With `--duration-min`: a file's code mapped (a library loaded) announces the new mapping, so
+/// its tables are loaded before a slow call walks through it; a slow call is sent.
+#[inline(always)]
+fn after_call(
+    ctx: &RawTracePointContext,
+    entry: &SyscallEntry,
+    tid: u32,
+    (entered_ns, took, ret): (u64, u64, i64),
+) {
+    let [_, _, prot, flags, ..] = entry.args;
+    if entry.nr == crate::arch::MMAP_NR
+        && prot & PROT_EXEC != 0
+        && flags & MAP_ANONYMOUS == 0
+        && errno_of(ret) == 0
+    {
+        announce(entry.tgid, ProcessEventKind::MappingsChanged);
+    }
+    if took >= slow_call_ns() {
+        slow(ctx, entry, tid, (entered_ns, took, ret));
+    }
 }
 
 /// Calls at least this long are sent whole (0: none are).
@@ -143,7 +160,7 @@ pub fn send_slow(walked: Option<&Walk>) {
     call.call = unsafe { *pending };
     call.exec_generation = crate::targets::exec_generation(call.call.tgid);
     call.tables = u32::from(crate::unwind::has_current_tables(call.call.tgid));
-    call.stop = walked.map_or(stop::FAILED, |walk| walk.stack.stop);
+    call.stop = walked.map_or(stop::WALKING, |walk| walk.stack.stop);
     call.user_bytes = match walked {
         None => 0,
         Some(walk) => crate::unwind::copy_walked(walk, &mut call.user),

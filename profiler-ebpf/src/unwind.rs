@@ -88,6 +88,10 @@ static PROBE_HIT_UNWIND_PROGRAMS: ProgramArray = ProgramArray::with_max_entries(
 #[map(name = "PROBE_HIT_WALK")]
 static PROBE_HIT_WALK: PerCpuArray<Walk> = PerCpuArray::with_max_entries(1, 0);
 
+/// `latency --duration-min`: the table-walked user stacks of starts, for the whole run.
+#[map(name = "LATENCY_USER_STACKS")]
+static LATENCY_USER_STACKS: HashMap<u32, UserStack> = HashMap::with_max_entries(STACK_ENTRIES, 0);
+
 #[map(name = "SYSCALL_UNWIND_PROGRAMS")]
 static SYSCALL_UNWIND_PROGRAMS: ProgramArray = ProgramArray::with_max_entries(1, 0);
 #[map(name = "SYSCALL_WALK")]
@@ -373,7 +377,7 @@ pub fn unwind_probe_hit(ctx: ProbeContext) -> u32 {
 /// stacks and the sample is recorded with it, as the sampler would have with a frame-pointer
 /// stack. Every sampler's walker, each with its own scratch (a CPU sample may interrupt a
 /// tracepoint's walk) and program type. A tracing hit's walk for `record -g` ends in its
-/// record instead (`recorded`).
+/// record instead (`recorded`), and a `latency --duration-min` start's in the start.
 #[inline(always)]
 fn walk_sample<C: StackIdContext>(
     ctx: &C,
@@ -384,6 +388,10 @@ fn walk_sample<C: StackIdContext>(
 ) -> Result<(), ()> {
     let walk = unsafe { &mut *scratch.get_ptr_mut(0).ok_or(())? };
     advance(ctx, walk, programs);
+    if recorded.is_some() && crate::latency::walks_starts() {
+        crate::latency::walked_start(store(&LATENCY_USER_STACKS, walk));
+        return Ok(());
+    }
     if let Some(recorded) = recorded.filter(|_| crate::records::recording_stacks()) {
         note_end(walk);
         recorded(ctx, walk);
@@ -421,13 +429,16 @@ fn try_unwind_offcpu(ctx: &RawTracePointContext) -> Result<(), ()> {
 /// Loaded beside the system-call programs (never attached): it is only tail-called.
 #[raw_tracepoint(tracepoint = "sys_exit")]
 pub fn unwind_syscall(ctx: RawTracePointContext) -> u32 {
-    if let Some(walk) = SYSCALL_WALK.get_ptr_mut(0) {
-        let walk = unsafe { &mut *walk };
-        advance(&ctx, walk, &SYSCALL_UNWIND_PROGRAMS);
-        note_end(walk);
-        crate::syscalls::send_slow(Some(walk));
-    }
+    let _ = try_unwind_syscall(&ctx);
     0
+}
+
+fn try_unwind_syscall(ctx: &RawTracePointContext) -> Result<(), ()> {
+    let walk = unsafe { &mut *SYSCALL_WALK.get_ptr_mut(0).ok_or(())? };
+    advance(ctx, walk, &SYSCALL_UNWIND_PROGRAMS);
+    note_end(walk);
+    crate::syscalls::send_slow(Some(walk));
+    Ok(())
 }
 
 tracepoint! {

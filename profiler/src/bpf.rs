@@ -85,6 +85,8 @@ pub struct LoadOptions<'a> {
     pub record_stacks: u32,
     /// `trace --duration-min`: calls at least this long are sent whole (0: none).
     pub slow_call_ns: u64,
+    /// `latency --duration-min`: intervals at least this long are sent whole (0: none).
+    pub latency_slow_ns: u64,
     /// Of the maps only some runs use (`OPTIONAL_MAPS`), those this one does; the others shrink
     /// to one entry, so they cost (almost) no kernel memory.
     pub maps: BTreeSet<&'static str>,
@@ -93,7 +95,7 @@ pub struct LoadOptions<'a> {
 }
 
 /// The maps only some sources use.
-pub const OPTIONAL_MAPS: [&str; 36] = [
+pub const OPTIONAL_MAPS: [&str; 38] = [
     names::SAMPLES[0],
     names::SAMPLES[1],
     names::STACKS[0],
@@ -129,6 +131,8 @@ pub const OPTIONAL_MAPS: [&str; 36] = [
     names::SYSCALL_TOTALS,
     names::LATENCY_STARTS,
     names::LATENCY_HIST,
+    names::LATENCY_STACKS,
+    names::LATENCY_USER_STACKS,
     names::VALUE_COUNTS,
 ];
 
@@ -152,6 +156,7 @@ impl<'a> LoadOptions<'a> {
             hit_weight: 0,
             record_stacks: 0,
             slow_call_ns: 0,
+            latency_slow_ns: 0,
             maps: BTreeSet::new(),
             sample_map_entries: None,
         }
@@ -197,7 +202,8 @@ impl Loaded {
             .override_global(names::G_LATENCY_KEYS, &options.latency_keys, true)
             .override_global(names::G_HIT_WEIGHT, &options.hit_weight, true)
             .override_global(names::G_RECORD_STACKS, &options.record_stacks, true)
-            .override_global(names::G_SLOW_CALL_NS, &options.slow_call_ns, true);
+            .override_global(names::G_SLOW_CALL_NS, &options.slow_call_ns, true)
+            .override_global(names::G_LATENCY_SLOW_NS, &options.latency_slow_ns, true);
         // Fixed at load: below debug the verifier sees a constant and prunes every kernel log
         // site as dead code, and the log ring shrinks to one page (it stays empty).
         let log_level = kernel_log_level();
@@ -217,8 +223,10 @@ impl Loaded {
             // frames holds the reader up: room for about 31,000 of them.
             loader.map_max_entries(names::RECORDS, 4 * profiler_common::records::RECORD_RING_BYTES);
         }
-        if !options.maps.contains(names::SLOW_CALLS) {
-            loader.map_max_entries(names::SLOW_CALLS, page);
+        for ring in [names::SLOW_CALLS, names::LATENCY_SLOW] {
+            if !options.maps.contains(ring) {
+                loader.map_max_entries(ring, page);
+            }
         }
         for map in options.unused_maps() {
             loader.map_max_entries(map, 1);

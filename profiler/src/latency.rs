@@ -13,8 +13,10 @@ use crate::{
     session::run_to_end,
     sources::{latency::LatencyBatch, Batch},
 };
+use slow::SlowIntervalsReport;
 
 pub mod render;
+pub mod slow;
 #[cfg(test)]
 mod tests;
 
@@ -33,13 +35,25 @@ pub fn run(args: LatencyArgs) -> anyhow::Result<i32> {
         key: spec.key.clone(),
         filter: spec.filter.as_ref().map(|(text, _)| text.clone()),
     };
-    let report = LatencyReport::of(
+    let batch = batch.unwrap_or_default();
+    let mut report = LatencyReport::of(
         interval,
         plan.target_description(),
         ended.seconds,
-        &batch.unwrap_or_default(),
+        &batch,
         ended.notes,
     );
+    if let Some(min_ns) = spec.slow_ns {
+        let fields = spec.keys.sides[0].fields as usize;
+        let lost = ended.health.slow_intervals_lost;
+        report.slow = Some(SlowIntervalsReport::of(
+            min_ns,
+            &batch.slow,
+            fields,
+            lost,
+            &ended.procs,
+        ));
+    }
     match format {
         Format::Heatmap => {
             crate::output::write_report(plan.output.as_deref(), &|out| render::heatmap(&report, out))?
@@ -94,6 +108,9 @@ pub struct LatencyReport {
     /// Starts that came while a start of their key had not ended: the interval is timed from
     /// the later one (a recursive function between its entry and return, a request issued again).
     pub replaced: u64,
+    /// `--duration-min`: each interval at least that long.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slow: Option<SlowIntervalsReport>,
     pub notes: Vec<String>,
     /// `-o lat.heatmap.svg`: the latencies that ended in each second, by bucket.
     #[serde(skip)]
@@ -124,6 +141,7 @@ impl LatencyReport {
             unmatched: batch.unmatched,
             pending: batch.pending,
             replaced: batch.replaced,
+            slow: None,
             notes,
             heatmap: Heatmap {
                 column_s: crate::collect::DRAIN_EVERY.as_secs_f64(),

@@ -45,6 +45,20 @@ fn samplable(catalog: &Catalog, event: Event) -> Result<Event, UserError> {
     }
 }
 
+/// A tracing command's user stacks, where it takes any, walked through each process's unwind
+/// tables as the sampler's are.
+fn tables_if(stacks: bool) -> crate::cli::Unwind {
+    match stacks {
+        true => crate::cli::Unwind::Tables,
+        false => crate::cli::Unwind::Fp,
+    }
+}
+
+/// `--duration-min MS` in nanoseconds (at least one).
+fn millis_to_ns(ms: Option<f64>) -> Option<u64> {
+    ms.map(|ms| ((ms * 1e6).round() as u64).max(1))
+}
+
 /// How often the events are sampled: every `-c` events (or hits), else a tracing event at every
 /// hit, any other at the frequency.
 fn rate_of(events: &[Event], period: Option<u64>, frequency_hz: u64) -> Rate {
@@ -310,7 +324,10 @@ impl Plan {
                 key,
                 filter,
                 heatmap: heatmap == crate::cli::Format::Heatmap,
+                slow_ns: millis_to_ns(args.duration_min_ms),
             }),
+            // A slow interval's start stack through each process's unwind tables.
+            unwind: tables_if(args.duration_min_ms.is_some()),
             ..Plan::scoped(Mode::Latency, &args.scope, args.report.output.clone())?
         })
     }
@@ -358,24 +375,19 @@ impl Plan {
                 filters,
             }),
             // The user stacks of `-g` through each process's unwind tables, as the sampler's.
-            unwind: match args.stacks {
-                true => crate::cli::Unwind::Tables,
-                false => crate::cli::Unwind::Fp,
-            },
+            unwind: tables_if(args.stacks),
             ..Plan::scoped(Mode::Record, &args.scope, args.report.output.clone())?
         })
     }
 
     /// `bpfprof trace`: the system-call summary of a command, processes or the whole system.
     pub fn for_trace(args: &crate::cli::TraceArgs) -> Result<Plan, UserError> {
-        let slow_ns = args.duration_min_ms.map(|ms| ((ms * 1e6) as u64).max(1));
         Ok(Plan {
-            syscalls: syscalls::Spec { slow_ns },
-            // A slow call's stack through each process's unwind tables, as the sampler's.
-            unwind: match slow_ns {
-                Some(_) => crate::cli::Unwind::Tables,
-                None => crate::cli::Unwind::Fp,
+            syscalls: syscalls::Spec {
+                slow_ns: millis_to_ns(args.duration_min_ms),
             },
+            // A slow call's stack through each process's unwind tables, as the sampler's.
+            unwind: tables_if(args.duration_min_ms.is_some()),
             ..Plan::scoped(Mode::Trace, &args.scope, args.report.output.clone())?
         })
     }

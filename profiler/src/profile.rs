@@ -309,7 +309,9 @@ mod tests {
         health.unwind_before_tables = 10;
         let warnings = health.warnings();
         assert!(
-            warnings.len() == 1 && warnings[0].starts_with("10 samples were taken before"),
+            warnings.len() == 1
+                && warnings[0]
+                    .starts_with("10 user stacks (of samples, or of traced hits) were taken before"),
             "{warnings:?}"
         );
     }

@@ -42,7 +42,7 @@ pub fn run(args: TraceArgs) -> anyhow::Result<i32> {
             &batch.slow,
             lost,
             tracefs,
-            &mut ended.procs,
+            &ended.procs,
         ));
     }
     command::write(plan.output.as_deref(), format, "trace", &report, render::text)?;

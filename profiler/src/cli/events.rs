@@ -89,6 +89,10 @@ pub struct LatencyArgs {
     /// --from's number fields or a probe's arg1..arg6 (`bytes >= 262144`: the large requests).
     #[arg(long, value_name = "EXPRESSION")]
     pub filter: Option<String>,
+    /// Also list each interval at least MS milliseconds long: when it began, its key, who
+    /// started it and the stacks it was started from.
+    #[arg(long = "duration-min", value_name = "MS", value_parser = super::parse_millis)]
+    pub duration_min_ms: Option<f64>,
     #[command(flatten)]
     pub scope: ScopeArgs,
     #[command(flatten)]

@@ -1,8 +1,11 @@
 //! `latency`'s report as text: the figures, then the histogram in power-of-two rows.
 use std::io::{self, Write};
 
-use super::LatencyReport;
-use crate::report::{human_ns, sched_text::histogram_lines};
+use super::{slow::SlowIntervalsReport, Interval, LatencyReport};
+use crate::{
+    record::render::stack_lines,
+    report::{human_ns, sched_text::histogram_lines},
+};
 
 pub fn text(r: &LatencyReport, out: &mut dyn Write) -> io::Result<()> {
     let i = &r.interval;
@@ -31,6 +34,9 @@ pub fn text(r: &LatencyReport, out: &mut dyn Write) -> io::Result<()> {
         histogram_lines(&r.histogram, out)?;
     }
     writeln!(out)?;
+    if let Some(slow) = &r.slow {
+        slow_intervals(slow, i, out)?;
+    }
     if r.unmatched > 0 {
         writeln!(
             out,
@@ -80,4 +86,43 @@ pub fn heatmap(r: &LatencyReport, out: &mut dyn Write) -> io::Result<()> {
         counted: "intervals",
     };
     crate::report::heatmap::svg(&r.heatmap, &caption, out)
+}
+
+/// `--duration-min`: each interval (when it began, how long, who started it, its key), then the
+/// stacks it was started from.
+fn slow_intervals(slow: &SlowIntervalsReport, i: &Interval, out: &mut dyn Write) -> io::Result<()> {
+    let more = match slow.not_listed {
+        0 => String::new(),
+        n => format!(" listed, {n} more not listed"),
+    };
+    writeln!(
+        out,
+        " Intervals of at least {} ms: {}{more}\n",
+        slow.min_ms,
+        slow.intervals.len()
+    )?;
+    for interval in &slow.intervals {
+        let key = match i.key.as_str() {
+            "thread" => String::new(),
+            names => (names.split(',').zip(&interval.key))
+                .map(|(name, value)| format!(" {name}={value}"))
+                .collect(),
+        };
+        writeln!(
+            out,
+            "{:>10.3} ({:>9.3} ms): {}/{}{key}",
+            interval.at_s * 1e3,
+            interval.took_ns as f64 / 1e6,
+            interval.comm,
+            interval.tid
+        )?;
+        if interval.by_frame_pointers {
+            writeln!(
+                out,
+                "\t(user stack by frame pointers: its process's unwind tables were not loaded yet)"
+            )?;
+        }
+        stack_lines(&interval.stack, out)?;
+    }
+    Ok(())
 }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     model::frames_of,
     process::{Processes, UserAddr},
-    profile::{RawProfile, RawSample},
+    profile::{RawProfile, RawSample, StackKey},
     sources::records::Stacks,
     symbolize::{DebugLocator, Frame, Symbolizer},
 };
@@ -56,48 +56,63 @@ impl StackNamer {
         stacks: impl IntoIterator<Item = (u32, Option<&'s Stacks>)>,
         procs: &mut Processes,
     ) -> Vec<Option<Vec<StackFrame>>> {
-        let mut profile = RawProfile::new();
-        let mut keys = Vec::new();
-        for (pid, stacks) in stacks {
-            let Some(stacks) = stacks else {
-                keys.push(None);
-                continue;
-            };
-            let generation = stacks.exec_generation;
-            procs.cover_stack(pid, generation, stacks.user.frames());
-            let sample = RawSample {
-                pid,
-                tid: 0,
-                comm: String::new(),
-                user: stacks.user.clone(),
-                kernel: stacks.kernel.clone(),
-                count: 1,
-                exec_generation: generation,
-                event: 0,
-                deltas: Default::default(),
-                user_objects: Vec::new(),
-            };
-            let key = profile.key(sample, procs);
-            let placed = |a: &UserAddr| !matches!(a, UserAddr::Unmapped { .. });
-            self.unplaced += u64::from(!key.user.is_empty() && !key.user.iter().any(placed));
-            *profile.stacks.entry(key.clone()).or_default() += 1;
-            keys.push(Some(key));
-        }
-        if profile.stacks.is_empty() {
-            return keys.into_iter().map(|_| None).collect();
-        }
-        let symbols = self.symbolizer.symbolize(&profile, procs);
-        (keys.into_iter())
-            .map(|key| {
-                key.map(|key| {
-                    frames_of(&key, &symbols)
-                        .iter()
-                        .rev()
-                        .map(StackFrame::from)
-                        .collect()
-                })
+        let mut placed = PlacedStacks::default();
+        let keys: Vec<Option<StackKey>> = (stacks.into_iter())
+            .map(|(pid, stacks)| {
+                let key = placed.place(pid, stacks?, procs);
+                let in_file = |a: &UserAddr| !matches!(a, UserAddr::Unmapped { .. });
+                self.unplaced += u64::from(!key.user.is_empty() && !key.user.iter().any(in_file));
+                Some(key)
             })
-            .collect()
+            .collect();
+        let named = placed.named(&self.symbolizer, procs);
+        keys.into_iter().map(|key| key.map(|key| named(&key))).collect()
+    }
+}
+
+/// Stacks placed in their processes' files as they come, each while its process's memory map is
+/// still the one it was taken under (a pid reused, a library replaced, would name it wrongly
+/// later), to be named together at the end (`trace` and `latency --duration-min`).
+#[derive(Clone, Debug, Default)]
+pub struct PlacedStacks {
+    profile: RawProfile,
+}
+
+impl PlacedStacks {
+    /// The stack's key: each user address as a file and offset of the process `pid`.
+    pub fn place(&mut self, pid: u32, stacks: &Stacks, procs: &mut Processes) -> StackKey {
+        let generation = stacks.exec_generation;
+        procs.cover_stack(pid, generation, stacks.user.frames());
+        let sample = RawSample {
+            pid,
+            tid: 0,
+            comm: String::new(),
+            user: stacks.user.clone(),
+            kernel: stacks.kernel.clone(),
+            count: 1,
+            exec_generation: generation,
+            event: 0,
+            deltas: Default::default(),
+            user_objects: Vec::new(),
+        };
+        let key = self.profile.key(sample, procs);
+        *self.profile.stacks.entry(key.clone()).or_default() += 1;
+        key
+    }
+
+    /// Every placed stack symbolized in one batch: a key's frames, leaf first.
+    pub fn named(&self, symbolizer: &Symbolizer, procs: &Processes) -> impl Fn(&StackKey) -> Vec<StackFrame> {
+        let symbols = match self.profile.stacks.is_empty() {
+            true => Default::default(),
+            false => symbolizer.symbolize(&self.profile, procs),
+        };
+        move |key| {
+            frames_of(key, &symbols)
+                .iter()
+                .rev()
+                .map(StackFrame::from)
+                .collect()
+        }
     }
 }
 

@@ -23,11 +23,12 @@ use crate::{
     bpf::{LoadOptions, Loaded},
     collect::{monotonic_ns, take_map, Flip},
     process::Processes,
-    profile::StackRead,
+    profile::{StackKey, StackRead},
+    record::stacks::PlacedStacks,
 };
 
 /// Slow calls kept for the report; past this they are counted, not listed.
-pub const MAX_SLOW_CALLS: usize = 100_000;
+pub const MAX_SLOW_CALLS: usize = 10_000;
 
 /// Which calls are also sent one by one: those at least `slow_ns` long (none: only the summary).
 #[derive(Clone, Debug, Default)]
@@ -99,13 +100,16 @@ pub struct SlowCalls {
     pub calls: Vec<SlowCallRead>,
     /// Calls past `MAX_SLOW_CALLS`, not kept.
     pub not_kept: u64,
+    /// Their stacks, placed in their processes' files as they came.
+    pub stacks: PlacedStacks,
 }
 
 /// One slow call and the user stack it was made from.
 #[derive(Clone, Debug)]
 pub struct SlowCallRead {
     pub call: SlowCallHeader,
-    pub stacks: Stacks,
+    /// Its place in `SlowCalls::stacks`.
+    pub stack: StackKey,
     /// How the stack's walk ended (`unwind::stop`), and whether it went through tables.
     pub stop: u32,
     pub tables: bool,
@@ -138,15 +142,14 @@ impl SyscallSource {
                 self.calls.not_kept += 1;
                 continue;
             }
-            let user = stack_read(slow.user_bytes, &slow.user);
-            procs.cover_stack(slow.call.tgid, slow.exec_generation, user.frames());
+            let stacks = Stacks {
+                user: stack_read(slow.user_bytes, &slow.user),
+                kernel: StackRead::Absent,
+                exec_generation: slow.exec_generation,
+            };
             self.calls.calls.push(SlowCallRead {
                 call: slow.call,
-                stacks: Stacks {
-                    user,
-                    kernel: StackRead::Absent,
-                    exec_generation: slow.exec_generation,
-                },
+                stack: self.calls.stacks.place(slow.call.tgid, &stacks, procs),
                 stop: slow.stop,
                 tables: slow.tables != 0,
             });

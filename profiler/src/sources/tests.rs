@@ -39,7 +39,7 @@ fn trace_maps() -> BTreeSet<&'static str> {
     maps_of_plan(Plan::for_trace(&args).unwrap())
 }
 
-/// The maps `bpfprof latency` uses (whatever its two events: its needs alone).
+/// The maps `bpfprof latency --duration-min 10` uses (whatever its two events: its needs alone).
 fn latency_maps() -> BTreeSet<&'static str> {
     let event = crate::counters::language::Catalog::here()
         .parse("page-faults")
@@ -51,6 +51,7 @@ fn latency_maps() -> BTreeSet<&'static str> {
         key: "thread".into(),
         filter: None,
         heatmap: false,
+        slow_ns: Some(10_000_000),
     }));
     let mut options = crate::bpf::LoadOptions::new(Path::new("/"), true, true);
     spec.needs(&mut options);

@@ -12,8 +12,9 @@ use crate::{
     collect::comm_string,
     counters::tracepoint::{layout, Field},
     process::Processes,
-    record::stacks::{StackFrame, StackNamer},
+    record::stacks::StackFrame,
     sources::syscalls::SlowCalls,
+    symbolize::{DebugLocator, Symbolizer},
 };
 
 /// The calls at least `min_ms` long, in the order they began.
@@ -58,16 +59,15 @@ pub struct CallArg {
 }
 
 impl SlowCallsReport {
-    pub fn of(min_ns: u64, slow: &SlowCalls, lost: u64, tracefs: &Path, procs: &mut Processes) -> Self {
-        let mut namer = StackNamer::default();
-        let stacks = namer.name((slow.calls.iter()).map(|c| (c.call.tgid, Some(&c.stacks))), procs);
+    pub fn of(min_ns: u64, slow: &SlowCalls, lost: u64, tracefs: &Path, procs: &Processes) -> Self {
+        let named = (slow.stacks).named(&Symbolizer::long_lived(DebugLocator::default()), procs);
         let mut declared = HashMap::new();
-        let mut calls: Vec<SlowCallReport> = (slow.calls.iter().zip(stacks))
-            .map(|(c, stack)| {
+        let mut calls: Vec<SlowCallReport> = (slow.calls.iter())
+            .map(|c| {
                 let params = declared
                     .entry(c.call.nr)
                     .or_insert_with(|| parameters(tracefs, c.call.nr));
-                let mut call = call_report(&c.call, slow.started_ns, params, stack.unwrap_or_default());
+                let mut call = call_report(&c.call, slow.started_ns, params.as_deref(), named(&c.stack));
                 call.stack_note = stack_note(c.stop, c.tables);
                 call
             })
@@ -84,7 +84,7 @@ impl SlowCallsReport {
 fn call_report(
     call: &SlowCallHeader,
     started_ns: u64,
-    params: &[Field],
+    params: Option<&[Field]>,
     stack: Vec<StackFrame>,
 ) -> SlowCallReport {
     let errno = errno_of(call.ret);
@@ -109,6 +109,7 @@ fn call_report(
 fn stack_note(stop: u32, tables: bool) -> Option<String> {
     use profiler_common::unwind::stop;
     match (stop, tables) {
+        (stop::WALKING, _) => Some("its stack could not be walked".into()),
         (stop::TRUNCATED, _) => Some(format!(
             "its outermost frames are missing: deeper than the {} frames a walk takes",
             profiler_common::unwind::MAX_FRAMES
@@ -124,27 +125,40 @@ fn stack_note(stop: u32, tables: bool) -> Option<String> {
     }
 }
 
-/// The call's parameters, from its `sys_enter` tracepoint's format (after `__syscall_nr`); none
-/// where tracefs does not describe it.
-fn parameters(tracefs: &Path, nr: u32) -> Vec<Field> {
-    let fields = layout(tracefs, &format!("syscalls:sys_enter_{}", syscall_name(nr)));
-    match fields.iter().position(|f| f.name == "__syscall_nr") {
-        Some(at) => fields[at + 1..].to_vec(),
-        None => Vec::new(),
+/// The call's parameters, from its `sys_enter` tracepoint's format (after `__syscall_nr`): none
+/// for a call that takes none (`pause`), unknown where tracefs does not describe it.
+fn parameters(tracefs: &Path, nr: u32) -> Option<Vec<Field>> {
+    let name = syscall_name(nr);
+    let fields = layout(tracefs, &format!("syscalls:sys_enter_{}", tracepoint_name(&name)));
+    let at = fields.iter().position(|f| f.name == "__syscall_nr")?;
+    Some(fields[at + 1..].to_vec())
+}
+
+/// The kernel names some calls' tracepoints after their implementation (`sys_enter_newfstat`
+/// for `fstat`).
+fn tracepoint_name(call: &str) -> &str {
+    match call {
+        "fstat" => "newfstat",
+        "stat" => "newstat",
+        "lstat" => "newlstat",
+        "uname" => "newuname",
+        "sendfile" => "sendfile64",
+        "umount2" => "umount",
+        call => call,
     }
 }
 
 /// Each argument the call takes, named and shown as declared; all six as `arg1`.. in hex where
 /// the call's declaration is not known.
-pub(super) fn args(values: &[u64; 6], params: &[Field]) -> Vec<CallArg> {
-    if params.is_empty() {
+pub(super) fn args(values: &[u64; 6], params: Option<&[Field]>) -> Vec<CallArg> {
+    let Some(params) = params else {
         return (values.iter().enumerate())
             .map(|(i, v)| CallArg {
                 name: format!("arg{}", i + 1),
                 value: format!("{v:#x}"),
             })
             .collect();
-    }
+    };
     (params.iter().zip(values))
         .map(|(param, &v)| CallArg {
             name: param.name.clone(),
@@ -172,11 +186,16 @@ fn shown(declared: &str, v: u64) -> String {
     const SIGNED_64: [&str; 5] = ["long", "loff_t", "off_t", "ssize_t", "time_t"];
     let declared = declared.trim_start_matches("const ").trim();
     match declared {
-        _ if declared.contains('*') && v == 0 => "NULL".to_string(),
-        _ if declared.contains('*') => format!("{v:#x}"),
+        _ if is_address(declared) && v == 0 => "NULL".to_string(),
+        _ if is_address(declared) => format!("{v:#x}"),
         _ if SIGNED_32.contains(&declared) => (v as u32 as i32).to_string(),
         _ if UNSIGNED_32.contains(&declared) => (v as u32).to_string(),
         _ if SIGNED_64.contains(&declared) => (v as i64).to_string(),
         _ => v.to_string(),
     }
+}
+
+/// A pointer, or one of the kernel's pointer typedefs.
+fn is_address(declared: &str) -> bool {
+    declared.contains('*') || declared.starts_with("cap_user_")
 }

@@ -114,7 +114,7 @@ fn a_slow_calls_arguments_are_shown_as_the_kernel_declares_them() {
         param("mode", "umode_t"),
     ];
     let values = [0xdead_0000_ffff_ff9c, 0x7ffc_0000_1000, 0x80000, 0o644, 9, 9];
-    let shown: Vec<(String, String)> = (slow::args(&values, &params).into_iter())
+    let shown: Vec<(String, String)> = (slow::args(&values, Some(&params)).into_iter())
         .map(|a| (a.name, a.value))
         .collect();
     let expected = [
@@ -132,11 +132,15 @@ fn a_slow_calls_arguments_are_shown_as_the_kernel_declares_them() {
         param("rmtp", "struct __kernel_timespec *"),
         param("offset", "loff_t"),
     ];
-    let shown: Vec<String> = (slow::args(&[0, (-4096i64) as u64, 0, 0, 0, 0], &params).into_iter())
+    let shown: Vec<String> = (slow::args(&[0, (-4096i64) as u64, 0, 0, 0, 0], Some(&params)).into_iter())
         .map(|a| a.value)
         .collect();
     assert_eq!(shown, ["NULL", "-4096"]);
-    let unknown = slow::args(&[1, 2, 3, 4, 5, 0xff], &[]);
+    assert!(
+        slow::args(&[1; 6], Some(&[])).is_empty(),
+        "a call that takes none"
+    );
+    let unknown = slow::args(&[1, 2, 3, 4, 5, 0xff], None);
     assert_eq!(unknown.len(), 6, "every register where the call is not described");
     assert_eq!(
         (unknown[5].name.as_str(), unknown[5].value.as_str()),

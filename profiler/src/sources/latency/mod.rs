@@ -4,11 +4,14 @@
 //! histogram is read at each drain, for the heatmap's column of the latencies that ended since
 //! (coarser rows: `HEAT_BUCKETS`), and at the end (the programs detached first) whole, with the
 //! starts still waiting for their end.
+//!
+//! With `--duration-min`, the intervals at least that long come through the `LATENCY_SLOW` ring
+//! with their starts' stacks, read at every drain (`SlowReader`).
 use std::os::fd::OwnedFd;
 
 use aya::maps::{HashMap as BpfHashMap, Map, MapData, PerCpuArray};
 use profiler_common::{
-    latency::{slot, LatencyKey, LatencyKeys, FROM, TO},
+    latency::{slot, LatencyKey, LatencyKeys, LatencyStart, FROM, TO},
     names, HEAT_BUCKETS, HIST_BUCKETS,
 };
 
@@ -19,6 +22,9 @@ use crate::{
     counters::language::Event,
     process::Processes,
 };
+
+mod slow;
+pub use slow::{SlowIntervalRead, SlowIntervals};
 
 /// The two events, and each one's key (decided by the plan from their tracefs formats).
 #[derive(Clone, Debug)]
@@ -32,12 +38,25 @@ pub struct Spec {
     pub filter: Option<(String, Vec<profiler_common::FilterTerm>)>,
     /// A heatmap is drawn: the histogram is read at each drain too, for its columns.
     pub heatmap: bool,
+    /// `--duration-min`: intervals at least this long are listed with their starts' stacks.
+    pub slow_ns: Option<u64>,
 }
 
 impl Spec {
     pub fn needs(&self, options: &mut LoadOptions<'_>) {
         options.use_maps([&names::LATENCY_STARTS, &names::LATENCY_HIST]);
         options.latency_keys = self.keys;
+        if let Some(ns) = self.slow_ns {
+            options.use_maps([
+                &names::LATENCY_SLOW,
+                &names::LATENCY_STACKS,
+                &names::LATENCY_USER_STACKS,
+            ]);
+            options.latency_slow_ns = ns;
+            if options.unwind_tables {
+                options.use_maps(&names::UNWIND_TABLES);
+            }
+        }
     }
 
     pub fn attach(self, kernel: &mut Loaded, context: &AttachContext<'_>) -> anyhow::Result<Attached> {
@@ -45,6 +64,14 @@ impl Spec {
             // The start's side is the filter table's event 0 (`FROM`).
             super::hooks::set_filters(kernel, std::slice::from_ref(terms))?;
         }
+        if self.slow_ns.is_some() && context.unwind_tables {
+            // The start's walker (the one each side's hook has, for its program type).
+            super::hooks::Hook::of(&self.from).load_walker(kernel)?;
+        }
+        let slow = match self.slow_ns {
+            Some(_) => Some(slow::SlowReader::take(kernel)?),
+            None => None,
+        };
         let mut links = Vec::new();
         let programs = (names::PROG_LATENCY_TRACEPOINT, names::PROG_LATENCY_PROBE);
         for (side, event) in [(FROM, &self.from), (TO, &self.to)] {
@@ -67,6 +94,7 @@ impl Spec {
                 columns: Vec::new(),
                 stopped: false,
                 last_begun: false,
+                slow,
             }),
             note: None,
         })
@@ -89,6 +117,8 @@ pub struct LatencyBatch {
     /// One per drain (`DRAIN_EVERY`), and the last, shorter one: per heatmap row (a
     /// `HEAT_BUCKETS` bucket, eight of the histogram's), the latencies that ended in it.
     pub columns: Vec<Vec<u64>>,
+    /// `--duration-min`: the intervals at least that long.
+    pub slow: SlowIntervals,
 }
 
 struct LatencySource {
@@ -106,6 +136,7 @@ struct LatencySource {
     /// column, begun by the first of them.
     stopped: bool,
     last_begun: bool,
+    slow: Option<slow::SlowReader>,
 }
 
 impl LatencySource {
@@ -148,9 +179,12 @@ impl LatencySource {
 }
 
 impl Source for LatencySource {
-    fn drain(&mut self, _flip: Flip, _wants: Wants, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
+    fn drain(&mut self, _flip: Flip, _wants: Wants, procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
         if self.heatmap {
             self.column();
+        }
+        if let Some(slow) = &mut self.slow {
+            slow.read(procs);
         }
         Ok(None)
     }
@@ -160,9 +194,16 @@ impl Source for LatencySource {
         self.stopped = true;
     }
 
-    fn finish(&mut self, _stopped_ns: u64, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
+    fn finish(&mut self, _stopped_ns: u64, procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
         let hist = self.column();
-        let starts = BpfHashMap::<&MapData, LatencyKey, u64>::try_from(&self.starts)?;
+        let slow = match &mut self.slow {
+            Some(reader) => {
+                reader.read(procs);
+                std::mem::take(&mut reader.intervals)
+            }
+            None => SlowIntervals::default(),
+        };
+        let starts = BpfHashMap::<&MapData, LatencyKey, LatencyStart>::try_from(&self.starts)?;
         Ok(Some(Batch::Latency(LatencyBatch {
             hist,
             sum_ns: self.read(slot::SUM),
@@ -171,6 +212,7 @@ impl Source for LatencySource {
             replaced: self.read(slot::REPLACED),
             pending: starts.keys().filter_map(Result::ok).count() as u64,
             columns: std::mem::take(&mut self.columns),
+            slow,
         })))
     }
 }

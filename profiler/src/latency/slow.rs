@@ -1,0 +1,68 @@
+//! `latency --duration-min MS`: each interval at least that long, when it began, its key, the
+//! thread that started it and the stacks it was started from (kernel frames first, then user).
+use serde::Serialize;
+
+use crate::{
+    collect::comm_string,
+    process::Processes,
+    record::stacks::StackFrame,
+    sources::latency::SlowIntervals,
+    symbolize::{DebugLocator, Symbolizer},
+};
+
+/// The intervals at least `min_ms` long, in the order they began.
+#[derive(Clone, Debug, Serialize)]
+pub struct SlowIntervalsReport {
+    pub min_ms: f64,
+    pub intervals: Vec<SlowIntervalReport>,
+    /// Intervals as long not listed: past the most a report keeps, or dropped by a full ring
+    /// (counted in the notes too).
+    pub not_listed: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SlowIntervalReport {
+    /// When it began, in seconds since collection began.
+    pub at_s: f64,
+    pub took_ns: u64,
+    /// The key's values: the thread's tid, or each key field's.
+    pub key: Vec<u64>,
+    /// Who started it.
+    pub pid: u32,
+    pub tid: u32,
+    pub comm: String,
+    /// The stacks it was started from, leaf first: the kernel's (at a tracepoint), then the
+    /// user stack.
+    pub stack: Vec<StackFrame>,
+    /// Why the user stack may be incomplete: walked by frame pointers.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub by_frame_pointers: bool,
+}
+
+impl SlowIntervalsReport {
+    /// `fields`: how many values the key has (0: the thread).
+    pub fn of(min_ns: u64, slow: &SlowIntervals, fields: usize, lost: u64, procs: &Processes) -> Self {
+        let named = (slow.stacks).named(&Symbolizer::long_lived(DebugLocator::default()), procs);
+        let mut intervals: Vec<SlowIntervalReport> = (slow.intervals.iter())
+            .map(|read| {
+                let (interval, start) = (&read.interval, &read.interval.start);
+                SlowIntervalReport {
+                    at_s: start.started_ns.saturating_sub(slow.started_ns) as f64 / 1e9,
+                    took_ns: interval.took_ns,
+                    key: [interval.key.a, interval.key.b][..fields.clamp(1, 2)].to_vec(),
+                    pid: start.tgid,
+                    tid: start.tid,
+                    comm: comm_string(&start.comm),
+                    stack: named(&read.stack),
+                    by_frame_pointers: start.user_tables == 0,
+                }
+            })
+            .collect();
+        intervals.sort_by(|a, b| a.at_s.total_cmp(&b.at_s).then(a.tid.cmp(&b.tid)));
+        SlowIntervalsReport {
+            min_ms: min_ns as f64 / 1e6,
+            intervals,
+            not_listed: slow.not_kept + lost,
+        }
+    }
+}
