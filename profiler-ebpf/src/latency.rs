@@ -1,7 +1,8 @@
 //! `latency --from A --to B`: each hit of A (by a target) notes when, under its key; the next
 //! hit of B with that key takes the time since into a per-CPU histogram. The key is the thread,
-//! or up to two fields of each side's tracepoint (`LATENCY_KEYS`: `dev,sector` of a block
-//! request, which completes in an interrupt, on no target's thread).
+//! or up to two numbers of each side's context (`LATENCY_KEYS`): a tracepoint's fields
+//! (`dev,sector` of a block request, which completes in an interrupt, on no target's thread), a
+//! probe's arguments or return value (a request's address, passed to its submit and complete).
 //!
 //! With `--duration-min` (`LATENCY_SLOW_NS`), each start also keeps who started it and its
 //! stacks: the user stack through the process's unwind tables (the tracing hit's walker, a tail
@@ -12,8 +13,7 @@ use aya_ebpf::{
     helpers::{bpf_get_attach_cookie, bpf_get_current_comm, bpf_ktime_get_ns},
     macros::{map, uprobe},
     maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
-    programs::{tracing::StackIdContext, ProbeContext, TracePointContext},
-    EbpfContext,
+    programs::{tracing::StackIdContext, ProbeContext},
 };
 use profiler_common::{
     hist_bucket,
@@ -21,12 +21,12 @@ use profiler_common::{
         slot, KeyFields, LatencyKey, LatencyKeys, LatencyStart, SlowInterval, FROM, LATENCY_STACK_ENTRIES,
         LATENCY_START_ENTRIES, SLOW_INTERVAL_RING_BYTES,
     },
-    HealthCounter,
+    sized, HealthCounter,
 };
 
 use crate::{
     health::bump,
-    hits::passes_filter,
+    hits::{context_word, passes_filter},
     sampling::{announce_once, stack_id},
     targets::{current_ids, exec_generation, is_target},
 };
@@ -64,46 +64,55 @@ static HIST: PerCpuArray<u64> = PerCpuArray::with_max_entries(slot::SLOTS, 0);
 
 tracepoint! {
 pub fn latency_tracepoint(ctx: TracePointContext) -> u32 {
-    let side = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
-    if side == FROM && !passes_filter(ctx.as_ptr() as *const u8, FROM as u16) {
-        return crate::PASS_ON;
-    }
-    if let Some(key) = tracepoint_key(&ctx, side) {
-        match side {
-            FROM => start(&ctx, key, crate::unwind::start_tracepoint_hit),
-            _ => end(key),
-        }
-    }
+    hit(&ctx, crate::unwind::start_tracepoint_hit);
     crate::PASS_ON
 }
 }
 
 #[uprobe]
 pub fn latency_probe(ctx: ProbeContext) -> u32 {
-    let side = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
-    if side == FROM && !passes_filter(ctx.as_ptr() as *const u8, FROM as u16) {
-        return 0;
-    }
-    if let Some(key) = thread_key() {
-        match side {
-            FROM => start(&ctx, key, crate::unwind::start_probe_hit),
-            _ => end(key),
-        }
-    }
+    hit(&ctx, crate::unwind::start_probe_hit);
     0
 }
 
-/// A tracepoint side's key: the thread, or its fields' values.
+/// A hit of either side (the attach cookie): a start that passes the filter, or an end, under
+/// its key.
 #[inline(always)]
-fn tracepoint_key(ctx: &TracePointContext, side: u64) -> Option<LatencyKey> {
+fn hit<C: StackIdContext>(ctx: &C, walk: fn(&C, u32, u32)) {
+    let side = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    if side == FROM && !passes_filter(ctx.as_ptr() as *const u8, FROM as u16) {
+        return;
+    }
+    if let Some(key) = key_of(ctx.as_ptr() as *const u8, side) {
+        match side {
+            FROM => start(ctx, key, walk),
+            _ => end(key),
+        }
+    }
+}
+
+/// A side's key: the thread, or the values of its key's numbers in the program's context (a
+/// tracepoint's fields, a probe's registers).
+#[inline(always)]
+fn key_of(context: *const u8, side: u64) -> Option<LatencyKey> {
     let fields = unsafe { core::ptr::read_volatile(&LATENCY_KEYS) }.sides[(side & 1) as usize];
     match fields.fields {
         0 => thread_key(),
         _ => Some(LatencyKey {
-            a: field(ctx, &fields, 0)?,
-            b: field(ctx, &fields, 1)?,
+            a: key_number(context, &fields, 0)?,
+            b: key_number(context, &fields, 1)?,
         }),
     }
+}
+
+/// The `i`th number of the key (0 past the side's numbers).
+#[inline(always)]
+fn key_number(context: *const u8, fields: &KeyFields, i: usize) -> Option<u64> {
+    if i >= fields.fields as usize || i >= 2 {
+        return Some(0);
+    }
+    let raw = context_word(context, fields.offsets[i] as usize)?;
+    Some(sized(raw, fields.sizes[i] as u8).0)
 }
 
 /// A side keyed by thread: only the targets' threads start or end one.
@@ -111,23 +120,6 @@ fn tracepoint_key(ctx: &TracePointContext, side: u64) -> Option<LatencyKey> {
 fn thread_key() -> Option<LatencyKey> {
     let (tgid, tid) = current_ids();
     (tid != 0 && is_target(tgid)).then_some(LatencyKey { a: tid as u64, b: 0 })
-}
-
-/// The `i`th key field's value (0 past the side's fields).
-#[inline(always)]
-fn field(ctx: &TracePointContext, fields: &KeyFields, i: usize) -> Option<u64> {
-    if i >= fields.fields as usize || i >= 2 {
-        return Some(0);
-    }
-    let at = fields.offsets[i] as usize;
-    unsafe {
-        match fields.sizes[i] {
-            1 => ctx.read_at::<u8>(at).ok().map(u64::from),
-            2 => ctx.read_at::<u16>(at).ok().map(u64::from),
-            4 => ctx.read_at::<u32>(at).ok().map(u64::from),
-            _ => ctx.read_at::<u64>(at).ok(),
-        }
-    }
 }
 
 /// A start by a target (a side keyed by fields starts only for the targets too). With

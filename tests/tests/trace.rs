@@ -504,6 +504,50 @@ fn latency_refuses_what_it_cannot_time_in_one_line() {
     );
 }
 
+/// `--key arg1` between two user probes: the events workload submits 100 requests and completes
+/// them in reverse order, then one more held 20 ms, each id the first argument of both calls.
+/// Keyed by that argument every request is timed: 101 intervals, none unmatched, replaced or
+/// pending (keyed by thread, 100 would be replaced); with `--duration-min 16` exactly one listed,
+/// the last, at least 20 ms, started in `request_submit` under `main` (walked through the tables).
+#[test]
+fn latency_keyed_by_a_probes_argument_matches_each_request_to_its_own_end() {
+    let bin = workload("events");
+    let bin = bin.to_str().unwrap();
+    let (submit, complete) = (
+        format!("uprobe:{bin}:request_submit"),
+        format!("uprobe:{bin}:request_complete"),
+    );
+    let (report, out) = latency(&[
+        "--from",
+        &submit,
+        "--to",
+        &complete,
+        "--key",
+        "arg1",
+        "--duration-min",
+        "16",
+        "--",
+        bin,
+        "requests",
+        "100",
+    ]);
+    let truth = truth(&out);
+    println!("{report}");
+    assert_eq!(report["key"], "arg1");
+    let counts = ["count", "unmatched", "replaced", "pending"].map(|f| report[f].as_f64().unwrap());
+    assert_eq!(counts, [truth["requests"], 0.0, 0.0, 0.0]);
+    let slow = report["slow"]["intervals"].as_array().unwrap();
+    assert_eq!(slow.len(), 1, "{slow:?}");
+    assert_eq!(slow[0]["key"][0].as_f64(), Some(truth["slow_id"]));
+    assert!(slow[0]["took_ns"].as_u64().unwrap() >= 20_000_000);
+    assert_eq!(slow[0]["by_frame_pointers"], Value::Null, "{}", slow[0]);
+    let functions: Vec<&str> = (slow[0]["stack"].as_array().unwrap().iter())
+        .map(|f| f["function"].as_str().unwrap())
+        .collect();
+    assert_eq!(functions.first(), Some(&"request_submit"), "{functions:?}");
+    assert!(functions.contains(&"main"), "{functions:?}");
+}
+
 /// fio's direct 256 KiB random reads of a file it read once before (so that nothing of the file
 /// or of fio is left to read or write back but the reads): each read one block request, timed
 /// from its issue to its completion (keyed by device and sector: completions come in an

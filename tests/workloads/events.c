@@ -20,6 +20,10 @@
  *   events usdt N       the USDT probe events:step fires N times, its four arguments an int in a
  *                       register (-500..499), the global `line_value` in memory, the constant 42
  *                       and the string "usdt-step"; prints N and each number argument's sum
+ *   events requests N   N requests submitted (request_submit(id), ids 1..N), then completed in
+ *                       reverse order (request_complete(id)); 200 ms later one more, N+1, held
+ *                       20 ms between its two calls: each request's id is the first argument of
+ *                       both, and only the last takes 20 ms or more; prints N+1 and its id
  * Each prints one `TRUTH key=value ...` line at exit. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -131,6 +135,21 @@ static __attribute__((noinline)) void usdt_steps(long n) {
            globals);
 }
 
+/* A request's two ends, each taking its id (the probes read their first argument). */
+static __attribute__((noipa)) void request_submit(long id) { __asm__ volatile("" : : "r"(id)); }
+static __attribute__((noipa)) void request_complete(long id) { __asm__ volatile("" : : "r"(id)); }
+
+static void requests(long n) {
+    struct timespec hold = {0, 20000000}, later = {0, 200000000};
+    for (long id = 1; id <= n; id++) request_submit(id);
+    for (long id = n; id >= 1; id--) request_complete(id);
+    nanosleep(&later, NULL);
+    request_submit(n + 1);
+    nanosleep(&hold, NULL);
+    request_complete(n + 1);
+    printf("TRUTH pid=%d requests=%ld slow_id=%ld\n", getpid(), n + 1, n + 1);
+}
+
 static __attribute__((noinline)) void napper(long naps) {
     struct timespec nap = {0, 200000};
     for (long i = 0; i < naps; i++) nanosleep(&nap, NULL);
@@ -223,6 +242,8 @@ int main(int argc, char **argv) {
         lines(n);
     } else if (strcmp(argv[1], "usdt") == 0) {
         usdt_steps(n);
+    } else if (strcmp(argv[1], "requests") == 0) {
+        requests(n);
     } else if (strcmp(argv[1], "naps") == 0) {
         long before = preemptions();
         napper(n);

@@ -82,7 +82,8 @@ pub struct LatencyArgs {
     #[arg(long, value_name = "EVENT")]
     pub to: String,
     /// What matches an end to its start: `thread` (the default: the same thread), or one or two
-    /// fields both tracepoints have (`dev,sector`: a block request, completed in an interrupt).
+    /// numbers both events have: tracepoints' fields (`dev,sector`: a block request, completed in
+    /// an interrupt), probes' arguments (`arg1`: a request's address) or return value (`retval`).
     #[arg(long, value_name = "FIELDS", default_value = "thread")]
     pub key: String,
     /// Only the starts this filter passes are timed: up to 4 comparisons joined by && of

@@ -115,7 +115,7 @@ fn fitted(negative: bool, magnitude: u64, size: u8, signed: bool) -> Option<u64>
 /// Where `name` is in the program's context: (offset, size, signed). A probe's register is a
 /// signed 64-bit number unless typed (`retval:s32`: a function returning `int` leaves its upper
 /// half clear).
-fn place(name: &str, event: &Event, fields: &[Field]) -> Result<(u16, u8, bool), String> {
+pub(crate) fn place(name: &str, event: &Event, fields: &[Field]) -> Result<(u16, u8, bool), String> {
     let (name, ty) = match name.split_once(':') {
         Some((name, ty)) => (name, Some(super::fetch::parse_type(ty)?)),
         None => (name, None),

@@ -207,63 +207,54 @@ pub(super) fn tracepoint_fields(event: &Event) -> Vec<crate::counters::tracepoin
     }
 }
 
-/// Each side's key: the thread, or one or two fields both tracepoints have, each a number of 1,
-/// 2, 4 or 8 bytes of the same size and signedness on both (read where each one's tracefs
-/// format says).
+/// Each side's key: the thread, or one or two numbers both events have (a tracepoint's fields,
+/// read where its tracefs format says; a probe's arguments or return value, in its registers),
+/// each of the same size and signedness on both.
 pub(super) fn latency_keys(
     tracefs: &Path,
     sides: [&Event; 2],
     key: &str,
 ) -> Result<(LatencyKeys, String), UserError> {
-    use crate::counters::tracepoint::{self, Field};
     if matches!(key, "thread" | "tid") {
         return Ok((LatencyKeys::default(), "thread".into()));
     }
     let names: Vec<&str> = key.split(',').map(str::trim).collect();
     if names.len() > 2 || names.iter().any(|n| n.is_empty()) {
         return Err(UserError::Usage(format!(
-            "--key {key}: `thread`, or one or two fields of the tracepoints (`dev,sector`)"
+            "--key {key}: `thread`, or one or two fields both events have: tracepoints' numbers (`dev,sector`), probes' arguments (`arg1`) or return value (`retval`)"
         )));
     }
     let mut keys = LatencyKeys::default();
-    let mut first: Vec<Field> = Vec::new();
+    let mut first: Vec<(u8, bool)> = Vec::new();
     for (side, event) in sides.into_iter().enumerate() {
-        if !event.is_tracepoint() {
-            return Err(UserError::Usage(format!(
-                "--key {key}: {} is a probe, which has no fields: key it by thread",
-                event.spelled()
-            )));
-        }
-        let layout = tracepoint::layout(tracefs, &event.name);
-        let all: Vec<String> = layout.iter().map(|f| f.name.clone()).collect();
+        let fields = match event.is_tracepoint() {
+            true => crate::counters::tracepoint::layout(tracefs, &event.name),
+            false => Vec::new(),
+        };
         for (i, name) in names.iter().enumerate() {
-            let field = layout
-                .iter()
-                .find(|f| f.name == *name)
-                .ok_or_else(|| no_field("--key", &event.name, name, &all))?;
-            if field.array || ![1, 2, 4, 8].contains(&field.size) {
-                return Err(UserError::Usage(format!(
-                    "--key: {}'s field `{name}` is not a number ({} bytes{}): a key is a number's value",
-                    event.name,
-                    field.size,
-                    if field.array { ", an array or a string" } else { "" }
-                )));
-            }
+            let (offset, size, signed) =
+                crate::counters::filter::place(name, event, &fields).map_err(|why| {
+                    let instead = match event.probe.is_some() {
+                        true => ", or key it by thread",
+                        false => "",
+                    };
+                    UserError::Usage(format!("--key with {}: {why}{instead}", event.spelled()))
+                })?;
             match first.get(i) {
-                Some(other) if (other.size, other.signed) != (field.size, field.signed) => {
+                Some(&other) if other != (size, signed) => {
                     return Err(UserError::Usage(format!(
                         "--key: `{name}` is {} on {} and {} on {}: the two would never be equal",
                         number_kind(other),
-                        sides[0].name,
-                        number_kind(field),
-                        event.name
+                        sides[0].spelled(),
+                        number_kind((size, signed)),
+                        event.spelled()
                     )));
                 }
                 Some(_) => {}
-                None => first.push(field.clone()),
+                None => first.push((size, signed)),
             }
-            keys.sides[side].offsets[i] = field.offset;
-            keys.sides[side].sizes[i] = field.size;
+            keys.sides[side].offsets[i] = u32::from(offset);
+            keys.sides[side].sizes[i] = u32::from(size);
         }
         keys.sides[side].fields = names.len() as u32;
     }
@@ -271,7 +262,7 @@ pub(super) fn latency_keys(
 }
 
 /// `a signed 4-byte number`, `an unsigned 8-byte number`.
-pub(super) fn number_kind(field: &crate::counters::tracepoint::Field) -> String {
-    let sign = if field.signed { "a signed" } else { "an unsigned" };
-    format!("{sign} {}-byte number", field.size)
+pub(super) fn number_kind((size, signed): (u8, bool)) -> String {
+    let sign = if signed { "a signed" } else { "an unsigned" };
+    format!("{sign} {size}-byte number")
 }
