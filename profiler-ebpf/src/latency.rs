@@ -122,10 +122,11 @@ fn thread_key() -> Option<LatencyKey> {
     (tid != 0 && is_target(tgid)).then_some(LatencyKey { a: tid as u64, b: 0 })
 }
 
-/// A start by a target (a side keyed by fields starts only for the targets too). With
-/// `--duration-min`, its user stack is walked first through its process's tables where it has
-/// them (`walk`: the hit's walker, which returns only if it could not start; `walked_start`
-/// notes the start then), else taken by frame pointers.
+/// A start by a target (a side keyed by fields starts only for the targets too), noted at once
+/// (an end may come on another CPU while its stack is walked). With `--duration-min` it keeps
+/// who started it and its kernel stack, and its user stack is added once walked: through its
+/// process's tables where it has them (`walk`: the hit's walker, a tail call that returns only
+/// if it could not start; `walked_start` adds the stack then), else by frame pointers.
 #[inline(always)]
 fn start<C: StackIdContext>(ctx: &C, key: LatencyKey, walk: fn(&C, u32, u32)) {
     let now = unsafe { bpf_ktime_get_ns() };
@@ -139,32 +140,57 @@ fn start<C: StackIdContext>(ctx: &C, key: LatencyKey, walk: fn(&C, u32, u32)) {
         tid,
         ..LatencyStart::default()
     };
-    if slow_ns() != 0 {
-        // Its memory map read (and tables built) while it lives, for the stacks.
-        announce_once(tgid);
-        start.comm = bpf_get_current_comm().unwrap_or([0; 16]);
-        start.exec_generation = exec_generation(tgid);
-        start.kernel_stack = stack_id(ctx, &STACKS, 0, false);
-        if let Some(pending) = PENDING.get_ptr_mut(0) {
-            unsafe {
-                (*pending).start = start;
-                (*pending).key = key;
-            }
-            walk(ctx, tgid, tid);
-        }
-        start.user_stack = stack_id(ctx, &STACKS, BPF_F_USER_STACK as u64, true);
+    if slow_ns() == 0 {
+        note(key, &start);
+        return;
     }
+    // Its memory map read (and tables built) while it lives, for the stacks.
+    announce_once(tgid);
+    start.comm = bpf_get_current_comm().unwrap_or([0; 16]);
+    start.exec_generation = exec_generation(tgid);
+    start.kernel_stack = stack_id(ctx, &STACKS, 0, false);
+    start.user_stack = NOT_WALKED;
     note(key, &start);
+    if let Some(pending) = PENDING.get_ptr_mut(0) {
+        unsafe {
+            (*pending).start = start;
+            (*pending).key = key;
+        }
+        walk(ctx, tgid, tid);
+    }
+    add_user_stack(
+        key,
+        &start,
+        stack_id(ctx, &STACKS, BPF_F_USER_STACK as u64, true),
+        false,
+    );
 }
 
-/// The end of a start's table walk (`unwind`): the start noted with the walked stack's id.
+/// The user stack of a start whose interval ended before it was walked: `-EINPROGRESS`.
+const NOT_WALKED: i32 = -115;
+
+/// The end of a start's table walk (`unwind`): the walked stack's id added to its start, if the
+/// start is this thread's (a preempted uprobe's walk may resume after another thread's start
+/// on this CPU took the scratch: that start is not given this stack).
 #[inline(always)]
 pub fn walked_start(stack_id: i32) {
-    if let Some(pending) = PENDING.get_ptr_mut(0) {
-        let pending = unsafe { &mut *pending };
-        pending.start.user_stack = stack_id;
-        pending.start.user_tables = 1;
-        note(pending.key, &pending.start);
+    if let Some(pending) = PENDING.get_ptr(0) {
+        let pending = unsafe { &*pending };
+        if pending.start.tid == current_ids().1 {
+            add_user_stack(pending.key, &pending.start, stack_id, true);
+        }
+    }
+}
+
+/// Its user stack into a start still waiting for its end (the same start: its thread and time).
+#[inline(always)]
+fn add_user_stack(key: LatencyKey, start: &LatencyStart, stack_id: i32, tables: bool) {
+    if let Some(waiting) = STARTS.get_ptr_mut(&key) {
+        let waiting = unsafe { &mut *waiting };
+        if waiting.started_ns == start.started_ns && waiting.tid == start.tid {
+            waiting.user_stack = stack_id;
+            waiting.user_tables = u32::from(tables);
+        }
     }
 }
 

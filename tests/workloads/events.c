@@ -22,8 +22,8 @@
  *                       and the string "usdt-step"; prints N and each number argument's sum
  *   events requests N   N requests submitted (request_submit(id), ids 1..N), then completed in
  *                       reverse order (request_complete(id)); 200 ms later one more, N+1, held
- *                       20 ms between its two calls: each request's id is the first argument of
- *                       both, and only the last takes 20 ms or more; prints N+1 and its id
+ *                       100 ms between its two calls: each request's id is the first argument of
+ *                       both, and only the last is held; prints N+1 and its id
  * Each prints one `TRUTH key=value ...` line at exit. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -140,7 +140,7 @@ static __attribute__((noipa)) void request_submit(long id) { __asm__ volatile(""
 static __attribute__((noipa)) void request_complete(long id) { __asm__ volatile("" : : "r"(id)); }
 
 static void requests(long n) {
-    struct timespec hold = {0, 20000000}, later = {0, 200000000};
+    struct timespec hold = {0, 100000000}, later = {0, 200000000};
     for (long id = 1; id <= n; id++) request_submit(id);
     for (long id = n; id >= 1; id--) request_complete(id);
     nanosleep(&later, NULL);

@@ -116,11 +116,8 @@ fn slow_intervals(slow: &SlowIntervalsReport, i: &Interval, out: &mut dyn Write)
             interval.comm,
             interval.tid
         )?;
-        if interval.by_frame_pointers {
-            writeln!(
-                out,
-                "\t(user stack by frame pointers: its process's unwind tables were not loaded yet)"
-            )?;
+        if let Some(note) = &interval.stack_note {
+            writeln!(out, "\t({note})")?;
         }
         stack_lines(&interval.stack, out)?;
     }

@@ -1,5 +1,6 @@
 //! `latency --duration-min MS`: each interval at least that long, when it began, its key, the
 //! thread that started it and the stacks it was started from (kernel frames first, then user).
+use profiler_common::latency::LatencyStart;
 use serde::Serialize;
 
 use crate::{
@@ -34,9 +35,9 @@ pub struct SlowIntervalReport {
     /// The stacks it was started from, leaf first: the kernel's (at a tracepoint), then the
     /// user stack.
     pub stack: Vec<StackFrame>,
-    /// Why the user stack may be incomplete: walked by frame pointers.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub by_frame_pointers: bool,
+    /// Why the user stack may be incomplete, if it may.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack_note: Option<String>,
 }
 
 impl SlowIntervalsReport {
@@ -54,7 +55,7 @@ impl SlowIntervalsReport {
                     tid: start.tid,
                     comm: comm_string(&start.comm),
                     stack: named(&read.stack),
-                    by_frame_pointers: start.user_tables == 0,
+                    stack_note: stack_note(start),
                 }
             })
             .collect();
@@ -64,5 +65,19 @@ impl SlowIntervalsReport {
             intervals,
             not_listed: slow.not_kept + lost,
         }
+    }
+}
+
+/// The user stack of a start not walked through its process's tables, and why.
+fn stack_note(start: &LatencyStart) -> Option<String> {
+    /// `-EINPROGRESS`: the interval ended before its start's stack was walked.
+    const NOT_WALKED: i32 = -115;
+    match (start.user_tables, start.user_stack) {
+        (0, NOT_WALKED) => Some("the interval ended before its start's user stack was walked".into()),
+        (0, _) => Some(
+            "user stack by frame pointers: its process's unwind tables were not loaded yet, or the walk could not start"
+                .into(),
+        ),
+        _ => None,
     }
 }
