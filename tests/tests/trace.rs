@@ -486,7 +486,7 @@ fn latency_refuses_what_it_cannot_time_in_one_line() {
         &[
             "latency", "--from", enter, "--to", exit, "--key", "fdd", "--", "true",
         ],
-        "has no field `fdd` (did you mean fd?)",
+        "has no field `fdd`: did you mean fd?",
     );
     refused(
         &[

@@ -234,11 +234,11 @@ pub(super) fn latency_keys(
         for (i, name) in names.iter().enumerate() {
             let (offset, size, signed) =
                 crate::counters::filter::place(name, event, &fields).map_err(|why| {
-                    let instead = match event.probe.is_some() {
-                        true => ", or key it by thread",
-                        false => "",
-                    };
-                    UserError::Usage(format!("--key with {}: {why}{instead}", event.spelled()))
+                    // A tracepoint's message names it; a probe's does not.
+                    UserError::Usage(match event.probe.is_some() {
+                        true => format!("--key with {}: {why}, or key it by thread", event.spelled()),
+                        false => format!("--key: {why}"),
+                    })
                 })?;
             match first.get(i) {
                 Some(&other) if other != (size, signed) => {
