@@ -47,8 +47,10 @@ pub const GUEST_SUITES: &[(&str, Option<&str>)] = &[
     ("symbols", Some("--skip go_tool --skip debian_xz")),
     // Debug files found elsewhere: its fixtures (MiniDebugInfo, zstd DWARF) are made at build time.
     ("debuginfo", None),
-    // Of `trace`, the sleeps (arm64's own system-call table): the guest has neither strace nor fio.
-    ("trace", Some("sleep")),
+    // Of `trace`, the sleeps (arm64's own system-call table), the slow calls and intervals with
+    // their arguments and stacks, and latency keyed by a probe's argument (x0): the guest has
+    // neither strace nor fio.
+    ("trace", Some("sleep duration_min keyed_by")),
     // Of `probes`, a source line and the values fetched at it (arm64's registers, a global by its
     // distance from the probe), and a USDT probe's arguments where AArch64's compiler put them:
     // the rest reads no register, or needs Debian's python3.11.
