@@ -227,6 +227,19 @@ pub(crate) fn read_unwound(map: &BpfHashMap<MapData, u32, UserStack>, id: i32) -
     }
 }
 
+/// The next whole `T` (a `#[repr(C)]` record the kernel writes) in the ring, an item too short
+/// for one skipped; none once the ring is empty.
+pub(crate) fn next_record<T: Copy>(ring: &mut aya::maps::RingBuf<MapData>) -> Option<T> {
+    while let Some(item) = ring.next() {
+        if item.len() >= std::mem::size_of::<T>() {
+            // SAFETY: the kernel wrote a whole `T` (checked long enough); read unaligned, as the
+            // ring promises only 8-byte alignment.
+            return Some(unsafe { std::ptr::read_unaligned(item.as_ptr() as *const T) });
+        }
+    }
+    None
+}
+
 pub(crate) fn comm_string(comm: &[u8]) -> String {
     let end = comm.iter().position(|&b| b == 0).unwrap_or(comm.len());
     String::from_utf8_lossy(&comm[..end]).into_owned()

@@ -21,7 +21,7 @@ use super::{
 };
 use crate::{
     bpf::{LoadOptions, Loaded},
-    collect::{monotonic_ns, take_map, Flip},
+    collect::{monotonic_ns, next_record, take_map, Flip},
     process::Processes,
     profile::{StackKey, StackRead},
     record::stacks::PlacedStacks,
@@ -131,13 +131,7 @@ impl SyscallSource {
         let Some(ring) = &mut self.slow else {
             return;
         };
-        while let Some(item) = ring.next() {
-            if item.len() < std::mem::size_of::<SlowCall>() {
-                continue;
-            }
-            // SAFETY: the kernel wrote a whole `SlowCall` (checked long enough); read unaligned,
-            // as the ring promises only 8-byte alignment.
-            let slow = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const SlowCall) };
+        while let Some(slow) = next_record::<SlowCall>(ring) {
             if self.calls.calls.len() >= MAX_SLOW_CALLS {
                 self.calls.not_kept += 1;
                 continue;

@@ -6,7 +6,7 @@ use profiler_common::{latency::SlowInterval, names, unwind::UserStack};
 
 use crate::{
     bpf::Loaded,
-    collect::{monotonic_ns, read_stack, read_unwound, take_map},
+    collect::{monotonic_ns, next_record, read_stack, read_unwound, take_map},
     process::Processes,
     profile::StackKey,
     record::stacks::PlacedStacks,
@@ -57,13 +57,7 @@ impl SlowReader {
 
     /// The intervals in the ring now.
     pub fn read(&mut self, procs: &mut Processes) {
-        while let Some(item) = self.ring.next() {
-            if item.len() < std::mem::size_of::<SlowInterval>() {
-                continue;
-            }
-            // SAFETY: the kernel wrote a whole `SlowInterval` (checked long enough); read
-            // unaligned, as the ring promises only 8-byte alignment.
-            let interval = unsafe { std::ptr::read_unaligned(item.as_ptr() as *const SlowInterval) };
+        while let Some(interval) = next_record::<SlowInterval>(&mut self.ring) {
             if self.intervals.intervals.len() >= MAX_SLOW_INTERVALS {
                 self.intervals.not_kept += 1;
                 continue;
