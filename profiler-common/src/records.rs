@@ -71,7 +71,7 @@ const _: () = assert!(
 );
 
 /// What a probe's record reads at each hit, one per fetch (`RECORD_FETCHES`, at
-/// `event * MAX_FETCHES + n`).
+/// `(event * MAX_SITE_VARIANTS + variant) * MAX_FETCHES + n`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Fetch {
@@ -83,7 +83,10 @@ pub struct Fetch {
     /// A word of the program's context, by its byte offset: a register in a probe's `pt_regs`
     /// (`hit_weight::register_offset`), a pointer field in a tracepoint's record.
     pub word: u16,
-    pub _pad: u32,
+    /// A number of `size` bytes is sign-extended to 64 bits (else zero-extended): a probe's
+    /// sites may size one argument differently, and the record shows it one way.
+    pub signed: u8,
+    pub _pad: [u8; 3],
     /// A global's address less the probed instruction's: both are in the same file, which the
     /// loader maps whole at one offset, so the global is at the hit's address plus this. For
     /// `MEMORY`, what is added to the word; for `CONSTANT`, the value.

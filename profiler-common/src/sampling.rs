@@ -54,22 +54,41 @@ pub const BEGAN_EARLIER: u16 = 2;
 pub const MAX_SAMPLING_EVENTS: usize = 8;
 
 /// The cookie of a tracing event's sampler (a tracepoint, a user probe): its place among the
-/// run's events in the low 16 bits (as every sampler's), and above them how many of the targets'
-/// hits make one sample (`-c N`). Such a program runs at every hit, whatever the perf event's
-/// period, so it counts and picks the Nth itself.
+/// run's events in the low 16 bits (as every sampler's), above them how many of the targets'
+/// hits make one sample (`-c N`, at most `MAX_HIT_PERIOD`), and in the top 8 bits the probe
+/// site's variant (`with_site_variant`). Such a program runs at every hit, whatever the perf
+/// event's period, so it counts and picks the Nth itself.
 pub fn hit_cookie(event: u16, period: u64) -> u64 {
-    u64::from(event) | period << 16
+    u64::from(event) | (period & MAX_HIT_PERIOD) << 16
+}
+
+/// The largest `-c N` of a tracing event: what its cookie has room for.
+pub const MAX_HIT_PERIOD: u64 = (1 << 40) - 1;
+
+/// Ways one probe's sites place what a record fetches (a USDT probe's arguments where each
+/// site's note puts them, a global at each site's distance from it): each site's perf event
+/// carries its variant in its cookie, and `RECORD_FETCHES` holds each variant's fetches.
+pub const MAX_SITE_VARIANTS: usize = 8;
+
+/// `cookie` for the probe site whose fetches are variant `variant` of its event's.
+pub fn with_site_variant(cookie: u64, variant: u8) -> u64 {
+    cookie | u64::from(variant) << 56
 }
 
 /// A tracing sampler's cookie read back: (event, period of at least 1).
 pub fn hit_cookie_parts(cookie: u64) -> (u16, u64) {
     (
         cookie as u16,
-        match cookie >> 16 {
+        match (cookie >> 16) & MAX_HIT_PERIOD {
             0 => 1,
             period => period,
         },
     )
+}
+
+/// The site variant a cookie carries (`with_site_variant`).
+pub fn site_variant(cookie: u64) -> u8 {
+    (cookie >> 56) as u8
 }
 
 /// Comparisons a hit must pass to count (`--filter` when sampling or recording), per event.

@@ -15,8 +15,9 @@ use aya_ebpf::{
 use profiler_common::{
     hit_cookie_parts,
     records::{fetch, Fetch, HitRecord, StackedRecord, MAX_FETCHES, RECORD_RING_BYTES, STRING_BYTES},
+    site_variant,
     unwind::Walk,
-    MAX_SAMPLING_EVENTS,
+    MAX_SAMPLING_EVENTS, MAX_SITE_VARIANTS,
 };
 
 use crate::{arch, hits::sampled_hit};
@@ -25,7 +26,8 @@ use crate::{arch, hits::sampled_hit};
 static RECORDS: RingBuf = RingBuf::with_byte_size(RECORD_RING_BYTES, 0);
 
 #[map(name = "RECORD_FETCHES")]
-static RECORD_FETCHES: Array<Fetch> = Array::with_max_entries((MAX_SAMPLING_EVENTS * MAX_FETCHES) as u32, 0);
+static RECORD_FETCHES: Array<Fetch> =
+    Array::with_max_entries((MAX_SAMPLING_EVENTS * MAX_SITE_VARIANTS * MAX_FETCHES) as u32, 0);
 
 #[map(name = "RECORDS_LOST")]
 static RECORDS_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -101,15 +103,23 @@ fn tracepoint_record(ctx: &TracePointContext, record: &mut HitRecord, (tgid, tid
     if unsafe { bpf_probe_read_kernel_buf(ctx.as_ptr() as *const u8, &mut record.data) }.is_err() {
         record.failed = u8::MAX;
     }
-    fetch_all(ctx.as_ptr() as *const u8, 0, record, event);
+    fetch_all(
+        ctx.as_ptr() as *const u8,
+        0,
+        record,
+        u32::from(event) * MAX_SITE_VARIANTS as u32,
+    );
 }
 
-/// A probe's hit: what it fetches, read at the probed instruction.
+/// A probe's hit: what it fetches, read at the probed instruction as its site's variant of the
+/// event's fetches places it.
 #[inline(always)]
 fn probe_record(ctx: &ProbeContext, record: &mut HitRecord, (tgid, tid, event): (u32, u32, u16)) {
     fill(record, tgid, tid, event);
     let pc = arch::pc(unsafe { &*ctx.regs });
-    fetch_all(ctx.as_ptr() as *const u8, pc, record, event);
+    let variant = site_variant(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    let slot = u32::from(event) * MAX_SITE_VARIANTS as u32 + u32::from(variant);
+    fetch_all(ctx.as_ptr() as *const u8, pc, record, slot);
 }
 
 /// One record into the ring, filled by `fill`, with its stacks if they are asked for: the user
@@ -172,12 +182,12 @@ fn fill(record: &mut HitRecord, tgid: u32, tid: u32, event: u16) {
     record.values = [0; MAX_FETCHES];
 }
 
-/// Each of the event's fetches into the record (`context`: the program's, `pc`: where a probe
-/// hit); a fetch that faulted is marked in `failed`.
+/// Each of the fetches at `slot` (an event's site variant) into the record (`context`: the
+/// program's, `pc`: where a probe hit); a fetch that faulted is marked in `failed`.
 #[inline(always)]
-fn fetch_all(context: *const u8, pc: u64, record: &mut HitRecord, event: u16) {
+fn fetch_all(context: *const u8, pc: u64, record: &mut HitRecord, slot: u32) {
     for n in 0..MAX_FETCHES {
-        let at = u32::from(event) * MAX_FETCHES as u32 + n as u32;
+        let at = slot * MAX_FETCHES as u32 + n as u32;
         if let Some(fetch) = RECORD_FETCHES.get(at) {
             if fetch.kind != fetch::NONE && !fetch_one(context, pc, fetch, record, n) {
                 record.failed |= 1 << n;
@@ -228,9 +238,23 @@ fn fetch_one(context: *const u8, pc: u64, fetch: &Fetch, record: &mut HitRecord,
     };
     match value {
         Ok(value) => {
-            record.values[n.min(MAX_FETCHES - 1)] = value;
+            record.values[n.min(MAX_FETCHES - 1)] = extended(value, fetch);
             true
         }
         Err(_) => false,
+    }
+}
+
+/// A number of the fetch's size widened to 64 bits as its sign says (a register's upper bits
+/// are whatever the code left there).
+#[inline(always)]
+fn extended(value: u64, fetch: &Fetch) -> u64 {
+    let shift = match fetch.size {
+        1 | 2 | 4 => 64 - u32::from(fetch.size) * 8,
+        _ => return value,
+    };
+    match fetch.signed {
+        0 => value << shift >> shift,
+        _ => ((value << shift) as i64 >> shift) as u64,
     }
 }

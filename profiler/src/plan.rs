@@ -358,7 +358,7 @@ impl Plan {
             .map(crate::counters::fetch::parse_list)
             .transpose()
             .map_err(|why| UserError::Usage(format!("--fetch {why}")))?;
-        let fetches = (events.iter())
+        let fetches = (events.iter_mut())
             .map(|event| match &specs {
                 None => Ok(Vec::new()),
                 Some(specs) => crate::counters::fetch::resolve(specs, event, &tracepoint_fields(event))

@@ -11,12 +11,76 @@ fn events_bin() -> String {
 
 /// The number of the workload's line marked `/* PROBE-LINE */`, read from its source.
 fn marked_line() -> usize {
+    line_marked("PROBE-LINE")
+}
+
+/// The number of the workload's line marked `/* MARK */`.
+fn line_marked(mark: &str) -> usize {
     let source = concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/events.c");
     let text = std::fs::read_to_string(source).unwrap();
+    let mark = format!("/* {mark} */");
     1 + text
         .lines()
-        .position(|l| l.contains("/* PROBE-LINE */"))
+        .position(|l| l.contains(&mark))
         .expect("the marked line")
+}
+
+/// A source line the compiler copied into two functions (inlined) is probed in both, as one
+/// event: counted exactly as often as it ran, and a global fetched there (at each copy's own
+/// distance from it) reads what the workload stored.
+#[test]
+fn a_line_inlined_into_two_functions_is_probed_in_both() {
+    let bin = events_bin();
+    let event = format!("uprobe:{bin}:events.c:{}", line_marked("INLINED-LINE"));
+    let (report, out) = stat(&["-e", &event], &[&bin, "inlined", "10000"]);
+    let truth = truth(&out);
+    let counted = (report["counters"].as_array().unwrap().iter())
+        .find(|c| c["event"] == event.as_str())
+        .map(|c| c["value"].as_f64().unwrap());
+    println!(
+        "ran {} times ({} in bump_odd, {} in bump_even), counted {counted:?}",
+        truth["inlined"], truth["odd"], truth["even"]
+    );
+    assert_eq!(counted, Some(truth["inlined"]));
+    let (hits, totals, truth, _) = record(&["-e", &event, "--fetch", "line_value"], &["inlined", "10000"]);
+    let sum: f64 = hits
+        .iter()
+        .map(|h| h["fields"]["line_value"].as_f64().unwrap())
+        .sum();
+    println!(
+        "{} hits, line_value sums to {sum} (the workload's {}); totals {totals}",
+        hits.len(),
+        truth["before_sum"]
+    );
+    assert_eq!(hits.len() as f64, truth["inlined"]);
+    // Sampled at every hit: each copy's samples are under its own function.
+    let path = temp_path(&format!("inlined-{}.json", rand_suffix()));
+    let out = run(&[
+        "-e",
+        &event,
+        "-o",
+        path.to_str().unwrap(),
+        "--",
+        &bin,
+        "inlined",
+        "10000",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (report, truth) = (Report::read(&path), bpfprof_tests::truth(&stdout(&out)));
+    let pid = truth["pid"] as u32;
+    let under = |function| report.total_share(pid, function) * report.samples_of(pid) as f64;
+    println!(
+        "{} samples: {} under bump_odd, {} under bump_even",
+        report.samples_of(pid),
+        under("bump_odd"),
+        under("bump_even")
+    );
+    assert_eq!(
+        (under("bump_odd"), under("bump_even")),
+        (truth["odd"], truth["even"])
+    );
+    assert_eq!(sum, truth["before_sum"]);
+    assert_no_programs_left();
 }
 
 /// A probe on a source line inside a loop counts the loop's trips exactly; `list --lines` numbers
@@ -180,44 +244,59 @@ fn each_hit_is_recorded_with_the_values_fetched_there() {
     assert_no_programs_left();
 }
 
-/// A USDT probe's own arguments, wherever its note says the compiler put them: the workload's
-/// `events:step` has an int in a register, a global in memory (x86-64: relative to the probed
-/// instruction, `line_value(%rip)`; AArch64: at a register), a constant and a string's address;
-/// each hit recorded with them, their sums the workload's own. An argument the probe does not
-/// have, or a return value, is refused naming what it has.
+/// A USDT probe's own arguments, wherever each site's note says the compiler put them: the
+/// workload's `events:step` fires from two sites, with an int in a register at one and on the
+/// stack at the other, a global in memory (x86-64: relative to each probed instruction,
+/// `line_value(%rip)`; AArch64: at a register), the site's number as a constant and a string's
+/// address; each hit recorded with them, their sums and each site's count the workload's own.
+/// The workload fires only while the probe's semaphore is raised: every step is seen. An
+/// argument the probe does not have, or a return value, is refused naming what it has.
 #[test]
-fn a_usdt_probes_own_arguments_are_recorded() {
+fn a_usdt_probes_own_arguments_are_recorded_at_each_of_its_sites() {
     let event = format!("usdt:{}:events:step", events_bin());
     let (hits, totals, truth, _) = record(
         &["-e", &event, "--fetch", "arg0,arg1,arg2,arg3:str"],
         &["usdt", "3000"],
     );
     let sum = |field: &str| -> f64 { hits.iter().map(|h| h["fields"][field].as_f64().unwrap()).sum() };
+    let at_site = |n: u64| hits.iter().filter(|h| h["fields"]["arg2"] == n).count() as f64;
     println!(
-        "{} hits: arg0 sums to {} (the workload's ints {}), arg1 to {} (its globals {}); totals {totals}",
+        "{} hits, {} at site 1 and {} at site 2 (the workload's {} and {}): arg0 sums to {} (its ints {}), arg1 to {} (its globals {}); totals {totals}",
         hits.len(),
+        at_site(1),
+        at_site(2),
+        truth["site1"],
+        truth["site2"],
         sum("arg0"),
         truth["ints_sum"],
         sum("arg1"),
         truth["globals_sum"]
     );
     assert_eq!(hits.len() as f64, truth["usdt"]);
+    assert_eq!((at_site(1), at_site(2)), (truth["site1"], truth["site2"]));
     assert_eq!(sum("arg0"), truth["ints_sum"]);
     assert!(
         hits.iter().any(|h| h["fields"]["arg0"].as_i64().unwrap() < 0),
         "signed"
     );
     assert_eq!(sum("arg1"), truth["globals_sum"]);
-    assert!(hits
-        .iter()
-        .all(|h| h["fields"]["arg2"] == 42 && h["fields"]["arg3"] == "usdt-step"));
+    assert!(hits.iter().all(|h| h["fields"]["arg3"] == "usdt-step"));
     assert_eq!(totals["lost"], 0);
+    let (report, out) = stat(&["-e", &event], &[&events_bin(), "usdt", "3000"]);
+    let counted = (report["counters"].as_array().unwrap().iter())
+        .find(|c| c["event"] == event.as_str())
+        .map(|c| c["value"].as_f64().unwrap());
+    println!("stat counted {counted:?}");
+    assert_eq!(counted, Some(bpfprof_tests::truth(&out)["usdt"]));
     let listed = stdout(&run(&["list", "--probes", &events_bin()]));
     let line = listed
         .lines()
         .find(|l| l.contains("events:step"))
         .unwrap_or_default();
-    assert!(line.contains("arg0..arg3: -4@"), "listed as {line:?}");
+    assert!(
+        line.contains("arg0..arg3: -4@") && line.contains("(2 sites)"),
+        "listed as {line:?}"
+    );
     for (fetch, said) in [
         ("arg4", "this USDT probe has arg0..arg3"),
         ("retval", "a USDT probe has its own arguments"),

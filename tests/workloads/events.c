@@ -17,9 +17,15 @@
  *                       after it stored the iteration's value in the global `line_value`, which
  *                       `step` is also called with (its first argument) and named after (its
  *                       second, the string "step"); prints N and the sum of the values
- *   events usdt N       the USDT probe events:step fires N times, its four arguments an int in a
- *                       register (-500..499), the global `line_value` in memory, the constant 42
- *                       and the string "usdt-step"; prints N and each number argument's sum
+ *   events inlined N    the line marked INLINED-LINE, inlined into two functions, runs N times:
+ *                       in bump_odd each 4th time, in bump_even the others; prints N, each
+ *                       function's count and the sum of `line_value` as the line starts
+ *   events usdt N       the USDT probe events:step fires N times from two sites, its four
+ *                       arguments an int (-500..499), the global `line_value` in memory, the
+ *                       site's number as a constant and the string "usdt-step": site 1 (2 of 3
+ *                       steps) has the int in a register, site 2 on the stack. Each step fires
+ *                       only while the probe's semaphore is raised (as sys/sdt.h's ENABLED);
+ *                       prints N, the fires at each site and each number argument's sum
  *   events requests N   N requests submitted (request_submit(id), ids 1..N), then completed in
  *                       reverse order (request_complete(id)); 200 ms later one more, N+1, held
  *                       100 ms between its two calls: each request's id is the first argument of
@@ -91,11 +97,36 @@ static __attribute__((noinline)) void lines(long n) {
     printf("TRUTH pid=%d lines=%ld values_sum=%ld steps=%ld\n", getpid(), n, values, steps);
 }
 
+/* One source line inlined into two functions: a probe on the line fires in both. */
+static inline __attribute__((always_inline)) long bump(long value) {
+    line_value = value; /* INLINED-LINE */
+    return line_value * 2;
+}
+static __attribute__((noinline)) long bump_odd(long i) { return bump(2 * i + 1); }
+static __attribute__((noinline)) long bump_even(long i) { return bump(2 * i); }
+
+static __attribute__((noinline)) void inlined(long n) {
+    long before = 0, odd = 0, even = 0, sum = 0;
+    line_value = 0;
+    for (long i = 0; i < n; i++) {
+        before += line_value;
+        if (i % 4 == 0) {
+            sum += bump_odd(i);
+            odd++;
+        } else {
+            sum += bump_even(i);
+            even++;
+        }
+    }
+    printf("TRUTH pid=%d inlined=%ld odd=%ld even=%ld before_sum=%ld sum=%ld\n", getpid(), n, odd, even,
+           before, sum);
+}
+
 /* A USDT probe as sys/sdt.h writes one (its header is not on every machine, nor in the arm64
  * cross compiler's path): a nop at the site, and a .note.stapsdt entry giving its address, the
- * base it was linked at, no semaphore, the provider, the name and where each argument is, as the
- * compiler printed its operand (a register, memory, a constant). */
-#define USDT_NOTE(provider, name, args)                                                   \
+ * base it was linked at, its semaphore, the provider, the name and where each argument is, as
+ * the compiler printed its operand (a register, memory, a constant). */
+#define USDT_NOTE(provider, name, semaphore, args)                                        \
     "990: nop\n"                                                                         \
     ".pushsection .note.stapsdt,\"\",\"note\"\n"                                     \
     ".balign 4\n"                                                                        \
@@ -104,7 +135,7 @@ static __attribute__((noinline)) void lines(long n) {
     "992: .balign 4\n"                                                                   \
     "993: .8byte 990b\n"                                                                 \
     ".8byte _.stapsdt.base\n"                                                            \
-    ".8byte 0\n"                                                                         \
+    ".8byte " semaphore "\n"                                                             \
     ".asciz \"" provider "\"\n"                                                        \
     ".asciz \"" name "\"\n"                                                            \
     ".asciz \"" args "\"\n"                                                            \
@@ -119,20 +150,35 @@ static __attribute__((noinline)) void lines(long n) {
     ".popsection\n"                                                                      \
     ".endif\n"
 
+/* events:step's semaphore: the kernel raises it while a probe is attached at any of its sites. */
+volatile unsigned short events_step_semaphore __attribute__((section(".probes"), used));
+
 static __attribute__((noinline)) void usdt_steps(long n) {
-    long ints = 0, globals = 0;
+    long ints = 0, globals = 0, fired[3] = {0, 0, 0};
     for (long i = 0; i < n; i++) {
         int value = (int)((i * 7919) % 1000) - 500;
         line_value = i * 3;
-        __asm__ __volatile__(USDT_NOTE("events", "step", "-4@%[value] 8@%[global] -4@%[constant] 8@%[name]")
-                             :
-                             : [value] "r"(value), [global] "m"(line_value), [constant] "i"(42),
-                               [name] "r"("usdt-step"));
+        if (!events_step_semaphore) continue;
+        if (i % 3 != 0) {
+            __asm__ __volatile__(USDT_NOTE("events", "step", "events_step_semaphore",
+                                           "-4@%[value] 8@%[global] -4@%[site] 8@%[name]")
+                                 :
+                                 : [value] "r"(value), [global] "m"(line_value), [site] "i"(1),
+                                   [name] "r"("usdt-step"));
+            fired[1]++;
+        } else {
+            __asm__ __volatile__(USDT_NOTE("events", "step", "events_step_semaphore",
+                                           "-4@%[value] 8@%[global] -4@%[site] 8@%[name]")
+                                 :
+                                 : [value] "m"(value), [global] "m"(line_value), [site] "i"(2),
+                                   [name] "r"("usdt-step"));
+            fired[2]++;
+        }
         ints += value;
         globals += line_value;
     }
-    printf("TRUTH pid=%d usdt=%ld ints_sum=%ld globals_sum=%ld constant=42\n", getpid(), n, ints,
-           globals);
+    printf("TRUTH pid=%d usdt=%ld site1=%ld site2=%ld ints_sum=%ld globals_sum=%ld\n", getpid(), n,
+           fired[1], fired[2], ints, globals);
 }
 
 /* A request's two ends, each taking its id (the probes read their first argument). */
@@ -240,6 +286,8 @@ int main(int argc, char **argv) {
                getpid(), sleeper_tid, sleeps_short, sleeps_long, sleeps_over_2pow24, short_nap_at, long_nap_at);
     } else if (strcmp(argv[1], "lines") == 0) {
         lines(n);
+    } else if (strcmp(argv[1], "inlined") == 0) {
+        inlined(n);
     } else if (strcmp(argv[1], "usdt") == 0) {
         usdt_steps(n);
     } else if (strcmp(argv[1], "requests") == 0) {

@@ -30,11 +30,14 @@ pub enum Scope {
     Cpus(Vec<u32>),
 }
 
-/// The counters of one group on one thread or CPU: one perf group, or one fd per event.
+/// The counters of one group on one thread or CPU: one perf group, or one fd per event (a
+/// probe's one per site, summed).
 struct Instance {
     /// The CPU, for a per-CPU instance (-1 for a thread's).
     cpu: i32,
     fds: Vec<OwnedFd>,
+    /// Each fd's event, from `first`.
+    members: Vec<usize>,
     grouped: bool,
     /// The index of its first event among all the events counted.
     first: usize,
@@ -84,9 +87,10 @@ impl Counting {
             let mut opened = Vec::new();
             for group in groups {
                 match open_group(group, pid, cpu, inherit)? {
-                    Some(fds) => opened.push(Instance {
+                    Some((fds, members)) => opened.push(Instance {
                         cpu,
                         fds,
+                        members,
                         grouped: group.together,
                         first,
                     }),
@@ -126,17 +130,17 @@ impl Counting {
     pub fn read(&self) -> io::Result<Counts> {
         let mut readings = vec![Reading::default(); self.names.len()];
         for instance in &self.instances {
-            let readings = &mut readings[instance.first..instance.first + instance.fds.len()];
+            let events = instance.members.iter().map(|m| instance.first + m);
             if instance.grouped {
                 // nr, time_enabled, time_running, then one value per member.
                 let words = read_words(&instance.fds[0], 3 + instance.fds.len())?;
-                for (i, reading) in readings.iter_mut().enumerate() {
-                    reading.add(words[3 + i], words[1], words[2]);
+                for (member, event) in events.enumerate() {
+                    readings[event].add(words[3 + member], words[1], words[2]);
                 }
             } else {
-                for (fd, reading) in instance.fds.iter().zip(readings.iter_mut()) {
+                for (fd, event) in instance.fds.iter().zip(events) {
                     let words = read_words(fd, 3)?;
-                    reading.add(words[0], words[1], words[2]);
+                    readings[event].add(words[0], words[1], words[2]);
                 }
             }
         }
@@ -145,16 +149,23 @@ impl Counting {
     }
 }
 
-/// One group's counters on one thread (`pid`) or CPU; none when the thread has exited.
+/// A group's counters opened: the fds, and each one's event in the group.
+type Opened = (Vec<OwnedFd>, Vec<usize>);
+
+/// One group's counters on one thread (`pid`) or CPU, each with its event's place in the
+/// group; none when the thread has exited.
 fn open_group(
     group: &Group,
     pid: i32,
     cpu: i32,
     inherit: bool,
-) -> Result<Option<Vec<OwnedFd>>, CountingError> {
+) -> Result<Option<Opened>, CountingError> {
     let together = group.together;
     let mut fds: Vec<OwnedFd> = Vec::new();
-    for (i, event) in group.events.iter().enumerate() {
+    let mut members = Vec::new();
+    let sites = (group.events.iter().enumerate())
+        .flat_map(|(i, event)| event.attrs().into_iter().map(move |(attr, _)| (i, event, attr)));
+    for (i, event, attr) in sites {
         let attr = Attr {
             read_format: FORMAT_TOTAL_TIME_ENABLED
                 | FORMAT_TOTAL_TIME_RUNNING
@@ -162,9 +173,13 @@ fn open_group(
             // A group starts disabled and is enabled whole once complete: members added to a
             // running leader would only join at its next context switch.
             flags: if inherit { FLAG_INHERIT } else { 0 }
-                | if together && i == 0 { FLAG_DISABLED } else { 0 }
+                | if together && fds.is_empty() {
+                    FLAG_DISABLED
+                } else {
+                    0
+                }
                 | event.exclude_flags(),
-            ..event.attr()
+            ..attr
         };
         let leader = match (together, fds.first()) {
             (true, Some(leader)) => leader.as_raw_fd(),
@@ -179,7 +194,8 @@ fn open_group(
                         source,
                     })?;
                 }
-                fds.push(fd)
+                fds.push(fd);
+                members.push(i);
             }
             Err(e) if pid > 0 && e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
             Err(e) => {
@@ -201,7 +217,7 @@ fn open_group(
             source: io::Error::last_os_error(),
         });
     }
-    Ok(Some(fds))
+    Ok(Some((fds, members)))
 }
 
 /// A tracepoint's filter, which the kernel applies before it counts a hit

@@ -8,12 +8,13 @@
 use profiler_common::{
     hit_weight,
     records::{fetch, Fetch, MAX_FETCHES},
+    MAX_SITE_VARIANTS,
 };
 use serde_json::Value;
 
 use super::{
     language::Event,
-    probe::Probe,
+    probe::{Probe, ProbeSite},
     tracepoint::Field,
     usdt::{self, Location},
 };
@@ -45,12 +46,13 @@ pub enum Source {
     Named,
 }
 
-/// One fetch resolved for one probe: the kernel's instructions, and how to show what it read.
+/// One fetch resolved for one event: the kernel's instructions at each of its site variants
+/// (see `ProbeSite::variant`; one for a tracepoint), and how to show what it read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fetched {
     /// As spelled (`arg1`, `line_value`): what the value is called in each record.
     pub name: String,
-    pub fetch: Fetch,
+    pub fetches: Vec<Fetch>,
     pub ty: Type,
 }
 
@@ -121,43 +123,89 @@ pub(crate) fn parse_type(text: &str) -> Result<Type, String> {
 /// fires in the file that has them (a user probe's entry, line or USDT site: at a return the
 /// program is in the caller's code). At a tracepoint (its `fields`): the string a pointer field
 /// points at (`filename:str`); its numbers are in its record.
-pub fn resolve(specs: &[FetchSpec], event: &Event, fields: &[Field]) -> Result<Vec<Fetched>, String> {
+///
+/// A probe's sites may place an argument differently (and globals lie at a different distance
+/// from each): each site gets the variant of the event's fetches that reads its own places
+/// (`ProbeSite::variant`). A value whose sites size it differently shows as 64 bits, each
+/// widened by its site.
+pub fn resolve(specs: &[FetchSpec], event: &mut Event, fields: &[Field]) -> Result<Vec<Fetched>, String> {
     let Some(probe) = &event.probe else {
         return specs.iter().map(|spec| pointed_string(spec, fields)).collect();
     };
-    let aarch64 = cfg!(target_arch = "aarch64");
-    let mut fetched = Vec::new();
-    for spec in specs {
-        let (fetch, natural) = match (spec.source, &probe.usdt_args) {
-            (Source::Named, _) => global(spec, probe)?,
-            (Source::Arg(n), Some(args)) => {
-                let arg = usdt::parse_arg_at(args, n as usize, aarch64)
-                    .map_err(|e| format!("{}: {e}", spec.name))?;
-                usdt_arg(&arg, probe)?
+    let per_site = (probe.sites.iter())
+        .map(|site| (specs.iter()).map(|spec| at_site(spec, probe, site)).collect())
+        .collect::<Result<Vec<Vec<(Fetch, Type)>>, String>>()?;
+    let mut variants: Vec<Vec<Fetch>> = Vec::new();
+    let sites = event.probe.as_mut().map_or(&mut [][..], |p| &mut p.sites[..]);
+    for (site, fetches) in sites.iter_mut().zip(&per_site) {
+        let sized = (fetches.iter().zip(specs))
+            .map(|(&(fetch, natural), spec)| sized(fetch, spec.ty.unwrap_or(natural), spec))
+            .collect::<Result<Vec<Fetch>, String>>()?;
+        site.variant = match variants.iter().position(|v| *v == sized) {
+            Some(variant) => variant as u8,
+            None => {
+                variants.push(sized);
+                (variants.len() - 1) as u8
             }
-            (_, Some(_)) => {
-                return Err(format!(
-                    "{}: a USDT probe has its own arguments (arg0..), no return",
-                    spec.name
-                ))
-            }
-            (_, None) => register(spec, probe, aarch64)?,
         };
-        let ty = spec.ty.unwrap_or(natural);
-        let size = match ty {
-            Type::Str if fetch.kind == fetch::CONSTANT => {
-                return Err(format!("{}: a constant is not a string's address", spec.name))
-            }
-            Type::Str => 0,
-            Type::Unsigned(n) | Type::Signed(n) | Type::Hex(n) => n,
-        };
-        fetched.push(Fetched {
-            name: spec.name.clone(),
-            fetch: Fetch { size, ..fetch },
-            ty,
-        });
     }
-    Ok(fetched)
+    if variants.len() > MAX_SITE_VARIANTS {
+        return Err(format!(
+            "its {} sites place these values {} ways; at most {MAX_SITE_VARIANTS} are read at one event's hits",
+            per_site.len(),
+            variants.len()
+        ));
+    }
+    let shown = |n: usize| {
+        let mut types = per_site.iter().map(|fetches| fetches[n].1);
+        let first = types.next().unwrap_or(Type::Unsigned(8));
+        match types.all(|ty| ty == first) {
+            true => first,
+            false if per_site.iter().any(|f| matches!(f[n].1, Type::Signed(_))) => Type::Signed(8),
+            false => Type::Unsigned(8),
+        }
+    };
+    Ok((specs.iter().enumerate())
+        .map(|(n, spec)| Fetched {
+            name: spec.name.clone(),
+            fetches: variants.iter().map(|v| v[n]).collect(),
+            ty: spec.ty.unwrap_or_else(|| shown(n)),
+        })
+        .collect())
+}
+
+/// One spec at one site of a probe: what the kernel reads there, and its natural type.
+fn at_site(spec: &FetchSpec, probe: &Probe, site: &ProbeSite) -> Result<(Fetch, Type), String> {
+    match (spec.source, &site.usdt_args) {
+        (Source::Named, _) => global(spec, probe, site),
+        (Source::Arg(n), Some(args)) => {
+            let arg = usdt::parse_arg_at(args, n as usize, cfg!(target_arch = "aarch64"))
+                .map_err(|e| format!("{}: {e}", spec.name))?;
+            usdt_arg(&arg, probe, site)
+        }
+        (_, Some(_)) => Err(format!(
+            "{}: a USDT probe has its own arguments (arg0..), no return",
+            spec.name
+        )),
+        (_, None) => register(spec, probe, cfg!(target_arch = "aarch64")),
+    }
+}
+
+/// A fetch read as `ty`: a number of its size, widened by its sign, or a string.
+fn sized(fetch: Fetch, ty: Type, spec: &FetchSpec) -> Result<Fetch, String> {
+    let (size, signed) = match ty {
+        Type::Str if fetch.kind == fetch::CONSTANT => {
+            return Err(format!("{}: a constant is not a string's address", spec.name))
+        }
+        Type::Str => (0, false),
+        Type::Signed(n) => (n, true),
+        Type::Unsigned(n) | Type::Hex(n) => (n, false),
+    };
+    Ok(Fetch {
+        size,
+        signed: u8::from(signed),
+        ..fetch
+    })
 }
 
 /// A function's argument at its entry, or its return value at a return: a register.
@@ -196,14 +244,14 @@ fn register(spec: &FetchSpec, probe: &Probe, aarch64: bool) -> Result<(Fetch, Ty
 }
 
 /// A global of the probed file, at a user probe that fires in its code.
-fn global(spec: &FetchSpec, probe: &Probe) -> Result<(Fetch, Type), String> {
+fn global(spec: &FetchSpec, probe: &Probe, site: &ProbeSite) -> Result<(Fetch, Type), String> {
     if probe.kernel || probe.ret {
         return Err(format!(
             "{}: a global is fetched at a user probe's entry or line, in the file it is in",
             spec.name
         ));
     }
-    let (delta, size) = super::probe::global_from(probe, &spec.name).map_err(|e| e.to_string())?;
+    let (delta, size) = super::probe::global_from(probe, site, &spec.name).map_err(|e| e.to_string())?;
     let natural = match size {
         1 | 2 | 4 | 8 => Type::Signed(size as u8),
         _ => Type::Str,
@@ -217,7 +265,7 @@ fn global(spec: &FetchSpec, probe: &Probe) -> Result<(Fetch, Type), String> {
 }
 
 /// A USDT probe's argument `n`, where its note says it is; typed as the note sizes it.
-fn usdt_arg(arg: &usdt::Arg, probe: &Probe) -> Result<(Fetch, Type), String> {
+fn usdt_arg(arg: &usdt::Arg, probe: &Probe, site: &ProbeSite) -> Result<(Fetch, Type), String> {
     let word = |offset: u16| Fetch {
         word: offset,
         ..Fetch::default()
@@ -240,7 +288,7 @@ fn usdt_arg(arg: &usdt::Arg, probe: &Probe) -> Result<(Fetch, Type), String> {
         // x86-64's `counter(%rip)`: at the probed instruction's address (the hit's `ip`) plus
         // the global's distance from it.
         Location::Global { symbol, offset } => {
-            let (delta, _) = super::probe::global_from(probe, symbol).map_err(|e| e.to_string())?;
+            let (delta, _) = super::probe::global_from(probe, site, symbol).map_err(|e| e.to_string())?;
             Fetch {
                 kind: fetch::MEMORY,
                 delta: delta.wrapping_add(*offset),
@@ -279,11 +327,11 @@ fn pointed_string(spec: &FetchSpec, fields: &[Field]) -> Result<Fetched, String>
     }
     Ok(Fetched {
         name: spec.name.clone(),
-        fetch: Fetch {
+        fetches: vec![Fetch {
             kind: fetch::WORD,
             word: field.offset as u16,
             ..Fetch::default()
-        },
+        }],
         ty: Type::Str,
     })
 }
@@ -342,6 +390,53 @@ mod tests {
         ] {
             assert!(parse_list(bad).is_err(), "{bad}");
         }
+    }
+
+    /// Sites that place an argument alike share one variant of the fetches; one sized
+    /// differently shows as 64 bits, each site widening its own as its note sizes it.
+    #[test]
+    fn each_site_reads_its_own_places_and_alike_sites_share_them() {
+        let mut event = crate::counters::language::Catalog::here()
+            .parse("page-faults")
+            .unwrap();
+        let site = |args: &str| ProbeSite {
+            usdt_args: Some(args.into()),
+            ..ProbeSite::default()
+        };
+        event.probe = Some(Probe {
+            target: std::ffi::CString::new("/bin/true").unwrap(),
+            kernel: false,
+            ret: false,
+            entry: false,
+            sites: vec![
+                site("-4@%eax 8@%rbx"),
+                site("8@-52(%rbp) 8@%rbx"),
+                site("-4@%eax 8@%rbx"),
+            ],
+        });
+        let fetched = resolve(&parse_list("arg0,arg1").unwrap(), &mut event, &[]).unwrap();
+        let variants: Vec<u8> = event
+            .probe
+            .as_ref()
+            .unwrap()
+            .sites
+            .iter()
+            .map(|s| s.variant)
+            .collect();
+        assert_eq!(variants, [0, 1, 0]);
+        assert_eq!(
+            (fetched[0].ty, fetched[1].ty),
+            (Type::Signed(8), Type::Unsigned(8))
+        );
+        let arg0: Vec<(u8, u8, u8)> = fetched[0]
+            .fetches
+            .iter()
+            .map(|f| (f.kind, f.size, f.signed))
+            .collect();
+        assert_eq!(arg0, [(fetch::WORD, 4, 1), (fetch::MEMORY, 8, 0)]);
+        // Typed, every site reads it as the type says.
+        let typed = resolve(&parse_list("arg0:s32").unwrap(), &mut event, &[]).unwrap();
+        assert!(typed[0].fetches.iter().all(|f| (f.size, f.signed) == (4, 1)));
     }
 
     #[test]

@@ -143,7 +143,7 @@ pub(crate) fn place(name: &str, event: &Event, fields: &[Field]) -> Result<(u16,
     };
     let register = match name {
         "retval" if probe.ret => hit_weight::RETVAL,
-        _ if probe.ret || !probe.entry || probe.usdt_args.is_some() => {
+        _ if probe.ret || !probe.entry || probe.is_usdt() => {
             return Err(format!(
                 "{name}: a probe's numbers are a function's arguments at its entry (arg1..arg{}) and its return value at a return (retval)",
                 hit_weight::MAX_ARG
@@ -252,12 +252,10 @@ mod tests {
         let mut event = tracepoint();
         event.probe = Some(crate::counters::probe::Probe {
             target: std::ffi::CString::new("/bin/true").unwrap(),
-            offset: 0,
             kernel: false,
             ret: true,
-            semaphore: None,
             entry: false,
-            usdt_args: None,
+            sites: vec![Default::default()],
         });
         let typed = compile("retval:s32 < 0", &event, &[]).unwrap();
         assert_eq!((typed[0].size, typed[0].signed), (4, 1));

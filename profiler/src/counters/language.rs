@@ -79,19 +79,28 @@ impl Event {
         self.is_tracepoint() || self.probe.is_some()
     }
 
-    /// Its `perf_event_attr`'s type and configuration (the caller sets the rest).
-    pub fn attr(&self) -> Attr {
-        let (config1, config2) = match &self.probe {
-            Some(probe) => (probe.target.as_ptr() as u64, probe.offset),
-            None => (0, 0),
-        };
-        Attr {
+    /// Its `perf_event_attr`s' type and configuration (the caller sets the rest): one, or a
+    /// probe's one per site, each with the site's fetch variant (see `ProbeSite`).
+    pub fn attrs(&self) -> Vec<(Attr, u8)> {
+        let attr = Attr {
             kind: self.kind,
             config: self.config,
-            config1,
-            config2,
             ..Attr::default()
-        }
+        };
+        let Some(probe) = &self.probe else {
+            return vec![(attr, 0)];
+        };
+        (probe.sites.iter())
+            .map(|site| {
+                let at_site = Attr {
+                    config: site.config,
+                    config1: probe.target.as_ptr() as u64,
+                    config2: site.offset,
+                    ..attr
+                };
+                (at_site, site.variant)
+            })
+            .collect()
     }
 
     /// `perf_event_attr` flag bits for `:u` and `:k`: exclude_user (bit 4), exclude_kernel (5).
@@ -316,20 +325,22 @@ impl Catalog {
             given: text.to_string(),
             reason,
         };
-        let probe = found.map_err(|e| invalid(e.to_string()))?;
+        let mut probe = found.map_err(|e| invalid(e.to_string()))?;
         let name = if probe.kernel { "kprobe" } else { "uprobe" };
         let pmu = (self.pmus.iter().find(|p| p.name == name)).ok_or_else(|| {
             invalid(format!(
                 "this kernel has no {name}s (no {name} PMU in /sys/bus/event_source/devices)"
             ))
         })?;
-        let mut terms = vec![("retprobe", u64::from(probe.ret))];
-        terms.extend(probe.semaphore.map(|offset| ("ref_ctr_offset", offset)));
-        let config = pmu.encode(&terms).map_err(invalid)?;
+        for site in &mut probe.sites {
+            let mut terms = vec![("retprobe", u64::from(probe.ret))];
+            terms.extend(site.semaphore.map(|offset| ("ref_ctr_offset", offset)));
+            site.config = pmu.encode(&terms).map_err(invalid)?;
+        }
         Ok(Event {
             name: text.to_string(),
             kind: pmu.kind,
-            config,
+            config: probe.sites.first().map_or(0, |site| site.config),
             exclude_kernel: false,
             exclude_user: false,
             precise: 0,

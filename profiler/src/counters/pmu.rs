@@ -39,6 +39,7 @@ pub fn open_counter(kind: u32, config: u64, pid: i32, cpu: i32) -> io::Result<Ow
 
 /// perf_event_attr up to config2 (PERF_ATTR_SIZE_VER1): what counting events need.
 #[repr(C)]
+#[derive(Clone, Copy)]
 pub struct Attr {
     pub kind: u32,
     pub size: u32,

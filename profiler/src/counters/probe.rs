@@ -20,19 +20,53 @@ use super::{cpu::parse_number, usdt};
 pub struct Probe {
     /// `perf_event_attr.config1`: the file, resolved and canonical, or the kernel function.
     pub target: CString,
-    /// The probed instruction's offset in the file, or into the kernel function.
-    pub offset: u64,
     /// In the kernel (the `kprobe` PMU's) rather than in user code.
     pub kernel: bool,
     /// At the function's returns rather than its entry.
     pub ret: bool,
-    /// A USDT site's semaphore, as an offset in the file: raised while the probe is attached.
-    pub semaphore: Option<u64>,
     /// At a function's first instruction, where its arguments are in their registers (not at an
     /// offset, an address, a source line or a USDT site).
     pub entry: bool,
+    /// Each instruction it fires at (one perf event each, counted as one event): one, or each
+    /// of a USDT probe's sites, or each inlined copy of a source line; at most `MAX_SITES`.
+    pub sites: Vec<ProbeSite>,
+}
+
+/// One instruction a probe fires at.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProbeSite {
+    /// Its offset in the file, or into the kernel function (`perf_event_attr.config2`).
+    pub offset: u64,
+    /// A USDT site's semaphore, as an offset in the file: raised while the probe is attached.
+    pub semaphore: Option<u64>,
     /// A USDT site's arguments, as its note spells them (`usdt::parse_arg_at`).
     pub usdt_args: Option<String>,
+    /// Its `perf_event_attr.config` (the probe PMU's `retprobe` and `ref_ctr_offset` terms),
+    /// set when the event is resolved on that PMU.
+    pub config: u64,
+    /// Which of its event's fetch variants its records read (`profiler_common::MAX_SITE_VARIANTS`):
+    /// sites whose arguments lie in the same places share one.
+    pub variant: u8,
+}
+
+/// Sites one probe fires at, at most: each is a perf event per probed process.
+pub const MAX_SITES: usize = 64;
+
+impl Probe {
+    /// A USDT probe (its arguments are its own, `arg0..`).
+    pub fn is_usdt(&self) -> bool {
+        self.sites.iter().any(|s| s.usdt_args.is_some())
+    }
+
+    fn at(target: CString, kernel: bool, ret: bool, entry: bool, sites: Vec<ProbeSite>) -> Probe {
+        Probe {
+            target,
+            kernel,
+            ret,
+            entry,
+            sites,
+        }
+    }
 }
 
 /// Why a probe's spelling names no instruction.
@@ -131,32 +165,31 @@ pub fn resolve(spelled: Spelled<'_>) -> Result<Probe, ProbeError> {
         }
     };
     let path = binary(file)?;
-    let (offset, usdt) = with_object(&path, |object, data| match spelled {
-        Spelled::Usdt { provider, name, .. } => {
-            let (offset, site) = usdt_site(object, data, &path, provider, name)?;
-            Ok((offset, Some(site)))
-        }
-        Spelled::Line { source, line, .. } => Ok((line_site(object, &path, source, line)?, None)),
+    let at = |offset| ProbeSite {
+        offset,
+        ..ProbeSite::default()
+    };
+    let sites = with_object(&path, |object, data| match spelled {
+        Spelled::Usdt { provider, name, .. } => usdt_sites(object, data, &path, provider, name),
+        Spelled::Line { source, line, .. } => Ok(line_sites(object, &path, source, line)?
+            .into_iter()
+            .map(at)
+            .collect()),
         Spelled::Function { function, .. } | Spelled::Kernel { function, .. } => {
-            Ok((offset_in(object, &path, function)?, None))
+            Ok(vec![at(offset_in(object, &path, function)?)])
         }
     })?;
-    let (semaphore, usdt_args) = match usdt {
-        Some((semaphore, args)) => (semaphore, Some(args)),
-        None => (None, None),
-    };
+    if sites.len() > MAX_SITES {
+        return Err(ProbeError::Invalid(format!(
+            "{} sites in {}: at most {MAX_SITES} are probed as one event",
+            sites.len(),
+            path.display()
+        )));
+    }
     let target = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| ProbeError::Invalid("a NUL in the path".into()))?;
     let entry = matches!(spelled, Spelled::Function { function, .. } if !function.contains('+') && !function.starts_with("0x"));
-    Ok(Probe {
-        target,
-        offset,
-        kernel: false,
-        ret,
-        semaphore,
-        entry,
-        usdt_args,
-    })
+    Ok(Probe::at(target, false, ret, entry, sites))
 }
 
 /// A kernel function's probe, the function checked against the kernel's symbols.
@@ -181,15 +214,12 @@ fn kernel_probe(ret: bool, spelled: &str) -> Result<Probe, ProbeError> {
             near: super::language::nearest(function, &functions),
         });
     }
-    Ok(Probe {
-        target: CString::new(function).map_err(|_| ProbeError::Invalid("a NUL in the name".into()))?,
+    let target = CString::new(function).map_err(|_| ProbeError::Invalid("a NUL in the name".into()))?;
+    let site = ProbeSite {
         offset,
-        kernel: true,
-        ret,
-        semaphore: None,
-        entry: offset == 0,
-        usdt_args: None,
-    })
+        ..ProbeSite::default()
+    };
+    Ok(Probe::at(target, true, ret, offset == 0, vec![site]))
 }
 
 /// The kernel's functions by name (sorted), from `/proc/kallsyms`; none where it cannot be read
@@ -208,67 +238,65 @@ fn kernel_functions() -> Vec<String> {
     names
 }
 
-/// A USDT site's offset, and its semaphore's (in the file) and arguments.
-fn usdt_site(
+/// Each site of a USDT probe: its offset, its semaphore's (in the file) and its arguments.
+fn usdt_sites(
     object: &object::File<'_>,
     data: &[u8],
     path: &Path,
     provider: &str,
     name: &str,
-) -> Result<(u64, (Option<u64>, String)), ProbeError> {
+) -> Result<Vec<ProbeSite>, ProbeError> {
     let all = usdt::sites(object, data);
-    let sites: Vec<&usdt::Site> = (all.iter())
-        .filter(|s| s.provider == provider && s.name == name)
-        .collect();
     let offset = |address| file_offset_of(object, path, address);
-    match sites.as_slice() {
-        [site] => Ok((
-            offset(site.address)?,
-            (site.semaphore.map(offset).transpose()?, site.args.clone()),
-        )),
-        [] => Err(ProbeError::Missing {
+    let sites = (all.iter())
+        .filter(|s| s.provider == provider && s.name == name)
+        .map(|site| {
+            Ok(ProbeSite {
+                offset: offset(site.address)?,
+                semaphore: site.semaphore.map(offset).transpose()?,
+                usdt_args: Some(site.args.clone()),
+                ..ProbeSite::default()
+            })
+        })
+        .collect::<Result<Vec<_>, ProbeError>>()?;
+    if sites.is_empty() {
+        return Err(ProbeError::Missing {
             what: format!("no USDT probe {provider}:{name} in {}", path.display()),
             near: super::language::nearest(
                 &format!("{provider}:{name}"),
-                &all.iter().map(|s| format!("{}:{}", s.provider, s.name)).collect::<Vec<_>>(),
+                &all.iter()
+                    .map(|s| format!("{}:{}", s.provider, s.name))
+                    .collect::<Vec<_>>(),
             ),
-        }),
-        more => Err(ProbeError::Invalid(format!(
-            "{provider}:{name} has {} sites in {}; one event probes one site yet: name each as uprobe:{}:0xADDRESS ({})",
-            more.len(),
-            path.display(),
-            path.display(),
-            more.iter().map(|s| format!("{:#x}", s.address)).collect::<Vec<_>>().join(", ")
-        ))),
+        });
     }
+    Ok(sites)
 }
 
-/// Where in the file a source line starts: its one site (a line inlined into several functions
-/// is refused with theirs).
-fn line_site(object: &object::File<'_>, path: &Path, source: &str, line: u64) -> Result<u64, ProbeError> {
-    match super::lines::sites(object, path, source, line)?.as_slice() {
-        [(address, _)] => file_offset_of(object, path, *address),
-        more => Err(ProbeError::Invalid(format!(
-            "{source}:{line} has code in {} functions of {} (inlined copies); one event probes one site yet: name each as uprobe:{}:0xADDRESS ({})",
-            more.len(),
-            path.display(),
-            path.display(),
-            more.iter().map(|(a, f)| format!("{a:#x} in {f}")).collect::<Vec<_>>().join(", ")
-        ))),
-    }
+/// Where in the file a source line starts: once per function its code is in (a line inlined
+/// into several has a copy in each).
+fn line_sites(
+    object: &object::File<'_>,
+    path: &Path,
+    source: &str,
+    line: u64,
+) -> Result<Vec<u64>, ProbeError> {
+    (super::lines::sites(object, path, source, line)?.iter())
+        .map(|(address, _)| file_offset_of(object, path, *address))
+        .collect()
 }
 
-/// Where the global `name` of a user probe's file is from the probed instruction (both move
-/// together when the file is loaded), and its size.
-pub fn global_from(probe: &Probe, name: &str) -> Result<(i64, u64), ProbeError> {
+/// Where the global `name` of a user probe's file is from the instruction probed at `site`
+/// (both move together when the file is loaded), and its size.
+pub fn global_from(probe: &Probe, site: &ProbeSite, name: &str) -> Result<(i64, u64), ProbeError> {
     let file = PathBuf::from(std::ffi::OsStr::from_bytes(probe.target.as_bytes()));
     with_object(&file, |object, _| {
         let probed = (object.segments())
             .find_map(|s| {
                 let (start, size) = s.file_range();
                 (start..start + size)
-                    .contains(&probe.offset)
-                    .then(|| s.address() + probe.offset - start)
+                    .contains(&site.offset)
+                    .then(|| s.address() + site.offset - start)
             })
             .ok_or_else(|| {
                 ProbeError::Invalid(format!(
@@ -559,7 +587,11 @@ mod tests {
         })
         .unwrap();
         assert_eq!(
-            (probe.target.to_str().unwrap(), probe.offset, probe.kernel),
+            (
+                probe.target.to_str().unwrap(),
+                probe.sites[0].offset,
+                probe.kernel
+            ),
             ("do_nanosleep", 8, true)
         );
         match resolve(Spelled::Kernel {
@@ -596,8 +628,8 @@ mod tests {
         let at = |function| spelling(&format!("uprobe:{me}:{function}")).map(resolve).unwrap();
         let main = at("main").unwrap();
         let plus = at("main+4").unwrap();
-        assert_eq!(plus.offset, main.offset + 4);
-        assert!(main.offset > 0);
+        assert_eq!(plus.sites[0].offset, main.sites[0].offset + 4);
+        assert!(main.sites[0].offset > 0);
         match at("mian") {
             Err(ProbeError::Missing { near, .. }) => assert!(near.contains(&"main".to_string()), "{near:?}"),
             other => panic!("{other:?}"),

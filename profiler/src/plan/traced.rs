@@ -34,7 +34,7 @@ pub(super) fn hit_weight(events: &[Event], weight: Option<u32>) -> Result<u32, U
     for event in events {
         let why = match &event.probe {
             None => "only a probe's samples can weigh an argument or the return value",
-            Some(p) if p.semaphore.is_some() || event.name.starts_with("usdt:") => {
+            Some(p) if p.is_usdt() => {
                 "a USDT probe's arguments are not the function's registers (not yet)"
             }
             Some(p) if weight == RETVAL && !p.ret => "a return value is a uretprobe's or kretprobe's",

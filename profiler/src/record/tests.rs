@@ -111,10 +111,10 @@ fn a_probes_record_reads_as_its_fetches_and_prints_as_a_line() {
     let event = Catalog::here().parse("page-faults").unwrap();
     let fetched = |name: &str, ty| Fetched {
         name: name.into(),
-        fetch: Fetch {
+        fetches: vec![Fetch {
             kind: fetch::WORD,
             ..Fetch::default()
-        },
+        }],
         ty,
     };
     let fetches = vec![

@@ -4,7 +4,7 @@
 use std::os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 
 use anyhow::Context as _;
-use profiler_common::names;
+use profiler_common::{names, with_site_variant};
 
 use super::AttachContext;
 use crate::{
@@ -117,11 +117,14 @@ pub(crate) fn open_traced(
         _ => programs.1,
     };
     let fd = hook.load_once(kernel, program)?;
-    let attr = Attr {
-        flags: event.exclude_flags(),
-        ..event.attr()
-    };
-    open_at_hits(fd, event, &attr, cookie, hook.scope(event, context)?)
+    let flags = event.exclude_flags();
+    open_at_hits(
+        fd,
+        event,
+        |attr| Attr { flags, ..attr },
+        cookie,
+        hook.scope(event, context)?,
+    )
 }
 
 /// Each event's filter into the kernel's table (`HIT_FILTERS`), at `event * MAX_FILTER_TERMS + n`.
@@ -144,17 +147,18 @@ pub(crate) fn set_filters(
     Ok(())
 }
 
-/// Open `event` (as `attr`) at each of `places` (`(pid, cpu)`), running `program_fd` at its
-/// hits with `cookie`; held open for the run.
+/// Open `event` (each of its `attrs`, as `fill` completes them) at each of `places` (`(pid,
+/// cpu)`), running `program_fd` at its hits with `cookie` (and each probe site's variant);
+/// held open for the run.
 pub(crate) fn run_at_hits(
     kernel: &mut Loaded,
     program_fd: RawFd,
     event: &Event,
-    attr: &Attr,
+    fill: impl Fn(Attr) -> Attr,
     cookie: u64,
     places: Vec<(i32, i32)>,
 ) -> anyhow::Result<()> {
-    for opened in open_at_hits(program_fd, event, attr, cookie, places)? {
+    for opened in open_at_hits(program_fd, event, fill, cookie, places)? {
         kernel.hold(opened);
     }
     Ok(())
@@ -164,7 +168,7 @@ pub(crate) fn run_at_hits(
 pub(crate) fn open_at_hits(
     program_fd: RawFd,
     event: &Event,
-    attr: &Attr,
+    fill: impl Fn(Attr) -> Attr,
     cookie: u64,
     places: Vec<(i32, i32)>,
 ) -> anyhow::Result<Vec<(OwnedFd, OwnedFd)>> {
@@ -174,10 +178,12 @@ pub(crate) fn open_at_hits(
             -1 => format!("on CPU {cpu}"),
             pid => format!("in process {pid}"),
         };
-        let fd = perf_event_open(attr, pid, cpu, -1).map_err(|e| open_error(event, &place, e))?;
-        let link = link_with_cookie(program_fd, fd.as_raw_fd(), cookie)
-            .with_context(|| format!("running a program at {} events {place}", event.spelled()))?;
-        opened.push((link, fd));
+        for (attr, variant) in event.attrs() {
+            let fd = perf_event_open(&fill(attr), pid, cpu, -1).map_err(|e| open_error(event, &place, e))?;
+            let link = link_with_cookie(program_fd, fd.as_raw_fd(), with_site_variant(cookie, variant))
+                .with_context(|| format!("running a program at {} events {place}", event.spelled()))?;
+            opened.push((link, fd));
+        }
     }
     Ok(opened)
 }

@@ -9,6 +9,7 @@ use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use profiler_common::{
     hit_cookie, names,
     records::{Fetch, HitRecord, StackedRecord, MAX_FETCHES},
+    MAX_SITE_VARIANTS,
 };
 
 use super::{hooks::open_traced, AttachContext, Attached, Batch, Source, Wants};
@@ -47,7 +48,10 @@ impl Spec {
             Array::try_from(take_map(&mut kernel.ebpf, names::RECORD_FETCHES)?)?;
         for (event, fetches) in self.fetches.iter().enumerate() {
             for (n, fetched) in fetches.iter().enumerate() {
-                table.set((event * MAX_FETCHES + n) as u32, fetched.fetch, 0)?;
+                for (variant, fetch) in fetched.fetches.iter().enumerate() {
+                    let slot = event * MAX_SITE_VARIANTS + variant;
+                    table.set((slot * MAX_FETCHES + n) as u32, fetch, 0)?;
+                }
             }
         }
         kernel.hold(table);

@@ -185,12 +185,13 @@ fn attach_sampling(
         Rate::Frequency(hz) => (hz, FLAG_FREQ, index as u64),
         Rate::Period(n) => (n, 0, index as u64),
     };
-    let attr = Attr {
+    let flags = freq | event.exclude_flags() | event.precise_flags();
+    let fill = |attr| Attr {
         sample_period: period,
-        flags: freq | event.exclude_flags() | event.precise_flags(),
-        ..event.attr()
+        flags,
+        ..attr
     };
-    run_at_hits(kernel, program_fd, event, &attr, cookie, places)
+    run_at_hits(kernel, program_fd, event, fill, cookie, places)
 }
 
 /// Open `events` on every CPU (one group per CPU when `group`) and hand them to the sampling
