@@ -67,7 +67,7 @@ mod pod {
 mod tests {
     use super::*;
 
-    /// `--weight`'s registers: x86-64's System V order in `struct pt_regs` (rdi at 112 ... r9 at
+    /// A function's arguments and return value: x86-64's System V order in `struct pt_regs` (rdi at 112 ... r9 at
     /// 64, rax at 80), AArch64's x0-x5 at 8 bytes each (the return value in x0).
     #[test]
     fn weights_read_the_calling_conventions_registers() {
@@ -77,7 +77,7 @@ mod tests {
         assert_eq!(register_offset(RETVAL, false), Some(80));
         assert_eq!(register_offset(ARG0 + 3, true), Some(16));
         assert_eq!(register_offset(RETVAL, true), Some(0));
-        assert_eq!(register_offset(ONE, false), None);
+        assert_eq!(register_offset(ARG0, false), None);
     }
 
     #[test]

@@ -87,6 +87,8 @@ names! {
         RECORDS = "RECORDS";
         /// What `record` fetches at each probe's hits (`Fetch`).
         RECORD_FETCHES = "RECORD_FETCHES";
+        /// What a sampled hit weighs (`--weight`): a number fetched as a record's is (`Fetch`).
+        WEIGHT_FETCHES = "WEIGHT_FETCHES";
         /// Per CPU, the records the full ring had no room for.
         RECORDS_LOST = "RECORDS_LOST";
         /// `stat --by`: where each event's counted number is (`ByField`).
@@ -146,8 +148,6 @@ names! {
         G_EXEC_OLD_PID = "EXEC_OLD_PID_OFFSET";
         /// `latency`: each side's key (`LatencyKeys`).
         G_LATENCY_KEYS = "LATENCY_KEYS";
-        /// What a probe's sampled hit weighs (`hit_weight`).
-        G_HIT_WEIGHT = "HIT_WEIGHT";
         /// `record -g`: each record with its stacks (`StackedRecord`).
         G_RECORD_STACKS = "RECORD_STACKS";
         /// `trace --duration-min`: calls at least this long are sent (0: none).
@@ -162,12 +162,12 @@ pub const KERNEL_ONLY_MAPS: [&str; 16] = [
     "BUILD_ID_SCRATCH",
     "COUNTER_BASELINE",
     "CPU_HISTORY",
+    "HIT_WEIGHTS",
     "LATENCY_PENDING",
     "LOCK_WALK",
     "LOCK_WALK_FOR",
     "OFFCPU_WALK",
     "PROBE_HIT_WALK",
-    "PROBE_HIT_WEIGHTS",
     "PTHREAD_WALK",
     "PTHREAD_WALK_FOR",
     "SLOW_CALL_PENDING",

@@ -153,13 +153,9 @@ impl FilterTerm {
     }
 }
 
-/// What a probe's sampled hit weighs (`--weight arg1`: the bytes a `malloc` asks, by call site):
-/// one, or the value of an argument or of the return value, as user space says it (`ONE`,
-/// `ARG0 + n`, `RETVAL`). The kernel's global `HIT_WEIGHT` holds where that register is: 0 for
-/// one, else its byte offset in the probe's `pt_regs` plus one (see `register_offset`).
+/// A function's arguments and return value in a probe's registers, as fetches, filters, keys
+/// and weights name them (`ARG0 + n`, `RETVAL`; see `register_offset`).
 pub mod hit_weight {
-    /// Each sample counts one.
-    pub const ONE: u32 = 0;
     /// Arguments 1 to 6: `ARG0 + n`.
     pub const ARG0: u32 = 0;
     pub const MAX_ARG: u32 = 6;

@@ -8,10 +8,12 @@ use aya_ebpf::{
     macros::{map, uprobe},
     maps::{Array, PerCpuArray},
     programs::{tracing::StackIdContext, ProbeContext},
-    EbpfContext as _,
+    EbpfContext,
 };
 use profiler_common::{
-    filter_op, hit_cookie_parts, FilterTerm, HealthCounter, MAX_FILTER_TERMS, MAX_SAMPLING_EVENTS,
+    filter_op, hit_cookie_parts,
+    records::{fetch, Fetch},
+    site_variant, FilterTerm, HealthCounter, MAX_FILTER_TERMS, MAX_SAMPLING_EVENTS, MAX_SITE_VARIANTS,
 };
 
 use crate::{
@@ -30,22 +32,25 @@ static HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_SAMPLING_EVENT
 static HIT_FILTERS: Array<FilterTerm> =
     Array::with_max_entries((MAX_SAMPLING_EVENTS * MAX_FILTER_TERMS) as u32, 0);
 
-/// Set by the loader: what a probe's sampled hit weighs: 0 one, else the byte offset of the
-/// register to read in its `pt_regs`, plus one (`profiler_common::hit_weight`).
-#[unsafe(no_mangle)]
-static HIT_WEIGHT: u32 = 0;
+/// Set by user space (`--weight`): what a sampled hit weighs, at `event * MAX_SITE_VARIANTS +
+/// variant` (a probe site's, see `with_site_variant`): a number read as a record's fetch is (an
+/// argument, the return value, a tracepoint's field, a USDT argument, a global); none weighs one.
+#[map(name = "WEIGHT_FETCHES")]
+static WEIGHT_FETCHES: Array<Fetch> =
+    Array::with_max_entries((MAX_SAMPLING_EVENTS * MAX_SITE_VARIANTS) as u32, 0);
 
-/// Per CPU, the weight of the probe hit whose stack the walker is walking (a probe's program
-/// does not nest on its CPU).
-#[map(name = "PROBE_HIT_WEIGHTS")]
-static PROBE_HIT_WEIGHTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
+/// Per CPU, the weight of the hit whose stack the walker is walking: a probe's at 0, a
+/// tracepoint's at 1 (neither program nests on its CPU).
+#[map(name = "HIT_WEIGHTS")]
+static HIT_WEIGHTS: PerCpuArray<u64> = PerCpuArray::with_max_entries(2, 0);
 
 tracepoint! {
 pub fn sample_tracepoint(ctx: TracePointContext) -> u32 {
     if let Some((tgid, tid, _)) = sampled_hit(&ctx) {
+        let weight = weight(&ctx, 0, TRACEPOINT_WALK);
         // Hands the sample to the table walker if the process has tables (no return then).
         crate::unwind::start_tracepoint_hit(&ctx, tgid, tid);
-        record_sample(&ctx, tgid, tid, None, 1);
+        record_sample(&ctx, tgid, tid, None, weight);
     }
     crate::PASS_ON
 }
@@ -54,34 +59,42 @@ pub fn sample_tracepoint(ctx: TracePointContext) -> u32 {
 #[uprobe]
 pub fn sample_probe(ctx: ProbeContext) -> u32 {
     if let Some((tgid, tid, _)) = sampled_hit(&ctx) {
-        let weight = weight(&ctx);
-        if let Some(slot) = PROBE_HIT_WEIGHTS.get_ptr_mut(0) {
-            unsafe { *slot = weight };
-        }
+        let weight = weight(&ctx, crate::arch::pc(unsafe { &*ctx.regs }), PROBE_WALK);
         crate::unwind::start_probe_hit(&ctx, tgid, tid);
         record_sample(&ctx, tgid, tid, None, weight);
     }
     0
 }
 
-/// What this probe hit weighs: one, or the value of the register `HIT_WEIGHT` names (an
-/// argument's or the return value's).
+/// `HIT_WEIGHTS`' slots.
+pub const PROBE_WALK: u32 = 0;
+pub const TRACEPOINT_WALK: u32 = 1;
+
+/// What this hit weighs (`WEIGHT_FETCHES`), kept in `walk`'s slot for the walker: one, or the
+/// number its event's fetch reads (`pc`: where a probe hit). A negative number (an error
+/// returned, -1) or one that could not be read weighs nothing.
 #[inline(always)]
-fn weight(ctx: &ProbeContext) -> u64 {
-    match unsafe { core::ptr::read_volatile(&HIT_WEIGHT) } {
-        0 => 1,
-        at => {
-            // A negative value (an error returned, -1) weighs nothing rather than 2^64 - 1.
-            let value = context_word(ctx.as_ptr() as *const u8, (at - 1) as usize).unwrap_or(0) as i64;
-            value.max(0) as u64
+fn weight<C: EbpfContext>(ctx: &C, pc: u64, walk: u32) -> u64 {
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let slot =
+        u32::from(hit_cookie_parts(cookie).0) * MAX_SITE_VARIANTS as u32 + u32::from(site_variant(cookie));
+    let weight = match WEIGHT_FETCHES.get(slot) {
+        Some(fetch) if fetch.kind != fetch::NONE => {
+            let value = crate::records::fetched_number(ctx.as_ptr() as *const u8, pc, fetch).unwrap_or(0);
+            (value as i64).max(0) as u64
         }
+        _ => 1,
+    };
+    if let Some(kept) = HIT_WEIGHTS.get_ptr_mut(walk) {
+        unsafe { *kept = weight };
     }
+    weight
 }
 
-/// The weight of the probe hit being walked on this CPU (see `sample_probe`).
+/// The weight of the hit being walked on this CPU (see `weight`).
 #[inline(always)]
-pub fn walked_probe_weight() -> u64 {
-    PROBE_HIT_WEIGHTS.get(0).copied().unwrap_or(1)
+pub fn walked_weight(walk: u32) -> u64 {
+    HIT_WEIGHTS.get(walk).copied().unwrap_or(1)
 }
 
 /// Count a hit of a target thread; the thread and the event if this hit is one to sample (or,

@@ -199,36 +199,55 @@ fn fetch_all(context: *const u8, pc: u64, record: &mut HitRecord, slot: u32) {
 /// Fetch `n` of this hit into the record; false where memory could not be read.
 #[inline(always)]
 fn fetch_one(context: *const u8, pc: u64, fetch: &Fetch, record: &mut HitRecord, n: usize) -> bool {
-    let word = || crate::hits::context_word(context, fetch.word as usize);
-    let mut address = match fetch.kind {
-        fetch::WORD => word(),
-        fetch::MEMORY => word().map(|base| base.wrapping_add(fetch.delta as u64)),
-        fetch::CONSTANT => Some(fetch.delta as u64),
-        _ => Some(pc.wrapping_add(fetch.delta as u64)),
-    };
-    if fetch.kind == fetch::MEMORY && fetch.size == 0 {
+    if fetch.size != 0 {
+        let Some(value) = fetched_number(context, pc, fetch) else {
+            return false;
+        };
+        record.values[n.min(MAX_FETCHES - 1)] = value;
+        return true;
+    }
+    let mut address = address_of(context, pc, fetch);
+    if fetch.kind == fetch::MEMORY {
         // A pointer kept in memory: the string is where it points.
         address = address.and_then(|at| unsafe { bpf_probe_read_user(at as *const u64) }.ok());
     }
     let Some(address) = address else {
         return false;
     };
-    if fetch.size == 0 {
-        // A string: where the word points, or the global's own bytes.
-        let start = n.min(MAX_FETCHES - 1) * STRING_BYTES;
-        let slot = &mut record.strings[start..start + STRING_BYTES];
-        let Ok(read) = (unsafe { bpf_probe_read_user_str_bytes(address as *const u8, slot) }) else {
-            return false;
-        };
-        if read.len() == STRING_BYTES - 1 {
-            // The slot is full: cut, unless its last byte was the string's end.
-            let past = address.wrapping_add(STRING_BYTES as u64 - 1) as *const u8;
-            if unsafe { bpf_probe_read_user(past) }.is_ok_and(|byte| byte != 0) {
-                record.cut |= 1 << n;
-            }
+    // A string: where the word points, or the global's own bytes.
+    let start = n.min(MAX_FETCHES - 1) * STRING_BYTES;
+    let slot = &mut record.strings[start..start + STRING_BYTES];
+    let Ok(read) = (unsafe { bpf_probe_read_user_str_bytes(address as *const u8, slot) }) else {
+        return false;
+    };
+    if read.len() == STRING_BYTES - 1 {
+        // The slot is full: cut, unless its last byte was the string's end.
+        let past = address.wrapping_add(STRING_BYTES as u64 - 1) as *const u8;
+        if unsafe { bpf_probe_read_user(past) }.is_ok_and(|byte| byte != 0) {
+            record.cut |= 1 << n;
         }
-        return true;
     }
+    true
+}
+
+/// Where a fetch's value lies (a word or a constant: the value itself). `context`: the
+/// program's, `pc`: where a probe hit.
+#[inline(always)]
+fn address_of(context: *const u8, pc: u64, fetch: &Fetch) -> Option<u64> {
+    let word = || crate::hits::context_word(context, fetch.word as usize);
+    match fetch.kind {
+        fetch::WORD => word(),
+        fetch::MEMORY => word().map(|base| base.wrapping_add(fetch.delta as u64)),
+        fetch::CONSTANT => Some(fetch.delta as u64),
+        _ => Some(pc.wrapping_add(fetch.delta as u64)),
+    }
+}
+
+/// A fetch's number (`size` 1 to 8 bytes), widened to 64 bits as its sign says; none where
+/// memory could not be read. What a record, a weight and a filter read alike.
+#[inline(always)]
+pub(crate) fn fetched_number(context: *const u8, pc: u64, fetch: &Fetch) -> Option<u64> {
+    let address = address_of(context, pc, fetch)?;
     let value = match (fetch.kind, fetch.size) {
         (fetch::WORD | fetch::CONSTANT, _) => Ok(address),
         (_, 1) => unsafe { bpf_probe_read_user(address as *const u8) }.map(u64::from),
@@ -236,13 +255,7 @@ fn fetch_one(context: *const u8, pc: u64, fetch: &Fetch, record: &mut HitRecord,
         (_, 4) => unsafe { bpf_probe_read_user(address as *const u32) }.map(u64::from),
         _ => unsafe { bpf_probe_read_user(address as *const u64) },
     };
-    match value {
-        Ok(value) => {
-            record.values[n.min(MAX_FETCHES - 1)] = extended(value, fetch);
-            true
-        }
-        Err(_) => false,
-    }
+    value.ok().map(|value| extended(value, fetch))
 }
 
 /// A number of the fetch's size widened to 64 bits as its sign says (a register's upper bits

@@ -350,7 +350,7 @@ pub fn unwind_tracepoint_hit(ctx: TracePointContext) -> u32 {
         &ctx,
         &TRACEPOINT_HIT_WALK,
         &TRACEPOINT_HIT_UNWIND_PROGRAMS,
-        1,
+        crate::hits::walked_weight(crate::hits::TRACEPOINT_WALK),
         Some(recorded),
     );
     // A tail call's return is the tracepoint program's (see `PASS_ON`).
@@ -361,7 +361,7 @@ pub fn unwind_tracepoint_hit(ctx: TracePointContext) -> u32 {
 /// Loaded beside the probe sampler (never attached): it is only tail-called.
 #[uprobe]
 pub fn unwind_probe_hit(ctx: ProbeContext) -> u32 {
-    let weight = crate::hits::walked_probe_weight();
+    let weight = crate::hits::walked_weight(crate::hits::PROBE_WALK);
     let recorded = crate::records::walked_probe;
     let _ = walk_sample(
         &ctx,

@@ -78,9 +78,6 @@ pub struct LoadOptions<'a> {
     pub thread_offsets: ThreadOffsets,
     /// `latency`: each side's key.
     pub latency_keys: profiler_common::latency::LatencyKeys,
-    /// What a probe's sample counts: 0 one, else the byte offset of the register it reads in the
-    /// probe's `pt_regs`, plus one (`profiler_common::hit_weight`).
-    pub hit_weight: u32,
     /// `record -g`: each record with its stacks.
     pub record_stacks: u32,
     /// `trace --duration-min`: calls at least this long are sent whole (0: none).
@@ -153,7 +150,6 @@ impl<'a> LoadOptions<'a> {
                 ..Default::default()
             },
             latency_keys: Default::default(),
-            hit_weight: 0,
             record_stacks: 0,
             slow_call_ns: 0,
             latency_slow_ns: 0,
@@ -200,7 +196,6 @@ impl Loaded {
             .override_global(names::G_NVCSW, &options.nvcsw_offset, true)
             .override_global(names::G_THREAD_OFFSETS, &options.thread_offsets, true)
             .override_global(names::G_LATENCY_KEYS, &options.latency_keys, true)
-            .override_global(names::G_HIT_WEIGHT, &options.hit_weight, true)
             .override_global(names::G_RECORD_STACKS, &options.record_stacks, true)
             .override_global(names::G_SLOW_CALL_NS, &options.slow_call_ns, true)
             .override_global(names::G_LATENCY_SLOW_NS, &options.latency_slow_ns, true);

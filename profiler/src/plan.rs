@@ -159,8 +159,8 @@ pub struct Plan {
     pub record: Option<records::Spec>,
     /// `trace`: which calls are also listed one by one.
     pub syscalls: syscalls::Spec,
-    /// What a probe's sample counts (`profiler_common::hit_weight`).
-    pub weight: u32,
+    /// What a tracing event's sample counts (`--weight`; none: one).
+    pub weight: Option<crate::sources::samples::Weighed>,
     /// Per tracing event, what its hits must pass to be counted and sampled or recorded.
     pub filters: Vec<Vec<profiler_common::FilterTerm>>,
 }
@@ -187,7 +187,7 @@ impl Plan {
             ));
         }
         let catalog = Catalog::here();
-        let events = sampling_events(&catalog, &cli.events)?;
+        let mut events = sampling_events(&catalog, &cli.events)?;
         several_events_fit(&events, &cli, format)?;
         traced_events_fit(&events, &cli)?;
         let rate = rate_of(&events, cli.period, frequency_hz);
@@ -234,7 +234,7 @@ impl Plan {
         let debuginfod = cli.names.debuginfod()?;
         Ok(Plan {
             mode: cli.mode,
-            weight: hit_weight(&events, cli.weight)?,
+            weight: hit_weight(&mut events, cli.weight.as_ref())?,
             filters: hit_filters(&events, cli.filter.as_deref())?,
             events,
             rate,
@@ -437,7 +437,7 @@ impl Plan {
             latency: None,
             record: None,
             syscalls: syscalls::Spec::default(),
-            weight: profiler_common::hit_weight::ONE,
+            weight: None,
             filters: Vec::new(),
         })
     }
@@ -532,7 +532,7 @@ impl Plan {
             rate: self.rate,
             counters,
             group,
-            weight: self.weight,
+            weight: self.weight.clone(),
             filters: self.filters.clone(),
         }))
     }

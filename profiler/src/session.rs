@@ -251,8 +251,8 @@ fn report_run(
                 None => write(&|out| renderer.hotspot(&report, out))?,
             }
             Ok(match plan.weight {
-                profiler_common::hit_weight::ONE => format!("{} samples", report.samples),
-                _ => format!("{} samples, weighing {}", health.samples, report.samples),
+                None => format!("{} samples", report.samples),
+                Some(_) => format!("{} samples, weighing {}", health.samples, report.samples),
             })
         }
     }
@@ -549,11 +549,7 @@ async fn record(
         cpus,
         notes,
         counters,
-        weight: match plan.weight {
-            profiler_common::hit_weight::ONE => None,
-            profiler_common::hit_weight::RETVAL => Some("retval".into()),
-            n => Some(format!("arg{}", n - profiler_common::hit_weight::ARG0)),
-        },
+        weight: plan.weight.as_ref().map(|w| w.name.clone()),
     };
     Ok(Recording {
         stopped,

@@ -945,19 +945,65 @@ fn weighted_by_an_argument_every_tenth_malloc_splits_by_the_bytes_asked() {
     );
     refused_in_one_line(
         &["-e", "syscalls:sys_enter_write", "--weight", "arg1", "--", "true"],
-        "only a probe's samples",
+        "a tracepoint's numbers are its number fields (__syscall_nr, fd, buf, count)",
+    );
+    refused_in_one_line(
+        &[
+            "-e",
+            "syscalls:sys_enter_write",
+            "--weight",
+            "cuont",
+            "--",
+            "true",
+        ],
+        "no field `cuont`: did you mean count",
     );
     refused_in_one_line(
         &["-e", "uprobe:libc:malloc", "--weight", "retval", "--", "true"],
-        "a return value is a uretprobe's",
+        "retval is a uretprobe's",
     );
-    let out = run(&["-e", "uprobe:libc:malloc", "--weight", "arg7", "--", "true"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("arg1 to arg6 or retval"),
-        "{}",
-        stderr(&out)
+    refused_in_one_line(
+        &["-e", "uprobe:libc:malloc", "--weight", "arg7", "--", "true"],
+        "a function's arguments are arg1..arg6",
     );
+}
+
+/// `--weight` by any number a hit has: a tracepoint's field (`sys_enter_write`'s `count`: the
+/// bytes each write asked, the workload's 1-byte writes and its TRUTH line at exit), and a USDT
+/// probe's argument, read at each site where its note puts it (`events:step`'s third is its
+/// site's number: 1 at 2000 steps, 2 at 1000). Each sample weighs exactly that.
+#[test]
+fn weighted_by_a_tracepoints_field_or_a_usdt_argument() {
+    let events = events_bin();
+    let path = temp_path(&format!("weighed-{}.json", rand_suffix()));
+    let out = run(&[
+        "-e",
+        "syscalls:sys_enter_write",
+        "--weight",
+        "count",
+        "-o",
+        path.to_str().unwrap(),
+        "--",
+        &events,
+        "writes",
+        "500",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (report, truth) = (Report::read(&path), truth(&stdout(&out)));
+    let written = truth["writes"] + stdout(&out).len() as f64;
+    let weighed = report.samples_of(truth["pid"] as u32) as f64;
+    println!("wrote {written} bytes; the samples weigh {weighed}");
+    assert_eq!(weighed, written);
+
+    let step = format!("usdt:{events}:events:step");
+    let (report, notes, truth) = sample_hits_with(&["-e", &step, "--weight", "arg2"], "usdt", "3000");
+    let weighed = report.samples_of(truth["pid"] as u32) as f64;
+    println!(
+        "{} steps at site 1 and {} at site 2; the samples weigh {weighed}; {notes}",
+        truth["site1"], truth["site2"]
+    );
+    assert_eq!(weighed, truth["site1"] + 2.0 * truth["site2"]);
+    assert!(notes.contains("each sample counts arg2"), "{notes}");
 }
 
 /// USDT: Debian's python3.11 marks each garbage collection with `python:gc__start`, behind a

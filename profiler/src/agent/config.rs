@@ -47,7 +47,7 @@ impl Config {
                     rate: samples::Rate::Frequency(self.frequency_hz),
                     counters: self.counter_events(),
                     group: true,
-                    weight: profiler_common::hit_weight::ONE,
+                    weight: None,
                     filters: Vec::new(),
                 })),
                 Kind::Sched => Some(Spec::Sched(sched::Spec::new(

@@ -44,11 +44,13 @@ pub struct Cli {
     /// Sample every N occurrences of the event instead (perf's -c): `-e branch-misses -c 1000`.
     #[arg(short = 'c', long = "count", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub period: Option<u64>,
-    /// Probes sampled with -e: each sample counts the value of an argument (`arg1`..`arg6`) or of
-    /// the return value (`retval`, a uretprobe's) instead of one: `-e uprobe:libc:malloc
-    /// --weight arg1` gives the bytes asked, by call site.
-    #[arg(long, value_name = "argN|retval", value_parser = parse_weight)]
-    pub weight: Option<u32>,
+    /// Tracepoints and probes sampled with -e: each sample counts a number read at the hit
+    /// instead of one: a function's argument (`arg1`..`arg6`) or return value (`retval`, a
+    /// uretprobe's), a USDT probe's argument (`arg0`..), a tracepoint's field (`bytes`) or a
+    /// global, as `record --fetch` reads them (`:TYPE` too). `-e uprobe:libc:malloc --weight
+    /// arg1` gives the bytes asked, by call site.
+    #[arg(long, value_name = "argN|retval|FIELD[:TYPE]", value_parser = parse_weight)]
+    pub weight: Option<crate::counters::fetch::FetchSpec>,
     /// Tracepoints and probes sampled with -e: only the hits this filter passes count, up to 4
     /// comparisons joined by && of their number fields, arg1..arg6 or retval (`count > 4096`).
     #[arg(long, value_name = "EXPRESSION")]
@@ -144,15 +146,11 @@ pub struct Cli {
     pub command: Vec<OsString>,
 }
 
-/// `arg1`..`arg6` or `retval`, as `profiler_common::hit_weight` says them.
-fn parse_weight(text: &str) -> Result<u32, String> {
-    use profiler_common::hit_weight;
-    match text {
-        "retval" => Ok(hit_weight::RETVAL),
-        _ => match text.strip_prefix("arg").and_then(|n| n.parse::<u32>().ok()) {
-            Some(n @ 1..=hit_weight::MAX_ARG) => Ok(hit_weight::ARG0 + n),
-            _ => Err(format!("`{text}`: arg1 to arg{} or retval", hit_weight::MAX_ARG)),
-        },
+/// One number, as `record --fetch` spells it.
+fn parse_weight(text: &str) -> Result<crate::counters::fetch::FetchSpec, String> {
+    match crate::counters::fetch::parse_list(text)?.as_slice() {
+        [spec] => Ok(spec.clone()),
+        _ => Err("one number".into()),
     }
 }
 

@@ -154,12 +154,7 @@ type Opened = (Vec<OwnedFd>, Vec<usize>);
 
 /// One group's counters on one thread (`pid`) or CPU, each with its event's place in the
 /// group; none when the thread has exited.
-fn open_group(
-    group: &Group,
-    pid: i32,
-    cpu: i32,
-    inherit: bool,
-) -> Result<Option<Opened>, CountingError> {
+fn open_group(group: &Group, pid: i32, cpu: i32, inherit: bool) -> Result<Option<Opened>, CountingError> {
     let together = group.together;
     let mut fds: Vec<OwnedFd> = Vec::new();
     let mut members = Vec::new();

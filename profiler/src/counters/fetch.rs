@@ -303,16 +303,65 @@ fn usdt_arg(arg: &usdt::Arg, probe: &Probe, site: &ProbeSite) -> Result<(Fetch, 
     Ok((fetch, natural))
 }
 
-/// A tracepoint's pointer field, fetched as the string it points at in user memory.
-fn pointed_string(spec: &FetchSpec, fields: &[Field]) -> Result<Fetched, String> {
-    let Some(field) = fields.iter().find(|f| f.name == spec.name) else {
+/// `spec` as one number read at each hit of `event` (what a sample weighs): a tracepoint's
+/// number field, as its record holds it, or what `resolve` reads at a probe; a fetch for each of
+/// the probe's site variants.
+pub fn number(spec: &FetchSpec, event: &mut Event, fields: &[Field]) -> Result<Vec<Fetch>, String> {
+    if event.probe.is_some() {
+        let fetched = resolve(std::slice::from_ref(spec), event, fields)?;
+        return match fetched.first() {
+            Some(fetched) if fetched.ty != Type::Str => Ok(fetched.fetches.clone()),
+            _ => Err(format!("{}: a number is asked, not text", spec.name)),
+        };
+    }
+    let numeric = |f: &&Field| {
+        matches!(f.size, 1 | 2 | 4 | 8) && !f.is_text() && !f.is_dynamic() && !f.array && f.offset + 8 <= 512
+    };
+    let refused = || {
+        let names: Vec<&str> = (fields.iter().filter(numeric))
+            .map(|f| f.name.as_str())
+            .filter(|name| !name.starts_with("common_"))
+            .collect();
+        format!(
+            "{}: a tracepoint's numbers are its number fields ({})",
+            spec.name,
+            names.join(", ")
+        )
+    };
+    if spec.source != Source::Named {
+        return Err(refused());
+    }
+    let field = field_named(spec, fields)?;
+    if !numeric(&field) {
+        return Err(refused());
+    }
+    let natural = match field.signed {
+        true => Type::Signed(field.size as u8),
+        false => Type::Unsigned(field.size as u8),
+    };
+    let word = Fetch {
+        kind: fetch::WORD,
+        word: field.offset as u16,
+        ..Fetch::default()
+    };
+    Ok(vec![sized(word, spec.ty.unwrap_or(natural), spec)?])
+}
+
+/// The tracepoint field `spec` names; a missing one names the nearest.
+fn field_named<'a>(spec: &FetchSpec, fields: &'a [Field]) -> Result<&'a Field, String> {
+    fields.iter().find(|f| f.name == spec.name).ok_or_else(|| {
         let names: Vec<String> = fields.iter().map(|f| f.name.clone()).collect();
-        return Err(super::probe::ProbeError::Missing {
+        super::probe::ProbeError::Missing {
             what: format!("no field `{}`", spec.name),
             near: super::language::nearest(&spec.name, &names),
         }
-        .to_string());
-    };
+        .to_string()
+    })
+}
+
+/// A tracepoint's pointer field, fetched as the string it points at in user memory.
+fn pointed_string(spec: &FetchSpec, fields: &[Field]) -> Result<Fetched, String> {
+    let field = field_named(spec, fields)?;
     if field.offset + 8 > 512 {
         return Err(format!(
             "{}: past the record's first 512 bytes, where fetches read",

@@ -23,32 +23,26 @@ pub(super) fn not_traced(event: &Event, flag: &str) -> Result<(), UserError> {
     }
 }
 
-/// `--weight`: what each sample of a probe counts. Only a probe's registers hold the function's
-/// arguments and return value (a USDT probe's arguments are described otherwise, a tracepoint
-/// has fields); the return value only at a return.
-pub(super) fn hit_weight(events: &[Event], weight: Option<u32>) -> Result<u32, UserError> {
-    use profiler_common::hit_weight::{ONE, RETVAL};
-    let Some(weight) = weight else {
-        return Ok(ONE);
+/// `--weight`: what each sample of a tracing event counts, read at each hit as `record
+/// --fetch` reads it (each probe site its own way: `ProbeSite::variant`).
+pub(super) fn hit_weight(
+    events: &mut [Event],
+    weight: Option<&crate::counters::fetch::FetchSpec>,
+) -> Result<Option<crate::sources::samples::Weighed>, UserError> {
+    let Some(spec) = weight else {
+        return Ok(None);
     };
-    for event in events {
-        let why = match &event.probe {
-            None => "only a probe's samples can weigh an argument or the return value",
-            Some(p) if p.is_usdt() => {
-                "a USDT probe's arguments are not the function's registers (not yet)"
-            }
-            Some(p) if weight == RETVAL && !p.ret => "a return value is a uretprobe's or kretprobe's",
-            Some(p) if weight != RETVAL && p.ret => {
-                "at a return the argument registers hold whatever the function left in them: weigh a return by retval"
-            }
-            Some(_) => continue,
-        };
-        return Err(UserError::Usage(format!(
-            "--weight with -e {}: {why}",
-            event.spelled()
-        )));
-    }
-    Ok(weight)
+    let fetches = (events.iter_mut())
+        .map(|event| {
+            let fields = tracepoint_fields(event);
+            crate::counters::fetch::number(spec, event, &fields)
+                .map_err(|why| UserError::Usage(format!("--weight with -e {}: {why}", event.spelled())))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(Some(crate::sources::samples::Weighed {
+        name: spec.name.clone(),
+        fetches,
+    }))
 }
 
 /// `--filter` when sampling or recording: each event's terms, judged by its program at each hit.

@@ -58,8 +58,8 @@ pub struct Spec {
     /// Counters whose deltas each sample carries, opened as one group per CPU when `group`.
     pub counters: Vec<Event>,
     pub group: bool,
-    /// What a probe's sample counts (`profiler_common::hit_weight`): one, or a register's value.
-    pub weight: u32,
+    /// What a tracing event's sample counts (`--weight`; none: one).
+    pub weight: Option<Weighed>,
     /// Per event, what its hits must pass (`--filter`; none: every hit).
     pub filters: Vec<Vec<profiler_common::FilterTerm>>,
 }
@@ -70,9 +70,6 @@ impl Spec {
         if self.events.iter().any(Event::is_traced) {
             options.use_maps([&names::HITS]);
         }
-        options.hit_weight =
-            profiler_common::hit_weight::register_offset(self.weight, cfg!(target_arch = "aarch64"))
-                .map_or(0, |offset| offset + 1);
         if !self.counters.is_empty() {
             options.use_maps(names::DELTAS.iter().chain([&names::PENDING_DELTAS]));
             options.counters = self.counters.len() as u32;
@@ -90,6 +87,9 @@ impl Spec {
             .collect();
         let maps = SampleMaps::take(&mut kernel.ebpf, !self.counters.is_empty(), !traced.is_empty())?;
         super::hooks::set_filters(kernel, &self.filters)?;
+        if let Some(weight) = &self.weight {
+            weight.set(kernel)?;
+        }
         // The sampler opens before the counters read at each sample: created first, it is
         // scheduled first, so a cycles sampler takes the PMU's dedicated cycle counter where
         // there is one, and the counters share the general-purpose ones.
@@ -121,23 +121,44 @@ impl Spec {
                 maps,
                 traced,
                 period: hit_period(rate),
-                weight: self.weight,
+                weight: self.weight.map(|w| w.name),
             }),
             note: None,
         })
     }
 }
 
+/// What each sample of a tracing event counts instead of one (`--weight`): a number read at
+/// the hit, as `record --fetch` reads it.
+#[derive(Clone, Debug)]
+pub struct Weighed {
+    /// As spelled (`arg1`, `bytes`).
+    pub name: String,
+    /// Per event, the fetch at each of its site variants (`ProbeSite::variant`).
+    pub fetches: Vec<Vec<profiler_common::records::Fetch>>,
+}
+
+impl Weighed {
+    /// Into the kernel's `WEIGHT_FETCHES`, at `event * MAX_SITE_VARIANTS + variant`.
+    fn set(&self, kernel: &mut Loaded) -> anyhow::Result<()> {
+        let mut table: aya::maps::Array<aya::maps::MapData, profiler_common::records::Fetch> =
+            aya::maps::Array::try_from(crate::collect::take_map(&mut kernel.ebpf, names::WEIGHT_FETCHES)?)?;
+        for (event, fetches) in self.fetches.iter().enumerate() {
+            for (variant, fetch) in fetches.iter().enumerate() {
+                let slot = event * profiler_common::MAX_SITE_VARIANTS + variant;
+                table.set(slot as u32, fetch, 0)?;
+            }
+        }
+        kernel.hold(table);
+        Ok(())
+    }
+}
+
 /// What a weighted sample counts, as the hits note says it.
-fn weighed(weight: u32) -> String {
-    use profiler_common::hit_weight::{ARG0, ONE, RETVAL};
+fn weighed(weight: Option<&str>) -> String {
     match weight {
-        ONE => String::new(),
-        RETVAL => "; each sample counts the return value (the report's counts are its sums)".into(),
-        n => format!(
-            "; each sample counts arg{} (the report's counts are its sums)",
-            n - ARG0
-        ),
+        None => String::new(),
+        Some(name) => format!("; each sample counts {name} (the report's counts are its sums)"),
     }
 }
 
@@ -345,8 +366,8 @@ pub struct SampleSource {
     traced: Vec<(usize, String)>,
     /// A tracing event's hits per sample.
     period: u64,
-    /// What each probe sample counts (`profiler_common::hit_weight`).
-    weight: u32,
+    /// What each sample counts, by name (`--weight`; none: one).
+    weight: Option<String>,
 }
 
 impl Source for SampleSource {
@@ -366,7 +387,7 @@ impl Source for SampleSource {
             .map(|(event, hits)| {
                 format!(
                     "{event}: {hits} hits by the targets, {every}{}",
-                    weighed(self.weight)
+                    weighed(self.weight.as_deref())
                 )
             })
             .collect()
