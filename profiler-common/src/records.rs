@@ -71,7 +71,7 @@ const _: () = assert!(
 );
 
 /// What a probe's record reads at each hit, one per fetch (`RECORD_FETCHES`, at
-/// `(event * MAX_SITE_VARIANTS + variant) * MAX_FETCHES + n`).
+/// `(event * MAX_PROBE_SITES + site) * MAX_FETCHES + n`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Fetch {
@@ -81,7 +81,8 @@ pub struct Fetch {
     /// (where a word points, or at the global itself: a `char` array).
     pub size: u8,
     /// A word of the program's context, by its byte offset: a register in a probe's `pt_regs`
-    /// (`hit_weight::register_offset`), a pointer field in a tracepoint's record.
+    /// (`hit_weight::register_offset`), a field in a tracepoint's record (a number, or a
+    /// pointer to a string).
     pub word: u16,
     /// A number of `size` bytes is sign-extended to 64 bits (else zero-extended): a probe's
     /// sites may size one argument differently, and the record shows it one way.

@@ -55,8 +55,8 @@ pub const MAX_SAMPLING_EVENTS: usize = 8;
 
 /// The cookie of a tracing event's sampler (a tracepoint, a user probe): its place among the
 /// run's events in the low 16 bits (as every sampler's), above them how many of the targets'
-/// hits make one sample (`-c N`, at most `MAX_HIT_PERIOD`), and in the top 8 bits the probe
-/// site's variant (`with_site_variant`). Such a program runs at every hit, whatever the perf
+/// hits make one sample (`-c N`, at most `MAX_HIT_PERIOD`), and in the top 8 bits which of a
+/// probe's sites it is (`with_site`). Such a program runs at every hit, whatever the perf
 /// event's period, so it counts and picks the Nth itself.
 pub fn hit_cookie(event: u16, period: u64) -> u64 {
     u64::from(event) | (period & MAX_HIT_PERIOD) << 16
@@ -65,14 +65,16 @@ pub fn hit_cookie(event: u16, period: u64) -> u64 {
 /// The largest `-c N` of a tracing event: what its cookie has room for.
 pub const MAX_HIT_PERIOD: u64 = (1 << 40) - 1;
 
-/// Ways one probe's sites place what a record fetches (a USDT probe's arguments where each
-/// site's note puts them, a global at each site's distance from it): each site's perf event
-/// carries its variant in its cookie, and `RECORD_FETCHES` holds each variant's fetches.
-pub const MAX_SITE_VARIANTS: usize = 8;
+/// Sites one probe fires at, at most (a USDT probe's, a source line's inlined copies): each
+/// site's perf event carries its index in its cookie, and what is read at a hit is read each
+/// site's own way (a USDT argument where that site's note puts it, a global at that site's
+/// distance from it): `RECORD_FETCHES`, `WEIGHT_FETCHES` and `HIT_FILTERS` hold one entry per
+/// event and site, at `event * MAX_PROBE_SITES + site`.
+pub const MAX_PROBE_SITES: usize = 64;
 
-/// `cookie` for the probe site whose fetches are variant `variant` of its event's.
-pub fn with_site_variant(cookie: u64, variant: u8) -> u64 {
-    cookie | u64::from(variant) << 56
+/// `cookie` for site `site` of its event.
+pub fn with_site(cookie: u64, site: u8) -> u64 {
+    cookie | u64::from(site) << 56
 }
 
 /// A tracing sampler's cookie read back: (event, period of at least 1).
@@ -86,31 +88,29 @@ pub fn hit_cookie_parts(cookie: u64) -> (u16, u64) {
     )
 }
 
-/// The site variant a cookie carries (`with_site_variant`).
-pub fn site_variant(cookie: u64) -> u8 {
+/// The probe site a cookie names (`with_site`).
+pub fn cookie_site(cookie: u64) -> u8 {
     (cookie >> 56) as u8
 }
 
 /// Comparisons a hit must pass to count (`--filter` when sampling or recording), per event.
 pub const MAX_FILTER_TERMS: usize = 4;
 
-/// One comparison of a hit's filter (`HIT_FILTERS`, at `event * MAX_FILTER_TERMS + n`): a
-/// number of the program's context (a tracepoint's field, a probe's register) against `value`.
-/// All of an event's terms must pass (`&&`); the first with `op` `filter_op::NONE` ends them.
+/// One comparison of a hit's filter (`HIT_FILTERS`, at `(event * MAX_PROBE_SITES + site) *
+/// MAX_FILTER_TERMS + n`): a number of the hit against `value`. All of an event's terms must
+/// pass (`&&`); the first with `op` `filter_op::NONE` ends them.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FilterTerm {
-    /// Its byte offset in the context.
-    pub offset: u16,
-    /// 1, 2, 4 or 8 bytes.
-    pub size: u8,
-    /// Compared as signed (sign-extended from `size`).
-    pub signed: u8,
+    /// The number, read as a record's fetch reads it: a word of the context (a tracepoint's
+    /// field, a probe's register) or a USDT argument where its site's note puts it; 1, 2, 4 or 8
+    /// bytes, widened to 64 bits as its sign says (and compared so).
+    pub fetch: crate::records::Fetch,
     pub op: u8,
-    pub _pad: [u8; 3],
+    pub _pad: [u8; 7],
     pub value: u64,
 }
-const _: () = assert!(size_of::<FilterTerm>() == 16);
+const _: () = assert!(size_of::<FilterTerm>() == 32);
 
 pub mod filter_op {
     pub const NONE: u8 = 0;
@@ -133,12 +133,11 @@ pub fn sized(raw: u64, size: u8) -> (u64, i64) {
 }
 
 impl FilterTerm {
-    /// Whether `raw` (the context's 8 bytes at `offset`, little-endian as read) passes.
-    pub fn passes(&self, raw: u64) -> bool {
-        let (unsigned, signed) = sized(raw, self.size);
-        let order = match self.signed {
-            0 => unsigned.cmp(&self.value),
-            _ => signed.cmp(&(self.value as i64)),
+    /// Whether `number` (the fetch's, widened) passes.
+    pub fn passes(&self, number: u64) -> bool {
+        let order = match self.fetch.signed {
+            0 => number.cmp(&self.value),
+            _ => (number as i64).cmp(&(self.value as i64)),
         };
         match self.op {
             filter_op::EQ => order.is_eq(),
@@ -147,7 +146,7 @@ impl FilterTerm {
             filter_op::LE => order.is_le(),
             filter_op::GT => order.is_gt(),
             filter_op::GE => order.is_ge(),
-            filter_op::AND => unsigned & self.value != 0,
+            filter_op::AND => number & self.value != 0,
             _ => true,
         }
     }

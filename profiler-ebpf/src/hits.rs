@@ -11,9 +11,9 @@ use aya_ebpf::{
     EbpfContext,
 };
 use profiler_common::{
-    filter_op, hit_cookie_parts,
+    cookie_site, filter_op, hit_cookie_parts,
     records::{fetch, Fetch},
-    site_variant, FilterTerm, HealthCounter, MAX_FILTER_TERMS, MAX_SAMPLING_EVENTS, MAX_SITE_VARIANTS,
+    FilterTerm, HealthCounter, MAX_FILTER_TERMS, MAX_PROBE_SITES, MAX_SAMPLING_EVENTS,
 };
 
 use crate::{
@@ -26,18 +26,20 @@ use crate::{
 #[map(name = "HITS")]
 static HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_SAMPLING_EVENTS as u32, 0);
 
-/// Set by user space: each event's filter (`--filter`), its terms at `event *
-/// MAX_FILTER_TERMS + n`; none passes every hit.
+/// Set by user space: each event's filter (`--filter`), as each of its sites reads it, its terms
+/// at `(event * MAX_PROBE_SITES + site) * MAX_FILTER_TERMS + n`; none passes every hit.
 #[map(name = "HIT_FILTERS")]
-static HIT_FILTERS: Array<FilterTerm> =
-    Array::with_max_entries((MAX_SAMPLING_EVENTS * MAX_FILTER_TERMS) as u32, 0);
+static HIT_FILTERS: Array<FilterTerm> = Array::with_max_entries(
+    (MAX_SAMPLING_EVENTS * MAX_PROBE_SITES * MAX_FILTER_TERMS) as u32,
+    0,
+);
 
-/// Set by user space (`--weight`): what a sampled hit weighs, at `event * MAX_SITE_VARIANTS +
-/// variant` (a probe site's, see `with_site_variant`): a number read as a record's fetch is (an
+/// Set by user space (`--weight`): what a sampled hit weighs, at `event * MAX_PROBE_SITES +
+/// site` (a probe's site, see `with_site`): a number read as a record's fetch is (an
 /// argument, the return value, a tracepoint's field, a USDT argument, a global); none weighs one.
 #[map(name = "WEIGHT_FETCHES")]
 static WEIGHT_FETCHES: Array<Fetch> =
-    Array::with_max_entries((MAX_SAMPLING_EVENTS * MAX_SITE_VARIANTS) as u32, 0);
+    Array::with_max_entries((MAX_SAMPLING_EVENTS * MAX_PROBE_SITES) as u32, 0);
 
 /// Per CPU, the weight of the hit whose stack the walker is walking: a probe's at 0, a
 /// tracepoint's at 1 (neither program nests on its CPU).
@@ -77,7 +79,7 @@ pub const TRACEPOINT_WALK: u32 = 1;
 fn weight<C: EbpfContext>(ctx: &C, pc: u64, walk: u32) -> u64 {
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let slot =
-        u32::from(hit_cookie_parts(cookie).0) * MAX_SITE_VARIANTS as u32 + u32::from(site_variant(cookie));
+        u32::from(hit_cookie_parts(cookie).0) * MAX_PROBE_SITES as u32 + u32::from(cookie_site(cookie));
     let weight = match WEIGHT_FETCHES.get(slot) {
         Some(fetch) if fetch.kind != fetch::NONE => {
             let value = crate::records::fetched_number(ctx.as_ptr() as *const u8, pc, fetch).unwrap_or(0);
@@ -109,8 +111,9 @@ pub(crate) fn sampled_hit<C: StackIdContext>(ctx: &C) -> Option<(u32, u32, u16)>
     if !is_target(tgid) {
         return None;
     }
-    let (event, period) = hit_cookie_parts(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
-    if !passes_filter(ctx.as_ptr() as *const u8, event) {
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let (event, period) = hit_cookie_parts(cookie);
+    if !passes_filter(ctx.as_ptr() as *const u8, cookie) {
         return None;
     }
     let hits = HITS.get_ptr_mut(u32::from(event))?;
@@ -134,20 +137,23 @@ pub(crate) fn context_word(context: *const u8, offset: usize) -> Option<u64> {
     unsafe { bpf_probe_read_kernel(word as *const u64) }.ok()
 }
 
-/// Whether this hit passes its event's filter: each term's number, read from the program's
-/// context (a tracepoint's record, a probe's registers), compared as the term says.
+/// Whether this hit passes its event's filter, as its site (the cookie's, see `with_site`)
+/// reads it: each term's number, read from the program's context (a tracepoint's record, a
+/// probe's registers, or memory they point at), compared as the term says. A number that could
+/// not be read is 0.
 #[inline(always)]
-pub(crate) fn passes_filter(context: *const u8, event: u16) -> bool {
+pub(crate) fn passes_filter(context: *const u8, cookie: u64) -> bool {
+    let slot = u32::from(cookie as u16) * MAX_PROBE_SITES as u32 + u32::from(cookie_site(cookie));
     for n in 0..MAX_FILTER_TERMS {
-        let at = u32::from(event) * MAX_FILTER_TERMS as u32 + n as u32;
-        let Some(term) = HIT_FILTERS.get(at) else {
+        let Some(term) = HIT_FILTERS.get(slot * MAX_FILTER_TERMS as u32 + n as u32) else {
             return true;
         };
         if term.op == filter_op::NONE {
             return true;
         }
-        let raw = context_word(context, term.offset as usize).unwrap_or(0);
-        if !term.passes(raw) {
+        // No term reads a global by its distance from the probed instruction: no `pc`.
+        let number = crate::records::fetched_number(context, 0, &term.fetch).unwrap_or(0);
+        if !term.passes(number) {
             return false;
         }
     }

@@ -79,8 +79,10 @@ pub fn latency_probe(ctx: ProbeContext) -> u32 {
 /// its key.
 #[inline(always)]
 fn hit<C: StackIdContext>(ctx: &C, walk: fn(&C, u32, u32)) {
-    let side = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
-    if side == FROM && !passes_filter(ctx.as_ptr() as *const u8, FROM as u16) {
+    // The side is the cookie's event (a probe's site is above it: `with_site`).
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let side = u64::from(cookie as u16);
+    if side == FROM && !passes_filter(ctx.as_ptr() as *const u8, cookie) {
         return;
     }
     if let Some(key) = key_of(ctx.as_ptr() as *const u8, side) {

@@ -13,11 +13,10 @@ use aya_ebpf::{
     EbpfContext,
 };
 use profiler_common::{
-    hit_cookie_parts,
+    cookie_site, hit_cookie_parts,
     records::{fetch, Fetch, HitRecord, StackedRecord, MAX_FETCHES, RECORD_RING_BYTES, STRING_BYTES},
-    site_variant,
     unwind::Walk,
-    MAX_SAMPLING_EVENTS, MAX_SITE_VARIANTS,
+    MAX_PROBE_SITES, MAX_SAMPLING_EVENTS,
 };
 
 use crate::{arch, hits::sampled_hit};
@@ -27,7 +26,7 @@ static RECORDS: RingBuf = RingBuf::with_byte_size(RECORD_RING_BYTES, 0);
 
 #[map(name = "RECORD_FETCHES")]
 static RECORD_FETCHES: Array<Fetch> =
-    Array::with_max_entries((MAX_SAMPLING_EVENTS * MAX_SITE_VARIANTS * MAX_FETCHES) as u32, 0);
+    Array::with_max_entries((MAX_SAMPLING_EVENTS * MAX_PROBE_SITES * MAX_FETCHES) as u32, 0);
 
 #[map(name = "RECORDS_LOST")]
 static RECORDS_LOST: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
@@ -107,18 +106,17 @@ fn tracepoint_record(ctx: &TracePointContext, record: &mut HitRecord, (tgid, tid
         ctx.as_ptr() as *const u8,
         0,
         record,
-        u32::from(event) * MAX_SITE_VARIANTS as u32,
+        u32::from(event) * MAX_PROBE_SITES as u32,
     );
 }
 
-/// A probe's hit: what it fetches, read at the probed instruction as its site's variant of the
-/// event's fetches places it.
+/// A probe's hit: what it fetches, read at the probed instruction as its site places it.
 #[inline(always)]
 fn probe_record(ctx: &ProbeContext, record: &mut HitRecord, (tgid, tid, event): (u32, u32, u16)) {
     fill(record, tgid, tid, event);
     let pc = arch::pc(unsafe { &*ctx.regs });
-    let variant = site_variant(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
-    let slot = u32::from(event) * MAX_SITE_VARIANTS as u32 + u32::from(variant);
+    let site = cookie_site(unsafe { bpf_get_attach_cookie(ctx.as_ptr()) });
+    let slot = u32::from(event) * MAX_PROBE_SITES as u32 + u32::from(site);
     fetch_all(ctx.as_ptr() as *const u8, pc, record, slot);
 }
 
@@ -182,7 +180,7 @@ fn fill(record: &mut HitRecord, tgid: u32, tid: u32, event: u16) {
     record.values = [0; MAX_FETCHES];
 }
 
-/// Each of the fetches at `slot` (an event's site variant) into the record (`context`: the
+/// Each of the fetches at `slot` (an event's site) into the record (`context`: the
 /// program's, `pc`: where a probe hit); a fetch that faulted is marked in `failed`.
 #[inline(always)]
 fn fetch_all(context: *const u8, pc: u64, record: &mut HitRecord, slot: u32) {

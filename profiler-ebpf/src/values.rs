@@ -48,9 +48,10 @@ fn count<C: EbpfContext>(ctx: &C) {
     if !is_target(tgid) {
         return;
     }
-    let event = (unsafe { bpf_get_attach_cookie(ctx.as_ptr()) }) as u32;
+    let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
+    let event = u32::from(cookie as u16);
     let context = ctx.as_ptr() as *const u8;
-    if !passes_filter(context, event as u16) {
+    if !passes_filter(context, cookie) {
         return;
     }
     let Some(field) = BY_FIELDS.get(event) else {

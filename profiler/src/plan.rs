@@ -19,8 +19,8 @@ use crate::{
     start::Recipe,
 };
 use traced::{
-    by_values, filter_tracepoints, hit_filters, hit_weight, latency_keys, not_traced, traced_event,
-    traced_events_fit, tracepoint_fields,
+    by_values, filter_tracepoints, hit_filters, hit_period_fits, hit_weight, latency_keys, not_traced,
+    traced_event, traced_events_fit, tracepoint_fields,
 };
 
 /// The sampling frequency when neither -F nor -c is given.
@@ -162,7 +162,7 @@ pub struct Plan {
     /// What a tracing event's sample counts (`--weight`; none: one).
     pub weight: Option<crate::sources::samples::Weighed>,
     /// Per tracing event, what its hits must pass to be counted and sampled or recorded.
-    pub filters: Vec<Vec<profiler_common::FilterTerm>>,
+    pub filters: Vec<crate::counters::filter::SiteTerms>,
 }
 
 impl Plan {
@@ -187,7 +187,7 @@ impl Plan {
             ));
         }
         let catalog = Catalog::here();
-        let mut events = sampling_events(&catalog, &cli.events)?;
+        let events = sampling_events(&catalog, &cli.events)?;
         several_events_fit(&events, &cli, format)?;
         traced_events_fit(&events, &cli)?;
         let rate = rate_of(&events, cli.period, frequency_hz);
@@ -234,7 +234,7 @@ impl Plan {
         let debuginfod = cli.names.debuginfod()?;
         Ok(Plan {
             mode: cli.mode,
-            weight: hit_weight(&mut events, cli.weight.as_ref())?,
+            weight: hit_weight(&events, cli.weight.as_ref())?,
             filters: hit_filters(&events, cli.filter.as_deref())?,
             events,
             rate,
@@ -358,7 +358,7 @@ impl Plan {
             .map(crate::counters::fetch::parse_list)
             .transpose()
             .map_err(|why| UserError::Usage(format!("--fetch {why}")))?;
-        let fetches = (events.iter_mut())
+        let fetches = (events.iter())
             .map(|event| match &specs {
                 None => Ok(Vec::new()),
                 Some(specs) => crate::counters::fetch::resolve(specs, event, &tracepoint_fields(event))
@@ -366,6 +366,7 @@ impl Plan {
             })
             .collect::<Result<Vec<_>, _>>()?;
         let filters = hit_filters(&events, args.filter.as_deref())?;
+        hit_period_fits(args.period)?;
         Ok(Plan {
             record: Some(records::Spec {
                 events,
@@ -453,6 +454,9 @@ impl Plan {
             return Err(UserError::Usage("--window: at least 1 second".into()));
         }
         let events = vec![sampling_event(&Catalog::here(), &args.event)?];
+        if events[0].is_traced() {
+            hit_period_fits(args.period)?;
+        }
         Ok(Plan {
             rate: rate_of(&events, args.period, args.frequency),
             events,

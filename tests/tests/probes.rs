@@ -508,6 +508,62 @@ fn a_filter_records_only_the_hits_it_passes() {
     assert_no_programs_left();
 }
 
+/// A filter on a USDT probe's arguments, read where each site's note puts them: `events:step`'s
+/// int is in a register at one site and on the stack at the other, its third argument the
+/// site's number. Recorded and sampled, exactly the steps the workload counted pass.
+#[test]
+fn a_filter_on_a_usdt_argument_reads_it_at_each_site() {
+    let step = format!("usdt:{}:events:step", events_bin());
+    for (filter, expected) in [
+        ("arg0 < 0", "negatives"),
+        ("arg2 == 2", "site2"),
+        ("arg2 == 1", "site1"),
+    ] {
+        let (hits, totals, truth, _) = record(&["-e", &step, "--filter", filter], &["usdt", "3000"]);
+        println!(
+            "--filter '{filter}': {} records (the workload's {}), totals {totals}",
+            hits.len(),
+            truth[expected]
+        );
+        assert_eq!(hits.len() as f64, truth[expected], "{filter}");
+        assert_eq!(
+            totals["events"][0]["hits"].as_f64(),
+            Some(truth[expected]),
+            "{filter}"
+        );
+    }
+    let (report, notes, truth) = {
+        let path = temp_path(&format!("usdt-filter-{}.json", rand_suffix()));
+        let out = run(&[
+            "-e",
+            &step,
+            "--filter",
+            "arg0 < 0",
+            "-o",
+            path.to_str().unwrap(),
+            "--",
+            &events_bin(),
+            "usdt",
+            "3000",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let report = Report::read(&path);
+        let notes = report.0["notes"].to_string();
+        (report, notes, bpfprof_tests::truth(&stdout(&out)))
+    };
+    let samples = report.samples_of(truth["pid"] as u32) as f64;
+    println!(
+        "sampled with --filter 'arg0 < 0': {samples} samples (the workload's {}); {notes}",
+        truth["negatives"]
+    );
+    assert_eq!(samples, truth["negatives"]);
+    refused_in_one_line(
+        &["record", "-e", &step, "--filter", "line_value > 1", "--", "true"],
+        "a USDT probe's numbers are its arguments (arg0..arg3)",
+    );
+    assert_no_programs_left();
+}
+
 /// Every hit is recorded or counted lost, never neither: 300,000 writes as fast as a thread can
 /// make them (more than the ring holds between two reads on a busy machine).
 #[test]

@@ -25,7 +25,8 @@
  *                       site's number as a constant and the string "usdt-step": site 1 (2 of 3
  *                       steps) has the int in a register, site 2 on the stack. Each step fires
  *                       only while the probe's semaphore is raised (as sys/sdt.h's ENABLED);
- *                       prints N, the fires at each site and each number argument's sum
+ *                       prints N, the fires at each site, each number argument's sum and how
+ *                       many ints were negative
  *   events requests N   N requests submitted (request_submit(id), ids 1..N), then completed in
  *                       reverse order (request_complete(id)); 200 ms later one more, N+1, held
  *                       100 ms between its two calls: each request's id is the first argument of
@@ -154,7 +155,7 @@ static __attribute__((noinline)) void inlined(long n) {
 volatile unsigned short events_step_semaphore __attribute__((section(".probes"), used));
 
 static __attribute__((noinline)) void usdt_steps(long n) {
-    long ints = 0, globals = 0, fired[3] = {0, 0, 0};
+    long ints = 0, globals = 0, negatives = 0, fired[3] = {0, 0, 0};
     for (long i = 0; i < n; i++) {
         int value = (int)((i * 7919) % 1000) - 500;
         line_value = i * 3;
@@ -175,10 +176,11 @@ static __attribute__((noinline)) void usdt_steps(long n) {
             fired[2]++;
         }
         ints += value;
+        negatives += value < 0;
         globals += line_value;
     }
-    printf("TRUTH pid=%d usdt=%ld site1=%ld site2=%ld ints_sum=%ld globals_sum=%ld\n", getpid(), n,
-           fired[1], fired[2], ints, globals);
+    printf("TRUTH pid=%d usdt=%ld site1=%ld site2=%ld ints_sum=%ld negatives=%ld globals_sum=%ld\n", getpid(),
+           n, fired[1], fired[2], ints, negatives, globals);
 }
 
 /* A request's two ends, each taking its id (the probes read their first argument). */

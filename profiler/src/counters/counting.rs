@@ -113,7 +113,8 @@ impl Counting {
         })
     }
 
-    /// Per-CPU instances: each CPU with its counters, in event order.
+    /// Per-CPU instances: each CPU with its counters, in event order (one fd per event: a
+    /// counter read at samples is never a probe, whose sites each have one).
     pub fn per_cpu(&self) -> Vec<(u32, Vec<&OwnedFd>)> {
         let mut cpus: Vec<(u32, Vec<&OwnedFd>)> = Vec::new();
         for instance in self.instances.iter().filter(|i| i.cpu >= 0) {

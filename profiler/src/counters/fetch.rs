@@ -8,7 +8,6 @@
 use profiler_common::{
     hit_weight,
     records::{fetch, Fetch, MAX_FETCHES},
-    MAX_SITE_VARIANTS,
 };
 use serde_json::Value;
 
@@ -46,8 +45,8 @@ pub enum Source {
     Named,
 }
 
-/// One fetch resolved for one event: the kernel's instructions at each of its site variants
-/// (see `ProbeSite::variant`; one for a tracepoint), and how to show what it read.
+/// One fetch resolved for one event: the kernel's instructions at each of its sites (one for a
+/// tracepoint), and how to show what it read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fetched {
     /// As spelled (`arg1`, `line_value`): what the value is called in each record.
@@ -90,8 +89,8 @@ fn parse_one(text: &str) -> Result<FetchSpec, String> {
         _ => {
             let (last, usdt_last) = (hit_weight::MAX_ARG, usdt::MAX_ARGS - 1);
             let what =
-                format!("arg1..arg{last} (a USDT probe's arg0..arg{usdt_last}), retval or a global's name");
-            return Err(format!("`{name}`: fetch {what}"));
+                format!("arg1..arg{last} (a USDT probe's arg0..arg{usdt_last}), retval, a tracepoint's field or a global's name");
+            return Err(format!("`{name}`: a value read at a hit is {what}"));
         }
     };
     Ok(FetchSpec {
@@ -125,37 +124,15 @@ pub(crate) fn parse_type(text: &str) -> Result<Type, String> {
 /// points at (`filename:str`); its numbers are in its record.
 ///
 /// A probe's sites may place an argument differently (and globals lie at a different distance
-/// from each): each site gets the variant of the event's fetches that reads its own places
-/// (`ProbeSite::variant`). A value whose sites size it differently shows as 64 bits, each
-/// widened by its site.
-pub fn resolve(specs: &[FetchSpec], event: &mut Event, fields: &[Field]) -> Result<Vec<Fetched>, String> {
+/// from each): each site reads its own places. A value whose sites size it differently shows as
+/// 64 bits, each widened by its site.
+pub fn resolve(specs: &[FetchSpec], event: &Event, fields: &[Field]) -> Result<Vec<Fetched>, String> {
     let Some(probe) = &event.probe else {
         return specs.iter().map(|spec| pointed_string(spec, fields)).collect();
     };
     let per_site = (probe.sites.iter())
         .map(|site| (specs.iter()).map(|spec| at_site(spec, probe, site)).collect())
         .collect::<Result<Vec<Vec<(Fetch, Type)>>, String>>()?;
-    let mut variants: Vec<Vec<Fetch>> = Vec::new();
-    let sites = event.probe.as_mut().map_or(&mut [][..], |p| &mut p.sites[..]);
-    for (site, fetches) in sites.iter_mut().zip(&per_site) {
-        let sized = (fetches.iter().zip(specs))
-            .map(|(&(fetch, natural), spec)| sized(fetch, spec.ty.unwrap_or(natural), spec))
-            .collect::<Result<Vec<Fetch>, String>>()?;
-        site.variant = match variants.iter().position(|v| *v == sized) {
-            Some(variant) => variant as u8,
-            None => {
-                variants.push(sized);
-                (variants.len() - 1) as u8
-            }
-        };
-    }
-    if variants.len() > MAX_SITE_VARIANTS {
-        return Err(format!(
-            "its {} sites place these values {} ways; at most {MAX_SITE_VARIANTS} are read at one event's hits",
-            per_site.len(),
-            variants.len()
-        ));
-    }
     let shown = |n: usize| {
         let mut types = per_site.iter().map(|fetches| fetches[n].1);
         let first = types.next().unwrap_or(Type::Unsigned(8));
@@ -165,13 +142,18 @@ pub fn resolve(specs: &[FetchSpec], event: &mut Event, fields: &[Field]) -> Resu
             false => Type::Unsigned(8),
         }
     };
-    Ok((specs.iter().enumerate())
-        .map(|(n, spec)| Fetched {
-            name: spec.name.clone(),
-            fetches: variants.iter().map(|v| v[n]).collect(),
-            ty: spec.ty.unwrap_or_else(|| shown(n)),
+    (specs.iter().enumerate())
+        .map(|(n, spec)| {
+            let fetches = (per_site.iter())
+                .map(|fetches| sized(fetches[n].0, spec.ty.unwrap_or(fetches[n].1), spec))
+                .collect::<Result<_, _>>()?;
+            Ok(Fetched {
+                name: spec.name.clone(),
+                fetches,
+                ty: spec.ty.unwrap_or_else(|| shown(n)),
+            })
         })
-        .collect())
+        .collect()
 }
 
 /// One spec at one site of a probe: what the kernel reads there, and its natural type.
@@ -305,8 +287,14 @@ fn usdt_arg(arg: &usdt::Arg, probe: &Probe, site: &ProbeSite) -> Result<(Fetch, 
 
 /// `spec` as one number read at each hit of `event` (what a sample weighs): a tracepoint's
 /// number field, as its record holds it, or what `resolve` reads at a probe; a fetch for each of
-/// the probe's site variants.
-pub fn number(spec: &FetchSpec, event: &mut Event, fields: &[Field]) -> Result<Vec<Fetch>, String> {
+/// the probe's sites.
+pub fn number(spec: &FetchSpec, event: &Event, fields: &[Field]) -> Result<Vec<Fetch>, String> {
+    if !event.is_traced() {
+        return Err("only a tracepoint's or a probe's samples weigh a number read at the hit".into());
+    }
+    if spec.ty == Some(Type::Str) {
+        return Err(format!("{}: a number is asked, not text", spec.name));
+    }
     if event.probe.is_some() {
         let fetched = resolve(std::slice::from_ref(spec), event, fields)?;
         return match fetched.first() {
@@ -441,10 +429,10 @@ mod tests {
         }
     }
 
-    /// Sites that place an argument alike share one variant of the fetches; one sized
-    /// differently shows as 64 bits, each site widening its own as its note sizes it.
+    /// Each site reads an argument where its own note puts it; one sized differently shows as
+    /// 64 bits, each site widening its own as its note sizes it.
     #[test]
-    fn each_site_reads_its_own_places_and_alike_sites_share_them() {
+    fn each_site_reads_its_own_places() {
         let mut event = crate::counters::language::Catalog::here()
             .parse("page-faults")
             .unwrap();
@@ -457,22 +445,9 @@ mod tests {
             kernel: false,
             ret: false,
             entry: false,
-            sites: vec![
-                site("-4@%eax 8@%rbx"),
-                site("8@-52(%rbp) 8@%rbx"),
-                site("-4@%eax 8@%rbx"),
-            ],
+            sites: vec![site("-4@%eax 8@%rbx"), site("8@-52(%rbp) 8@%rbx")],
         });
-        let fetched = resolve(&parse_list("arg0,arg1").unwrap(), &mut event, &[]).unwrap();
-        let variants: Vec<u8> = event
-            .probe
-            .as_ref()
-            .unwrap()
-            .sites
-            .iter()
-            .map(|s| s.variant)
-            .collect();
-        assert_eq!(variants, [0, 1, 0]);
+        let fetched = resolve(&parse_list("arg0,arg1").unwrap(), &event, &[]).unwrap();
         assert_eq!(
             (fetched[0].ty, fetched[1].ty),
             (Type::Signed(8), Type::Unsigned(8))
@@ -483,8 +458,9 @@ mod tests {
             .map(|f| (f.kind, f.size, f.signed))
             .collect();
         assert_eq!(arg0, [(fetch::WORD, 4, 1), (fetch::MEMORY, 8, 0)]);
+        assert_eq!(fetched[1].fetches[0], fetched[1].fetches[1]);
         // Typed, every site reads it as the type says.
-        let typed = resolve(&parse_list("arg0:s32").unwrap(), &mut event, &[]).unwrap();
+        let typed = resolve(&parse_list("arg0:s32").unwrap(), &event, &[]).unwrap();
         assert!(typed[0].fetches.iter().all(|f| (f.size, f.signed) == (4, 1)));
     }
 

@@ -2,17 +2,26 @@
 //! --by`; and `stat --by`'s number, placed as a filter's): comparisons of a
 //! hit's numbers, all of which must pass, compiled into `FilterTerm`s the kernel program checks
 //! before it counts the hit. A tracepoint's number fields (where its tracefs `format` puts
-//! them), a probe's `arg1`..`arg6` at a function's entry and `retval` at a return. `stat`
-//! counts with the kernel's own filter, which takes its whole language.
-use profiler_common::{filter_op, hit_weight, values::ByField, FilterTerm, MAX_FILTER_TERMS};
+//! them), a probe's `arg1`..`arg6` at a function's entry and `retval` at a return, a USDT
+//! probe's `arg0`.. where each site's note puts them. `stat` counts with the kernel's own
+//! filter, which takes its whole language.
+use profiler_common::{
+    filter_op, hit_weight,
+    records::{fetch, Fetch},
+    values::ByField,
+    FilterTerm, MAX_FILTER_TERMS,
+};
 
 use super::{language::Event, tracepoint::Field};
 
 /// What the kernel program can judge, said when a filter asks more.
 const SUBSET: &str = "where bpfprof's program judges each hit (sampling, record, latency, stat --by), a filter is up to 4 comparisons of numbers joined by && (FIELD OP NUMBER, OP one of == != < <= > >= &); `bpfprof stat --filter` without --by takes the kernel's whole filter language";
 
+/// An event's filter as each of its sites reads it (a tracepoint has one): per site, its terms.
+pub type SiteTerms = Vec<Vec<FilterTerm>>;
+
 /// `text` for `event` (a tracepoint with `fields`, or a probe).
-pub fn compile(text: &str, event: &Event, fields: &[Field]) -> Result<Vec<FilterTerm>, String> {
+pub fn compile(text: &str, event: &Event, fields: &[Field]) -> Result<SiteTerms, String> {
     if text.contains("||") || text.contains(['(', ')', '"', '~']) || text.replace("!=", "").contains('!') {
         return Err(SUBSET.into());
     }
@@ -20,13 +29,17 @@ pub fn compile(text: &str, event: &Event, fields: &[Field]) -> Result<Vec<Filter
     if terms.len() > MAX_FILTER_TERMS {
         return Err(SUBSET.into());
     }
-    terms
-        .into_iter()
+    let per_term = (terms.into_iter())
         .map(|term| compile_term(term, event, fields))
-        .collect()
+        .collect::<Result<Vec<Vec<FilterTerm>>, String>>()?;
+    let sites = per_term.first().map_or(0, Vec::len);
+    Ok((0..sites)
+        .map(|site| per_term.iter().map(|term| term[site]).collect())
+        .collect())
 }
 
-fn compile_term(text: &str, event: &Event, fields: &[Field]) -> Result<FilterTerm, String> {
+/// One comparison, at each of the event's sites.
+fn compile_term(text: &str, event: &Event, fields: &[Field]) -> Result<Vec<FilterTerm>, String> {
     const OPS: [(&str, u8); 7] = [
         ("==", filter_op::EQ),
         ("!=", filter_op::NE),
@@ -45,22 +58,55 @@ fn compile_term(text: &str, event: &Event, fields: &[Field]) -> Result<FilterTer
         .ok_or_else(|| format!("`{text}`: {SUBSET}"))?;
     let (negative, magnitude) =
         kernel_number(number).ok_or_else(|| format!("`{text}`: `{number}` is not a number ({SUBSET})"))?;
+    (numbers_at_sites(name, event, fields)?.into_iter())
+        .map(|fetch| {
+            let signed = fetch.signed != 0;
+            let value = fitted(negative, magnitude, fetch.size, signed).ok_or_else(|| {
+                format!(
+                    "`{text}`: {number} is not a value of {name} (a {}{}-bit number)",
+                    if signed { "signed " } else { "" },
+                    fetch.size * 8
+                )
+            })?;
+            Ok(FilterTerm {
+                fetch,
+                op,
+                value,
+                ..FilterTerm::default()
+            })
+        })
+        .collect()
+}
+
+/// Where `name` is at each site of `event`: a word of the program's context (`place`), or a
+/// USDT probe's argument where each site's note puts it (a register, memory, a constant).
+fn numbers_at_sites(name: &str, event: &Event, fields: &[Field]) -> Result<Vec<Fetch>, String> {
+    if let Some(probe) = event.probe.as_ref().filter(|p| p.is_usdt()) {
+        let spec = super::fetch::parse_list(name)?.remove(0);
+        let (last, sites) = (probe.sites.iter())
+            .map(|s| super::usdt::split_args(s.usdt_args.as_deref().unwrap_or("")).len())
+            .fold((0, 0), |(most, n), args| (most.max(args), n + 1));
+        if !matches!(spec.source, super::fetch::Source::Arg(_)) || sites == 0 {
+            return Err(format!(
+                "{name}: a USDT probe's numbers are its arguments (arg0..arg{})",
+                last.max(1) - 1
+            ));
+        }
+        let fetched = super::fetch::resolve(std::slice::from_ref(&spec), event, fields)?.remove(0);
+        if fetched.ty == super::fetch::Type::Str {
+            return Err(format!("{name}: a number, not a string"));
+        }
+        return Ok(fetched.fetches);
+    }
     let (offset, size, signed) = place(name, event, fields)?;
-    let value = fitted(negative, magnitude, size, signed).ok_or_else(|| {
-        format!(
-            "`{text}`: {number} is not a value of {name} (a {}{}-bit number)",
-            if signed { "signed " } else { "" },
-            size * 8
-        )
-    })?;
-    Ok(FilterTerm {
-        offset,
+    let word = Fetch {
+        kind: fetch::WORD,
         size,
+        word: offset,
         signed: u8::from(signed),
-        op,
-        value,
-        ..FilterTerm::default()
-    })
+        ..Fetch::default()
+    };
+    Ok(vec![word; event.probe.as_ref().map_or(1, |p| p.sites.len())])
 }
 
 /// `stat --by FIELD[:log2]` for `event`: where its number is, read as a filter reads it.
@@ -195,8 +241,12 @@ mod tests {
             &tracepoint(),
             &fields,
         )
-        .unwrap();
-        let ops: Vec<_> = terms.iter().map(|t| (t.offset, t.op, t.value as i64)).collect();
+        .unwrap()
+        .remove(0);
+        let ops: Vec<_> = terms
+            .iter()
+            .map(|t| (t.fetch.word, t.op, t.value as i64))
+            .collect();
         assert_eq!(
             ops,
             [
@@ -207,9 +257,10 @@ mod tests {
             ]
         );
         assert!(
-            terms[2].passes(0xffff_fffe) && !terms[2].passes(0),
+            terms[2].passes(-2i64 as u64) && !terms[2].passes(0),
             "an int -2 is below -1"
         );
+        assert_eq!((terms[2].fetch.size, terms[2].fetch.signed), (4, 1));
         assert!(terms[0].passes(4097) && !terms[0].passes(4096));
         for bad in [
             "count > 1 || fd == 1",
@@ -222,7 +273,7 @@ mod tests {
             assert!(compile(bad, &tracepoint(), &fields).is_err(), "{bad}");
         }
         // Numbers as the kernel's filters read them, and only values the field can hold.
-        let value = |filter: &str| compile(filter, &tracepoint(), &fields).map(|t| t[0].value);
+        let value = |filter: &str| compile(filter, &tracepoint(), &fields).map(|t| t[0][0].value);
         assert_eq!(value("fd == 0644"), Ok(0o644));
         assert_eq!(value("fd == 0x10"), Ok(16));
         assert_eq!(value("ret == -2147483648"), Ok((-2147483648i64) as u64));
@@ -257,15 +308,56 @@ mod tests {
             entry: false,
             sites: vec![Default::default()],
         });
-        let typed = compile("retval:s32 < 0", &event, &[]).unwrap();
-        assert_eq!((typed[0].size, typed[0].signed), (4, 1));
-        assert!(typed[0].passes(0xffff_ffff));
-        let whole = compile("retval < 0", &event, &[]).unwrap();
+        // The kernel widens what it read as its fetch says: 0xffffffff as s32 is -1.
+        let typed = compile("retval:s32 < 0", &event, &[]).unwrap().remove(0);
+        assert_eq!((typed[0].fetch.size, typed[0].fetch.signed), (4, 1));
+        assert!(typed[0].passes(u64::MAX));
+        let whole = compile("retval < 0", &event, &[]).unwrap().remove(0);
         assert!(!whole[0].passes(0xffff_ffff) && whole[0].passes(u64::MAX));
         assert!(
             compile("arg1 > 0", &event, &[]).is_err(),
             "no argument at a return"
         );
         assert!(compile("retval:str == 1", &event, &[]).is_err());
+    }
+
+    /// A USDT probe's argument is compared where each site's note puts it, as that site sizes it.
+    #[test]
+    fn a_usdt_argument_is_compared_where_each_site_has_it() {
+        let mut event = tracepoint();
+        let site = |args: &str| crate::counters::probe::ProbeSite {
+            usdt_args: Some(args.into()),
+            ..Default::default()
+        };
+        event.probe = Some(crate::counters::probe::Probe {
+            target: std::ffi::CString::new("/bin/true").unwrap(),
+            kernel: false,
+            ret: false,
+            entry: false,
+            sites: vec![site("-4@%eax 8@%rbx"), site("8@-52(%rbp) 8@%rbx")],
+        });
+        let sites = compile("arg0 > 5 && arg1 == 7", &event, &[]).unwrap();
+        let placed: Vec<Vec<(u8, u8, u8)>> = (sites.iter())
+            .map(|terms| {
+                terms
+                    .iter()
+                    .map(|t| (t.fetch.kind, t.fetch.size, t.fetch.signed))
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            placed,
+            [
+                [(fetch::WORD, 4, 1), (fetch::WORD, 8, 0)],
+                [(fetch::MEMORY, 8, 0), (fetch::WORD, 8, 0)]
+            ]
+        );
+        // -1 is no value of the second site's unsigned argument.
+        assert!(compile("arg0 == -1", &event, &[])
+            .unwrap_err()
+            .contains("not a value of arg0"));
+        let refused = compile("line_value > 1", &event, &[]).unwrap_err();
+        assert!(refused.contains("its arguments (arg0..arg1)"), "{refused}");
+        assert!(compile("arg0:str == 1", &event, &[]).is_err());
     }
 }

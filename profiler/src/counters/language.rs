@@ -80,7 +80,7 @@ impl Event {
     }
 
     /// Its `perf_event_attr`s' type and configuration (the caller sets the rest): one, or a
-    /// probe's one per site, each with the site's fetch variant (see `ProbeSite`).
+    /// probe's one per site, each with the site's index (its cookie says it: `with_site`).
     pub fn attrs(&self) -> Vec<(Attr, u8)> {
         let attr = Attr {
             kind: self.kind,
@@ -90,15 +90,15 @@ impl Event {
         let Some(probe) = &self.probe else {
             return vec![(attr, 0)];
         };
-        (probe.sites.iter())
-            .map(|site| {
+        (probe.sites.iter().enumerate())
+            .map(|(index, site)| {
                 let at_site = Attr {
                     config: site.config,
                     config1: probe.target.as_ptr() as u64,
                     config2: site.offset,
                     ..attr
                 };
-                (at_site, site.variant)
+                (at_site, index as u8)
             })
             .collect()
     }

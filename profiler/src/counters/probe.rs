@@ -44,13 +44,11 @@ pub struct ProbeSite {
     /// Its `perf_event_attr.config` (the probe PMU's `retprobe` and `ref_ctr_offset` terms),
     /// set when the event is resolved on that PMU.
     pub config: u64,
-    /// Which of its event's fetch variants its records read (`profiler_common::MAX_SITE_VARIANTS`):
-    /// sites whose arguments lie in the same places share one.
-    pub variant: u8,
 }
 
-/// Sites one probe fires at, at most: each is a perf event per probed process.
-pub const MAX_SITES: usize = 64;
+/// Sites one probe fires at, at most: each is a perf event per probed process, and what is
+/// read at its hits is kept per site (`profiler_common::MAX_PROBE_SITES`).
+pub const MAX_SITES: usize = profiler_common::MAX_PROBE_SITES;
 
 impl Probe {
     /// A USDT probe (its arguments are its own, `arg0..`).

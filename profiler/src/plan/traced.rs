@@ -1,6 +1,6 @@
 //! What a plan allows tracing events (tracepoints, probes) to do: sampled at their hits, not
-//! read as counters; weighed by a register, filtered on their fields or registers; timed from
-//! one to another (`latency`) by keys both have.
+//! read as counters; weighed by any number read at a hit, filtered on their fields, registers or
+//! USDT arguments; timed from one to another (`latency`) by keys both have.
 use std::path::Path;
 
 use profiler_common::latency::LatencyKeys;
@@ -24,15 +24,15 @@ pub(super) fn not_traced(event: &Event, flag: &str) -> Result<(), UserError> {
 }
 
 /// `--weight`: what each sample of a tracing event counts, read at each hit as `record
-/// --fetch` reads it (each probe site its own way: `ProbeSite::variant`).
+/// --fetch` reads it (each probe site its own way).
 pub(super) fn hit_weight(
-    events: &mut [Event],
+    events: &[Event],
     weight: Option<&crate::counters::fetch::FetchSpec>,
 ) -> Result<Option<crate::sources::samples::Weighed>, UserError> {
     let Some(spec) = weight else {
         return Ok(None);
     };
-    let fetches = (events.iter_mut())
+    let fetches = (events.iter())
         .map(|event| {
             let fields = tracepoint_fields(event);
             crate::counters::fetch::number(spec, event, &fields)
@@ -49,7 +49,7 @@ pub(super) fn hit_weight(
 pub(super) fn hit_filters(
     events: &[Event],
     filter: Option<&str>,
-) -> Result<Vec<Vec<profiler_common::FilterTerm>>, UserError> {
+) -> Result<Vec<crate::counters::filter::SiteTerms>, UserError> {
     let Some(filter) = filter else {
         return Ok(Vec::new());
     };
@@ -94,7 +94,18 @@ pub(super) fn traced_events_fit(events: &[Event], cli: &Cli) -> Result<(), UserE
             "--counter is read at CPU samples, not at tracepoint or probe hits".into(),
         ));
     }
-    Ok(())
+    hit_period_fits(cli.period)
+}
+
+/// `-c N` of tracing events: at most what their programs' cookies hold.
+pub(super) fn hit_period_fits(period: Option<u64>) -> Result<(), UserError> {
+    use profiler_common::MAX_HIT_PERIOD;
+    match period {
+        Some(n) if n > MAX_HIT_PERIOD => Err(UserError::Usage(format!(
+            "-c {n}: a tracepoint or probe is sampled at most every {MAX_HIT_PERIOD} hits"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// `stat --by FIELD[:log2]`: each tracing event of the groups (at most `MAX_SAMPLING_EVENTS`),

@@ -4,12 +4,13 @@
 use std::os::fd::{AsFd as _, AsRawFd as _, FromRawFd as _, OwnedFd, RawFd};
 
 use anyhow::Context as _;
-use profiler_common::{names, with_site_variant};
+use profiler_common::{names, with_site};
 
 use super::AttachContext;
 use crate::{
     bpf::Loaded,
     counters::{
+        filter::SiteTerms,
         language::Event,
         pmu::{perf_event_open, Attr},
     },
@@ -127,20 +128,21 @@ pub(crate) fn open_traced(
     )
 }
 
-/// Each event's filter into the kernel's table (`HIT_FILTERS`), at `event * MAX_FILTER_TERMS + n`.
-pub(crate) fn set_filters(
-    kernel: &mut Loaded,
-    filters: &[Vec<profiler_common::FilterTerm>],
-) -> anyhow::Result<()> {
-    use profiler_common::MAX_FILTER_TERMS;
-    if filters.iter().all(Vec::is_empty) {
+/// Each event's filter into the kernel's table (`HIT_FILTERS`), as each of its sites reads it:
+/// at `(event * MAX_PROBE_SITES + site) * MAX_FILTER_TERMS + n`.
+pub(crate) fn set_filters(kernel: &mut Loaded, filters: &[SiteTerms]) -> anyhow::Result<()> {
+    use profiler_common::{MAX_FILTER_TERMS, MAX_PROBE_SITES};
+    if filters.iter().flatten().all(Vec::is_empty) {
         return Ok(());
     }
     let mut table: aya::maps::Array<aya::maps::MapData, profiler_common::FilterTerm> =
         aya::maps::Array::try_from(crate::collect::take_map(&mut kernel.ebpf, names::HIT_FILTERS)?)?;
-    for (event, terms) in filters.iter().enumerate() {
-        for (n, term) in terms.iter().enumerate().take(MAX_FILTER_TERMS) {
-            table.set((event * MAX_FILTER_TERMS + n) as u32, *term, 0)?;
+    for (event, sites) in filters.iter().enumerate() {
+        for (site, terms) in sites.iter().enumerate().take(MAX_PROBE_SITES) {
+            for (n, term) in terms.iter().enumerate().take(MAX_FILTER_TERMS) {
+                let slot = (event * MAX_PROBE_SITES + site) * MAX_FILTER_TERMS + n;
+                table.set(slot as u32, *term, 0)?;
+            }
         }
     }
     kernel.hold(table);
@@ -148,7 +150,7 @@ pub(crate) fn set_filters(
 }
 
 /// Open `event` (each of its `attrs`, as `fill` completes them) at each of `places` (`(pid,
-/// cpu)`), running `program_fd` at its hits with `cookie` (and each probe site's variant);
+/// cpu)`), running `program_fd` at its hits with `cookie` (and each probe site's index);
 /// held open for the run.
 pub(crate) fn run_at_hits(
     kernel: &mut Loaded,
@@ -178,9 +180,9 @@ pub(crate) fn open_at_hits(
             -1 => format!("on CPU {cpu}"),
             pid => format!("in process {pid}"),
         };
-        for (attr, variant) in event.attrs() {
+        for (attr, site) in event.attrs() {
             let fd = perf_event_open(&fill(attr), pid, cpu, -1).map_err(|e| open_error(event, &place, e))?;
-            let link = link_with_cookie(program_fd, fd.as_raw_fd(), with_site_variant(cookie, variant))
+            let link = link_with_cookie(program_fd, fd.as_raw_fd(), with_site(cookie, site))
                 .with_context(|| format!("running a program at {} events {place}", event.spelled()))?;
             opened.push((link, fd));
         }

@@ -9,7 +9,7 @@ use aya::maps::{Array, MapData, PerCpuArray, RingBuf};
 use profiler_common::{
     hit_cookie, names,
     records::{Fetch, HitRecord, StackedRecord, MAX_FETCHES},
-    MAX_SITE_VARIANTS,
+    MAX_PROBE_SITES,
 };
 
 use super::{hooks::open_traced, AttachContext, Attached, Batch, Source, Wants};
@@ -31,7 +31,7 @@ pub struct Spec {
     /// Each hit with its user and kernel stacks (`-g`).
     pub stacks: bool,
     /// Per event, what its hits must pass (`--filter`; none: every hit).
-    pub filters: Vec<Vec<profiler_common::FilterTerm>>,
+    pub filters: Vec<crate::counters::filter::SiteTerms>,
 }
 
 impl Spec {
@@ -48,8 +48,8 @@ impl Spec {
             Array::try_from(take_map(&mut kernel.ebpf, names::RECORD_FETCHES)?)?;
         for (event, fetches) in self.fetches.iter().enumerate() {
             for (n, fetched) in fetches.iter().enumerate() {
-                for (variant, fetch) in fetched.fetches.iter().enumerate() {
-                    let slot = event * MAX_SITE_VARIANTS + variant;
+                for (site, fetch) in fetched.fetches.iter().enumerate() {
+                    let slot = event * MAX_PROBE_SITES + site;
                     table.set((slot * MAX_FETCHES + n) as u32, fetch, 0)?;
                 }
             }

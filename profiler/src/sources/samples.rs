@@ -61,7 +61,7 @@ pub struct Spec {
     /// What a tracing event's sample counts (`--weight`; none: one).
     pub weight: Option<Weighed>,
     /// Per event, what its hits must pass (`--filter`; none: every hit).
-    pub filters: Vec<Vec<profiler_common::FilterTerm>>,
+    pub filters: Vec<crate::counters::filter::SiteTerms>,
 }
 
 impl Spec {
@@ -134,18 +134,18 @@ impl Spec {
 pub struct Weighed {
     /// As spelled (`arg1`, `bytes`).
     pub name: String,
-    /// Per event, the fetch at each of its site variants (`ProbeSite::variant`).
+    /// Per event, the fetch at each of its sites (one for a tracepoint).
     pub fetches: Vec<Vec<profiler_common::records::Fetch>>,
 }
 
 impl Weighed {
-    /// Into the kernel's `WEIGHT_FETCHES`, at `event * MAX_SITE_VARIANTS + variant`.
+    /// Into the kernel's `WEIGHT_FETCHES`, at `event * MAX_PROBE_SITES + site`.
     fn set(&self, kernel: &mut Loaded) -> anyhow::Result<()> {
         let mut table: aya::maps::Array<aya::maps::MapData, profiler_common::records::Fetch> =
             aya::maps::Array::try_from(crate::collect::take_map(&mut kernel.ebpf, names::WEIGHT_FETCHES)?)?;
         for (event, fetches) in self.fetches.iter().enumerate() {
-            for (variant, fetch) in fetches.iter().enumerate() {
-                let slot = event * profiler_common::MAX_SITE_VARIANTS + variant;
+            for (site, fetch) in fetches.iter().enumerate() {
+                let slot = event * profiler_common::MAX_PROBE_SITES + site;
                 table.set(slot as u32, fetch, 0)?;
             }
         }

@@ -7,7 +7,6 @@ use aya::maps::{Array, Map, MapData, PerCpuArray, PerCpuHashMap};
 use profiler_common::{
     names,
     values::{ByField, ValueKey},
-    FilterTerm,
 };
 
 use super::{
@@ -26,7 +25,7 @@ use crate::{
 pub struct Spec {
     pub events: Vec<Event>,
     pub fields: Vec<ByField>,
-    pub filters: Vec<Vec<FilterTerm>>,
+    pub filters: Vec<crate::counters::filter::SiteTerms>,
 }
 
 impl Spec {

@@ -35,7 +35,7 @@ pub struct Spec {
     /// How the key reads (`thread`, `dev,sector`).
     pub key: String,
     /// `--filter`: which starts are timed, as written and as the kernel judges it.
-    pub filter: Option<(String, Vec<profiler_common::FilterTerm>)>,
+    pub filter: Option<(String, crate::counters::filter::SiteTerms)>,
     /// A heatmap is drawn: the histogram is read at each drain too, for its columns.
     pub heatmap: bool,
     /// `--duration-min`: intervals at least this long are listed with their starts' stacks.
