@@ -45,7 +45,8 @@ const _: () = assert!(size_of::<LatencyKey>() == 16);
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KeyFields {
     pub fields: u32,
-    pub _pad: u32,
+    /// Bit i: field i is signed (compared as read either way: user space shows it so).
+    pub signed: u32,
     /// Offset in the tracepoint's record and size (1, 2, 4 or 8 bytes) of each field.
     pub offsets: [u32; 2],
     pub sizes: [u32; 2],

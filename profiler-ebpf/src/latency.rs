@@ -50,7 +50,7 @@ static PENDING: PerCpuArray<SlowInterval> = PerCpuArray::with_max_entries(1, 0);
 static LATENCY_KEYS: LatencyKeys = LatencyKeys {
     sides: [KeyFields {
         fields: 0,
-        _pad: 0,
+        signed: 0,
         offsets: [0; 2],
         sizes: [0; 2],
     }; 2],

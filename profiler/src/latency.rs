@@ -44,12 +44,11 @@ pub fn run(args: LatencyArgs) -> anyhow::Result<i32> {
         ended.notes,
     );
     if let Some(min_ns) = spec.slow_ns {
-        let fields = spec.keys.sides[0].fields as usize;
         let lost = ended.health.slow_intervals_lost;
         report.slow = Some(SlowIntervalsReport::of(
             min_ns,
             &batch.slow,
-            fields,
+            &spec.keys.sides[0],
             lost,
             &ended.procs,
         ));

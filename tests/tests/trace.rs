@@ -508,7 +508,9 @@ fn latency_refuses_what_it_cannot_time_in_one_line() {
 /// them in reverse order, then one more held 100 ms, each id the first argument of both calls.
 /// Keyed by that argument every request is timed: 101 intervals, none unmatched, replaced or
 /// pending (keyed by thread, 100 would be replaced); with `--duration-min 50` exactly one listed,
-/// the last, at least 100 ms, started in `request_submit` under `main` (walked through the tables).
+/// the last, at least 100 ms, its id (-101) shown signed as the register is, started in
+/// `request_submit` under `main` (walked through the tables). From `request_submit`'s return,
+/// whose value is the id, `--key retval=arg1` times the same 101.
 #[test]
 fn latency_keyed_by_a_probes_argument_matches_each_request_to_its_own_end() {
     let bin = workload("events");
@@ -546,6 +548,24 @@ fn latency_keyed_by_a_probes_argument_matches_each_request_to_its_own_end() {
         .collect();
     assert_eq!(functions.first(), Some(&"request_submit"), "{functions:?}");
     assert!(functions.contains(&"main"), "{functions:?}");
+
+    let returned = format!("uretprobe:{bin}:request_submit");
+    let (report, out) = latency(&[
+        "--from",
+        &returned,
+        "--to",
+        &complete,
+        "--key",
+        "retval=arg1",
+        "--",
+        bin,
+        "requests",
+        "100",
+    ]);
+    let counts = ["count", "unmatched", "replaced", "pending"].map(|f| report[f].as_f64().unwrap());
+    println!("--key retval=arg1: {counts:?}");
+    assert_eq!(report["key"], "retval=arg1");
+    assert_eq!(counts, [bpfprof_tests::truth(&out)["requests"], 0.0, 0.0, 0.0]);
 }
 
 /// fio's direct 256 KiB random reads of a file it read once before (so that nothing of the file

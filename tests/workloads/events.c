@@ -27,10 +27,11 @@
  *                       only while the probe's semaphore is raised (as sys/sdt.h's ENABLED);
  *                       prints N, the fires at each site, each number argument's sum and how
  *                       many ints were negative
- *   events requests N   N requests submitted (request_submit(id), ids 1..N), then completed in
- *                       reverse order (request_complete(id)); 200 ms later one more, N+1, held
- *                       100 ms between its two calls: each request's id is the first argument of
- *                       both, and only the last is held; prints N+1 and its id
+ *   events requests N   N requests submitted (request_submit(id), ids 1..N, which returns it), then
+ *                       completed in reverse order (request_complete(id)); 200 ms later one
+ *                       more, id -(N+1), held 100 ms between its two calls: each request's id is
+ *                       the first argument of both, and only the last is held; prints N+1 and
+ *                       its id
  * Each prints one `TRUTH key=value ...` line at exit. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -183,8 +184,12 @@ static __attribute__((noinline)) void usdt_steps(long n) {
            n, fired[1], fired[2], ints, negatives, globals);
 }
 
-/* A request's two ends, each taking its id (the probes read their first argument). */
-static __attribute__((noipa)) void request_submit(long id) { __asm__ volatile("" : : "r"(id)); }
+/* A request's two ends, each taking its id (the probes read their first argument); submitting
+ * one returns its id too. */
+static __attribute__((noipa)) long request_submit(long id) {
+    __asm__ volatile("" : : "r"(id));
+    return id;
+}
 static __attribute__((noipa)) void request_complete(long id) { __asm__ volatile("" : : "r"(id)); }
 
 static void requests(long n) {
@@ -192,10 +197,10 @@ static void requests(long n) {
     for (long id = 1; id <= n; id++) request_submit(id);
     for (long id = n; id >= 1; id--) request_complete(id);
     nanosleep(&later, NULL);
-    request_submit(n + 1);
+    request_submit(-(n + 1));
     nanosleep(&hold, NULL);
-    request_complete(n + 1);
-    printf("TRUTH pid=%d requests=%ld slow_id=%ld\n", getpid(), n + 1, n + 1);
+    request_complete(-(n + 1));
+    printf("TRUTH pid=%d requests=%ld slow_id=%ld\n", getpid(), n + 1, -(n + 1));
 }
 
 static __attribute__((noinline)) void napper(long naps) {

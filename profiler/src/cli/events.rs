@@ -83,7 +83,9 @@ pub struct LatencyArgs {
     pub to: String,
     /// What matches an end to its start: `thread` (the default: the same thread), or one or two
     /// numbers both events have: tracepoints' fields (`dev,sector`: a block request, completed in
-    /// an interrupt), probes' arguments (`arg1`: a request's address) or return value (`retval`).
+    /// an interrupt), probes' arguments (`arg1`: a request's address) or return value (`retval`);
+    /// FROM=TO where the two events name it differently (`retval=arg1`: what the start returned
+    /// is the end's first argument).
     #[arg(long, value_name = "FIELDS", default_value = "thread")]
     pub key: String,
     /// Only the starts this filter passes are timed: up to 4 comparisons joined by && of

@@ -104,8 +104,9 @@ fn slow_intervals(slow: &SlowIntervalsReport, i: &Interval, out: &mut dyn Write)
     for interval in &slow.intervals {
         let key = match i.key.as_str() {
             "thread" => String::new(),
+            // A number the sides name differently (`retval=arg1`) by its start's name.
             names => (names.split(',').zip(&interval.key))
-                .map(|(name, value)| format!(" {name}={value}"))
+                .map(|(name, value)| format!(" {}={value}", name.split('=').next().unwrap_or(name)))
                 .collect(),
         };
         writeln!(

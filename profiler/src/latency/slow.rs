@@ -1,6 +1,6 @@
 //! `latency --duration-min MS`: each interval at least that long, when it began, its key, the
 //! thread that started it and the stacks it was started from (kernel frames first, then user).
-use profiler_common::latency::LatencyStart;
+use profiler_common::latency::{KeyFields, LatencyStart};
 use serde::Serialize;
 
 use crate::{
@@ -26,8 +26,8 @@ pub struct SlowIntervalReport {
     /// When it began, in seconds since collection began.
     pub at_s: f64,
     pub took_ns: u64,
-    /// The key's values: the thread's tid, or each key field's.
-    pub key: Vec<u64>,
+    /// The key's values: the thread's tid, or each key field's (a signed one as signed).
+    pub key: Vec<serde_json::Value>,
     /// Who started it.
     pub pid: u32,
     pub tid: u32,
@@ -41,8 +41,8 @@ pub struct SlowIntervalReport {
 }
 
 impl SlowIntervalsReport {
-    /// `fields`: how many values the key has (0: the thread).
-    pub fn of(min_ns: u64, slow: &SlowIntervals, fields: usize, lost: u64, procs: &Processes) -> Self {
+    /// `key`: the start's key fields (none: the thread).
+    pub fn of(min_ns: u64, slow: &SlowIntervals, key: &KeyFields, lost: u64, procs: &Processes) -> Self {
         let named = (slow.stacks).named(&Symbolizer::long_lived(DebugLocator::default()), procs);
         let mut intervals: Vec<SlowIntervalReport> = (slow.intervals.iter())
             .map(|read| {
@@ -50,7 +50,7 @@ impl SlowIntervalsReport {
                 SlowIntervalReport {
                     at_s: start.started_ns.saturating_sub(slow.started_ns) as f64 / 1e9,
                     took_ns: interval.took_ns,
-                    key: [interval.key.a, interval.key.b][..fields.clamp(1, 2)].to_vec(),
+                    key: key_values(key, [interval.key.a, interval.key.b]),
                     pid: start.tgid,
                     tid: start.tid,
                     comm: comm_string(&start.comm),
@@ -66,6 +66,17 @@ impl SlowIntervalsReport {
             not_listed: slow.not_kept + lost,
         }
     }
+}
+
+/// A key's values as its fields are typed: a signed field's sign-extended from its size; the
+/// thread's tid where there are none.
+fn key_values(key: &KeyFields, values: [u64; 2]) -> Vec<serde_json::Value> {
+    (0..(key.fields as usize).clamp(1, 2))
+        .map(|i| match key.signed >> i & 1 {
+            1 => profiler_common::sized(values[i], key.sizes[i] as u8).1.into(),
+            _ => values[i].into(),
+        })
+        .collect()
 }
 
 /// The user stack of a start not walked through its process's tables, and why.

@@ -49,6 +49,17 @@ fn latency_keys_read_each_sides_fields_where_its_format_says() {
         latency_keys(&root, [&issue, &complete], "thread").unwrap().0,
         LatencyKeys::default()
     );
+    // FROM=TO: a number each side names differently, checked alike.
+    let (crossed, key) = latency_keys(&root, [&issue, &complete], "dev=dev,sector=sector").unwrap();
+    assert_eq!((crossed, key.as_str()), (keys, "dev=dev,sector=sector"));
+    let why = match latency_keys(&root, [&issue, &complete], "sector=dev") {
+        Err(UserError::Usage(why)) => why,
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        why.contains("8-byte number on test:issue and an unsigned 4-byte"),
+        "{why}"
+    );
     let refused = |sides: [&Event; 2], key: &str| match latency_keys(&root, sides, key) {
         Err(UserError::Usage(why)) => why,
         other => panic!("{key}: {other:?}"),

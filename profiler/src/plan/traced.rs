@@ -214,7 +214,8 @@ pub(super) fn tracepoint_fields(event: &Event) -> Vec<crate::counters::tracepoin
 
 /// Each side's key: the thread, or one or two numbers both events have (a tracepoint's fields,
 /// read where its tracefs format says; a probe's arguments or return value, in its registers),
-/// each of the same size and signedness on both.
+/// each of the same size and signedness on both. `FROM=TO` names a number each side calls
+/// differently (`retval=arg1`: what the start returned, the end's first argument).
 pub(super) fn latency_keys(
     tracefs: &Path,
     sides: [&Event; 2],
@@ -224,9 +225,15 @@ pub(super) fn latency_keys(
         return Ok((LatencyKeys::default(), "thread".into()));
     }
     let names: Vec<&str> = key.split(',').map(str::trim).collect();
-    if names.len() > 2 || names.iter().any(|n| n.is_empty()) {
+    let pairs: Vec<[&str; 2]> = (names.iter())
+        .map(|name| match name.split_once('=') {
+            Some((from, to)) => [from.trim(), to.trim()],
+            None => [*name; 2],
+        })
+        .collect();
+    if names.len() > 2 || pairs.iter().flatten().any(|n| n.is_empty()) {
         return Err(UserError::Usage(format!(
-            "--key {key}: `thread`, or one or two fields both events have: tracepoints' numbers (`dev,sector`), probes' arguments (`arg1`) or return value (`retval`)"
+            "--key {key}: `thread`, or one or two fields both events have: tracepoints' numbers (`dev,sector`), probes' arguments (`arg1`) or return value (`retval`); FROM=TO where the sides name it differently (`retval=arg1`)"
         )));
     }
     let mut keys = LatencyKeys::default();
@@ -236,7 +243,8 @@ pub(super) fn latency_keys(
             true => crate::counters::tracepoint::layout(tracefs, &event.name),
             false => Vec::new(),
         };
-        for (i, name) in names.iter().enumerate() {
+        for (i, pair) in pairs.iter().enumerate() {
+            let name = pair[side];
             let (offset, size, signed) =
                 crate::counters::filter::place(name, event, &fields).map_err(|why| {
                     // A tracepoint's message names it; a probe's does not.
@@ -260,6 +268,7 @@ pub(super) fn latency_keys(
             }
             keys.sides[side].offsets[i] = u32::from(offset);
             keys.sides[side].sizes[i] = u32::from(size);
+            keys.sides[side].signed |= u32::from(signed) << i;
         }
         keys.sides[side].fields = names.len() as u32;
     }
