@@ -16,7 +16,8 @@
  *   events lines N      the loop of `lines` runs N times; the line marked PROBE-LINE once each time,
  *                       after it stored the iteration's value in the global `line_value`, which
  *                       `step` is also called with (its first argument) and named after (its
- *                       second, the string "step"); prints N and the sum of the values
+ *                       second, the string "step"); prints N, the sum of the values, the
+ *                       loop's time by its own clock and the process's CPU time (benchmarks)
  *   events inlined N    the line marked INLINED-LINE, inlined into two functions, runs N times:
  *                       in bump_odd each 4th time, in bump_even the others; prints N, each
  *                       function's count and the sum of `line_value` as the line starts
@@ -44,6 +45,8 @@
 #include <time.h>
 #include <pthread.h>
 #include <sys/syscall.h>
+
+#include "clock.h"
 
 #define PAGE 4096
 
@@ -91,12 +94,19 @@ static __attribute__((noipa)) long step(long value, const char *name) { return v
 
 static __attribute__((noinline)) void lines(long n) {
     long values = 0, steps = 0;
+    long long start = now_ns();
     for (long i = 0; i < n; i++) {
         line_value = (i * 7919) % 1000003;
         steps += step(line_value, "step"); /* PROBE-LINE */
         values += line_value;
     }
-    printf("TRUTH pid=%d lines=%ld values_sum=%ld steps=%ld\n", getpid(), n, values, steps);
+    long long elapsed = now_ns() - start;
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    long long cpu = (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000000000LL +
+                    (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1000LL;
+    printf("TRUTH pid=%d lines=%ld values_sum=%ld steps=%ld elapsed_ns=%lld cpu_ns=%lld\n", getpid(), n, values,
+           steps, elapsed, cpu);
 }
 
 /* One source line inlined into two functions: a probe on the line fires in both. */

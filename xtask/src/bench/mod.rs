@@ -12,6 +12,7 @@ use anyhow::{bail, Context as _, Result};
 
 use crate::{bpfprof_bin, sh, workspace_root};
 
+mod record;
 mod trace;
 
 const ROUNDS: usize = 9;
@@ -25,8 +26,9 @@ pub fn run(mode: &str) -> Result<()> {
         "lock" => lock(),
         "agent" => agent(),
         "trace" => trace::trace(),
+        "record" => record::record(),
         other => {
-            bail!("no benchmark for mode `{other}` (available: hotspot, sched, unwind, lock, agent, trace)")
+            bail!("no benchmark for mode `{other}` (available: hotspot, sched, unwind, lock, agent, trace, record)")
         }
     }
 }
