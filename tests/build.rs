@@ -11,6 +11,8 @@ fn main() {
     for name in ["hotspot", "schedload"] {
         compile_c(&out, name, FRAME_POINTERS);
     }
+    // JIT code a perf map names, called from C built as runtimes are (frame pointers).
+    compile_c(&out, "jit", FRAME_POINTERS);
     // Its callers stay on the stack (no tail calls), so each fault is under the function that
     // touched the page.
     compile_c(

@@ -47,6 +47,8 @@ pub const GUEST_SUITES: &[(&str, Option<&str>)] = &[
     ("symbols", Some("--skip go_tool --skip debian_xz")),
     // Debug files found elsewhere: its fixtures (MiniDebugInfo, zstd DWARF) are made at build time.
     ("debuginfo", None),
+    // JIT code a perf map names (AArch64's own machine code for the loop).
+    ("jit", None),
     // Of `trace`, the sleeps (arm64's own system-call table), the slow calls and intervals with
     // their arguments and stacks, and latency keyed by a probe's argument (x0): the guest has
     // neither strace nor fio.

@@ -12,11 +12,13 @@ use std::{
 };
 
 mod info;
+mod perf_map;
 mod section;
 
 pub use section::{section_data, SectionError};
 
 pub use info::{comm_of, container_id, split_stat, threads_of, ProcessInfo};
+pub use perf_map::{JitMaps, JitNames, JitSymbol, PerfMap};
 
 /// Index into [`Processes::files`].
 pub type FileId = u32;
@@ -28,8 +30,10 @@ pub enum UserAddr {
     File { file: FileId, offset: u64, addr: u64 },
     /// In the vDSO.
     Vdso { addr: u64 },
-    /// In anonymous executable memory (JIT code, trampolines).
+    /// In anonymous executable memory (JIT code, trampolines) no perf map names.
     Anon { addr: u64 },
+    /// In a function of JIT code its runtime's perf map names (`JitNames`' `symbol`).
+    Jit { symbol: u32, addr: u64 },
     /// In no executable mapping known for the process (it exited before it could be captured).
     Unmapped { addr: u64 },
 }
@@ -40,6 +44,7 @@ impl UserAddr {
             UserAddr::File { addr, .. }
             | UserAddr::Vdso { addr }
             | UserAddr::Anon { addr }
+            | UserAddr::Jit { addr, .. }
             | UserAddr::Unmapped { addr } => addr,
         }
     }
@@ -111,19 +116,24 @@ impl FileIdentity {
     }
 }
 
-/// Where a symbolizer finds the files a profile's addresses point into.
+/// Where a symbolizer finds the files a profile's addresses point into, and the JIT functions.
 pub trait FileTable {
     fn file(&self, id: FileId) -> Option<&MappedFile>;
+    fn jit(&self, symbol: u32) -> Option<JitSymbol>;
 }
 
 /// The files one profile needs, taken out of `Processes` so that it can be symbolized elsewhere
 /// (another thread) while the processes go on being tracked and forgotten.
 #[derive(Clone, Debug, Default)]
-pub struct FileSnapshot(HashMap<FileId, MappedFile>);
+pub struct FileSnapshot(HashMap<FileId, MappedFile>, JitNames);
 
 impl FileTable for FileSnapshot {
     fn file(&self, id: FileId) -> Option<&MappedFile> {
         self.0.get(&id)
+    }
+
+    fn jit(&self, symbol: u32) -> Option<JitSymbol> {
+        self.1.get(symbol)
     }
 }
 
@@ -207,6 +217,8 @@ pub struct Processes {
     captured: Option<Vec<(u32, u32, Vec<MapsLine>)>>,
     captured_at: HashMap<u32, std::time::Instant>,
     generations: Option<Generations>,
+    /// The targets' perf maps: names of their JIT code.
+    jit: JitMaps,
 }
 
 /// Where a process's current exec generation is read (the kernel's count; none: always 0).
@@ -285,6 +297,10 @@ impl Processes {
 
     fn install_captured(&mut self, pid: u32, generation: u32, lines: Vec<MapsLine>) {
         self.captured_at.insert(pid, std::time::Instant::now());
+        // JIT code: its perf map opened while the process is there to be asked for it.
+        if lines.iter().any(|l| l.inode == 0 && !l.path.starts_with('[')) {
+            self.jit.refresh(pid);
+        }
         if let Some(captured) = &mut self.captured {
             captured.push((pid, generation, lines.clone()));
         }
@@ -319,12 +335,17 @@ impl Processes {
     }
 
     /// Capture the process again (see `refresh`) when a stack of one of its images falls
-    /// outside that image's known map: it may have loaded a library since.
+    /// outside that image's known map: it may have loaded a library since. Where it falls in
+    /// JIT code its perf map does not name (yet), that map is read again.
     pub fn refresh_unless_covered(&mut self, pid: u32, generation: u32, addrs: &[u64]) -> io::Result<()> {
-        match self.covers(pid, generation, addrs) {
+        let refreshed = match self.covers(pid, generation, addrs) {
             true => Ok(()),
             false => self.refresh(pid),
+        };
+        if (addrs.iter()).any(|&a| matches!(self.normalize(pid, generation, a), UserAddr::Anon { .. })) {
+            self.jit.refresh(pid);
         }
+        refreshed
     }
 
     /// Make sure a stack of `pid`'s image `generation`, taken moments ago, can be placed later,
@@ -443,6 +464,7 @@ impl Processes {
     /// handles close. Profiles already aggregated keep their file ids; symbolize them from a
     /// `snapshot` taken before.
     pub fn forget(&mut self, pids: &HashSet<u32>) {
+        self.jit.forget(pids);
         self.maps.retain(|(pid, _), _| !pids.contains(pid));
         self.info.retain(|pid, _| !pids.contains(pid));
         self.captured_at.retain(|pid, _| !pids.contains(pid));
@@ -466,6 +488,7 @@ impl Processes {
             ids.into_iter()
                 .filter_map(|id| Some((id, self.files.get(&id)?.clone())))
                 .collect(),
+            self.jit.names(),
         )
     }
 
@@ -515,7 +538,10 @@ impl Processes {
                 addr,
             },
             Region::Vdso => UserAddr::Vdso { addr },
-            Region::Anon => UserAddr::Anon { addr },
+            Region::Anon => match self.jit.symbol(pid, addr) {
+                Some(symbol) => UserAddr::Jit { symbol, addr },
+                None => UserAddr::Anon { addr },
+            },
         }
     }
 
@@ -535,6 +561,10 @@ impl Processes {
 impl FileTable for Processes {
     fn file(&self, id: FileId) -> Option<&MappedFile> {
         self.files.get(&id)
+    }
+
+    fn jit(&self, symbol: u32) -> Option<JitSymbol> {
+        self.jit.names().get(symbol)
     }
 }
 

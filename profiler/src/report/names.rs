@@ -37,6 +37,8 @@ pub(super) fn describe(frame: &Frame) -> String {
                 vaddr.unwrap_or(frame.address)
             ))
         }
+        // A module that is no file (`[jit]`) is bracketed already.
+        _ if frame.module.starts_with('[') => s.push_str(&format!("  {}", frame.module)),
         _ if !frame.module.is_empty() => s.push_str(&format!("  [{}]", short_module(&frame.module))),
         _ => {}
     }

@@ -46,6 +46,8 @@ pub enum NameKind {
     Fde,
     /// Not named and in no function the unwind table knows: `module+0x<its virtual address>`.
     Address,
+    /// JIT code, named by its runtime's perf map (`/tmp/perf-PID.map`).
+    PerfMap,
     /// Nothing known: `[unknown]` (anonymous memory, the vDSO, no file, a file unreadable).
     None,
 }
@@ -57,6 +59,7 @@ impl NameKind {
             NameKind::GoTable => "go_table",
             NameKind::Fde => "fde",
             NameKind::Address => "address",
+            NameKind::PerfMap => "perf_map",
             NameKind::None => "none",
         }
     }
@@ -88,6 +91,7 @@ impl NameKind {
             NameKind::GoTable,
             NameKind::Fde,
             NameKind::Address,
+            NameKind::PerfMap,
             NameKind::None,
         ]
         .into_iter()
@@ -226,6 +230,7 @@ pub(crate) mod tests {
             NameKind::GoTable,
             NameKind::Fde,
             NameKind::Address,
+            NameKind::PerfMap,
             NameKind::None,
         ] {
             let system = kind.system_name(name);

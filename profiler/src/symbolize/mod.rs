@@ -315,6 +315,13 @@ impl Symbolizer {
                             .user
                             .insert(*addr, vec![Frame::unknown("[anon]", a, false)]);
                     }
+                    UserAddr::Jit { symbol, addr: a } => {
+                        let frame = match files.jit(symbol) {
+                            Some(jit) => jit_frame(&jit, a),
+                            None => Frame::unknown("[anon]", a, false),
+                        };
+                        symbols.user.insert(*addr, vec![frame]);
+                    }
                     UserAddr::Unmapped { addr: a } => {
                         symbols
                             .user
@@ -452,6 +459,20 @@ fn location(info: Option<&CodeInfo<'_>>) -> (Option<String>, Option<u32>) {
 
 #[cfg(test)]
 mod stripped_tests;
+
+/// A frame of JIT code its perf map names: the function, in the module `[jit]`.
+fn jit_frame(jit: &crate::process::JitSymbol, addr: u64) -> Frame {
+    Frame {
+        function: jit.name.to_string(),
+        start: Some(jit.start),
+        offset: Some(addr - jit.start),
+        kind: NameKind::PerfMap,
+        ..Frame::unknown(JIT_MODULE, addr, false)
+    }
+}
+
+/// The module of JIT code a perf map names.
+pub const JIT_MODULE: &str = "[jit]";
 
 #[cfg(test)]
 mod tests {

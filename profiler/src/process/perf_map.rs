@@ -1,0 +1,275 @@
+//! JIT code named by the runtime that made it: a perf map (`/tmp/perf-PID.map`, one `START SIZE
+//! NAME` line per function in hex, appended as code is compiled) as `node --perf-basic-prof`,
+//! `python3.12 -X perf` and the JVM's perf-map agents write it. Read from the process's own mount
+//! namespace (`/proc/PID/root/tmp/perf-NSPID.map`, NSPID its pid there), through a handle kept
+//! open (the file may be deleted, the process gone); only what was appended since the last read,
+//! whole lines, within bounds (a hostile process writes what it likes there).
+use std::{
+    collections::{BTreeMap, HashMap},
+    fs::File,
+    io::{Read as _, Seek as _, SeekFrom},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+/// Bytes read from one map over a run, at most.
+const MAX_BYTES: u64 = 64 << 20;
+/// Functions kept per map, at most.
+const MAX_ENTRIES: usize = 1 << 20;
+/// A line longer than this is skipped (counted as bad); a name is cut to `MAX_NAME` bytes.
+const MAX_LINE: usize = 4096;
+const MAX_NAME: usize = 512;
+
+/// One function of a perf map.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct JitSymbol {
+    pub start: u64,
+    pub size: u64,
+    pub name: Arc<str>,
+}
+
+/// One process's perf map, as read so far.
+#[derive(Debug)]
+pub struct PerfMap {
+    file: File,
+    /// Where the next read starts: past the last whole line.
+    read_to: u64,
+    /// By start: (end, name). A later line replaces the ranges it overlaps (code space reused).
+    entries: BTreeMap<u64, (u64, Arc<str>)>,
+    /// Lines that were not `START SIZE NAME`.
+    pub bad_lines: u64,
+}
+
+impl PerfMap {
+    /// The perf map of `pid`, if it has one now.
+    pub fn open(pid: u32) -> Option<PerfMap> {
+        let ns_pid = namespace_pid(pid).unwrap_or(pid);
+        let file = File::open(format!("/proc/{pid}/root/tmp/perf-{ns_pid}.map")).ok()?;
+        Some(PerfMap::from_file(file))
+    }
+
+    pub fn from_file(file: File) -> PerfMap {
+        PerfMap {
+            file,
+            read_to: 0,
+            entries: BTreeMap::new(),
+            bad_lines: 0,
+        }
+    }
+
+    /// Read the lines appended since the last read (from the start again if the file shrank).
+    pub fn refresh(&mut self) {
+        let size = self.file.metadata().map(|m| m.len()).unwrap_or(0);
+        if size < self.read_to {
+            self.read_to = 0;
+            self.entries.clear();
+        }
+        let want = size.min(MAX_BYTES).saturating_sub(self.read_to);
+        if want == 0 || self.file.seek(SeekFrom::Start(self.read_to)).is_err() {
+            return;
+        }
+        let mut bytes = Vec::new();
+        if (&self.file).take(want).read_to_end(&mut bytes).is_err() {
+            return;
+        }
+        // Whole lines only: a line being written is read next time.
+        let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |end| end + 1);
+        self.read_to += whole as u64;
+        for line in bytes[..whole].split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            match parse_line(line) {
+                Some(symbol) => self.insert(symbol),
+                None => self.bad_lines += 1,
+            }
+        }
+    }
+
+    fn insert(&mut self, (start, end, name): (u64, u64, Arc<str>)) {
+        // Drop what the new function overlaps: the entry before it that reaches into it, and
+        // those that start inside it.
+        if let Some((&before, &(before_end, _))) = self.entries.range(..start).next_back() {
+            if before_end > start {
+                self.entries.remove(&before);
+            }
+        }
+        let inside: Vec<u64> = self.entries.range(start..end).map(|(&s, _)| s).collect();
+        for s in inside {
+            self.entries.remove(&s);
+        }
+        if self.entries.len() < MAX_ENTRIES {
+            self.entries.insert(start, (end, name));
+        }
+    }
+
+    /// The function `addr` is in, if the map names one.
+    pub fn find(&self, addr: u64) -> Option<JitSymbol> {
+        let (&start, (end, name)) = self.entries.range(..=addr).next_back()?;
+        (addr < *end).then(|| JitSymbol {
+            start,
+            size: end - start,
+            name: name.clone(),
+        })
+    }
+
+    /// How many functions it names now.
+    pub fn functions(&self) -> usize {
+        self.entries.len()
+    }
+}
+
+/// Every target's perf map, and the functions of them samples fell in, each numbered once
+/// (`JitNames`): what a `UserAddr::Jit` names.
+#[derive(Debug, Default)]
+pub struct JitMaps {
+    maps: HashMap<u32, PerfMap>,
+    /// When each process's map was last looked for or read.
+    looked_at: HashMap<u32, Instant>,
+    names: JitNames,
+}
+
+/// A process's perf map is looked for, or read again, at most this often.
+const LOOK_EVERY: Duration = Duration::from_millis(250);
+
+impl JitMaps {
+    /// Look for `pid`'s perf map, or read what was appended to it, unless that was just done.
+    pub fn refresh(&mut self, pid: u32) {
+        if self
+            .looked_at
+            .get(&pid)
+            .is_some_and(|at| at.elapsed() < LOOK_EVERY)
+        {
+            return;
+        }
+        self.looked_at.insert(pid, Instant::now());
+        match self.maps.get_mut(&pid) {
+            Some(map) => map.refresh(),
+            None => {
+                if let Some(mut map) = PerfMap::open(pid) {
+                    map.refresh();
+                    self.maps.insert(pid, map);
+                }
+            }
+        }
+    }
+
+    /// The number of the function at `addr` of `pid`, if its perf map names one.
+    pub fn symbol(&self, pid: u32, addr: u64) -> Option<u32> {
+        self.names.intern(self.maps.get(&pid)?.find(addr)?)
+    }
+
+    pub fn forget(&mut self, pids: &std::collections::HashSet<u32>) {
+        self.maps.retain(|pid, _| !pids.contains(pid));
+        self.looked_at.retain(|pid, _| !pids.contains(pid));
+    }
+
+    pub fn names(&self) -> JitNames {
+        self.names.clone()
+    }
+}
+
+/// The JIT functions samples fell in, by number; shared with the snapshots symbolized elsewhere.
+/// At most `MAX_NAMED` over a run: past that, a function is left unnamed (`[anon]`).
+#[derive(Clone, Debug, Default)]
+pub struct JitNames(Arc<Mutex<Interned>>);
+
+#[derive(Debug, Default)]
+struct Interned {
+    symbols: Vec<JitSymbol>,
+    ids: HashMap<JitSymbol, u32>,
+}
+
+const MAX_NAMED: usize = 1 << 18;
+
+impl JitNames {
+    fn intern(&self, symbol: JitSymbol) -> Option<u32> {
+        let mut interned = self.0.lock().ok()?;
+        if let Some(&id) = interned.ids.get(&symbol) {
+            return Some(id);
+        }
+        if interned.symbols.len() >= MAX_NAMED {
+            return None;
+        }
+        let id = interned.symbols.len() as u32;
+        interned.symbols.push(symbol.clone());
+        interned.ids.insert(symbol, id);
+        Some(id)
+    }
+
+    pub fn get(&self, id: u32) -> Option<JitSymbol> {
+        self.0.lock().ok()?.symbols.get(id as usize).cloned()
+    }
+}
+
+/// `START SIZE NAME`: hex numbers (an optional `0x`), then the rest of the line (spaces and all).
+fn parse_line(line: &[u8]) -> Option<(u64, u64, Arc<str>)> {
+    if line.len() > MAX_LINE {
+        return None;
+    }
+    let text = std::str::from_utf8(line).ok()?.trim_end_matches('\r');
+    let mut parts = text.splitn(3, ' ');
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok();
+    let start = hex(parts.next()?)?;
+    let size = hex(parts.next()?)?;
+    let name = parts.next()?.trim();
+    let end = start.checked_add(size).filter(|_| size > 0 && !name.is_empty())?;
+    let name = match name.char_indices().nth(MAX_NAME) {
+        Some((cut, _)) => &name[..cut],
+        None => name,
+    };
+    Some((start, end, Arc::from(name)))
+}
+
+/// The pid `pid` has in its own pid namespace (the last of `/proc/PID/status`'s `NSpid`).
+fn namespace_pid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
+    line.split_whitespace().last()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::*;
+
+    fn map_of(text: &[u8]) -> (PerfMap, tempfile::NamedTempFile) {
+        let mut file = tempfile::NamedTempFile::new().unwrap();
+        file.write_all(text).unwrap();
+        let mut map = PerfMap::from_file(File::open(file.path()).unwrap());
+        map.refresh();
+        (map, file)
+    }
+
+    /// Lines as node and the JVM write them; a later function replaces the ones it overlaps; a
+    /// line being written is read once whole; garbage is counted, never fatal.
+    #[test]
+    fn functions_are_read_as_appended_and_bad_lines_are_counted() {
+        let (mut map, mut file) = map_of(
+            b"3a0e8a9c0 6c LazyCompile:~hot /app/x.js:1\n0x3a0e8aa40 20 Builtin:Call\nzz 10 x\n10 0 empty\n",
+        );
+        assert_eq!(map.functions(), 2);
+        assert_eq!(map.bad_lines, 2);
+        let hot = map.find(0x3a0e8a9c0 + 0x10).unwrap();
+        assert_eq!(
+            (hot.start, hot.size, &*hot.name),
+            (0x3a0e8a9c0, 0x6c, "LazyCompile:~hot /app/x.js:1")
+        );
+        assert!(map.find(0x3a0e8a9c0 + 0x6c).is_none());
+        file.write_all(b"3a0e8a9e0 40 LazyCompile:*hot /app/x.js:1\n3a0e8ab00 1")
+            .unwrap();
+        map.refresh();
+        assert_eq!(&*map.find(0x3a0e8a9c0).map_or("gone".into(), |s| s.name), "gone");
+        assert_eq!(
+            &*map.find(0x3a0e8a9f0).unwrap().name,
+            "LazyCompile:*hot /app/x.js:1"
+        );
+        assert!(map.find(0x3a0e8ab00).is_none(), "the line is not whole yet");
+        file.write_all(b"0 opt\n").unwrap();
+        map.refresh();
+        assert_eq!(&*map.find(0x3a0e8ab05).unwrap().name, "opt");
+        assert_eq!(map.bad_lines, 2);
+        let (long, _) = map_of(format!("1000 10 {}\n", "n".repeat(5000)).as_bytes());
+        assert_eq!((long.functions(), long.bad_lines), (0, 1));
+        let (cut, _) = map_of(format!("1000 10 {}\n", "n".repeat(600)).as_bytes());
+        assert_eq!(cut.find(0x1000).unwrap().name.len(), MAX_NAME);
+    }
+}
