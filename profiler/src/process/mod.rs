@@ -342,7 +342,13 @@ impl Processes {
             true => Ok(()),
             false => self.refresh(pid),
         };
-        if (addrs.iter()).any(|&a| matches!(self.normalize(pid, generation, a), UserAddr::Anon { .. })) {
+        // JIT code: its map read for what was appended, or rewritten (a reused range renamed).
+        let maps = self.maps.get(&(pid, generation));
+        let in_jit = |a: u64| {
+            maps.and_then(|m| find(m, a))
+                .is_some_and(|m| m.region == Region::Anon)
+        };
+        if addrs.iter().any(|&a| in_jit(a)) {
             self.jit.refresh(pid);
         }
         refreshed

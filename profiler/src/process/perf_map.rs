@@ -12,11 +12,12 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// Bytes read from one map over a run, at most.
+/// Bytes read from one map over a run, at most (its rewrites included), and at one look.
 const MAX_BYTES: u64 = 64 << 20;
+const MAX_READ: u64 = 4 << 20;
 /// Functions kept per map, at most.
 const MAX_ENTRIES: usize = 1 << 20;
-/// A line longer than this is skipped (counted as bad); a name is cut to `MAX_NAME` bytes.
+/// A line longer than this is skipped (counted as bad); a name is cut to `MAX_NAME` characters.
 const MAX_LINE: usize = 4096;
 const MAX_NAME: usize = 512;
 
@@ -34,6 +35,11 @@ pub struct PerfMap {
     file: File,
     /// Where the next read starts: past the last whole line.
     read_to: u64,
+    /// That line, as read: if the bytes before `read_to` are no longer these, the runtime
+    /// rewrote the file (the JVM's `jcmd Compiler.perfmap` does), which is read anew.
+    last_line: Vec<u8>,
+    /// Bytes read over the run (`MAX_BYTES`).
+    consumed: u64,
     /// By start: (end, name). A later line replaces the ranges it overlaps (code space reused).
     entries: BTreeMap<u64, (u64, Arc<str>)>,
     /// Lines that were not `START SIZE NAME`.
@@ -41,46 +47,89 @@ pub struct PerfMap {
 }
 
 impl PerfMap {
-    /// The perf map of `pid`, if it has one now.
+    /// The perf map of `pid`, if it has one now: a regular file (never a FIFO, nor a symbolic
+    /// link at its name) owned by the process's user or by root, as perf asks of one.
     pub fn open(pid: u32) -> Option<PerfMap> {
+        use std::os::unix::fs::{MetadataExt as _, OpenOptionsExt as _};
         let ns_pid = namespace_pid(pid).unwrap_or(pid);
-        let file = File::open(format!("/proc/{pid}/root/tmp/perf-{ns_pid}.map")).ok()?;
-        Some(PerfMap::from_file(file))
+        let owner = std::fs::metadata(format!("/proc/{pid}")).ok()?.uid();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(format!("/proc/{pid}/root/tmp/perf-{ns_pid}.map"))
+            .ok()?;
+        let meta = file.metadata().ok()?;
+        (meta.is_file() && (meta.uid() == owner || meta.uid() == 0)).then(|| PerfMap::from_file(file))
     }
 
     pub fn from_file(file: File) -> PerfMap {
         PerfMap {
             file,
             read_to: 0,
+            last_line: Vec::new(),
+            consumed: 0,
             entries: BTreeMap::new(),
             bad_lines: 0,
         }
     }
 
-    /// Read the lines appended since the last read (from the start again if the file shrank).
+    /// Read the lines appended since the last read: from the start again if the file shrank
+    /// or was rewritten; at most `MAX_READ` bytes now and `MAX_BYTES` over the run.
     pub fn refresh(&mut self) {
         let size = self.file.metadata().map(|m| m.len()).unwrap_or(0);
-        if size < self.read_to {
+        if size < self.read_to || !self.still_written_as_read() {
             self.read_to = 0;
+            self.last_line.clear();
             self.entries.clear();
         }
-        let want = size.min(MAX_BYTES).saturating_sub(self.read_to);
-        if want == 0 || self.file.seek(SeekFrom::Start(self.read_to)).is_err() {
-            return;
-        }
+        let want = (size.saturating_sub(self.read_to))
+            .min(MAX_READ)
+            .min(MAX_BYTES.saturating_sub(self.consumed));
         let mut bytes = Vec::new();
-        if (&self.file).take(want).read_to_end(&mut bytes).is_err() {
+        if want == 0 || self.read_at(self.read_to, want, &mut bytes).is_err() {
             return;
         }
-        // Whole lines only: a line being written is read next time.
-        let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |end| end + 1);
+        // Whole lines only: a line being written is read next time. A line longer than any
+        // kept is passed over.
+        let whole = match bytes.iter().rposition(|&b| b == b'\n') {
+            Some(end) => end + 1,
+            None if bytes.len() > MAX_LINE => {
+                self.bad_lines += 1;
+                bytes.len()
+            }
+            None => 0,
+        };
         self.read_to += whole as u64;
+        self.consumed += whole as u64;
+        // The end of the last line read (at most `KEPT` bytes of it), to tell a rewrite by.
+        const KEPT: usize = 256;
+        let last = bytes[..whole.saturating_sub(1)]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |at| at + 1);
+        if whole > 0 {
+            self.last_line = bytes[last.max(whole.saturating_sub(KEPT))..whole].to_vec();
+        }
         for line in bytes[..whole].split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
             match parse_line(line) {
                 Some(symbol) => self.insert(symbol),
                 None => self.bad_lines += 1,
             }
         }
+    }
+
+    /// `len` bytes from `offset` into `bytes`.
+    fn read_at(&self, offset: u64, len: u64, bytes: &mut Vec<u8>) -> std::io::Result<()> {
+        let mut file = &self.file;
+        file.seek(SeekFrom::Start(offset))?;
+        file.take(len).read_to_end(bytes).map(|_| ())
+    }
+
+    /// The last line read is still where it was: the file was appended to, not rewritten.
+    fn still_written_as_read(&self) -> bool {
+        let len = self.last_line.len() as u64;
+        let mut bytes = Vec::new();
+        len == 0 || (self.read_at(self.read_to - len, len, &mut bytes).is_ok() && bytes == self.last_line)
     }
 
     fn insert(&mut self, (start, end, name): (u64, u64, Arc<str>)) {
@@ -266,6 +315,14 @@ mod tests {
         file.write_all(b"0 opt\n").unwrap();
         map.refresh();
         assert_eq!(&*map.find(0x3a0e8ab05).unwrap().name, "opt");
+        assert_eq!(map.bad_lines, 2);
+        // Rewritten whole, longer than before (`jcmd Compiler.perfmap` again): read anew.
+        let rewritten = "5000 10 first\n".repeat(8) + "6000 10 second\n";
+        std::fs::write(file.path(), rewritten).unwrap();
+        map.refresh();
+        assert!(map.find(0x3a0e8a9f0).is_none(), "the old functions are gone");
+        assert_eq!(&*map.find(0x5000).unwrap().name, "first");
+        assert_eq!(&*map.find(0x6000).unwrap().name, "second");
         assert_eq!(map.bad_lines, 2);
         let (long, _) = map_of(format!("1000 10 {}\n", "n".repeat(5000)).as_bytes());
         assert_eq!((long.functions(), long.bad_lines), (0, 1));
