@@ -473,6 +473,31 @@ pub fn profile_workload(hz: &str, output: &str, command: &[&str]) -> (Output, Pa
     (out, path)
 }
 
+/// `bpfprof OPTIONS -o FILE -- COMMAND` (sampling): its JSON report, the report's notes as
+/// one string, and the command's truth. Fails the test if bpfprof fails.
+pub fn sample_hits(options: &[&str], command: &[&str]) -> (Report, String, HashMap<String, f64>) {
+    let path = temp_path(&format!("hits-{}.json", rand_suffix()));
+    let mut args = options.to_vec();
+    args.extend(["-o", path.to_str().unwrap(), "--"]);
+    args.extend(command);
+    let out = run(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = Report::read(&path);
+    let notes = report.0["notes"].to_string();
+    (report, notes, truth(&stdout(&out)))
+}
+
+/// A `stat` report's entry for `event`.
+pub fn counter(report: &Value, event: &str) -> Value {
+    report["counters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["event"] == event)
+        .unwrap_or_else(|| panic!("no {event} in {report}"))
+        .clone()
+}
+
 pub fn temp_path(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("bpfprof-e2e-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

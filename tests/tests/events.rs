@@ -10,16 +10,6 @@ fn events_bin() -> String {
     workload("events").to_str().unwrap().to_string()
 }
 
-fn counter(report: &serde_json::Value, event: &str) -> serde_json::Value {
-    report["counters"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["event"] == event)
-        .unwrap_or_else(|| panic!("no {event} in {report}"))
-        .clone()
-}
-
 #[test]
 fn stat_counts_the_pages_a_workload_touches() {
     let pages = 20_000;
@@ -722,21 +712,13 @@ fn tracepoints_bpfprof_runs_at_still_count_for_perf() {
 }
 
 /// `-e EVENT [-c N]` on the events workload (`mode`, `n`): the report, its notes, the truth.
-fn sample_hits(event: &str, every: &str, mode: &str, n: &str) -> (Report, String, HashMap<String, f64>) {
+fn sample_every(event: &str, every: &str, mode: &str, n: &str) -> (Report, String, HashMap<String, f64>) {
     sample_hits_with(&["-e", event, "-c", every], mode, n)
 }
 
 /// The same with any options.
 fn sample_hits_with(options: &[&str], mode: &str, n: &str) -> (Report, String, HashMap<String, f64>) {
-    let path = temp_path(&format!("hits-{}.json", rand_suffix()));
-    let events = events_bin();
-    let mut args = options.to_vec();
-    args.extend(["-o", path.to_str().unwrap(), "--", &events, mode, n]);
-    let out = run(&args);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let report = Report::read(&path);
-    let notes = report.0["notes"].to_string();
-    (report, notes, truth(&stdout(&out)))
+    sample_hits(options, &[&events_bin(), mode, n])
 }
 
 /// The kernel's exact count of an event's hits, as the report's note says it.
@@ -756,7 +738,7 @@ fn a_tracepoint_is_sampled_at_every_hit_or_every_nth_with_its_hits_counted() {
     let cpus = std::thread::available_parallelism().unwrap().get() as u64;
     for every in [1, 10] {
         let (report, notes, truth) =
-            sample_hits("syscalls:sys_enter_write", &every.to_string(), "writes", "20000");
+            sample_every("syscalls:sys_enter_write", &every.to_string(), "writes", "20000");
         let pid = truth["pid"] as u32;
         let writes = truth["writes"] as u64 + 1;
         let hits = hits_noted(&notes, "syscalls:sys_enter_write");
@@ -843,7 +825,7 @@ fn stat_counts_user_probes_exactly() {
 /// period can fall in step with), and the note counts every call.
 #[test]
 fn every_tenth_malloc_splits_by_call_site() {
-    let (report, notes, truth) = sample_hits("uprobe:libc:malloc", "10", "mallocs", "200000");
+    let (report, notes, truth) = sample_every("uprobe:libc:malloc", "10", "mallocs", "200000");
     let pid = truth["pid"] as u32;
     let calls = truth["alpha_calls"] + truth["beta_calls"];
     let hits = hits_noted(&notes, "uprobe:libc:malloc");

@@ -34,9 +34,7 @@ fn a_line_inlined_into_two_functions_is_probed_in_both() {
     let event = format!("uprobe:{bin}:events.c:{}", line_marked("INLINED-LINE"));
     let (report, out) = stat(&["-e", &event], &[&bin, "inlined", "10000"]);
     let truth = truth(&out);
-    let counted = (report["counters"].as_array().unwrap().iter())
-        .find(|c| c["event"] == event.as_str())
-        .map(|c| c["value"].as_f64().unwrap());
+    let counted = counter(&report, &event)["value"].as_f64();
     println!(
         "ran {} times ({} in bump_odd, {} in bump_even), counted {counted:?}",
         truth["inlined"], truth["odd"], truth["even"]
@@ -54,19 +52,7 @@ fn a_line_inlined_into_two_functions_is_probed_in_both() {
     );
     assert_eq!(hits.len() as f64, truth["inlined"]);
     // Sampled at every hit: each copy's samples are under its own function.
-    let path = temp_path(&format!("inlined-{}.json", rand_suffix()));
-    let out = run(&[
-        "-e",
-        &event,
-        "-o",
-        path.to_str().unwrap(),
-        "--",
-        &bin,
-        "inlined",
-        "10000",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let (report, truth) = (Report::read(&path), bpfprof_tests::truth(&stdout(&out)));
+    let (report, _, truth) = sample_hits(&["-e", &event], &[&bin, "inlined", "10000"]);
     let pid = truth["pid"] as u32;
     let under = |function| report.total_share(pid, function) * report.samples_of(pid) as f64;
     println!(
@@ -93,9 +79,7 @@ fn a_source_line_in_a_loop_is_counted_exactly() {
     let event = format!("uprobe:{bin}:events.c:{line}");
     let (report, out) = stat(&["-e", &event], &[&bin, "lines", "12345"]);
     let truth = truth(&out);
-    let counted = (report["counters"].as_array().unwrap().iter())
-        .find(|c| c["event"] == event.as_str())
-        .map(|c| c["value"].as_f64().unwrap());
+    let counted = counter(&report, &event)["value"].as_f64();
     println!("line {line}: ran {} times, counted {counted:?}", truth["lines"]);
     assert_eq!(counted, Some(truth["lines"]));
 
@@ -283,9 +267,7 @@ fn a_usdt_probes_own_arguments_are_recorded_at_each_of_its_sites() {
     assert!(hits.iter().all(|h| h["fields"]["arg3"] == "usdt-step"));
     assert_eq!(totals["lost"], 0);
     let (report, out) = stat(&["-e", &event], &[&events_bin(), "usdt", "3000"]);
-    let counted = (report["counters"].as_array().unwrap().iter())
-        .find(|c| c["event"] == event.as_str())
-        .map(|c| c["value"].as_f64().unwrap());
+    let counted = counter(&report, &event)["value"].as_f64();
     println!("stat counted {counted:?}");
     assert_eq!(counted, Some(bpfprof_tests::truth(&out)["usdt"]));
     let listed = stdout(&run(&["list", "--probes", &events_bin()]));
@@ -532,25 +514,10 @@ fn a_filter_on_a_usdt_argument_reads_it_at_each_site() {
             "{filter}"
         );
     }
-    let (report, notes, truth) = {
-        let path = temp_path(&format!("usdt-filter-{}.json", rand_suffix()));
-        let out = run(&[
-            "-e",
-            &step,
-            "--filter",
-            "arg0 < 0",
-            "-o",
-            path.to_str().unwrap(),
-            "--",
-            &events_bin(),
-            "usdt",
-            "3000",
-        ]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        let report = Report::read(&path);
-        let notes = report.0["notes"].to_string();
-        (report, notes, bpfprof_tests::truth(&stdout(&out)))
-    };
+    let (report, notes, truth) = sample_hits(
+        &["-e", &step, "--filter", "arg0 < 0"],
+        &[&events_bin(), "usdt", "3000"],
+    );
     let samples = report.samples_of(truth["pid"] as u32) as f64;
     println!(
         "sampled with --filter 'arg0 < 0': {samples} samples (the workload's {}); {notes}",
