@@ -172,6 +172,15 @@ macro_rules! health_table {
                         "{} intervals over the --duration-min threshold were not listed: their ring buffer was full (they are in the histogram)",
                         h.slow_intervals_lost
                     ));
+                PythonFrames = 29, python_frames, common, "python_frames_total",
+                    "Python frames read from interpreters' memory into walked user stacks",
+                    |_| None;
+                PythonCut = 30, python_cut, common, "python_stacks_cut_total",
+                    "walked stacks whose Python frames stopped early: the thread's state was not found (a subinterpreter's thread) or a frame could not be read (the evaluation loop's frame is kept)",
+                    |h| (h.python_cut > 0).then(|| format!(
+                        "{} stacks lost their Python frames from some point on: the thread's state was not found (a subinterpreter's thread?) or a frame could not be read; the interpreter's own frame stands there instead",
+                        h.python_cut
+                    ));
             }
             user {
                 processes_not_captured, common, "processes_not_captured_total",
@@ -185,6 +194,12 @@ macro_rules! health_table {
                     |h| (h.user_frames_by_build_id > 0).then(|| format!(
                         "{} user frames outside any memory map read (processes gone before it was, a child before its exec) were resolved by the kernel's build ID and file offset",
                         h.user_frames_by_build_id
+                    ));
+                python_unnamed, common, "python_frames_unnamed_total",
+                    "Python frames whose code object could not be read before their process exited (shown as [unknown] in [unmapped])",
+                    |h| (h.python_unnamed > 0).then(|| format!(
+                        "{} Python frames could not be named: their process exited before their code object was read",
+                        h.python_unnamed
                     ));
                 drains, common, "drains_total",
                     "how many times the kernel maps were drained",

@@ -11,6 +11,7 @@ pub mod health;
 pub mod latency;
 pub mod lock;
 pub mod names;
+pub mod python;
 pub mod records;
 pub mod sampling;
 pub mod sched;
@@ -35,6 +36,7 @@ mod pod {
     unsafe impl aya::Pod for unwind::Row {}
     unsafe impl aya::Pod for unwind::ProcessMappings {}
     unsafe impl aya::Pod for unwind::UserStack {}
+    unsafe impl aya::Pod for python::PyProcess {}
     unsafe impl aya::Pod for ExitedKey {}
     unsafe impl aya::Pod for ProcessEvent {}
     unsafe impl aya::Pod for ForkOffsets {}

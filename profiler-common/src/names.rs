@@ -46,6 +46,9 @@ names! {
         USER_STACKS = ["USER_STACKS_0", "USER_STACKS_1"];
         UNWIND_ROWS = "UNWIND_ROWS";
         UNWIND_PROCESSES = "UNWIND_PROCESSES";
+        PY_PROCESSES = "PY_PROCESSES";
+        PY_THREADS = "PY_THREADS";
+        PY_CODES_SEEN = "PY_CODES_SEEN";
         UNWIND_PROGRAMS = "UNWIND_PROGRAMS";
         OFFCPU_USER_STACKS = ["OFFCPU_USER_STACKS_0", "OFFCPU_USER_STACKS_1"];
         OFFCPU_UNWIND_PROGRAMS = "OFFCPU_UNWIND_PROGRAMS";
@@ -177,7 +180,13 @@ pub const KERNEL_ONLY_MAPS: [&str; 16] = [
     "WALK",
 ];
 
-/// The unwind tables every table walker reads.
-pub const UNWIND_TABLES: [&str; 2] = [UNWIND_ROWS, UNWIND_PROCESSES];
+/// The unwind tables every table walker reads (and the interpreters it reads Python frames of).
+pub const UNWIND_TABLES: [&str; 5] = [
+    UNWIND_ROWS,
+    UNWIND_PROCESSES,
+    PY_PROCESSES,
+    PY_THREADS,
+    PY_CODES_SEEN,
+];
 
 const _: () = assert!(COUNTER_READERS.len() == super::MAX_COUNTERS);

@@ -15,7 +15,7 @@ pub const SEEN_MAP_ENTRIES: u32 = 16 * 1024;
 /// Threads whose counter deltas wait for their next sample (LRU: threads that exit lose theirs).
 pub const PENDING_DELTA_ENTRIES: u32 = 16 * 1024;
 /// Ring buffer for process announcements.
-pub const EVENT_RING_BYTES: u32 = 64 * 1024;
+pub const EVENT_RING_BYTES: u32 = 256 * 1024;
 /// Length of `task_struct::comm`.
 pub const COMM_LEN: usize = 16;
 
@@ -267,16 +267,22 @@ pub enum ProcessEventKind {
     FirstSample = 1,
     /// A sampled pc lies outside the mappings the unwinder was given: capture it again.
     MappingsChanged = 2,
+    /// A walk put a Python code object (`ProcessEvent::value`) in a stack that this CPU had not
+    /// seen lately: name it now, before it may be freed.
+    PythonCode = 3,
 }
 
-/// Sent through the event ring buffer; rare (once per process), never per sample.
+/// Sent through the event ring buffer; rare (once per process, or per code object), never per
+/// sample.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcessEvent {
     pub tgid: u32,
     pub kind: u32,
+    /// What the kind says more (a code object's address).
+    pub value: u64,
 }
-const _: () = assert!(size_of::<ProcessEvent>() == 8);
+const _: () = assert!(size_of::<ProcessEvent>() == 16);
 
 /// Innermost frames of a frame-pointer user stack the kernel also resolves to (build ID, file
 /// offset): enough for the leaf and its callers, which is what a process that exits before its

@@ -97,9 +97,24 @@ pub struct Walk {
     pub lr: u64,
     pub tgid: u32,
     pub tid: u32,
+    /// Python (see `python`): the next interpreter frame to put in the stack, or in `SEARCH`
+    /// the next thread state to look at; `python::NOT_LOOKED` until the thread's state was
+    /// looked for, `python::NO_MORE` once there are no more.
+    pub py_frame: u64,
+    /// The evaluation loop's own frame while its Python frames are put in its place: kept if
+    /// none can be.
+    pub py_eval: u64,
+    /// `python::mode`.
+    pub py_mode: u32,
+    /// Thread states looked at (`python::PY_THREADS_SEARCHED`).
+    pub py_searched: u32,
+    /// Native frames stepped so far (the stack's length counts Python frames too, and not the
+    /// evaluation loop's they stand for).
+    pub native: u32,
+    pub _pad: u32,
     pub stack: UserStack,
 }
-const _: () = assert!(size_of::<Walk>() == 40 + size_of::<UserStack>());
+const _: () = assert!(size_of::<Walk>() == 72 + size_of::<UserStack>());
 
 /// Why a walk ended.
 pub mod stop {
@@ -110,6 +125,9 @@ pub mod stop {
     pub const TRUNCATED: u32 = 2;
     /// A return address could not be read, or led nowhere (frame pointer chain ended).
     pub const FAILED: u32 = 3;
+    /// Not an end: the walk reached Python's evaluation loop, whose Python frames come next
+    /// (only while a run of the walker lasts).
+    pub const PYTHON: u32 = 4;
 }
 
 /// A table-unwound stack as stored: the full hash (the map key is its low bits), the

@@ -44,6 +44,7 @@ mod health;
 mod hits;
 mod latency;
 mod lock;
+mod python;
 mod records;
 mod sampling;
 mod sched;

@@ -450,9 +450,16 @@ pub fn announce_once(tgid: u32) {
 /// Tell user space about a process while it is alive, so its memory map can be captured.
 #[inline(always)]
 pub(crate) fn announce(tgid: u32, kind: ProcessEventKind) {
+    announce_value(tgid, kind, 0);
+}
+
+/// The same, with what the kind says more.
+#[inline(always)]
+pub(crate) fn announce_value(tgid: u32, kind: ProcessEventKind, value: u64) {
     let event = ProcessEvent {
         tgid,
         kind: kind as u32,
+        value,
     };
     if EVENTS.output::<ProcessEvent>(&event, 0).is_err() {
         bump(HealthCounter::EventLost);

@@ -22,6 +22,7 @@ use aya_ebpf::{
     EbpfContext,
 };
 use profiler_common::{
+    python::{self, PyProcess, PY_STEPS_PER_RUN},
     unwind::{
         cfa, fp, stop, Mapping, ProcessMappings, Row, UserStack, Walk, FRAMES_PER_RUN, MAPPING_SEARCH_STEPS,
         MAX_FRAMES, MAX_MAPPINGS, PROCESSES, PROGRAM_SLOT, ROWS, ROW_SEARCH_STEPS, STACK_ENTRIES,
@@ -141,6 +142,7 @@ pub fn has_current_tables(tgid: u32) -> bool {
 pub fn forget_process(tgid: u32) {
     if unsafe { core::ptr::read_volatile(&UNWIND_ENABLED) } != 0 {
         let _ = UNWIND_PROCESSES.remove(tgid);
+        crate::python::forget_process(tgid);
     }
 }
 
@@ -307,9 +309,14 @@ fn launch<C: EbpfContext>(
     walk.tgid = tgid;
     walk.tid = tid;
     walk.stack.len = 0;
+    walk.native = 0;
+    walk.py_frame = python::NOT_LOOKED;
+    walk.py_eval = 0;
+    walk.py_mode = python::mode::NATIVE;
     if let Some(leaf) = leaf {
         walk.stack.frames[0] = leaf;
         walk.stack.len = 1;
+        walk.native = 1;
     }
     walk.stack.stop = stop::WALKING;
     unsafe { walker.tail_call(ctx, PROGRAM_SLOT) };
@@ -481,11 +488,28 @@ fn advance<C: EbpfContext>(ctx: &C, walk: &mut Walk, programs: &ProgramArray) {
     match UNWIND_PROCESSES.get_ptr_mut(walk.tgid) {
         Some(mappings) => {
             let mappings = unsafe { &mut *mappings };
-            for _ in 0..FRAMES_PER_RUN {
-                if walk.stack.stop != stop::WALKING {
-                    break;
+            // A run puts either Python frames in the stack (where the last run reached the
+            // evaluation loop) or native frames (until the stack ends or reaches the loop again),
+            // never both: the verifier's paths through the two then add up, not multiply.
+            let py = crate::python::interpreter(walk.tgid);
+            match walk.py_mode {
+                python::mode::NATIVE => {
+                    let eval = crate::python::eval_range(py);
+                    for _ in 0..FRAMES_PER_RUN {
+                        if walk.stack.stop != stop::WALKING {
+                            break;
+                        }
+                        step(walk, mappings, eval);
+                    }
                 }
-                step(walk, mappings);
+                _ => {
+                    for _ in 0..PY_STEPS_PER_RUN {
+                        if walk.stack.stop != stop::WALKING || walk.py_mode == python::mode::NATIVE {
+                            break;
+                        }
+                        crate::python::step(walk, py);
+                    }
+                }
             }
         }
         None => {
@@ -493,11 +517,15 @@ fn advance<C: EbpfContext>(ctx: &C, walk: &mut Walk, programs: &ProgramArray) {
                 if walk.stack.stop != stop::WALKING {
                     break;
                 }
-                if let Some(pc) = push_frame(walk) {
+                if let Some(pc) = push_frame(walk, walk.native == 0) {
                     step_by(walk, UNSUPPORTED, pc);
                 }
             }
         }
+    }
+    // At the evaluation loop: its Python frames in the next run.
+    if walk.stack.stop == stop::PYTHON {
+        walk.stack.stop = stop::WALKING;
     }
     if walk.stack.stop == stop::WALKING {
         unsafe { programs.tail_call(ctx, PROGRAM_SLOT) };
@@ -516,32 +544,56 @@ const UNSUPPORTED: Row = Row {
     ra_offset: 0,
 };
 
+/// The pc to look the current frame's rule up by: a return address points after its call, so
+/// a caller's is the call itself. (`first`: no native frame was stepped yet.)
+#[inline(always)]
+fn lookup_pc(walk: &Walk, first: bool) -> u64 {
+    match first {
+        true => walk.ip,
+        false => walk.ip.wrapping_sub(1),
+    }
+}
+
 /// Record the current frame. Returns the pc to look its caller up by, or None if the stack is
 /// full.
 #[inline(always)]
-fn push_frame(walk: &mut Walk) -> Option<u64> {
+fn push_frame(walk: &mut Walk, first: bool) -> Option<u64> {
+    let pc = lookup_pc(walk, first);
+    walk.native = 1;
+    push(walk, walk.ip).then_some(pc)
+}
+
+/// Add a slot (a frame) to the stack. False, and the walk truncated, when the stack is full
+/// now or was already.
+#[inline(always)]
+pub fn push(walk: &mut Walk, frame: u64) -> bool {
     let len = walk.stack.len as usize;
     let Some(slot) = walk.stack.frames.get_mut(len) else {
         walk.stack.stop = stop::TRUNCATED;
-        return None;
+        return false;
     };
-    *slot = walk.ip;
+    *slot = frame;
     walk.stack.len += 1;
     if len + 1 >= MAX_FRAMES {
         walk.stack.stop = stop::TRUNCATED;
-        return None;
+        return false;
     }
-    // A return address points after its call: look up the call itself.
-    Some(if len == 0 { walk.ip } else { walk.ip - 1 })
+    true
 }
 
-/// Record the current frame and step to its caller, through the tables.
+/// Record the current frame and step to its caller, through the tables. A frame of Python's
+/// evaluation loop is recorded as the Python frames it runs, in the steps that follow.
 #[inline(always)]
-fn step(walk: &mut Walk, mappings: &mut ProcessMappings) {
-    let first = walk.stack.len == 0;
-    let Some(pc) = push_frame(walk) else {
+fn step(walk: &mut Walk, mappings: &mut ProcessMappings, eval: (u64, u64)) {
+    let first = walk.native == 0;
+    let pc = lookup_pc(walk, first);
+    let python = pc.wrapping_sub(eval.0) < eval.1;
+    if python {
+        crate::python::enter(walk);
+        walk.native = 1;
+    } else if push_frame(walk, first).is_none() {
         return;
-    };
+    }
     let mut rule = UNSUPPORTED;
     match find_mapping(mappings, pc) {
         Some(mapping) if mapping.rows > 0 => {
@@ -558,7 +610,10 @@ fn step(walk: &mut Walk, mappings: &mut ProcessMappings) {
         }
         None => {}
     }
-    step_by(walk, rule, pc)
+    step_by(walk, rule, pc);
+    if python {
+        crate::python::stepped_eval(walk);
+    }
 }
 
 /// Step from the frame at `pc` to its caller by `rule` (a frame-pointer step where it has

@@ -92,7 +92,7 @@ pub struct LoadOptions<'a> {
 }
 
 /// The maps only some sources use.
-pub const OPTIONAL_MAPS: [&str; 38] = [
+pub const OPTIONAL_MAPS: [&str; 41] = [
     names::SAMPLES[0],
     names::SAMPLES[1],
     names::STACKS[0],
@@ -108,6 +108,9 @@ pub const OPTIONAL_MAPS: [&str; 38] = [
     names::OFFCPU_USER_STACKS[1],
     names::UNWIND_ROWS,
     names::UNWIND_PROCESSES,
+    names::PY_PROCESSES,
+    names::PY_THREADS,
+    names::PY_CODES_SEEN,
     names::TASK_STATS,
     names::EXITED,
     names::OFFCPU[0],

@@ -184,6 +184,7 @@ impl Driver<Loaded> {
                 Some(Tables::new(
                     take(names::UNWIND_ROWS)?,
                     take(names::UNWIND_PROCESSES)?,
+                    take(names::PY_PROCESSES)?,
                 )?)
             }
             false => None,
@@ -380,8 +381,10 @@ impl Sources {
             return;
         };
         for (pid, maps) in self.procs.take_captured() {
-            if let Err(e) = tables.load_process(pid, &maps) {
-                log::warn!("unwind tables for pid {pid}: {e:#}");
+            match tables.load_process(pid, &maps) {
+                Ok(Some(python)) => self.procs.python_found(pid, python),
+                Ok(None) => {}
+                Err(e) => log::warn!("unwind tables for pid {pid}: {e:#}"),
             }
         }
     }
@@ -397,6 +400,10 @@ fn capture_announced(ring: &mut RingBuf<MapData>, procs: &mut Processes) {
         let event: ProcessEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
         let _ = match event.kind {
             k if k == ProcessEventKind::MappingsChanged as u32 => procs.refresh_changed(event.tgid),
+            k if k == ProcessEventKind::PythonCode as u32 => {
+                procs.python_code(event.tgid, event.value);
+                Ok(())
+            }
             _ => procs.capture(event.tgid),
         };
     }

@@ -25,6 +25,7 @@ pub mod plan;
 pub mod preflight;
 pub mod process;
 pub mod profile;
+pub mod python;
 pub mod record;
 pub mod report;
 pub mod session;

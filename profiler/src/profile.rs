@@ -4,7 +4,7 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use profiler_common::CounterDeltas;
+use profiler_common::{python::py_frame_parts, CounterDeltas};
 
 use crate::process::{ObjectOffset, Processes, UserAddr};
 
@@ -125,6 +125,9 @@ impl RawProfile {
                             _ => None,
                         };
                         self.health.user_frames_by_build_id += u64::from(resolved.is_some());
+                        let unnamed =
+                            matches!(at, UserAddr::Unmapped { .. }) && py_frame_parts(raw).is_some();
+                        self.health.python_unnamed += u64::from(unnamed);
                         resolved.unwrap_or(at)
                     })
                     .collect();
@@ -159,10 +162,14 @@ impl RawProfile {
 
 /// Every frame but the leaf holds a return address, which points after the call: step back
 /// one byte so it resolves to the calling line (and the right function after a noreturn call).
+/// A Python frame's slot is no address (see `profiler_common::python`): kept as it is.
 fn adjust_callers(ips: &[u64]) -> impl Iterator<Item = u64> + '_ {
     ips.iter()
         .enumerate()
-        .map(|(i, &ip)| if i == 0 { ip } else { ip.saturating_sub(1) })
+        .map(|(i, &ip)| match i == 0 || py_frame_parts(ip).is_some() {
+            true => ip,
+            false => ip.saturating_sub(1),
+        })
 }
 
 #[cfg(test)]

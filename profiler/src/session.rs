@@ -389,6 +389,7 @@ impl RunSink {
             health: Health {
                 drains: profile.health.drains,
                 user_frames_by_build_id: profile.health.user_frames_by_build_id,
+                python_unnamed: profile.health.python_unnamed,
                 processes_not_captured: self.not_captured.len() as u64,
                 ..health.clone()
             },

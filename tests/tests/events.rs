@@ -469,9 +469,14 @@ fn several_events_in_one_run_give_one_profile_each() {
         "alpha {alpha:.2}% vs {expected:.2}%"
     );
     let (nap_count, preempted) = (naps["naps"], naps["preempted"]);
+    let napper_stacks: Vec<String> = (switches.stacks_of(napper).iter().take(3))
+        .map(|s| format!("{} x {:?}", s["count"], Report::frames(s)))
+        .collect();
     assert!(
         slept as f64 >= nap_count && slept as f64 <= nap_count + preempted,
-        "{slept} switch samples for {nap_count} naps ({preempted} preemptions)"
+        "{slept} switch samples for {nap_count} naps ({preempted} preemptions); the napper (pid {napper}) has {} switch samples in all, first stacks {napper_stacks:?}; health {}",
+        switches.samples_of(napper),
+        switches.0["health"]
     );
     assert_eq!(sleeps_as_faults, 0, "no sleep is a page fault");
     // A touching loop of 20000 pages is switched out only when preempted.

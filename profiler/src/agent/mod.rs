@@ -520,6 +520,7 @@ impl AgentSink {
         let mut health = total.since(&self.health);
         health.processes_not_captured = window.not_captured.len() as u64;
         health.user_frames_by_build_id = window.profile.health.user_frames_by_build_id;
+        health.python_unnamed = window.profile.health.python_unnamed;
         health.drains = window.profile.health.drains.max(window.offcpu.health.drains);
         health.files_without_tables = total.files_without_tables;
         health.files_without_tables_named = total.files_without_tables_named.clone();

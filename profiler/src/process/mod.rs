@@ -19,6 +19,7 @@ pub use section::{section_data, SectionError};
 
 pub use info::{comm_of, container_id, split_stat, threads_of, ProcessInfo};
 pub use perf_map::{JitMaps, JitNames, JitSymbol, PerfMap};
+use profiler_common::python::py_frame_parts;
 
 /// Index into [`Processes::files`].
 pub type FileId = u32;
@@ -219,6 +220,7 @@ pub struct Processes {
     generations: Option<Generations>,
     /// The targets' perf maps: names of their JIT code.
     jit: JitMaps,
+    python: crate::python::PyCodes,
 }
 
 /// Where a process's current exec generation is read (the kernel's count; none: always 0).
@@ -351,6 +353,7 @@ impl Processes {
         if addrs.iter().any(|&a| in_jit(a)) {
             self.jit.refresh(pid);
         }
+        self.python.read(pid, addrs);
         refreshed
     }
 
@@ -471,6 +474,7 @@ impl Processes {
     /// `snapshot` taken before.
     pub fn forget(&mut self, pids: &HashSet<u32>) {
         self.jit.forget(pids);
+        self.python.forget(pids);
         self.maps.retain(|(pid, _), _| !pids.contains(pid));
         self.info.retain(|pid, _| !pids.contains(pid));
         self.captured_at.retain(|pid, _| !pids.contains(pid));
@@ -521,15 +525,19 @@ impl Processes {
     }
 
     /// Whether every address falls in a known executable mapping of the process's image.
+    /// (A Python frame's slot is no address: it is covered.)
     pub fn covers(&self, pid: u32, generation: u32, addrs: &[u64]) -> bool {
         match self.maps.get(&(pid, generation)) {
-            Some(maps) => addrs.iter().all(|&a| find(maps, a).is_some()),
+            Some(maps) => (addrs.iter()).all(|&a| py_frame_parts(a).is_some() || find(maps, a).is_some()),
             None => false,
         }
     }
 
     /// Resolve an address of `pid` against the memory map captured of its image then.
     pub fn normalize(&self, pid: u32, generation: u32, addr: u64) -> UserAddr {
+        if let Some((code, offset)) = py_frame_parts(addr) {
+            return self.python_frame(pid, code, offset, addr);
+        }
         let Some(mapping) = self
             .maps
             .get(&(pid, generation))
@@ -549,6 +557,33 @@ impl Processes {
                 None => UserAddr::Anon { addr },
             },
         }
+    }
+
+    /// A Python frame: its function at its line, if its code object was read (see `PyCodes`).
+    fn python_frame(&self, pid: u32, code: u64, offset: u64, addr: u64) -> UserAddr {
+        let named = self.python.code(pid, code).and_then(|code| {
+            self.jit.names().intern(JitSymbol {
+                start: 0,
+                size: 0,
+                name: code.name.clone(),
+                source: Some((code.file.clone(), code.line(offset))),
+            })
+        });
+        match named {
+            Some(symbol) => UserAddr::Jit { symbol, addr },
+            None => UserAddr::Unmapped { addr },
+        }
+    }
+
+    /// A walk just put the code object at `code` in a stack of `pid`: name it while it exists.
+    pub fn python_code(&mut self, pid: u32, code: u64) {
+        self.python.reread(pid, code);
+    }
+
+    /// `pid` runs a Python interpreter of `layout`: the code objects in its stacks are named
+    /// from its memory from now on.
+    pub fn python_found(&mut self, pid: u32, layout: crate::python::Layout) {
+        self.python.found(pid, layout);
     }
 
     /// A frame the kernel resolved (see `ObjectOffset`), in an open file with its build ID. The

@@ -21,12 +21,14 @@ const MAX_ENTRIES: usize = 1 << 20;
 const MAX_LINE: usize = 4096;
 const MAX_NAME: usize = 512;
 
-/// One function of a perf map.
+/// One function of a perf map, or a Python function at one of its lines (`source`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct JitSymbol {
     pub start: u64,
     pub size: u64,
     pub name: Arc<str>,
+    /// A Python function's file and line.
+    pub source: Option<(Arc<str>, u32)>,
 }
 
 /// One process's perf map, as read so far.
@@ -156,6 +158,7 @@ impl PerfMap {
             start,
             size: end - start,
             name: name.clone(),
+            source: None,
         })
     }
 
@@ -229,7 +232,7 @@ struct Interned {
 const MAX_NAMED: usize = 1 << 18;
 
 impl JitNames {
-    fn intern(&self, symbol: JitSymbol) -> Option<u32> {
+    pub fn intern(&self, symbol: JitSymbol) -> Option<u32> {
         let mut interned = self.0.lock().ok()?;
         if let Some(&id) = interned.ids.get(&symbol) {
             return Some(id);

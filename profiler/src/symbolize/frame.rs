@@ -48,6 +48,8 @@ pub enum NameKind {
     Address,
     /// JIT code, named by its runtime's perf map (`/tmp/perf-PID.map`).
     PerfMap,
+    /// A Python function, named from its code object in the interpreter's memory.
+    Python,
     /// Nothing known: `[unknown]` (anonymous memory, the vDSO, no file, a file unreadable).
     None,
 }
@@ -60,6 +62,7 @@ impl NameKind {
             NameKind::Fde => "fde",
             NameKind::Address => "address",
             NameKind::PerfMap => "perf_map",
+            NameKind::Python => "python",
             NameKind::None => "none",
         }
     }
@@ -92,6 +95,7 @@ impl NameKind {
             NameKind::Fde,
             NameKind::Address,
             NameKind::PerfMap,
+            NameKind::Python,
             NameKind::None,
         ]
         .into_iter()
@@ -231,6 +235,7 @@ pub(crate) mod tests {
             NameKind::Fde,
             NameKind::Address,
             NameKind::PerfMap,
+            NameKind::Python,
             NameKind::None,
         ] {
             let system = kind.system_name(name);

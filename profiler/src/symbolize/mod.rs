@@ -462,6 +462,9 @@ mod stripped_tests;
 
 /// A frame of JIT code its perf map names: the function, in the module `[jit]`.
 fn jit_frame(jit: &crate::process::JitSymbol, addr: u64) -> Frame {
+    if let Some((file, line)) = &jit.source {
+        return python_frame(&jit.name, file, *line, addr);
+    }
     Frame {
         function: jit.name.to_string(),
         start: Some(jit.start),
@@ -473,6 +476,19 @@ fn jit_frame(jit: &crate::process::JitSymbol, addr: u64) -> Frame {
 
 /// The module of JIT code a perf map names.
 pub const JIT_MODULE: &str = "[jit]";
+
+/// A Python function at a line of its file; its module is the file's name (as a native
+/// function's is its library's).
+fn python_frame(name: &str, file: &str, line: u32, addr: u64) -> Frame {
+    let module = file.rsplit('/').next().unwrap_or(file);
+    Frame {
+        function: name.to_string(),
+        file: Some(file.to_string()),
+        line: Some(line),
+        kind: NameKind::Python,
+        ..Frame::unknown(module, addr, false)
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -15,7 +15,11 @@ use profiler_common::unwind::{Mapping, ProcessMappings, Row, MAX_MAPPINGS, ROWS}
 use rows::rows_of_file;
 pub use rows::{bias_of, fde_ranges, rows_of, segments_of, Segment, TableError};
 
-use crate::process::{map_file, MapsLine};
+use crate::{
+    process::{map_file, MapsLine},
+    python::{Interpreter, Layout},
+};
+use profiler_common::python::PyProcess;
 
 /// What the walker needs of one file, read and parsed once.
 struct FileTable {
@@ -24,6 +28,8 @@ struct FileTable {
     /// Its rows' place in the row array, or why it has none.
     rows: Result<(u32, u32), String>,
     segments: Vec<Segment>,
+    /// The Python interpreter the file is, if the walker reads its frames.
+    python: Option<Interpreter>,
     /// Processes given this file's rows; at zero its rows go back to `RowSpace`.
     users: usize,
 }
@@ -194,17 +200,19 @@ impl FileRows {
 pub struct Tables {
     rows: RowArray,
     processes: BpfHashMap<MapData, u32, ProcessMappings>,
+    interpreters: BpfHashMap<MapData, u32, PyProcess>,
     placed: FileRows,
 }
 
 impl Tables {
-    pub fn new(rows: Map, processes: Map) -> anyhow::Result<Tables> {
+    pub fn new(rows: Map, processes: Map, interpreters: Map) -> anyhow::Result<Tables> {
         let Map::Array(rows) = rows else {
             anyhow::bail!("the unwind row map is not an array");
         };
         Ok(Tables {
             rows: RowArray::map(rows)?,
             processes: BpfHashMap::try_from(processes)?,
+            interpreters: BpfHashMap::try_from(interpreters)?,
             placed: FileRows::new(ROWS),
         })
     }
@@ -243,10 +251,12 @@ impl Tables {
     /// file). A file without usable tables is walked with frame pointers; says which, once.
     /// Every executable mapping is listed, with or without a table (anonymous code: JIT), so
     /// that a pc outside all of them means the map changed (see `ProcessMappings::missed`).
-    pub fn load_process(&mut self, pid: u32, maps: &[MapsLine]) -> anyhow::Result<()> {
+    /// Returns the layout of the Python interpreter it runs, if the walker reads its frames.
+    pub fn load_process(&mut self, pid: u32, maps: &[MapsLine]) -> anyhow::Result<Option<Layout>> {
         let started = std::time::Instant::now();
         let mut parsed = 0;
         let mut mappings = Vec::new();
+        let mut python = None;
         let mut keys = HashSet::new();
         for line in maps {
             let key = match (line.inode, line.path.as_str()) {
@@ -272,6 +282,10 @@ impl Tables {
                 ))
             });
             let (bias, first_row, rows) = placed.unwrap_or((0, 0, 0));
+            if let Some(file) = self.placed.files.get(&key).filter(|_| python.is_none()) {
+                python = (file.python)
+                    .and_then(|found| Some((interpreter_at(&found, &file.segments, line)?, found.layout)));
+            }
             mappings.push(Mapping {
                 start: line.start,
                 end: line.end,
@@ -295,6 +309,13 @@ impl Tables {
             mappings: [Mapping::default(); MAX_MAPPINGS],
         };
         value.mappings[..mappings.len()].copy_from_slice(&mappings);
+        match &python {
+            Some((interpreter, _)) => (self.interpreters.insert(pid, interpreter, 0))
+                .with_context(|| format!("giving the unwinder the Python interpreter of pid {pid}"))?,
+            None => {
+                let _ = self.interpreters.remove(&pid);
+            }
+        }
         self.processes
             .insert(pid, value, 0)
             .with_context(|| format!("giving the unwinder the mappings of pid {pid}"))?;
@@ -303,7 +324,7 @@ impl Tables {
             mappings.len(),
             started.elapsed().as_secs_f64() * 1e3
         );
-        Ok(())
+        Ok(python.map(|(_, layout)| layout))
     }
 
     /// Read and parse a mapping's file (through the process, so it is the file it mapped) and
@@ -323,9 +344,13 @@ impl Tables {
                 &mapped
             }
         };
-        let (rows, segments) = match object::File::parse(data) {
-            Ok(file) => (rows_of_file(&file), segments_of(&file)),
-            Err(e) => (Err(e.into()), Vec::new()),
+        let (rows, segments, python) = match object::File::parse(data) {
+            Ok(file) => (
+                rows_of_file(&file),
+                segments_of(&file),
+                python_of(&file, &line.path),
+            ),
+            Err(e) => (Err(e.into()), Vec::new(), None),
         };
         let rows = match rows {
             Ok(rows) => self
@@ -340,6 +365,7 @@ impl Tables {
             path: line.path.clone(),
             rows,
             segments,
+            python,
             users: 0,
         })
     }
@@ -353,6 +379,36 @@ impl Tables {
 }
 
 const VDSO: &str = "[vdso]";
+
+/// The interpreter `file` is, if its frames are read; one that is not is said once, here (each
+/// file is read once).
+fn python_of(file: &object::File, path: &str) -> Option<Interpreter> {
+    match Interpreter::of(file)? {
+        Ok(found) => {
+            log::debug!(
+                "{path}: Python {}.{}, its frames read",
+                found.layout.version.0,
+                found.layout.version.1
+            );
+            Some(found)
+        }
+        Err(why) => {
+            log::warn!("{path}: {why}");
+            None
+        }
+    }
+}
+
+/// The interpreter as mapped by `line` (its file's addresses moved by the mapping's bias).
+fn interpreter_at(found: &Interpreter, segments: &[Segment], line: &MapsLine) -> Option<PyProcess> {
+    let bias = bias_of(segments, line.start, line.file_offset)?;
+    Some(PyProcess {
+        eval_start: found.eval_start.wrapping_add(bias),
+        eval_end: found.eval_end.wrapping_add(bias),
+        runtime: found.runtime.wrapping_add(bias),
+        offsets: found.layout.walker,
+    })
+}
 
 /// The kernel's vDSO image as mapped into this process: every 64-bit process maps the same one,
 /// and it carries an `.eh_frame` (clock_gettime and friends show up in profiles).
@@ -491,6 +547,7 @@ mod tests {
                 path: name.to_string(),
                 rows: Ok((at, len)),
                 segments: Vec::new(),
+                python: None,
                 users: 0,
             },
         );

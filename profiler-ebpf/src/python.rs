@@ -1,0 +1,207 @@
+//! CPython frames in table walks (see `profiler_common::python`): where the native walk reaches
+//! the evaluation loop, the Python frames its activation runs are put in its place, one per
+//! step of the walk, from the walked thread's own thread state.
+use aya_ebpf::{
+    helpers::bpf_probe_read_user,
+    macros::map,
+    maps::{HashMap, LruHashMap, PerCpuArray},
+};
+use profiler_common::{
+    python::{
+        mode, model, py_frame, PyProcess, NOT_LOOKED, NO_CFRAME, NO_MORE, OWNED_BY_CSTACK, PY_CODES_SEEN,
+        PY_PROCESSES, PY_THREADS, PY_THREADS_SEARCHED,
+    },
+    unwind::{stop, Walk},
+    HealthCounter, ProcessEventKind,
+};
+
+use crate::{health::bump, sampling::announce_value, unwind::push};
+
+/// Per process, its interpreter (user space gives it with the process's tables).
+#[map(name = "PY_PROCESSES")]
+static PY_PROCESSES_MAP: HashMap<u32, PyProcess> = HashMap::with_max_entries(PY_PROCESSES, 0);
+
+/// Per thread, its thread state as last found (checked against the tid before each use).
+#[map(name = "PY_THREADS")]
+static PY_THREADS_MAP: LruHashMap<u32, u64> = LruHashMap::with_max_entries(PY_THREADS, 0);
+
+/// Per CPU, the code objects announced lately (see `PY_CODES_SEEN`).
+#[map(name = "PY_CODES_SEEN")]
+static PY_CODES_SEEN_MAP: PerCpuArray<u64> = PerCpuArray::with_max_entries(PY_CODES_SEEN, 0);
+
+/// Tell user space about a code object this CPU has not put in a stack lately, so it is named
+/// while it exists (a module's top-level code, run once, is freed soon after).
+#[inline(always)]
+fn note_code(tgid: u32, code: u64) {
+    let key = code ^ ((tgid as u64) << 48);
+    let slot = ((code >> 4) ^ (code >> 17) ^ tgid as u64) as u32 & (PY_CODES_SEEN - 1);
+    if let Some(seen) = PY_CODES_SEEN_MAP.get_ptr_mut(slot) {
+        let seen = unsafe { &mut *seen };
+        if *seen != key {
+            *seen = key;
+            announce_value(tgid, ProcessEventKind::PythonCode, code);
+        }
+    }
+}
+
+/// The process's interpreter, if it has one the walker knows.
+#[inline(always)]
+pub fn interpreter(tgid: u32) -> Option<&'static PyProcess> {
+    PY_PROCESSES_MAP.get_ptr(tgid).map(|p| unsafe { &*p })
+}
+
+/// Its tables are gone (exit, exec): so is its interpreter.
+#[inline(always)]
+pub fn forget_process(tgid: u32) {
+    let _ = PY_PROCESSES_MAP.remove(tgid);
+}
+
+/// Where the process's evaluation loop is, as (start, length): (0, 0) where it has none.
+#[inline(always)]
+pub fn eval_range(py: Option<&PyProcess>) -> (u64, u64) {
+    match py {
+        Some(py) => (py.eval_start, py.eval_end.wrapping_sub(py.eval_start)),
+        None => (0, 0),
+    }
+}
+
+/// The frame at `pc` (as looked up) is the evaluation loop's: the walk puts the activation's
+/// Python frames in its place next (its own frame `ip` kept aside in case none can be read).
+#[inline(always)]
+pub fn enter(walk: &mut Walk) {
+    walk.py_eval = walk.ip;
+    walk.py_mode = mode::FRAMES;
+}
+
+/// The evaluation loop's frame was stepped (`entered`): the native steps of this run end here,
+/// the Python frames come first in the next. Where the step ended the walk, the loop's own frame
+/// is kept instead (the Python frames would have no native frames after them).
+#[inline(always)]
+pub fn stepped_eval(walk: &mut Walk) {
+    if walk.stack.stop == stop::WALKING {
+        walk.stack.stop = stop::PYTHON;
+    } else {
+        end_activation(walk);
+    }
+}
+
+/// One step of the Python part of a walk: a thread state looked at, or a frame put in the stack.
+#[inline(always)]
+pub fn step(walk: &mut Walk, py: Option<&PyProcess>) {
+    let Some(py) = py else {
+        end_activation(walk);
+        return;
+    };
+    let done = match (walk.py_mode, walk.py_frame) {
+        (mode::SEARCH, _) | (_, NOT_LOOKED) => search(walk, py),
+        _ => frame(walk, py),
+    };
+    if done.is_err() {
+        bump(HealthCounter::PythonCut);
+        walk.py_frame = NO_MORE;
+        end_activation(walk);
+    }
+}
+
+#[inline(always)]
+fn read<T>(at: u64) -> Result<T, ()> {
+    unsafe { bpf_probe_read_user(at as *const T) }.map_err(|_| ())
+}
+
+/// Look at one thread state: the walked thread's, its current frame is where `FRAMES` starts.
+/// First the one found for the thread before, else the interpreter's first and on.
+#[inline(always)]
+fn search(walk: &mut Walk, py: &PyProcess) -> Result<(), ()> {
+    let o = &py.offsets;
+    if walk.py_frame == NOT_LOOKED {
+        walk.py_searched = 0;
+        walk.py_mode = mode::SEARCH;
+        if let Some(&cached) = unsafe { PY_THREADS_MAP.get(walk.tid) } {
+            if read::<u64>(cached + o.tstate_native_id as u64) == Ok(walk.tid as u64) {
+                return found(walk, py, cached);
+            }
+            let _ = PY_THREADS_MAP.remove(walk.tid);
+        }
+        walk.py_frame = first_thread(py)?;
+        return Ok(());
+    }
+    let tstate = walk.py_frame;
+    walk.py_searched += 1;
+    if read::<u64>(tstate + o.tstate_native_id as u64)? == walk.tid as u64 {
+        let _ = PY_THREADS_MAP.insert(walk.tid, tstate, 0);
+        return found(walk, py, tstate);
+    }
+    let next: u64 = read(tstate + o.tstate_next as u64)?;
+    if next == 0 || walk.py_searched >= PY_THREADS_SEARCHED {
+        return Err(());
+    }
+    walk.py_frame = next;
+    Ok(())
+}
+
+/// The thread's state is `tstate`: its Python frames start at its current frame.
+#[inline(always)]
+fn found(walk: &mut Walk, py: &PyProcess, tstate: u64) -> Result<(), ()> {
+    let o = &py.offsets;
+    let mut current: u64 = read(tstate + o.tstate_frame as u64)?;
+    if o.cframe_frame != NO_CFRAME && current != 0 {
+        current = read(current + o.cframe_frame as u64)?;
+    }
+    walk.py_frame = if current == 0 { NO_MORE } else { current };
+    walk.py_mode = mode::FRAMES;
+    Ok(())
+}
+
+/// The interpreter's first thread state (the most recent interpreter's: the main one unless
+/// subinterpreters were made, whose threads are then not found).
+#[inline(always)]
+fn first_thread(py: &PyProcess) -> Result<u64, ()> {
+    let interp: u64 = read(py.runtime + py.offsets.runtime_interpreters as u64)?;
+    let first: u64 = read(interp + py.offsets.interp_threads as u64)?;
+    match first {
+        0 => Err(()),
+        first => Ok(first),
+    }
+}
+
+/// Put the next frame of the activation in the stack; the activation ends at its entry frame.
+#[inline(always)]
+fn frame(walk: &mut Walk, py: &PyProcess) -> Result<(), ()> {
+    let o = &py.offsets;
+    let at = walk.py_frame;
+    if at == NO_MORE {
+        end_activation(walk);
+        return Ok(());
+    }
+    let previous: u64 = read(at + o.frame_previous as u64)?;
+    let marker: u8 = read(at + o.frame_marker as u64)?;
+    let next = if previous == 0 { NO_MORE } else { previous };
+    if o.model == model::CSTACK_FRAME && marker == OWNED_BY_CSTACK {
+        walk.py_frame = next;
+        end_activation(walk);
+        return Ok(());
+    }
+    let code: u64 = read(at + o.frame_code as u64)?;
+    let instr: u64 = read(at + o.frame_instr as u64)?;
+    push(walk, py_frame(code, instr.wrapping_sub(code)));
+    bump(HealthCounter::PythonFrames);
+    note_code(walk.tgid, code);
+    walk.py_eval = 0;
+    walk.py_frame = next;
+    if next == NO_MORE || (o.model == model::ENTRY_FLAG && marker != 0) {
+        end_activation(walk);
+    }
+    Ok(())
+}
+
+/// Back to native frames; the evaluation loop's own frame is kept if no Python frame stood for
+/// it.
+#[inline(always)]
+fn end_activation(walk: &mut Walk) {
+    walk.py_mode = mode::NATIVE;
+    if walk.py_eval != 0 {
+        let eval = walk.py_eval;
+        walk.py_eval = 0;
+        push(walk, eval);
+    }
+}

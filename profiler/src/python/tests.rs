@@ -1,0 +1,143 @@
+use std::process::Command;
+
+use super::{code::line_at, *};
+
+/// The interpreters on this machine (pyenv's shared builds and Debian's static one).
+const PYENV: &str = "/root/.pyenv/versions";
+
+fn pyenv_lib(version: &str) -> String {
+    let minor = version.rsplit_once('.').map(|(m, _)| m).unwrap_or(version);
+    format!("{PYENV}/{version}/lib/libpython{minor}.so.1.0")
+}
+
+fn interpreter_of(path: &str) -> Option<Result<Interpreter, Unsupported>> {
+    let data = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    Interpreter::of(&object::File::parse(&*data).unwrap())
+}
+
+#[test]
+fn interpreters_are_found_by_their_loop_runtime_and_version() {
+    for (version, expected) in [("3.11.7", (3, 11)), ("3.12.1", (3, 12)), ("3.13.0", (3, 13))] {
+        let found = interpreter_of(&pyenv_lib(version)).unwrap().unwrap();
+        assert_eq!(found.layout.version, expected, "{version}");
+        assert!(
+            found.eval_end > found.eval_start && found.runtime > 0,
+            "{found:?}"
+        );
+    }
+    // Debian's python3.11 is built statically: the executable is the interpreter.
+    let debian = interpreter_of("/usr/bin/python3.11").unwrap().unwrap();
+    assert_eq!(debian.layout, layout((3, 11)).unwrap());
+    // 3.10 does not say its version (and is not read); libc is no interpreter.
+    assert_eq!(
+        interpreter_of(&pyenv_lib("3.10.13")),
+        Some(Err(Unsupported::NoVersion))
+    );
+    let libc = format!("/usr/lib/{}-linux-gnu/libc.so.6", std::env::consts::ARCH);
+    assert_eq!(interpreter_of(&libc), None);
+}
+
+/// 3.13 describes its own layout at the start of `_PyRuntime`: what it says is the table's row
+/// (which was taken from its headers), so the table is checked by the interpreter itself.
+#[test]
+fn what_3_13_says_of_its_layout_is_the_tables_row() {
+    let data = std::fs::read(pyenv_lib("3.13.0")).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let runtime = (file.dynamic_symbols())
+        .find(|s| s.name() == Ok("_PyRuntime"))
+        .unwrap()
+        .address();
+    let bytes = read_at(&file, runtime, DEBUG_OFFSETS_READ).unwrap();
+    assert_eq!(described(bytes, (3, 13)), Some(Ok(layout((3, 13)).unwrap())));
+    // A later version's description is laid out differently: not guessed at.
+    assert_eq!(described(bytes, (3, 14)), Some(Err(Unsupported::Version(3, 14))));
+    let mut free_threaded = bytes.to_vec();
+    free_threaded[16] = 1;
+    assert_eq!(
+        described(&free_threaded, (3, 13)),
+        Some(Err(Unsupported::FreeThreaded(3, 13)))
+    );
+    assert_eq!(described(&bytes[8..], (3, 13)), None, "no cookie, no description");
+}
+
+/// Each version's own line numbers (`co_lines()`: ranges of bytecode offsets and their line)
+/// against `line_at` on its location table, for every code unit of a function with loops,
+/// a multi-line expression, a comprehension and an exception handler.
+#[test]
+fn line_tables_give_each_instruction_the_line_python_gives_it() {
+    const SCRIPT: &str = r#"
+import sys
+def sample(n):
+    total = 0
+    for i in range(n):
+        if i % 3 == 0:
+            total += (i *
+                      2)
+        else:
+            try:
+                total -= [j for j in range(i)][-1]
+            except IndexError:
+                total = None
+    return total
+codes = [sample.__code__] + [c for c in sample.__code__.co_consts if hasattr(c, "co_lines")]
+for code in codes:
+    lines = ",".join(f"{s}:{e}:{-1 if l is None else l}" for s, e, l in code.co_lines())
+    print(code.co_firstlineno, code.co_linetable.hex(), lines)
+"#;
+    for version in ["3.11.7", "3.12.1", "3.13.0"] {
+        let minor = version.rsplit_once('.').unwrap().0;
+        let python = format!("{PYENV}/{version}/bin/python{minor}");
+        let out = Command::new(&python).args(["-c", SCRIPT]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{python}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8(out.stdout).unwrap();
+        let mut units = 0;
+        for line in text.lines() {
+            let mut fields = line.split(' ');
+            let first: u32 = fields.next().unwrap().parse().unwrap();
+            let table: Vec<u8> = (0..fields.next().unwrap().len() / 2)
+                .map(|i| u8::from_str_radix(&line.split(' ').nth(1).unwrap()[2 * i..2 * i + 2], 16).unwrap())
+                .collect();
+            for range in fields.next().unwrap().split(',') {
+                let v: Vec<i64> = range.split(':').map(|x| x.parse().unwrap()).collect();
+                for byte in (v[0]..v[1]).step_by(2) {
+                    let expected = u32::try_from(v[2]).ok();
+                    assert_eq!(
+                        line_at(&table, first, byte as u64 / 2),
+                        expected,
+                        "{version} offset {byte}: {line}"
+                    );
+                    units += 1;
+                }
+            }
+        }
+        assert!(units > 50, "{version}: {units} code units checked");
+    }
+}
+
+/// A table cut short or of noise gives no line or some line, never a panic.
+#[test]
+fn a_broken_line_table_gives_no_line_not_a_panic() {
+    assert_eq!(line_at(&[], 10, 0), None);
+    assert_eq!(line_at(&[0x01, 0x02], 10, 0), None, "no entry start");
+    assert_eq!(line_at(&[0xf8], 10, 0), None, "kind 15: no line");
+    assert_eq!(line_at(&[0xe8], 10, 0), None, "a long entry cut before its line");
+    assert_eq!(line_at(&[0xe8, 0x7f], 10, 0), None, "its varint cut short");
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    for _ in 0..2000 {
+        let table: Vec<u8> = (0..(seed % 40))
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                seed as u8
+            })
+            .collect();
+        for unit in 0..50 {
+            let _ = line_at(&table, 1, unit);
+        }
+    }
+}
