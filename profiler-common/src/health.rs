@@ -196,9 +196,9 @@ macro_rules! health_table {
                         h.user_frames_by_build_id
                     ));
                 python_unnamed, common, "python_frames_unnamed_total",
-                    "Python frames whose code object could not be read before their process exited (shown as [unknown] in [unmapped])",
+                    "Python frames not named (shown as [unknown] in [unmapped]): their process exited before their code object was read, or past the bounds on names kept",
                     |h| (h.python_unnamed > 0).then(|| format!(
-                        "{} Python frames could not be named: their process exited before their code object was read",
+                        "{} Python frames could not be named (shown as [unknown] in [unmapped]): their process exited before their code object was read, or past the bounds on names kept",
                         h.python_unnamed
                     ));
                 drains, common, "drains_total",

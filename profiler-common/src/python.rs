@@ -85,15 +85,28 @@ pub const NO_CFRAME: u16 = u16::MAX;
 pub struct PyProcess {
     pub eval_start: u64,
     pub eval_end: u64,
+    /// The loop's part the compiler moved away (`_PyEval_EvalFrameDefault.cold`), where the
+    /// file's symbols say; else empty.
+    pub cold_start: u64,
+    pub cold_end: u64,
     pub runtime: u64,
+    /// The process's pid namespace (`/proc/PID/ns/pid`: device and inode): thread states hold
+    /// the tid the thread has there.
+    pub pidns_dev: u64,
+    pub pidns_ino: u64,
     pub offsets: PyOffsets,
 }
-const _: () = assert!(size_of::<PyProcess>() == 48);
+const _: () = assert!(size_of::<PyProcess>() == 80);
 
 /// Processes with an interpreter the walker knows.
 pub const PY_PROCESSES: u32 = 4096;
 /// Threads whose thread state was found (a cache: checked again at each use).
 pub const PY_THREADS: u32 = 16384;
+/// Code objects each CPU announces at most in `PY_ANNOUNCE_WINDOW_NS` (what the drain names
+/// anyway): the event ring is shared with new processes' announcements.
+pub const PY_ANNOUNCES_PER_WINDOW: u64 = 64;
+pub const PY_ANNOUNCE_WINDOW_NS: u64 = 10_000_000;
+
 /// Code objects each CPU remembers having announced (direct-mapped: a slot holds the last one
 /// announced of those that fall in it).
 pub const PY_CODES_SEEN: u32 = 4096;

@@ -111,7 +111,9 @@ pub struct Walk {
     /// Native frames stepped so far (the stack's length counts Python frames too, and not the
     /// evaluation loop's they stand for).
     pub native: u32,
-    pub _pad: u32,
+    /// The walked thread's tid in its process's pid namespace (what its thread state holds),
+    /// once looked for.
+    pub py_tid: u32,
     pub stack: UserStack,
 }
 const _: () = assert!(size_of::<Walk>() == 72 + size_of::<UserStack>());

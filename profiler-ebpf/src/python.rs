@@ -2,14 +2,16 @@
 //! the evaluation loop, the Python frames its activation runs are put in its place, one per
 //! step of the walk, from the walked thread's own thread state.
 use aya_ebpf::{
-    helpers::bpf_probe_read_user,
+    bindings::bpf_pidns_info,
+    helpers::{bpf_get_ns_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
     macros::map,
     maps::{HashMap, LruHashMap, PerCpuArray},
 };
 use profiler_common::{
     python::{
-        mode, model, py_frame, PyProcess, NOT_LOOKED, NO_CFRAME, NO_MORE, OWNED_BY_CSTACK, PY_CODES_SEEN,
-        PY_PROCESSES, PY_THREADS, PY_THREADS_SEARCHED,
+        mode, model, py_frame, PyProcess, NOT_LOOKED, NO_CFRAME, NO_MORE, OWNED_BY_CSTACK,
+        PY_ANNOUNCES_PER_WINDOW, PY_ANNOUNCE_WINDOW_NS, PY_CODES_SEEN, PY_PROCESSES, PY_THREADS,
+        PY_THREADS_SEARCHED,
     },
     unwind::{stop, Walk},
     HealthCounter, ProcessEventKind,
@@ -27,7 +29,12 @@ static PY_THREADS_MAP: LruHashMap<u32, u64> = LruHashMap::with_max_entries(PY_TH
 
 /// Per CPU, the code objects announced lately (see `PY_CODES_SEEN`).
 #[map(name = "PY_CODES_SEEN")]
-static PY_CODES_SEEN_MAP: PerCpuArray<u64> = PerCpuArray::with_max_entries(PY_CODES_SEEN, 0);
+static PY_CODES_SEEN_MAP: PerCpuArray<u64> = PerCpuArray::with_max_entries(PY_CODES_SEEN + 2, 0);
+
+/// The slots past the remembered code objects: the current announcement window, and how many
+/// were announced in it.
+const WINDOW: u32 = PY_CODES_SEEN;
+const ANNOUNCED: u32 = PY_CODES_SEEN + 1;
 
 /// Tell user space about a code object this CPU has not put in a stack lately, so it is named
 /// while it exists (a module's top-level code, run once, is freed soon after).
@@ -37,11 +44,32 @@ fn note_code(tgid: u32, code: u64) {
     let slot = ((code >> 4) ^ (code >> 17) ^ tgid as u64) as u32 & (PY_CODES_SEEN - 1);
     if let Some(seen) = PY_CODES_SEEN_MAP.get_ptr_mut(slot) {
         let seen = unsafe { &mut *seen };
-        if *seen != key {
+        if *seen != key && may_announce() {
             *seen = key;
             announce_value(tgid, ProcessEventKind::PythonCode, code);
         }
     }
+}
+
+/// Whether this CPU may announce one more code object in the current window (the drain names
+/// the others): a burst of new code, or processes thrashing the memory of them, must not fill
+/// the ring new processes are announced through.
+#[inline(always)]
+fn may_announce() -> bool {
+    let (Some(window), Some(announced)) = (
+        PY_CODES_SEEN_MAP.get_ptr_mut(WINDOW),
+        PY_CODES_SEEN_MAP.get_ptr_mut(ANNOUNCED),
+    ) else {
+        return false;
+    };
+    let now = unsafe { bpf_ktime_get_ns() } / PY_ANNOUNCE_WINDOW_NS;
+    let (window, announced) = unsafe { (&mut *window, &mut *announced) };
+    if *window != now {
+        *window = now;
+        *announced = 0;
+    }
+    *announced += 1;
+    *announced <= PY_ANNOUNCES_PER_WINDOW
 }
 
 /// The process's interpreter, if it has one the walker knows.
@@ -56,13 +84,25 @@ pub fn forget_process(tgid: u32) {
     let _ = PY_PROCESSES_MAP.remove(tgid);
 }
 
-/// Where the process's evaluation loop is, as (start, length): (0, 0) where it has none.
+/// Where the process's evaluation loop is, as (start, length) of its two parts: empty where it
+/// has none.
 #[inline(always)]
-pub fn eval_range(py: Option<&PyProcess>) -> (u64, u64) {
+pub fn eval_range(py: Option<&PyProcess>) -> EvalRange {
     match py {
-        Some(py) => (py.eval_start, py.eval_end.wrapping_sub(py.eval_start)),
-        None => (0, 0),
+        Some(py) => [
+            (py.eval_start, py.eval_end.wrapping_sub(py.eval_start)),
+            (py.cold_start, py.cold_end.wrapping_sub(py.cold_start)),
+        ],
+        None => [(0, 0); 2],
     }
+}
+
+pub type EvalRange = [(u64, u64); 2];
+
+/// Whether `pc` is in the evaluation loop.
+#[inline(always)]
+pub fn in_eval(eval: &EvalRange, pc: u64) -> bool {
+    pc.wrapping_sub(eval[0].0) < eval[0].1 || pc.wrapping_sub(eval[1].0) < eval[1].1
 }
 
 /// The frame at `pc` (as looked up) is the evaluation loop's: the walk puts the activation's
@@ -116,8 +156,9 @@ fn search(walk: &mut Walk, py: &PyProcess) -> Result<(), ()> {
     if walk.py_frame == NOT_LOOKED {
         walk.py_searched = 0;
         walk.py_mode = mode::SEARCH;
+        walk.py_tid = tid_in_namespace(py, walk.tid);
         if let Some(&cached) = unsafe { PY_THREADS_MAP.get(walk.tid) } {
-            if read::<u64>(cached + o.tstate_native_id as u64) == Ok(walk.tid as u64) {
+            if read::<u64>(cached + o.tstate_native_id as u64) == Ok(walk.py_tid as u64) {
                 return found(walk, py, cached);
             }
             let _ = PY_THREADS_MAP.remove(walk.tid);
@@ -127,7 +168,7 @@ fn search(walk: &mut Walk, py: &PyProcess) -> Result<(), ()> {
     }
     let tstate = walk.py_frame;
     walk.py_searched += 1;
-    if read::<u64>(tstate + o.tstate_native_id as u64)? == walk.tid as u64 {
+    if read::<u64>(tstate + o.tstate_native_id as u64)? == walk.py_tid as u64 {
         let _ = PY_THREADS_MAP.insert(walk.tid, tstate, 0);
         return found(walk, py, tstate);
     }
@@ -137,6 +178,22 @@ fn search(walk: &mut Walk, py: &PyProcess) -> Result<(), ()> {
     }
     walk.py_frame = next;
     Ok(())
+}
+
+/// The walked thread's (the current task's) tid in the process's pid namespace: a container's
+/// process sees its own tids, and its thread states hold them. The global tid where the
+/// namespace is unknown or the kernel cannot say.
+#[inline(always)]
+fn tid_in_namespace(py: &PyProcess, tid: u32) -> u32 {
+    if py.pidns_ino == 0 {
+        return tid;
+    }
+    let mut info = bpf_pidns_info { pid: 0, tgid: 0 };
+    let size = core::mem::size_of::<bpf_pidns_info>() as u32;
+    match unsafe { bpf_get_ns_current_pid_tgid(py.pidns_dev, py.pidns_ino, &mut info, size) } {
+        0 => info.pid,
+        _ => tid,
+    }
 }
 
 /// The thread's state is `tstate`: its Python frames start at its current frame.

@@ -22,7 +22,7 @@ use aya_ebpf::{
     EbpfContext,
 };
 use profiler_common::{
-    python::{self, PyProcess, PY_STEPS_PER_RUN},
+    python::{self, PY_STEPS_PER_RUN},
     unwind::{
         cfa, fp, stop, Mapping, ProcessMappings, Row, UserStack, Walk, FRAMES_PER_RUN, MAPPING_SEARCH_STEPS,
         MAX_FRAMES, MAX_MAPPINGS, PROCESSES, PROGRAM_SLOT, ROWS, ROW_SEARCH_STEPS, STACK_ENTRIES,
@@ -499,7 +499,7 @@ fn advance<C: EbpfContext>(ctx: &C, walk: &mut Walk, programs: &ProgramArray) {
                         if walk.stack.stop != stop::WALKING {
                             break;
                         }
-                        step(walk, mappings, eval);
+                        step(walk, mappings, &eval);
                     }
                 }
                 _ => {
@@ -584,10 +584,10 @@ pub fn push(walk: &mut Walk, frame: u64) -> bool {
 /// Record the current frame and step to its caller, through the tables. A frame of Python's
 /// evaluation loop is recorded as the Python frames it runs, in the steps that follow.
 #[inline(always)]
-fn step(walk: &mut Walk, mappings: &mut ProcessMappings, eval: (u64, u64)) {
+fn step(walk: &mut Walk, mappings: &mut ProcessMappings, eval: &crate::python::EvalRange) {
     let first = walk.native == 0;
     let pc = lookup_pc(walk, first);
-    let python = pc.wrapping_sub(eval.0) < eval.1;
+    let python = crate::python::in_eval(eval, pc);
     if python {
         crate::python::enter(walk);
         walk.native = 1;

@@ -125,8 +125,9 @@ impl RawProfile {
                             _ => None,
                         };
                         self.health.user_frames_by_build_id += u64::from(resolved.is_some());
-                        let unnamed =
-                            matches!(at, UserAddr::Unmapped { .. }) && py_frame_parts(raw).is_some();
+                        let unnamed = matches!(at, UserAddr::Unmapped { .. })
+                            && py_frame_parts(raw).is_some()
+                            && procs.runs_python(sample.pid);
                         self.health.python_unnamed += u64::from(unnamed);
                         resolved.unwrap_or(at)
                     })

@@ -220,3 +220,54 @@ fn python_functions_show_in_off_cpu_stacks() {
     );
     std::fs::remove_file(&path).unwrap();
 }
+
+/// A Python process in a pid namespace of its own (as in a container) numbers its threads
+/// there, and its thread states hold those numbers: its frames are found all the same.
+#[test]
+fn a_python_process_in_its_own_pid_namespace_shows_its_frames() {
+    let python = format!("{PYENV}/3.12.1/bin/python3.12");
+    let path = temp_path(&format!("python-ns-{}.json", rand_suffix()));
+    let script = script();
+    let command = [
+        "unshare",
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        &python,
+        &script,
+        "1",
+    ];
+    let mut args = vec!["-F", "499", "-o", path.to_str().unwrap(), "--"];
+    args.extend(command);
+    let out = run(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let truth = truth(&stdout(&out));
+    assert!(
+        truth["pid"] < 10.0,
+        "the workload ran as pid {} of its own namespace",
+        truth["pid"]
+    );
+    let report = Report::read(&path);
+    let of_python: Vec<&Value> = (report.stacks().iter())
+        .filter(|s| s["comm"].as_str().is_some_and(|c| c.starts_with("python")))
+        .collect();
+    let samples = |keep: &dyn Fn(&Value) -> bool| -> u64 {
+        (of_python.iter())
+            .filter(|s| keep(s))
+            .map(|s| s["count"].as_u64().unwrap())
+            .sum()
+    };
+    let all = samples(&|_| true);
+    let named = samples(&|s| {
+        ["alpha_work", "beta_work", "gamma_work"]
+            .iter()
+            .any(|f| Report::frames(s).contains(f))
+    });
+    let health = &report.0["health"];
+    println!(
+        "in its own pid namespace: {named} of {all} samples under the workload's functions; health {health}"
+    );
+    assert!(all > 300 && named as f64 >= 0.9 * all as f64, "{named} of {all}");
+    assert_eq!(health["python_cut"], 0);
+    std::fs::remove_file(&path).unwrap();
+}

@@ -4,9 +4,13 @@ sort, the list handed back so that it is freed after the measured call); a secon
 time is measured by its own thread's clock around each call.
 
     python pysplit.py SECONDS [DEPTH]
+    python pysplit.py fixed ROUNDS
 
-With DEPTH, alpha_work is reached through a recursion DEPTH deep (deep stacks).
-Prints TRUTH pid, each thread's native id, alpha_cpu, beta_cpu, gamma_cpu, process_cpu (seconds),
+With DEPTH, alpha_work is reached through a recursion DEPTH deep (deep stacks). `fixed` runs
+ROUNDS of alpha_work and beta_work on the main thread alone and prints ELAPSED=ns, its own
+elapsed time (benchmarks).
+
+Otherwise prints TRUTH pid, each thread's native id, alpha_cpu, beta_cpu, gamma_cpu, process_cpu (seconds),
 and the first and last line of alpha_work's and beta_work's bodies.
 """
 import os
@@ -49,7 +53,17 @@ def lines_of(function):
     return min(lines), max(lines)
 
 
+def fixed(rounds):
+    start = time.monotonic_ns()
+    for _ in range(rounds):
+        alpha_work(20000)
+        beta_work(20000)
+    print(f"ELAPSED={time.monotonic_ns() - start}", flush=True)
+
+
 def main():
+    if sys.argv[1] == "fixed":
+        return fixed(int(sys.argv[2]))
     seconds = float(sys.argv[1])
     depth = int(sys.argv[2]) if len(sys.argv) > 2 else 0
     stop, spent, gamma_tid = threading.Event(), [], []

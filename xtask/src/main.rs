@@ -7,7 +7,7 @@
 //!   cargo xtask test             unit tests, privileged end-to-end tests, the arm64 suites in the
 //!                                emulated Neoverse N1, then a short soak [--repeat N] [--noise] [FILTER]
 //!   cargo xtask guest [FILTER]   only the arm64 suites, in the emulated Neoverse N1 (QEMU)
-//!   cargo xtask bench [MODE]     overhead benchmarks (hotspot, sched, unwind, lock, agent, trace, record)
+//!   cargo xtask bench [MODE]     overhead benchmarks (hotspot, sched, unwind, lock, agent, trace, record, python)
 //!   cargo xtask soak --minutes N the agent under process churn: memory and descriptors stay flat
 //!                                [--signals all: every signal on]
 //!   cargo xtask docs             shell completions and man pages, in target/docs

@@ -535,7 +535,7 @@ impl Processes {
 
     /// Resolve an address of `pid` against the memory map captured of its image then.
     pub fn normalize(&self, pid: u32, generation: u32, addr: u64) -> UserAddr {
-        if let Some((code, offset)) = py_frame_parts(addr) {
+        if let Some((code, offset)) = py_frame_parts(addr).filter(|_| self.python.knows(pid)) {
             return self.python_frame(pid, code, offset, addr);
         }
         let Some(mapping) = self
@@ -583,7 +583,13 @@ impl Processes {
     /// `pid` runs a Python interpreter of `layout`: the code objects in its stacks are named
     /// from its memory from now on.
     pub fn python_found(&mut self, pid: u32, layout: crate::python::Layout) {
-        self.python.found(pid, layout);
+        let generation = self.current_generation(pid);
+        self.python.found(pid, generation, layout);
+    }
+
+    /// Whether `pid`'s stacks hold Python frames (see `PyCodes::knows`).
+    pub fn runs_python(&self, pid: u32) -> bool {
+        self.python.knows(pid)
     }
 
     /// A frame the kernel resolved (see `ObjectOffset`), in an open file with its build ID. The

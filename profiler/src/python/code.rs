@@ -20,6 +20,16 @@ const MAX_NAME_CHARS: u64 = 1024;
 const MAX_LINE_TABLE: u64 = 1 << 16;
 /// Code objects kept per process; past it, new ones are not named.
 const MAX_CODES: usize = 1 << 16;
+/// Bytes of names and line tables kept over all processes; past it, new code objects are not
+/// named (a process can make up code objects: what it makes bpfprof keep is bounded).
+const MAX_BYTES: usize = 64 << 20;
+
+impl PyCode {
+    /// What it keeps on the heap (`MAX_BYTES`).
+    fn bytes(&self) -> usize {
+        self.name.len() + self.file.len() + self.line_table.len() + std::mem::size_of::<PyCode>()
+    }
+}
 
 /// One code object, as read.
 #[derive(Debug, PartialEq, Eq)]
@@ -35,6 +45,9 @@ impl PyCode {
     /// The line of the instruction `offset` bytes into the code object (as the walker gives
     /// it); the first line where the table does not say.
     pub fn line(&self, offset: u64) -> u32 {
+        if offset == profiler_common::python::PY_NO_OFFSET {
+            return self.first_line;
+        }
         let unit = offset.saturating_sub(self.bytecode as u64) / 2;
         line_at(&self.line_table, self.first_line, unit).unwrap_or(self.first_line)
     }
@@ -57,11 +70,11 @@ pub fn line_at(table: &[u8], first_line: u32, unit: u64) -> Option<u32> {
         let has_line = match kind {
             15 => false,
             13 | 14 => {
-                line += signed_varint(table, at)?;
+                line = line.saturating_add(signed_varint(table, at)?);
                 true
             }
             10..=12 => {
-                line += (kind - 10) as i64;
+                line = line.saturating_add((kind - 10) as i64);
                 true
             }
             _ => true,
@@ -69,10 +82,10 @@ pub fn line_at(table: &[u8], first_line: u32, unit: u64) -> Option<u32> {
         while at < table.len() && table[at] & 0x80 == 0 {
             at += 1;
         }
-        if unit < start + units {
+        if unit < start.saturating_add(units) {
             return has_line.then(|| u32::try_from(line).ok()).flatten();
         }
-        start += units;
+        start = start.saturating_add(units);
     }
     None
 }
@@ -96,10 +109,12 @@ fn signed_varint(table: &[u8], mut at: usize) -> Option<i64> {
     })
 }
 
-/// One process's interpreter and the code objects named so far.
+/// One process's interpreter (in one image: an exec starts anew) and the code objects named so
+/// far.
 struct Process {
     mem: File,
     layout: Layout,
+    generation: u32,
     codes: HashMap<u64, Option<Arc<PyCode>>>,
 }
 
@@ -107,6 +122,8 @@ struct Process {
 #[derive(Default)]
 pub struct PyCodes {
     processes: HashMap<u32, Process>,
+    /// Bytes kept of names and line tables (`MAX_BYTES`).
+    bytes: usize,
 }
 
 impl std::fmt::Debug for PyCodes {
@@ -116,25 +133,33 @@ impl std::fmt::Debug for PyCodes {
 }
 
 impl PyCodes {
-    /// `pid` runs an interpreter of `layout` (found in a file it maps): its memory is opened now,
-    /// while it is alive. An exec's new image replaces what was known.
-    pub fn found(&mut self, pid: u32, layout: Layout) {
-        if self.processes.get(&pid).is_some_and(|p| p.layout == layout) {
+    /// `pid`, in its image `generation`, runs an interpreter of `layout` (found in a file it
+    /// maps): its memory is opened now, while it is alive. An exec's new image (even of the same
+    /// interpreter) replaces what was known: its memory and code objects are others.
+    pub fn found(&mut self, pid: u32, generation: u32, layout: Layout) {
+        if (self.processes.get(&pid)).is_some_and(|p| p.layout == layout && p.generation == generation) {
             return;
         }
+        self.forget(&HashSet::from([pid]));
         match File::open(format!("/proc/{pid}/mem")) {
             Ok(mem) => {
-                self.processes.insert(
-                    pid,
-                    Process {
-                        mem,
-                        layout,
-                        codes: HashMap::new(),
-                    },
-                );
+                let codes = HashMap::new();
+                let process = Process {
+                    mem,
+                    layout,
+                    generation,
+                    codes,
+                };
+                self.processes.insert(pid, process);
             }
             Err(e) => log::debug!("pid {pid}: its memory cannot be read ({e}): Python frames unnamed"),
         }
+    }
+
+    /// Whether `pid` runs an interpreter whose frames are read (only its stacks hold Python
+    /// frames: a slot with the top bit set in another's is no frame of it).
+    pub fn knows(&self, pid: u32) -> bool {
+        self.processes.contains_key(&pid)
     }
 
     /// Name the code objects of the Python frames among `slots` not named yet.
@@ -143,10 +168,12 @@ impl PyCodes {
             return;
         };
         for (code, _) in slots.iter().filter_map(|&s| py_frame_parts(s)) {
-            if process.codes.len() >= MAX_CODES || process.codes.contains_key(&code) {
+            let full = process.codes.len() >= MAX_CODES || self.bytes >= MAX_BYTES;
+            if full || process.codes.contains_key(&code) {
                 continue;
             }
             let read = read_code(&process.mem, &process.layout, code).map(Arc::new);
+            self.bytes += read.as_ref().map_or(0, |c| c.bytes());
             process.codes.insert(code, read);
         }
     }
@@ -154,10 +181,18 @@ impl PyCodes {
     /// A walk just put the code object at `code` in a stack: read it again (its memory may hold
     /// another since it was last read; walks say so rarely, once per CPU while it remembers).
     pub fn reread(&mut self, pid: u32, code: u64) {
-        if let Some(process) = self.processes.get_mut(&pid) {
-            process.codes.remove(&code);
+        let Some(process) = self.processes.get_mut(&pid) else {
+            return;
+        };
+        // What could not be read now (the process exiting) leaves what was read before.
+        if let Some(read) = read_code(&process.mem, &process.layout, code) {
+            let (added, replaced) = (read.bytes(), process.codes.get(&code).cloned().flatten());
+            let room = process.codes.len() < MAX_CODES || replaced.is_some();
+            if room && self.bytes + added <= MAX_BYTES {
+                self.bytes = self.bytes + added - replaced.map_or(0, |c| c.bytes());
+                process.codes.insert(code, Some(Arc::new(read)));
+            }
         }
-        self.read(pid, &[profiler_common::python::py_frame(code, 0)]);
     }
 
     /// The code object at `code` in `pid`, as read.
@@ -166,25 +201,32 @@ impl PyCodes {
     }
 
     pub fn forget(&mut self, pids: &HashSet<u32>) {
-        self.processes.retain(|pid, _| !pids.contains(pid));
+        for pid in pids {
+            if let Some(process) = self.processes.remove(pid) {
+                let bytes: usize = process.codes.values().flatten().map(|c| c.bytes()).sum();
+                self.bytes = self.bytes.saturating_sub(bytes);
+            }
+        }
     }
 }
 
-fn read_u64(mem: &File, at: u64) -> Option<u64> {
+/// The 8 bytes `offset` past `at` in the process (addresses read from it: checked).
+fn read_u64(mem: &File, at: u64, offset: u64) -> Option<u64> {
     let mut bytes = [0u8; 8];
-    mem.read_exact_at(&mut bytes, at).ok()?;
+    mem.read_exact_at(&mut bytes, at.checked_add(offset)?).ok()?;
     Some(u64::from_le_bytes(bytes))
 }
 
 fn read_code(mem: &File, layout: &Layout, code: u64) -> Option<PyCode> {
     let c = &layout.code;
-    let name = read_str(mem, layout, read_u64(mem, code + c.qualname as u64)?)?;
-    let file = read_str(mem, layout, read_u64(mem, code + c.filename as u64)?)?;
-    let first_line = read_u64(mem, code + c.first_line as u64)? as u32;
-    let table = read_u64(mem, code + c.line_table as u64)?;
-    let size = read_u64(mem, table + BYTES_SIZE)?;
+    let name = read_str(mem, layout, read_u64(mem, code, c.qualname as u64)?)?;
+    let file = read_str(mem, layout, read_u64(mem, code, c.filename as u64)?)?;
+    let first_line = read_u64(mem, code, c.first_line as u64)? as u32;
+    let table = read_u64(mem, code, c.line_table as u64)?;
+    let size = read_u64(mem, table, BYTES_SIZE)?;
     let mut line_table = vec![0u8; if size <= MAX_LINE_TABLE { size as usize } else { 0 }];
-    mem.read_exact_at(&mut line_table, table + BYTES_DATA).ok()?;
+    mem.read_exact_at(&mut line_table, table.checked_add(BYTES_DATA)?)
+        .ok()?;
     Some(PyCode {
         name: name.into(),
         file: file.into(),
@@ -196,15 +238,15 @@ fn read_code(mem: &File, layout: &Layout, code: u64) -> Option<PyCode> {
 
 /// A compact string object's text (code objects' names and files are compact).
 fn read_str(mem: &File, layout: &Layout, at: u64) -> Option<String> {
-    let length = read_u64(mem, at + UNICODE_LENGTH)?.min(MAX_NAME_CHARS) as usize;
-    let state = read_u64(mem, at + UNICODE_STATE)? as u32;
+    let length = read_u64(mem, at, UNICODE_LENGTH)?.min(MAX_NAME_CHARS) as usize;
+    let state = read_u64(mem, at, UNICODE_STATE)? as u32;
     let (kind, compact, ascii) = ((state >> 2) & 7, (state >> 5) & 1 == 1, (state >> 6) & 1 == 1);
     if !compact {
         return None;
     }
     let header = match ascii {
         true => layout.code.ascii_header,
-        false => layout.code.compact_header(),
+        false => layout.code.compact_header,
     } as u64;
     let width = match (ascii, kind) {
         (true, _) | (false, 1) => 1,
@@ -213,7 +255,7 @@ fn read_str(mem: &File, layout: &Layout, at: u64) -> Option<String> {
         _ => return None,
     };
     let mut bytes = vec![0u8; length * width];
-    mem.read_exact_at(&mut bytes, at + header).ok()?;
+    mem.read_exact_at(&mut bytes, at.checked_add(header)?).ok()?;
     Some(match width {
         1 => bytes.iter().map(|&b| b as char).collect(),
         2 => char::decode_utf16(bytes.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])))

@@ -15,6 +15,9 @@ pub use code::{PyCode, PyCodes};
 pub struct Interpreter {
     pub eval_start: u64,
     pub eval_end: u64,
+    /// `_PyEval_EvalFrameDefault.cold`, where the compiler split the loop and the file's
+    /// symbols say where (empty otherwise).
+    pub cold: (u64, u64),
     pub runtime: u64,
     pub layout: Layout,
 }
@@ -50,14 +53,8 @@ pub struct CodeLayout {
     pub bytecode: u16,
     /// `sizeof(PyASCIIObject)`: an ASCII string's characters follow it.
     pub ascii_header: u16,
-}
-
-impl CodeLayout {
-    /// `sizeof(PyCompactUnicodeObject)`: another compact string's characters follow it (its
-    /// UTF-8 length and pointer after the ASCII header, on every version read).
-    pub fn compact_header(&self) -> u16 {
-        self.ascii_header + 16
-    }
+    /// `sizeof(PyCompactUnicodeObject)`: another compact string's characters follow it.
+    pub compact_header: u16,
 }
 
 /// Offsets shared by the versions read: a string's length and state, a bytes object's size
@@ -93,6 +90,7 @@ const LAYOUTS: [Layout; 3] = [
             line_table: 136,
             bytecode: 184,
             ascii_header: 48,
+            compact_header: 72,
         },
     },
     Layout {
@@ -118,6 +116,7 @@ const LAYOUTS: [Layout; 3] = [
             line_table: 136,
             bytecode: 192,
             ascii_header: 40,
+            compact_header: 56,
         },
     },
     Layout {
@@ -143,6 +142,7 @@ const LAYOUTS: [Layout; 3] = [
             line_table: 136,
             bytecode: 200,
             ascii_header: 40,
+            compact_header: 56,
         },
     },
 ];
@@ -156,22 +156,24 @@ impl Interpreter {
     /// The interpreter `file` is (a `libpython3.X.so` or a python built statically): None for
     /// any other file; an error for an interpreter whose frames are not read.
     pub fn of(file: &object::File) -> Option<Result<Interpreter, Unsupported>> {
-        let (mut eval, mut runtime, mut version) = (None, None, None);
+        let (mut eval, mut cold, mut runtime, mut version) = (None, None, None, None);
         for symbol in file.dynamic_symbols().chain(file.symbols()) {
+            let range = (symbol.address(), symbol.address().checked_add(symbol.size()));
             match symbol.name() {
-                Ok("_PyEval_EvalFrameDefault") => eval = Some((symbol.address(), symbol.size())),
+                Ok("_PyEval_EvalFrameDefault") => eval = Some(range),
+                Ok("_PyEval_EvalFrameDefault.cold") => cold = Some(range),
                 Ok("_PyRuntime") => runtime = Some(symbol.address()),
                 Ok("Py_Version") => version = Some(symbol.address()),
-                _ => continue,
-            }
-            if eval.is_some() && runtime.is_some() && version.is_some() {
-                break;
+                _ => {}
             }
         }
-        let ((eval_start, eval_size), runtime) = (eval.filter(|&(_, size)| size > 0)?, runtime?);
+        let range = |(start, end): (u64, Option<u64>)| Some((start, end.filter(|&end| end > start)?));
+        let ((eval_start, eval_end), runtime) = (eval.and_then(range)?, runtime?);
+        let cold = cold.and_then(range).unwrap_or((0, 0));
         Some(Self::read(file, version, runtime).map(|layout| Interpreter {
             eval_start,
-            eval_end: eval_start + eval_size,
+            eval_end,
+            cold,
             runtime,
             layout,
         }))
@@ -237,6 +239,8 @@ fn described(bytes: &[u8], version: (u8, u8)) -> Option<Result<Layout, Unsupport
             line_table: field(38)?,
             bytecode: field(43)?,
             ascii_header: field(70)?,
+            // Its UTF-8 length and pointer after the ASCII header (3.12 and later).
+            compact_header: field(70)?.checked_add(16)?,
         },
     };
     Some(Ok(layout))
@@ -248,7 +252,7 @@ fn read_at<'d>(file: &object::File<'d>, at: u64, len: u64) -> Option<&'d [u8]> {
         s.address() <= at
             && at
                 .checked_add(len)
-                .is_some_and(|end| end <= s.address() + s.size())
+                .is_some_and(|end| end <= s.address().saturating_add(s.size()))
     })?;
     let data = section.data().ok()?;
     let from = usize::try_from(at - section.address()).ok()?;

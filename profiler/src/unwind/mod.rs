@@ -283,8 +283,9 @@ impl Tables {
             });
             let (bias, first_row, rows) = placed.unwrap_or((0, 0, 0));
             if let Some(file) = self.placed.files.get(&key).filter(|_| python.is_none()) {
-                python = (file.python)
-                    .and_then(|found| Some((interpreter_at(&found, &file.segments, line)?, found.layout)));
+                python = (file.python).and_then(|found| {
+                    Some((interpreter_at(pid, &found, &file.segments, line)?, found.layout))
+                });
             }
             mappings.push(Mapping {
                 start: line.start,
@@ -399,13 +400,24 @@ fn python_of(file: &object::File, path: &str) -> Option<Interpreter> {
     }
 }
 
-/// The interpreter as mapped by `line` (its file's addresses moved by the mapping's bias).
-fn interpreter_at(found: &Interpreter, segments: &[Segment], line: &MapsLine) -> Option<PyProcess> {
+/// The interpreter as `pid` maps it by `line` (its file's addresses moved by the mapping's
+/// bias), with the process's pid namespace.
+fn interpreter_at(pid: u32, found: &Interpreter, segments: &[Segment], line: &MapsLine) -> Option<PyProcess> {
+    use std::os::unix::fs::MetadataExt as _;
     let bias = bias_of(segments, line.start, line.file_offset)?;
+    let namespace = std::fs::metadata(format!("/proc/{pid}/ns/pid")).ok();
+    let (cold_start, cold_end) = match found.cold {
+        (0, 0) => (0, 0),
+        (start, end) => (start.wrapping_add(bias), end.wrapping_add(bias)),
+    };
     Some(PyProcess {
         eval_start: found.eval_start.wrapping_add(bias),
         eval_end: found.eval_end.wrapping_add(bias),
+        cold_start,
+        cold_end,
         runtime: found.runtime.wrapping_add(bias),
+        pidns_dev: namespace.as_ref().map_or(0, |m| m.dev()),
+        pidns_ino: namespace.as_ref().map_or(0, |m| m.ino()),
         offsets: found.layout.walker,
     })
 }

@@ -27,8 +27,11 @@ pub fn run(mode: &str) -> Result<()> {
         "agent" => agent(),
         "trace" => trace::trace(),
         "record" => record::record(),
+        "python" => python(),
         other => {
-            bail!("no benchmark for mode `{other}` (available: hotspot, sched, unwind, lock, agent, trace, record)")
+            bail!(
+                "no benchmark for mode `{other}` (available: hotspot, sched, unwind, lock, agent, trace, record, python)"
+            )
         }
     }
 }
@@ -335,6 +338,43 @@ fn print_agent_costs(costs: &[(String, Cost)]) {
 /// pointers, on a workload built with frame pointers so that both walk the same stacks; the BPF
 /// ns per sample line of each is the per-sample cost of its walk (the table walker runs as a tail
 /// call, accounted to the sampling program).
+/// Python code (pysplit's `fixed` rounds under pyenv's 3.12, calibrated to about 1.5 s), profiled
+/// system-wide with its Python frames walked, beside perf's frame-pointer and DWARF stacks
+/// (which show the interpreter's C frames only). `BENCH_BASELINE=` a build without Python
+/// frames gives what walking them costs.
+fn python() -> Result<()> {
+    let python = "/root/.pyenv/versions/3.12.1/bin/python3.12".to_string();
+    let script = workspace_root().join("tests/workloads/pysplit.py");
+    let script = script.to_str().context("the workload's path")?.to_string();
+    let run =
+        move |rounds: u64| workload_seconds(Path::new(&python), &[&script, "fixed", &rounds.to_string()]);
+    let probe = 50;
+    let rounds = ((probe as f64 * 1.5 / run(probe)?) as u64).max(1);
+    compare(Comparison {
+        mode: "python",
+        what: format!("{rounds} rounds of Python work (pysplit fixed, CPython 3.12)"),
+        workload: Box::new(move || run(rounds)),
+        bpfprof: &[&["-a", "-F", "99"], &["-a", "-F", "999"]],
+        references: &[
+            &["perf", "record", "-F", "99", "-g", "-a", "-q", "-o", PERF_DATA],
+            &[
+                "perf",
+                "record",
+                "-F",
+                "99",
+                "--call-graph",
+                "dwarf",
+                "-a",
+                "-q",
+                "-o",
+                PERF_DATA,
+            ],
+        ],
+        ratio_target: Some(1.005),
+        perf_share_target: None,
+    })
+}
+
 fn unwind() -> Result<()> {
     let (what, workload) = fixed_cpu_work()?;
     compare(Comparison {
