@@ -33,7 +33,8 @@ pub fn py_frame(code: u64, offset: u64) -> u64 {
 /// A slot's (code object, offset), if it is a Python frame.
 #[inline(always)]
 pub fn py_frame_parts(slot: u64) -> Option<(u64, u64)> {
-    (slot & PY_FRAME != 0).then_some((slot & PY_CODE_MASK, (slot >> PY_OFFSET_SHIFT) & PY_NO_OFFSET))
+    let frame = slot & PY_FRAME != 0 && slot != crate::unwind::TRUNCATED_SLOT;
+    frame.then_some((slot & PY_CODE_MASK, (slot >> PY_OFFSET_SHIFT) & PY_NO_OFFSET))
 }
 
 /// How the interpreter chains its frames.
@@ -85,10 +86,6 @@ pub const NO_CFRAME: u16 = u16::MAX;
 pub struct PyProcess {
     pub eval_start: u64,
     pub eval_end: u64,
-    /// The loop's part the compiler moved away (`_PyEval_EvalFrameDefault.cold`), where the
-    /// file's symbols say; else empty.
-    pub cold_start: u64,
-    pub cold_end: u64,
     pub runtime: u64,
     /// The process's pid namespace (`/proc/PID/ns/pid`: device and inode): thread states hold
     /// the tid the thread has there.
@@ -96,7 +93,7 @@ pub struct PyProcess {
     pub pidns_ino: u64,
     pub offsets: PyOffsets,
 }
-const _: () = assert!(size_of::<PyProcess>() == 80);
+const _: () = assert!(size_of::<PyProcess>() == 64);
 
 /// Processes with an interpreter the walker knows.
 pub const PY_PROCESSES: u32 = 4096;
@@ -145,5 +142,6 @@ mod tests {
             Some((0x1000, PY_NO_OFFSET))
         );
         assert_eq!(py_frame_parts(0x7fff_ffff_f000), None);
+        assert_eq!(py_frame_parts(crate::unwind::TRUNCATED_SLOT), None);
     }
 }

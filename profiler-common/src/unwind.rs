@@ -118,6 +118,17 @@ pub struct Walk {
 }
 const _: () = assert!(size_of::<Walk>() == 72 + size_of::<UserStack>());
 
+/// The slot user space puts at the outer end of a stack the walker truncated (its outermost
+/// frames were not walked): the frame that says so in every report.
+pub const TRUNCATED_SLOT: u64 = u64::MAX;
+
+/// Whether a user stack's slot is an address: not a Python frame (`python`), not the
+/// truncation mark (both have the top bit set, which no user address has).
+#[inline(always)]
+pub fn is_address(slot: u64) -> bool {
+    slot >> 63 == 0
+}
+
 /// Why a walk ended.
 pub mod stop {
     pub const WALKING: u32 = 0;

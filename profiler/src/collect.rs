@@ -218,7 +218,11 @@ pub(crate) fn read_unwound(map: &BpfHashMap<MapData, u32, UserStack>, id: i32) -
         id if id >= 0 => match map.get(&(id as u32), 0) {
             Ok(stack) => {
                 let len = (stack.len as usize).min(stack.frames.len());
-                StackRead::Frames(stack.frames[..len].to_vec())
+                let mut frames = stack.frames[..len].to_vec();
+                if stack.stop == profiler_common::unwind::stop::TRUNCATED {
+                    frames.push(profiler_common::unwind::TRUNCATED_SLOT);
+                }
+                StackRead::Frames(frames)
             }
             Err(_) => StackRead::Error(id),
         },

@@ -163,14 +163,14 @@ impl RawProfile {
 
 /// Every frame but the leaf holds a return address, which points after the call: step back
 /// one byte so it resolves to the calling line (and the right function after a noreturn call).
-/// A Python frame's slot is no address (see `profiler_common::python`): kept as it is.
+/// A slot that is no address (a Python frame, the truncation mark) is kept as it is.
 fn adjust_callers(ips: &[u64]) -> impl Iterator<Item = u64> + '_ {
-    ips.iter()
-        .enumerate()
-        .map(|(i, &ip)| match i == 0 || py_frame_parts(ip).is_some() {
+    ips.iter().enumerate().map(
+        |(i, &ip)| match i == 0 || !profiler_common::unwind::is_address(ip) {
             true => ip,
             false => ip.saturating_sub(1),
-        })
+        },
+    )
 }
 
 #[cfg(test)]

@@ -222,6 +222,33 @@ fn stacks_deeper_than_the_walk_are_reported_truncated() {
         deepest as f64 >= 0.9 * leaf as f64,
         "{deepest} of {leaf} walked 120+ recurse frames"
     );
+    // A truncated stack says so where its outermost frames would be; a whole one does not.
+    let stacks = report.stacks_of(pid);
+    let (marked, whole): (Vec<&&Value>, Vec<&&Value>) =
+        (stacks.iter()).partition(|s| Report::frames(s).first() == Some(&"[truncated]"));
+    let count = |v: &[&&Value]| v.iter().map(|s| s["count"].as_u64().unwrap()).sum::<u64>();
+    println!(
+        "{} samples' stacks marked [truncated], {} whole",
+        count(&marked),
+        count(&whole)
+    );
+    // (Those taken before the process's tables, by frame pointers, are cut by the kernel unsaid.)
+    assert!(
+        count(&marked) as f64 >= 0.9 * deepest as f64,
+        "{} marked of {deepest} stacks with 120+ recurse frames",
+        count(&marked)
+    );
+    for stack in &marked {
+        let recursion = Report::frames(stack).iter().filter(|&&f| f == "recurse").count();
+        assert!(
+            recursion >= 100,
+            "a stack marked truncated had {recursion} recurse frames"
+        );
+    }
+    assert!(
+        (whole.iter()).all(|s| !Report::frames(s).contains(&"[truncated]")),
+        "the mark is only ever the outermost frame"
+    );
 }
 
 /// The kernel's rare paths reach bpfprof's log at debug (`RUST_LOG=...,bpfprof::kernel=debug`):

@@ -19,7 +19,10 @@ pub use section::{section_data, SectionError};
 
 pub use info::{comm_of, container_id, split_stat, threads_of, ProcessInfo};
 pub use perf_map::{JitMaps, JitNames, JitSymbol, PerfMap};
-use profiler_common::python::py_frame_parts;
+use profiler_common::{
+    python::py_frame_parts,
+    unwind::{is_address, TRUNCATED_SLOT},
+};
 
 /// Index into [`Processes::files`].
 pub type FileId = u32;
@@ -37,6 +40,8 @@ pub enum UserAddr {
     Jit { symbol: u32, addr: u64 },
     /// In no executable mapping known for the process (it exited before it could be captured).
     Unmapped { addr: u64 },
+    /// Where the walk stopped at its depth: the outermost frames are missing.
+    Truncated,
 }
 
 impl UserAddr {
@@ -47,6 +52,7 @@ impl UserAddr {
             | UserAddr::Anon { addr }
             | UserAddr::Jit { addr, .. }
             | UserAddr::Unmapped { addr } => addr,
+            UserAddr::Truncated => profiler_common::unwind::TRUNCATED_SLOT,
         }
     }
 }
@@ -528,13 +534,16 @@ impl Processes {
     /// (A Python frame's slot is no address: it is covered.)
     pub fn covers(&self, pid: u32, generation: u32, addrs: &[u64]) -> bool {
         match self.maps.get(&(pid, generation)) {
-            Some(maps) => (addrs.iter()).all(|&a| py_frame_parts(a).is_some() || find(maps, a).is_some()),
+            Some(maps) => (addrs.iter()).all(|&a| !is_address(a) || find(maps, a).is_some()),
             None => false,
         }
     }
 
     /// Resolve an address of `pid` against the memory map captured of its image then.
     pub fn normalize(&self, pid: u32, generation: u32, addr: u64) -> UserAddr {
+        if addr == TRUNCATED_SLOT {
+            return UserAddr::Truncated;
+        }
         if let Some((code, offset)) = py_frame_parts(addr).filter(|_| self.python.knows(pid)) {
             return self.python_frame(pid, code, offset, addr);
         }

@@ -15,9 +15,6 @@ pub use code::{PyCode, PyCodes};
 pub struct Interpreter {
     pub eval_start: u64,
     pub eval_end: u64,
-    /// `_PyEval_EvalFrameDefault.cold`, where the compiler split the loop and the file's
-    /// symbols say where (empty otherwise).
-    pub cold: (u64, u64),
     pub runtime: u64,
     pub layout: Layout,
 }
@@ -156,12 +153,11 @@ impl Interpreter {
     /// The interpreter `file` is (a `libpython3.X.so` or a python built statically): None for
     /// any other file; an error for an interpreter whose frames are not read.
     pub fn of(file: &object::File) -> Option<Result<Interpreter, Unsupported>> {
-        let (mut eval, mut cold, mut runtime, mut version) = (None, None, None, None);
+        let (mut eval, mut runtime, mut version) = (None, None, None);
         for symbol in file.dynamic_symbols().chain(file.symbols()) {
             let range = (symbol.address(), symbol.address().checked_add(symbol.size()));
             match symbol.name() {
                 Ok("_PyEval_EvalFrameDefault") => eval = Some(range),
-                Ok("_PyEval_EvalFrameDefault.cold") => cold = Some(range),
                 Ok("_PyRuntime") => runtime = Some(symbol.address()),
                 Ok("Py_Version") => version = Some(symbol.address()),
                 _ => {}
@@ -169,11 +165,9 @@ impl Interpreter {
         }
         let range = |(start, end): (u64, Option<u64>)| Some((start, end.filter(|&end| end > start)?));
         let ((eval_start, eval_end), runtime) = (eval.and_then(range)?, runtime?);
-        let cold = cold.and_then(range).unwrap_or((0, 0));
         Some(Self::read(file, version, runtime).map(|layout| Interpreter {
             eval_start,
             eval_end,
-            cold,
             runtime,
             layout,
         }))

@@ -322,6 +322,9 @@ impl Symbolizer {
                         };
                         symbols.user.insert(*addr, vec![frame]);
                     }
+                    UserAddr::Truncated => {
+                        symbols.user.insert(*addr, vec![truncated_frame()]);
+                    }
                     UserAddr::Unmapped { addr: a } => {
                         symbols
                             .user
@@ -473,6 +476,17 @@ fn jit_frame(jit: &crate::process::JitSymbol, addr: u64) -> Frame {
         ..Frame::unknown(JIT_MODULE, addr, false)
     }
 }
+
+/// The frame standing for the outermost frames a walk did not reach (deeper than it walks).
+fn truncated_frame() -> Frame {
+    Frame {
+        function: TRUNCATED.to_string(),
+        ..Frame::unknown(TRUNCATED, 0, false)
+    }
+}
+
+/// The name and module of `truncated_frame`.
+pub const TRUNCATED: &str = "[truncated]";
 
 /// The module of JIT code a perf map names.
 pub const JIT_MODULE: &str = "[jit]";

@@ -406,15 +406,9 @@ fn interpreter_at(pid: u32, found: &Interpreter, segments: &[Segment], line: &Ma
     use std::os::unix::fs::MetadataExt as _;
     let bias = bias_of(segments, line.start, line.file_offset)?;
     let namespace = std::fs::metadata(format!("/proc/{pid}/ns/pid")).ok();
-    let (cold_start, cold_end) = match found.cold {
-        (0, 0) => (0, 0),
-        (start, end) => (start.wrapping_add(bias), end.wrapping_add(bias)),
-    };
     Some(PyProcess {
         eval_start: found.eval_start.wrapping_add(bias),
         eval_end: found.eval_end.wrapping_add(bias),
-        cold_start,
-        cold_end,
         runtime: found.runtime.wrapping_add(bias),
         pidns_dev: namespace.as_ref().map_or(0, |m| m.dev()),
         pidns_ino: namespace.as_ref().map_or(0, |m| m.ino()),
