@@ -97,6 +97,24 @@ fn bpf_program_stats(pid: u32) -> (u64, u64) {
 
 const PERF_DATA: &str = "/tmp/bpfprof-bench-perf.data";
 
+/// perf at 99 Hz system-wide with frame-pointer stacks and with DWARF stacks: the references of
+/// the benches that compare how stacks are walked.
+const PERF_STACKS: [&[&str]; 2] = [
+    &["perf", "record", "-F", "99", "-g", "-a", "-q", "-o", PERF_DATA],
+    &[
+        "perf",
+        "record",
+        "-F",
+        "99",
+        "--call-graph",
+        "dwarf",
+        "-a",
+        "-q",
+        "-o",
+        PERF_DATA,
+    ],
+];
+
 const BPF_STATS: &str = "/proc/sys/kernel/bpf_stats_enabled";
 
 /// A profiler running in the background, stopped with SIGINT like a user would.
@@ -355,21 +373,7 @@ fn python() -> Result<()> {
         what: format!("{rounds} rounds of Python work (pysplit fixed, CPython 3.12)"),
         workload: Box::new(move || run(rounds)),
         bpfprof: &[&["-a", "-F", "99"], &["-a", "-F", "999"]],
-        references: &[
-            &["perf", "record", "-F", "99", "-g", "-a", "-q", "-o", PERF_DATA],
-            &[
-                "perf",
-                "record",
-                "-F",
-                "99",
-                "--call-graph",
-                "dwarf",
-                "-a",
-                "-q",
-                "-o",
-                PERF_DATA,
-            ],
-        ],
+        references: &PERF_STACKS,
         ratio_target: Some(1.005),
         perf_share_target: None,
     })
@@ -386,21 +390,7 @@ fn unwind() -> Result<()> {
             &["-a", "-F", "99", "--unwind", "fp"],
             &["-a", "-F", "999"],
         ],
-        references: &[
-            &["perf", "record", "-F", "99", "-g", "-a", "-q", "-o", PERF_DATA],
-            &[
-                "perf",
-                "record",
-                "-F",
-                "99",
-                "--call-graph",
-                "dwarf",
-                "-a",
-                "-q",
-                "-o",
-                PERF_DATA,
-            ],
-        ],
+        references: &PERF_STACKS,
         ratio_target: Some(1.005),
         perf_share_target: Some(0.5),
     })
