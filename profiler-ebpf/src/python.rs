@@ -249,6 +249,33 @@ fn frame(walk: &mut Walk, py: &PyProcess) -> Result<(), ()> {
     Ok(())
 }
 
+/// Past the activation's frames, where the evaluation loop returns to: under `python -X perf`
+/// (3.12+) that is a copy of CPython's perf trampoline in anonymous memory (`sub $8,%rsp; call
+/// *%rcx; add $8,%rsp; ret` on x86-64), which keeps no frame pointer: it is stepped over by its
+/// one fixed rule (its caller's return address 8 bytes above, the stack 16 bytes up), known by
+/// the two instructions at its return address. Its perf-map name would only repeat the Python
+/// frame's. (AArch64's trampoline keeps a frame record: the frame-pointer step walks it.)
+#[cfg(bpf_target_arch = "x86_64")]
+#[inline(always)]
+pub fn past_trampoline(walk: &mut Walk) {
+    // `add $8,%rsp; ret`, as the bytes at the return address (little-endian).
+    const RETURN_PATH: [u8; 5] = [0x48, 0x83, 0xc4, 0x08, 0xc3];
+    if read::<[u8; 5]>(walk.ip) != Ok(RETURN_PATH) {
+        return;
+    }
+    match read::<u64>(walk.sp.wrapping_add(8)) {
+        Ok(caller) => {
+            walk.ip = caller;
+            walk.sp = walk.sp.wrapping_add(16);
+        }
+        Err(()) => walk.stack.stop = stop::FAILED,
+    }
+}
+
+#[cfg(not(bpf_target_arch = "x86_64"))]
+#[inline(always)]
+pub fn past_trampoline(_walk: &mut Walk) {}
+
 /// Back to native frames; the evaluation loop's own frame is kept if no Python frame stood for
 /// it.
 #[inline(always)]

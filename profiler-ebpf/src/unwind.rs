@@ -509,6 +509,9 @@ fn advance<C: EbpfContext>(ctx: &C, walk: &mut Walk, programs: &ProgramArray) {
                         }
                         crate::python::step(walk, py);
                     }
+                    if walk.py_mode == python::mode::NATIVE && walk.stack.stop == stop::WALKING {
+                        crate::python::past_trampoline(walk);
+                    }
                 }
             }
         }

@@ -1,7 +1,172 @@
 //! JIT code named by its runtime's perf map (`/tmp/perf-PID.map`): the jit workload writes a
 //! loop's machine code into anonymous memory, names it `jitted_spin` in its perf map, and times
-//! it, a C function and an unnamed copy of the loop by its own clock.
+//! it, a C function and an unnamed copy of the loop by its own clock. Then real runtimes with
+//! the flags the README gives them: Node.js (jssplit.js) and the JVM (JavaSplit.java), each
+//! timing three functions by its own clock.
+use std::collections::HashMap;
+
 use bpfprof_tests::*;
+use serde_json::Value;
+
+/// The share of one thread's samples each of `names` (outermost occurrence, self and callees)
+/// has among the samples of any of them, and the samples of each whose stack holds `caller`
+/// further out: each printed against the workload's share of `truth`'s `keys`, each within
+/// `SHARE_TOLERANCE_PP`, and `caller` below at least 95% of each.
+fn assert_runtime_split(
+    label: &str,
+    report: &Report,
+    tid: u32,
+    names: &[&str],
+    truth: &HashMap<String, f64>,
+    keys: &[&str],
+    caller: &str,
+) {
+    let mut samples = vec![0u64; names.len()];
+    let mut called = vec![0u64; names.len()];
+    let thread = report.stacks().iter().filter(|s| s["tid"] == tid);
+    for stack in thread {
+        let frames = Report::frames(stack);
+        let count = stack["count"].as_u64().unwrap();
+        for (i, name) in names.iter().enumerate() {
+            if let Some(at) = frames.iter().position(|f| f == name) {
+                samples[i] += count;
+                if frames[..at].contains(&caller) {
+                    called[i] += count;
+                }
+            }
+        }
+    }
+    let all: u64 = samples.iter().sum();
+    let measured: f64 = keys.iter().map(|k| truth[*k]).sum();
+    assert!(all > 500, "{label}: {all} samples of thread {tid} in {names:?}");
+    for (i, name) in names.iter().enumerate() {
+        let got = 100.0 * samples[i] as f64 / all as f64;
+        let want = 100.0 * truth[keys[i]] / measured;
+        println!(
+            "{label}: {name} {got:.2}% of {all} samples, {want:.2}% of the time by the workload's clock; \
+             {} of {} under {caller}",
+            called[i], samples[i]
+        );
+        assert!(
+            (got - want).abs() <= SHARE_TOLERANCE_PP,
+            "{label}: {name} {got:.2}% vs {want:.2}%"
+        );
+        assert!(
+            called[i] as f64 >= 0.95 * samples[i] as f64,
+            "{label}: {name} under {caller} in {} of {} samples",
+            called[i],
+            samples[i]
+        );
+    }
+}
+
+/// The frames named `function` in `report`'s stacks of `tid`.
+fn frames_named<'a>(report: &'a Report, tid: u32, function: &str) -> Vec<&'a Value> {
+    (report.stacks().iter().filter(|s| s["tid"] == tid))
+        .flat_map(|s| s["frames"].as_array().unwrap())
+        .filter(|f| f["function"] == function)
+        .collect()
+}
+
+/// Node.js 20 with `--perf-basic-prof --interpreted-frames-native-stack` (the README's flags;
+/// `--no-turbo-inlining` keeps each function a frame of its own): the main thread's three
+/// functions split as its clock measured, each under `main`, each named by its own name (V8's
+/// tier mark dropped: one row whichever tier compiled it) with the script and the line it
+/// starts at, in the module `[jit]`.
+#[test]
+fn node_functions_are_named_and_split_as_measured() {
+    let script = format!("{}/workloads/jssplit.js", env!("CARGO_MANIFEST_DIR"));
+    let (out, path) = profile_workload(
+        "999",
+        &format!("node-{}.json", rand_suffix()),
+        &[
+            "node",
+            "--perf-basic-prof",
+            "--interpreted-frames-native-stack",
+            "--no-turbo-inlining",
+            &script,
+            "3",
+        ],
+    );
+    let truth = truth(&stdout(&out));
+    let pid = truth["pid"] as u32;
+    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    let report = Report::read(&path);
+    assert_runtime_split(
+        "node",
+        &report,
+        pid,
+        &["alphaWork", "betaWork", "gammaWork"],
+        &truth,
+        &["alpha_ns", "beta_ns", "gamma_ns"],
+        "main",
+    );
+    let alpha = frames_named(&report, pid, "alphaWork");
+    let main = frames_named(&report, pid, "main");
+    for (frame, line) in [(alpha[0], truth["alpha_line"]), (main[0], truth["main_line"])] {
+        assert_eq!(
+            (&frame["module"], &frame["kind"], &frame["file"], &frame["line"]),
+            (
+                &"[jit]".into(),
+                &"perf_map".into(),
+                &script.as_str().into(),
+                &(line as u64).into()
+            ),
+            "{frame}"
+        );
+    }
+}
+
+/// OpenJDK 17 with `-XX:+PreserveFramePointer` and `jcmd PID Compiler.perfmap` (which the
+/// workload runs on itself once its functions are compiled): the main thread's three
+/// functions split as its CPU clock measured, named `Class.method(ARGS)` (the return type
+/// dropped), each walked through the interpreter's and the compiled code's frames down to the
+/// launcher's `JavaMain`.
+#[test]
+fn java_methods_are_named_and_split_as_measured() {
+    let classes = temp_path(&format!("javasplit-{}", rand_suffix()));
+    let source = format!("{}/workloads/JavaSplit.java", env!("CARGO_MANIFEST_DIR"));
+    let compiled = std::process::Command::new("javac")
+        .arg("-d")
+        .arg(&classes)
+        .arg(&source)
+        .status()
+        .expect("javac (cargo xtask setup installs it)");
+    assert!(compiled.success(), "javac {source} failed");
+    let (out, path) = profile_workload(
+        "999",
+        &format!("java-{}.json", rand_suffix()),
+        &[
+            "java",
+            "-XX:+PreserveFramePointer",
+            "-XX:CompileCommand=quiet",
+            "-XX:CompileCommand=dontinline,JavaSplit::*Work",
+            "-cp",
+            classes.to_str().unwrap(),
+            "JavaSplit",
+            "3.5",
+        ],
+    );
+    let truth = truth(&stdout(&out));
+    let pid = truth["pid"] as u32;
+    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+    let _ = std::fs::remove_dir_all(&classes);
+    assert_eq!(truth["perfmap"], 0.0, "jcmd Compiler.perfmap failed");
+    let report = Report::read(&path);
+    assert_runtime_split(
+        "java",
+        &report,
+        truth["main_tid"] as u32,
+        &[
+            "JavaSplit.alphaWork(int)",
+            "JavaSplit.betaWork(int)",
+            "JavaSplit.gammaWork(int)",
+        ],
+        &truth,
+        &["alpha_cpu", "beta_cpu", "gamma_cpu"],
+        "JavaMain",
+    );
+}
 
 /// Each function's self share of the samples is the workload's own share of time within
 /// `SHARE_TOLERANCE_PP`: the named JIT code under its perf map's name (module `[jit]`, named by

@@ -7,7 +7,10 @@ use serde_json::Value;
 
 const PYENV: &str = "/root/.pyenv/versions";
 
-fn interpreters() -> Vec<String> {
+/// Each interpreter, as the command that starts it: 3.12 and 3.13 also under `-X perf`, where
+/// a trampoline in anonymous memory runs between the loop and its caller (and the process
+/// writes a perf map naming it).
+fn interpreters() -> Vec<Vec<String>> {
     let mut found: Vec<String> = [
         "3.11.7/bin/python3.11",
         "3.12.1/bin/python3.12",
@@ -23,7 +26,12 @@ fn interpreters() -> Vec<String> {
             "{python} is missing: cargo xtask setup installs it"
         );
     }
-    found
+    let with_perf = (found.iter())
+        .filter(|p| !p.ends_with("3.11"))
+        .map(|p| vec![p.clone(), "-X".into(), "perf".into()]);
+    let mut commands: Vec<Vec<String>> = found.iter().map(|p| vec![p.clone()]).collect();
+    commands.extend(with_perf.collect::<Vec<_>>());
+    commands
 }
 
 fn script() -> String {
@@ -40,26 +48,23 @@ fn frames(stack: &Value) -> Vec<&Value> {
 /// shows that thread's own Python frames (the spinning thread's never the main thread's, and
 /// the other way round); every frame of alpha_work is named from its code object (its file,
 /// a line of its body); Python frames sit between native ones (the sort's C frames on top of
-/// beta_work, the interpreter's entry below `<module>`); no stack lost its Python frames.
+/// beta_work, the interpreter's entry below `<module>`); no stack lost its Python frames; the
+/// caller chain of each work function is whole on at least 95% of its samples.
 #[test]
 fn python_functions_get_the_cpu_time_they_measured() {
-    for python in interpreters() {
+    for command in interpreters() {
+        let python = command.join(" ");
         let path = temp_path(&format!("python-{}.json", rand_suffix()));
         let script = script();
-        let out = run(&[
-            "-F",
-            "999",
-            "-o",
-            path.to_str().unwrap(),
-            "--",
-            &python,
-            &script,
-            "2",
-        ]);
+        let mut args: Vec<&str> = vec!["-F", "999", "-o", path.to_str().unwrap(), "--"];
+        args.extend(command.iter().map(String::as_str));
+        args.extend([script.as_str(), "2"]);
+        let out = run(&args);
         assert!(out.status.success(), "{python}: {}", stderr(&out));
         let truth = truth(&stdout(&out));
         let report = Report::read(&path);
         let pid = truth["pid"] as u32;
+        let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
         let process = truth["process_cpu"];
         for name in ["alpha", "beta", "gamma"] {
             let got = 100.0 * report.total_share(pid, &format!("{name}_work"));
@@ -73,6 +78,7 @@ fn python_functions_get_the_cpu_time_they_measured() {
             );
         }
         assert_threads_own_frames(&report, pid, &truth, &python);
+        assert_chains_whole(&report, pid, &python);
         assert_named_and_interleaved(&report, pid, &truth, &python, &script);
         let health = &report.0["health"];
         println!("{python}: health {health}");
@@ -121,6 +127,38 @@ fn assert_threads_own_frames(
         0,
         "{python}: the main thread's frames are its own"
     );
+}
+
+/// Each work function's samples have its callers down to the thread's native start: the main
+/// thread's `_start -> ... <module> -> main -> nested -> alpha_work` (and `beta_work`), the
+/// spinning thread's `clone3 -> ... Thread.run -> ... gamma_work`, on at least 95% of them.
+fn assert_chains_whole(report: &Report, pid: u32, python: &str) {
+    let chains: [(&str, &[&str]); 3] = [
+        ("alpha_work", &["_start", "<module>", "main", "nested"]),
+        ("beta_work", &["_start", "<module>", "main"]),
+        ("gamma_work", &["clone3", "Thread.run", "main.<locals>.gamma"]),
+    ];
+    for (function, callers) in chains {
+        let (mut all, mut whole) = (0, 0);
+        for stack in report.stacks_of(pid) {
+            let frames = Report::frames(stack);
+            let Some(at) = frames.iter().position(|f| *f == function) else {
+                continue;
+            };
+            let count = stack["count"].as_u64().unwrap();
+            all += count;
+            // In order, outermost first.
+            let mut rest = frames[..at].iter();
+            if callers.iter().all(|c| rest.any(|f| f == c)) {
+                whole += count;
+            }
+        }
+        println!("{python}: {function} has its callers {callers:?} on {whole} of {all} samples");
+        assert!(
+            all > 50 && whole as f64 >= 0.95 * all as f64,
+            "{python}: {function}'s chain whole on {whole} of {all} samples"
+        );
+    }
 }
 
 fn assert_named_and_interleaved(
@@ -219,6 +257,90 @@ fn python_functions_show_in_off_cpu_stacks() {
         "{under} ns under napper for ten 200 ms naps"
     );
     std::fs::remove_file(&path).unwrap();
+}
+
+/// Lock mode's waiting stacks show the Python function blocked on a `threading.Lock` (a POSIX
+/// semaphore under it), at the line of its `acquire`, and the releasing stacks the function
+/// that held it: a waiter blocked ten times while the main thread holds the lock 100 ms, its
+/// waits summed by its own clock.
+#[test]
+fn a_python_function_blocked_on_a_lock_is_named_in_lock_mode() {
+    const LOCKS: &str = "import os, threading, time\n\
+        lock, held, done, waited = threading.Lock(), threading.Event(), threading.Event(), []\n\
+        def waiter():\n\
+        \x20   for _ in range(10):\n\
+        \x20       held.wait(); held.clear(); start = time.monotonic()\n\
+        \x20       lock.acquire()\n\
+        \x20       waited.append(time.monotonic() - start); lock.release(); done.set()\n\
+        def holder():\n\
+        \x20   for _ in range(10):\n\
+        \x20       lock.acquire(); held.set(); time.sleep(0.1); lock.release()\n\
+        \x20       done.wait(); done.clear()\n\
+        thread = threading.Thread(target=waiter); thread.start(); holder(); thread.join()\n\
+        print(f'TRUTH pid={os.getpid()} waited_ns={sum(waited) * 1e9:.0f}', flush=True)\n";
+    for python in [
+        "/usr/bin/python3.11".to_string(),
+        format!("{PYENV}/3.13.0/bin/python3.13"),
+    ] {
+        let path = temp_path(&format!("python-lock-{}.json", rand_suffix()));
+        let out = run(&[
+            "--mode",
+            "lock",
+            "-o",
+            path.to_str().unwrap(),
+            "--",
+            &python,
+            "-c",
+            LOCKS,
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let truth = truth(&stdout(&out));
+        let report = read_json(&path);
+        let innermost_python = |frames: &Value| -> Option<(String, u64)> {
+            let frame = (frames.as_array()?.iter()).rfind(|f| f["kind"] == "python")?;
+            Some((frame["function"].as_str()?.to_string(), frame["line"].as_u64()?))
+        };
+        let wait = |v: &Value| v["total_wait_ns"].as_f64().unwrap();
+        // The lock the waiter blocked on: the one whose waiting stacks have `waiter` innermost.
+        let locks = report["locks"].as_array().unwrap();
+        let lock = (locks.iter())
+            .filter(|l| l["pid"] == truth["pid"] as u32)
+            .find(|l| {
+                (l["waiters"].as_array().unwrap().iter())
+                    .any(|w| innermost_python(&w["frames"]).is_some_and(|(f, _)| f == "waiter"))
+            })
+            .unwrap_or_else(|| panic!("{python}: no lock waited on in waiter: {locks:#?}"));
+        let in_waiter: f64 = (lock["waiters"].as_array().unwrap().iter())
+            .filter(|w| innermost_python(&w["frames"]) == Some(("waiter".into(), 6)))
+            .map(wait)
+            .sum();
+        let released_by_holder: f64 = (lock["holders"].as_array().unwrap().iter())
+            .filter(|h| innermost_python(&h["frames"]).is_some_and(|(f, _)| f == "holder"))
+            .map(wait)
+            .sum();
+        let measured = truth["waited_ns"];
+        println!(
+            "{python}: waiter blocked {:.1} ms at line 6 ({:.1} ms on the lock, {:.1} ms released by holder), \
+             {:.1} ms by its clock",
+            in_waiter / 1e6,
+            wait(lock) / 1e6,
+            released_by_holder / 1e6,
+            measured / 1e6
+        );
+        assert!(
+            measured > 0.8e9,
+            "{python}: the waiter should have waited: {measured} ns"
+        );
+        assert!(
+            (in_waiter - measured).abs() <= 0.05 * measured,
+            "{python}: {in_waiter} ns in waiter at line 6, {measured} ns by its clock"
+        );
+        assert!(
+            released_by_holder >= 0.95 * wait(lock),
+            "{python}: {released_by_holder} ns released by holder"
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
 }
 
 /// A Python process in a pid namespace of its own (as in a container) numbers its threads

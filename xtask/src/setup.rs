@@ -52,6 +52,11 @@ pub fn run(needs: Needs) -> Result<()> {
             ("strace", "strace"),
             // `latency` on block requests is checked against fio's own completion latency.
             ("fio", "fio"),
+            // JIT frames named from real runtimes' perf maps: Node.js and the JVM (javac
+            // builds the workload, jcmd asks the JVM for its map).
+            ("node", "nodejs"),
+            ("javac", "openjdk-17-jdk-headless"),
+            ("jcmd", "openjdk-17-jdk-headless"),
         ])?;
         // The arm64 suites run in an emulated Neoverse (and the AArch64 unwind-table unit test
         // reads the arm64 C library the cross compiler brings).

@@ -576,6 +576,7 @@ impl Processes {
                 size: 0,
                 name: code.name.clone(),
                 source: Some((code.file.clone(), code.line(offset))),
+                python: true,
             })
         });
         match named {

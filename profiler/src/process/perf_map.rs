@@ -27,9 +27,15 @@ pub struct JitSymbol {
     pub start: u64,
     pub size: u64,
     pub name: Arc<str>,
-    /// A Python function's file and line.
-    pub source: Option<(Arc<str>, u32)>,
+    /// The function's file and line: a Python function's, or a JavaScript function's as V8
+    /// names it in its perf map.
+    pub source: Option<Source>,
+    /// Read from the interpreter's memory (a Python frame), not from a perf map.
+    pub python: bool,
 }
+
+/// A file and a line in it.
+pub type Source = (Arc<str>, u32);
 
 /// One process's perf map, as read so far.
 #[derive(Debug)]
@@ -42,8 +48,9 @@ pub struct PerfMap {
     last_line: Vec<u8>,
     /// Bytes read over the run (`MAX_BYTES`).
     consumed: u64,
-    /// By start: (end, name). A later line replaces the ranges it overlaps (code space reused).
-    entries: BTreeMap<u64, (u64, Arc<str>)>,
+    /// By start: (end, name, where). A later line replaces the ranges it overlaps (code space
+    /// reused).
+    entries: BTreeMap<u64, (u64, Arc<str>, Option<Source>)>,
     /// Lines that were not `START SIZE NAME`.
     pub bad_lines: u64,
 }
@@ -137,7 +144,7 @@ impl PerfMap {
     fn insert(&mut self, (start, end, name): (u64, u64, Arc<str>)) {
         // Drop what the new function overlaps: the entry before it that reaches into it, and
         // those that start inside it.
-        if let Some((&before, &(before_end, _))) = self.entries.range(..start).next_back() {
+        if let Some((&before, &(before_end, ..))) = self.entries.range(..start).next_back() {
             if before_end > start {
                 self.entries.remove(&before);
             }
@@ -147,18 +154,20 @@ impl PerfMap {
             self.entries.remove(&s);
         }
         if self.entries.len() < MAX_ENTRIES {
-            self.entries.insert(start, (end, name));
+            let (name, source) = runtime_name(&name);
+            self.entries.insert(start, (end, name, source));
         }
     }
 
     /// The function `addr` is in, if the map names one.
     pub fn find(&self, addr: u64) -> Option<JitSymbol> {
-        let (&start, (end, name)) = self.entries.range(..=addr).next_back()?;
+        let (&start, (end, name, source)) = self.entries.range(..=addr).next_back()?;
         (addr < *end).then(|| JitSymbol {
             start,
             size: end - start,
             name: name.clone(),
-            source: None,
+            source: source.clone(),
+            python: false,
         })
     }
 
@@ -270,6 +279,55 @@ fn parse_line(line: &[u8]) -> Option<(u64, u64, Arc<str>)> {
     Some((start, end, Arc::from(name)))
 }
 
+/// A function as its runtime names it in a perf map, and where it is when the name says:
+/// - V8 (Node.js): `JS:*alphaWork /app/split.js:1:19` is `alphaWork` at `/app/split.js` line 1.
+///   The mark of the tier that compiled it (`~` interpreted, `^` baseline, `+` Maglev, `*`
+///   TurboFan) is dropped, so a function is one row whichever tier ran it; a function without
+///   a name is `(anonymous)`, a script's own code `(top level)`. Older V8's `LazyCompile:` and
+///   `Function:` are read alike.
+/// - The JVM (`jcmd PID Compiler.perfmap`): `long Split.alphaWork(int)` is
+///   `Split.alphaWork(int)`, its return type dropped.
+///
+/// Any other name is kept whole.
+fn runtime_name(name: &str) -> (Arc<str>, Option<Source>) {
+    v8_name(name)
+        .or_else(|| jvm_name(name).map(|method| (Arc::from(method), None)))
+        .unwrap_or_else(|| (Arc::from(name), None))
+}
+
+fn v8_name(name: &str) -> Option<(Arc<str>, Option<Source>)> {
+    let (kind, rest) = name.split_once(':')?;
+    let unnamed = match kind {
+        "JS" | "LazyCompile" | "Function" => "(anonymous)",
+        "Eval" | "Script" => "(top level)",
+        _ => return None,
+    };
+    let rest = rest.strip_prefix(['~', '^', '+', '*']).unwrap_or(rest);
+    let (function, location) = rest.rsplit_once(' ')?;
+    let mut parts = location.rsplitn(3, ':');
+    let (_column, line, file) = (parts.next()?, parts.next()?, parts.next()?);
+    let line: u32 = line.parse().ok()?;
+    let function = if function.is_empty() { unnamed } else { function };
+    Some((Arc::from(function), Some((Arc::from(file), line))))
+}
+
+/// `RET Class.method(ARGS)`: the method and its arguments.
+fn jvm_name(name: &str) -> Option<&str> {
+    let (returns, method) = name.split_once(' ')?;
+    let java_type = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_alphanumeric() || matches!(c, '.' | '$' | '_' | '[' | ']'))
+    };
+    // A constructor is `<init>`, a class's initializer `<clinit>`.
+    let (class_method, _) = method.split_once('(')?;
+    let plain = class_method
+        .replace("<init>", "init")
+        .replace("<clinit>", "clinit");
+    (java_type(returns) && java_type(&plain) && plain.contains('.') && method.ends_with(')'))
+        .then_some(method)
+}
+
 /// The pid `pid` has in its own pid namespace (the last of `/proc/PID/status`'s `NSpid`).
 fn namespace_pid(pid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -305,6 +363,7 @@ mod tests {
             (hot.start, hot.size, &*hot.name),
             (0x3a0e8a9c0, 0x6c, "LazyCompile:~hot /app/x.js:1")
         );
+        assert_eq!(hot.source, None, "no column: not V8's form, kept whole");
         assert!(map.find(0x3a0e8a9c0 + 0x6c).is_none());
         file.write_all(b"3a0e8a9e0 40 LazyCompile:*hot /app/x.js:1\n3a0e8ab00 1")
             .unwrap();
@@ -331,5 +390,62 @@ mod tests {
         assert_eq!((long.functions(), long.bad_lines), (0, 1));
         let (cut, _) = map_of(format!("1000 10 {}\n", "n".repeat(600)).as_bytes());
         assert_eq!(cut.find(0x1000).unwrap().name.len(), MAX_NAME);
+    }
+
+    /// V8's and the JVM's names are read into a function and its place; anything else is kept.
+    #[test]
+    fn runtimes_names_are_read_into_function_and_place() {
+        let read = |name: &str| {
+            let (function, source) = runtime_name(name);
+            (
+                function.to_string(),
+                source.map(|(file, line)| (file.to_string(), line)),
+            )
+        };
+        let at = |file: &str, line| Some((file.to_string(), line));
+        assert_eq!(
+            read("JS:*alphaWork /app/split.js:1:19"),
+            ("alphaWork".into(), at("/app/split.js", 1))
+        );
+        assert_eq!(
+            read("JS:~alphaWork /app/split.js:1:19"),
+            read("JS:^alphaWork /app/split.js:1:19")
+        );
+        assert_eq!(
+            read("JS:+get size /app/ab.js:7:3"),
+            ("get size".into(), at("/app/ab.js", 7))
+        );
+        assert_eq!(
+            read("JS:~ node:internal/main/run_main_module:1:1"),
+            ("(anonymous)".into(), at("node:internal/main/run_main_module", 1))
+        );
+        assert_eq!(
+            read("Eval:~ /app/split.js:1:1"),
+            ("(top level)".into(), at("/app/split.js", 1))
+        );
+        assert_eq!(
+            read("LazyCompile:*hot /app/x.js:4:2"),
+            ("hot".into(), at("/app/x.js", 4))
+        );
+        assert_eq!(
+            read("long Split.alphaWork(int)"),
+            ("Split.alphaWork(int)".into(), None)
+        );
+        assert_eq!(
+            read("void java.lang.String.<init>(byte[], byte)").0,
+            "java.lang.String.<init>(byte[], byte)"
+        );
+        assert_eq!(read("java.lang.String[] a.B$C.d()"), ("a.B$C.d()".into(), None));
+        for kept in [
+            "Builtin:ArrayPrototypePush",
+            "StubRoutines (1)",
+            "Interpreter",
+            "JS:~x /app/x.js:one:2",
+            "JS:",
+            "py::f:/x.py",
+            "unwind_exception Runtime1 stub",
+        ] {
+            assert_eq!(read(kept), (kept.to_string(), None));
+        }
     }
 }

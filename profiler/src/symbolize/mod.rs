@@ -463,17 +463,20 @@ fn location(info: Option<&CodeInfo<'_>>) -> (Option<String>, Option<u32>) {
 #[cfg(test)]
 mod stripped_tests;
 
-/// A frame of JIT code its perf map names: the function, in the module `[jit]`.
+/// A frame of JIT code its perf map names: the function, in the module `[jit]`, with the file
+/// and line its function starts at where the name says (V8's); or a Python frame.
 fn jit_frame(jit: &crate::process::JitSymbol, addr: u64) -> Frame {
-    if let Some((file, line)) = &jit.source {
-        return python_frame(&jit.name, file, *line, addr);
-    }
-    Frame {
-        function: jit.name.to_string(),
-        start: Some(jit.start),
-        offset: Some(addr - jit.start),
-        kind: NameKind::PerfMap,
-        ..Frame::unknown(JIT_MODULE, addr, false)
+    match &jit.source {
+        Some((file, line)) if jit.python => python_frame(&jit.name, file, *line, addr),
+        source => Frame {
+            function: jit.name.to_string(),
+            start: Some(jit.start),
+            offset: Some(addr - jit.start),
+            kind: NameKind::PerfMap,
+            file: source.as_ref().map(|(file, _)| file.to_string()),
+            line: source.as_ref().map(|&(_, line)| line),
+            ..Frame::unknown(JIT_MODULE, addr, false)
+        },
     }
 }
 
