@@ -253,14 +253,15 @@ fn frame(walk: &mut Walk, py: &PyProcess) -> Result<(), ()> {
 /// (3.12+) that is a copy of CPython's perf trampoline in anonymous memory (`sub $8,%rsp; call
 /// *%rcx; add $8,%rsp; ret` on x86-64), which keeps no frame pointer: it is stepped over by its
 /// one fixed rule (its caller's return address 8 bytes above, the stack 16 bytes up), known by
-/// the two instructions at its return address. Its perf-map name would only repeat the Python
+/// its whole code around the return address. Its perf-map name would only repeat the Python
 /// frame's. (AArch64's trampoline keeps a frame record: the frame-pointer step walks it.)
 #[cfg(bpf_target_arch = "x86_64")]
 #[inline(always)]
 pub fn past_trampoline(walk: &mut Walk) {
-    // `add $8,%rsp; ret`, as the bytes at the return address (little-endian).
-    const RETURN_PATH: [u8; 5] = [0x48, 0x83, 0xc4, 0x08, 0xc3];
-    if read::<[u8; 5]>(walk.ip) != Ok(RETURN_PATH) {
+    // The trampoline's bytes from `sub` to `ret`: the return address is past the call's 6th.
+    const TRAMPOLINE: [u8; 11] = [0x48, 0x83, 0xec, 0x08, 0xff, 0xd1, 0x48, 0x83, 0xc4, 0x08, 0xc3];
+    const CALL_END: u64 = 6;
+    if read::<[u8; 11]>(walk.ip.wrapping_sub(CALL_END)) != Ok(TRAMPOLINE) {
         return;
     }
     match read::<u64>(walk.sp.wrapping_add(8)) {

@@ -8,10 +8,10 @@ use std::collections::HashMap;
 use bpfprof_tests::*;
 use serde_json::Value;
 
-/// The share of one thread's samples each of `names` (outermost occurrence, self and callees)
-/// has among the samples of any of them, and the samples of each whose stack holds `caller`
-/// further out: each printed against the workload's share of `truth`'s `keys`, each within
-/// `SHARE_TOLERANCE_PP`, and `caller` below at least 95% of each.
+/// The share of one thread's samples each of `names` (its outermost frame of that name, itself
+/// and its callees) has among the samples of any of them, and the samples of each with a frame
+/// `caller` picks further out: each printed against the workload's share of `truth`'s `keys`,
+/// each within `SHARE_TOLERANCE_PP`, and `caller` below at least 95% of each.
 fn assert_runtime_split(
     label: &str,
     report: &Report,
@@ -19,18 +19,18 @@ fn assert_runtime_split(
     names: &[&str],
     truth: &HashMap<String, f64>,
     keys: &[&str],
-    caller: &str,
+    caller: (&str, &dyn Fn(&Value) -> bool),
 ) {
+    let (caller, is_caller) = caller;
     let mut samples = vec![0u64; names.len()];
     let mut called = vec![0u64; names.len()];
-    let thread = report.stacks().iter().filter(|s| s["tid"] == tid);
-    for stack in thread {
-        let frames = Report::frames(stack);
+    for stack in report.stacks().iter().filter(|s| s["tid"] == tid) {
+        let frames = stack["frames"].as_array().unwrap();
         let count = stack["count"].as_u64().unwrap();
         for (i, name) in names.iter().enumerate() {
-            if let Some(at) = frames.iter().position(|f| f == name) {
+            if let Some(at) = frames.iter().position(|f| f["function"] == *name) {
                 samples[i] += count;
-                if frames[..at].contains(&caller) {
+                if frames[..at].iter().any(is_caller) {
                     called[i] += count;
                 }
             }
@@ -60,38 +60,40 @@ fn assert_runtime_split(
     }
 }
 
-/// The frames named `function` in `report`'s stacks of `tid`.
-fn frames_named<'a>(report: &'a Report, tid: u32, function: &str) -> Vec<&'a Value> {
+/// The JIT frames (module `[jit]`) named `function` in `report`'s stacks of `tid`.
+fn jit_frames_named<'a>(report: &'a Report, tid: u32, function: &str) -> Vec<&'a Value> {
     (report.stacks().iter().filter(|s| s["tid"] == tid))
         .flat_map(|s| s["frames"].as_array().unwrap())
-        .filter(|f| f["function"] == function)
+        .filter(|f| f["function"] == function && f["module"] == "[jit]")
         .collect()
 }
 
 /// Node.js 20 with `--perf-basic-prof --interpreted-frames-native-stack` (the README's flags;
-/// `--no-turbo-inlining` keeps each function a frame of its own): the main thread's three
-/// functions split as its clock measured, each under `main`, each named by its own name (V8's
-/// tier mark dropped: one row whichever tier compiled it) with the script and the line it
-/// starts at, in the module `[jit]`.
+/// `--no-turbo-inlining` keeps each function a frame of its own), run in a directory of its
+/// own (those flags make V8 write a log file where it runs): the main thread's three functions
+/// split as its clock measured, each under the script's `main` (a JIT frame, not node's own C
+/// `main`), each named by its own name (V8's tier mark dropped: one row whichever tier compiled
+/// it) with the script as its file, in the module `[jit]`.
 #[test]
 fn node_functions_are_named_and_split_as_measured() {
     let script = format!("{}/workloads/jssplit.js", env!("CARGO_MANIFEST_DIR"));
-    let (out, path) = profile_workload(
-        "999",
-        &format!("node-{}.json", rand_suffix()),
-        &[
-            "node",
-            "--perf-basic-prof",
-            "--interpreted-frames-native-stack",
-            "--no-turbo-inlining",
-            &script,
-            "3",
-        ],
-    );
+    let dir = temp_path(&format!("node-{}", rand_suffix()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("profile.json");
+    let out = bpfprof()
+        .args(["-F", "999", "-o", path.to_str().unwrap(), "--"])
+        .args(["node", "--perf-basic-prof", "--interpreted-frames-native-stack"])
+        .args(["--no-turbo-inlining", &script, "3"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
     let truth = truth(&stdout(&out));
     let pid = truth["pid"] as u32;
     let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
     let report = Report::read(&path);
+    let _ = std::fs::remove_dir_all(&dir);
+    let is_main = |f: &Value| f["function"] == "main" && f["module"] == "[jit]";
     assert_runtime_split(
         "node",
         &report,
@@ -99,21 +101,18 @@ fn node_functions_are_named_and_split_as_measured() {
         &["alphaWork", "betaWork", "gammaWork"],
         &truth,
         &["alpha_ns", "beta_ns", "gamma_ns"],
-        "main",
+        ("the script's main", &is_main),
     );
-    let alpha = frames_named(&report, pid, "alphaWork");
-    let main = frames_named(&report, pid, "main");
-    for (frame, line) in [(alpha[0], truth["alpha_line"]), (main[0], truth["main_line"])] {
-        assert_eq!(
-            (&frame["module"], &frame["kind"], &frame["file"], &frame["line"]),
-            (
-                &"[jit]".into(),
-                &"perf_map".into(),
-                &script.as_str().into(),
-                &(line as u64).into()
-            ),
-            "{frame}"
-        );
+    for function in ["alphaWork", "main"] {
+        let frames = jit_frames_named(&report, pid, function);
+        assert!(!frames.is_empty(), "no JIT frame named {function}");
+        for frame in frames {
+            assert_eq!(
+                (&frame["kind"], &frame["file"]),
+                (&"perf_map".into(), &script.as_str().into()),
+                "{frame}"
+            );
+        }
     }
 }
 
@@ -144,7 +143,7 @@ fn java_methods_are_named_and_split_as_measured() {
             "-cp",
             classes.to_str().unwrap(),
             "JavaSplit",
-            "3.5",
+            "4",
         ],
     );
     let truth = truth(&stdout(&out));
@@ -164,7 +163,7 @@ fn java_methods_are_named_and_split_as_measured() {
         ],
         &truth,
         &["alpha_cpu", "beta_cpu", "gamma_cpu"],
-        "JavaMain",
+        ("JavaMain", &|f: &Value| f["function"] == "JavaMain"),
     );
 }
 

@@ -1,7 +1,9 @@
 // Java workload for JIT frames named from the JVM's perf map: the main thread calls alphaWork,
 // betaWork and gammaWork in turn, about 60/30/10 of its time, each call measured by the thread's
-// own CPU clock. Once they are compiled (after WARM_UP_NS), it asks its own JVM to write the perf
-// map (`jcmd PID Compiler.perfmap`, as a user would) and measures from then on. Run with -XX:+PreserveFramePointer and
+// own CPU clock. Once they are compiled (after WARM_UP_NS), it sleeps past the profiler's next
+// drain (its samples so far are placed while no map names them: [anon]), asks its own JVM to
+// write the perf map (`jcmd PID Compiler.perfmap`, as a user would), and measures from then on,
+// writing the map again every REMAP_NS for code compiled since. Run with -XX:+PreserveFramePointer and
 // -XX:CompileCommand=dontinline,JavaSplit::*Work (each function its own frame).
 //
 //     java -cp DIR JavaSplit SECONDS
@@ -13,6 +15,16 @@ import java.lang.management.ThreadMXBean;
 
 public class JavaSplit {
     static final long WARM_UP_NS = 700_000_000L;
+    static final long QUIET_MS = 1_500;
+    static final long REMAP_NS = 1_000_000_000L;
+
+    /// `jcmd PID Compiler.perfmap`: its exit status.
+    static int writePerfMap(long pid) throws Exception {
+        return new ProcessBuilder("jcmd", Long.toString(pid), "Compiler.perfmap")
+                .redirectOutput(ProcessBuilder.Redirect.DISCARD)
+                .start()
+                .waitFor();
+    }
 
     static long alphaWork(int n) {
         long total = 0;
@@ -49,6 +61,7 @@ public class JavaSplit {
         long end = start + (long) (Double.parseDouble(args[0]) * 1e9);
         long alpha = 0, beta = 0, gamma = 0, sink = 0;
         int mapped = -1;
+        long mappedAt = 0;
         while (System.nanoTime() < end) {
             long t0 = clock.getCurrentThreadCpuTime();
             sink += alphaWork(900_000);
@@ -61,12 +74,14 @@ public class JavaSplit {
             beta += t2 - t1;
             gamma += t3 - t2;
             if (mapped < 0 && System.nanoTime() - start > WARM_UP_NS) {
-                mapped = new ProcessBuilder("jcmd", Long.toString(pid), "Compiler.perfmap")
-                        .redirectOutput(ProcessBuilder.Redirect.DISCARD)
-                        .start()
-                        .waitFor();
+                Thread.sleep(QUIET_MS);
+                mapped = writePerfMap(pid);
+                mappedAt = System.nanoTime();
                 // Measured from here: the functions compiled so far are named from now on.
                 alpha = beta = gamma = 0;
+            } else if (mapped == 0 && System.nanoTime() - mappedAt > REMAP_NS) {
+                mapped = writePerfMap(pid);
+                mappedAt = System.nanoTime();
             }
         }
         System.out.println("TRUTH pid=" + pid + " main_tid=" + tid + " alpha_cpu=" + alpha + " beta_cpu=" + beta

@@ -47,18 +47,21 @@ pub const GUEST_SUITES: &[(&str, Option<&str>)] = &[
     ("symbols", Some("--skip go_tool --skip debian_xz")),
     // Debug files found elsewhere: its fixtures (MiniDebugInfo, zstd DWARF) are made at build time.
     ("debuginfo", None),
-    // JIT code a perf map names (AArch64's own machine code for the loop).
-    ("jit", None),
+    // JIT code a perf map names (AArch64's own machine code for the loop); Node.js and the JVM
+    // are not in the guest.
+    ("jit", Some("jit_code_is_named")),
+    // Python frames walked with Debian's arm64 python3.11 (the only interpreter the guest has).
+    ("python", None),
     // Of `trace`, the sleeps (arm64's own system-call table), the slow calls and intervals with
     // their arguments and stacks, and latency keyed by a probe's argument (x0): the guest has
     // neither strace nor fio.
     ("trace", Some("sleep duration_min keyed_by")),
     // Of `probes`, a source line and the values fetched at it (arm64's registers, a global by its
-    // distance from the probe), and a USDT probe's arguments where AArch64's compiler put them:
-    // the rest reads no register, or needs Debian's python3.11.
+    // distance from the probe), and a USDT probe's arguments where AArch64's compiler put them,
+    // Debian's python3.11's among them: the rest reads no register.
     (
         "probes",
-        Some("--skip every_hit --skip what_cannot --skip tracepoints --skip pythons"),
+        Some("--skip every_hit --skip what_cannot --skip tracepoints"),
     ),
 ];
 
@@ -79,7 +82,8 @@ const MARK: &str = "xtask-guest:";
 /// Debian's arm64 packages the guest is made of, downloaded once into `target/arm64-guest`.
 struct Packages {
     kernel: PathBuf,
-    /// The extracted packages: busybox, the C library and libgcc, as Debian installs them.
+    /// The extracted packages: busybox, the C library and libgcc, Debian's Python 3.11, as
+    /// Debian installs them.
     root: PathBuf,
 }
 
@@ -87,7 +91,23 @@ fn guest_dir() -> PathBuf {
     workspace_root().join("target/arm64-guest")
 }
 
-/// Download (once) and extract the kernel, busybox and the C library.
+/// Debian's arm64 packages besides the kernel: busybox, the C library, and Python 3.11 (its static
+/// interpreter, with USDT probes, and its minimal standard library) with the libraries it links.
+const GUEST_PACKAGES: &[&str] = &[
+    "busybox-static",
+    "libc6",
+    "libgcc-s1",
+    "python3.11-minimal",
+    "libpython3.11-minimal",
+    "libexpat1",
+    "zlib1g",
+];
+
+/// A file each download of `GUEST_PACKAGES` extracts, newest added last: an older download
+/// without it is made again.
+const GUEST_PACKAGES_HAVE: &str = "usr/bin/python3.11";
+
+/// Download (once) and extract the kernel and `GUEST_PACKAGES`.
 fn packages() -> Result<Packages> {
     let dir = guest_dir();
     let debs = dir.join("debs");
@@ -102,12 +122,13 @@ fn packages() -> Result<Packages> {
                     .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
             })
     };
-    if let Some(kernel) = kernel_of(&extracted) {
+    if let Some(kernel) = kernel_of(&extracted).filter(|_| extracted.join(GUEST_PACKAGES_HAVE).exists()) {
         return Ok(Packages {
             kernel,
             root: extracted,
         });
     }
+    let _ = std::fs::remove_dir_all(&debs);
     std::fs::create_dir_all(&debs)?;
     // The metapackage names today's kernel package; the image itself is what is downloaded.
     let depends =
@@ -117,12 +138,8 @@ fn packages() -> Result<Packages> {
         .find_map(|l| l.trim().strip_prefix("Depends: "))
         .map(|p| p.trim().trim_end_matches(":arm64").to_string())
         .context("apt-cache names no kernel image for linux-image-cloud-arm64:arm64")?;
-    let wanted = [
-        format!("{image}:arm64"),
-        "busybox-static:arm64".into(),
-        "libc6:arm64".into(),
-        "libgcc-s1:arm64".into(),
-    ];
+    let mut wanted = vec![format!("{image}:arm64")];
+    wanted.extend(GUEST_PACKAGES.iter().map(|p| format!("{p}:arm64")));
     eprintln!("xtask guest: downloading {}", wanted.join(" "));
     sh(Command::new("apt-get")
         .arg("download")

@@ -575,8 +575,8 @@ impl Processes {
                 start: 0,
                 size: 0,
                 name: code.name.clone(),
-                source: Some((code.file.clone(), code.line(offset))),
-                python: true,
+                file: Some(code.file.clone()),
+                line: Some(code.line(offset)),
             })
         });
         match named {

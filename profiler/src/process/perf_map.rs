@@ -27,15 +27,13 @@ pub struct JitSymbol {
     pub start: u64,
     pub size: u64,
     pub name: Arc<str>,
-    /// The function's file and line: a Python function's, or a JavaScript function's as V8
-    /// names it in its perf map.
-    pub source: Option<Source>,
-    /// Read from the interpreter's memory (a Python frame), not from a perf map.
-    pub python: bool,
+    /// The function's file: a Python function's, or a JavaScript function's as V8 names it in
+    /// its perf map.
+    pub file: Option<Arc<str>>,
+    /// The line running: a Python frame's (read from the interpreter's memory, not from a perf
+    /// map).
+    pub line: Option<u32>,
 }
-
-/// A file and a line in it.
-pub type Source = (Arc<str>, u32);
 
 /// One process's perf map, as read so far.
 #[derive(Debug)]
@@ -48,12 +46,15 @@ pub struct PerfMap {
     last_line: Vec<u8>,
     /// Bytes read over the run (`MAX_BYTES`).
     consumed: u64,
-    /// By start: (end, name, where). A later line replaces the ranges it overlaps (code space
+    /// By start: (end, name, file). A later line replaces the ranges it overlaps (code space
     /// reused).
-    entries: BTreeMap<u64, (u64, Arc<str>, Option<Source>)>,
+    entries: BTreeMap<u64, Entry>,
     /// Lines that were not `START SIZE NAME`.
     pub bad_lines: u64,
 }
+
+/// A function of a perf map past its start: (end, name, file).
+type Entry = (u64, Arc<str>, Option<Arc<str>>);
 
 impl PerfMap {
     /// The perf map of `pid`, if it has one now: a regular file (never a FIFO, nor a symbolic
@@ -161,13 +162,13 @@ impl PerfMap {
 
     /// The function `addr` is in, if the map names one.
     pub fn find(&self, addr: u64) -> Option<JitSymbol> {
-        let (&start, (end, name, source)) = self.entries.range(..=addr).next_back()?;
+        let (&start, (end, name, file)) = self.entries.range(..=addr).next_back()?;
         (addr < *end).then(|| JitSymbol {
             start,
             size: end - start,
             name: name.clone(),
-            source: source.clone(),
-            python: false,
+            file: file.clone(),
+            line: None,
         })
     }
 
@@ -279,36 +280,48 @@ fn parse_line(line: &[u8]) -> Option<(u64, u64, Arc<str>)> {
     Some((start, end, Arc::from(name)))
 }
 
-/// A function as its runtime names it in a perf map, and where it is when the name says:
-/// - V8 (Node.js): `JS:*alphaWork /app/split.js:1:19` is `alphaWork` at `/app/split.js` line 1.
-///   The mark of the tier that compiled it (`~` interpreted, `^` baseline, `+` Maglev, `*`
-///   TurboFan) is dropped, so a function is one row whichever tier ran it; a function without
-///   a name is `(anonymous)`, a script's own code `(top level)`. Older V8's `LazyCompile:` and
-///   `Function:` are read alike.
+/// A function as its runtime names it in a perf map, and its file when the name says:
+/// - V8 (Node.js): `JS:*alphaWork /app/split.js:11:19` is `alphaWork` in `/app/split.js`. The
+///   mark of the tier that compiled it (`~` interpreted, `^` baseline, `+` Maglev, `*` TurboFan)
+///   is dropped, so a function is one row whichever tier ran it. The line is where the function
+///   starts, not the line running (which a frame's line means): it stays in the name only of a
+///   function without one, `(anonymous /app/split.js:11)` (a script's own code `(top level
+///   /app/split.js)`), so that those of different places stay apart. Older V8's `LazyCompile:`
+///   and `Function:` are read alike.
 /// - The JVM (`jcmd PID Compiler.perfmap`): `long Split.alphaWork(int)` is
 ///   `Split.alphaWork(int)`, its return type dropped.
 ///
 /// Any other name is kept whole.
-fn runtime_name(name: &str) -> (Arc<str>, Option<Source>) {
+fn runtime_name(name: &str) -> (Arc<str>, Option<Arc<str>>) {
     v8_name(name)
         .or_else(|| jvm_name(name).map(|method| (Arc::from(method), None)))
         .unwrap_or_else(|| (Arc::from(name), None))
 }
 
-fn v8_name(name: &str) -> Option<(Arc<str>, Option<Source>)> {
+fn v8_name(name: &str) -> Option<(Arc<str>, Option<Arc<str>>)> {
     let (kind, rest) = name.split_once(':')?;
-    let unnamed = match kind {
-        "JS" | "LazyCompile" | "Function" => "(anonymous)",
-        "Eval" | "Script" => "(top level)",
+    let script = match kind {
+        "JS" | "LazyCompile" | "Function" => false,
+        "Eval" | "Script" => true,
         _ => return None,
     };
     let rest = rest.strip_prefix(['~', '^', '+', '*']).unwrap_or(rest);
-    let (function, location) = rest.rsplit_once(' ')?;
+    // The location is the last word, or all from the first ` /` (a path with spaces: a name
+    // with ` /` in it is rarer).
+    let (function, location) = match rest.find(" /") {
+        Some(at) => (&rest[..at], &rest[at + 1..]),
+        None => rest.rsplit_once(' ')?,
+    };
     let mut parts = location.rsplitn(3, ':');
-    let (_column, line, file) = (parts.next()?, parts.next()?, parts.next()?);
-    let line: u32 = line.parse().ok()?;
-    let function = if function.is_empty() { unnamed } else { function };
-    Some((Arc::from(function), Some((Arc::from(file), line))))
+    let (column, line, file) = (parts.next()?, parts.next()?, parts.next()?);
+    let (_, line): (u32, u32) = (column.parse().ok()?, line.parse().ok()?);
+    let function = match (function.is_empty(), file.is_empty()) {
+        (false, _) => function.to_string(),
+        (true, true) => "(anonymous)".to_string(),
+        (true, false) if script => format!("(top level {file})"),
+        (true, false) => format!("(anonymous {file}:{line})"),
+    };
+    Some((Arc::from(function), (!file.is_empty()).then(|| Arc::from(file))))
 }
 
 /// `RET Class.method(ARGS)`: the method and its arguments.
@@ -317,7 +330,7 @@ fn jvm_name(name: &str) -> Option<&str> {
     let java_type = |s: &str| {
         !s.is_empty()
             && s.chars()
-                .all(|c| c.is_alphanumeric() || matches!(c, '.' | '$' | '_' | '[' | ']'))
+                .all(|c| c.is_alphanumeric() || matches!(c, '.' | '$' | '_' | '[' | ']' | '/'))
     };
     // A constructor is `<init>`, a class's initializer `<clinit>`.
     let (class_method, _) = method.split_once('(')?;
@@ -363,7 +376,7 @@ mod tests {
             (hot.start, hot.size, &*hot.name),
             (0x3a0e8a9c0, 0x6c, "LazyCompile:~hot /app/x.js:1")
         );
-        assert_eq!(hot.source, None, "no column: not V8's form, kept whole");
+        assert_eq!(hot.file, None, "no column: not V8's form, kept whole");
         assert!(map.find(0x3a0e8a9c0 + 0x6c).is_none());
         file.write_all(b"3a0e8a9e0 40 LazyCompile:*hot /app/x.js:1\n3a0e8ab00 1")
             .unwrap();
@@ -396,37 +409,44 @@ mod tests {
     #[test]
     fn runtimes_names_are_read_into_function_and_place() {
         let read = |name: &str| {
-            let (function, source) = runtime_name(name);
-            (
-                function.to_string(),
-                source.map(|(file, line)| (file.to_string(), line)),
-            )
+            let (function, file) = runtime_name(name);
+            (function.to_string(), file.map(|f| f.to_string()))
         };
-        let at = |file: &str, line| Some((file.to_string(), line));
+        let named = |function: &str, file: &str| (function.to_string(), Some(file.to_string()));
         assert_eq!(
-            read("JS:*alphaWork /app/split.js:1:19"),
-            ("alphaWork".into(), at("/app/split.js", 1))
+            read("JS:*alphaWork /app/split.js:11:19"),
+            named("alphaWork", "/app/split.js")
         );
         assert_eq!(
             read("JS:~alphaWork /app/split.js:1:19"),
             read("JS:^alphaWork /app/split.js:1:19")
         );
         assert_eq!(
-            read("JS:+get size /app/ab.js:7:3"),
-            ("get size".into(), at("/app/ab.js", 7))
+            read("JS:+get size /app/a b.js:7:3"),
+            named("get size", "/app/a b.js")
         );
         assert_eq!(
             read("JS:~ node:internal/main/run_main_module:1:1"),
-            ("(anonymous)".into(), at("node:internal/main/run_main_module", 1))
+            named(
+                "(anonymous node:internal/main/run_main_module:1)",
+                "node:internal/main/run_main_module"
+            )
+        );
+        assert_eq!(
+            read("JS:~ /app/x.js:3:1"),
+            named("(anonymous /app/x.js:3)", "/app/x.js")
+        );
+        assert_ne!(
+            read("JS:~ /app/x.js:3:1"),
+            read("JS:~ /app/x.js:9:1"),
+            "anonymous functions stay apart"
         );
         assert_eq!(
             read("Eval:~ /app/split.js:1:1"),
-            ("(top level)".into(), at("/app/split.js", 1))
+            named("(top level /app/split.js)", "/app/split.js")
         );
-        assert_eq!(
-            read("LazyCompile:*hot /app/x.js:4:2"),
-            ("hot".into(), at("/app/x.js", 4))
-        );
+        assert_eq!(read("LazyCompile:*hot /app/x.js:4:2"), named("hot", "/app/x.js"));
+        assert_eq!(read("JS:~f :1:1"), ("f".to_string(), None), "no script: no file");
         assert_eq!(
             read("long Split.alphaWork(int)"),
             ("Split.alphaWork(int)".into(), None)
@@ -436,11 +456,16 @@ mod tests {
             "java.lang.String.<init>(byte[], byte)"
         );
         assert_eq!(read("java.lang.String[] a.B$C.d()"), ("a.B$C.d()".into(), None));
+        assert_eq!(
+            read("void X$$Lambda$14/0x0000000800c03000.run()").0,
+            "X$$Lambda$14/0x0000000800c03000.run()"
+        );
         for kept in [
             "Builtin:ArrayPrototypePush",
             "StubRoutines (1)",
             "Interpreter",
             "JS:~x /app/x.js:one:2",
+            "JS:~x /app/x.js:1:abc",
             "JS:",
             "py::f:/x.py",
             "unwind_exception Runtime1 stub",

@@ -463,18 +463,17 @@ fn location(info: Option<&CodeInfo<'_>>) -> (Option<String>, Option<u32>) {
 #[cfg(test)]
 mod stripped_tests;
 
-/// A frame of JIT code its perf map names: the function, in the module `[jit]`, with the file
-/// and line its function starts at where the name says (V8's); or a Python frame.
+/// A frame of JIT code its perf map names: the function, in the module `[jit]`, with its file
+/// where the name says (V8's); or a Python frame (a file and the line running).
 fn jit_frame(jit: &crate::process::JitSymbol, addr: u64) -> Frame {
-    match &jit.source {
-        Some((file, line)) if jit.python => python_frame(&jit.name, file, *line, addr),
-        source => Frame {
+    match (&jit.file, jit.line) {
+        (Some(file), Some(line)) => python_frame(&jit.name, file, line, addr),
+        (file, _) => Frame {
             function: jit.name.to_string(),
             start: Some(jit.start),
             offset: Some(addr - jit.start),
             kind: NameKind::PerfMap,
-            file: source.as_ref().map(|(file, _)| file.to_string()),
-            line: source.as_ref().map(|&(_, line)| line),
+            file: file.as_ref().map(|file| file.to_string()),
             ..Frame::unknown(JIT_MODULE, addr, false)
         },
     }
