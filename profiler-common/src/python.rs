@@ -44,6 +44,9 @@ pub mod model {
     /// 3.12 and later: an activation pushes a frame of its own, owned by the C stack (`owner`
     /// byte equal to `CSTACK`), before the frames it runs.
     pub const CSTACK_FRAME: u8 = 2;
+    /// 3.10: `PyFrameObject`s chained by `f_back`, one an activation; the instruction is an
+    /// index (`f_lasti`, an `int` counting 2-byte code units), not a pointer.
+    pub const ONE_FRAME: u8 = 3;
 }
 
 /// `FRAME_OWNED_BY_CSTACK` (3.12, 3.13).
@@ -59,7 +62,8 @@ pub struct PyOffsets {
     pub interp_threads: u16,
     /// `PyThreadState.next`.
     pub tstate_next: u16,
-    /// `PyThreadState.native_thread_id` (the thread's tid).
+    /// `PyThreadState.native_thread_id` (the thread's tid), or where `pthread_tid` is set,
+    /// `thread_id` (its `pthread_t`: 3.10).
     pub tstate_native_id: u16,
     /// `PyThreadState.cframe` (3.11, 3.12) or `current_frame` (3.13).
     pub tstate_frame: u16,
@@ -71,8 +75,11 @@ pub struct PyOffsets {
     pub frame_previous: u16,
     pub frame_instr: u16,
     pub frame_marker: u16,
+    /// Where the thread state holds a `pthread_t` (3.10): the tid's place in the C library's
+    /// thread descriptor (glibc's `struct pthread`); 0 where it holds the tid itself.
+    pub pthread_tid: u16,
     pub model: u8,
-    pub _pad: [u8; 3],
+    pub _pad: [u8; 1],
 }
 const _: () = assert!(size_of::<PyOffsets>() == 24);
 

@@ -9,7 +9,7 @@ use aya_ebpf::{
 };
 use profiler_common::{
     python::{
-        mode, model, py_frame, PyProcess, NOT_LOOKED, NO_CFRAME, NO_MORE, OWNED_BY_CSTACK,
+        mode, model, py_frame, PyOffsets, PyProcess, NOT_LOOKED, NO_CFRAME, NO_MORE, OWNED_BY_CSTACK,
         PY_ANNOUNCES_PER_WINDOW, PY_ANNOUNCE_WINDOW_NS, PY_CODES_SEEN, PY_PROCESSES, PY_THREADS,
         PY_THREADS_SEARCHED,
     },
@@ -156,7 +156,7 @@ fn search(walk: &mut Walk, py: &PyProcess) -> Result<(), ()> {
         walk.py_mode = mode::SEARCH;
         walk.py_tid = tid_in_namespace(py, walk.tid);
         if let Some(&cached) = unsafe { PY_THREADS_MAP.get(walk.tid) } {
-            if read::<u64>(cached + o.tstate_native_id as u64) == Ok(walk.py_tid as u64) {
+            if native_id(cached, o) == Ok(walk.py_tid as u64) {
                 return found(walk, py, cached);
             }
             let _ = PY_THREADS_MAP.remove(walk.tid);
@@ -166,7 +166,7 @@ fn search(walk: &mut Walk, py: &PyProcess) -> Result<(), ()> {
     }
     let tstate = walk.py_frame;
     walk.py_searched += 1;
-    if read::<u64>(tstate + o.tstate_native_id as u64)? == walk.py_tid as u64 {
+    if native_id(tstate, o)? == walk.py_tid as u64 {
         let _ = PY_THREADS_MAP.insert(walk.tid, tstate, 0);
         return found(walk, py, tstate);
     }
@@ -176,6 +176,17 @@ fn search(walk: &mut Walk, py: &PyProcess) -> Result<(), ()> {
     }
     walk.py_frame = next;
     Ok(())
+}
+
+/// The tid of the thread whose state is `tstate`: held there (3.11 and later), or in the C
+/// library's descriptor of the thread its `pthread_t` points at (3.10).
+#[inline(always)]
+fn native_id(tstate: u64, o: &PyOffsets) -> Result<u64, ()> {
+    let id: u64 = read(tstate + o.tstate_native_id as u64)?;
+    match o.pthread_tid {
+        0 => Ok(id),
+        at => read::<u32>(id.wrapping_add(at as u64)).map(u64::from),
+    }
 }
 
 /// The walked thread's (the current task's) tid in the process's pid namespace: a container's
@@ -237,13 +248,17 @@ fn frame(walk: &mut Walk, py: &PyProcess) -> Result<(), ()> {
         return Ok(());
     }
     let code: u64 = read(at + o.frame_code as u64)?;
-    let instr: u64 = read(at + o.frame_instr as u64)?;
-    push(walk, py_frame(code, instr.wrapping_sub(code)));
+    let offset = match o.model {
+        // An index of 2-byte units into the bytecode (-1 before the first instruction).
+        model::ONE_FRAME => (read::<i32>(at + o.frame_instr as u64)?.max(0) as u64) * 2,
+        _ => read::<u64>(at + o.frame_instr as u64)?.wrapping_sub(code),
+    };
+    push(walk, py_frame(code, offset));
     bump(HealthCounter::PythonFrames);
     note_code(walk.tgid, code);
     walk.py_eval = 0;
     walk.py_frame = next;
-    if next == NO_MORE || (o.model == model::ENTRY_FLAG && marker != 0) {
+    if next == NO_MORE || o.model == model::ONE_FRAME || (o.model == model::ENTRY_FLAG && marker != 0) {
         end_activation(walk);
     }
     Ok(())

@@ -12,7 +12,7 @@ use std::{
 
 use profiler_common::python::py_frame_parts;
 
-use super::{Layout, BYTES_DATA, BYTES_SIZE, UNICODE_LENGTH, UNICODE_STATE};
+use super::{Layout, LineTable, BYTES_DATA, BYTES_SIZE, UNICODE_LENGTH, UNICODE_STATE};
 
 /// A name longer than this many characters is cut.
 const MAX_NAME_CHARS: u64 = 1024;
@@ -39,6 +39,7 @@ pub struct PyCode {
     pub first_line: u32,
     line_table: Box<[u8]>,
     bytecode: u16,
+    lines: LineTable,
 }
 
 impl PyCode {
@@ -48,8 +49,12 @@ impl PyCode {
         if offset == profiler_common::python::PY_NO_OFFSET {
             return self.first_line;
         }
-        let unit = offset.saturating_sub(self.bytecode as u64) / 2;
-        line_at(&self.line_table, self.first_line, unit).unwrap_or(self.first_line)
+        let into_bytecode = offset.saturating_sub(self.bytecode as u64);
+        match self.lines {
+            LineTable::Locations => line_at(&self.line_table, self.first_line, into_bytecode / 2),
+            LineTable::Pairs => line_of_pairs(&self.line_table, self.first_line, into_bytecode),
+        }
+        .unwrap_or(self.first_line)
     }
 }
 
@@ -86,6 +91,26 @@ pub fn line_at(table: &[u8], first_line: u32, unit: u64) -> Option<u32> {
             return has_line.then(|| u32::try_from(line).ok()).flatten();
         }
         start = start.saturating_add(units);
+    }
+    None
+}
+
+/// The line of the instruction `offset` bytes into the bytecode by a 3.10 line table
+/// (CPython's `Objects/lnotab_notes.txt`): byte pairs of the bytecode bytes a range covers and
+/// the signed change of line at its start, -128 for a range without a line.
+pub fn line_of_pairs(table: &[u8], first_line: u32, offset: u64) -> Option<u32> {
+    let (mut line, mut end) = (first_line as i64, 0u64);
+    for pair in table.chunks_exact(2) {
+        let start = end;
+        end = end.saturating_add(pair[0] as u64);
+        let delta = pair[1] as i8;
+        let has_line = delta != -128;
+        if has_line {
+            line = line.saturating_add(delta as i64);
+        }
+        if (start..end).contains(&offset) {
+            return has_line.then(|| u32::try_from(line).ok()).flatten();
+        }
     }
     None
 }
@@ -233,6 +258,7 @@ fn read_code(mem: &File, layout: &Layout, code: u64) -> Option<PyCode> {
         first_line,
         line_table: line_table.into(),
         bytecode: c.bytecode,
+        lines: c.lines,
     })
 }
 

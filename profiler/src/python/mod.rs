@@ -22,11 +22,11 @@ pub struct Interpreter {
 /// Why a file that is an interpreter has no Python frames read.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Unsupported {
-    #[error("Python {0}.{1}: its frames are not read (3.11, 3.12 and 3.13 are); profiled natively")]
+    #[error("Python {0}.{1}: its frames are not read (3.10 to 3.13 are); profiled natively")]
     Version(u8, u8),
     #[error("Python {0}.{1} built free-threaded: its frames are not read; profiled natively")]
     FreeThreaded(u8, u8),
-    #[error("an interpreter whose version it does not say (no Py_Version): profiled natively")]
+    #[error("Python 3.9 or older (no Py_Version, no Py_Is): its frames are not read (3.10 to 3.13 are); profiled natively")]
     NoVersion,
 }
 
@@ -52,6 +52,16 @@ pub struct CodeLayout {
     pub ascii_header: u16,
     /// `sizeof(PyCompactUnicodeObject)`: another compact string's characters follow it.
     pub compact_header: u16,
+    pub lines: LineTable,
+}
+
+/// How a code object's line table is laid out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LineTable {
+    /// 3.11 and later: the location table (`Objects/locations.md`).
+    Locations,
+    /// 3.10: (bytecode bytes, line delta) byte pairs (`Objects/lnotab_notes.txt`).
+    Pairs,
 }
 
 /// Offsets shared by the versions read: a string's length and state, a bytes object's size
@@ -61,9 +71,45 @@ pub const UNICODE_STATE: u64 = 32;
 pub const BYTES_SIZE: u64 = 16;
 pub const BYTES_DATA: u64 = 32;
 
+/// Where glibc keeps a thread's tid in its descriptor (`struct pthread`, what a `pthread_t`
+/// points at), as its `_thread_db_pthread_tid` says (the unit tests read it from the machine's
+/// C libraries): 3.10's thread states hold a `pthread_t`, not the tid.
+const PTHREAD_TID: u16 = if cfg!(target_arch = "aarch64") { 208 } else { 720 };
+
 /// The layouts known, from each version's headers (`offsetof` in a program built against
-/// them: tests/tests/python.rs checks the table so).
-const LAYOUTS: [Layout; 3] = [
+/// them: the unit tests build it and check the table so).
+const LAYOUTS: [Layout; 4] = [
+    Layout {
+        version: (3, 10),
+        walker: PyOffsets {
+            runtime_interpreters: 32,
+            interp_threads: 8,
+            tstate_next: 8,
+            tstate_native_id: 176,
+            tstate_frame: 24,
+            cframe_frame: NO_CFRAME,
+            frame_code: 32,
+            frame_previous: 24,
+            frame_instr: 96,
+            // No marker: every frame is an activation's one; any field read does.
+            frame_marker: 96,
+            pthread_tid: PTHREAD_TID,
+            model: model::ONE_FRAME,
+            _pad: [0; 1],
+        },
+        code: CodeLayout {
+            // 3.10's code objects have no qualified name: `co_name`.
+            qualname: 112,
+            filename: 104,
+            first_line: 40,
+            line_table: 120,
+            // The walker gives the offset into the bytecode itself.
+            bytecode: 0,
+            ascii_header: 48,
+            compact_header: 72,
+            lines: LineTable::Pairs,
+        },
+    },
     Layout {
         version: (3, 11),
         walker: PyOffsets {
@@ -77,8 +123,9 @@ const LAYOUTS: [Layout; 3] = [
             frame_previous: 48,
             frame_instr: 56,
             frame_marker: 68,
+            pthread_tid: 0,
             model: model::ENTRY_FLAG,
-            _pad: [0; 3],
+            _pad: [0; 1],
         },
         code: CodeLayout {
             qualname: 128,
@@ -88,6 +135,7 @@ const LAYOUTS: [Layout; 3] = [
             bytecode: 184,
             ascii_header: 48,
             compact_header: 72,
+            lines: LineTable::Locations,
         },
     },
     Layout {
@@ -103,8 +151,9 @@ const LAYOUTS: [Layout; 3] = [
             frame_previous: 8,
             frame_instr: 56,
             frame_marker: 70,
+            pthread_tid: 0,
             model: model::CSTACK_FRAME,
-            _pad: [0; 3],
+            _pad: [0; 1],
         },
         code: CodeLayout {
             qualname: 128,
@@ -114,6 +163,7 @@ const LAYOUTS: [Layout; 3] = [
             bytecode: 192,
             ascii_header: 40,
             compact_header: 56,
+            lines: LineTable::Locations,
         },
     },
     Layout {
@@ -129,8 +179,9 @@ const LAYOUTS: [Layout; 3] = [
             frame_previous: 8,
             frame_instr: 56,
             frame_marker: 70,
+            pthread_tid: 0,
             model: model::CSTACK_FRAME,
-            _pad: [0; 3],
+            _pad: [0; 1],
         },
         code: CodeLayout {
             qualname: 128,
@@ -140,6 +191,7 @@ const LAYOUTS: [Layout; 3] = [
             bytecode: 200,
             ascii_header: 40,
             compact_header: 56,
+            lines: LineTable::Locations,
         },
     },
 ];
@@ -153,16 +205,23 @@ impl Interpreter {
     /// The interpreter `file` is (a `libpython3.X.so` or a python built statically): None for
     /// any other file; an error for an interpreter whose frames are not read.
     pub fn of(file: &object::File) -> Option<Result<Interpreter, Unsupported>> {
-        let (mut eval, mut runtime, mut version) = (None, None, None);
+        let (mut eval, mut runtime, mut version, mut is_3_10) = (None, None, None, false);
         for symbol in file.dynamic_symbols().chain(file.symbols()) {
             let range = (symbol.address(), symbol.address().checked_add(symbol.size()));
             match symbol.name() {
                 Ok("_PyEval_EvalFrameDefault") => eval = Some(range),
                 Ok("_PyRuntime") => runtime = Some(symbol.address()),
                 Ok("Py_Version") => version = Some(symbol.address()),
+                // New in 3.10, which does not say its version (`Py_Version` came in 3.11).
+                Ok("Py_Is") => is_3_10 = true,
                 _ => {}
             }
         }
+        let version = match (version, is_3_10) {
+            (Some(at), _) => Some(Version::At(at)),
+            (None, true) => Some(Version::Known((3, 10))),
+            (None, false) => None,
+        };
         let range = |(start, end): (u64, Option<u64>)| Some((start, end.filter(|&end| end > start)?));
         let ((eval_start, eval_end), runtime) = (eval.and_then(range)?, runtime?);
         Some(Self::read(file, version, runtime).map(|layout| Interpreter {
@@ -173,14 +232,18 @@ impl Interpreter {
         }))
     }
 
-    /// The layout of the interpreter whose `Py_Version` is at `version`: its own description
-    /// where it has one (3.13), else the table's.
-    fn read(file: &object::File, version: Option<u64>, runtime: u64) -> Result<Layout, Unsupported> {
-        let hex = version
-            .and_then(|at| read_at(file, at, 4))
-            .map(|b| u32::from_le_bytes(b.try_into().unwrap_or_default()))
-            .ok_or(Unsupported::NoVersion)?;
-        let version = ((hex >> 24) as u8, (hex >> 16) as u8);
+    /// The layout of the interpreter of `version`: its own description where it has one
+    /// (3.13), else the table's.
+    fn read(file: &object::File, version: Option<Version>, runtime: u64) -> Result<Layout, Unsupported> {
+        let version = match version.ok_or(Unsupported::NoVersion)? {
+            Version::Known(version) => version,
+            Version::At(at) => {
+                let hex = read_at(file, at, 4)
+                    .map(|b| u32::from_le_bytes(b.try_into().unwrap_or_default()))
+                    .ok_or(Unsupported::NoVersion)?;
+                ((hex >> 24) as u8, (hex >> 16) as u8)
+            }
+        };
         if let Some(described) =
             read_at(file, runtime, DEBUG_OFFSETS_READ).and_then(|b| described(b, version))
         {
@@ -188,6 +251,13 @@ impl Interpreter {
         }
         layout(version).ok_or(Unsupported::Version(version.0, version.1))
     }
+}
+
+/// How an interpreter says its version: `Py_Version`'s address (3.11 and later), or known by
+/// what it exports (3.10).
+enum Version {
+    At(u64),
+    Known((u8, u8)),
 }
 
 /// Bytes of `_Py_DebugOffsets` read: through the Unicode object's offsets.
@@ -223,8 +293,9 @@ fn described(bytes: &[u8], version: (u8, u8)) -> Option<Result<Layout, Unsupport
             frame_previous: field(29)?,
             frame_instr: field(31)?,
             frame_marker: field(33)?,
+            pthread_tid: 0,
             model: model::CSTACK_FRAME,
-            _pad: [0; 3],
+            _pad: [0; 1],
         },
         code: CodeLayout {
             qualname: field(37)?,
@@ -235,6 +306,7 @@ fn described(bytes: &[u8], version: (u8, u8)) -> Option<Result<Layout, Unsupport
             ascii_header: field(70)?,
             // Its UTF-8 length and pointer after the ASCII header (3.12 and later).
             compact_header: field(70)?.checked_add(16)?,
+            lines: LineTable::Locations,
         },
     };
     Some(Ok(layout))

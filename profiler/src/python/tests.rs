@@ -1,6 +1,9 @@
-use std::process::Command;
+use std::{collections::HashMap, process::Command};
 
-use super::{code::line_at, *};
+use super::{
+    code::{line_at, line_of_pairs},
+    *,
+};
 
 /// The interpreters on this machine (pyenv's shared builds and Debian's static one).
 const PYENV: &str = "/root/.pyenv/versions";
@@ -17,7 +20,12 @@ fn interpreter_of(path: &str) -> Option<Result<Interpreter, Unsupported>> {
 
 #[test]
 fn interpreters_are_found_by_their_loop_runtime_and_version() {
-    for (version, expected) in [("3.11.7", (3, 11)), ("3.12.1", (3, 12)), ("3.13.0", (3, 13))] {
+    for (version, expected) in [
+        ("3.10.13", (3, 10)),
+        ("3.11.7", (3, 11)),
+        ("3.12.1", (3, 12)),
+        ("3.13.0", (3, 13)),
+    ] {
         let found = interpreter_of(&pyenv_lib(version)).unwrap().unwrap();
         assert_eq!(found.layout.version, expected, "{version}");
         assert!(
@@ -28,9 +36,10 @@ fn interpreters_are_found_by_their_loop_runtime_and_version() {
     // Debian's python3.11 is built statically: the executable is the interpreter.
     let debian = interpreter_of("/usr/bin/python3.11").unwrap().unwrap();
     assert_eq!(debian.layout, layout((3, 11)).unwrap());
-    // 3.10 does not say its version (and is not read); libc is no interpreter.
+    // 3.9 says neither its version nor has 3.10's Py_Is (and is not read); libc is no
+    // interpreter.
     assert_eq!(
-        interpreter_of(&pyenv_lib("3.10.13")),
+        interpreter_of(&pyenv_lib("3.9.18")),
         Some(Err(Unsupported::NoVersion))
     );
     let libc = format!("/usr/lib/{}-linux-gnu/libc.so.6", std::env::consts::ARCH);
@@ -60,9 +69,85 @@ fn what_3_13_says_of_its_layout_is_the_tables_row() {
     assert_eq!(described(&bytes[8..], (3, 13)), None, "no cookie, no description");
 }
 
+/// The table's offsets are each version's own: `offsets.c`, built against the version's headers
+/// (internal ones too), prints them (`offsetof`, `sizeof`).
+#[test]
+fn the_layouts_are_the_headers_offsets() {
+    let source = concat!(env!("CARGO_MANIFEST_DIR"), "/src/python/offsets.c");
+    for version in ["3.10.13", "3.11.7", "3.12.1", "3.13.0"] {
+        let minor = version.rsplit_once('.').unwrap().0;
+        let include = format!("{PYENV}/{version}/include/python{minor}");
+        let exe = std::env::temp_dir().join(format!("bpfprof-offsets-{minor}-{}", std::process::id()));
+        let built = Command::new("cc")
+            .args(["-I", &include, "-I", &format!("{include}/internal"), "-o"])
+            .arg(&exe)
+            .arg(source)
+            .output()
+            .unwrap();
+        assert!(
+            built.status.success(),
+            "{}",
+            String::from_utf8_lossy(&built.stderr)
+        );
+        let out = Command::new(&exe).output().unwrap();
+        let _ = std::fs::remove_file(&exe);
+        let table = layout((minor[2..].parse::<u8>().map(|m| (3, m))).unwrap()).unwrap();
+        let (w, c) = (table.walker, table.code);
+        let ours: HashMap<&str, u16> = HashMap::from([
+            ("runtime_interpreters", w.runtime_interpreters),
+            ("interp_threads", w.interp_threads),
+            ("tstate_next", w.tstate_next),
+            ("tstate_native_id", w.tstate_native_id),
+            ("tstate_frame", w.tstate_frame),
+            ("cframe_frame", w.cframe_frame),
+            ("frame_code", w.frame_code),
+            ("frame_previous", w.frame_previous),
+            ("frame_instr", w.frame_instr),
+            ("frame_marker", w.frame_marker),
+            ("qualname", c.qualname),
+            ("bytecode", c.bytecode),
+            ("filename", c.filename),
+            ("first_line", c.first_line),
+            ("line_table", c.line_table),
+            ("ascii_header", c.ascii_header),
+            ("compact_header", c.compact_header),
+        ]);
+        let text = String::from_utf8(out.stdout).unwrap();
+        for line in text.lines() {
+            let (name, value) = line.split_once(' ').unwrap();
+            assert_eq!(Some(&value.parse().unwrap()), ours.get(name), "{version}: {name}");
+        }
+        assert!(text.lines().count() >= 14, "{version}: {text}");
+    }
+}
+
+/// glibc's own word of where a thread's tid is in its descriptor (`_thread_db_pthread_tid`:
+/// bits, count, offset) is `PTHREAD_TID`: the machine's C library, and the arm64 one the cross
+/// compiler brings.
+#[test]
+fn the_tid_is_where_glibc_says() {
+    let read = |path: &str| -> u32 {
+        let data = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let file = object::File::parse(&*data).unwrap();
+        let at = (file.dynamic_symbols())
+            .find(|s| s.name() == Ok("_thread_db_pthread_tid"))
+            .unwrap()
+            .address();
+        let bytes = read_at(&file, at, 12).unwrap();
+        u32::from_le_bytes(bytes[8..12].try_into().unwrap())
+    };
+    assert_eq!(read("/lib/x86_64-linux-gnu/libc.so.6"), 720);
+    assert_eq!(read("/usr/aarch64-linux-gnu/lib/libc.so.6"), 208);
+    assert_eq!(
+        u32::from(PTHREAD_TID),
+        if cfg!(target_arch = "aarch64") { 208 } else { 720 }
+    );
+}
+
 /// Each version's own line numbers (`co_lines()`: ranges of bytecode offsets and their line)
-/// against `line_at` on its location table, for every code unit of a function with loops,
-/// a multi-line expression, a comprehension and an exception handler.
+/// against `line_at` on its location table (3.10: `line_of_pairs` on its pairs), for every code
+/// unit of a function with loops, a multi-line expression, a comprehension and an exception
+/// handler.
 #[test]
 fn line_tables_give_each_instruction_the_line_python_gives_it() {
     const SCRIPT: &str = r#"
@@ -84,9 +169,13 @@ for code in codes:
     lines = ",".join(f"{s}:{e}:{-1 if l is None else l}" for s, e, l in code.co_lines())
     print(code.co_firstlineno, code.co_linetable.hex(), lines)
 "#;
-    for version in ["3.11.7", "3.12.1", "3.13.0"] {
+    for version in ["3.10.13", "3.11.7", "3.12.1", "3.13.0"] {
         let minor = version.rsplit_once('.').unwrap().0;
         let python = format!("{PYENV}/{version}/bin/python{minor}");
+        let line_of = |table: &[u8], first, byte: u64| match minor {
+            "3.10" => line_of_pairs(table, first, byte),
+            _ => line_at(table, first, byte / 2),
+        };
         let out = Command::new(&python).args(["-c", SCRIPT]).output().unwrap();
         assert!(
             out.status.success(),
@@ -106,7 +195,7 @@ for code in codes:
                 for byte in (v[0]..v[1]).step_by(2) {
                     let expected = u32::try_from(v[2]).ok();
                     assert_eq!(
-                        line_at(&table, first, byte as u64 / 2),
+                        line_of(&table, first, byte as u64),
                         expected,
                         "{version} offset {byte}: {line}"
                     );
@@ -126,6 +215,9 @@ fn a_broken_line_table_gives_no_line_not_a_panic() {
     assert_eq!(line_at(&[0xf8], 10, 0), None, "kind 15: no line");
     assert_eq!(line_at(&[0xe8], 10, 0), None, "a long entry cut before its line");
     assert_eq!(line_at(&[0xe8, 0x7f], 10, 0), None, "its varint cut short");
+    assert_eq!(line_of_pairs(&[4, 1, 2], 10, 5), None, "a pair cut short");
+    assert_eq!(line_of_pairs(&[4, 0x80], 10, 2), None, "a range without a line");
+    assert_eq!(line_of_pairs(&[4, 0xff, 4, 0x80, 0, 100, 2, 3], 10, 9), Some(112));
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     for _ in 0..2000 {
         let table: Vec<u8> = (0..(seed % 40))
@@ -138,6 +230,7 @@ fn a_broken_line_table_gives_no_line_not_a_panic() {
             .collect();
         for unit in 0..50 {
             let _ = line_at(&table, 1, unit);
+            let _ = line_of_pairs(&table, u32::MAX, unit);
         }
     }
 }
