@@ -358,8 +358,9 @@ fn print_agent_costs(costs: &[(String, Cost)]) {
 /// call, accounted to the sampling program).
 /// Python code (pysplit's `fixed` rounds under pyenv's 3.12, calibrated to about 1.5 s), profiled
 /// system-wide with its Python frames walked, beside perf's frame-pointer and DWARF stacks
-/// (which show the interpreter's C frames only). `BENCH_BASELINE=` a build without Python
-/// frames gives what walking them costs.
+/// (which show the interpreter's C frames only), and the agent at its default rate (its cost
+/// with Python processes on the machine). `BENCH_BASELINE=` a build without Python frames gives
+/// what walking them costs.
 fn python() -> Result<()> {
     let python = "/root/.pyenv/versions/3.12.1/bin/python3.12".to_string();
     let script = workspace_root().join("tests/workloads/pysplit.py");
@@ -372,7 +373,11 @@ fn python() -> Result<()> {
         mode: "python",
         what: format!("{rounds} rounds of Python work (pysplit fixed, CPython 3.12)"),
         workload: Box::new(move || run(rounds)),
-        bpfprof: &[&["-a", "-F", "99"], &["-a", "-F", "999"]],
+        bpfprof: &[
+            &["-a", "-F", "99"],
+            &["-a", "-F", "999"],
+            &["agent", "-F", "19", "--listen", "off", "--output-dir", AGENT_DIR],
+        ],
         references: &PERF_STACKS,
         ratio_target: Some(1.005),
         perf_share_target: None,
