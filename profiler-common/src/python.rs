@@ -33,7 +33,7 @@ pub fn py_frame(code: u64, offset: u64) -> u64 {
 /// A slot's (code object, offset), if it is a Python frame.
 #[inline(always)]
 pub fn py_frame_parts(slot: u64) -> Option<(u64, u64)> {
-    let frame = slot & PY_FRAME != 0 && slot != crate::unwind::TRUNCATED_SLOT;
+    let frame = slot & PY_FRAME != 0 && crate::unwind::truncation(slot).is_none();
     frame.then_some((slot & PY_CODE_MASK, (slot >> PY_OFFSET_SHIFT) & PY_NO_OFFSET))
 }
 
@@ -150,5 +150,27 @@ mod tests {
         );
         assert_eq!(py_frame_parts(0x7fff_ffff_f000), None);
         assert_eq!(py_frame_parts(crate::unwind::TRUNCATED_SLOT), None);
+    }
+
+    /// A truncation slot says how many frames were lost, and is never a Python frame (nor a
+    /// Python frame one: its code object's address is a user one, below bit 47).
+    #[test]
+    fn truncation_slots_keep_their_count_apart_from_python_frames() {
+        use crate::unwind::{truncated_slot, truncation, LOST_AT_LEAST, TRUNCATED_SLOT};
+        assert_eq!(truncation(truncated_slot(80)), Some(Some((80, false))));
+        assert_eq!(
+            truncation(truncated_slot(300 | LOST_AT_LEAST)),
+            Some(Some((300, true)))
+        );
+        assert_eq!(truncation(truncated_slot(0)), Some(None));
+        assert_eq!(truncated_slot(0), TRUNCATED_SLOT);
+        assert_eq!(truncation(TRUNCATED_SLOT), Some(None));
+        for slot in [truncated_slot(1), truncated_slot(u32::MAX >> 1), TRUNCATED_SLOT] {
+            assert_eq!(py_frame_parts(slot), None);
+        }
+        let highest_python = py_frame(0x7fff_ffff_ffff, 0x7ffe);
+        assert_eq!(truncation(highest_python), None);
+        assert_eq!(truncation(py_frame(0x7fff_ffff_ffff, 1 << 20)), None);
+        assert_eq!(truncation(0x7fff_1234_5678), None);
     }
 }

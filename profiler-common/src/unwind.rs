@@ -119,8 +119,37 @@ pub struct Walk {
 const _: () = assert!(size_of::<Walk>() == 72 + size_of::<UserStack>());
 
 /// The slot user space puts at the outer end of a stack the walker truncated (its outermost
-/// frames were not walked): the frame that says so in every report.
+/// frames were not kept): the frame that says so in every report, with how many were lost
+/// where that is known (`truncated_slot`); this one where it is not.
 pub const TRUNCATED_SLOT: u64 = u64::MAX;
+
+/// The truncation slots: the top 32 bits set (no Python frame has: its code object's address
+/// is a user one, below bit 47), the low 32 bits `UserStack::lost`.
+const TRUNCATED_BASE: u64 = 0xffff_ffff << 32;
+
+/// `UserStack::lost`'s top bit: the walk ran out of runs before the stack's end, so at least
+/// that many frames were lost.
+pub const LOST_AT_LEAST: u32 = 1 << 31;
+
+/// The truncation slot of a stack that lost `lost` frames (`UserStack::lost`).
+#[inline(always)]
+pub fn truncated_slot(lost: u32) -> u64 {
+    match lost {
+        0 => TRUNCATED_SLOT,
+        lost => TRUNCATED_BASE | lost as u64,
+    }
+}
+
+/// Whether `slot` is a truncation slot, and the frames it says were lost: `Some(None)` where
+/// that is not known, `Some(Some((count, at_least)))` where it is.
+#[inline(always)]
+pub fn truncation(slot: u64) -> Option<Option<(u32, bool)>> {
+    if slot >> 32 != TRUNCATED_BASE >> 32 {
+        return None;
+    }
+    let lost = slot as u32;
+    Some((slot != TRUNCATED_SLOT && lost != 0).then_some((lost & !LOST_AT_LEAST, lost & LOST_AT_LEAST != 0)))
+}
 
 /// Whether a user stack's slot is an address: not a Python frame (`python`), not the
 /// truncation mark (both have the top bit set, which no user address has).
@@ -151,6 +180,10 @@ pub struct UserStack {
     pub hash: u64,
     pub len: u32,
     pub stop: u32,
+    /// Frames walked past the last kept (`MAX_FRAMES`): counted to the stack's end, or with
+    /// `LOST_AT_LEAST` where the walk ran out of runs first.
+    pub lost: u32,
+    pub _pad: u32,
     pub frames: [u64; MAX_FRAMES],
 }
-const _: () = assert!(size_of::<UserStack>() == 16 + 8 * MAX_FRAMES);
+const _: () = assert!(size_of::<UserStack>() == 24 + 8 * MAX_FRAMES);

@@ -10,8 +10,8 @@ use aya_ebpf::{
 use profiler_common::{
     python::{
         mode, model, py_frame, PyOffsets, PyProcess, NOT_LOOKED, NO_CFRAME, NO_MORE, OWNED_BY_CSTACK,
-        PY_ANNOUNCES_PER_WINDOW, PY_ANNOUNCE_WINDOW_NS, PY_CODES_SEEN, PY_PROCESSES, PY_THREADS,
-        PY_THREADS_SEARCHED,
+        PY_ANNOUNCES_PER_WINDOW, PY_ANNOUNCE_WINDOW_NS, PY_CODES_SEEN, PY_NO_OFFSET, PY_PROCESSES,
+        PY_THREADS, PY_THREADS_SEARCHED,
     },
     unwind::{stop, Walk},
     HealthCounter, ProcessEventKind,
@@ -166,7 +166,9 @@ fn search(walk: &mut Walk, py: &PyProcess) -> Result<(), ()> {
     }
     let tstate = walk.py_frame;
     walk.py_searched += 1;
-    if native_id(tstate, o)? == walk.py_tid as u64 {
+    // A state whose thread cannot be read (3.10's made for a thread not started yet holds no
+    // `pthread_t`) is not the thread's: the search goes on.
+    if native_id(tstate, o) == Ok(walk.py_tid as u64) {
         let _ = PY_THREADS_MAP.insert(walk.tid, tstate, 0);
         return found(walk, py, tstate);
     }
@@ -183,9 +185,10 @@ fn search(walk: &mut Walk, py: &PyProcess) -> Result<(), ()> {
 #[inline(always)]
 fn native_id(tstate: u64, o: &PyOffsets) -> Result<u64, ()> {
     let id: u64 = read(tstate + o.tstate_native_id as u64)?;
-    match o.pthread_tid {
-        0 => Ok(id),
-        at => read::<u32>(id.wrapping_add(at as u64)).map(u64::from),
+    match (o.pthread_tid, id) {
+        (0, id) => Ok(id),
+        (_, 0) => Err(()),
+        (at, id) => read::<u32>(id.wrapping_add(at as u64)).map(u64::from),
     }
 }
 
@@ -249,8 +252,12 @@ fn frame(walk: &mut Walk, py: &PyProcess) -> Result<(), ()> {
     }
     let code: u64 = read(at + o.frame_code as u64)?;
     let offset = match o.model {
-        // An index of 2-byte units into the bytecode (-1 before the first instruction).
-        model::ONE_FRAME => (read::<i32>(at + o.frame_instr as u64)?.max(0) as u64) * 2,
+        // An index of 2-byte units into the bytecode; -1 before the first instruction, which
+        // CPython gives the function's first line.
+        model::ONE_FRAME => match read::<i32>(at + o.frame_instr as u64)? {
+            lasti if lasti < 0 => PY_NO_OFFSET,
+            lasti => lasti as u64 * 2,
+        },
         _ => read::<u64>(at + o.frame_instr as u64)?.wrapping_sub(code),
     };
     push(walk, py_frame(code, offset));

@@ -24,8 +24,9 @@ use aya_ebpf::{
 use profiler_common::{
     python::{self, PY_STEPS_PER_RUN},
     unwind::{
-        cfa, fp, stop, Mapping, ProcessMappings, Row, UserStack, Walk, FRAMES_PER_RUN, MAPPING_SEARCH_STEPS,
-        MAX_FRAMES, MAX_MAPPINGS, PROCESSES, PROGRAM_SLOT, ROWS, ROW_SEARCH_STEPS, STACK_ENTRIES,
+        cfa, fp, stop, Mapping, ProcessMappings, Row, UserStack, Walk, FRAMES_PER_RUN, LOST_AT_LEAST,
+        MAPPING_SEARCH_STEPS, MAX_FRAMES, MAX_MAPPINGS, PROCESSES, PROGRAM_SLOT, ROWS, ROW_SEARCH_STEPS,
+        STACK_ENTRIES,
     },
     HealthCounter, ProcessEventKind,
 };
@@ -309,6 +310,7 @@ fn launch<C: EbpfContext>(
     walk.tgid = tgid;
     walk.tid = tid;
     walk.stack.len = 0;
+    walk.stack.lost = 0;
     walk.native = 0;
     walk.py_frame = python::NOT_LOOKED;
     walk.py_eval = 0;
@@ -535,6 +537,14 @@ fn advance<C: EbpfContext>(ctx: &C, walk: &mut Walk, programs: &ProgramArray) {
         // Out of tail calls: keep what was walked.
         walk.stack.stop = stop::TRUNCATED;
     }
+    // Frames walked past the kept ones: the stack is truncated, by that many (at least, where
+    // the walk did not reach the stack's end).
+    if walk.stack.lost > 0 {
+        if walk.stack.stop != stop::END {
+            walk.stack.lost |= LOST_AT_LEAST;
+        }
+        walk.stack.stop = stop::TRUNCATED;
+    }
 }
 
 /// A rule-less row: step by the frame pointer.
@@ -566,20 +576,17 @@ fn push_frame(walk: &mut Walk, first: bool) -> Option<u64> {
     push(walk, walk.ip).then_some(pc)
 }
 
-/// Add a slot (a frame) to the stack. False, and the walk truncated, when the stack is full
-/// now or was already.
+/// Add a slot (a frame) to the stack; past `MAX_FRAMES`, count it lost (the walk goes on, to
+/// say how many the stack lost).
 #[inline(always)]
 pub fn push(walk: &mut Walk, frame: u64) -> bool {
     let len = walk.stack.len as usize;
-    let Some(slot) = walk.stack.frames.get_mut(len) else {
-        walk.stack.stop = stop::TRUNCATED;
-        return false;
-    };
-    *slot = frame;
-    walk.stack.len += 1;
-    if len + 1 >= MAX_FRAMES {
-        walk.stack.stop = stop::TRUNCATED;
-        return false;
+    match walk.stack.frames.get_mut(len) {
+        Some(slot) => {
+            *slot = frame;
+            walk.stack.len += 1;
+        }
+        None => walk.stack.lost = walk.stack.lost.saturating_add(1),
     }
     true
 }
@@ -763,7 +770,7 @@ fn note_end(walk: &Walk) {
 /// The walked stack's place in `stacks` (see `store`).
 #[inline(always)]
 fn stored(stacks: &HashMap<u32, UserStack>, walk: &mut Walk) -> i32 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325 ^ walk.stack.len as u64;
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325 ^ walk.stack.len as u64 ^ ((walk.stack.lost as u64) << 32);
     for i in 0..MAX_FRAMES {
         if i >= walk.stack.len as usize {
             break;

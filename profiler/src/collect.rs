@@ -220,7 +220,7 @@ pub(crate) fn read_unwound(map: &BpfHashMap<MapData, u32, UserStack>, id: i32) -
                 let len = (stack.len as usize).min(stack.frames.len());
                 let mut frames = stack.frames[..len].to_vec();
                 if stack.stop == profiler_common::unwind::stop::TRUNCATED {
-                    frames.push(profiler_common::unwind::TRUNCATED_SLOT);
+                    frames.push(profiler_common::unwind::truncated_slot(stack.lost));
                 }
                 StackRead::Frames(frames)
             }

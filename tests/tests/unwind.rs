@@ -222,10 +222,12 @@ fn stacks_deeper_than_the_walk_are_reported_truncated() {
         deepest as f64 >= 0.9 * leaf as f64,
         "{deepest} of {leaf} walked 120+ recurse frames"
     );
-    // A truncated stack says so where its outermost frames would be; a whole one does not.
+    // A truncated stack says so where its outermost frames would be, with how many it lost; a
+    // whole one does not.
     let stacks = report.stacks_of(pid);
+    let is_mark = |f: &str| f.starts_with("[truncated");
     let (marked, whole): (Vec<&&Value>, Vec<&&Value>) =
-        (stacks.iter()).partition(|s| Report::frames(s).first() == Some(&"[truncated]"));
+        (stacks.iter()).partition(|s| Report::frames(s).first().is_some_and(|f| is_mark(f)));
     let count = |v: &[&&Value]| v.iter().map(|s| s["count"].as_u64().unwrap()).sum::<u64>();
     println!(
         "{} samples' stacks marked [truncated], {} whole",
@@ -238,15 +240,31 @@ fn stacks_deeper_than_the_walk_are_reported_truncated() {
         "{} marked of {deepest} stacks with 120+ recurse frames",
         count(&marked)
     );
+    // Below leaf_work, 201 recurse frames, then run_deep, main and the C library's three
+    // (`__libc_start_call_main`, `__libc_start_main`, `_start`): what was not kept was lost.
+    const RECURSE_FRAMES: usize = 201;
+    const BELOW_RECURSE: usize = 5;
+    let mut counted = 0;
     for stack in &marked {
-        let recursion = Report::frames(stack).iter().filter(|&&f| f == "recurse").count();
+        let frames = Report::frames(stack);
+        let recursion = frames.iter().filter(|&&f| f == "recurse").count();
         assert!(
             recursion >= 100,
             "a stack marked truncated had {recursion} recurse frames"
         );
+        if frames.last() == Some(&"leaf_work") {
+            let want = format!(
+                "[truncated: {} frames]",
+                RECURSE_FRAMES - recursion + BELOW_RECURSE
+            );
+            assert_eq!(frames[0], want, "with {recursion} recurse frames kept");
+            counted += stack["count"].as_u64().unwrap();
+        }
     }
+    println!("{counted} samples in leaf_work said exactly how many frames they lost");
+    assert!(counted as f64 >= 0.9 * deepest as f64, "{counted} of {deepest}");
     assert!(
-        (whole.iter()).all(|s| !Report::frames(s).contains(&"[truncated]")),
+        (whole.iter()).all(|s| !Report::frames(s).iter().any(|f| is_mark(f))),
         "the mark is only ever the outermost frame"
     );
 }

@@ -21,7 +21,7 @@ pub use info::{comm_of, container_id, split_stat, threads_of, ProcessInfo};
 pub use perf_map::{JitMaps, JitNames, JitSymbol, PerfMap};
 use profiler_common::{
     python::py_frame_parts,
-    unwind::{is_address, TRUNCATED_SLOT},
+    unwind::{is_address, truncation},
 };
 
 /// Index into [`Processes::files`].
@@ -40,8 +40,9 @@ pub enum UserAddr {
     Jit { symbol: u32, addr: u64 },
     /// In no executable mapping known for the process (it exited before it could be captured).
     Unmapped { addr: u64 },
-    /// Where the walk stopped at its depth: the outermost frames are missing.
-    Truncated,
+    /// Where the walk stopped at its depth: the outermost frames are missing (the truncation
+    /// slot, which says how many where that is known).
+    Truncated { slot: u64 },
 }
 
 impl UserAddr {
@@ -52,7 +53,7 @@ impl UserAddr {
             | UserAddr::Anon { addr }
             | UserAddr::Jit { addr, .. }
             | UserAddr::Unmapped { addr } => addr,
-            UserAddr::Truncated => profiler_common::unwind::TRUNCATED_SLOT,
+            UserAddr::Truncated { slot } => slot,
         }
     }
 }
@@ -541,8 +542,8 @@ impl Processes {
 
     /// Resolve an address of `pid` against the memory map captured of its image then.
     pub fn normalize(&self, pid: u32, generation: u32, addr: u64) -> UserAddr {
-        if addr == TRUNCATED_SLOT {
-            return UserAddr::Truncated;
+        if truncation(addr).is_some() {
+            return UserAddr::Truncated { slot: addr };
         }
         if let Some((code, offset)) = py_frame_parts(addr).filter(|_| self.python.knows(pid)) {
             return self.python_frame(pid, code, offset, addr);

@@ -26,7 +26,7 @@ pub enum Unsupported {
     Version(u8, u8),
     #[error("Python {0}.{1} built free-threaded: its frames are not read; profiled natively")]
     FreeThreaded(u8, u8),
-    #[error("Python 3.9 or older (no Py_Version, no Py_Is): its frames are not read (3.10 to 3.13 are); profiled natively")]
+    #[error("a Python that does not say its version (no Py_Version, and not 3.10's symbols: 3.9 or older?): its frames are not read (3.10 to 3.13 are); profiled natively")]
     NoVersion,
 }
 
@@ -205,19 +205,22 @@ impl Interpreter {
     /// The interpreter `file` is (a `libpython3.X.so` or a python built statically): None for
     /// any other file; an error for an interpreter whose frames are not read.
     pub fn of(file: &object::File) -> Option<Result<Interpreter, Unsupported>> {
-        let (mut eval, mut runtime, mut version, mut is_3_10) = (None, None, None, false);
+        let (mut eval, mut runtime, mut version) = (None, None, None);
+        let (mut py_is, mut block_setup) = (false, false);
         for symbol in file.dynamic_symbols().chain(file.symbols()) {
             let range = (symbol.address(), symbol.address().checked_add(symbol.size()));
             match symbol.name() {
                 Ok("_PyEval_EvalFrameDefault") => eval = Some(range),
                 Ok("_PyRuntime") => runtime = Some(symbol.address()),
                 Ok("Py_Version") => version = Some(symbol.address()),
-                // New in 3.10, which does not say its version (`Py_Version` came in 3.11).
-                Ok("Py_Is") => is_3_10 = true,
+                // 3.10 does not say its version (`Py_Version` came in 3.11): it is the one that
+                // has both `Py_Is` (new in 3.10) and `PyFrame_BlockSetup` (gone in 3.11).
+                Ok("Py_Is") => py_is = true,
+                Ok("PyFrame_BlockSetup") => block_setup = true,
                 _ => {}
             }
         }
-        let version = match (version, is_3_10) {
+        let version = match (version, py_is && block_setup) {
             (Some(at), _) => Some(Version::At(at)),
             (None, true) => Some(Version::Known((3, 10))),
             (None, false) => None,

@@ -322,8 +322,8 @@ impl Symbolizer {
                         };
                         symbols.user.insert(*addr, vec![frame]);
                     }
-                    UserAddr::Truncated => {
-                        symbols.user.insert(*addr, vec![truncated_frame()]);
+                    UserAddr::Truncated { slot } => {
+                        symbols.user.insert(*addr, vec![truncated_frame(slot)]);
                     }
                     UserAddr::Unmapped { addr: a } => {
                         symbols
@@ -479,10 +479,17 @@ fn jit_frame(jit: &crate::process::JitSymbol, addr: u64) -> Frame {
     }
 }
 
-/// The frame standing for the outermost frames a walk did not reach (deeper than it walks).
-fn truncated_frame() -> Frame {
+/// The frame standing for the outermost frames a walk did not keep (deeper than it keeps):
+/// `[truncated: 80 frames]`, `[truncated: 300+ frames]` where the walk ran out before the
+/// stack's end, `[truncated]` where the count is not known.
+fn truncated_frame(slot: u64) -> Frame {
+    let function = match profiler_common::unwind::truncation(slot).flatten() {
+        Some((lost, false)) => format!("[truncated: {lost} frames]"),
+        Some((lost, true)) => format!("[truncated: {lost}+ frames]"),
+        None => TRUNCATED.to_string(),
+    };
     Frame {
-        function: TRUNCATED.to_string(),
+        function,
         ..Frame::unknown(TRUNCATED, 0, false)
     }
 }
