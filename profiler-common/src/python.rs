@@ -15,9 +15,12 @@ pub const PY_FRAME: u64 = 1 << 63;
 /// The code object's address: the low 48 bits.
 pub const PY_CODE_MASK: u64 = (1 << 48) - 1;
 /// The instruction's place in the code object, in bytes: 15 bits above the address. Where it
-/// does not fit, the field holds `PY_NO_OFFSET`.
+/// does not fit, the field holds `PY_NO_OFFSET`. The field's all-ones value is no offset's:
+/// a slot with the top 16 bits set is a truncation mark (`unwind::truncation`), never a Python
+/// frame, whatever its code object's address (on arm64 a user address may fill all 48 bits).
 pub const PY_OFFSET_SHIFT: u32 = 48;
-pub const PY_NO_OFFSET: u64 = (1 << 15) - 1;
+const PY_OFFSET_FIELD: u64 = (1 << 15) - 1;
+pub const PY_NO_OFFSET: u64 = PY_OFFSET_FIELD - 1;
 
 /// One Python frame's stack slot.
 #[inline(always)]
@@ -33,8 +36,9 @@ pub fn py_frame(code: u64, offset: u64) -> u64 {
 /// A slot's (code object, offset), if it is a Python frame.
 #[inline(always)]
 pub fn py_frame_parts(slot: u64) -> Option<(u64, u64)> {
-    let frame = slot & PY_FRAME != 0 && crate::unwind::truncation(slot).is_none();
-    frame.then_some((slot & PY_CODE_MASK, (slot >> PY_OFFSET_SHIFT) & PY_NO_OFFSET))
+    let offset = (slot >> PY_OFFSET_SHIFT) & PY_OFFSET_FIELD;
+    let frame = slot & PY_FRAME != 0 && offset != PY_OFFSET_FIELD;
+    frame.then_some((slot & PY_CODE_MASK, offset))
 }
 
 /// How the interpreter chains its frames.
@@ -168,9 +172,14 @@ mod tests {
         for slot in [truncated_slot(1), truncated_slot(u32::MAX >> 1), TRUNCATED_SLOT] {
             assert_eq!(py_frame_parts(slot), None);
         }
-        let highest_python = py_frame(0x7fff_ffff_ffff, 0x7ffe);
-        assert_eq!(truncation(highest_python), None);
-        assert_eq!(truncation(py_frame(0x7fff_ffff_ffff, 1 << 20)), None);
+        // arm64's user addresses may fill all 48 bits (mmap's at 0xffff_xxxx_xxxx).
+        for code in [0x7fff_ffff_ffff, 0xffff_9a3c_1230, 0xffff_ffff_fff0] {
+            for offset in [0, 0x7ffd, PY_NO_OFFSET, 1 << 20] {
+                let slot = py_frame(code, offset);
+                assert_eq!(truncation(slot), None, "{slot:#x}");
+                assert_eq!(py_frame_parts(slot), Some((code, offset.min(PY_NO_OFFSET))));
+            }
+        }
         assert_eq!(truncation(0x7fff_1234_5678), None);
     }
 }

@@ -123,8 +123,9 @@ const _: () = assert!(size_of::<Walk>() == 72 + size_of::<UserStack>());
 /// where that is known (`truncated_slot`); this one where it is not.
 pub const TRUNCATED_SLOT: u64 = u64::MAX;
 
-/// The truncation slots: the top 32 bits set (no Python frame has: its code object's address
-/// is a user one, below bit 47), the low 32 bits `UserStack::lost`.
+/// The truncation slots: the top 32 bits set (no Python frame has: its offset field is never
+/// all ones), the low 32 bits `UserStack::lost`. (No user address has bit 63 either; a garbage
+/// one that does is cut by user space where it reads the stack.)
 const TRUNCATED_BASE: u64 = 0xffff_ffff << 32;
 
 /// `UserStack::lost`'s top bit: the walk ran out of runs before the stack's end, so at least
@@ -163,7 +164,8 @@ pub mod stop {
     pub const WALKING: u32 = 0;
     /// Reached the outermost frame (clean end).
     pub const END: u32 = 1;
-    /// MAX_FRAMES reached.
+    /// Frames were lost: walked past the `MAX_FRAMES` kept (`UserStack::lost` says how many),
+    /// or the walk ran out of runs.
     pub const TRUNCATED: u32 = 2;
     /// A return address could not be read, or led nowhere (frame pointer chain ended).
     pub const FAILED: u32 = 3;

@@ -770,7 +770,11 @@ fn note_end(walk: &Walk) {
 /// The walked stack's place in `stacks` (see `store`).
 #[inline(always)]
 fn stored(stacks: &HashMap<u32, UserStack>, walk: &mut Walk) -> i32 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325 ^ walk.stack.len as u64 ^ ((walk.stack.lost as u64) << 32);
+    // How it ended too: a whole stack of 127 frames is not one that ran out of runs there.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325
+        ^ walk.stack.len as u64
+        ^ ((walk.stack.lost as u64) << 32)
+        ^ ((walk.stack.stop as u64) << 24);
     for i in 0..MAX_FRAMES {
         if i >= walk.stack.len as usize {
             break;

@@ -218,6 +218,11 @@ pub(crate) fn read_unwound(map: &BpfHashMap<MapData, u32, UserStack>, id: i32) -
         id if id >= 0 => match map.get(&(id as u32), 0) {
             Ok(stack) => {
                 let len = (stack.len as usize).min(stack.frames.len());
+                // A walk gone astray may have read a value with the top 32 bits set (a kernel
+                // pointer), which would read as a truncation mark: what follows it is no stack.
+                let len = (stack.frames[..len].iter())
+                    .position(|&f| profiler_common::unwind::truncation(f).is_some())
+                    .unwrap_or(len);
                 let mut frames = stack.frames[..len].to_vec();
                 if stack.stop == profiler_common::unwind::stop::TRUNCATED {
                     frames.push(profiler_common::unwind::truncated_slot(stack.lost));

@@ -170,6 +170,10 @@ fn side(name: &str, report: &StackReport) -> Side {
 /// its module, named as stackcollapse-perf and our folded files name it (`[liblzma.so.5]`), so
 /// unknown code in two libraries stays two rows.
 fn row_name(function: &str, module: &str) -> String {
+    // Truncation marks, whatever frames each says were lost, are one row.
+    if module == crate::symbolize::TRUNCATED {
+        return crate::symbolize::TRUNCATED.to_string();
+    }
     if function != UNKNOWN || module.is_empty() {
         return function.to_string();
     }
