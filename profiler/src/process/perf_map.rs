@@ -122,7 +122,7 @@ impl PerfMap {
         }
         for line in bytes[..whole].split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
             match parse_line(line) {
-                Some(symbol) => self.insert(symbol),
+                Some((start, entry)) => self.insert(start, entry),
                 None => self.bad_lines += 1,
             }
         }
@@ -142,7 +142,8 @@ impl PerfMap {
         len == 0 || (self.read_at(self.read_to - len, len, &mut bytes).is_ok() && bytes == self.last_line)
     }
 
-    fn insert(&mut self, (start, end, name): (u64, u64, Arc<str>)) {
+    fn insert(&mut self, start: u64, entry: Entry) {
+        let end = entry.0;
         // Drop what the new function overlaps: the entry before it that reaches into it, and
         // those that start inside it.
         if let Some((&before, &(before_end, ..))) = self.entries.range(..start).next_back() {
@@ -155,8 +156,7 @@ impl PerfMap {
             self.entries.remove(&s);
         }
         if self.entries.len() < MAX_ENTRIES {
-            let (name, source) = runtime_name(&name);
-            self.entries.insert(start, (end, name, source));
+            self.entries.insert(start, entry);
         }
     }
 
@@ -262,7 +262,8 @@ impl JitNames {
 }
 
 /// `START SIZE NAME`: hex numbers (an optional `0x`), then the rest of the line (spaces and all).
-fn parse_line(line: &[u8]) -> Option<(u64, u64, Arc<str>)> {
+/// Its start and entry: the name read as its runtime writes it (`runtime_name`).
+fn parse_line(line: &[u8]) -> Option<(u64, Entry)> {
     if line.len() > MAX_LINE {
         return None;
     }
@@ -277,7 +278,8 @@ fn parse_line(line: &[u8]) -> Option<(u64, u64, Arc<str>)> {
         Some((cut, _)) => &name[..cut],
         None => name,
     };
-    Some((start, end, Arc::from(name)))
+    let (name, file) = runtime_name(name);
+    Some((start, (end, name, file)))
 }
 
 /// A function as its runtime names it in a perf map, and its file when the name says:
