@@ -243,7 +243,11 @@ fn frame(walk: &mut Walk, py: &PyProcess) -> Result<(), ()> {
         return Ok(());
     }
     let previous: u64 = read(at + o.frame_previous as u64)?;
-    let marker: u8 = read(at + o.frame_marker as u64)?;
+    // 3.10's frames have no marker: every one ends its activation.
+    let marker: u8 = match o.model {
+        model::ONE_FRAME => 0,
+        _ => read(at + o.frame_marker as u64)?,
+    };
     let next = if previous == 0 { NO_MORE } else { previous };
     if o.model == model::CSTACK_FRAME && marker == OWNED_BY_CSTACK {
         walk.py_frame = next;

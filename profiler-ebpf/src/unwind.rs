@@ -522,9 +522,8 @@ fn advance<C: EbpfContext>(ctx: &C, walk: &mut Walk, programs: &ProgramArray) {
                 if walk.stack.stop != stop::WALKING {
                     break;
                 }
-                if let Some(pc) = push_frame(walk, walk.native == 0) {
-                    step_by(walk, UNSUPPORTED, pc);
-                }
+                let pc = push_frame(walk, walk.native == 0);
+                step_by(walk, UNSUPPORTED, pc);
             }
         }
     }
@@ -567,19 +566,19 @@ fn lookup_pc(walk: &Walk, first: bool) -> u64 {
     }
 }
 
-/// Record the current frame. Returns the pc to look its caller up by, or None if the stack is
-/// full.
+/// Record the current frame. Returns the pc to look its caller up by.
 #[inline(always)]
-fn push_frame(walk: &mut Walk, first: bool) -> Option<u64> {
+fn push_frame(walk: &mut Walk, first: bool) -> u64 {
     let pc = lookup_pc(walk, first);
     walk.native = 1;
-    push(walk, walk.ip).then_some(pc)
+    push(walk, walk.ip);
+    pc
 }
 
 /// Add a slot (a frame) to the stack; past `MAX_FRAMES`, count it lost (the walk goes on, to
 /// say how many the stack lost).
 #[inline(always)]
-pub fn push(walk: &mut Walk, frame: u64) -> bool {
+pub fn push(walk: &mut Walk, frame: u64) {
     let len = walk.stack.len as usize;
     match walk.stack.frames.get_mut(len) {
         Some(slot) => {
@@ -588,7 +587,6 @@ pub fn push(walk: &mut Walk, frame: u64) -> bool {
         }
         None => walk.stack.lost = walk.stack.lost.saturating_add(1),
     }
-    true
 }
 
 /// Record the current frame and step to its caller, through the tables. A frame of Python's
@@ -601,8 +599,8 @@ fn step(walk: &mut Walk, mappings: &mut ProcessMappings, eval: &crate::python::E
     if python {
         crate::python::enter(walk);
         walk.native = 1;
-    } else if push_frame(walk, first).is_none() {
-        return;
+    } else {
+        push_frame(walk, first);
     }
     let mut rule = UNSUPPORTED;
     match find_mapping(mappings, pc) {

@@ -91,8 +91,8 @@ const LAYOUTS: [Layout; 4] = [
             frame_code: 32,
             frame_previous: 24,
             frame_instr: 96,
-            // No marker: every frame is an activation's one; any field read does.
-            frame_marker: 96,
+            // No marker (not read): every frame is an activation's one.
+            frame_marker: 0,
             pthread_tid: PTHREAD_TID,
             model: model::ONE_FRAME,
             _pad: [0; 1],
