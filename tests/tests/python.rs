@@ -233,6 +233,28 @@ fn assert_named_and_interleaved(
     );
 }
 
+/// `bpfprof --mode MODE -o FILE -- PYTHON -c SCRIPT`, which must succeed: the script's truth,
+/// the report, and its file.
+fn run_script(
+    mode: &str,
+    python: &str,
+    script: &str,
+) -> (std::collections::HashMap<String, f64>, Value, std::path::PathBuf) {
+    let path = temp_path(&format!("python-{mode}-{}.json", rand_suffix()));
+    let out = run(&[
+        "--mode",
+        mode,
+        "-o",
+        path.to_str().unwrap(),
+        "--",
+        python,
+        "-c",
+        script,
+    ]);
+    assert!(out.status.success(), "{python}: {}", stderr(&out));
+    (truth(&stdout(&out)), read_json(&path), path)
+}
+
 /// Off-CPU stacks (sched mode) show the Python function that slept, at the line of its sleep:
 /// a function that naps 200 ms ten times has the thread's off-CPU time under it. (It starts
 /// after a first sleep, by which the process's tables are loaded: a stack taken before is
@@ -244,21 +266,8 @@ fn python_functions_show_in_off_cpu_stacks() {
         time.sleep(0.3)\n\
         napper()\n\
         print(f'TRUTH pid={os.getpid()}', flush=True)\n";
-    let python = a_python();
-    let path = temp_path(&format!("python-sched-{}.json", rand_suffix()));
-    let out = run(&[
-        "--mode",
-        "sched",
-        "-o",
-        path.to_str().unwrap(),
-        "--",
-        &python,
-        "-c",
-        NAPPER,
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let pid = truth(&stdout(&out))["pid"] as u32;
-    let report = read_json(&path);
+    let (truth, report, path) = run_script("sched", &a_python(), NAPPER);
+    let pid = truth["pid"] as u32;
     let (mut under, mut all) = (0.0, 0.0);
     for stack in report["offcpu"].as_array().unwrap() {
         if stack["pid"] != pid {
@@ -311,20 +320,7 @@ fn a_python_function_blocked_on_a_lock_is_named_in_lock_mode() {
         pythons.push(format!("{PYENV}/3.13.0/bin/python3.13"));
     }
     for python in pythons {
-        let path = temp_path(&format!("python-lock-{}.json", rand_suffix()));
-        let out = run(&[
-            "--mode",
-            "lock",
-            "-o",
-            path.to_str().unwrap(),
-            "--",
-            &python,
-            "-c",
-            LOCKS,
-        ]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        let truth = truth(&stdout(&out));
-        let report = read_json(&path);
+        let (truth, report, path) = run_script("lock", &python, LOCKS);
         let innermost_python = |frames: &Value| -> Option<(String, u64)> {
             let frame = (frames.as_array()?.iter()).rfind(|f| f["kind"] == "python")?;
             Some((frame["function"].as_str()?.to_string(), frame["line"].as_u64()?))

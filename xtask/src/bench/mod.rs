@@ -257,11 +257,13 @@ fn hotspot() -> Result<()> {
 
 const AGENT_DIR: &str = "/tmp/bpfprof-bench-agent";
 
+/// The agent at its default rate, as the benches run it.
+const AGENT_19: &[&str] = &["agent", "-F", "19", "--listen", "off", "--output-dir", AGENT_DIR];
+
 /// The agent at its default 19 Hz, at 99 Hz, and at 19 Hz with every signal (the scheduler's
 /// programs too): what it costs on an idle machine, and on a busy one (both CPUs running fixed
 /// work) how much slower that work gets, beside `perf record -a`.
 fn agent() -> Result<()> {
-    let agent_19: &[&str] = &["agent", "-F", "19", "--listen", "off", "--output-dir", AGENT_DIR];
     let agent_99: &[&str] = &["agent", "-F", "99", "--listen", "off", "--output-dir", AGENT_DIR];
     let agent_all: &[&str] = &[
         "agent",
@@ -274,7 +276,7 @@ fn agent() -> Result<()> {
         "--output-dir",
         AGENT_DIR,
     ];
-    let configs = [agent_19, agent_99, agent_all];
+    let configs = [AGENT_19, agent_99, agent_all];
     let seconds = 30.0;
     let stats_before = std::fs::read_to_string(BPF_STATS).unwrap_or_else(|_| "0".into());
     let _ = std::fs::write(BPF_STATS, "1");
@@ -373,11 +375,7 @@ fn python() -> Result<()> {
         mode: "python",
         what: format!("{rounds} rounds of Python work (pysplit fixed, CPython 3.12)"),
         workload: Box::new(move || run(rounds)),
-        bpfprof: &[
-            &["-a", "-F", "99"],
-            &["-a", "-F", "999"],
-            &["agent", "-F", "19", "--listen", "off", "--output-dir", AGENT_DIR],
-        ],
+        bpfprof: &[&["-a", "-F", "99"], &["-a", "-F", "999"], AGENT_19],
         references: &PERF_STACKS,
         ratio_target: Some(1.005),
         perf_share_target: None,
