@@ -32,8 +32,9 @@ pub type FileId = u32;
 pub enum UserAddr {
     /// In a mapped file: `offset` is the file offset, what blazesym resolves against the ELF.
     File { file: FileId, offset: u64, addr: u64 },
-    /// In the vDSO.
-    Vdso { addr: u64 },
+    /// In the vDSO: `offset` from its start, where every 64-bit process's vDSO (the same image)
+    /// has the same code.
+    Vdso { offset: u64, addr: u64 },
     /// In anonymous executable memory (JIT code, trampolines) no perf map names.
     Anon { addr: u64 },
     /// In a function of JIT code its runtime's perf map names (`JitNames`' `symbol`).
@@ -49,7 +50,7 @@ impl UserAddr {
     pub fn addr(&self) -> u64 {
         match *self {
             UserAddr::File { addr, .. }
-            | UserAddr::Vdso { addr }
+            | UserAddr::Vdso { addr, .. }
             | UserAddr::Anon { addr }
             | UserAddr::Jit { addr, .. }
             | UserAddr::Unmapped { addr } => addr,
@@ -179,6 +180,13 @@ pub struct MapsLine {
     pub dev: String,
     pub inode: u64,
     pub path: String,
+}
+
+/// The vDSO as the kernel maps it into this process: the image every 64-bit process maps.
+pub fn own_vdso() -> Option<std::ops::Range<u64>> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let line = parse_maps(&maps).into_iter().find(|l| l.path == "[vdso]")?;
+    Some(line.start..line.end)
 }
 
 /// Parse the executable mappings out of a `/proc/<pid>/maps` text.
@@ -561,7 +569,10 @@ impl Processes {
                 offset: addr - mapping.start + mapping.file_offset,
                 addr,
             },
-            Region::Vdso => UserAddr::Vdso { addr },
+            Region::Vdso => UserAddr::Vdso {
+                offset: addr - mapping.start,
+                addr,
+            },
             Region::Anon => match self.jit.symbol(pid, addr) {
                 Some(symbol) => UserAddr::Jit { symbol, addr },
                 None => UserAddr::Anon { addr },

@@ -43,7 +43,10 @@ fn normalizes_to_file_offsets_and_shares_files() {
     );
     assert_eq!(
         procs.normalize(10, 0, 0x7ffd00000010),
-        UserAddr::Vdso { addr: 0x7ffd00000010 }
+        UserAddr::Vdso {
+            offset: 0x10,
+            addr: 0x7ffd00000010
+        }
     );
     assert_eq!(
         procs.normalize(10, 0, 0x1000),

@@ -24,9 +24,10 @@ use std::{
 };
 
 use blazesym::symbolize::{
-    source::{Kernel, Source},
+    source::{Kernel, Process, Source},
     CodeInfo, Input, Sym, Symbolized, Symbolizer as BlazeSymbolizer,
 };
+use blazesym::Pid;
 
 use crate::{
     process::{FileId, FileIdentity, FileTable, UserAddr},
@@ -299,17 +300,14 @@ impl Symbolizer {
         let mut symbols = Symbols::default();
         let mut by_file: BTreeMap<FileId, HashSet<UserAddr>> = BTreeMap::new();
         let mut kernel: HashSet<u64> = HashSet::new();
+        let mut vdso: Vec<UserAddr> = Vec::new();
         for key in profile.stacks.keys() {
             for addr in &key.user {
                 match *addr {
                     UserAddr::File { file, .. } => {
                         by_file.entry(file).or_default().insert(*addr);
                     }
-                    UserAddr::Vdso { addr: a } => {
-                        symbols
-                            .user
-                            .insert(*addr, vec![Frame::unknown("[vdso]", a, false)]);
-                    }
+                    UserAddr::Vdso { .. } => vdso.push(*addr),
                     UserAddr::Anon { addr: a } => {
                         symbols
                             .user
@@ -362,6 +360,11 @@ impl Symbolizer {
             symbols.user.extend(addrs.into_iter().zip(frames));
         }
 
+        vdso.sort_unstable();
+        vdso.dedup();
+        let frames = self.vdso_frames(&vdso);
+        symbols.user.extend(vdso.into_iter().zip(frames));
+
         let kernel: Vec<u64> = kernel.into_iter().collect();
         if !kernel.is_empty() {
             let source = Source::Kernel(Kernel::default());
@@ -379,6 +382,43 @@ impl Symbolizer {
             }
         }
         symbols
+    }
+}
+
+impl Symbolizer {
+    /// Frames in the vDSO, named by its own symbols (`__vdso_clock_gettime`): every 64-bit
+    /// process maps the kernel's one image, so an offset into a target's vDSO is named at the
+    /// same offset into this process's (what blazesym reads), whether or not the target still
+    /// runs. An offset past this process's image (a 32-bit process's vDSO) stays unnamed.
+    fn vdso_frames(&self, addrs: &[UserAddr]) -> Vec<Vec<Frame>> {
+        let unknown = |a: &UserAddr| vec![Frame::unknown("[vdso]", a.addr(), false)];
+        let own = match crate::process::own_vdso() {
+            Some(own) if !addrs.is_empty() => own,
+            _ => return addrs.iter().map(unknown).collect(),
+        };
+        let own_addrs: Vec<u64> = addrs
+            .iter()
+            .map(|a| match *a {
+                UserAddr::Vdso { offset, .. } if offset < own.end - own.start => own.start + offset,
+                _ => 0,
+            })
+            .collect();
+        let source = Source::Process(Process {
+            debug_syms: false,
+            perf_map: false,
+            map_files: false,
+            vdso: true,
+            ..Process::new(Pid::Slf)
+        });
+        let symbolizer = self.kernel.borrow();
+        match symbolizer.symbolize(&source, Input::AbsAddr(&own_addrs)) {
+            Ok(results) => addrs
+                .iter()
+                .zip(&results)
+                .map(|(a, result)| frames_of(result, "[vdso]", a.addr(), false, None))
+                .collect(),
+            Err(_) => addrs.iter().map(unknown).collect(),
+        }
     }
 }
 

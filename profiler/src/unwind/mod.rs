@@ -420,13 +420,10 @@ fn interpreter_at(pid: u32, found: &Interpreter, segments: &[Segment], line: &Ma
 /// and it carries an `.eh_frame` (clock_gettime and friends show up in profiles).
 fn own_vdso() -> Option<Vec<u8>> {
     use std::os::unix::fs::FileExt as _;
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let line = crate::process::parse_maps(&maps)
-        .into_iter()
-        .find(|l| l.path == VDSO)?;
-    let mut image = vec![0u8; (line.end - line.start) as usize];
+    let range = crate::process::own_vdso()?;
+    let mut image = vec![0u8; (range.end - range.start) as usize];
     let mem = std::fs::File::open("/proc/self/mem").ok()?;
-    mem.read_exact_at(&mut image, line.start).ok()?;
+    mem.read_exact_at(&mut image, range.start).ok()?;
     Some(image)
 }
 

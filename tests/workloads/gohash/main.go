@@ -1,9 +1,11 @@
 // Go test workload: `gohash SECONDS PROFILE` hashes with crypto/sha256 in hashWork (its
 // assembly uses RBP as an ordinary register: a frame-pointer walk loses its callers) and spins in
-// spinWork, for SECONDS of wall time, on one OS thread whose CPU clock times each call; Go's own
+// spinWork, and reads the clock in nowWork (time.Now: the vDSO, reached from assembly that moves
+// to the system stack), for SECONDS of wall time, on one OS thread whose CPU clock times each call; Go's own
 // profiler (runtime/pprof, at 500 Hz) writes the run's CPU profile to PROFILE meanwhile. Prints at
 // exit:
 //   TRUTH pid=<pid> hash=<ns of the thread's CPU time in hashWork> spin=<ns in spinWork>
+//   now=<ns in nowWork>
 package main
 
 import (
@@ -44,6 +46,15 @@ func spinWork(n int) int {
 	return x
 }
 
+//go:noinline
+func nowWork(n int) int64 {
+	var x int64
+	for i := 0; i < n; i++ {
+		x += time.Now().UnixNano() & 1
+	}
+	return x
+}
+
 func main() {
 	seconds, err := strconv.ParseFloat(os.Args[1], 64)
 	if err != nil {
@@ -61,16 +72,18 @@ func main() {
 	runtime.LockOSThread()
 	buf := make([]byte, 64<<10)
 	end := time.Now().Add(time.Duration(seconds * float64(time.Second)))
-	var hash, spin int64
+	var hash, spin, now int64
 	x := 0
 	for time.Now().Before(end) {
 		t0 := threadNs()
 		s := hashWork(buf)
 		t1 := threadNs()
 		x += spinWork(5000000) + int(s[0])
-		hash, spin = hash+t1-t0, spin+threadNs()-t1
+		t2 := threadNs()
+		x += int(nowWork(100000))
+		hash, spin, now = hash+t1-t0, spin+t2-t1, now+threadNs()-t2
 	}
 	pprof.StopCPUProfile()
 	out.Close()
-	fmt.Printf("TRUTH pid=%d hash=%d spin=%d sink=%d\n", os.Getpid(), hash, spin, x)
+	fmt.Printf("TRUTH pid=%d hash=%d spin=%d now=%d sink=%d\n", os.Getpid(), hash, spin, now, x)
 }
