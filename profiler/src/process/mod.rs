@@ -189,6 +189,16 @@ pub fn own_vdso() -> Option<std::ops::Range<u64>> {
     Some(line.start..line.end)
 }
 
+/// That image's bytes (an ELF file with `.dynsym` and `.eh_frame`).
+pub fn own_vdso_image() -> Option<Vec<u8>> {
+    use std::os::unix::fs::FileExt as _;
+    let range = own_vdso()?;
+    let mut image = vec![0u8; (range.end - range.start) as usize];
+    let mem = std::fs::File::open("/proc/self/mem").ok()?;
+    mem.read_exact_at(&mut image, range.start).ok()?;
+    Some(image)
+}
+
 /// Parse the executable mappings out of a `/proc/<pid>/maps` text.
 pub fn parse_maps(text: &str) -> Vec<MapsLine> {
     text.lines().filter_map(parse_maps_line).collect()

@@ -411,14 +411,58 @@ impl Symbolizer {
             ..Process::new(Pid::Slf)
         });
         let symbolizer = self.kernel.borrow();
-        match symbolizer.symbolize(&source, Input::AbsAddr(&own_addrs)) {
-            Ok(results) => addrs
-                .iter()
-                .zip(&results)
-                .map(|(a, result)| frames_of(result, "[vdso]", a.addr(), false, None))
-                .collect(),
-            Err(_) => addrs.iter().map(unknown).collect(),
+        let Ok(results) = symbolizer.symbolize(&source, Input::AbsAddr(&own_addrs)) else {
+            return addrs.iter().map(unknown).collect();
+        };
+        let mut placed = None;
+        addrs
+            .iter()
+            .zip(&results)
+            .map(|(a, result)| match (result, a) {
+                (Symbolized::Unknown(_), UserAddr::Vdso { offset, addr }) => {
+                    let placed = placed.get_or_insert_with(VdsoPlaces::read);
+                    vec![placed.frame(*offset, *addr)]
+                }
+                _ => frames_of(result, "[vdso]", a.addr(), false, None),
+            })
+            .collect()
+    }
+}
+
+/// Where the vDSO's code that its symbols leave out is (arm64's static helpers): placed in the
+/// function its `.eh_frame` bounds, `[vdso]+0x<start>`, as a stripped file's code is.
+struct VdsoPlaces {
+    bounds: bounds::FunctionBounds,
+    /// (file offset, virtual address) of the image's first loadable segment.
+    base: Option<(u64, u64)>,
+}
+
+impl VdsoPlaces {
+    fn read() -> Self {
+        use object::{Object as _, ObjectSegment as _};
+        let image = crate::process::own_vdso_image().unwrap_or_default();
+        let Ok(file) = object::File::parse(&*image) else {
+            return Self {
+                bounds: bounds::FunctionBounds::default(),
+                base: None,
+            };
+        };
+        let base = file.segments().next().map(|s| (s.file_range().0, s.address()));
+        Self {
+            bounds: bounds::FunctionBounds::of_file(&file),
+            base,
         }
+    }
+
+    fn frame(&self, offset: u64, address: u64) -> Frame {
+        let object = ObjectRef {
+            build_id: None,
+            file_offset: Some(offset),
+            vaddr: self
+                .base
+                .and_then(|(file, vaddr)| (offset + vaddr).checked_sub(file)),
+        };
+        bounds::placed_frame("[vdso]", address, object, &self.bounds)
     }
 }
 

@@ -334,7 +334,7 @@ impl Tables {
         let (vdso, mapped);
         let data: &[u8] = match line.path.as_str() {
             VDSO => {
-                vdso = own_vdso()?;
+                vdso = crate::process::own_vdso_image()?;
                 &vdso
             }
             _ => {
@@ -414,17 +414,6 @@ fn interpreter_at(pid: u32, found: &Interpreter, segments: &[Segment], line: &Ma
         pidns_ino: namespace.as_ref().map_or(0, |m| m.ino()),
         offsets: found.layout.walker,
     })
-}
-
-/// The kernel's vDSO image as mapped into this process: every 64-bit process maps the same one,
-/// and it carries an `.eh_frame` (clock_gettime and friends show up in profiles).
-fn own_vdso() -> Option<Vec<u8>> {
-    use std::os::unix::fs::FileExt as _;
-    let range = crate::process::own_vdso()?;
-    let mut image = vec![0u8; (range.end - range.start) as usize];
-    let mem = std::fs::File::open("/proc/self/mem").ok()?;
-    mem.read_exact_at(&mut image, range.start).ok()?;
-    Some(image)
 }
 
 /// The BPF row array, mapped into this process (`BPF_F_MMAPABLE`).
