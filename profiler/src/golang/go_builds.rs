@@ -238,9 +238,20 @@ fn s_w_build_unwinds_from_its_table() {
     for root in ["runtime.goexit", "runtime.mstart", "runtime.mcall"] {
         assert_eq!(at(func(root).entry + 1).cfa, cfa::END, "{root}");
     }
-    // Stack switches that keep the goroutine's frame record in RBP: frame-pointer steps.
-    for switch in ["runtime.systemstack", "runtime.nanotime1", "time.now"] {
-        assert_eq!(at(func(switch).entry).cfa, cfa::UNSUPPORTED, "{switch}");
+    // Stack switches that keep the goroutine's frame record in RBP: systemstack (no frame of
+    // its own) by frame pointer throughout; the vDSO's callers by the stack pointer's rule at
+    // their entry (nothing pushed yet), by frame pointer past their prologue.
+    assert_eq!(at(func("runtime.systemstack").entry).cfa, cfa::UNSUPPORTED);
+    for switch in ["runtime.nanotime1", "time.now"] {
+        let f = func(switch);
+        let entry = at(f.entry);
+        assert_eq!(
+            (entry.cfa, entry.cfa_offset),
+            (cfa::SP, 8),
+            "{switch} at its entry"
+        );
+        let (body, _, _) = table.pc_values(f.pcsp, &f).find(|&(_, _, sp)| sp > 0).unwrap();
+        assert_eq!(at(body).cfa, cfa::UNSUPPORTED, "{switch} past its prologue");
     }
     // hashWork's frame saves the caller's RBP below its return address; sha256's assembly does
     // not (it uses RBP as a register).

@@ -46,8 +46,13 @@ pub enum Arch {
 enum Rule {
     /// A stack's root (or a switch bpfprof does not follow): the walk ends here, complete.
     End,
-    /// Frame-pointer step (the chain crosses the system-stack switch).
+    /// Frame-pointer step (ordinary Go code over the row budget).
     FramePointer,
+    /// A move to the system stack by a function with a frame, which keeps its frame record on
+    /// the goroutine's stack in the frame pointer: pcsp deltas where nothing is pushed yet (the
+    /// entry, before the frame pointer is saved), frame-pointer steps past that (where the
+    /// stack pointer may be on the other stack; its later adjustments count as pushes).
+    SwitchesStack,
     /// pcsp deltas; `frame`: the caller's frame pointer is saved at CFA - 16 (x86-64 Go code).
     Deltas { frame: bool },
 }
@@ -114,6 +119,17 @@ pub(super) fn build(table: &Pclntab<'_>, arch: Arch, hybrid: bool, limit: usize)
         match rule {
             Rule::End => out.rows.push(whole(func.entry, cfa::END)),
             Rule::FramePointer => out.rows.push(whole(func.entry, cfa::UNSUPPORTED)),
+            Rule::SwitchesStack => {
+                for (start, _, sp) in table.pc_values(func.pcsp, &func) {
+                    out.rows.push(match sp {
+                        0 => delta_row(start, 0, arch, false),
+                        _ => whole(start, cfa::UNSUPPORTED),
+                    });
+                    if out.rows.len() > limit {
+                        return None;
+                    }
+                }
+            }
             Rule::Deltas { frame } => {
                 for (start, _, sp) in table.pc_values(func.pcsp, &func) {
                     out.rows.push(delta_row(start, sp, arch, frame));
@@ -161,12 +177,21 @@ fn rule(table: &Pclntab<'_>, func: &Func, arch: Arch, hybrid: bool) -> Rule {
     if func.flag & TOPFRAME != 0 || ROOTS.contains(&name) || SWITCHES.contains(&name) {
         return Rule::End;
     }
-    if name == "runtime.systemstack" || VDSO_CALLERS.contains(&name) {
-        // Its frame-pointer chain goes on to the goroutine's stack; arm64 Go before 1.21 kept no
+    let file = table.file(func, func.entry).unwrap_or("");
+    let assembly = file.ends_with(".s");
+    let switches = match name {
+        // No frame of its own (its stack pointer, from the switch on, is the system stack's):
+        // frame-pointer steps throughout.
+        "runtime.systemstack" => Some(Rule::FramePointer),
+        _ if assembly && calls_the_vdso(name, table.version) => Some(Rule::SwitchesStack),
+        _ => None,
+    };
+    if let Some(rule) = switches {
+        // The frame-pointer chain goes on to the goroutine's stack; arm64 Go before 1.21 kept no
         // reliable frame pointers (1.20's table does not say which it is: 1.16-1.19 end here).
         return match (arch, table.version) {
             (Arch::Aarch64, Version::Go116 | Version::Go118) => Rule::End,
-            _ => Rule::FramePointer,
+            _ => rule,
         };
     }
     // Functions that write SP (gogo, asmcgocall...) have no pcsp to trust after the write: Go's
@@ -175,8 +200,6 @@ fn rule(table: &Pclntab<'_>, func: &Func, arch: Arch, hybrid: bool) -> Rule {
     if func.flag & SPWRITE != 0 && name != "runtime.cgocallback" {
         return Rule::End;
     }
-    let file = table.file(func, func.entry).unwrap_or("");
-    let assembly = file.ends_with(".s");
     if hybrid && !assembly && !CLOBBERED.iter().any(|f| file.ends_with(f)) {
         return Rule::FramePointer;
     }
@@ -189,13 +212,18 @@ fn rule(table: &Pclntab<'_>, func: &Func, arch: Arch, hybrid: bool) -> Rule {
 /// its frame record on the goroutine's stack still in the frame pointer, as systemstack's is.
 /// Before, a walk ended there as if at a root, and a program reading the clock lost every
 /// caller of `time.Now` (4% of a Go program's samples cut off, a [vdso] root of their own).
-const VDSO_CALLERS: [&str; 5] = [
-    "runtime.nanotime1",
-    "runtime.walltime",
-    "runtime.walltime1",
-    "runtime.vgetrandom1",
-    "time.now",
-];
+/// Only from Go 1.18's table on: 1.16's assembly pointed the frame pointer at its locals
+/// (`MOVQ SP, BP`), and 1.17 shares its table's version. Elsewhere (`time.now` is Go code on
+/// arm64) these names are ordinary functions.
+fn calls_the_vdso(name: &str, version: Version) -> bool {
+    const VDSO_CALLERS: [&str; 4] = [
+        "runtime.nanotime1",
+        "runtime.walltime",
+        "runtime.vgetrandom1",
+        "time.now",
+    ];
+    version != Version::Go116 && VDSO_CALLERS.contains(&name)
+}
 
 /// Go files whose functions call assembly that uses RBP as a register: their callers need RBP
 /// restored from the frame (after OpenTelemetry's eBPF profiler, elfgopclntab.go).

@@ -189,6 +189,21 @@ pub fn own_vdso() -> Option<std::ops::Range<u64>> {
     Some(line.start..line.end)
 }
 
+/// Whether `pid`'s vDSO, at `start`, is the image bpfprof's own is (its ELF header): a 32-bit
+/// process maps another, whose code bpfprof's would misname; its frames stay unnamed.
+fn same_vdso(pid: u32, start: u64) -> bool {
+    use std::os::unix::fs::FileExt as _;
+    static OWN: std::sync::OnceLock<Option<[u8; 64]>> = std::sync::OnceLock::new();
+    let header = |image: Option<Vec<u8>>| image?.get(..64)?.try_into().ok();
+    let Some(own) = OWN.get_or_init(|| header(own_vdso_image())) else {
+        return false;
+    };
+    let mut theirs = [0u8; 64];
+    File::open(format!("/proc/{pid}/mem"))
+        .and_then(|mem| mem.read_exact_at(&mut theirs, start))
+        .is_ok_and(|()| theirs == *own)
+}
+
 /// That image's bytes (an ELF file with `.dynsym` and `.eh_frame`).
 pub fn own_vdso_image() -> Option<Vec<u8>> {
     use std::os::unix::fs::FileExt as _;
@@ -444,6 +459,9 @@ impl Processes {
     }
 
     fn region_for(&mut self, pid: u32, line: &MapsLine) -> Region {
+        if line.path == "[vdso]" && !same_vdso(pid, line.start) {
+            return Region::Anon;
+        }
         let opener = || File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", line.start, line.end));
         self.region_for_path(line, Some(&opener))
     }

@@ -5,7 +5,7 @@
 // profiler (runtime/pprof, at 500 Hz) writes the run's CPU profile to PROFILE meanwhile. Prints at
 // exit:
 //   TRUTH pid=<pid> hash=<ns of the thread's CPU time in hashWork> spin=<ns in spinWork>
-//   now=<ns in nowWork>
+//   now=<ns in nowWork> gominor=<the Go release it was built with: 19 for go1.19.8>
 package main
 
 import (
@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 	"unsafe"
@@ -85,5 +86,6 @@ func main() {
 	}
 	pprof.StopCPUProfile()
 	out.Close()
-	fmt.Printf("TRUTH pid=%d hash=%d spin=%d now=%d sink=%d\n", os.Getpid(), hash, spin, now, x)
+	gominor := strings.Split(runtime.Version(), ".")[1]
+	fmt.Printf("TRUTH pid=%d hash=%d spin=%d now=%d gominor=%s sink=%d\n", os.Getpid(), hash, spin, now, gominor, x)
 }
