@@ -22,6 +22,11 @@ pub fn kernel_btf_path() -> std::path::PathBuf {
 }
 
 const MAGIC: u16 = 0xeb9f;
+/// How deep a type is followed (typedefs and qualifiers, anonymous structs within structs): the
+/// kernel's own go a few levels; a crafted BTF's may loop.
+const MAX_NESTING: u32 = 32;
+/// Structs examined looking for one member (the kernel's task_struct: a few dozen).
+const MAX_STRUCTS_SEARCHED: u32 = 4096;
 const KIND_INT: u32 = 1;
 const KIND_ARRAY: u32 = 3;
 const KIND_STRUCT: u32 = 4;
@@ -181,7 +186,7 @@ impl Btf {
 
     /// Through typedefs and qualifiers to the type they name.
     fn resolve(&self, mut id: u32) -> Option<&Type> {
-        for _ in 0..32 {
+        for _ in 0..MAX_NESTING {
             let t = self.types.get(id as usize)?;
             match t.kind {
                 KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
@@ -197,20 +202,33 @@ impl Btf {
     /// (where randomized or grouped fields live).
     pub fn member_offset(&self, name: &str, member: &str) -> Option<u32> {
         let t = self.named(name, KIND_STRUCT)?;
-        let bits = self.find_member(t, member, 0)?;
+        let mut budget = MAX_STRUCTS_SEARCHED;
+        let bits = self.find_member(t, member, 0, MAX_NESTING, &mut budget)?;
         (bits % 8 == 0).then_some(bits / 8)
     }
 
-    fn find_member(&self, t: &Type, member: &str, base_bits: u32) -> Option<u32> {
+    /// At most `depth` anonymous structs deep, and `budget` structs in all: a crafted BTF's
+    /// struct may contain itself, many times over.
+    fn find_member(
+        &self,
+        t: &Type,
+        member: &str,
+        base_bits: u32,
+        depth: u32,
+        budget: &mut u32,
+    ) -> Option<u32> {
+        *budget = budget.checked_sub(1)?;
         for m in &t.members {
             if m.name_off != 0 && self.name(m.name_off) == member {
-                return Some(base_bits + m.bit_offset);
+                return base_bits.checked_add(m.bit_offset);
             }
         }
+        let depth = depth.checked_sub(1)?;
         t.members.iter().filter(|m| m.name_off == 0).find_map(|m| {
             let inner = self.resolve(m.type_id)?;
+            let base = base_bits.checked_add(m.bit_offset)?;
             matches!(inner.kind, KIND_STRUCT | KIND_UNION)
-                .then(|| self.find_member(inner, member, base_bits + m.bit_offset))?
+                .then(|| self.find_member(inner, member, base, depth, budget))?
         })
     }
 

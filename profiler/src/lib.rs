@@ -13,6 +13,7 @@ pub mod collect;
 pub mod counters;
 pub mod driver;
 pub mod error;
+pub mod fuzz;
 pub mod golang;
 pub mod health;
 pub mod latency;

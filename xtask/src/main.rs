@@ -10,6 +10,7 @@
 //!   cargo xtask bench [MODE]     overhead benchmarks (hotspot, sched, unwind, lock, agent, trace, record, python)
 //!   cargo xtask soak --minutes N the agent under process churn: memory and descriptors stay flat
 //!                                [--signals all: every signal on]
+//!   cargo xtask fuzz [TARGET...] the parsers' fuzz targets [--seconds N each, default 60]
 //!   cargo xtask docs             shell completions and man pages, in target/docs
 //!   cargo xtask noise            a busy machine (CPU hogs, short-lived processes) until Ctrl-C
 use std::{
@@ -22,6 +23,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod docs;
+mod fuzz;
 mod guest;
 mod noise;
 mod setup;
@@ -90,6 +92,13 @@ enum Task {
         #[arg(long, default_value = "cpu")]
         signals: String,
     },
+    /// Run the fuzz targets of profiler/fuzz (every one, or those named) for N seconds each.
+    Fuzz {
+        /// Targets (profiler/fuzz/fuzz_targets); all when none is named.
+        targets: Vec<String>,
+        #[arg(long, default_value_t = 60)]
+        seconds: u32,
+    },
     /// Generate shell completions (bash, zsh, fish) and man pages into target/docs, and check them.
     Docs,
     /// Load the machine as a busy host would: a CPU hog on every CPU and a stream of
@@ -139,6 +148,9 @@ fn main() {
         Task::Soak { minutes, signals } => setup::run(setup::Needs::Build)
             .and_then(|()| build())
             .and_then(|()| soak::run(minutes, &signals)),
+        Task::Fuzz { targets, seconds } => {
+            setup::run(setup::Needs::Test).and_then(|()| fuzz::run(&targets, seconds))
+        }
         Task::Docs => setup::run(setup::Needs::Build).and_then(|()| docs::run()),
         Task::Noise { seconds } => noise::run(seconds),
     };

@@ -62,8 +62,26 @@ pub fn run(needs: Needs) -> Result<()> {
         // reads the arm64 C library the cross compiler brings).
         ensure_arm64_guest_tools()?;
         ensure_otlp_receiver()?;
+        ensure_cargo_fuzz()?;
     }
     Ok(())
+}
+
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
+
+/// cargo-fuzz, which builds and runs the fuzz targets (`cargo xtask fuzz`; a smoke of each in
+/// `cargo xtask test`). Built from crates.io, about a minute.
+fn ensure_cargo_fuzz() -> Result<()> {
+    let version = Command::new("cargo")
+        .args(["fuzz", "--version"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    if version.split_whitespace().nth(1) == Some(CARGO_FUZZ_VERSION) {
+        return Ok(());
+    }
+    eprintln!("xtask setup: building cargo-fuzz {CARGO_FUZZ_VERSION} (about a minute)");
+    sh(Command::new("cargo").args(["install", "--locked", &format!("cargo-fuzz@{CARGO_FUZZ_VERSION}")]))
 }
 
 /// What cross-building for arm64 needs: the Rust target's standard library and Debian's cross

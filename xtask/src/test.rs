@@ -113,6 +113,8 @@ fn run_once(filter: &[String]) -> Result<Vec<Outcome>> {
     if filter.is_empty() {
         let started = Instant::now();
         outcomes.push(Outcome::of_task("docs", docs::run(), started));
+        // Every parser's fuzz target, briefly: the inputs they failed on are unit tests.
+        outcomes.push(crate::fuzz::smoke());
     }
     for suite in e2e_suites()? {
         // Tests that load BPF share kernel state (the CPUs they sample): one at a time.

@@ -1,0 +1,203 @@
+//! The fuzz targets' entry points: one per parser bpfprof drives with bytes it does not trust,
+//! each called the way bpfprof calls it. A target passes an input when it neither panics nor
+//! allocates without bound. `profiler/fuzz` wraps each in a libFuzzer target (`cargo xtask
+//! fuzz`); the inputs that once failed, kept under `profiler/fuzz/regressions/TARGET/`, are
+//! replayed by a unit test (`regressions_pass`) in every build.
+/// A target's entry: the input, as bytes.
+pub type Entry = fn(&[u8]);
+
+/// Every target: its name (the fuzz target's, and its regression directory's) and entry.
+pub const TARGETS: &[(&str, Entry)] = &[
+    ("unwind_rows", unwind_rows),
+    ("elf", elf),
+    ("gopclntab", gopclntab),
+    ("btf", btf),
+    ("saved_profile", saved_profile),
+    ("perf_csv", perf_csv),
+    ("maps", maps),
+    ("perf_map", perf_map),
+    ("tracefs_format", tracefs_format),
+    ("usdt_args", usdt_args),
+    ("python_lines", python_lines),
+];
+
+/// An ELF file's unwind rows (`.eh_frame`, `.debug_frame`, compressed or not, Go's table, the
+/// AArch64 PLT), as built for every file a profiled process maps.
+pub fn unwind_rows(data: &[u8]) {
+    let _ = crate::unwind::rows_of(data);
+}
+
+/// Everything else bpfprof reads of an ELF file it is handed: its build ID, each section
+/// (decompressed), the functions its unwind table bounds, a Python interpreter's symbols and
+/// self-description, Go's table, USDT notes, and the DWARF lines a probe on a source line reads.
+pub fn elf(data: &[u8]) {
+    let Ok(file) = object::File::parse(data) else {
+        return;
+    };
+    use object::Object as _;
+    let _ = crate::process::elf_build_id(&file);
+    for section in file.sections().take(64) {
+        let _ = crate::process::section_data(&section);
+    }
+    let _ = crate::unwind::fde_ranges(&file);
+    let _ = crate::python::Interpreter::of(&file);
+    if let Ok(found) = crate::golang::find(&file) {
+        walk_pclntab(&found.table);
+    }
+    let _ = crate::counters::usdt::sites(&file, data);
+    let path = std::path::Path::new("fuzz.elf");
+    let _ = crate::counters::lines::sites(&file, path, "a.c", 3);
+    let _ = crate::counters::lines::function_lines(&file, path, "a.c", "main");
+}
+
+/// Go's `.gopclntab` on its own (its text at Go's usual address), read as the names and the
+/// rows are: every function's name, file, lines and pcsp values.
+pub fn gopclntab(data: &[u8]) {
+    let Some((&arch, table)) = data.split_first() else {
+        return;
+    };
+    let Ok(table) = crate::golang::Pclntab::parse(table, 0x401000) else {
+        return;
+    };
+    walk_pclntab(&table);
+    let arch = match arch & 1 {
+        0 => crate::golang::rows::Arch::X86_64,
+        _ => crate::golang::rows::Arch::Aarch64,
+    };
+    let _ = crate::golang::rows::rows(&table, arch);
+}
+
+fn walk_pclntab(table: &crate::golang::Pclntab<'_>) {
+    for func in table.funcs().take(4096) {
+        let _ = table.name(&func);
+        let _ = table.file(&func, func.entry);
+        let _ = table.line(&func, func.entry);
+        let _ = table.pc_values(func.pcsp, &func).take(4096).count();
+        let _ = table.find(func.entry);
+    }
+}
+
+/// The kernel's BTF as bpfprof reads it (the offsets of the fields its programs read).
+pub fn btf(data: &[u8]) {
+    let Ok(btf) = crate::btf::Btf::parse(data) else {
+        return;
+    };
+    // The names of the seed (`seeds/btf/outer.btf`) and of the kernel's.
+    for member in ["x", "y", "z", "name"] {
+        let _ = btf.member_offset("outer", member);
+    }
+    let _ = btf.member_offset("task_struct", "pid");
+    let _ = btf.fn_pointer_params("btf_trace_ev");
+}
+
+/// A saved profile handed to `bpfprof diff` or `report`: JSON, gzipped pprof or folded stacks.
+pub fn saved_profile(data: &[u8]) {
+    let _ = crate::views::saved::parse_saved(data, "fuzz");
+}
+
+/// `perf stat -x,` output handed to topdown (`--counters FILE`).
+pub fn perf_csv(data: &[u8]) {
+    let _ = crate::counters::perf_csv::parse_perf_csv(&String::from_utf8_lossy(data));
+}
+
+/// A process's `/proc/PID/maps` (its paths are the process's to choose).
+pub fn maps(data: &[u8]) {
+    let _ = crate::process::parse_maps(&String::from_utf8_lossy(data));
+}
+
+/// A JIT runtime's `/tmp/perf-PID.map`, read as appended (in two reads) and looked up.
+pub fn perf_map(data: &[u8]) {
+    use std::os::unix::fs::FileExt as _;
+    let Some(file) = memfd() else { return };
+    let Ok(writer) = file.try_clone() else { return };
+    let mut map = crate::process::PerfMap::from_file(file);
+    let half = data.len() / 2;
+    let _ = writer.write_all_at(&data[..half], 0);
+    map.refresh();
+    let _ = writer.write_all_at(&data[half..], half as u64);
+    map.refresh();
+    for chunk in data.chunks_exact(8).take(64) {
+        let _ = map.find(u64::from_le_bytes(chunk.try_into().unwrap_or_default()));
+    }
+}
+
+/// A tracepoint's `format` file (tracefs; the kernel writes it, a container may not).
+pub fn tracefs_format(data: &[u8]) {
+    let _ = crate::counters::tracepoint::parse_format(&String::from_utf8_lossy(data));
+}
+
+/// A USDT probe's argument string (`.note.stapsdt`: `-4@%edi 8@-16(%rbp)`), both architectures.
+pub fn usdt_args(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    for (n, arg) in crate::counters::usdt::split_args(&text)
+        .iter()
+        .enumerate()
+        .take(16)
+    {
+        let _ = crate::counters::usdt::parse_arg_at(arg, n, false);
+        let _ = crate::counters::usdt::parse_arg_at(arg, n, true);
+    }
+}
+
+/// A code object's line table, read from a Python process's memory: 3.11+'s and 3.10's.
+pub fn python_lines(data: &[u8]) {
+    let Some((head, table)) = data.split_at_checked(8) else {
+        return;
+    };
+    let first_line = u32::from_le_bytes(head[..4].try_into().unwrap_or_default());
+    let offset = u32::from_le_bytes(head[4..].try_into().unwrap_or_default()) as u64;
+    let _ = crate::python::code::line_at(table, first_line, offset);
+    let _ = crate::python::code::line_of_pairs(table, first_line, offset);
+}
+
+fn memfd() -> Option<std::fs::File> {
+    use std::os::fd::FromRawFd as _;
+    // SAFETY: a new descriptor this function owns from here on.
+    let fd = unsafe { libc::memfd_create(c"bpfprof-fuzz".as_ptr(), libc::MFD_CLOEXEC) };
+    (fd >= 0).then(|| unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every input a target once failed on passes now. Where the inputs are kept:
+    /// `profiler/fuzz/regressions/TARGET/`.
+    #[test]
+    fn regressions_pass() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/regressions");
+        let mut replayed = 0;
+        for (name, run) in TARGETS {
+            let Ok(dir) = std::fs::read_dir(root.join(name)) else {
+                continue;
+            };
+            for entry in dir {
+                let path = entry.unwrap().path();
+                eprintln!("{name}: {}", path.display());
+                run(&std::fs::read(&path).unwrap());
+                replayed += 1;
+            }
+        }
+        eprintln!("{replayed} regression inputs replayed");
+    }
+
+    /// The fuzz crate has one target per entry here, and nothing else.
+    #[test]
+    fn each_target_has_its_fuzz_target() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/fuzz_targets");
+        let mut files: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                e.unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .trim_end_matches(".rs")
+                    .to_string()
+            })
+            .collect();
+        files.sort();
+        let mut names: Vec<String> = TARGETS.iter().map(|(n, _)| n.to_string()).collect();
+        names.sort();
+        assert_eq!(files, names);
+    }
+}
