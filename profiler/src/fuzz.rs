@@ -90,9 +90,35 @@ pub fn btf(data: &[u8]) {
     let _ = btf.fn_pointer_params("btf_trace_ev");
 }
 
-/// A saved profile handed to `bpfprof diff` or `report`: JSON, gzipped pprof or folded stacks.
+/// A saved profile handed to `bpfprof diff` or `report`: JSON, gzipped pprof or folded stacks,
+/// read and rendered again in every format.
 pub fn saved_profile(data: &[u8]) {
-    let _ = crate::views::saved::parse_saved(data, "fuzz");
+    use crate::cli::Format;
+    let Ok(saved) = crate::views::saved::parse_saved(data, "fuzz") else {
+        return;
+    };
+    for format in [
+        Format::Text,
+        Format::Json,
+        Format::Folded,
+        Format::Svg,
+        Format::Pprof,
+    ] {
+        let _ = saved.render(&*crate::report::renderer(format), &mut std::io::sink());
+    }
+    // And compared with itself, as `bpfprof diff` does.
+    let stacks = saved.into_stacks();
+    let Ok(diff) = crate::views::diff::diff(("a", &stacks), ("b", &stacks)) else {
+        return;
+    };
+    for format in [Format::Text, Format::Json, Format::Folded, Format::Svg] {
+        let how = crate::views::diff::Rendering {
+            format,
+            limit: 20,
+            before_widths: false,
+        };
+        let _ = crate::views::diff::render(&diff, how, &mut std::io::sink());
+    }
 }
 
 /// `perf stat -x,` output handed to topdown (`--counters FILE`).

@@ -187,6 +187,11 @@ fn lost_label(lost: LostStack, side: &str) -> &'static str {
     }
 }
 
+/// The stacks' counts added up; a saved profile's may claim anything, so they saturate.
+pub fn total_count(stacks: &[Stack]) -> u64 {
+    stacks.iter().fold(0, |total, s| total.saturating_add(s.count))
+}
+
 /// Self = samples where the function is the leaf; total = samples where it is anywhere on the
 /// stack (once per stack, so recursion does not count twice).
 pub fn function_stats(stacks: &[Stack]) -> Vec<FunctionStat> {
@@ -196,17 +201,18 @@ pub fn function_stats(stacks: &[Stack]) -> Vec<FunctionStat> {
         for frame in &stack.frames {
             let key = (frame.function.as_str(), frame.module.as_str());
             if seen.insert(key) {
-                stats.entry(key).or_default().1 += stack.count;
+                let total = &mut stats.entry(key).or_default().1;
+                *total = total.saturating_add(stack.count);
             }
         }
         if let Some(leaf) = stack.frames.last() {
             let entry = stats
                 .entry((leaf.function.as_str(), leaf.module.as_str()))
                 .or_default();
-            entry.0 += stack.count;
+            entry.0 = entry.0.saturating_add(stack.count);
             entry.2.resize(stack.counters.len(), 0);
             for (total, delta) in entry.2.iter_mut().zip(&stack.counters) {
-                *total += delta;
+                *total = total.saturating_add(*delta);
             }
         }
     }

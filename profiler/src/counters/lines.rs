@@ -98,7 +98,7 @@ fn functions(object: &object::File<'_>) -> Vec<(u64, u64, String)> {
 fn function_at(functions: &[(u64, u64, String)], address: u64) -> Option<&(u64, u64, String)> {
     let at = functions.partition_point(|f| f.0 <= address).checked_sub(1)?;
     let function = &functions[at];
-    (address < function.0 + function.1.max(1)).then_some(function)
+    (address < function.0.saturating_add(function.1.max(1))).then_some(function)
 }
 
 /// Where line `line` of `source` starts: the lowest statement address of the line in each
@@ -226,7 +226,7 @@ pub fn function_lines(
     let mut by_file: BTreeMap<PathBuf, BTreeSet<u64>> = BTreeMap::new();
     let mut own: Option<(u64, PathBuf)> = None;
     each_row(object, |path, line, address| {
-        if (start..start + size.max(1)).contains(&address) {
+        if (start..start.saturating_add(size.max(1))).contains(&address) {
             by_file.entry(path.to_path_buf()).or_default().insert(line);
             if own.as_ref().is_none_or(|(at, _)| address < *at) {
                 own = Some((address, path.to_path_buf()));

@@ -494,8 +494,8 @@ fn offset_in(object: &object::File<'_>, file: &Path, function: &str) -> Result<u
 fn file_offset_of(object: &object::File<'_>, file: &Path, address: u64) -> Result<u64, ProbeError> {
     object
         .segments()
-        .find(|s| (s.address()..s.address() + s.size()).contains(&address))
-        .map(|s| address - s.address() + s.file_range().0)
+        .find(|s| (s.address()..s.address().saturating_add(s.size())).contains(&address))
+        .and_then(|s| (address - s.address()).checked_add(s.file_range().0))
         .ok_or_else(|| {
             ProbeError::Invalid(format!(
                 "{}: address {address:#x} is in none of its segments",

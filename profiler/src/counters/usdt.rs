@@ -253,17 +253,38 @@ fn signed_number(text: &str) -> Option<i64> {
         Some(rest) => (true, rest),
         None => (false, text.strip_prefix('+').unwrap_or(text)),
     };
-    let magnitude = match digits.strip_prefix("0x") {
-        Some(hex) => i64::from_str_radix(hex, 16).ok()?,
-        None if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) => digits.parse().ok()?,
-        None => return None,
+    // Digits only: from_str_radix would take a second sign (`-0x-8000000000000000`).
+    let (digits, radix) = match digits.strip_prefix("0x") {
+        Some(hex) => (hex, 16),
+        None => (digits, 10),
     };
-    Some(if negative { -magnitude } else { magnitude })
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let magnitude = i64::from_str_radix(digits, radix).ok()?;
+    match negative {
+        true => magnitude.checked_neg(),
+        false => Some(magnitude),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Numbers as the assembler writes them, and the ones a crafted note may hold instead: a
+    /// second sign (which from_str_radix took), the negation of i64::MIN (an overflow).
+    #[test]
+    fn signed_numbers_take_one_sign_and_never_overflow() {
+        assert_eq!(signed_number("-16"), Some(-16));
+        assert_eq!(signed_number("+8"), Some(8));
+        assert_eq!(signed_number("-0x10"), Some(-16));
+        assert_eq!(signed_number("0x-8000000000000000"), None);
+        assert_eq!(signed_number("-0x-8000000000000000"), None);
+        assert_eq!(signed_number("-0x8000000000000000"), None);
+        assert_eq!(signed_number("--1"), None);
+        assert_eq!(signed_number("1f"), None);
+    }
 
     fn desc(pc: u64, base: u64, semaphore: u64, strings: &[u8]) -> Vec<u8> {
         [

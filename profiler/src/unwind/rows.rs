@@ -194,7 +194,7 @@ fn aarch64_plt_rows(file: &object::File<'_>) -> Vec<Row> {
                     ..Row::default()
                 },
                 Row {
-                    pc: plt.address() + plt.size(),
+                    pc: plt.address().saturating_add(plt.size()),
                     cfa: cfa::NONE,
                     ..Row::default()
                 },

@@ -276,7 +276,7 @@ fn instructions(a: &Annotation, out: &mut dyn Write) -> io::Result<()> {
                 writeln!(
                     out,
                     "{shown:>7}  {:#8x} {offset:<7}  {code}",
-                    insn.start + insn.offset
+                    insn.start.wrapping_add(insn.offset)
                 )?;
             }
             // A sample outside the code read (another build of the binary) is still shown.
@@ -288,7 +288,7 @@ fn instructions(a: &Annotation, out: &mut dyn Write) -> io::Result<()> {
                         out,
                         "{:>6.2}%  {:#8x} <+{offset:<4}>  (not in the code read)",
                         share(n, a.samples),
-                        start + offset
+                        start.wrapping_add(offset)
                     )?;
                 }
             }
@@ -302,7 +302,7 @@ fn instructions(a: &Annotation, out: &mut dyn Write) -> io::Result<()> {
                     out,
                     "{:>6.2}%  {:#8x} <+{offset}>",
                     share(n, a.samples),
-                    start + offset
+                    start.wrapping_add(offset)
                 )?;
             }
         }
@@ -320,9 +320,13 @@ struct SourceFiles(HashMap<String, Option<Vec<String>>>);
 impl SourceFiles {
     fn line(&mut self, path: &str, line: u32) -> Option<String> {
         let lines = self.0.entry(path.to_string()).or_insert_with(|| {
-            std::fs::read_to_string(path)
-                .ok()
-                .map(|text| text.lines().map(str::to_string).collect())
+            let text = read_regular(path, MAX_SOURCE_BYTES).ok()?;
+            Some(
+                String::from_utf8_lossy(&text)
+                    .lines()
+                    .map(str::to_string)
+                    .collect(),
+            )
         });
         lines.as_ref()?.get(line.checked_sub(1)? as usize).cloned()
     }
@@ -334,6 +338,27 @@ pub struct Instruction {
     pub text: String,
 }
 
+/// A saved profile names the files annotate reads (its modules, its source files): only regular
+/// files are read, and only so much of them.
+const MAX_SOURCE_BYTES: u64 = 64 << 20;
+const MAX_BINARY_BYTES: u64 = 4 << 30;
+
+/// The bytes of `path`, a regular file (not a device or a FIFO a profile may name) of at most
+/// `max` bytes.
+fn read_regular(path: &str, max: u64) -> Result<Vec<u8>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("{path}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{path} is not a regular file"));
+    }
+    if meta.len() > max {
+        return Err(format!(
+            "{path} is larger than the {} MiB annotate reads",
+            max >> 20
+        ));
+    }
+    std::fs::read(path).map_err(|e| format!("{path}: {e}"))
+}
+
 /// The function's instructions, decoded from its binary: from its start through its symbol's
 /// size (or just past the last sampled instruction, when the size is unknown).
 fn machine_code(module: &str, sampled: &BTreeMap<(u64, u64), u64>) -> Result<Vec<Instruction>, String> {
@@ -341,7 +366,7 @@ fn machine_code(module: &str, sampled: &BTreeMap<(u64, u64), u64>) -> Result<Vec
     if !module.starts_with('/') {
         return Err(format!("{module} is not a file"));
     }
-    let data = std::fs::read(module).map_err(|e| format!("{module}: {e}"))?;
+    let data = read_regular(module, MAX_BINARY_BYTES)?;
     let file = object::File::parse(&*data).map_err(|e| format!("{module}: {e}"))?;
     // The binary's own architecture, not this build's: a saved arm64 profile annotates on x86-64.
     let decode = match file.architecture() {
@@ -379,13 +404,20 @@ fn machine_code(module: &str, sampled: &BTreeMap<(u64, u64), u64>) -> Result<Vec
                 "no function starts at {start:#x} in {module}: has the binary changed since the profile was taken?"
             ));
         }
-        let size = at_start.into_iter().max().filter(|&s| s > 0).unwrap_or(last + 16);
+        let size = at_start
+            .into_iter()
+            .max()
+            .filter(|&s| s > 0)
+            .unwrap_or(last.saturating_add(16));
         let section = file
             .sections()
-            .find(|s| s.address() <= start && start < s.address() + s.size())
+            .find(|s| s.address() <= start && start < s.address().saturating_add(s.size()))
             .ok_or_else(|| format!("no section of {module} holds {start:#x} (the binary changed since?)"))?;
         let bytes = section
-            .data_range(start, size.min(section.address() + section.size() - start))
+            .data_range(
+                start,
+                size.min(section.address().saturating_add(section.size()) - start),
+            )
             .ok()
             .flatten()
             .ok_or_else(|| format!("{module} has no code at {start:#x}"))?;
@@ -424,7 +456,7 @@ fn decode_aarch64(bytes: &[u8], start: u64) -> Vec<(u64, String)> {
     let mut out = Vec::new();
     for (index, word) in bytes.chunks_exact(4).enumerate() {
         let offset = 4 * index as u64;
-        let pc = start + offset;
+        let pc = start.wrapping_add(offset);
         let text = match decoder.decode(&mut U8Reader::new(word)) {
             Ok(instruction) => {
                 let mut text = instruction.to_string();
@@ -458,6 +490,17 @@ fn decode_aarch64(bytes: &[u8], start: u64) -> Vec<(u64, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A saved profile names the files annotate reads: a device or a FIFO is not read.
+    #[test]
+    fn only_regular_files_are_read() {
+        let err = read_regular("/dev/zero", MAX_SOURCE_BYTES).unwrap_err();
+        assert!(err.contains("not a regular file"), "{err}");
+        assert!(read_regular("/proc/self/exe", MAX_BINARY_BYTES).is_ok());
+        assert!(read_regular("/proc/self/exe", 0)
+            .unwrap_err()
+            .contains("larger than"));
+    }
     use crate::{model::tests::frame, report::tests::sample_report};
 
     fn at(name: &str, line: u32, offset: u64, inlined: bool) -> Frame {

@@ -94,9 +94,34 @@ pub fn load_saved(path: &Path) -> Result<Saved, UserError> {
         path: path.to_path_buf(),
         reason,
     };
-    let bytes = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
+    let bytes = read_bounded(path).map_err(fail)?;
     let name = path.display().to_string();
     parse_saved(&bytes, &name).map_err(fail)
+}
+
+/// No saved profile bpfprof reads is larger, on disk or ungzipped (its own reports of a busy
+/// machine's day are tens of megabytes): a larger one is refused, never read into memory.
+pub const MAX_SAVED_BYTES: u64 = 256 << 20;
+
+/// The file's bytes, if it holds at most `MAX_SAVED_BYTES`.
+fn read_bounded(path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    file.take(MAX_SAVED_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    match bytes.len() as u64 > MAX_SAVED_BYTES {
+        true => Err(too_large()),
+        false => Ok(bytes),
+    }
+}
+
+fn too_large() -> String {
+    format!(
+        "larger than the {} MiB bpfprof reads of a saved profile",
+        MAX_SAVED_BYTES >> 20
+    )
 }
 
 /// The stacks of a saved profile given as bytes.
@@ -108,8 +133,12 @@ pub fn parse(bytes: &[u8], name: &str) -> Result<StackReport, String> {
 pub fn parse_saved(bytes: &[u8], name: &str) -> Result<Saved, String> {
     if bytes.starts_with(&[0x1f, 0x8b]) {
         let mut raw = Vec::new();
-        std::io::Read::read_to_end(&mut GzDecoder::new(bytes), &mut raw)
+        let gunzipped = std::io::Read::take(GzDecoder::new(bytes), MAX_SAVED_BYTES + 1);
+        std::io::Read::read_to_end(&mut { gunzipped }, &mut raw)
             .map_err(|e| format!("not a gzipped pprof profile: {e}"))?;
+        if raw.len() as u64 > MAX_SAVED_BYTES {
+            return Err(too_large());
+        }
         pprof::from_pprof(&raw, name).map(Saved::Stacks)
     } else if bytes.trim_ascii_start().starts_with(b"{") {
         json::from_json(bytes)
@@ -127,7 +156,7 @@ fn stack_report(weight: Weight, meta: RunMeta, health: Health, mut stacks: Vec<S
         meta,
         weight,
         health,
-        samples: stacks.iter().map(|s| s.count).sum(),
+        samples: crate::model::total_count(&stacks),
         functions: function_stats(&stacks),
         stacks,
         symbols: Vec::new(),
@@ -305,5 +334,35 @@ mod tests {
             .unwrap_err()
             .contains("line 2"));
         assert!(parse(b"", "x").is_err());
+    }
+
+    /// Counts a file claims are added without overflowing (a panic in a checked build, a
+    /// wrapped total in a release one).
+    #[test]
+    fn counts_that_would_overflow_saturate() {
+        let max = u64::MAX;
+        let report = parse(
+            format!("a;main;work {max}\na;main;work {max}\nb;idle {max}\n").as_bytes(),
+            "x",
+        )
+        .unwrap();
+        assert_eq!(report.samples, max);
+        let work = report.functions.iter().find(|f| f.function == "work").unwrap();
+        assert_eq!((work.self_samples, work.total_samples), (max, max));
+    }
+
+    /// A gzip stream that inflates past what bpfprof reads is refused, not inflated whole.
+    #[test]
+    fn a_pprof_that_inflates_past_the_bound_is_refused() {
+        use std::io::Write as _;
+        // 256 MiB + 1 of zeros compresses to a quarter of a megabyte.
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let chunk = vec![0u8; 1 << 20];
+        for _ in 0..(MAX_SAVED_BYTES >> 20) {
+            gz.write_all(&chunk).unwrap();
+        }
+        gz.write_all(&[0]).unwrap();
+        let err = parse(&gz.finish().unwrap(), "bomb.pb.gz").unwrap_err();
+        assert!(err.contains("larger than"), "{err}");
     }
 }

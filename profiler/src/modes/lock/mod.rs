@@ -420,7 +420,7 @@ pub(crate) fn flame(meta: RunMeta, health: Health, locks: &[&LockStat]) -> Stack
         meta,
         weight: Weight::LockWaitNanoseconds,
         health,
-        samples: stacks.iter().map(|s| s.count).sum(),
+        samples: crate::model::total_count(&stacks),
         functions: crate::model::function_stats(&stacks),
         stacks,
         symbols: Vec::new(),

@@ -199,7 +199,7 @@ fn read(open: &Path, display: &str) -> Option<LockLibrary> {
         let Some(offset) = segments.iter().find_map(|s| s.file_offset(symbol.address())) else {
             continue;
         };
-        let code = bytes.get(offset as usize..(offset + symbol.size()) as usize)?;
+        let code = bytes.get(offset as usize..offset.checked_add(symbol.size())? as usize)?;
         let returns = call::acquires(kind);
         let point = match file.architecture() {
             // The arguments are in x0.. at the first instruction, numbered as x86-64's first
