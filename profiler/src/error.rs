@@ -69,6 +69,8 @@ impl UserError {
             UserError::BadFrequency { .. }
             | UserError::Usage(_)
             | UserError::Event(_)
+            // The profile given is the problem, as a bad argument is.
+            | UserError::SavedProfile { .. }
             | UserError::FormatUnavailable { .. } => exit::USAGE,
             _ => exit::FAILURE,
         }

@@ -19,6 +19,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("tracefs_format", tracefs_format),
     ("usdt_args", usdt_args),
     ("python_lines", python_lines),
+    ("python_code", python_code),
 ];
 
 /// An ELF file's unwind rows (`.eh_frame`, `.debug_frame`, compressed or not, Go's table, the
@@ -45,6 +46,13 @@ pub fn elf(data: &[u8]) {
         walk_pclntab(&found.table);
     }
     let _ = crate::counters::usdt::sites(&file, data);
+    // Through a file, as the debug-file index and debuginfod's replies are read.
+    if let Some(file) = memfd() {
+        use std::os::unix::fs::FileExt as _;
+        if file.write_all_at(data, 0).is_ok() {
+            let _ = crate::process::build_id_bytes(&file);
+        }
+    }
     let path = std::path::Path::new("fuzz.elf");
     let _ = crate::counters::lines::sites(&file, path, "a.c", 3);
     let _ = crate::counters::lines::function_lines(&file, path, "a.c", "main");
@@ -131,16 +139,23 @@ pub fn maps(data: &[u8]) {
     let _ = crate::process::parse_maps(&String::from_utf8_lossy(data));
 }
 
-/// A JIT runtime's `/tmp/perf-PID.map`, read as appended (in two reads) and looked up.
+/// A JIT runtime's `/tmp/perf-PID.map`, read as appended (in two reads, split where the first
+/// byte says), then rewritten shorter from the start (as a runtime that restarts its map).
 pub fn perf_map(data: &[u8]) {
     use std::os::unix::fs::FileExt as _;
+    let Some((&split, data)) = data.split_first() else {
+        return;
+    };
     let Some(file) = memfd() else { return };
     let Ok(writer) = file.try_clone() else { return };
     let mut map = crate::process::PerfMap::from_file(file);
-    let half = data.len() / 2;
-    let _ = writer.write_all_at(&data[..half], 0);
+    let split = data.len() * split as usize / 255;
+    let _ = writer.write_all_at(&data[..split], 0);
     map.refresh();
-    let _ = writer.write_all_at(&data[half..], half as u64);
+    let _ = writer.write_all_at(&data[split..], split as u64);
+    map.refresh();
+    let _ = writer.set_len(0);
+    let _ = writer.write_all_at(&data[split..], 0);
     map.refresh();
     for chunk in data.chunks_exact(8).take(64) {
         let _ = map.find(u64::from_le_bytes(chunk.try_into().unwrap_or_default()));
@@ -155,13 +170,10 @@ pub fn tracefs_format(data: &[u8]) {
 /// A USDT probe's argument string (`.note.stapsdt`: `-4@%edi 8@-16(%rbp)`), both architectures.
 pub fn usdt_args(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
-    for (n, arg) in crate::counters::usdt::split_args(&text)
-        .iter()
-        .enumerate()
-        .take(16)
-    {
-        let _ = crate::counters::usdt::parse_arg_at(arg, n, false);
-        let _ = crate::counters::usdt::parse_arg_at(arg, n, true);
+    let args = crate::counters::usdt::split_args(&text).len();
+    for n in 0..args.min(16) {
+        let _ = crate::counters::usdt::parse_arg_at(&text, n, false);
+        let _ = crate::counters::usdt::parse_arg_at(&text, n, true);
     }
 }
 
@@ -174,6 +186,24 @@ pub fn python_lines(data: &[u8]) {
     let offset = u32::from_le_bytes(head[4..].try_into().unwrap_or_default()) as u64;
     let _ = crate::python::code::line_at(table, first_line, offset);
     let _ = crate::python::code::line_of_pairs(table, first_line, offset);
+}
+
+/// A code object read from a Python process's memory (here a file standing for it): the first
+/// byte picks the interpreter's layout (3.10-3.13), the next eight where the code object is,
+/// the rest is the memory, from address 0.
+pub fn python_code(data: &[u8]) {
+    use std::os::unix::fs::FileExt as _;
+    let (Some(&version), Some(at)) = (data.first(), data.get(1..9)) else {
+        return;
+    };
+    let Some(layout) = crate::python::layout((3, 10 + version % 4)) else {
+        return;
+    };
+    let code = u64::from_le_bytes(at.try_into().unwrap_or_default());
+    let Some(mem) = memfd() else { return };
+    if mem.write_all_at(&data[9..], 0).is_ok() {
+        let _ = crate::python::code::read_code(&mem, &layout, code);
+    }
 }
 
 fn memfd() -> Option<std::fs::File> {

@@ -127,6 +127,75 @@ fn diff_refuses_what_it_cannot_compare() {
     assert!(stderr(&refused).contains("no stacks"), "{}", stderr(&refused));
 }
 
+/// A profile that is not one, or not one this bpfprof reads, gets one line saying which file and
+/// why, and exit status 2 (the file given is the problem), from `report` and `diff` alike: a
+/// truncated gzip, a pprof naming a location it does not hold, JSON of another mode or of a
+/// future format, a 2 GiB file of one line (refused by its size, not read). Never a panic.
+#[test]
+fn a_bad_profile_gets_one_line_and_exit_2() {
+    use std::io::Write as _;
+
+    use profiler::report::pprof::proto::{Profile, Sample, ValueType};
+    use prost::Message as _;
+    let gzip = |raw: &[u8]| {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        encoder.write_all(raw).unwrap();
+        encoder.finish().unwrap()
+    };
+    let dangling = Profile {
+        sample_type: vec![ValueType { r#type: 1, unit: 2 }],
+        sample: vec![Sample {
+            location_id: vec![99],
+            value: vec![1],
+            label: vec![],
+        }],
+        string_table: vec!["".into(), "samples".into(), "count".into()],
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let mut truncated = gzip(&dangling);
+    truncated.truncate(truncated.len() / 2);
+    let huge = temp_path("huge.folded");
+    // Sparse: 2 GiB of one line, on no disk.
+    std::fs::File::create(&huge).unwrap().set_len(2 << 30).unwrap();
+    let cases: [(&str, Option<Vec<u8>>, &str); 6] = [
+        ("truncated.pb.gz", Some(truncated), "gzip"),
+        ("dangling.pb.gz", Some(gzip(&dangling)), "location"),
+        (
+            "topdown.json",
+            Some(br#"{"mode":"topdown","threads":[]}"#.to_vec()),
+            "no stacks",
+        ),
+        (
+            "other.json",
+            Some(br#"{"mode":"banana"}"#.to_vec()),
+            "not a bpfprof report",
+        ),
+        (
+            "future.json",
+            Some(br#"{"format_version":99,"mode":"hotspot","stacks":[]}"#.to_vec()),
+            "newer bpfprof",
+        ),
+        ("huge.folded", None, "larger than"),
+    ];
+    for (name, bytes, why) in cases {
+        let path = temp_path(name);
+        if let Some(bytes) = bytes {
+            std::fs::write(&path, bytes).unwrap();
+        }
+        let p = path.to_str().unwrap();
+        for args in [vec!["report", p], vec!["diff", p, p]] {
+            let out = run(&args);
+            let err = stderr(&out);
+            let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+            eprintln!("{args:?}: {:?} {err}", out.status.code());
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert_eq!(lines.len(), 1, "{args:?}: one line, not {err}");
+            assert!(lines[0].contains(p) && lines[0].contains(why), "{args:?}: {err}");
+        }
+    }
+}
+
 /// Seconds within which the diff's CPU time of a function must match the workload's own clock:
 /// 5% of it, and at least 30 ms (30 samples at 997 Hz).
 fn seconds_tolerance(truth_s: f64) -> f64 {

@@ -4,7 +4,7 @@
 //! real files: the machine's binaries and kernel files, and the profiles and maps kept under
 //! `profiler/fuzz/seeds/TARGET/`, and every input that once failed the target
 //! (`profiler/fuzz/regressions/TARGET/`). The corpus grows across runs (`target/fuzz/corpus/TARGET`).
-//! An input that panics, overflows, leaks, runs past 10 s or asks for more than 512 MB at once
+//! An input that panics, overflows, leaks, runs past 30 s or asks for more than 1280 MB at once
 //! is saved under `target/fuzz/artifacts/TARGET/` and fails the run: keep it under
 //! `profiler/fuzz/regressions/TARGET/` with its fix (a unit test replays them).
 //!
@@ -61,27 +61,42 @@ fn fuzz(chosen: &[String], seconds: u32, started: Instant) -> Result<Outcome> {
         let corpus = corpus(target)?;
         let artifacts = workspace_root().join("target/fuzz/artifacts").join(target);
         std::fs::create_dir_all(&artifacts)?;
+        // libFuzzer's own lines (thousands) go to a log; what it found is said here.
+        let log_path = workspace_root()
+            .join("target/fuzz/logs")
+            .join(format!("{target}.log"));
+        std::fs::create_dir_all(log_path.parent().unwrap())?;
+        let log = std::fs::File::create(&log_path)?;
         let status = cargo_fuzz("run")
             .arg(target)
             .arg(&corpus)
             .arg("--")
             .arg(format!("-max_total_time={seconds}"))
             .arg(format!("-artifact_prefix={}/", artifacts.display()))
-            .args([
-                "-timeout=10",
-                "-malloc_limit_mb=512",
-                "-rss_limit_mb=2048",
-                "-print_final_stats=1",
-            ])
+            .arg(format!("-max_len={}", max_len(target)))
+            .args(LIMITS)
+            .stdout(log.try_clone()?)
+            .stderr(log)
             .status()
             .with_context(|| format!("starting the fuzz target {target}"))?;
-        match status.success() {
-            true => eprintln!("xtask fuzz: {target}: clean for {seconds} s"),
-            false => failures.push(format!(
-                "{target}: an input failed it, in {}",
-                artifacts.display()
-            )),
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let runs = log
+            .lines()
+            .find_map(|l| l.strip_prefix("stat::number_of_executed_units: "))
+            .unwrap_or("?");
+        if status.success() {
+            eprintln!("xtask fuzz: {target}: clean for {seconds} s, {runs} inputs");
+            continue;
         }
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        for line in tail.iter().rev() {
+            eprintln!("  {line}");
+        }
+        failures.push(format!(
+            "{target}: an input failed it (in {}; the log: {})",
+            artifacts.display(),
+            log_path.display()
+        ));
     }
     Ok(Outcome {
         suite: "fuzz".into(),
@@ -95,6 +110,24 @@ fn fuzz(chosen: &[String], seconds: u32, started: Instant) -> Result<Outcome> {
 /// AddressSanitizer: its allocator is what makes `-malloc_limit_mb` catch an allocation sized
 /// by the input, before it is touched.
 const SANITIZER: [&str; 2] = ["--sanitizer", "address"];
+
+/// An allocation past bpfprof's largest named bound (a decompressed section: 1 GiB) is a
+/// finding; an input running 30 s (on a machine that may be busy) is one too.
+const LIMITS: [&str; 4] = [
+    "-timeout=30",
+    "-malloc_limit_mb=1280",
+    "-rss_limit_mb=4096",
+    "-print_final_stats=1",
+];
+
+/// Inputs as long as the seeds that matter: whole ELF files (a Go program is 1.5 MB).
+fn max_len(target: &str) -> usize {
+    match target {
+        "elf" | "unwind_rows" => 4 << 20,
+        "gopclntab" => 2 << 20,
+        _ => 64 << 10,
+    }
+}
 
 /// `cargo +nightly fuzz`: rustup's proxy (`+nightly` is its), not the cargo running xtask.
 fn cargo_fuzz(subcommand: &str) -> Command {
@@ -133,7 +166,9 @@ fn corpus(target: &str) -> Result<PathBuf> {
         }
     }
     if target == "gopclntab" {
-        write_go_table(&dir)?;
+        if let Err(e) = write_go_table(&dir) {
+            eprintln!("xtask fuzz: gopclntab: no seed from {GO_PROGRAM}: {e:#}");
+        }
     }
     Ok(dir)
 }

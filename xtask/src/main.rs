@@ -149,7 +149,7 @@ fn main() {
             .and_then(|()| build())
             .and_then(|()| soak::run(minutes, &signals)),
         Task::Fuzz { targets, seconds } => {
-            setup::run(setup::Needs::Test).and_then(|()| fuzz::run(&targets, seconds))
+            setup::run(setup::Needs::Fuzz).and_then(|()| fuzz::run(&targets, seconds))
         }
         Task::Docs => setup::run(setup::Needs::Build).and_then(|()| docs::run()),
         Task::Noise { seconds } => noise::run(seconds),

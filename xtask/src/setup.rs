@@ -16,6 +16,8 @@ const TRACEFS: &str = "/sys/kernel/tracing";
 pub enum Needs {
     /// Toolchain for building bpfprof.
     Build,
+    /// Also cargo-fuzz, for the fuzz targets.
+    Fuzz,
     /// Also the tools the tests and benchmarks compare against or read with.
     Test,
 }
@@ -25,6 +27,9 @@ pub fn run(needs: Needs) -> Result<()> {
     ensure_rust_src()?;
     ensure_bpf_linker(&nightly)?;
     ensure_tracefs();
+    if needs >= Needs::Fuzz {
+        ensure_cargo_fuzz()?;
+    }
     if needs >= Needs::Test {
         // perf: the overhead baseline; runqlat: the sched bench's other reference; bpftrace: the
         // lock bench's uprobe reference; go: an independent pprof reader; setpriv: the not-root
@@ -62,7 +67,6 @@ pub fn run(needs: Needs) -> Result<()> {
         // reads the arm64 C library the cross compiler brings).
         ensure_arm64_guest_tools()?;
         ensure_otlp_receiver()?;
-        ensure_cargo_fuzz()?;
     }
     Ok(())
 }

@@ -9,6 +9,8 @@ use object::{CompressionFormat, ObjectSection as _};
 /// No section bpfprof reads decompresses to more than this (rustc's driver library, the largest
 /// seen here, has a 31 MB `.eh_frame`).
 const MAX_SECTION_BYTES: u64 = 1 << 30;
+/// What is set aside before the first byte is decompressed.
+const INITIAL_CAPACITY: u64 = 16 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SectionError {
@@ -32,7 +34,8 @@ pub fn section_data<'data>(section: &object::Section<'data, '_>) -> Result<Cow<'
     if size > MAX_SECTION_BYTES {
         return Err(SectionError::TooLarge(size));
     }
-    let mut out = Vec::with_capacity(size as usize);
+    // Grown as the data comes: the size is the file's claim, not yet a fact.
+    let mut out = Vec::with_capacity(size.min(INITIAL_CAPACITY) as usize);
     let read = match compressed.format {
         CompressionFormat::Zlib => flate2::read::ZlibDecoder::new(compressed.data)
             .take(size)

@@ -242,7 +242,7 @@ fn read_u64(mem: &File, at: u64, offset: u64) -> Option<u64> {
     Some(u64::from_le_bytes(bytes))
 }
 
-fn read_code(mem: &File, layout: &Layout, code: u64) -> Option<PyCode> {
+pub(crate) fn read_code(mem: &File, layout: &Layout, code: u64) -> Option<PyCode> {
     let c = &layout.code;
     let name = read_str(mem, layout, read_u64(mem, code, c.qualname as u64)?)?;
     let file = read_str(mem, layout, read_u64(mem, code, c.filename as u64)?)?;

@@ -30,7 +30,8 @@ pub fn folded_lines(report: &StackReport) -> Vec<String> {
             line.push(';');
             line.push_str(&frame_name(frame));
         }
-        *merged.entry(line).or_default() += stack.count;
+        let count = merged.entry(line).or_default();
+        *count = count.saturating_add(stack.count);
     }
     merged
         .into_iter()

@@ -36,80 +36,43 @@ impl<'a> FrameTable<'a> {
 /// A JSON report as read, with each stack's frame indices (format_version 2) replaced by the
 /// frames of the top-level table they name, so that it reads as version 1 did: every stack a
 /// list of frame objects. A version 1 report is left as it is.
-///
-/// Each index becomes a copy of its frame: a crafted report naming one long frame millions of
-/// times would take without bound, so the copies may come to at most `MAX_INLINED_BYTES` (as
-/// written out).
 pub fn inline_frames(doc: &mut Value) -> Result<(), String> {
-    inline_frames_within(doc, MAX_INLINED_BYTES)
-}
-
-fn inline_frames_within(doc: &mut Value, budget: u64) -> Result<(), String> {
     let Some(Value::Array(table)) = doc.as_object_mut().and_then(|d| d.remove("frames")) else {
         return Ok(());
     };
-    let sizes: Vec<u64> = table
-        .iter()
-        .map(|f| serde_json::to_vec(f).map_or(0, |v| v.len() as u64))
-        .collect();
-    let mut table = Table {
-        frames: &table,
-        sizes: &sizes,
-        budget,
-    };
-    table.inline_in(doc)
+    inline_in(doc, &table)
 }
 
-/// What the frames of a report's stacks may come to, written out (a busy machine's day in
-/// stacks: some hundreds of megabytes).
-pub const MAX_INLINED_BYTES: u64 = 1 << 30;
-
-struct Table<'t> {
-    frames: &'t [Value],
-    sizes: &'t [u64],
-    budget: u64,
-}
-
-impl Table<'_> {
-    fn inline_in(&mut self, value: &mut Value) -> Result<(), String> {
-        match value {
-            Value::Object(map) => {
-                for (key, inner) in map.iter_mut() {
-                    match (key.as_str(), inner) {
-                        ("frames", Value::Array(stack)) => {
-                            for frame in stack.iter_mut().filter(|f| !f.is_object()) {
-                                *frame = self.entry(frame)?;
-                            }
+fn inline_in(value: &mut Value, table: &[Value]) -> Result<(), String> {
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map.iter_mut() {
+                match (key.as_str(), inner) {
+                    ("frames", Value::Array(stack)) => {
+                        for frame in stack.iter_mut().filter(|f| !f.is_object()) {
+                            *frame = table_entry(frame, table)?;
                         }
-                        (_, inner) => self.inline_in(inner)?,
                     }
+                    (_, inner) => inline_in(inner, table)?,
                 }
-                Ok(())
             }
-            Value::Array(items) => items.iter_mut().try_for_each(|item| self.inline_in(item)),
-            _ => Ok(()),
+            Ok(())
         }
+        Value::Array(items) => items.iter_mut().try_for_each(|item| inline_in(item, table)),
+        _ => Ok(()),
     }
+}
 
-    fn entry(&mut self, id: &Value) -> Result<Value, String> {
-        let i = id
-            .as_u64()
-            .and_then(|i| usize::try_from(i).ok())
-            .filter(|&i| i < self.frames.len())
-            .ok_or_else(|| {
-                format!(
-                    "a stack names frame {id}, which the frames table of {} entries does not hold",
-                    self.frames.len()
-                )
-            })?;
-        self.budget = self.budget.checked_sub(self.sizes[i]).ok_or_else(|| {
+fn table_entry(id: &Value, table: &[Value]) -> Result<Value, String> {
+    id.as_u64()
+        .and_then(|i| table.get(usize::try_from(i).ok()?))
+        .cloned()
+        .ok_or_else(|| {
             format!(
-                "its stacks' frames come to more than the {} MiB bpfprof reads",
-                MAX_INLINED_BYTES >> 20
+                "a stack names frame {id}, which the frames table of {} entries does not hold",
+                table.len()
             )
-        })?;
-        Ok(self.frames[i].clone())
-    }
+        })
 }
 
 #[cfg(test)]
@@ -118,19 +81,6 @@ mod tests {
 
     use super::*;
     use crate::model::tests::frame;
-
-    /// Each index is a copy of its frame: a report naming one long frame over and over would
-    /// take without bound; past the budget (the frames as written out), it is refused.
-    #[test]
-    fn inlined_frames_are_bounded() {
-        let long = "f".repeat(1000);
-        let doc = || json!({"frames": [{"function": long}], "stacks": [{"frames": [0, 0, 0, 0]}]});
-        let mut within = doc();
-        inline_frames_within(&mut within, 4 * 1100).unwrap();
-        assert_eq!(within["stacks"][0]["frames"][3]["function"], long.as_str());
-        let err = inline_frames_within(&mut doc(), 3 * 1100).unwrap_err();
-        assert!(err.contains("more than"), "{err}");
-    }
 
     #[test]
     fn each_distinct_frame_is_in_the_table_once() {

@@ -48,11 +48,11 @@ pub(super) fn describe(frame: &Frame) -> String {
 /// Samples whose leaf frame has no name: (placed in a function by its file's unwind table,
 /// neither named nor placed).
 pub(crate) fn unnamed_leaves(stacks: &[crate::model::Stack]) -> (u64, u64) {
-    let mut counts = (0, 0);
+    let mut counts = (0u64, 0u64);
     for stack in stacks {
         match stack.frames.last() {
-            Some(leaf) if leaf.is_unplaced() => counts.1 += stack.count,
-            Some(leaf) if leaf.is_unknown() => counts.0 += stack.count,
+            Some(leaf) if leaf.is_unplaced() => counts.1 = counts.1.saturating_add(stack.count),
+            Some(leaf) if leaf.is_unknown() => counts.0 = counts.0.saturating_add(stack.count),
             _ => {}
         }
     }

@@ -351,7 +351,7 @@ pub fn hotspot_profile_labeled(report: &StackReport, labels: &ProcessLabels<'_>)
         let location_id = stack.frames.iter().rev().map(|f| b.location(f)).collect();
         let mut value = vec![stack.count as i64];
         if weighted {
-            value.push(stack.count as i64 * each);
+            value.push((stack.count as i64).saturating_mul(each));
         }
         let counters = (0..report.meta.counters.len()).map(|k| stack.counters.get(k).copied().unwrap_or(0));
         value.extend(counters.map(|n| n as i64));

@@ -202,7 +202,7 @@ fn log2_rows(histogram: &[Bucket]) -> Vec<Row> {
     let mut open = None;
     for b in histogram.iter().filter(|b| b.count > 0) {
         let j = log2_bucket(b.le_ns);
-        counts[j as usize] += b.count;
+        counts[j as usize] = counts[j as usize].saturating_add(b.count);
         if hist_bucket(b.le_ns) == HIST_BUCKETS - 1 {
             open = Some(j);
         }

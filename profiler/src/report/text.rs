@@ -38,7 +38,7 @@ impl Renderer for Text {
         let m = &r.meta;
         let contended: Vec<&LockStat> = r.of_class(WaitClass::Contention).collect();
         let events: Vec<&LockStat> = r.of_class(WaitClass::Waiting).collect();
-        let total = |locks: &[&LockStat]| locks.iter().map(|l| l.total_wait_ns).sum::<u64>();
+        let total = |locks: &[&LockStat]| locks.iter().fold(0u64, |t, l| t.saturating_add(l.total_wait_ns));
         let worst = match contended.first() {
             Some(lock) => format!(", worst {} ({})", lock_name(lock), human_ns(lock.total_wait_ns)),
             None => String::new(),
@@ -231,7 +231,8 @@ Where each thread's time went (thread states from the scheduler, not PMU counter
         function_table(out, r, &by_total, Column::TotalFirst)?;
 
         for (k, counter) in r.meta.counters.iter().enumerate() {
-            let total: u64 = r.functions.iter().filter_map(|f| f.counters.get(k)).sum();
+            let total = (r.functions.iter().filter_map(|f| f.counters.get(k)))
+                .fold(0u64, |t, n| t.saturating_add(*n));
             let mut rows: Vec<&FunctionStat> = r
                 .functions
                 .iter()

@@ -26,7 +26,7 @@ pub fn read(path: &Path) -> Result<Option<CounterSide>, UserError> {
         path: path.to_path_buf(),
         reason,
     };
-    let bytes = std::fs::read(path).map_err(|e| fail(e.to_string()))?;
+    let bytes = crate::views::saved::read_bounded(path).map_err(fail)?;
     let name = path.display().to_string();
     if let Ok(doc) = serde_json::from_slice::<Value>(&bytes) {
         return Ok((doc["mode"] == "stat").then(|| from_stat(name, &doc)));

@@ -202,8 +202,8 @@ fn counts_by_function(
             false => (&mut own.0, &mut total.0),
             true => (&mut own.1, &mut total.1),
         };
-        *own += f.self_samples;
-        *total += f.total_samples;
+        *own = own.saturating_add(f.self_samples);
+        *total = total.saturating_add(f.total_samples);
     };
     before.functions.iter().for_each(|f| add(f, false));
     after.functions.iter().for_each(|f| add(f, true));

@@ -18,11 +18,17 @@ use crate::{
 
 pub(super) fn from_json(bytes: &[u8]) -> Result<Saved, String> {
     let mut doc: Value = serde_json::from_slice(bytes).map_err(|e| format!("not valid JSON: {e}"))?;
-    crate::report::json::inline_frames(&mut doc)?;
+    let newest = crate::report::json::FORMAT_VERSION;
+    if let Some(version) = doc["format_version"].as_u64().filter(|&v| v > newest as u64) {
+        return Err(format!(
+            "written by a newer bpfprof (format_version {version}; this one reads up to {newest}): read it with that version"
+        ));
+    }
+    let table = Table::take(&mut doc)?;
     match doc["mode"].as_str().unwrap_or("") {
-        "hotspot" => hotspot(&doc).map(Saved::Stacks),
-        "sched" => sched(&doc).map(Saved::Sched),
-        "lock" => lock(&doc).map(Saved::Lock),
+        "hotspot" => hotspot(&doc, &table).map(Saved::Stacks),
+        "sched" => sched(&doc, &table).map(Saved::Sched),
+        "lock" => lock(&doc, &table).map(Saved::Lock),
         "topdown" => Err("a topdown report has no stacks (use a hotspot, sched or lock profile)".into()),
         other => Err(format!("not a bpfprof report (mode `{other}`)")),
     }
@@ -67,70 +73,107 @@ fn health(doc: &Value) -> Result<Health, String> {
     }
 }
 
-fn hotspot(doc: &Value) -> Result<crate::model::StackReport, String> {
-    let stacks = each(doc, "stacks", |s| stack(s, "count"))?;
+fn hotspot(doc: &Value, table: &Table) -> Result<crate::model::StackReport, String> {
+    let stacks = each(doc, "stacks", |s| stack(s, "count", table))?;
     let meta = run_meta(doc, "hotspot", "");
     Ok(stack_report(Weight::Samples, meta, health(doc)?, stacks))
 }
 
-fn stack(s: &Value, count: &str) -> Result<Stack, String> {
+fn stack(s: &Value, count: &str, table: &Table) -> Result<Stack, String> {
     Ok(Stack {
         pid: num(s, "pid") as u32,
         tid: num(s, "tid") as u32,
         comm: text(s, "comm"),
         count: s[count].as_u64().ok_or("a stack without its count")?,
         counters: Vec::new(),
-        frames: frames(&s["frames"])?,
+        frames: table.frames(&s["frames"])?,
     })
 }
 
-fn frames(value: &Value) -> Result<Vec<Frame>, String> {
+/// The frames table of a report (format_version 2: each distinct frame once, stacks naming them
+/// by index), read once; and how many frames its stacks may still take.
+struct Table {
+    frames: Vec<Frame>,
+    left: std::cell::Cell<usize>,
+}
+
+impl Table {
+    fn take(doc: &mut Value) -> Result<Table, String> {
+        let frames = match doc.as_object_mut().and_then(|d| d.remove("frames")) {
+            Some(Value::Array(table)) => table.iter().map(frame).collect::<Result<_, _>>()?,
+            _ => Vec::new(),
+        };
+        Ok(Table {
+            frames,
+            left: std::cell::Cell::new(super::MAX_FRAMES),
+        })
+    }
+
+    /// A stack's frames: objects (format_version 1) or indices into the table. Each index is a
+    /// copy of its frame: a report naming frames millions of times over would take without
+    /// bound, so all stacks together hold at most `MAX_FRAMES`.
+    fn frames(&self, value: &Value) -> Result<Vec<Frame>, String> {
+        let list = value.as_array().ok_or("a stack without frames")?;
+        let left = self
+            .left
+            .get()
+            .checked_sub(list.len())
+            .ok_or_else(super::too_many_frames)?;
+        self.left.set(left);
+        list.iter()
+            .map(|f| match f.as_u64() {
+                Some(i) => self.frames.get(i as usize).cloned().ok_or_else(|| {
+                    format!(
+                        "a stack names frame {i}, which the frames table of {} entries does not hold",
+                        self.frames.len()
+                    )
+                }),
+                None => frame(f),
+            })
+            .collect()
+    }
+}
+
+fn frame(f: &Value) -> Result<Frame, String> {
     let hex = |v: &Value| {
         v.as_str()
             .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok())
     };
-    value
-        .as_array()
-        .ok_or("a stack without frames")?
-        .iter()
-        .map(|f| {
-            let function = f["function"].as_str().ok_or("a frame without a function")?;
-            // Written before frames said how they were named: named unless `[unknown]`.
-            let kind = f["kind"]
-                .as_str()
-                .and_then(NameKind::parse)
-                .unwrap_or(match function {
-                    UNKNOWN => NameKind::None,
-                    _ => NameKind::Symbol,
-                });
-            let object = ObjectRef {
-                build_id: f["build_id"].as_str().map(str::to_string),
-                file_offset: hex(&f["file_offset"]),
-                vaddr: hex(&f["vaddr"]),
-            };
-            let placed = object.build_id.is_some() || object.file_offset.is_some() || object.vaddr.is_some();
-            Ok(Frame {
-                function: function.to_string(),
-                module: text(f, "module"),
-                file: f["file"].as_str().map(str::to_string),
-                line: f["line"].as_u64().map(|l| l as u32),
-                kernel: f["kernel"].as_bool().unwrap_or(false),
-                inlined: f["inlined"].as_bool().unwrap_or(false),
-                address: hex(&f["address"]).unwrap_or(0),
-                start: hex(&f["start"]),
-                offset: f["offset"].as_u64(),
-                kind,
-                object: placed.then_some(object),
-            })
-        })
-        .collect()
+    let function = f["function"].as_str().ok_or("a frame without a function")?;
+    // Written before frames said how they were named: named unless `[unknown]`.
+    let kind = f["kind"]
+        .as_str()
+        .and_then(NameKind::parse)
+        .unwrap_or(match function {
+            UNKNOWN => NameKind::None,
+            _ => NameKind::Symbol,
+        });
+    let object = ObjectRef {
+        build_id: f["build_id"].as_str().map(str::to_string),
+        file_offset: hex(&f["file_offset"]),
+        vaddr: hex(&f["vaddr"]),
+    };
+    let placed = object.build_id.is_some() || object.file_offset.is_some() || object.vaddr.is_some();
+    Ok(Frame {
+        function: function.to_string(),
+        module: text(f, "module"),
+        file: f["file"].as_str().map(str::to_string),
+        line: f["line"].as_u64().map(|l| l as u32),
+        kernel: f["kernel"].as_bool().unwrap_or(false),
+        inlined: f["inlined"].as_bool().unwrap_or(false),
+        address: hex(&f["address"]).unwrap_or(0),
+        start: hex(&f["start"]),
+        offset: f["offset"].as_u64(),
+        kind,
+        object: placed.then_some(object),
+    })
 }
 
-fn sched(doc: &Value) -> Result<SchedReport, String> {
+fn sched(doc: &Value, table: &Table) -> Result<SchedReport, String> {
     let meta = run_meta(doc, "sched", "off-cpu");
     let health = health(doc)?;
-    let offcpu_stacks = each(doc, "offcpu", offcpu_stack)?;
-    let stacks = each(doc, "offcpu", |s| stack(s, "total_ns"))?;
+    let offcpu_stacks = each(doc, "offcpu", |s| offcpu_stack(s, table))?;
+    let stacks = each(doc, "offcpu", |s| stack(s, "total_ns", table))?;
     Ok(SchedReport {
         offcpu: stack_report(Weight::OffCpuNanoseconds, meta.clone(), health.clone(), stacks),
         meta,
@@ -174,8 +217,8 @@ fn task(t: &Value) -> Result<TaskLatency, String> {
     })
 }
 
-fn offcpu_stack(s: &Value) -> Result<OffCpuStack, String> {
-    let stack = stack(s, "total_ns")?;
+fn offcpu_stack(s: &Value, table: &Table) -> Result<OffCpuStack, String> {
+    let stack = stack(s, "total_ns", table)?;
     Ok(OffCpuStack {
         pid: stack.pid,
         tid: stack.tid,
@@ -210,7 +253,7 @@ fn slow_wait(e: &Value) -> Result<SlowWait, String> {
     })
 }
 
-fn lock(doc: &Value) -> Result<LockReport, String> {
+fn lock(doc: &Value, table: &Table) -> Result<LockReport, String> {
     let meta = run_meta(doc, "lock", "lock-wait");
     let health = health(doc)?;
     let source = match doc["source"].as_str() {
@@ -218,7 +261,7 @@ fn lock(doc: &Value) -> Result<LockReport, String> {
         Some("kernel") => LockSource::Kernel,
         _ => LockSource::Futex,
     };
-    let locks = each(doc, "locks", lock_stat)?;
+    let locks = each(doc, "locks", |l| lock_stat(l, table))?;
     Ok(LockReport {
         waits: crate::modes::lock::flame(meta.clone(), health.clone(), &locks.iter().collect::<Vec<_>>()),
         meta,
@@ -245,7 +288,7 @@ const KINDS: [&str; 13] = [
     "pcpu-sem",
 ];
 
-fn lock_stat(l: &Value) -> Result<LockStat, String> {
+fn lock_stat(l: &Value, table: &Table) -> Result<LockStat, String> {
     let holds = l["holds"].as_object().map(|_| Holds {
         holds: num(&l["holds"], "holds"),
         total_hold_ns: num(&l["holds"], "total_hold_ns"),
@@ -277,7 +320,7 @@ fn lock_stat(l: &Value) -> Result<LockStat, String> {
         holds,
         waiters: each(l, "waiters", |w| {
             Ok(WaiterStat {
-                frames: frames(&w["frames"])?,
+                frames: table.frames(&w["frames"])?,
                 contentions: num(w, "contentions"),
                 total_wait_ns: num(w, "total_wait_ns"),
                 max_wait_ns: num(w, "max_wait_ns"),
@@ -285,7 +328,7 @@ fn lock_stat(l: &Value) -> Result<LockStat, String> {
         })?,
         holders: each(l, "holders", |h| {
             Ok(HolderStat {
-                frames: frames(&h["frames"])?,
+                frames: table.frames(&h["frames"])?,
                 wakes: num(h, "wakes"),
                 total_wait_ns: num(h, "total_wait_ns"),
             })

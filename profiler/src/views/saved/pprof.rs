@@ -23,6 +23,8 @@ pub(super) fn from_pprof(raw: &[u8], name: &str) -> Result<StackReport, String> 
     let mappings: HashMap<u64, &proto::Mapping> = p.mapping.iter().map(|m| (m.id, m)).collect();
     let locations: HashMap<u64, &proto::Location> = p.location.iter().map(|l| (l.id, l)).collect();
     let mut stacks = Vec::with_capacity(p.sample.len());
+    // Each location is copied into every stack that names it (see `MAX_FRAMES`).
+    let mut left = super::MAX_FRAMES;
     for sample in &p.sample {
         let mut frames = Vec::new();
         // pprof lists the leaf first, and within a location the innermost inlined function first.
@@ -41,6 +43,9 @@ pub(super) fn from_pprof(raw: &[u8], name: &str) -> Result<StackReport, String> 
                     ..Frame::unknown(module, location.address, kernel)
                 });
             }
+            left = left
+                .checked_sub(location.line.len().max(1))
+                .ok_or_else(super::too_many_frames)?;
             for (k, line) in location.line.iter().rev().enumerate() {
                 let function = functions.get(&line.function_id);
                 let name = function.map_or(UNKNOWN, |f| string(f.name));
