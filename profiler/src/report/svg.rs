@@ -10,7 +10,7 @@ pub struct Svg;
 
 impl Renderer for Svg {
     fn hotspot(&self, report: &StackReport, out: &mut dyn Write) -> io::Result<()> {
-        let lines = folded_lines(report);
+        let lines = within_u64(folded_lines(report));
         let mut options = Options::default();
         options.title = match report.weight {
             Weight::Samples => format!(
@@ -48,9 +48,44 @@ impl Renderer for Svg {
     }
 }
 
+/// inferno adds the counts up (an overflow is a panic in a checked build): where they would
+/// pass u64::MAX (a saved profile may claim any count), each is cut to its share of it.
+fn within_u64(lines: Vec<String>) -> Vec<String> {
+    let count = |line: &str| {
+        line.rsplit_once(' ')
+            .and_then(|(_, n)| n.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    if lines
+        .iter()
+        .try_fold(0u64, |total, l| total.checked_add(count(l)))
+        .is_some()
+    {
+        return lines;
+    }
+    let most = u64::MAX / lines.len() as u64;
+    lines
+        .iter()
+        .map(|line| match line.rsplit_once(' ') {
+            Some((stack, _)) => format!("{stack} {}", count(line).min(most)),
+            None => line.clone(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
+    use super::within_u64;
     use crate::{cli::Format, report::tests::*};
+
+    #[test]
+    fn counts_past_u64_are_cut_to_their_share() {
+        let max = u64::MAX;
+        let lines = within_u64(vec![format!("a;b {max}"), format!("a;c {max}")]);
+        assert_eq!(lines, [format!("a;b {}", max / 2), format!("a;c {}", max / 2)]);
+        let fine = vec!["a;b 3".to_string(), "a;c 4".to_string()];
+        assert_eq!(within_u64(fine.clone()), fine);
+    }
 
     #[test]
     fn svg_names_the_functions() {

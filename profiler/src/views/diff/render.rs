@@ -218,11 +218,17 @@ fn svg(diff: &Diff, before_widths: bool, out: &mut dyn Write) -> io::Result<()> 
         0 => 0.0,
         n => diff.after.total as f64 / n as f64,
     };
+    // inferno adds the counts up: no sum of them may pass u64::MAX (a saved profile may claim
+    // any count), so each is cut to its share of it (a no-op for any real profile's).
+    let most = u64::MAX / (2 * diff.stacks.len().max(1) as u64);
     let lines: Vec<String> = diff
         .stacks
         .iter()
-        .map(|(stack, before, after)| (stack, (*before as f64 * scale).round() as u64, *after))
-        .filter(|(_, before, after)| before + after > 0)
+        .map(|(stack, before, after)| {
+            let before = ((*before as f64 * scale).round() as u64).min(most);
+            (stack, before, (*after).min(most))
+        })
+        .filter(|(_, before, after)| *before > 0 || *after > 0)
         .map(|(stack, before, after)| match before_widths {
             false => format!("{stack} {before} {after}"),
             true => format!("{stack} {after} {before}"),
