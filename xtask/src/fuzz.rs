@@ -23,14 +23,7 @@ const FUZZ_DIR: &str = "profiler/fuzz";
 /// The targets, as `profiler/fuzz/fuzz_targets/` has them (a unit test of `profiler` checks that
 /// they are `profiler::fuzz::TARGETS`).
 pub fn targets() -> Result<Vec<String>> {
-    let dir = workspace_root().join(FUZZ_DIR).join("fuzz_targets");
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .with_context(|| format!("listing {}", dir.display()))?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".rs").map(str::to_string))
-        .collect();
-    names.sort();
-    Ok(names)
+    crate::rust_files(&workspace_root().join(FUZZ_DIR).join("fuzz_targets"))
 }
 
 /// Run `chosen` (every target when empty) for `seconds` each; fails naming the targets that

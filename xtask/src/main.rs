@@ -167,6 +167,17 @@ pub fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
+/// The names of the `.rs` files in `dir` (without the extension), in name order.
+pub fn rust_files(dir: &Path) -> Result<Vec<String>> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .with_context(|| format!("listing {}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".rs").map(str::to_string))
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
 pub fn bpfprof_bin() -> PathBuf {
     workspace_root().join("target/release/bpfprof")
 }

@@ -150,14 +150,8 @@ fn run_once(filter: &[String]) -> Result<Vec<Outcome>> {
 
 /// The end-to-end test files (`tests/tests/NAME.rs`) the host runs, in name order.
 fn e2e_suites() -> Result<Vec<String>> {
-    let dir = workspace_root().join("tests/tests");
-    let mut names: Vec<String> = std::fs::read_dir(&dir)
-        .with_context(|| format!("listing {}", dir.display()))?
-        .filter_map(|e| e.ok())
-        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".rs").map(str::to_string))
-        .collect();
+    let mut names = crate::rust_files(&workspace_root().join("tests/tests"))?;
     names.retain(|name| !guest::GUEST_ONLY.contains(&name.as_str()));
-    names.sort();
     Ok(names)
 }
 

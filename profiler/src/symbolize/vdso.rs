@@ -21,7 +21,9 @@ impl Symbolizer {
         let own_addrs: Vec<u64> = addrs
             .iter()
             .map(|a| match *a {
-                UserAddr::Vdso { offset, .. } if offset < own.end - own.start => own.start + offset,
+                UserAddr::Vdso { offset, .. } if offset < own.range.end - own.range.start => {
+                    own.range.start + offset
+                }
                 _ => 0,
             })
             .collect();
@@ -62,8 +64,8 @@ struct VdsoPlaces {
 impl VdsoPlaces {
     fn read() -> Self {
         use object::{Object as _, ObjectSegment as _};
-        let image = crate::process::own_vdso_image().unwrap_or_default();
-        let Ok(file) = object::File::parse(&*image) else {
+        let image = crate::process::own_vdso().map_or(&[][..], |own| &own.image);
+        let Ok(file) = object::File::parse(image) else {
             return Self {
                 bounds: bounds::FunctionBounds::default(),
                 base: None,

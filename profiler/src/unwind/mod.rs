@@ -331,12 +331,9 @@ impl Tables {
     /// Read and parse a mapping's file (through the process, so it is the file it mapped) and
     /// place its rows. None when it cannot be read now (the process may be gone): not cached.
     fn read_file(&mut self, pid: u32, line: &MapsLine) -> Option<FileTable> {
-        let (vdso, mapped);
+        let mapped;
         let data: &[u8] = match line.path.as_str() {
-            VDSO => {
-                vdso = crate::process::own_vdso_image()?;
-                &vdso
-            }
+            VDSO => &crate::process::own_vdso()?.image,
             _ => {
                 let path = format!("/proc/{pid}/map_files/{:x}-{:x}", line.start, line.end);
                 mapped = map_file(Path::new(&path))
