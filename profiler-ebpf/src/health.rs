@@ -9,7 +9,7 @@ static HEALTH: PerCpuArray<u64> = PerCpuArray::with_max_entries(HEALTH_COUNTERS,
 #[inline(always)]
 pub fn bump(counter: HealthCounter) {
     if let Some(slot) = HEALTH.get_ptr_mut(counter as u32) {
-        // Per-CPU slot: no other CPU writes it, and BPF programs do not nest on one CPU here.
-        unsafe { *slot += 1 };
+        // Per CPU, but a uprobe's program may be preempted by another on its CPU: an atomic add.
+        crate::atomic::atomic_add(slot, 1);
     }
 }

@@ -22,9 +22,10 @@ use crate::{
     targets::{current_ids, is_target},
 };
 
-/// Per CPU, each event's hits by the targets, for the whole run.
+/// Each event's hits by the targets, for the whole run: one counter for every CPU, so that every
+/// Nth hit of the run is sampled, not every Nth of each CPU's.
 #[map(name = "HITS")]
-static HITS: PerCpuArray<u64> = PerCpuArray::with_max_entries(MAX_SAMPLING_EVENTS as u32, 0);
+static HITS: Array<u64> = Array::with_max_entries(MAX_SAMPLING_EVENTS as u32, 0);
 
 /// Set by user space: each event's filter (`--filter`), as each of its sites reads it, its terms
 /// at `(event * MAX_PROBE_SITES + site) * MAX_FILTER_TERMS + n`; none passes every hit.
@@ -116,12 +117,7 @@ pub(crate) fn sampled_hit<C: StackIdContext>(ctx: &C) -> Option<(u32, u32, u16)>
     if !passes_filter(ctx.as_ptr() as *const u8, cookie) {
         return None;
     }
-    let hits = HITS.get_ptr_mut(u32::from(event))?;
-    // Per CPU, and a program does not nest on its CPU: a plain add.
-    let hits = unsafe {
-        *hits += 1;
-        *hits
-    };
+    let hits = crate::atomic::atomic_fetch_add(HITS.get_ptr_mut(u32::from(event))?, 1) + 1;
     if hits % period != 0 {
         return None;
     }

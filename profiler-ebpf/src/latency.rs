@@ -277,10 +277,10 @@ fn keyed_by_thread() -> bool {
     unsafe { core::ptr::read_volatile(&LATENCY_KEYS) }.sides[0].fields == 0
 }
 
-/// Per CPU, and a program does not nest on its CPU: a plain add.
+/// Per CPU, but a uprobe's program may be preempted by another on its CPU: an atomic add.
 #[inline(always)]
 fn add(at: u32, value: u64) {
     if let Some(slot) = HIST.get_ptr_mut(at) {
-        unsafe { *slot += value };
+        crate::atomic::atomic_add(slot, value);
     }
 }

@@ -3,6 +3,7 @@
 #![no_std]
 #![no_main]
 #![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
+#![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 #![cfg_attr(target_arch = "bpf", allow(internal_features))]
 
 /// A line for bpfprof's log from a rare kernel path (a full map, a failed read, an unwinder

@@ -63,17 +63,17 @@ fn count<C: EbpfContext>(ctx: &C) {
         _pad: 0,
         value: field.value(raw),
     };
-    // Per CPU, and a program does not nest on its CPU: plain adds. Another CPU may add the key
-    // between the lookup and the insert: it is then there to add to.
+    // Per CPU, but a uprobe's program may be preempted by another on its CPU: atomic adds.
+    // Another CPU may add the key between the lookup and the insert: it is then there to add to.
     if VALUE_COUNTS.get_ptr_mut(&key).is_none() {
         // Fails when the hash is full, or when another CPU just added the key: the lookup tells.
         let _ = VALUE_COUNTS.insert(&key, &0, BPF_NOEXIST as u64);
     }
     match VALUE_COUNTS.get_ptr_mut(&key) {
-        Some(count) => unsafe { *count += 1 },
+        Some(count) => crate::atomic::atomic_add(count, 1),
         None => {
             if let Some(lost) = VALUE_COUNTS_LOST.get_ptr_mut(event) {
-                unsafe { *lost += 1 };
+                crate::atomic::atomic_add(lost, 1);
             }
         }
     }

@@ -6,6 +6,9 @@
  *                       involuntary ones meanwhile, which may land in a nap's own kernel path)
  *   events insns N      a loop of exactly 2 instructions run N times (2N instructions retired)
  *   events writes N     N write(2) calls of one byte to /dev/null (and one more: the TRUTH line)
+ *   events hops N       the same, the process pinned to each of the first two CPUs it may run on
+ *                       in turn, one write on each (the TRUTH line on the first's); prints the
+ *                       writes on each
  *   events sleeps N     a second thread sleeps N times 1 ms, then N/4 times 20 ms (nanosleep);
  *                       prints its tid, each count and duration, how many sleeps took at
  *                       least 2^24 ns (16.8 ms) by its own clock, and where each length's
@@ -33,6 +36,8 @@
  *                       more, id -(N+1), held 100 ms between its two calls: each request's id is
  *                       the first argument of both, and only the last is held; prints N+1 and
  *                       its id
+ *   events offsets N    offset_target, whose instructions are known (nops, then a return: the
+ *                       third starts at +2 on x86-64, +8 on AArch64), called N times
  * Each prints one `TRUTH key=value ...` line at exit. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -44,6 +49,7 @@
 #include <unistd.h>
 #include <time.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/syscall.h>
 
 #include "clock.h"
@@ -91,6 +97,34 @@ static void mallocs(long n) {
 /* One source line run a known number of times, with a global and arguments to fetch there. */
 static volatile long line_value;
 static __attribute__((noipa)) long step(long value, const char *name) { return value + name[0]; }
+
+/* `hops`: N writes alternately on two CPUs, each pinned to its own. */
+static int hops(long n) {
+    cpu_set_t allowed, one;
+    int cpus[2], found = 0;
+    if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return 1;
+    for (int cpu = 0; cpu < CPU_SETSIZE && found < 2; cpu++) {
+        if (CPU_ISSET(cpu, &allowed)) cpus[found++] = cpu;
+    }
+    if (found < 2) {
+        fprintf(stderr, "hops needs two CPUs\n");
+        return 1;
+    }
+    int fd = open("/dev/null", O_WRONLY);
+    long on[2] = {0, 0};
+    for (long i = 0; i < n; i++) {
+        CPU_ZERO(&one);
+        CPU_SET(cpus[i % 2], &one);
+        if (sched_setaffinity(0, sizeof(one), &one) != 0 || write(fd, "x", 1) != 1) return 1;
+        on[i % 2]++;
+    }
+    CPU_ZERO(&one);
+    CPU_SET(cpus[0], &one);
+    if (sched_setaffinity(0, sizeof(one), &one) != 0) return 1;
+    printf("TRUTH pid=%d writes=%ld first_cpu=%d on_first=%ld second_cpu=%d on_second=%ld\n", getpid(), n, cpus[0],
+           on[0], cpus[1], on[1]);
+    return 0;
+}
 
 static __attribute__((noinline)) void lines(long n) {
     long values = 0, steps = 0;
@@ -202,6 +236,18 @@ static __attribute__((noipa)) long request_submit(long id) {
 }
 static __attribute__((noipa)) void request_complete(long id) { __asm__ volatile("" : : "r"(id)); }
 
+/* `offsets`: a function a probe can name at an offset into it, its instructions known. */
+__asm__(".text\n"
+        ".globl offset_target\n"
+        ".type offset_target, %function\n"
+        "offset_target:\n"
+        "    nop\n"
+        "    nop\n"
+        "    nop\n"
+        "    ret\n"
+        ".size offset_target, .-offset_target\n");
+void offset_target(void);
+
 static void requests(long n) {
     struct timespec hold = {0, 100000000}, later = {0, 200000000};
     for (long id = 1; id <= n; id++) request_submit(id);
@@ -291,6 +337,11 @@ int main(int argc, char **argv) {
             if (write(fd, "x", 1) != 1) return 1;
         }
         printf("TRUTH pid=%d writes=%ld\n", getpid(), n);
+    } else if (strcmp(argv[1], "offsets") == 0) {
+        for (long i = 0; i < n; i++) offset_target();
+        printf("TRUTH pid=%d calls=%ld\n", getpid(), n);
+    } else if (strcmp(argv[1], "hops") == 0) {
+        return hops(n);
     } else if (strcmp(argv[1], "mallocs") == 0) {
         mallocs(n);
     } else if (strcmp(argv[1], "sleeps") == 0) {

@@ -143,7 +143,7 @@ pub struct RecordArgs {
     /// language (`syscalls:sys_enter_write`, `uprobe:./prog:prog.c:42`, `uretprobe:libc:malloc`).
     #[arg(short = 'e', long = "event", value_name = "EVENTS", required = true)]
     pub events: Vec<String>,
-    /// Record every Nth hit of each event (counted per CPU); every hit by default.
+    /// Record every Nth hit of each event (counted over every CPU); every hit by default.
     #[arg(short = 'c', long = "count", value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub period: Option<u64>,
     /// What each hit of a probe reads, up to 4, each NAME[:TYPE]: arg1..arg6 (at a function's

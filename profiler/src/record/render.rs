@@ -57,7 +57,7 @@ pub fn totals(totals: &Totals, out: &mut dyn Write) -> io::Result<()> {
     for event in &totals.events {
         let every = match event.every {
             1 => String::new(),
-            n => format!(", 1 in {n} recorded on each CPU"),
+            n => format!(", 1 in {n} recorded"),
         };
         writeln!(out, "{}: {} hits by the targets{every}", event.event, event.hits)?;
     }

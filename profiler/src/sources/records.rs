@@ -79,7 +79,7 @@ impl Spec {
             source: Box::new(RecordSource {
                 ring: RingBuf::try_from(take_map(&mut kernel.ebpf, names::RECORDS)?)?,
                 lost: PerCpuArray::try_from(take_map(&mut kernel.ebpf, names::RECORDS_LOST)?)?,
-                hits: PerCpuArray::try_from(take_map(&mut kernel.ebpf, names::HITS)?)?,
+                hits: Array::try_from(take_map(&mut kernel.ebpf, names::HITS)?)?,
                 events: self.events.len(),
                 links,
             }),
@@ -120,7 +120,7 @@ pub struct RecordTotals {
 struct RecordSource {
     ring: RingBuf<MapData>,
     lost: PerCpuArray<MapData, u64>,
-    hits: PerCpuArray<MapData, u64>,
+    hits: Array<MapData, u64>,
     events: usize,
     /// Each event's (link, perf event), dropped (detached) when collection stops.
     links: Vec<(OwnedFd, OwnedFd)>,
@@ -176,7 +176,7 @@ impl Source for RecordSource {
             records: self.read(),
             totals: Some(RecordTotals {
                 hits: (0..self.events as u32)
-                    .map(|e| Self::sum(&self.hits, e))
+                    .map(|e| self.hits.get(&e, 0).unwrap_or(0))
                     .collect(),
                 lost: Self::sum(&self.lost, 0),
             }),

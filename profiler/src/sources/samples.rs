@@ -6,7 +6,7 @@ use std::os::fd::{AsFd as _, AsRawFd as _, RawFd};
 
 use anyhow::Context as _;
 use aya::{
-    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, StackTraceMap},
+    maps::{Array, HashMap as BpfHashMap, MapData, StackTraceMap},
     Ebpf,
 };
 use profiler_common::{
@@ -266,8 +266,8 @@ pub struct SampleMaps {
     user_stacks: [BpfHashMap<MapData, u32, UserStack>; 2],
     /// Frame-pointer stacks the kernel also resolved by build ID (with tables in use).
     build_ids: [BpfHashMap<MapData, BuildIdKey, BuildIdStack>; 2],
-    /// Per CPU, each tracing event's hits by the targets (when one is sampled).
-    hits: Option<PerCpuArray<MapData, u64>>,
+    /// Each tracing event's hits by the targets (when one is sampled).
+    hits: Option<Array<MapData, u64>>,
 }
 
 impl SampleMaps {
@@ -288,7 +288,7 @@ impl SampleMaps {
             false => None,
         };
         let hits = match with_hits {
-            true => Some(PerCpuArray::try_from(take(names::HITS)?)?),
+            true => Some(Array::try_from(take(names::HITS)?)?),
             false => None,
         };
         Ok(Self {
@@ -351,11 +351,9 @@ impl SampleMaps {
         Ok(out)
     }
 
-    /// Each event's hits by the targets so far, summed over the CPUs (none when no tracing event
-    /// is sampled).
+    /// Each event's hits by the targets so far (none when no tracing event is sampled).
     fn hits(&self, event: usize) -> Option<u64> {
-        let values = self.hits.as_ref()?.get(&(event as u32), 0).ok()?;
-        Some(values.iter().sum())
+        self.hits.as_ref()?.get(&(event as u32), 0).ok()
     }
 }
 
@@ -376,11 +374,11 @@ impl Source for SampleSource {
     }
 
     /// Each tracing event's hits, counted exactly in the kernel: what the event fired, of which
-    /// the report's samples are every Nth (per CPU).
+    /// the report's samples are every Nth.
     fn notes(&self) -> Vec<String> {
         let every = match self.period {
             1 => "each one sampled".to_string(),
-            n => format!("1 in {n} sampled on each CPU"),
+            n => format!("1 in {n} sampled"),
         };
         (self.traced.iter())
             .filter_map(|(index, event)| Some((event, self.maps.hits(*index)?)))
