@@ -2,7 +2,7 @@
 //! killed on drop, read their ground truth, query a JSON report, check nothing stays attached.
 use std::{
     collections::HashMap,
-    path::PathBuf,
+    path::{Path, PathBuf},
     process::{Child, Command, Output, Stdio},
 };
 
@@ -430,6 +430,22 @@ pub fn assert_no_programs_left() {
         left.is_empty(),
         "bpfprof programs still loaded after it exited: {left:?}"
     );
+    assert_no_probes_defined_by_the_dead();
+}
+
+/// No probe a finished bpfprof defined in tracefs to count (`bpfprof_PID/...`) is left.
+fn assert_no_probes_defined_by_the_dead() {
+    for file in ["uprobe_events", "kprobe_events"] {
+        let defined =
+            std::fs::read_to_string(Path::new("/sys/kernel/tracing").join(file)).unwrap_or_default();
+        let left: Vec<&str> = (defined.lines())
+            .filter(|l| {
+                let pid = l.split_once("bpfprof_").and_then(|(_, r)| r.split_once('/'));
+                pid.is_some_and(|(pid, _)| !Path::new("/proc").join(pid).exists())
+            })
+            .collect();
+        assert!(left.is_empty(), "{file} still defines {left:?}");
+    }
 }
 
 /// When a process started, in clock ticks since boot (field 22 of /proc/PID/stat).

@@ -3,6 +3,8 @@
 //! recorded with the values fetched there (`record`, `script`); tracepoints by a glob. Ground
 //! truth: the events workload's `lines N` runs one marked line exactly N times and prints the sum
 //! of the values it stored there; `writes N` makes N one-byte writes.
+use std::collections::HashMap;
+
 use bpfprof_tests::*;
 
 fn events_bin() -> String {
@@ -601,4 +603,105 @@ fn a_glob_counts_each_tracepoint_it_names() {
         &["stat", "-e", "syscalls:sys_enter_nope*", "--", "true"],
         "no tracepoint matches it",
     );
+}
+
+/// At a function's returns, its return value; typed fetches; and between its entry and its
+/// returns, keyed by thread. The workload's `request_submit(id)` returns its id: 1..N, then
+/// -(N+1). Recorded at `uretprobe:` with `retval`, every return is there with its id (untyped,
+/// the register's 64 bits: the negative id as u64); typed `:u32`, the negative id reads as its
+/// 32-bit pattern, `:s32` as itself.
+/// `stat --by retval:log2` counts each power-of-two range as the ids fill it. `latency` from
+/// the entry to the return times every call.
+#[test]
+fn a_functions_return_value_is_read_at_its_returns() {
+    let bin = events_bin();
+    let ret = format!("uretprobe:{bin}:request_submit");
+    let fetched = |ty: &str| -> (Vec<i64>, HashMap<String, f64>) {
+        let (hits, _, truth, _) = record(
+            &["-e", &ret, "--fetch", &format!("retval{ty}")],
+            &["requests", "1000"],
+        );
+        // Untyped, a register's 64 bits as they are (perf's default too): a negative id's
+        // pattern, which as i64 is the id.
+        let value = |h: &serde_json::Value| match h["fields"]["retval"].as_u64() {
+            Some(unsigned) => unsigned as i64,
+            None => h["fields"]["retval"].as_i64().unwrap(),
+        };
+        let values = hits.iter().map(value).collect();
+        (values, truth)
+    };
+    let (returned, truth) = fetched("");
+    let n = truth["requests"] as i64;
+    let ids: Vec<i64> = (1..n).chain([-n]).collect();
+    let (as_u32, _) = fetched(":u32");
+    let (as_s32, _) = fetched(":s32");
+    println!(
+        "{n} returns of request_submit: {} recorded, retval summing to {} (ids: {}); the last as u32 {:?}, as s32 {:?}",
+        returned.len(),
+        returned.iter().sum::<i64>(),
+        ids.iter().sum::<i64>(),
+        as_u32.last(),
+        as_s32.last()
+    );
+    assert_eq!(returned, ids);
+    assert_eq!(as_s32, ids);
+    assert_eq!(as_u32.last(), Some(&(n.wrapping_neg() as u32 as i64)));
+    assert_eq!(as_u32[..n as usize - 1], ids[..n as usize - 1]);
+
+    let (report, _) = stat(&["-e", &ret, "--by", "retval:log2"], &[&bin, "requests", "1000"]);
+    let ranges = report["by_value"][0]["values"].as_array().unwrap().clone();
+    let in_range = |from: i64, to: i64| ids.iter().filter(|&&id| id >= from && id <= to).count() as f64;
+    println!("by retval:log2: {ranges:?}");
+    assert!(!ranges.is_empty());
+    for range in &ranges {
+        let (from, to) = (range["from"].as_i64().unwrap(), range["to"].as_i64().unwrap());
+        assert_eq!(range["count"].as_f64().unwrap(), in_range(from, to), "{range}");
+    }
+    let counted: f64 = ranges.iter().map(|r| r["count"].as_f64().unwrap()).sum();
+    assert_eq!(counted, n as f64);
+
+    let path = temp_path("calls.json");
+    let entry = format!("uprobe:{bin}:request_submit");
+    let out = run(&[
+        "latency",
+        "--from",
+        &entry,
+        "--to",
+        &ret,
+        "-o",
+        path.to_str().unwrap(),
+        "--",
+        &bin,
+        "requests",
+        "1000",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report = read_json(&path);
+    println!(
+        "latency entry to return: count {}, p50 {} ns, unmatched {}",
+        report["count"], report["p50_ns"], report["unmatched"]
+    );
+    assert_eq!(report["count"].as_i64(), Some(n));
+    assert_eq!(report["unmatched"].as_i64(), Some(0));
+    assert_no_programs_left();
+}
+
+/// `uprobe:FILE:FUNCTION+OFFSET`: at an instruction inside a function. The workload's
+/// `offset_target` is nops then a return, so its third instruction is at +2 (x86-64) or +8
+/// (AArch64): counted as often as the function was called, and so is an offset given in hex.
+#[test]
+fn a_probe_at_an_offset_into_a_function_counts_each_pass() {
+    let bin = events_bin();
+    let third = if cfg!(target_arch = "x86_64") { 2 } else { 8 };
+    let events = format!("uprobe:{bin}:offset_target+{third},uprobe:{bin}:offset_target+{third:#x}");
+    let (report, out) = stat(&["-e", &events], &[&bin, "offsets", "3000"]);
+    let truth = truth(&out);
+    let counted: Vec<f64> = (report["counters"].as_array().unwrap().iter())
+        .map(|c| c["value"].as_f64().unwrap())
+        .collect();
+    println!(
+        "{} calls of offset_target: counted at +{third} {counted:?}",
+        truth["calls"]
+    );
+    assert_eq!(counted, [truth["calls"]; 2]);
 }

@@ -61,9 +61,33 @@ fn strace_counts(command: &[&str]) -> HashMap<String, (u64, u64)> {
         .collect()
 }
 
+/// Each failed call of `command` as strace lists it (`-Z`, failed only): per call and errno, how
+/// many.
+fn strace_errnos(command: &[&str]) -> HashMap<(String, String), u64> {
+    let path = temp_path("strace-failed.txt");
+    let status = std::process::Command::new("strace")
+        .args(["-Z", "-o", path.to_str().unwrap()])
+        .args(command)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("strace (cargo xtask setup installs it)");
+    assert!(status.success());
+    let mut failed = HashMap::new();
+    for line in std::fs::read_to_string(&path).unwrap().lines() {
+        // `openat(AT_FDCWD, "/etc/ld.so.preload", O_RDONLY) = -1 ENOENT (No such file ...)`
+        let (Some((name, _)), Some((_, after))) = (line.split_once('('), line.rsplit_once(" = -1 ")) else {
+            continue;
+        };
+        let errno = after.split_whitespace().next().unwrap_or_default();
+        *failed.entry((name.to_string(), errno.to_string())).or_default() += 1;
+    }
+    failed
+}
+
 /// dd's 204,800 reads and writes and everything else it calls, each with its errors, as
-/// `strace -c` counts them: every row equal. bpfprof has one row more, the `exit_group` that
-/// never returned (strace leaves it out).
+/// `strace -c` counts them: every row equal; and each call's errors by errno as strace lists
+/// the failed calls (`-Z`). bpfprof has one row more, the `exit_group` that never returned
+/// (strace leaves it out).
 #[test]
 fn every_call_and_error_is_counted_as_strace_counts_it() {
     let dd = ["dd", "if=/dev/zero", "of=/dev/null", "bs=512", "count=200k"];
@@ -90,6 +114,21 @@ fn every_call_and_error_is_counted_as_strace_counts_it() {
         expected["read"].0 >= 204_800 && expected["write"].0 >= 204_800,
         "{expected:?}"
     );
+    let failed = strace_errnos(&dd);
+    let by_errno: HashMap<(String, String), u64> = (ours.iter())
+        .flat_map(|(name, call)| {
+            let errnos = call["errnos"].as_object().cloned().unwrap_or_default();
+            errnos
+                .into_iter()
+                .map(move |(errno, n)| ((name.clone(), errno), n.as_u64().unwrap()))
+        })
+        .collect();
+    println!("failed calls by errno: {by_errno:?}; strace -Z: {failed:?}");
+    assert!(
+        !failed.is_empty(),
+        "dd's loader looks for files that are not there"
+    );
+    assert_eq!(by_errno, failed);
     for (name, call) in &ours {
         if !expected.contains_key(name) {
             assert_eq!(
@@ -332,9 +371,10 @@ fn latencies_within(report: &Value, lower: u64, upper: u64) -> u64 {
 }
 
 /// Each of the sleeper's 200 sleeps of 1 ms and 50 of 20 ms, from its clock_nanosleep's entry to
-/// its exit, keyed by thread: 250 intervals, none in a bucket below 0.9 ms (a bucket is up to
-/// 6.25% wide: the one holding 1 ms starts at 0.98 ms), the median at least 1 ms, and exactly as
-/// many of at least 2^24 ns (16.8 ms) as the workload's own clock says.
+/// its exit, keyed by thread: 250 intervals; the 50 in the buckets from 2^24 ns (16.8 ms) up and
+/// the 200 in those from 0.9 ms (a bucket is up to 6.25% wide: the one holding 1 ms starts at
+/// 0.98 ms) to 2^24 ns, none below. Exactly: a 1 ms sleep that the machine made last 16.8 ms
+/// counts with the long ones, as the workload's own clock says it did.
 #[test]
 fn latency_between_two_tracepoints_counts_every_sleep_in_its_bucket() {
     let (report, out) = latency(&[
@@ -350,21 +390,19 @@ fn latency_between_two_tracepoints_counts_every_sleep_in_its_bucket() {
     let truth = truth(&out);
     let (short, long) = (truth["short"] as u64, truth["long"] as u64);
     let over = truth["over_2pow24"] as u64;
+    let (long_ones, short_ones) = (
+        latencies_within(&report, 1 << 24, u64::MAX),
+        latencies_within(&report, 900_000, 1 << 24),
+    );
     println!(
-        "count {} p50 {} p99 {} max {}; histogram {}; TRUTH {truth:?}",
+        "{short} sleeps of 1 ms and {long} of 20 ms asked, {over} took 2^24 ns or more by the workload's clock: \
+         {short_ones} in [0.9 ms, 16.8 ms), {long_ones} from 16.8 ms; count {} p50 {} p99 {} max {}; histogram {}",
         report["count"], report["p50_ns"], report["p99_ns"], report["max_ns"], report["histogram"]
     );
     assert_eq!(report["count"].as_u64(), Some(short + long));
-    assert_eq!(
-        latencies_within(&report, 1 << 24, u64::MAX),
-        over,
-        "by the workload's own clock"
-    );
-    assert_eq!(
-        latencies_within(&report, 0, 900_000),
-        0,
-        "a nanosleep never returns early"
-    );
+    assert!(over >= long, "the workload's clock: {truth:?}");
+    assert_eq!(long_ones, over, "by the workload's own clock");
+    assert_eq!(short_ones, short + long - over, "a nanosleep never returns early");
     assert!(report["p50_ns"].as_u64().unwrap() >= 1_000_000);
     assert!(report["max_ns"].as_u64().unwrap() >= 20_000_000);
 }
@@ -568,17 +606,16 @@ fn latency_keyed_by_a_probes_argument_matches_each_request_to_its_own_end() {
     assert_eq!(counts, [bpfprof_tests::truth(&out)["requests"], 0.0, 0.0, 0.0]);
 }
 
-/// fio's direct 256 KiB random reads of a file it read once before (so that nothing of the file
-/// or of fio is left to read or write back but the reads): each read one block request, timed
-/// from its issue to its completion (keyed by device and sector: completions come in an
-/// interrupt, on no target's thread), only the 256 KiB ones (`--filter`: fio's first thread may
-/// page in a few pages of its own, in smaller requests). Exactly as many requests as fio read,
-/// each end of a request filtered out said as unmatched. Their median lies
-/// within fio's own completion-latency median, which adds the system call and the wake-up
-/// around each request: at most that (and half a bucket), at least 60% of it (measured here:
-/// 8-10% below on a quiet machine, the 35-45 us the call and the wake-up take; 18% below while
-/// two builds ran beside it, which delay fio's wake-up after each completion but not the kernel's
-/// figure).
+/// fio's direct 512 KiB random reads of a file it read once before (so that nothing of the file
+/// or of fio is left to read or write back but the reads), one at a time through libaio: each
+/// read one block request, timed from its issue to its completion (keyed by device and sector:
+/// completions come in an interrupt, on no target's thread), only the 512 KiB ones (`--filter`:
+/// fio's first thread may page in a few pages of its own, in smaller requests). Exactly as many
+/// requests as fio read, and their median within 10% of fio's own completion-latency median:
+/// libaio's clat runs from the submission's return (the request issued) to its completion
+/// reaped (measured here, six runs: -2.0% to +0.4%; at 256 KiB, where the device's time is
+/// half, -1.2% to +11.4%; psync's clat, which holds the call's own work and its wake-up, is
+/// 8-16% longer).
 #[test]
 fn block_request_latency_is_fios_own_completion_latency() {
     let file = temp_path("fio-reads");
@@ -586,11 +623,12 @@ fn block_request_latency_is_fios_own_completion_latency() {
         "fio",
         "--name=bpfprof",
         &format!("--filename={}", file.display()),
-        "--size=64M",
+        "--size=128M",
         "--direct=1",
         "--rw=randread",
-        "--bs=256k",
-        "--ioengine=psync",
+        "--bs=512k",
+        "--ioengine=libaio",
+        "--iodepth=1",
         "--output-format=json",
     ];
     let out = std::process::Command::new(fio[0])
@@ -606,7 +644,7 @@ fn block_request_latency_is_fios_own_completion_latency() {
         "--key",
         "dev,sector",
         "--filter",
-        "bytes == 262144",
+        "bytes == 524288",
         "--",
     ];
     args.extend_from_slice(&fio);
@@ -617,16 +655,18 @@ fn block_request_latency_is_fios_own_completion_latency() {
     let fio_p50 = read["clat_ns"]["percentile"]["50.000000"].as_f64().unwrap();
     let ours = report["p50_ns"].as_f64().unwrap();
     println!(
-        "{} requests, p50 {ours} ns ({:+.1}% of fio's), p99 {}, unmatched {}, pending {}; fio: {ios} reads, clat p50 {fio_p50} ns",
+        "{} requests, p50 {ours} ns ({:+.1}% of fio's), mean {} ns (fio's {:.0}), p99 {}, unmatched {}, pending {}; fio: {ios} reads, clat p50 {fio_p50} ns",
         report["count"],
         100.0 * (ours / fio_p50 - 1.0),
+        report["avg_ns"],
+        read["clat_ns"]["mean"].as_f64().unwrap(),
         report["p99_ns"],
         report["unmatched"],
         report["pending"]
     );
     assert_eq!(report["count"].as_u64(), Some(ios), "one request per direct read");
     assert!(
-        ours <= fio_p50 * 1.035 && ours >= fio_p50 * 0.6,
+        (ours / fio_p50 - 1.0).abs() <= 0.10,
         "p50 {ours} ns against fio's {fio_p50} ns"
     );
 }

@@ -8,6 +8,7 @@ use std::{
 };
 
 use crate::{
+    counters::defined::DefinedSite,
     counters::language::{Event, Group},
     counters::pmu::{perf_event_open, Attr},
     counters::tma::{Count, Counts},
@@ -46,7 +47,14 @@ struct Instance {
 pub struct Counting {
     names: Vec<String>,
     instances: Vec<Instance>,
+    /// The probe sites counted as tracepoints of their own (`defined`), removed after the
+    /// counters that hold them are closed (fields drop in order).
+    _defined: Vec<DefinedSite>,
 }
+
+/// Per group, per event, per site: the tracepoint id a probe site is counted as (see
+/// `defined`), or none (counted as itself).
+type SiteIds = Vec<Vec<Vec<Option<u64>>>>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CountingError {
@@ -54,6 +62,8 @@ pub enum CountingError {
     Unsupported { event: String, reason: String },
     #[error("opening the {event} counter: {source}")]
     Open { event: String, source: io::Error },
+    #[error("defining {event} in tracefs, to count it in whatever the targets start: {source}")]
+    Define { event: String, source: io::Error },
     #[error("the kernel refused the filter `{filter}` of {event} ({source}): see its fields in /sys/kernel/tracing/events/.../format")]
     Filter {
         event: String,
@@ -81,12 +91,16 @@ impl Counting {
             Scope::Cpus(cpus) => cpus.iter().map(|&c| (-1, c as i32)).collect(),
         };
         let inherit = matches!(scope, Scope::Threads(_));
+        let (defined, ids) = match inherit {
+            true => define_probe_sites(groups)?,
+            false => (Vec::new(), Vec::new()),
+        };
         let mut instances = Vec::new();
         for (pid, cpu) in targets {
             let mut first = 0;
             let mut opened = Vec::new();
-            for group in groups {
-                match open_group(group, pid, cpu, inherit)? {
+            for (n, group) in groups.iter().enumerate() {
+                match open_group(group, ids.get(n), pid, cpu, inherit)? {
                     Some((fds, members)) => opened.push(Instance {
                         cpu,
                         fds,
@@ -110,6 +124,7 @@ impl Counting {
                 .flat_map(|g| g.events.iter().map(Event::spelled))
                 .collect(),
             instances,
+            _defined: defined,
         })
     }
 
@@ -153,15 +168,66 @@ impl Counting {
 /// A group's counters opened: the fds, and each one's event in the group.
 type Opened = (Vec<OwnedFd>, Vec<usize>);
 
+/// Every site of the groups' user and kernel probes defined in tracefs, and each one's id.
+fn define_probe_sites(groups: &[Group]) -> Result<(Vec<DefinedSite>, SiteIds), CountingError> {
+    let mut defined = Vec::new();
+    let mut ids = Vec::new();
+    for (g, group) in groups.iter().enumerate() {
+        let mut of_group = Vec::new();
+        for (e, event) in group.events.iter().enumerate() {
+            let mut of_event = Vec::new();
+            for (s, site) in event
+                .probe
+                .iter()
+                .flat_map(|p| p.sites.iter().map(move |site| (p, site)))
+                .enumerate()
+            {
+                let (probe, site) = site;
+                let site = DefinedSite::define(probe, site, &format!("g{g}e{e}s{s}")).map_err(|source| {
+                    CountingError::Define {
+                        event: event.spelled(),
+                        source,
+                    }
+                })?;
+                of_event.push(Some(site.id));
+                defined.push(site);
+            }
+            of_group.push(of_event);
+        }
+        ids.push(of_group);
+    }
+    Ok((defined, ids))
+}
+
 /// One group's counters on one thread (`pid`) or CPU, each with its event's place in the
-/// group; none when the thread has exited.
-fn open_group(group: &Group, pid: i32, cpu: i32, inherit: bool) -> Result<Option<Opened>, CountingError> {
+/// group; none when the thread has exited. A probe's site with an id in `ids` is counted as
+/// that tracepoint.
+fn open_group(
+    group: &Group,
+    ids: Option<&Vec<Vec<Option<u64>>>>,
+    pid: i32,
+    cpu: i32,
+    inherit: bool,
+) -> Result<Option<Opened>, CountingError> {
     let together = group.together;
     let mut fds: Vec<OwnedFd> = Vec::new();
     let mut members = Vec::new();
-    let sites = (group.events.iter().enumerate())
-        .flat_map(|(i, event)| event.attrs().into_iter().map(move |(attr, _)| (i, event, attr)));
-    for (i, event, attr) in sites {
+    let sites = (group.events.iter().enumerate()).flat_map(|(i, event)| {
+        event
+            .attrs()
+            .into_iter()
+            .map(move |(attr, site)| (i, event, attr, site))
+    });
+    for (i, event, attr, site) in sites {
+        let defined = ids.and_then(|ids| *ids.get(i)?.get(usize::from(site))?);
+        let attr = match defined {
+            Some(id) => Attr {
+                kind: crate::counters::tracepoint::PERF_TYPE_TRACEPOINT,
+                config: id,
+                ..Attr::default()
+            },
+            None => attr,
+        };
         let attr = Attr {
             read_format: FORMAT_TOTAL_TIME_ENABLED
                 | FORMAT_TOTAL_TIME_RUNNING

@@ -65,6 +65,15 @@ pub fn parse_list(text: &str) -> Result<Vec<FetchSpec>, String> {
     if specs.len() > MAX_FETCHES {
         return Err(format!("at most {MAX_FETCHES} values are fetched at a hit"));
     }
+    // Each value is named in each record by its name alone.
+    if let Some(twice) =
+        (specs.iter().enumerate()).find(|(n, spec)| specs[..*n].iter().any(|s| s.name == spec.name))
+    {
+        return Err(format!(
+            "`{}` is fetched twice: a record names each value once",
+            twice.1.name
+        ));
+    }
     Ok(specs)
 }
 
@@ -424,6 +433,7 @@ mod tests {
             "1abc",
             "a b",
             "arg1,arg2,arg3,arg4,arg5",
+            "retval,retval:u32",
         ] {
             assert!(parse_list(bad).is_err(), "{bad}");
         }
