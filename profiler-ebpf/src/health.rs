@@ -9,7 +9,8 @@ static HEALTH: PerCpuArray<u64> = PerCpuArray::with_max_entries(HEALTH_COUNTERS,
 #[inline(always)]
 pub fn bump(counter: HealthCounter) {
     if let Some(slot) = HEALTH.get_ptr_mut(counter as u32) {
-        // Per CPU, but a uprobe's program may be preempted by another on its CPU: an atomic add.
+        // Per CPU, added to atomically: a perf event's program (in an NMI) may interrupt another's
+        // bump on its CPU, and a uprobe's program runs preemptible where the kernel allows it.
         crate::atomic::atomic_add(slot, 1);
     }
 }

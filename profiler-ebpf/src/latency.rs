@@ -277,7 +277,7 @@ fn keyed_by_thread() -> bool {
     unsafe { core::ptr::read_volatile(&LATENCY_KEYS) }.sides[0].fields == 0
 }
 
-/// Per CPU, but a uprobe's program may be preempted by another on its CPU: an atomic add.
+/// Per CPU, added to atomically: a uprobe's program runs preemptible where the kernel allows it.
 #[inline(always)]
 fn add(at: u32, value: u64) {
     if let Some(slot) = HIST.get_ptr_mut(at) {

@@ -159,7 +159,8 @@ fn reserve<T: 'static>() -> Option<aya_ebpf::maps::ring_buf::RingBufEntry<T>> {
     let entry = RECORDS.reserve::<T>(0);
     if entry.is_none() {
         if let Some(lost) = RECORDS_LOST.get_ptr_mut(0) {
-            // Per CPU, but a uprobe's program may be preempted by another on its CPU.
+            // Per CPU, added to atomically: a uprobe's program runs preemptible where the kernel
+            // allows it.
             crate::atomic::atomic_add(lost, 1);
         }
     }

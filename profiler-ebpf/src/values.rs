@@ -63,7 +63,7 @@ fn count<C: EbpfContext>(ctx: &C) {
         _pad: 0,
         value: field.value(raw),
     };
-    // Per CPU, but a uprobe's program may be preempted by another on its CPU: atomic adds.
+    // Per CPU, added to atomically: a uprobe's program runs preemptible where the kernel allows it.
     // Another CPU may add the key between the lookup and the insert: it is then there to add to.
     if VALUE_COUNTS.get_ptr_mut(&key).is_none() {
         // Fails when the hash is full, or when another CPU just added the key: the lookup tells.

@@ -186,7 +186,7 @@ impl Plan {
                 "-c (sample every N events) goes with --mode hotspot".into(),
             ));
         }
-        let catalog = Catalog::here();
+        let catalog = Catalog::here().with_targets(&cli.pids);
         let events = sampling_events(&catalog, &cli.events)?;
         several_events_fit(&events, &cli, format)?;
         traced_events_fit(&events, &cli)?;
@@ -268,7 +268,7 @@ impl Plan {
 
     /// `bpfprof stat`: what to count (`default`: when no `-e`), on what, how often printed.
     pub fn for_stat(args: &crate::cli::StatArgs, default: String) -> Result<Plan, UserError> {
-        let catalog = Catalog::here();
+        let catalog = Catalog::here().with_targets(&args.scope.pids);
         let lists = match args.events.is_empty() {
             true => vec![default],
             false => args.events.clone(),
@@ -297,7 +297,7 @@ impl Plan {
 
     /// `bpfprof latency`: the time from one event to another, per key.
     pub fn for_latency(args: &crate::cli::LatencyArgs) -> Result<Plan, UserError> {
-        let catalog = Catalog::here();
+        let catalog = Catalog::here().with_targets(&args.scope.pids);
         let from = traced_event(&catalog, "--from", &args.from)?;
         let to = traced_event(&catalog, "--to", &args.to)?;
         if from.spelled() == to.spelled() {
@@ -335,7 +335,7 @@ impl Plan {
     /// `bpfprof record`: the tracing events whose hits are recorded, every Nth, and what each
     /// probe fetches at them.
     pub fn for_record(args: &crate::cli::RecordArgs) -> Result<Plan, UserError> {
-        let catalog = Catalog::here();
+        let catalog = Catalog::here().with_targets(&args.scope.pids);
         let mut events = Vec::new();
         for list in &args.events {
             for group in catalog.parse_list(list)? {

@@ -436,8 +436,12 @@ pub fn assert_no_programs_left() {
 /// No probe a finished bpfprof defined in tracefs to count (`bpfprof_PID/...`) is left.
 fn assert_no_probes_defined_by_the_dead() {
     for file in ["uprobe_events", "kprobe_events"] {
-        let defined =
-            std::fs::read_to_string(Path::new("/sys/kernel/tracing").join(file)).unwrap_or_default();
+        let tracefs = ["/sys/kernel/tracing", "/sys/kernel/debug/tracing"]
+            .map(Path::new)
+            .into_iter()
+            .find(|root| root.join("events").is_dir())
+            .expect("tracefs");
+        let defined = std::fs::read_to_string(tracefs.join(file)).unwrap_or_default();
         let left: Vec<&str> = (defined.lines())
             .filter(|l| {
                 let pid = l.split_once("bpfprof_").and_then(|(_, r)| r.split_once('/'));

@@ -705,3 +705,64 @@ fn a_probe_at_an_offset_into_a_function_counts_each_pass() {
     );
     assert_eq!(counted, [truth["calls"]; 2]);
 }
+
+/// With `-p`, a library named without a path is the one the target maps: a workload run with
+/// its own copy of libc (as a container runs its own) is counted in that copy by
+/// `uprobe:libc:malloc`, where a probe on the system's libc, which it does not map, counts none.
+#[test]
+fn a_library_by_name_is_the_one_the_target_maps() {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let system_libc = (maps.lines())
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.rsplit('/').next().is_some_and(|n| n.starts_with("libc.so")))
+        .expect("the tests' own libc")
+        .to_string();
+    let dir = temp_path("own-libc");
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join(system_libc.rsplit('/').next().unwrap());
+    std::fs::copy(&system_libc, &copy).unwrap();
+    let workload = Running::spawn(
+        std::process::Command::new(events_bin())
+            .args(["mallocs", "1000000000"])
+            .env("LD_LIBRARY_PATH", &dir)
+            .stdout(std::process::Stdio::null()),
+    );
+    let pid = workload.pid().to_string();
+    // Ready when the loader has mapped the copy.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap_or_default()
+        .contains(copy.to_str().unwrap())
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the workload never mapped {}",
+            copy.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let count = |event: &str| {
+        let path = temp_path(&format!("own-libc-{}.json", rand_suffix()));
+        let out = run(&[
+            "stat",
+            "-e",
+            event,
+            "-p",
+            &pid,
+            "-d",
+            "1",
+            "-o",
+            path.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        counter(&read_json(&path), event)["value"].as_f64().unwrap()
+    };
+    let by_name = count("uprobe:libc:malloc");
+    let system = count(&format!("uprobe:{system_libc}:malloc"));
+    println!(
+        "mallocs in 1 s: {by_name} by `libc` (the copy it maps, {}), {system} in {system_libc}",
+        copy.display()
+    );
+    assert!(by_name > 0.0);
+    assert_eq!(system, 0.0);
+}

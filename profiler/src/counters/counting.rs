@@ -62,7 +62,7 @@ pub enum CountingError {
     Unsupported { event: String, reason: String },
     #[error("opening the {event} counter: {source}")]
     Open { event: String, source: io::Error },
-    #[error("defining {event} in tracefs, to count it in whatever the targets start: {source}")]
+    #[error("defining {event} in tracefs, to count it in whatever the targets start ({source}): count it system-wide with -a, or sample it with -e")]
     Define { event: String, source: io::Error },
     #[error("the kernel refused the filter `{filter}` of {event} ({source}): see its fields in /sys/kernel/tracing/events/.../format")]
     Filter {
@@ -170,6 +170,10 @@ type Opened = (Vec<OwnedFd>, Vec<usize>);
 
 /// Every site of the groups' user and kernel probes defined in tracefs, and each one's id.
 fn define_probe_sites(groups: &[Group]) -> Result<(Vec<DefinedSite>, SiteIds), CountingError> {
+    let probed = (groups.iter().flat_map(|g| g.events.iter())).any(|e| e.probe.is_some());
+    if probed {
+        crate::counters::defined::remove_the_dead_runs();
+    }
     let mut defined = Vec::new();
     let mut ids = Vec::new();
     for (g, group) in groups.iter().enumerate() {

@@ -7,7 +7,11 @@
 //! counted that way is defined in `uprobe_events` or `kprobe_events` for as long as it is
 //! counted, and counted as the tracepoint that defines (`PERF_TYPE_TRACEPOINT`, its id), which
 //! forks copy as they copy any tracepoint's counter.
-use std::{fs, io, io::Write as _, os::unix::ffi::OsStrExt as _, path::PathBuf};
+use std::{
+    fs, io,
+    io::Write as _,
+    path::{Path, PathBuf},
+};
 
 use super::probe::{Probe, ProbeSite};
 
@@ -30,15 +34,20 @@ impl DefinedSite {
     /// Define `site` of `probe` as `NAME` of this run's group.
     pub fn define(probe: &Probe, site: &ProbeSite, name: &str) -> io::Result<DefinedSite> {
         let tracefs = super::tracepoint::tracefs_root();
-        let file = tracefs.join(if probe.kernel {
-            "kprobe_events"
-        } else {
-            "uprobe_events"
-        });
-        remove_the_dead_runs(&file);
+        let file = tracefs.join(definitions_file(probe.kernel));
         let group = format!("{GROUP_PREFIX}{}", std::process::id());
         let definition = definition(probe, site, &format!("{group}/{name}"))?;
-        append(&file, &definition)?;
+        append(&file, &definition).map_err(|e| {
+            let why = match e.raw_os_error() {
+                // The kernel's reason, where it gives one.
+                Some(libc::EINVAL) => last_error_logged(tracefs).unwrap_or_else(|| e.to_string()),
+                _ => e.to_string(),
+            };
+            io::Error::new(
+                e.kind(),
+                format!("writing `{definition}` to {}: {why}", file.display()),
+            )
+        })?;
         // Defined: removed when dropped, whatever goes wrong next.
         let mut defined = DefinedSite {
             file,
@@ -55,7 +64,16 @@ impl DefinedSite {
 
 impl Drop for DefinedSite {
     fn drop(&mut self) {
-        let _ = append(&self.file, &format!("-:{}", self.name));
+        if let Err(e) = append(&self.file, &format!("-:{}", self.name)) {
+            log::warn!("could not remove {} from {}: {e}", self.name, self.file.display());
+        }
+    }
+}
+
+fn definitions_file(kernel: bool) -> &'static str {
+    match kernel {
+        true => "kprobe_events",
+        false => "uprobe_events",
     }
 }
 
@@ -63,12 +81,15 @@ impl Drop for DefinedSite {
 /// instruction, `r:` at a function's returns, `FUNCTION+OFFSET` in the kernel.
 fn definition(probe: &Probe, site: &ProbeSite, name: &str) -> io::Result<String> {
     let kind = if probe.ret { 'r' } else { 'p' };
-    let target = std::ffi::OsStr::from_bytes(probe.target.as_bytes()).to_string_lossy();
-    if target.contains(char::is_whitespace) {
-        return Err(io::Error::other(format!(
-            "tracefs cannot name `{target}` (it has a space): count its probes with -a, or sample them with -e"
-        )));
-    }
+    let target = std::str::from_utf8(probe.target.as_bytes())
+        .ok()
+        .filter(|t| !t.contains(char::is_whitespace))
+        .ok_or_else(|| {
+            io::Error::other(format!(
+                "tracefs cannot name `{}` (a space, or not UTF-8): count its probes with -a, or sample them with -e",
+                probe.target.to_string_lossy()
+            ))
+        })?;
     let at = match (probe.kernel, site.semaphore) {
         (true, _) => format!("{target}+{}", site.offset),
         (false, None) => format!("{target}:{:#x}", site.offset),
@@ -77,27 +98,43 @@ fn definition(probe: &Probe, site: &ProbeSite, name: &str) -> io::Result<String>
     Ok(format!("{kind}:{name} {at}"))
 }
 
-/// Remove what runs that were killed before they could left in `file` (their group's process
-/// is gone).
-fn remove_the_dead_runs(file: &std::path::Path) {
-    let Ok(defined) = fs::read_to_string(file) else {
-        return;
-    };
-    for line in defined.lines() {
-        // `p:bpfprof_1234/g0e0s0 /usr/lib/...`
-        let Some(name) = line.get(2..).and_then(|l| l.split_whitespace().next()) else {
+/// Remove what runs that were killed before they could left (their group's process is gone, or
+/// is this one: a dead run had its id), before this run defines its own.
+pub fn remove_the_dead_runs() {
+    let tracefs = super::tracepoint::tracefs_root();
+    for file in [true, false].map(|kernel| tracefs.join(definitions_file(kernel))) {
+        let Ok(defined) = fs::read_to_string(&file) else {
             continue;
         };
-        let pid = name.strip_prefix(GROUP_PREFIX).and_then(|n| n.split_once('/'));
-        if let Some((pid, _)) = pid.filter(|(pid, _)| !std::path::Path::new("/proc").join(pid).exists()) {
-            log::debug!("removing {name}, left by bpfprof {pid}");
-            let _ = append(file, &format!("-:{name}"));
+        for name in defined.lines().filter_map(defined_name) {
+            let pid = name.strip_prefix(GROUP_PREFIX).and_then(|n| n.split_once('/'));
+            let dead =
+                |pid: &str| pid == std::process::id().to_string() || !Path::new("/proc").join(pid).exists();
+            if let Some((pid, _)) = pid.filter(|(pid, _)| dead(pid)) {
+                log::debug!("removing {name}, left by bpfprof {pid}");
+                let _ = append(&file, &format!("-:{name}"));
+            }
         }
     }
 }
 
+/// `GROUP/NAME` of a line the kernel lists: `p:G/N /path:0x...`, `r16:G/N func+0`.
+fn defined_name(line: &str) -> Option<&str> {
+    line.split_once(':')?.1.split_whitespace().next()
+}
+
+/// The last line of tracefs's `error_log`: why the kernel refused a definition.
+fn last_error_logged(tracefs: &Path) -> Option<String> {
+    let log = fs::read_to_string(tracefs.join("error_log")).ok()?;
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('^'))?;
+    Some(line.trim().to_string())
+}
+
 /// Write one line to a tracefs definitions file, keeping what is there.
-fn append(file: &std::path::Path, line: &str) -> io::Result<()> {
+fn append(file: &Path, line: &str) -> io::Result<()> {
     let mut out = fs::OpenOptions::new().append(true).open(file)?;
     out.write_all(format!("{line}\n").as_bytes())
 }
@@ -144,5 +181,23 @@ mod tests {
             "p:bpfprof_7/p0 do_sys_openat2+4"
         );
         assert!(definition(&probe(false, false, "/tmp/a b"), &site(0, None), "g/n").is_err());
+    }
+
+    #[test]
+    fn definitions_are_named_as_the_kernel_lists_them() {
+        for (line, name) in [
+            (
+                "p:bpfprof_12/g0e0s0 /usr/lib/libc.so.6:0x00000000000a0ff0",
+                Some("bpfprof_12/g0e0s0"),
+            ),
+            ("r16:bpfprof_12/g0e1s0 do_nanosleep+0", Some("bpfprof_12/g0e1s0")),
+            (
+                "p:probe_libc/malloc /usr/lib/libc.so.6:0x0(0x10)",
+                Some("probe_libc/malloc"),
+            ),
+            ("", None),
+        ] {
+            assert_eq!(defined_name(line), name, "{line}");
+        }
     }
 }

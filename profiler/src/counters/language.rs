@@ -193,6 +193,9 @@ pub struct Catalog {
     tracefs: Option<PathBuf>,
     /// The core PMU is Arm's PMUv3: the architected events are known by name.
     arm: bool,
+    /// The processes a run targets (`-p`): a probe's library or program named without a path is
+    /// the one they map (`probe::in_targets`).
+    targets: Vec<u32>,
 }
 
 impl Catalog {
@@ -229,6 +232,15 @@ impl Catalog {
             pmus,
             arm,
             tracefs: None,
+            targets: Vec::new(),
+        }
+    }
+
+    /// The same, naming probes' files as these processes map them (`-p`).
+    pub fn with_targets(self, pids: &[u32]) -> Catalog {
+        Catalog {
+            targets: pids.to_vec(),
+            ..self
         }
     }
 
@@ -286,7 +298,7 @@ impl Catalog {
     pub fn parse(&self, text: &str) -> Result<Event, EventError> {
         let text = text.trim();
         if let Some(spelled) = probe::spelling(text) {
-            return self.probe_event(text, probe::resolve(spelled));
+            return self.probe_event(text, probe::resolve(spelled, &self.targets));
         }
         if let Some(found) = (self.tracefs.as_deref()).and_then(|root| tracepoint::id(root, text)) {
             return tracepoint_event(text, found);

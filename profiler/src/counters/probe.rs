@@ -145,7 +145,7 @@ fn is_line_number(text: &str) -> bool {
 }
 
 /// The probe `spelled` names, resolved in the file system.
-pub fn resolve(spelled: Spelled<'_>) -> Result<Probe, ProbeError> {
+pub fn resolve(spelled: Spelled<'_>, targets: &[u32]) -> Result<Probe, ProbeError> {
     let (file, ret) = match spelled {
         Spelled::Kernel { ret, function } => return kernel_probe(ret, function),
         Spelled::Function { file, function, ret } if !file.is_empty() && !function.is_empty() => (file, ret),
@@ -162,7 +162,10 @@ pub fn resolve(spelled: Spelled<'_>) -> Result<Probe, ProbeError> {
             ))
         }
     };
-    let path = binary(file)?;
+    let path = match in_targets(file, targets) {
+        Some(mapped) => mapped,
+        None => binary(file)?,
+    };
     let at = |offset| ProbeSite {
         offset,
         ..ProbeSite::default()
@@ -415,6 +418,32 @@ fn library_dirs() -> Vec<PathBuf> {
         .collect()
 }
 
+/// The file a target process has mapped that `given` names (a library's name as `binary` takes
+/// it, `libc`, or a program's file name, `redis-server`), as the process sees it: a process in
+/// a container maps its own libc, which `/proc/PID/root` reaches. None when `given` is a path
+/// or no target maps such a file.
+fn in_targets(given: &str, targets: &[u32]) -> Option<PathBuf> {
+    if given.contains('/') {
+        return None;
+    }
+    targets.iter().find_map(|pid| {
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+        let mut mapped: Vec<&str> = (maps.lines())
+            // `start-end perms offset dev inode   /path/of/the/file`
+            .filter_map(|line| line.splitn(6, char::is_whitespace).nth(5).map(str::trim))
+            .filter(|path| path.starts_with('/'))
+            .filter(|path| {
+                let name = path.rsplit('/').next().unwrap_or_default();
+                name == given || library_matches(name, given)
+            })
+            .collect();
+        mapped.sort_by_key(|path| path.len());
+        let inside = Path::new("/proc").join(pid.to_string()).join("root");
+        let path = inside.join(mapped.first()?.trim_start_matches('/'));
+        Some(std::fs::canonicalize(&path).unwrap_or(path)).filter(|path| is_elf(path))
+    })
+}
+
 /// The file `given` names: a path, a program on `$PATH`, or a library (`libc`, `libc.so.6`).
 fn binary(given: &str) -> Result<PathBuf, ProbeError> {
     let missing = |near| ProbeError::Missing {
@@ -568,7 +597,7 @@ mod tests {
         assert_eq!(spelling("uprobe:x:0x80"), function(false, "x", "0x80"));
         assert_eq!(spelling("uprobe:x:80"), function(false, "x", "80"));
         assert!(matches!(
-            spelling("uretprobe:x:a.c:3").map(resolve),
+            spelling("uretprobe:x:a.c:3").map(|s| resolve(s, &[])),
             Some(Err(ProbeError::Invalid(_)))
         ));
         assert_eq!(spelling("syscalls:sys_enter_write"), None);
@@ -579,10 +608,13 @@ mod tests {
     /// names anyone may read).
     #[test]
     fn kernel_functions_are_checked_and_misspelt_ones_name_the_nearest() {
-        let probe = resolve(Spelled::Kernel {
-            ret: false,
-            function: "do_nanosleep+8",
-        })
+        let probe = resolve(
+            Spelled::Kernel {
+                ret: false,
+                function: "do_nanosleep+8",
+            },
+            &[],
+        )
         .unwrap();
         assert_eq!(
             (
@@ -592,15 +624,34 @@ mod tests {
             ),
             ("do_nanosleep", 8, true)
         );
-        match resolve(Spelled::Kernel {
-            ret: false,
-            function: "do_nanoslep",
-        }) {
+        match resolve(
+            Spelled::Kernel {
+                ret: false,
+                function: "do_nanoslep",
+            },
+            &[],
+        ) {
             Err(ProbeError::Missing { near, .. }) => {
                 assert!(near.contains(&"do_nanosleep".to_string()), "{near:?}")
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A library named without a path is the one the target maps, reached through its root:
+    /// this process's own libc, as its maps name it.
+    #[test]
+    fn a_library_is_the_one_the_target_maps() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let libc = (maps.lines())
+            .filter_map(|l| l.split_whitespace().nth(5))
+            .find(|p| p.rsplit('/').next().is_some_and(|n| n.starts_with("libc.so")))
+            .expect("this test's libc");
+        let found = in_targets("libc", &[std::process::id()]).unwrap();
+        assert_eq!(found, std::fs::canonicalize(libc).unwrap());
+        assert_eq!(in_targets("/usr/lib/x", &[std::process::id()]), None);
+        assert_eq!(in_targets("libnothing-here", &[std::process::id()]), None);
+        assert_eq!(in_targets("libc", &[]), None);
     }
 
     #[test]
@@ -623,7 +674,11 @@ mod tests {
     fn functions_resolve_to_file_offsets_and_misspelt_ones_name_the_nearest() {
         let me = std::env::current_exe().unwrap();
         let me = me.to_str().unwrap();
-        let at = |function| spelling(&format!("uprobe:{me}:{function}")).map(resolve).unwrap();
+        let at = |function| {
+            spelling(&format!("uprobe:{me}:{function}"))
+                .map(|s| resolve(s, &[]))
+                .unwrap()
+        };
         let main = at("main").unwrap();
         let plus = at("main+4").unwrap();
         assert_eq!(plus.sites[0].offset, main.sites[0].offset + 4);
@@ -632,7 +687,9 @@ mod tests {
             Err(ProbeError::Missing { near, .. }) => assert!(near.contains(&"main".to_string()), "{near:?}"),
             other => panic!("{other:?}"),
         }
-        let missing = spelling("uprobe:/nonexistent/x:main").map(resolve).unwrap();
+        let missing = spelling("uprobe:/nonexistent/x:main")
+            .map(|s| resolve(s, &[]))
+            .unwrap();
         assert!(matches!(missing, Err(ProbeError::Missing { .. })));
         assert!(matches!(at(""), Err(ProbeError::Invalid(_))));
     }
