@@ -129,21 +129,39 @@ pub fn catalog_entries(catalog: &Catalog, no_pmu: Option<&str>) -> Vec<Listed> {
     listed
 }
 
-/// How user probes are spelled (any function of any file: `list --probes FILE` lists them).
+/// How probes are spelled: user probes (any function of any file: `list --probes FILE` lists
+/// them), and kernel probes, unavailable where the kernel has no kprobe PMU.
 fn probe_forms() -> Vec<Listed> {
+    let user =
+        "user probes (FILE: a path, a program or a library's name; list --probes FILE shows its functions)";
+    let kernel = "kernel probes (FUNCTION: as /proc/kallsyms names it)";
+    let no_kprobes = (!std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists())
+        .then(|| "this kernel has no kprobes (no kprobe PMU)".to_string());
     [
-        ("uprobe:FILE:FUNCTION", "at the function's entry (FUNCTION+OFFSET, or 0xADDRESS)"),
-        ("uretprobe:FILE:FUNCTION", "at the function's returns"),
-        ("usdt:FILE:PROVIDER:NAME", "a static probe the program was built with"),
-        ("kprobe:FUNCTION", "at a kernel function's entry (where the kernel has kprobes)"),
-        ("kretprobe:FUNCTION", "at a kernel function's returns"),
+        (
+            user,
+            "uprobe:FILE:FUNCTION",
+            "at the function's entry (FUNCTION+OFFSET, or 0xADDRESS)",
+        ),
+        (user, "uretprobe:FILE:FUNCTION", "at the function's returns"),
+        (
+            user,
+            "usdt:FILE:PROVIDER:NAME",
+            "a static probe the program was built with",
+        ),
+        (
+            kernel,
+            "kprobe:FUNCTION",
+            "at a kernel function's entry (FUNCTION+OFFSET inside it)",
+        ),
+        (kernel, "kretprobe:FUNCTION", "at a kernel function's returns"),
     ]
     .into_iter()
-    .map(|(name, description)| Listed {
+    .map(|(group, name, description)| Listed {
         name: name.to_string(),
-        group: "user probes (FILE: a path, a program or a library's name; list --probes FILE shows its functions)".into(),
+        group: group.into(),
         description: description.to_string(),
-        unavailable: None,
+        unavailable: (group == kernel).then(|| no_kprobes.clone()).flatten(),
     })
     .collect()
 }

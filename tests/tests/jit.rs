@@ -47,9 +47,13 @@ fn assert_runtime_split(
              {} of {} under {caller}",
             called[i], samples[i]
         );
+        // Sampling's own error counts too: three binomial standard errors of the share, where
+        // they pass the usual tolerance (1434 samples at 60%: 3.9 pp).
+        let p = want / 100.0;
+        let sampling = 300.0 * (p * (1.0 - p) / all as f64).sqrt();
         assert!(
-            (got - want).abs() <= SHARE_TOLERANCE_PP,
-            "{label}: {name} {got:.2}% vs {want:.2}%"
+            (got - want).abs() <= SHARE_TOLERANCE_PP.max(sampling),
+            "{label}: {name} {got:.2}% vs {want:.2}% (sampling error: {sampling:.2} pp)"
         );
         assert!(
             called[i] as f64 >= 0.95 * samples[i] as f64,

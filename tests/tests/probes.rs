@@ -766,3 +766,34 @@ fn a_library_by_name_is_the_one_the_target_maps() {
     assert!(by_name > 0.0);
     assert_eq!(system, 0.0);
 }
+
+/// A USDT probe's semaphore is raised while bpfprof is attached and lowered after, whichever
+/// way it attached: counted (`stat -p`, a probe defined in tracefs), sampled (`-e`, the probe
+/// PMU) and recorded (`record`). The workload watches its own semaphore every millisecond and,
+/// after all three runs, says it was raised and is now 0.
+#[test]
+fn a_usdt_semaphore_is_restored_after_each_run() {
+    let bin = events_bin();
+    let probe = format!("usdt:{bin}:events:step");
+    let workload = start_workload("events", &["semaphore", "0"]);
+    let pid = workload.pid().to_string();
+    let json = temp_path(&format!("semaphore-{}.json", rand_suffix()));
+    let json = json.to_str().unwrap();
+    for args in [
+        vec!["stat", "-e", &probe],
+        vec!["-e", &probe],
+        vec!["record", "-e", &probe],
+    ] {
+        let mut all = args.clone();
+        all.extend(["-p", &pid, "-d", "1", "-o", json]);
+        let out = run(&all);
+        assert!(out.status.success(), "{all:?}: {}", stderr(&out));
+    }
+    let truth = truth(&workload.stop());
+    println!(
+        "the workload's semaphore: raised for {} ticks, at most {}, now {}",
+        truth["raised_ticks"], truth["most"], truth["semaphore_now"]
+    );
+    assert!(truth["raised_ticks"] > 0.0 && truth["most"] >= 1.0, "{truth:?}");
+    assert_eq!(truth["semaphore_now"], 0.0);
+}

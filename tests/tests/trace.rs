@@ -670,3 +670,45 @@ fn block_request_latency_is_fios_own_completion_latency() {
         "p50 {ours} ns against fio's {fio_p50} ns"
     );
 }
+
+/// System-wide (`-a`), started before the workload: `trace -s` lists the workload's thread
+/// with exactly its writes (1000 and the TRUTH line), and `record` holds exactly its hits of
+/// `sys_enter_write`, among whatever else the machine did meanwhile. Each stops at a SIGINT
+/// with its report whole.
+#[test]
+fn system_wide_runs_see_a_workload_started_after_them() {
+    use nix::{sys::signal::Signal, unistd::Pid};
+    let during = |args: &[&str]| -> (String, HashMap<String, f64>) {
+        let path = temp_path(&format!("system-wide-{}.json", rand_suffix()));
+        let mut all = args.to_vec();
+        all.extend(["-a", "-o", path.to_str().unwrap()]);
+        let (bpfprof, stderr) = start_bpfprof(&all);
+        let out = std::process::Command::new(workload("events"))
+            .args(["writes", "1000"])
+            .output()
+            .unwrap();
+        nix::sys::signal::kill(Pid::from_raw(bpfprof.pid() as i32), Signal::SIGINT).unwrap();
+        let (status, said) = finish_bpfprof(bpfprof, stderr);
+        assert!(status.success(), "{args:?}: {said}");
+        (std::fs::read_to_string(&path).unwrap(), truth(&stdout(&out)))
+    };
+    let (report, truth) = during(&["trace", "-s"]);
+    let report: Value = serde_json::from_str(&report).unwrap();
+    let writes = calls_of(&report, truth["pid"] as u64)["write"]["calls"].as_f64();
+    println!(
+        "trace -s -a: the workload's writes {writes:?} of {} and the TRUTH line",
+        truth["writes"]
+    );
+    assert_eq!(writes, Some(truth["writes"] + 1.0));
+
+    let (hits, truth) = during(&["record", "-e", "syscalls:sys_enter_write"]);
+    // A hit per line, then the totals.
+    let hits: Vec<Value> = hits.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let mine = hits.iter().filter(|h| h["pid"] == truth["pid"]).count();
+    println!(
+        "record -a: {} hits, {mine} the workload's, of {} writes and the TRUTH line",
+        hits.len() - 1,
+        truth["writes"]
+    );
+    assert_eq!(mine as f64, truth["writes"] + 1.0);
+}

@@ -38,6 +38,8 @@
  *                       its id
  *   events offsets N    offset_target, whose instructions are known (nops, then a return: the
  *                       third starts at +2 on x86-64, +8 on AArch64), called N times
+ *   events semaphore    watches events:step's semaphore every millisecond until SIGUSR1; prints
+ *                       for how many ticks it was raised, its highest value and its value now
  * Each prints one `TRUTH key=value ...` line at exit. */
 #define _GNU_SOURCE
 #include <stdio.h>
@@ -50,6 +52,7 @@
 #include <time.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/syscall.h>
 
 #include "clock.h"
@@ -225,6 +228,27 @@ static __attribute__((noinline)) void usdt_steps(long n) {
            n, fired[1], fired[2], ints, negatives, globals);
 }
 
+/* `semaphore`: what a tracer did to the USDT semaphore, read until SIGUSR1. */
+static volatile sig_atomic_t semaphore_asked;
+static void ask_semaphore(int sig) {
+    (void)sig;
+    semaphore_asked = 1;
+}
+
+static void semaphore_watch(void) {
+    struct timespec tick = {0, 1000000};
+    long raised = 0;
+    unsigned short most = 0;
+    signal(SIGUSR1, ask_semaphore);
+    while (!semaphore_asked) {
+        unsigned short now = events_step_semaphore;
+        raised += now != 0;
+        if (now > most) most = now;
+        nanosleep(&tick, NULL);
+    }
+    printf("TRUTH pid=%d raised_ticks=%ld most=%d semaphore_now=%d\n", getpid(), raised, most, events_step_semaphore);
+}
+
 /* A request's two ends, each taking its id (the probes read their first argument); submitting
  * one returns its id too. */
 static __attribute__((noipa)) long request_submit(long id) {
@@ -354,6 +378,8 @@ int main(int argc, char **argv) {
         lines(n);
     } else if (strcmp(argv[1], "inlined") == 0) {
         inlined(n);
+    } else if (strcmp(argv[1], "semaphore") == 0) {
+        semaphore_watch();
     } else if (strcmp(argv[1], "usdt") == 0) {
         usdt_steps(n);
     } else if (strcmp(argv[1], "requests") == 0) {
