@@ -11,7 +11,7 @@ use std::{
 
 use object::{Object as _, ObjectSymbolTable as _};
 
-use super::{has_dwarf, hex, Facts};
+use super::{has_dwarf, hex, text_of, Facts};
 use crate::process::elf_build_id;
 
 /// A candidate larger than this is refused (no debug file is; its CRC would be read whole).
@@ -125,7 +125,18 @@ pub(super) fn accept(
             ));
             return false;
         }
-        (Some(_), Some(_)) => {}
+        (Some(_), Some(_)) => {
+            // The same build id, and yet another binary's code: a note that lies (or collides).
+            if let (Some(want), Some(got)) = (facts.text, text_of(&elf)) {
+                if want != got {
+                    problems.push(format!(
+                        "{shown}: its .text ({:#x}, {} bytes) is not the binary's ({:#x}, {} bytes) though their build ids match, ignored",
+                        got.0, got.1, want.0, want.1
+                    ));
+                    return false;
+                }
+            }
+        }
         _ => {
             if let Some(want) = crc {
                 let got = crcs.of(&file, &meta);

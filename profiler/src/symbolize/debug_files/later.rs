@@ -37,6 +37,7 @@ impl DebugLocator {
             debugdata: false,
             dynsym: false,
             segments: Vec::new(),
+            text: None,
         };
         if let Some(found) = self.by_build_id(&facts, problems) {
             return (Some(found), false);

@@ -194,6 +194,9 @@ struct Facts {
     debugdata: bool,
     dynsym: bool,
     segments: Vec<Segment>,
+    /// Where its `.text` is and how long (a debug file keeps both): a candidate whose `.text`
+    /// differs is another binary's, whatever build id it claims.
+    text: Option<(u64, u64)>,
 }
 
 impl Facts {
@@ -215,6 +218,7 @@ impl Facts {
                 .dynamic_symbol_table()
                 .is_some_and(|t| t.symbols().nth(1).is_some()),
             segments: segments_of(&elf),
+            text: text_of(&elf),
         })
     }
 
@@ -230,6 +234,13 @@ impl Facts {
             Origin::None
         }
     }
+}
+
+/// The address and size of a file's `.text`.
+fn text_of<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> Option<(u64, u64)> {
+    use object::ObjectSection as _;
+    elf.section_by_name(".text")
+        .map(|text| (text.address(), text.size()))
 }
 
 fn has_dwarf<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> bool {

@@ -151,6 +151,35 @@ fn a_debug_file_of_another_build_is_refused() {
     assert!(found.problems[0].contains("build id"), "{:?}", found.problems);
 }
 
+/// A debug file whose build-id note was made to claim the binary's (a crafted file, or a
+/// collision) is still another binary's: its `.text` is elsewhere or of another size. Refused.
+#[test]
+fn a_debug_file_whose_build_id_lies_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = fixture(tmp.path(), PROG);
+    let other_dir = tmp.path().join("other");
+    std::fs::create_dir(&other_dir).unwrap();
+    fixture(
+        &other_dir,
+        "static volatile int v;\nvoid g(void) { for (int i = 0; i < 100; i++) v += i * v; }\nint main(void) { g(); return v; }\n",
+    );
+    let id = |path: &Path| crate::process::build_id_bytes(&File::open(path).unwrap()).unwrap();
+    let (ours, theirs) = (id(&prog), id(&other_dir.join("prog")));
+    let mut lying = std::fs::read(other_dir.join("prog.debug")).unwrap();
+    let at = (lying.windows(theirs.len()))
+        .position(|w| w == theirs.as_slice())
+        .expect("the build id's bytes");
+    lying[at..at + ours.len()].copy_from_slice(&ours);
+    let user = tmp.path().join("user");
+    let placed = build_id_path(&user, &prog);
+    std::fs::create_dir_all(placed.parent().unwrap()).unwrap();
+    std::fs::write(&placed, &lying).unwrap();
+    assert_eq!(id(&placed), ours, "the crafted note claims the binary's id");
+    let found = locate(&DebugLocator::new(vec![user], None), &tmp.path().join("stripped"));
+    assert_eq!(found.debug_file, None);
+    assert!(found.problems[0].contains(".text"), "{:?}", found.problems);
+}
+
 #[test]
 fn an_unstripped_copy_anywhere_under_a_debug_dir_is_found_by_build_id() {
     let tmp = tempfile::tempdir().unwrap();
