@@ -647,3 +647,13 @@ impl Drop for Agent {
         let _ = self.child.wait();
     }
 }
+
+/// The libc this test process maps (as `/proc/self/maps` names it): the workloads' too.
+pub fn own_libc() -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    (maps.lines())
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.rsplit('/').next().is_some_and(|n| n.starts_with("libc.so")))
+        .expect("the tests' own libc")
+        .to_string()
+}

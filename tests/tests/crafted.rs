@@ -82,7 +82,7 @@ fn build_id_range(data: &[u8]) -> std::ops::Range<usize> {
 
 /// The crafted programs (name, path), and the plain copy's.
 fn programs(dir: &Path) -> Vec<(&'static str, PathBuf)> {
-    let libc = std::fs::read(libc_path()).unwrap();
+    let libc = std::fs::read(own_libc()).unwrap();
     let libc_id = libc[build_id_range(&libc)].to_vec();
     vec![
         ("plain", crafted(dir, "hotspot-plain", |_| {})),
@@ -126,15 +126,6 @@ fn programs(dir: &Path) -> Vec<(&'static str, PathBuf)> {
             }),
         ),
     ]
-}
-
-fn libc_path() -> String {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-    (maps.lines())
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| p.rsplit('/').next().is_some_and(|n| n.starts_with("libc.so")))
-        .expect("the tests' libc")
-        .to_string()
 }
 
 /// Start each program spinning (`split SECONDS`: its own CPU time) and wait until it runs.

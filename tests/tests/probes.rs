@@ -711,12 +711,7 @@ fn a_probe_at_an_offset_into_a_function_counts_each_pass() {
 /// `uprobe:libc:malloc`, where a probe on the system's libc, which it does not map, counts none.
 #[test]
 fn a_library_by_name_is_the_one_the_target_maps() {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-    let system_libc = (maps.lines())
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| p.rsplit('/').next().is_some_and(|n| n.starts_with("libc.so")))
-        .expect("the tests' own libc")
-        .to_string();
+    let system_libc = own_libc();
     let dir = temp_path("own-libc");
     std::fs::create_dir_all(&dir).unwrap();
     let copy = dir.join(system_libc.rsplit('/').next().unwrap());
