@@ -448,7 +448,9 @@ fn main_executable_first(profile: &mut proto::Profile) {
         seen.sort_unstable();
         seen.dedup();
         for mapping in seen {
-            *weight.entry(mapping).or_default() += sample.value.first().copied().unwrap_or(0);
+            // A saved profile's values may be anything (a crafted one: i64::MAX twice).
+            let entry = weight.entry(mapping).or_default();
+            *entry = entry.saturating_add(sample.value.first().copied().unwrap_or(0));
         }
     }
     let strings = &profile.string_table;
