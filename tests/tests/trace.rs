@@ -34,18 +34,22 @@ fn calls_of(report: &Value, tid: u64) -> HashMap<String, Value> {
         .collect()
 }
 
-/// `strace -c`'s table: each call's (calls, errors).
-fn strace_counts(command: &[&str]) -> HashMap<String, (u64, u64)> {
-    let path = temp_path("strace.txt");
+/// What `strace OPTION -o FILE command` wrote to its file.
+fn strace(option: &str, command: &[&str]) -> String {
+    let path = temp_path(&format!("strace{option}.txt"));
     let status = std::process::Command::new("strace")
-        .args(["-c", "-o", path.to_str().unwrap()])
+        .args([option, "-o", path.to_str().unwrap()])
         .args(command)
         .stderr(std::process::Stdio::null())
         .status()
         .expect("strace (cargo xtask setup installs it)");
     assert!(status.success());
-    let table = std::fs::read_to_string(&path).unwrap();
-    table
+    std::fs::read_to_string(&path).unwrap()
+}
+
+/// `strace -c`'s table: each call's (calls, errors).
+fn strace_counts(command: &[&str]) -> HashMap<String, (u64, u64)> {
+    strace("-c", command)
         .lines()
         .filter_map(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
@@ -64,16 +68,8 @@ fn strace_counts(command: &[&str]) -> HashMap<String, (u64, u64)> {
 /// Each failed call of `command` as strace lists it (`-Z`, failed only): per call and errno, how
 /// many.
 fn strace_errnos(command: &[&str]) -> HashMap<(String, String), u64> {
-    let path = temp_path("strace-failed.txt");
-    let status = std::process::Command::new("strace")
-        .args(["-Z", "-o", path.to_str().unwrap()])
-        .args(command)
-        .stderr(std::process::Stdio::null())
-        .status()
-        .expect("strace (cargo xtask setup installs it)");
-    assert!(status.success());
     let mut failed = HashMap::new();
-    for line in std::fs::read_to_string(&path).unwrap().lines() {
+    for line in strace("-Z", command).lines() {
         // `openat(AT_FDCWD, "/etc/ld.so.preload", O_RDONLY) = -1 ENOENT (No such file ...)`
         let (Some((name, _)), Some((_, after))) = (line.split_once('('), line.rsplit_once(" = -1 ")) else {
             continue;

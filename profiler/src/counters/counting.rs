@@ -180,13 +180,11 @@ fn define_probe_sites(groups: &[Group]) -> Result<(Vec<DefinedSite>, SiteIds), C
         let mut of_group = Vec::new();
         for (e, event) in group.events.iter().enumerate() {
             let mut of_event = Vec::new();
-            for (s, site) in event
-                .probe
-                .iter()
-                .flat_map(|p| p.sites.iter().map(move |site| (p, site)))
-                .enumerate()
-            {
-                let (probe, site) = site;
+            let Some(probe) = &event.probe else {
+                of_group.push(of_event);
+                continue;
+            };
+            for (s, site) in probe.sites.iter().enumerate() {
                 let site = DefinedSite::define(probe, site, &format!("g{g}e{e}s{s}")).map_err(|source| {
                     CountingError::Define {
                         event: event.spelled(),
