@@ -181,6 +181,12 @@ macro_rules! health_table {
                         "{} stacks lost their Python frames from some point on: the thread's state was not found (a subinterpreter's thread?) or a frame could not be read; the interpreter's own frame stands there instead",
                         h.python_cut
                     ));
+                SwitchInsMissed = 31, switch_ins_missed, sched, "switch_ins_missed_total",
+                    "switch-outs of a task whose last switch-in the kernel's tracepoint never showed; its open sleep is closed there, at the wake-up that ended it",
+                    |h| (h.switch_ins_missed > 0).then(|| format!(
+                        "{} switch-ins were never shown by the kernel's tracepoint (the task was seen switched out again while asleep): each of those sleeps ends at its wake-up, or at that switch-out where none was seen, with the stack it began on",
+                        h.switch_ins_missed
+                    ));
             }
             user {
                 processes_not_captured, common, "processes_not_captured_total",

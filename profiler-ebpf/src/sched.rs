@@ -338,6 +338,12 @@ fn switch_out(
     }
     let stats = task_stats(prev, prev_task, off)?;
     let stats = unsafe { &mut *stats };
+    if stats.offcpu.at_ns != 0 {
+        // Out again with its last sleep still open: the kernel's tracepoint never showed the
+        // switch-in that ended it. It slept until the wake-up it was woken by (seen or not).
+        bump(HealthCounter::SwitchInsMissed);
+        end_sleep(stats, prev, stats.enqueued.at_ns, now);
+    }
     stats.switched_out = 1;
     if stats.kernel_accounting != 0 {
         settle_run(off, stats, prev, current.kernel_totals(off), history);
@@ -462,12 +468,19 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: O
         }
     }
 
+    end_sleep(stats, next, enqueued.at_ns, now);
+}
+
+/// The task's sleep (if it was asleep) ends: recorded with the stacks taken when it began.
+/// It slept until its wake-up at `woke_ns`; from then on it was runnable, which is run-queue
+/// delay (counted apart), not off-CPU time: the thread's states add up to its time. Without a
+/// wake-up seen since the sleep began, it slept until `now`.
+#[inline(always)]
+fn end_sleep(stats: &mut TaskSched, tid: u32, woke_ns: u64, now: u64) {
     let start = stats.offcpu;
     if start.at_ns != 0 {
-        // Asleep until the wake-up; from then on it was runnable, which is run-queue delay
-        // (counted above), not off-CPU time: the thread's states add up to its time.
-        let woke = match enqueued.at_ns >= start.at_ns {
-            true => enqueued.at_ns,
+        let woke = match woke_ns >= start.at_ns {
+            true => woke_ns,
             false => now,
         };
         let blocked = woke.saturating_sub(start.at_ns);
@@ -483,7 +496,7 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: O
         };
         let key = SampleKey {
             tgid: start.tgid,
-            tid: next,
+            tid,
             user_stack_id: start.user_stack_id,
             kernel_stack_id: start.kernel_stack_id,
             comm: stats.comm,
