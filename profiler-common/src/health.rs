@@ -182,9 +182,9 @@ macro_rules! health_table {
                         h.python_cut
                     ));
                 SwitchInsMissed = 31, switch_ins_missed, sched, "switch_ins_missed_total",
-                    "switch-outs of a task whose last switch-in the kernel's tracepoint never showed; its open sleep is closed there, at the wake-up that ended it",
+                    "switch-outs (and exits) of a task whose last switch-in the kernel's tracepoint never showed; its open sleep is closed there, at the wake-up that ended it, or there where none was seen",
                     |h| (h.switch_ins_missed > 0).then(|| format!(
-                        "{} switch-ins were never shown by the kernel's tracepoint (the task was seen switched out again while asleep): each of those sleeps ends at its wake-up, or at that switch-out where none was seen, with the stack it began on",
+                        "{} switch-ins were never shown by the kernel's tracepoint (the task was seen switched out again, or exiting, while asleep): each of those sleeps ends at its wake-up, or at that switch-out where none was seen, with the stack it began on",
                         h.switch_ins_missed
                     ));
             }

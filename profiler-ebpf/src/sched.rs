@@ -340,9 +340,13 @@ fn switch_out(
     let stats = unsafe { &mut *stats };
     if stats.offcpu.at_ns != 0 {
         // Out again with its last sleep still open: the kernel's tracepoint never showed the
-        // switch-in that ended it. It slept until the wake-up it was woken by (seen or not).
+        // switch-in that ended it. It slept until the wake-up it was woken by (seen or not);
+        // the run now ending began unseen after the wait that followed, settled below as a
+        // switch-in would have left it (without the kernel's totals, wait and run are one).
         bump(HealthCounter::SwitchInsMissed);
-        end_sleep(stats, prev, stats.enqueued.at_ns, now);
+        let woke = stats.enqueued;
+        stats.last_in_ns = end_sleep(stats, prev, woke.at_ns, now);
+        stats.last_wait = woke;
     }
     stats.switched_out = 1;
     if stats.kernel_accounting != 0 {
@@ -468,18 +472,20 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: O
         }
     }
 
-    end_sleep(stats, next, enqueued.at_ns, now);
+    let _ = end_sleep(stats, next, enqueued.at_ns, now);
 }
 
 /// The task's sleep (if it was asleep) ends: recorded with the stacks taken when it began.
 /// It slept until its wake-up at `woke_ns`; from then on it was runnable, which is run-queue
 /// delay (counted apart), not off-CPU time: the thread's states add up to its time. Without a
-/// wake-up seen since the sleep began, it slept until `now`.
+/// wake-up seen since the sleep began, it slept until `now`. Returns when the sleep ended (0:
+/// it was not asleep).
 #[inline(always)]
-fn end_sleep(stats: &mut TaskSched, tid: u32, woke_ns: u64, now: u64) {
+fn end_sleep(stats: &mut TaskSched, tid: u32, woke_ns: u64, now: u64) -> u64 {
     let start = stats.offcpu;
+    let mut woke = 0;
     if start.at_ns != 0 {
-        let woke = match woke_ns >= start.at_ns {
+        woke = match woke_ns >= start.at_ns {
             true => woke_ns,
             false => now,
         };
@@ -511,6 +517,7 @@ fn end_sleep(stats: &mut TaskSched, tid: u32, woke_ns: u64, now: u64) {
         // Only now: user space, seeing the task awake, knows its sleep is in the map.
         stats.offcpu.at_ns = 0;
     }
+    woke
 }
 
 #[inline(always)]
@@ -697,6 +704,13 @@ pub fn forget_task(tid: u32) {
     };
     let now = unsafe { bpf_ktime_get_ns() };
     unsafe {
+        if (*stats).offcpu.at_ns != 0 {
+            // Exiting (so running) with a sleep still open: its switch-in was never shown.
+            bump(HealthCounter::SwitchInsMissed);
+            let woke = (*stats).enqueued;
+            (*stats).last_in_ns = end_sleep(&mut *stats, tid, woke.at_ns, now);
+            (*stats).last_wait = woke;
+        }
         if (*stats).kernel_accounting != 0 {
             // Its last run, to the kernel's last update of its time (at most a tick ago).
             let off = offsets();

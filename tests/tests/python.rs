@@ -198,12 +198,16 @@ fn assert_named_and_interleaved(
     script: &str,
 ) {
     let stacks = report.stacks_of(pid);
-    let mut alpha_frames = 0;
-    for frame in stacks.iter().flat_map(|s| frames(s)) {
+    let (mut alpha_frames, mut alpha_samples, mut at_def) = (0, 0, 0);
+    let weighed = stacks
+        .iter()
+        .flat_map(|s| frames(s).into_iter().map(|f| (f, s["count"].as_u64().unwrap())));
+    for (frame, count) in weighed {
         if frame["function"] != "alpha_work" {
             continue;
         }
         alpha_frames += 1;
+        alpha_samples += count;
         assert_eq!(
             (&frame["kind"], &frame["file"]),
             (&"python".into(), &script.into()),
@@ -217,8 +221,16 @@ fn assert_named_and_interleaved(
             truth["alpha_first"],
             truth["alpha_last"]
         );
+        if line == truth["alpha_first"] {
+            at_def += count;
+        }
     }
     assert!(alpha_frames > 0);
+    // The `def` line is only the moment a call begins: nearly every sample is in the body.
+    assert!(
+        at_def * 100 <= alpha_samples,
+        "{python}: {at_def} of alpha_work's {alpha_samples} samples at its def line"
+    );
     let interleaved = stacks.iter().any(|s| {
         let frames = frames(s);
         let at = |name: &str| frames.iter().position(|f| f["function"] == name);
