@@ -338,16 +338,8 @@ fn switch_out(
     }
     let stats = task_stats(prev, prev_task, off)?;
     let stats = unsafe { &mut *stats };
-    if stats.offcpu.at_ns != 0 {
-        // Out again with its last sleep still open: the kernel's tracepoint never showed the
-        // switch-in that ended it. It slept until the wake-up it was woken by (seen or not);
-        // the run now ending began unseen after the wait that followed, settled below as a
-        // switch-in would have left it (without the kernel's totals, wait and run are one).
-        bump(HealthCounter::SwitchInsMissed);
-        let woke = stats.enqueued;
-        stats.last_in_ns = end_sleep(stats, prev, woke.at_ns, now);
-        stats.last_wait = woke;
-    }
+    // Out again: a sleep still open had its switch-in unseen.
+    close_unseen_sleep(stats, prev, now);
     stats.switched_out = 1;
     if stats.kernel_accounting != 0 {
         settle_run(off, stats, prev, current.kernel_totals(off), history);
@@ -480,6 +472,21 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: O
 /// delay (counted apart), not off-CPU time: the thread's states add up to its time. Without a
 /// wake-up seen since the sleep began, it slept until `now`. Returns when the sleep ended (0:
 /// it was not asleep).
+/// A task seen running (switched out or exiting) with a sleep still open: the kernel's
+/// tracepoint never showed the switch-in that ended it. It slept until the wake-up it was woken
+/// by (seen or not); the run now ending began unseen after the wait that followed, left as a
+/// switch-in would have left it (without the kernel's totals, wait and run are one).
+#[inline(always)]
+fn close_unseen_sleep(stats: &mut TaskSched, tid: u32, now: u64) {
+    if stats.offcpu.at_ns == 0 {
+        return;
+    }
+    bump(HealthCounter::SwitchInsMissed);
+    let woke = stats.enqueued;
+    stats.last_in_ns = end_sleep(stats, tid, woke.at_ns, now);
+    stats.last_wait = woke;
+}
+
 #[inline(always)]
 fn end_sleep(stats: &mut TaskSched, tid: u32, woke_ns: u64, now: u64) -> u64 {
     let start = stats.offcpu;
@@ -704,13 +711,8 @@ pub fn forget_task(tid: u32) {
     };
     let now = unsafe { bpf_ktime_get_ns() };
     unsafe {
-        if (*stats).offcpu.at_ns != 0 {
-            // Exiting (so running) with a sleep still open: its switch-in was never shown.
-            bump(HealthCounter::SwitchInsMissed);
-            let woke = (*stats).enqueued;
-            (*stats).last_in_ns = end_sleep(&mut *stats, tid, woke.at_ns, now);
-            (*stats).last_wait = woke;
-        }
+        // Exiting, so running: a sleep still open had its switch-in unseen.
+        close_unseen_sleep(&mut *stats, tid, now);
         if (*stats).kernel_accounting != 0 {
             // Its last run, to the kernel's last update of its time (at most a tick ago).
             let off = offsets();
