@@ -106,6 +106,9 @@ names! {
         PROG_FORK = "follow_fork";
         PROG_EXIT = "forget_exit";
         PROG_EXEC = "announce_exec";
+        PROG_MAPPING_MMAP = "mapping_mmap";
+        PROG_MAPPING_MREMAP = "mapping_mremap";
+        PROG_MAPPING_DONE = "mapping_done";
         PROG_SWITCH = "sched_switch";
         PROG_COUNTER_SWITCH = "counter_switch";
         PROG_WAKEUP = "sched_wakeup";
@@ -161,7 +164,7 @@ names! {
 }
 
 /// The maps only the kernel programs use (per-CPU scratch space, state between programs).
-pub const KERNEL_ONLY_MAPS: [&str; 16] = [
+pub const KERNEL_ONLY_MAPS: [&str; 17] = [
     "BUILD_ID_SCRATCH",
     "COUNTER_BASELINE",
     "CPU_HISTORY",
@@ -169,6 +172,7 @@ pub const KERNEL_ONLY_MAPS: [&str; 16] = [
     "LATENCY_PENDING",
     "LOCK_WALK",
     "LOCK_WALK_FOR",
+    "MAPPING_CALLS",
     "OFFCPU_WALK",
     "PROBE_HIT_WALK",
     "PTHREAD_WALK",

@@ -45,6 +45,7 @@ mod health;
 mod hits;
 mod latency;
 mod lock;
+mod mappings;
 mod python;
 mod records;
 mod sampling;

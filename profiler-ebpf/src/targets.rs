@@ -44,6 +44,12 @@ pub fn exec_generation(tgid: u32) -> u32 {
     unsafe { EXEC_GENERATIONS.get(tgid) }.copied().unwrap_or(0)
 }
 
+/// Whether this process was named a target (or followed from one): false in a machine-wide run.
+#[inline(always)]
+pub fn is_named_target(tgid: u32) -> bool {
+    filtering() && TARGETS.get_ptr(tgid).is_some()
+}
+
 #[inline(always)]
 fn filtering() -> bool {
     unsafe { core::ptr::read_volatile(&FILTER_BY_TARGET) != 0 }

@@ -260,13 +260,25 @@ impl Loaded {
             .with_context(|| format!("adding pid {pid} to the targets"))
     }
 
-    /// Follow targets' children, forget exited threads, re-announce processes that exec.
+    /// Follow targets' children, forget exited threads, re-announce processes that exec, and
+    /// those that map or move code (see `profiler-ebpf/src/mappings.rs`).
     pub fn attach_process_tracking(&mut self) -> anyhow::Result<()> {
         self.attach_tracepoints(&[
             (names::PROG_FORK, "sched", "sched_process_fork"),
             (names::PROG_EXIT, "sched", "sched_process_exit"),
             (names::PROG_EXEC, "sched", "sched_process_exec"),
-        ])
+        ])?;
+        // Without system-call tracepoints (a kernel without CONFIG_FTRACE_SYSCALLS), code
+        // mapped is still found by the first pc outside the known mappings, as before.
+        if let Err(e) = self.attach_tracepoints(&[
+            (names::PROG_MAPPING_MMAP, "syscalls", "sys_enter_mmap"),
+            (names::PROG_MAPPING_MREMAP, "syscalls", "sys_enter_mremap"),
+            (names::PROG_MAPPING_DONE, "syscalls", "sys_exit_mmap"),
+            (names::PROG_MAPPING_DONE, "syscalls", "sys_exit_mremap"),
+        ]) {
+            log::info!("code mapped by targets is found at their first stack in it: {e:#}");
+        }
+        Ok(())
     }
 
     /// Load `prog` and attach it to the raw tracepoint `event`.
@@ -292,7 +304,9 @@ impl Loaded {
     pub fn attach_tracepoints(&mut self, programs: &[(&str, &str, &str)]) -> anyhow::Result<()> {
         for &(prog, category, event) in programs {
             let program: &mut TracePoint = self.program(prog)?;
-            program.load().with_context(|| format!("loading {prog}"))?;
+            if program.fd().is_err() {
+                program.load().with_context(|| format!("loading {prog}"))?;
+            }
             program
                 .attach(category, event)
                 .with_context(|| format!("attaching to {category}:{event}"))?;

@@ -6,6 +6,9 @@
  *   hotspot syscalls SECONDS  read(2) from /dev/zero in a loop (kernel-heavy)
  *   hotspot faults SECONDS    page faults only in touch_pages(), CPU work without faults in
  *                             burn_a() (half the time each); prints faults=<n> of touch_pages
+ *   hotspot remap SECONDS     split, its own text copied to anonymous memory in place (as
+ *                             programs that move their code onto huge pages do) and mapped
+ *                             back from its file, in turn, before each round; prints remaps=<n>
  *   hotspot fixed ITERATIONS THREADS
  *                             fixed CPU work on THREADS threads; prints ELAPSED=<ns> (benchmarks)
  *
@@ -15,6 +18,7 @@
  * Built with frame pointers. Prints one ground-truth line at exit:
  *   TRUTH pid=<pid> burn_a=<ns> burn_b=<ns> burn_c=<ns> reads=<n>
  */
+#define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -61,9 +65,57 @@ __attribute__((noinline)) void phase_ab(void) {
     burn_b(budget_b);
 }
 
+/* The executable's text: where it is mapped, and the open file and offset it comes from. */
+static struct { char *at; size_t len; int fd; off_t offset; } text;
+static long long remaps;
+
+static void find_own_text(void) {
+    char exe[4096], line[4096 + 256];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    FILE *maps = fopen("/proc/self/maps", "r");
+    if (n < 0 || !maps) { perror("own text"); exit(1); }
+    exe[n] = 0;
+    while (fgets(line, sizeof line, maps)) {
+        unsigned long start, end, offset;
+        char perms[5];
+        int path_at = 0;
+        if (sscanf(line, "%lx-%lx %4s %lx %*s %*s %n", &start, &end, perms, &offset, &path_at) < 4 || !path_at)
+            continue;
+        line[strcspn(line, "\n")] = 0;
+        if (perms[2] == 'x' && strcmp(line + path_at, exe) == 0) {
+            text.at = (char *)start;
+            text.len = end - start;
+            text.offset = (off_t)offset;
+        }
+    }
+    fclose(maps);
+    text.fd = open(exe, O_RDONLY);
+    if (!text.at || text.fd < 0) { fprintf(stderr, "no text mapping of %s\n", exe); exit(1); }
+}
+
+/* Replace the text, in place, by an anonymous copy (moved over it whole, as huge-page remappers
+ * do) or by its file again. The code running this is in the text: both contents are the same. */
+static void remap_text(void) {
+    if (remaps++ % 2 == 0) {
+        char *copy = mmap(NULL, text.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (copy == MAP_FAILED) { perror("mmap"); exit(1); }
+        memcpy(copy, text.at, text.len);
+        if (mprotect(copy, text.len, PROT_READ | PROT_EXEC) ||
+            mremap(copy, text.len, text.len, MREMAP_MAYMOVE | MREMAP_FIXED, text.at) == MAP_FAILED) {
+            perror("remapping the text to anonymous memory"); exit(1);
+        }
+    } else if (mmap(text.at, text.len, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED, text.fd, text.offset)
+               == MAP_FAILED) {
+        perror("mapping the text back"); exit(1);
+    }
+}
+
+static int remapping;
+
 __attribute__((noinline)) void run_split(double seconds) {
     long long end = thread_ns() + (long long)(seconds * 1e9);
     while (!stop_early && thread_ns() < end) {
+        if (remapping) remap_text();
         phase_ab();
         burn_c(budget_c);
     }
@@ -168,11 +220,16 @@ int main(int argc, char **argv) {
     }
     double seconds = atof(argv[2]);
     signal(SIGUSR1, on_stop);
+    if (strcmp(argv[1], "remap") == 0) {
+        find_own_text();
+        remapping = 1;
+        argv[1] = "split";
+    }
     if (strcmp(argv[1], "split") == 0) run_split(seconds);
     else if (strcmp(argv[1], "syscalls") == 0) run_syscalls(seconds);
     else if (strcmp(argv[1], "faults") == 0) run_faults(seconds);
     else { fprintf(stderr, "unknown mode %s\n", argv[1]); return 2; }
-    printf("TRUTH pid=%d burn_a=%lld burn_b=%lld burn_c=%lld reads=%lld faults=%lld\n",
-           (int)getpid(), spent_a, spent_b, spent_c, reads, faults);
+    printf("TRUTH pid=%d burn_a=%lld burn_b=%lld burn_c=%lld reads=%lld faults=%lld remaps=%lld\n",
+           (int)getpid(), spent_a, spent_b, spent_c, reads, faults, remaps);
     return 0;
 }

@@ -12,12 +12,14 @@ use std::{
 };
 
 mod info;
+mod maps;
 mod perf_map;
 mod section;
 
 pub use section::{section_data, SectionError};
 
 pub use info::{comm_of, container_id, split_stat, threads_of, ProcessInfo};
+pub use maps::{parse_maps, MapsLine};
 pub use perf_map::{JitMaps, JitNames, JitSymbol, PerfMap};
 use profiler_common::{
     python::py_frame_parts,
@@ -171,17 +173,6 @@ struct Mapping {
     region: Region,
 }
 
-/// One line of `/proc/<pid>/maps`, executable mappings only.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MapsLine {
-    pub start: u64,
-    pub end: u64,
-    pub file_offset: u64,
-    pub dev: String,
-    pub inode: u64,
-    pub path: String,
-}
-
 /// The vDSO as the kernel maps it into this process: the image every 64-bit process maps (an ELF
 /// file with `.dynsym` and `.eh_frame`), where it is and its bytes. It never moves nor changes:
 /// read once, for the unwinder, the names and the check of each process's.
@@ -218,33 +209,6 @@ fn same_vdso(pid: u32, start: u64) -> bool {
     File::open(format!("/proc/{pid}/mem"))
         .and_then(|mem| mem.read_exact_at(&mut theirs, start))
         .is_ok_and(|()| theirs == own)
-}
-
-/// Parse the executable mappings out of a `/proc/<pid>/maps` text.
-pub fn parse_maps(text: &str) -> Vec<MapsLine> {
-    text.lines().filter_map(parse_maps_line).collect()
-}
-
-fn parse_maps_line(line: &str) -> Option<MapsLine> {
-    let mut fields = line.splitn(6, ' ');
-    let range = fields.next()?;
-    let perms = fields.next()?;
-    let offset = fields.next()?;
-    let dev = fields.next()?;
-    let inode = fields.next()?;
-    let path = fields.next().unwrap_or("").trim_start().to_string();
-    if !perms.contains('x') {
-        return None;
-    }
-    let (start, end) = range.split_once('-')?;
-    Some(MapsLine {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        file_offset: u64::from_str_radix(offset, 16).ok()?,
-        dev: dev.to_string(),
-        inode: inode.parse().ok()?,
-        path,
-    })
 }
 
 /// Memory maps of every process seen in the run, and the files they map.
@@ -468,7 +432,7 @@ impl Processes {
         if line.path == "[vdso]" && !same_vdso(pid, line.start) {
             return Region::Anon;
         }
-        let opener = || File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", line.start, line.end));
+        let opener = || File::open(line.map_files_path(pid));
         self.region_for_path(line, Some(&opener))
     }
 

@@ -20,6 +20,44 @@ fn parses_executable_mappings_only() {
     assert_eq!(lines[3].path, "[vdso]");
 }
 
+/// A program that copied its text to anonymous memory in place (huge pages): the file on
+/// both sides at one bias makes it the file's text again; JIT code placed beside a library
+/// (one side only, or another bias) stays anonymous.
+#[test]
+fn text_remapped_to_anonymous_memory_is_its_files() {
+    let lines = parse_maps(
+        "\
+55d0c0a00000-55d0c0a01000 r--p 00000000 fd:01 1234 /usr/bin/prog
+55d0c0a01000-55d0c0a05000 r-xp 00000000 00:00 0 
+55d0c0a05000-55d0c0a07000 r--p 00005000 fd:01 1234 /usr/bin/prog
+55d0c0a08000-55d0c0a09000 rw-p 00007000 fd:01 1234 /usr/bin/prog
+7eff00000000-7eff00010000 r-xp 00000000 00:00 0 
+7f0000000000-7f0000028000 r--p 00000000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f0000028000-7f0000100000 r-xp 00028000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f0000100000-7f0000140000 r--p 00100000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f0000140000-7f0000150000 rwxp 00000000 00:00 0 
+7f0000150000-7f0000151000 rw-p 00140000 fd:01 99 /usr/lib/x86_64-linux-gnu/libc.so.6
+",
+    );
+    let text = &lines[0];
+    assert_eq!(
+        (text.start, text.file_offset, text.inode, text.path.as_str()),
+        (0x55d0c0a01000, 0x1000, 1234, "/usr/bin/prog")
+    );
+    assert_eq!(text.opened_through, (0x55d0c0a00000, 0x55d0c0a01000));
+    assert_eq!(
+        text.map_files_path(7),
+        "/proc/7/map_files/55d0c0a00000-55d0c0a01000"
+    );
+    let anonymous: Vec<_> = lines.iter().filter(|l| l.inode == 0).map(|l| l.start).collect();
+    assert_eq!(
+        anonymous,
+        [0x7eff00000000, 0x7f0000140000],
+        "JIT code below a library, and between two of its mappings at different biases"
+    );
+    assert_eq!(lines[2].opened_through, (lines[2].start, lines[2].end));
+}
+
 #[test]
 fn normalizes_to_file_offsets_and_shares_files() {
     let mut procs = Processes::new();

@@ -335,7 +335,7 @@ impl Tables {
         let data: &[u8] = match line.path.as_str() {
             VDSO => &crate::process::own_vdso()?.image,
             _ => {
-                let path = format!("/proc/{pid}/map_files/{:x}-{:x}", line.start, line.end);
+                let path = line.map_files_path(pid);
                 mapped = map_file(Path::new(&path))
                     .or_else(|_| map_file(Path::new(&line.path)))
                     .ok()?;

@@ -358,7 +358,7 @@ fn compact(mut rows: Vec<Row>) -> Vec<Row> {
 }
 
 /// A loadable segment: where it is in the file, and its virtual address.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Segment {
     offset: u64,
     size: u64,

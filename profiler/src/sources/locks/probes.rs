@@ -109,7 +109,7 @@ pub fn for_process(pid: u32) -> Result<LockLibrary, UserError> {
         std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|_| UserError::NoSuchProcess(pid))?;
     let mut searched = Vec::new();
     for line in unique_files(&parse_maps(&maps)) {
-        let open = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", line.start, line.end));
+        let open = PathBuf::from(line.map_files_path(pid));
         if let Some(library) = read(&open, &line.path) {
             return Ok(library);
         }

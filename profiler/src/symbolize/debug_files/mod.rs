@@ -62,7 +62,7 @@ impl Fetcher for Debuginfod {
 }
 
 /// Where a file's names came from, for the report.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Origin {
     /// The file's own `.symtab` or DWARF.
@@ -270,8 +270,32 @@ pub struct DebugLocator {
     dirs: Vec<PathBuf>,
     fetcher: Option<Arc<dyn Fetcher>>,
     index: OnceCell<HashMap<Vec<u8>, Vec<PathBuf>>>,
-    found: RefCell<HashMap<Vec<u8>, Located>>,
+    found: RefCell<HashMap<Claim, Located>>,
     crcs: Crcs,
+}
+
+/// What an answer is kept under: the build id with what the binary says of itself. A binary
+/// whose note claims another's build id (crafted, or a collision) is not given that one's
+/// answer: its own segments, symbols and link are its own.
+#[derive(PartialEq, Eq, Hash)]
+struct Claim {
+    build_id: Vec<u8>,
+    text: Option<(u64, u64)>,
+    segments: Vec<Segment>,
+    own: Origin,
+    debuglink: Option<(String, u32)>,
+}
+
+impl Claim {
+    fn of(facts: &Facts) -> Option<Claim> {
+        Some(Claim {
+            build_id: facts.build_id.clone()?,
+            text: facts.text,
+            segments: facts.segments.clone(),
+            own: facts.own(),
+            debuglink: facts.debuglink.clone(),
+        })
+    }
 }
 
 impl Default for DebugLocator {
@@ -315,27 +339,28 @@ impl DebugLocator {
             return hit;
         }
         let located = self.search(&facts, &binary_dirs(read_path, seen_path, root));
-        if let (Some(id), false) = (&facts.build_id, located.pending) {
+        if let (Some(claim), false) = (Claim::of(&facts), located.pending) {
             let mut found = self.found.borrow_mut();
             if found.len() >= CACHED_BUILD_IDS {
                 found.clear();
             }
-            found.insert(id.clone(), located.clone());
+            found.insert(claim, located.clone());
         }
         located
     }
 
-    /// The answer kept for the binary's build id, if it still stands: a miss not yet to be
-    /// asked again; a fetched file the fetcher still has at that path (asking marks it used).
+    /// The answer kept for the binary (its build id and `Claim`), if it still stands: a miss
+    /// not yet to be asked again; a fetched file the fetcher still has at that path (asking
+    /// marks it used).
     fn cached(&self, facts: &Facts) -> Option<Located> {
-        let id = facts.build_id.as_ref()?;
-        let hit = self.found.borrow().get(id).cloned()?;
+        let claim = Claim::of(facts)?;
+        let hit = self.found.borrow().get(&claim).cloned()?;
         if hit.retry_at.is_some_and(|at| Instant::now() >= at) {
             return None;
         }
         if hit.origin == Origin::Debuginfod {
             let fetcher = self.fetcher.as_ref()?;
-            if fetcher.lookup(id) != Lookup::Ready(hit.debug_file.clone()?) {
+            if fetcher.lookup(&claim.build_id) != Lookup::Ready(hit.debug_file.clone()?) {
                 return None;
             }
         }

@@ -163,21 +163,60 @@ fn a_debug_file_whose_build_id_lies_is_refused() {
         &other_dir,
         "static volatile int v;\nvoid g(void) { for (int i = 0; i < 100; i++) v += i * v; }\nint main(void) { g(); return v; }\n",
     );
-    let id = |path: &Path| crate::process::build_id_bytes(&File::open(path).unwrap()).unwrap();
-    let (ours, theirs) = (id(&prog), id(&other_dir.join("prog")));
-    let mut lying = std::fs::read(other_dir.join("prog.debug")).unwrap();
+    let user = tmp.path().join("user");
+    let placed = build_id_path(&user, &prog);
+    std::fs::create_dir_all(placed.parent().unwrap()).unwrap();
+    claiming(&other_dir.join("prog.debug"), &prog, &placed);
+    let found = locate(&DebugLocator::new(vec![user], None), &tmp.path().join("stripped"));
+    assert_eq!(found.debug_file, None);
+    assert!(found.problems[0].contains(".text"), "{:?}", found.problems);
+}
+
+fn build_id(path: &Path) -> Vec<u8> {
+    crate::process::build_id_bytes(&File::open(path).unwrap()).unwrap()
+}
+
+/// Write to `to` a copy of the ELF file `from` whose build-id note claims `victim`'s.
+fn claiming(from: &Path, victim: &Path, to: &Path) {
+    let (ours, theirs) = (build_id(victim), build_id(from));
+    let mut lying = std::fs::read(from).unwrap();
     let at = (lying.windows(theirs.len()))
         .position(|w| w == theirs.as_slice())
         .expect("the build id's bytes");
     lying[at..at + ours.len()].copy_from_slice(&ours);
-    let user = tmp.path().join("user");
-    let placed = build_id_path(&user, &prog);
-    std::fs::create_dir_all(placed.parent().unwrap()).unwrap();
-    std::fs::write(&placed, &lying).unwrap();
-    assert_eq!(id(&placed), ours, "the crafted note claims the binary's id");
-    let found = locate(&DebugLocator::new(vec![user], None), &tmp.path().join("stripped"));
-    assert_eq!(found.debug_file, None);
-    assert!(found.problems[0].contains(".text"), "{:?}", found.problems);
+    std::fs::write(to, &lying).unwrap();
+    assert_eq!(
+        build_id(to),
+        ours,
+        "the crafted note claims {}'s id",
+        victim.display()
+    );
+}
+
+/// A binary claiming the build id of one already located (libc, in a crafted program) gets an
+/// answer of its own: its own symbols and segments, not the other's kept answer.
+#[test]
+fn a_binary_claiming_a_located_ones_build_id_is_located_for_itself() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = fixture(tmp.path(), PROG);
+    let other_dir = tmp.path().join("other");
+    std::fs::create_dir(&other_dir).unwrap();
+    let other = fixture(
+        &other_dir,
+        "int g(int x) { return x + 7; }\nint main(int c, char **v) { return g(c); }\n",
+    );
+    let liar = tmp.path().join("liar");
+    claiming(&other, &prog, &liar);
+    let locator = DebugLocator::default();
+    let stripped = locate(&locator, &tmp.path().join("stripped"));
+    assert_eq!(stripped.origin, Origin::Dynsym);
+    let located = locate(&locator, &liar);
+    assert_eq!(
+        located.origin,
+        Origin::OwnSymbols,
+        "its own DWARF, not the stripped file's answer"
+    );
+    assert_eq!(located.segments, Facts::read(&liar).unwrap().segments);
 }
 
 #[test]
