@@ -20,6 +20,8 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("usdt_args", usdt_args),
     ("python_lines", python_lines),
     ("python_code", python_code),
+    ("symbolize", symbolize),
+    ("annotate", annotate),
 ];
 
 /// An ELF file's unwind rows (`.eh_frame`, `.debug_frame`, compressed or not, Go's table, the
@@ -206,6 +208,72 @@ pub fn python_code(data: &[u8]) {
     }
 }
 
+/// An ELF file a profiled process maps, named as every profile names it: the debug-file search
+/// (its build id, debug link), blazesym over its symbols and DWARF (lines, inlined functions),
+/// then what blazesym leaves unnamed placed from its own tables (unwind bounds, Go's table).
+/// The addresses: each function symbol's (as file offsets), and offsets the input's last 64
+/// bytes give.
+pub fn symbolize(data: &[u8]) {
+    let _ = named_frames(data);
+}
+
+/// `symbolize`'s work: how many of its addresses got a name.
+fn named_frames(data: &[u8]) -> usize {
+    use object::{Object as _, ObjectSymbol as _};
+    use std::os::{fd::AsRawFd as _, unix::fs::FileExt as _};
+    let Some(file) = memfd().filter(|f| f.write_all_at(data, 0).is_ok()) else {
+        return 0;
+    };
+    let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let mut offsets: Vec<u64> = match object::File::parse(data) {
+        Ok(elf) => elf.symbols().take(64).map(|s| s.address()).collect(),
+        Err(_) => Vec::new(),
+    };
+    let tail = &data[data.len().saturating_sub(64)..];
+    offsets.extend(
+        tail.chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default())),
+    );
+    let maps = format!("0-ffffffffffffffff r-xp 00000000 00:01 1 {path}\n");
+    let mut procs = crate::process::Processes::new();
+    procs.insert_maps(1, crate::process::parse_maps(&maps));
+    let mut profile = crate::profile::RawProfile::new();
+    profile.add(
+        crate::profile::RawSample {
+            pid: 1,
+            tid: 1,
+            comm: "fuzz".into(),
+            user: crate::profile::StackRead::Frames(offsets.iter().map(|o| o.saturating_add(1)).collect()),
+            kernel: crate::profile::StackRead::Absent,
+            count: 1,
+            exec_generation: 0,
+            event: 0,
+            deltas: Default::default(),
+            user_objects: Vec::new(),
+        },
+        &procs,
+    );
+    let symbols = crate::symbolize::Symbolizer::default().symbolize(&profile, &procs);
+    (profile.stacks.keys())
+        .flat_map(|key| &key.user)
+        .filter(|addr| symbols.user(addr).iter().any(|f| !f.is_unknown()))
+        .count()
+}
+
+/// `--annotate`: a function's machine code decoded from the binary a profile names (x86-64 and
+/// AArch64, by the file's own architecture), at each function symbol's address; and the bytes
+/// as code of both architectures whatever they are.
+pub fn annotate(data: &[u8]) {
+    use object::{Object as _, ObjectSymbol as _};
+    if let Ok(elf) = object::File::parse(data) {
+        let sampled: std::collections::BTreeMap<(u64, u64), u64> =
+            (elf.symbols().take(16)).map(|s| ((s.address(), 0), 1)).collect();
+        let _ = crate::views::annotate::machine_code_in(data, "fuzz", &sampled);
+    }
+    let _ = crate::views::annotate::decode(data, 0, object::Architecture::X86_64);
+    let _ = crate::views::annotate::decode(data, 0, object::Architecture::Aarch64);
+}
+
 fn memfd() -> Option<std::fs::File> {
     use std::os::fd::FromRawFd as _;
     // SAFETY: a new descriptor this function owns from here on.
@@ -235,6 +303,15 @@ mod tests {
             }
         }
         eprintln!("{replayed} regression inputs replayed");
+    }
+
+    /// The symbolize target reaches the names: its file is read through the path it gives.
+    #[test]
+    fn the_symbolize_target_names_a_real_binary() {
+        let exe = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        let named = named_frames(&exe);
+        println!("{named} addresses named");
+        assert!(named > 10, "{named}");
     }
 
     /// The fuzz crate has one target per entry here, and nothing else.

@@ -172,7 +172,7 @@ fn machine_seeds(target: &str) -> Vec<PathBuf> {
     let paths: &[&str] = match target {
         // An executable and a library of each architecture bpfprof walks (the arm64 ones from
         // the cross toolchain setup installs), and a Go program (Debian's Go tools are).
-        "unwind_rows" | "elf" => &[
+        "unwind_rows" | "elf" | "symbolize" | "annotate" => &[
             "/usr/bin/true",
             "/usr/lib/x86_64-linux-gnu/libz.so.1",
             "/usr/lib/x86_64-linux-gnu/libpthread.so.0",

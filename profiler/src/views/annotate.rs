@@ -359,25 +359,34 @@ fn read_regular(path: &str, max: u64) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| format!("{path}: {e}"))
 }
 
+/// A function's listing goes at most this far from its start, whatever size its symbol claims.
+const MAX_FUNCTION_BYTES: u64 = 4 << 20;
+
 /// The function's instructions, decoded from its binary: from its start through its symbol's
 /// size (or just past the last sampled instruction, when the size is unknown).
 fn machine_code(module: &str, sampled: &BTreeMap<(u64, u64), u64>) -> Result<Vec<Instruction>, String> {
-    use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
     if !module.starts_with('/') {
         return Err(format!("{module} is not a file"));
     }
     let data = read_regular(module, MAX_BINARY_BYTES)?;
-    let file = object::File::parse(&*data).map_err(|e| format!("{module}: {e}"))?;
+    machine_code_in(&data, module, sampled)
+}
+
+/// `machine_code` of the binary `module` whose bytes are `data`.
+pub(crate) fn machine_code_in(
+    data: &[u8],
+    module: &str,
+    sampled: &BTreeMap<(u64, u64), u64>,
+) -> Result<Vec<Instruction>, String> {
+    use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+    let file = object::File::parse(data).map_err(|e| format!("{module}: {e}"))?;
     // The binary's own architecture, not this build's: a saved arm64 profile annotates on x86-64.
-    let decode = match file.architecture() {
-        object::Architecture::X86_64 => decode_x86_64,
-        object::Architecture::Aarch64 => decode_aarch64,
-        other => {
-            return Err(format!(
-                "{module} is {other:?} code; bpfprof decodes x86-64 and AArch64"
-            ))
-        }
-    };
+    let arch = file.architecture();
+    if decode(&[], 0, arch).is_none() {
+        return Err(format!(
+            "{module} is {arch:?} code; bpfprof decodes x86-64 and AArch64"
+        ));
+    }
     let mut listing = Vec::new();
     let mut bounds = None;
     let starts: std::collections::BTreeSet<u64> = sampled.keys().map(|(s, _)| *s).collect();
@@ -408,7 +417,8 @@ fn machine_code(module: &str, sampled: &BTreeMap<(u64, u64), u64>) -> Result<Vec
             .into_iter()
             .max()
             .filter(|&s| s > 0)
-            .unwrap_or(last.saturating_add(16));
+            .unwrap_or(last.saturating_add(16))
+            .min(MAX_FUNCTION_BYTES);
         let section = file
             .sections()
             .find(|s| s.address() <= start && start < s.address().saturating_add(s.size()))
@@ -422,12 +432,22 @@ fn machine_code(module: &str, sampled: &BTreeMap<(u64, u64), u64>) -> Result<Vec
             .flatten()
             .ok_or_else(|| format!("{module} has no code at {start:#x}"))?;
         listing.extend(
-            decode(bytes, start)
+            (decode(bytes, start, arch).unwrap_or_default())
                 .into_iter()
                 .map(|(offset, text)| Instruction { start, offset, text }),
         );
     }
     Ok(listing)
+}
+
+/// The instructions of `bytes` (at `start`) by offset, for x86-64 and AArch64; None for code of
+/// another architecture.
+pub(crate) fn decode(bytes: &[u8], start: u64, arch: object::Architecture) -> Option<Vec<(u64, String)>> {
+    match arch {
+        object::Architecture::X86_64 => Some(decode_x86_64(bytes, start)),
+        object::Architecture::Aarch64 => Some(decode_aarch64(bytes, start)),
+        _ => None,
+    }
 }
 
 /// x86-64 instructions in AT&T syntax (as objdump and perf annotate print them), by offset.
