@@ -25,9 +25,6 @@ mod imp {
     /// Addresses at or above this are the kernel's (or non-canonical), never a user pc.
     pub const USER_SPACE_END: u64 = 0x0000_8000_0000_0000;
 
-    /// `mmap`'s system call number.
-    pub const MMAP_NR: u32 = 9;
-
     #[inline(always)]
     pub fn in_user_mode(regs: &pt_regs) -> bool {
         regs.cs & 3 == 3
@@ -122,9 +119,6 @@ mod imp {
 
     /// User addresses have at most 52 bits (48 on most kernels); the kernel's start with 0xffff.
     pub const USER_SPACE_END: u64 = 1 << 52;
-
-    /// `mmap`'s system call number.
-    pub const MMAP_NR: u32 = 222;
 
     /// PSTATE.M[3:0] is 0 (EL0t) in user mode; bit 4 set is a 32-bit task, which is not walked.
     const MODE_MASK: u64 = 0x1f;

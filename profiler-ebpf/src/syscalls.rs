@@ -20,19 +20,14 @@ use profiler_common::{
         SLOW_CALL_RING_BYTES, SYSCALL_THREAD_ENTRIES, SYSCALL_TOTAL_ENTRIES,
     },
     unwind::{stop, Walk},
-    HealthCounter, ProcessEventKind,
+    HealthCounter,
 };
 
 use crate::{
     health::bump,
-    sampling::{announce, announce_once},
+    sampling::announce_once,
     targets::{current_ids, is_target},
 };
-
-/// `mmap`'s `prot` bit of executable code, and its flag of memory backed by no file (the same on
-/// x86-64 and arm64).
-const PROT_EXEC: u64 = 4;
-const MAP_ANONYMOUS: u64 = 0x20;
 
 /// Set by the loader: calls at least this long are sent whole (0: none are).
 #[unsafe(no_mangle)]
@@ -90,8 +85,8 @@ pub fn syscall_exit(ctx: RawTracePointContext) -> u32 {
     0
 }
 
-/// With `--duration-min`: a file's code mapped (a library loaded) announces the new mapping, so
-/// its tables are loaded before a slow call walks through it; a slow call is sent.
+/// With `--duration-min`: a slow call is sent. (A library it maps is announced by
+/// `mappings.rs`, so its tables are loaded before a slow call walks through it.)
 #[inline(always)]
 fn after_call(
     ctx: &RawTracePointContext,
@@ -99,14 +94,6 @@ fn after_call(
     tid: u32,
     (entered_ns, took, ret): (u64, u64, i64),
 ) {
-    let [_, _, prot, flags, ..] = entry.args;
-    if entry.nr == crate::arch::MMAP_NR
-        && prot & PROT_EXEC != 0
-        && flags & MAP_ANONYMOUS == 0
-        && errno_of(ret) == 0
-    {
-        announce(entry.tgid, ProcessEventKind::MappingsChanged);
-    }
     if took >= slow_call_ns() {
         slow(ctx, entry, tid, (entered_ns, took, ret));
     }

@@ -270,11 +270,12 @@ impl Loaded {
         ])?;
         // Without system-call tracepoints (a kernel without CONFIG_FTRACE_SYSCALLS), code
         // mapped is still found by the first pc outside the known mappings, as before.
+        // The exits first: an entry attached without its exit would note calls no one ends.
         if let Err(e) = self.attach_tracepoints(&[
-            (names::PROG_MAPPING_MMAP, "syscalls", "sys_enter_mmap"),
-            (names::PROG_MAPPING_MREMAP, "syscalls", "sys_enter_mremap"),
             (names::PROG_MAPPING_DONE, "syscalls", "sys_exit_mmap"),
             (names::PROG_MAPPING_DONE, "syscalls", "sys_exit_mremap"),
+            (names::PROG_MAPPING_MMAP, "syscalls", "sys_enter_mmap"),
+            (names::PROG_MAPPING_MREMAP, "syscalls", "sys_enter_mremap"),
         ]) {
             log::info!("code mapped by targets is found at their first stack in it: {e:#}");
         }

@@ -390,8 +390,11 @@ impl Sources {
     }
 }
 
-/// Capture the memory map of every process the kernel announced, while it is alive.
+/// Capture the memory map of every process the kernel announced, while it is alive. A process
+/// announced as changed many times over (a loader mapping libraries, a runtime mapping code in a
+/// loop) is read once, after the ring is drained.
 fn capture_announced(ring: &mut RingBuf<MapData>, procs: &mut Processes) {
+    let mut changed = std::collections::BTreeSet::new();
     while let Some(item) = ring.next() {
         if item.len() < std::mem::size_of::<ProcessEvent>() {
             continue;
@@ -399,13 +402,19 @@ fn capture_announced(ring: &mut RingBuf<MapData>, procs: &mut Processes) {
         // SAFETY: the ring carries only `ProcessEvent`s, checked for length above.
         let event: ProcessEvent = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
         let _ = match event.kind {
-            k if k == ProcessEventKind::MappingsChanged as u32 => procs.refresh_changed(event.tgid),
+            k if k == ProcessEventKind::MappingsChanged as u32 => {
+                changed.insert(event.tgid);
+                Ok(())
+            }
             k if k == ProcessEventKind::PythonCode as u32 => {
                 procs.python_code(event.tgid, event.value);
                 Ok(())
             }
             _ => procs.capture(event.tgid),
         };
+    }
+    for tgid in changed {
+        let _ = procs.refresh_changed(tgid);
     }
 }
 

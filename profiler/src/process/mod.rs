@@ -222,7 +222,8 @@ pub struct Processes {
     files: HashMap<FileId, MappedFile>,
     file_ids: HashMap<(String, u64), FileId>,
     /// The open files by build ID, for frames the kernel resolved (see `ObjectOffset`).
-    by_build_id: HashMap<BuildId, FileId>,
+    /// None: two files claim the id (one of them lies), and such frames stay unnamed.
+    by_build_id: HashMap<BuildId, Option<FileId>>,
     next_file: FileId,
     /// With `record_captures`: the maps captured since `take_captured` (for the unwinder).
     captured: Option<Vec<(u32, u32, Vec<MapsLine>)>>,
@@ -451,7 +452,10 @@ impl Processes {
         let id = self.next_file;
         self.next_file = self.next_file.wrapping_add(1);
         if let Some(build_id) = handle.as_ref().and_then(build_id_of) {
-            self.by_build_id.insert(build_id, id);
+            let claimed = self.by_build_id.entry(build_id).or_insert(Some(id));
+            if *claimed != Some(id) {
+                *claimed = None;
+            }
         }
         self.files.insert(
             id,
@@ -502,7 +506,8 @@ impl Processes {
             .collect();
         self.files.retain(|id, _| used.contains(id));
         self.file_ids.retain(|_, id| used.contains(id));
-        self.by_build_id.retain(|_, id| used.contains(id));
+        self.by_build_id
+            .retain(|_, id| id.is_none_or(|id| used.contains(&id)));
     }
 
     /// The files `ids` name, shareable with another thread.
@@ -616,7 +621,7 @@ impl Processes {
     /// file offset is moved back as far as `addr` was from the sampled address (a caller's
     /// return address).
     pub fn resolve_object(&self, object: &ObjectOffset, addr: u64, moved_back: u64) -> Option<UserAddr> {
-        let &file = self.by_build_id.get(&object.build_id)?;
+        let file = (*self.by_build_id.get(&object.build_id)?)?;
         Some(UserAddr::File {
             file,
             offset: object.offset.checked_sub(moved_back)?,

@@ -62,7 +62,7 @@ impl Fetcher for Debuginfod {
 }
 
 /// Where a file's names came from, for the report.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Origin {
     /// The file's own `.symtab` or DWARF.
@@ -282,7 +282,8 @@ struct Claim {
     build_id: Vec<u8>,
     text: Option<(u64, u64)>,
     segments: Vec<Segment>,
-    own: Origin,
+    /// DWARF, `.symtab`, `.gnu_debugdata`, `.dynsym`.
+    sections: [bool; 4],
     debuglink: Option<(String, u32)>,
 }
 
@@ -292,7 +293,7 @@ impl Claim {
             build_id: facts.build_id.clone()?,
             text: facts.text,
             segments: facts.segments.clone(),
-            own: facts.own(),
+            sections: [facts.dwarf, facts.symtab, facts.debugdata, facts.dynsym],
             debuglink: facts.debuglink.clone(),
         })
     }
