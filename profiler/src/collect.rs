@@ -305,18 +305,7 @@ mod tests {
 
     #[test]
     fn replayed_batches_aggregate_and_unknown_processes_are_counted() {
-        let sample = |pid, ips: Vec<u64>, count| RawSample {
-            pid,
-            tid: pid,
-            comm: "w".into(),
-            user: StackRead::Frames(ips),
-            kernel: StackRead::Absent,
-            count,
-            exec_generation: 0,
-            event: 0,
-            deltas: Default::default(),
-            user_objects: Vec::new(),
-        };
+        let sample = |pid, ips: Vec<u64>, count| RawSample::of_user_stack(pid, "w", ips, count);
         let batches = [
             vec![sample(7, vec![0x1010], 2)],
             vec![sample(7, vec![0x1010], 3), sample(u32::MAX - 3, vec![0x5], 1)],

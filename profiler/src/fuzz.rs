@@ -239,18 +239,12 @@ fn named_frames(data: &[u8]) -> usize {
     procs.insert_maps(1, crate::process::parse_maps(&maps));
     let mut profile = crate::profile::RawProfile::new();
     profile.add(
-        crate::profile::RawSample {
-            pid: 1,
-            tid: 1,
-            comm: "fuzz".into(),
-            user: crate::profile::StackRead::Frames(offsets.iter().map(|o| o.saturating_add(1)).collect()),
-            kernel: crate::profile::StackRead::Absent,
-            count: 1,
-            exec_generation: 0,
-            event: 0,
-            deltas: Default::default(),
-            user_objects: Vec::new(),
-        },
+        crate::profile::RawSample::of_user_stack(
+            1,
+            "fuzz",
+            offsets.iter().map(|o| o.saturating_add(1)).collect(),
+            1,
+        ),
         &procs,
     );
     let symbols = crate::symbolize::Symbolizer::default().symbolize(&profile, &procs);

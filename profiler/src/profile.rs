@@ -51,6 +51,25 @@ pub struct RawSample {
     pub user_objects: Vec<Option<ObjectOffset>>,
 }
 
+impl RawSample {
+    /// One sample of a user stack alone (`ips`, leaf first) on the process's main thread: what
+    /// replays, tests and fuzz targets make.
+    pub fn of_user_stack(pid: u32, comm: &str, ips: Vec<u64>, count: u64) -> RawSample {
+        RawSample {
+            pid,
+            tid: pid,
+            comm: comm.into(),
+            user: StackRead::Frames(ips),
+            kernel: StackRead::Absent,
+            count,
+            exec_generation: 0,
+            event: 0,
+            deltas: Default::default(),
+            user_objects: Vec::new(),
+        }
+    }
+}
+
 /// Why frames are missing from a stack; shown as a frame so the sample is never misattributed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LostStack {

@@ -15,7 +15,7 @@ pub mod json;
 mod names;
 pub mod pprof;
 pub(crate) mod sched_text;
-mod svg;
+pub(crate) mod svg;
 mod text;
 
 pub use folded::{folded_lines, unknown_frame_name};

@@ -48,9 +48,25 @@ impl Renderer for Svg {
     }
 }
 
+/// A stack as inferno must read it: a last frame ending in a space and a number (a saved
+/// profile's names are anyone's) would be read as a count, the line as a differential one; that
+/// space becomes a no-break space.
+pub(crate) fn unambiguous(stack: &str) -> std::borrow::Cow<'_, str> {
+    match stack.rsplit_once(' ') {
+        Some((head, tail)) if tail.parse::<f64>().is_ok() => format!("{head}\u{a0}{tail}").into(),
+        _ => stack.into(),
+    }
+}
+
 /// inferno adds the counts up (an overflow is a panic in a checked build): where they would
 /// pass u64::MAX (a saved profile may claim any count), each is cut to its share of it.
 fn within_u64(lines: Vec<String>) -> Vec<String> {
+    let lines: Vec<String> = (lines.into_iter())
+        .map(|line| match line.rsplit_once(' ') {
+            Some((stack, count)) => format!("{} {count}", unambiguous(stack)),
+            None => line,
+        })
+        .collect();
     let count = |line: &str| {
         line.rsplit_once(' ')
             .and_then(|(_, n)| n.parse::<u64>().ok())
@@ -75,7 +91,19 @@ fn within_u64(lines: Vec<String>) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
-    use super::within_u64;
+    use super::{unambiguous, within_u64};
+
+    /// A frame named like a count (from a saved profile) is not read by inferno as one.
+    #[test]
+    fn a_last_frame_ending_in_a_number_keeps_it_in_its_name() {
+        assert_eq!(unambiguous("main;work 42"), "main;work\u{a0}42");
+        assert_eq!(
+            unambiguous("main;operator new(unsigned long)"),
+            "main;operator new(unsigned long)"
+        );
+        let lines = within_u64(vec!["a;sched_ba 09223372036854775807 7".into()]);
+        assert_eq!(lines, ["a;sched_ba\u{a0}09223372036854775807 7"]);
+    }
     use crate::{cli::Format, report::tests::*};
 
     #[test]

@@ -519,10 +519,7 @@ fn python_frame(name: &str, file: &str, line: u32, addr: u64) -> Frame {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        process::Processes,
-        profile::{RawSample, StackRead},
-    };
+    use crate::{process::Processes, profile::RawSample};
 
     #[inline(never)]
     fn known_function_for_symbolizer_test() -> u64 {
@@ -542,21 +539,7 @@ mod tests {
             .map(|&a| if a < 0x10 { here + a } else { a })
             .collect();
         let mut profile = RawProfile::new();
-        profile.add(
-            RawSample {
-                pid,
-                tid: pid,
-                comm: "t".into(),
-                user: StackRead::Frames(ips),
-                kernel: StackRead::Absent,
-                count: 1,
-                exec_generation: 0,
-                event: 0,
-                deltas: Default::default(),
-                user_objects: Vec::new(),
-            },
-            &procs,
-        );
+        profile.add(RawSample::of_user_stack(pid, "t", ips, 1), &procs);
         (procs, profile)
     }
 

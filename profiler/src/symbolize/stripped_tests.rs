@@ -11,10 +11,7 @@ use std::{
 use object::{Object as _, ObjectSegment as _, ObjectSymbol as _};
 
 use super::{debug_files::Fetcher, debuginfod::Lookup, *};
-use crate::{
-    process::Processes,
-    profile::{RawSample, StackRead},
-};
+use crate::{process::Processes, profile::RawSample};
 
 const PROG: &str = "#include <unistd.h>\n\
     __attribute__((noinline)) int triple_it(int x) { return x * 3 + 1; }\n\
@@ -94,18 +91,7 @@ impl Running {
         let pid = self.child.id();
         let mut profile = RawProfile::new();
         profile.add(
-            RawSample {
-                pid,
-                tid: pid,
-                comm: "stripped".into(),
-                user: StackRead::Frames(vec![ip]),
-                kernel: StackRead::Absent,
-                count: 1,
-                exec_generation: 0,
-                event: 0,
-                deltas: Default::default(),
-                user_objects: Vec::new(),
-            },
+            RawSample::of_user_stack(pid, "stripped", vec![ip], 1),
             &self.procs,
         );
         profile

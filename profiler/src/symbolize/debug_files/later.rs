@@ -38,6 +38,7 @@ impl DebugLocator {
             dynsym: false,
             segments: Vec::new(),
             text: None,
+            headers_overflow: false,
         };
         if let Some(found) = self.by_build_id(&facts, problems) {
             return (Some(found), false);

@@ -130,6 +130,8 @@ pub struct Located {
     /// Whether blazesym may read the binary's own debug information: not when the binary has
     /// none but a debug link no candidate passed (blazesym would follow the link itself).
     debug_syms: bool,
+    /// The binary's program headers overflow (`Facts::headers_overflow`): not read by blazesym.
+    headers_overflow: bool,
 }
 
 impl Located {
@@ -144,6 +146,7 @@ impl Located {
             pending: false,
             retry_at: None,
             debug_syms: true,
+            headers_overflow: false,
         }
     }
 
@@ -197,6 +200,9 @@ struct Facts {
     /// Where its `.text` is and how long (a debug file keeps both): a candidate whose `.text`
     /// differs is another binary's, whatever build id it claims.
     text: Option<(u64, u64)>,
+    /// A program header whose end is past 2^64 (in the file or in memory): blazesym adds
+    /// them up unchecked, so such a file is not handed to it.
+    headers_overflow: bool,
 }
 
 impl Facts {
@@ -219,6 +225,7 @@ impl Facts {
                 .is_some_and(|t| t.symbols().nth(1).is_some()),
             segments: segments_of(&elf),
             text: text_of(&elf),
+            headers_overflow: headers_overflow(&elf),
         })
     }
 
@@ -234,6 +241,14 @@ impl Facts {
             Origin::None
         }
     }
+}
+
+fn headers_overflow<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> bool {
+    use object::ObjectSegment as _;
+    elf.segments().any(|s| {
+        let (offset, size) = s.file_range();
+        offset.checked_add(size).is_none() || s.address().checked_add(s.size().max(size)).is_none()
+    })
 }
 
 /// The address and size of a file's `.text`.
@@ -379,6 +394,7 @@ impl DebugLocator {
             pending: false,
             retry_at: None,
             debug_syms: facts.dwarf || facts.debuglink.is_none(),
+            headers_overflow: facts.headers_overflow,
         };
         // A file with its own DWARF needs nothing else; one with only `.symtab` may still have
         // a debug file with lines and inlined functions.
@@ -540,6 +556,11 @@ pub(super) fn symbolize_file<'s>(
     located: &mut Located,
     offsets: &[u64],
 ) -> (blazesym::Result<Vec<Symbolized<'s>>>, Origin) {
+    if located.headers_overflow {
+        let why = "a program header ends past 2^64: not read for names";
+        let error = std::io::Error::new(std::io::ErrorKind::InvalidData, why);
+        return (Err(error.into()), Origin::None);
+    }
     if let Some(debug) = &located.debug_file {
         match by_vaddr(inner, debug, located, offsets) {
             Ok(results) => return (Ok(results), located.origin),

@@ -9,7 +9,7 @@ use super::{Diff, FunctionChange, Ranking, Side};
 use crate::{
     cli::Format,
     model::Weight,
-    report::{cut, cut_start, human_ns},
+    report::{cut, cut_start, human_ns, svg::unambiguous},
 };
 
 /// How the comparison is written.
@@ -218,9 +218,10 @@ fn svg(diff: &Diff, before_widths: bool, out: &mut dyn Write) -> io::Result<()> 
         0 => 0.0,
         n => diff.after.total as f64 / n as f64,
     };
-    // inferno adds the counts up: no sum of them may pass u64::MAX (a saved profile may claim
-    // any count), so each is cut to its share of it (a no-op for any real profile's).
-    let most = u64::MAX / (2 * diff.stacks.len().max(1) as u64);
+    // inferno adds the counts up and scales their differences by 150 in an isize: no sum of
+    // them may pass that (a saved profile may claim any count), so each is cut to its share of
+    // it (a no-op for any real profile's).
+    let most = (isize::MAX as u64 / 150) / (2 * diff.stacks.len().max(1) as u64);
     let lines: Vec<String> = diff
         .stacks
         .iter()
@@ -230,8 +231,8 @@ fn svg(diff: &Diff, before_widths: bool, out: &mut dyn Write) -> io::Result<()> 
         })
         .filter(|(_, before, after)| *before > 0 || *after > 0)
         .map(|(stack, before, after)| match before_widths {
-            false => format!("{stack} {before} {after}"),
-            true => format!("{stack} {after} {before}"),
+            false => format!("{} {before} {after}", unambiguous(stack)),
+            true => format!("{} {after} {before}", unambiguous(stack)),
         })
         .collect();
     if lines.iter().all(|l| l.ends_with(" 0")) {
