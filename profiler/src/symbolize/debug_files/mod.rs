@@ -130,7 +130,8 @@ pub struct Located {
     /// Whether blazesym may read the binary's own debug information: not when the binary has
     /// none but a debug link no candidate passed (blazesym would follow the link itself).
     debug_syms: bool,
-    /// The binary's program headers overflow (`Facts::headers_overflow`): not read by blazesym.
+    /// The binary could not be parsed, or its program headers overflow
+    /// (`Facts::headers_overflow`): not read by blazesym, which checks less.
     headers_overflow: bool,
 }
 
@@ -146,7 +147,7 @@ impl Located {
             pending: false,
             retry_at: None,
             debug_syms: true,
-            headers_overflow: false,
+            headers_overflow: true,
         }
     }
 
@@ -557,7 +558,7 @@ pub(super) fn symbolize_file<'s>(
     offsets: &[u64],
 ) -> (blazesym::Result<Vec<Symbolized<'s>>>, Origin) {
     if located.headers_overflow {
-        let why = "a program header ends past 2^64: not read for names";
+        let why = "not an ELF file bpfprof can parse, or a program header ends past 2^64: not read for names";
         let error = std::io::Error::new(std::io::ErrorKind::InvalidData, why);
         return (Err(error.into()), Origin::None);
     }
