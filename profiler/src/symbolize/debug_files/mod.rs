@@ -226,7 +226,9 @@ impl Facts {
                 .is_some_and(|t| t.symbols().nth(1).is_some()),
             segments: segments_of(&elf),
             text: text_of(&elf),
-            headers_overflow: headers_overflow(&elf),
+            headers_overflow: headers_overflow(&elf)
+                || !program_header_size_is_standard(&map)
+                || raw_load_headers_overflow(&map),
         })
     }
 
@@ -242,6 +244,75 @@ impl Facts {
             Origin::None
         }
     }
+}
+
+/// Whether the ELF header's program-header entry size is the standard one (56 bytes in ELF64,
+/// 32 in ELF32) or there are none: blazesym reads the table at the standard size whatever the
+/// header says, where `object` refuses it (so its segments could not be checked here).
+fn program_header_size_is_standard(data: &[u8]) -> bool {
+    let at = |offset: usize| -> Option<u16> {
+        let bytes: [u8; 2] = data.get(offset..offset + 2)?.try_into().ok()?;
+        Some(match data.get(5) {
+            Some(2) => u16::from_be_bytes(bytes),
+            _ => u16::from_le_bytes(bytes),
+        })
+    };
+    let (size_at, standard) = match data.get(4) {
+        Some(2) => (54, 56),
+        _ => (42, 32),
+    };
+    match (at(size_at), at(size_at + 2)) {
+        (Some(size), Some(count)) => count == 0 || size == standard,
+        _ => false,
+    }
+}
+
+/// An ELF64 file's `PT_LOAD` headers read as blazesym reads them (at `e_phoff`, `e_phnum` of
+/// 56 bytes, whatever `object` thinks of the table): whether one ends past 2^64 in the file or
+/// in memory. A table that cannot be read (cut short, `PN_XNUM`) counts as one.
+fn raw_load_headers_overflow(data: &[u8]) -> bool {
+    const PT_LOAD: u32 = 1;
+    if data.get(4) != Some(&2) {
+        return false;
+    }
+    let big = data.get(5) == Some(&2);
+    let u64_at = |at: usize| -> Option<u64> {
+        let b: [u8; 8] = data.get(at..at.checked_add(8)?)?.try_into().ok()?;
+        Some(if big {
+            u64::from_be_bytes(b)
+        } else {
+            u64::from_le_bytes(b)
+        })
+    };
+    let u32_at = |at: usize| -> Option<u32> {
+        let b: [u8; 4] = data.get(at..at.checked_add(4)?)?.try_into().ok()?;
+        Some(if big {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
+        })
+    };
+    let count = data.get(56..58).map(|b| match big {
+        true => u16::from_be_bytes([b[0], b[1]]),
+        false => u16::from_le_bytes([b[0], b[1]]),
+    });
+    let (Some(table), Some(count)) = (u64_at(32), count) else {
+        return true;
+    };
+    if count == 0xffff {
+        return true;
+    }
+    (0..count as u64).any(|n| {
+        let at = table.saturating_add(n * 56) as usize;
+        let header = || -> Option<bool> {
+            if u32_at(at)? != PT_LOAD {
+                return Some(false);
+            }
+            let (offset, vaddr, filesz) = (u64_at(at + 8)?, u64_at(at + 16)?, u64_at(at + 32)?);
+            Some(offset.checked_add(filesz).is_none() || vaddr.checked_add(filesz).is_none())
+        };
+        header().unwrap_or(true)
+    })
 }
 
 fn headers_overflow<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> bool {
