@@ -11,7 +11,10 @@ use std::{
 
 use object::{Object as _, ObjectSymbolTable as _};
 
-use super::{has_dwarf, hex, text_of, Facts};
+use super::{
+    facts::{has_dwarf, text_of, Facts},
+    hex,
+};
 use crate::process::elf_build_id;
 
 /// A candidate larger than this is refused (no debug file is; its CRC would be read whole).

@@ -6,7 +6,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use object::ObjectSymbol as _;
+use object::{Object as _, ObjectSymbol as _};
 
 use super::*;
 use crate::symbolize::{Frame, ObjectRef};

@@ -12,7 +12,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use object::{Object as _, ObjectSection as _, ObjectSymbolTable as _};
 use serde::{Deserialize, Serialize};
 
 use blazesym::symbolize::{
@@ -21,13 +20,12 @@ use blazesym::symbolize::{
 };
 
 use super::debuginfod::{hex, Debuginfod, Lookup};
-use crate::{
-    process::elf_build_id,
-    unwind::{segments_of, Segment},
-};
+use crate::unwind::Segment;
 use candidate::{accept, open_regular, Crcs, Links};
+use facts::Facts;
 
 mod candidate;
+mod facts;
 mod later;
 pub use later::name_later;
 
@@ -187,166 +185,6 @@ impl Located {
     pub fn build_id_hex(&self) -> Option<String> {
         self.build_id.as_deref().map(hex)
     }
-}
-
-/// What the binary says about itself.
-struct Facts {
-    build_id: Option<Vec<u8>>,
-    debuglink: Option<(String, u32)>,
-    dwarf: bool,
-    symtab: bool,
-    debugdata: bool,
-    dynsym: bool,
-    segments: Vec<Segment>,
-    /// Where its `.text` is and how long (a debug file keeps both): a candidate whose `.text`
-    /// differs is another binary's, whatever build id it claims.
-    text: Option<(u64, u64)>,
-    /// A program header whose end is past 2^64 (in the file or in memory): blazesym adds
-    /// them up unchecked, so such a file is not handed to it.
-    headers_overflow: bool,
-}
-
-impl Facts {
-    fn read(path: &Path) -> Option<Facts> {
-        let (file, _) = open_regular(path, Links::Follow)?;
-        let map = map(&file)?;
-        let elf = object::File::parse(&*map).ok()?;
-        Some(Facts {
-            build_id: elf_build_id(&elf),
-            debuglink: elf
-                .gnu_debuglink()
-                .ok()
-                .flatten()
-                .and_then(|(name, crc)| Some((plain_name(name)?, crc))),
-            dwarf: has_dwarf(&elf),
-            symtab: elf.symbol_table().is_some_and(|t| t.symbols().nth(1).is_some()),
-            debugdata: elf.section_by_name(".gnu_debugdata").is_some(),
-            dynsym: elf
-                .dynamic_symbol_table()
-                .is_some_and(|t| t.symbols().nth(1).is_some()),
-            segments: segments_of(&elf),
-            text: text_of(&elf),
-            headers_overflow: headers_overflow(&elf)
-                || !program_header_size_is_standard(&map)
-                || raw_load_headers_overflow(&map),
-        })
-    }
-
-    /// What the binary names by itself when no debug file is found.
-    fn own(&self) -> Origin {
-        if self.dwarf || self.symtab {
-            Origin::OwnSymbols
-        } else if self.debugdata {
-            Origin::Minidebuginfo
-        } else if self.dynsym {
-            Origin::Dynsym
-        } else {
-            Origin::None
-        }
-    }
-}
-
-/// Whether the ELF header's program-header entry size is the standard one (56 bytes in ELF64,
-/// 32 in ELF32) or there are none: blazesym reads the table at the standard size whatever the
-/// header says, where `object` refuses it (so its segments could not be checked here).
-fn program_header_size_is_standard(data: &[u8]) -> bool {
-    let at = |offset: usize| -> Option<u16> {
-        let bytes: [u8; 2] = data.get(offset..offset + 2)?.try_into().ok()?;
-        Some(match data.get(5) {
-            Some(2) => u16::from_be_bytes(bytes),
-            _ => u16::from_le_bytes(bytes),
-        })
-    };
-    let (size_at, standard) = match data.get(4) {
-        Some(2) => (54, 56),
-        _ => (42, 32),
-    };
-    match (at(size_at), at(size_at + 2)) {
-        (Some(size), Some(count)) => count == 0 || size == standard,
-        _ => false,
-    }
-}
-
-/// An ELF64 file's `PT_LOAD` headers read as blazesym reads them (at `e_phoff`, `e_phnum` of
-/// 56 bytes, whatever `object` thinks of the table): whether one ends past 2^64 in the file or
-/// in memory. A table that cannot be read (cut short, `PN_XNUM`) counts as one.
-fn raw_load_headers_overflow(data: &[u8]) -> bool {
-    const PT_LOAD: u32 = 1;
-    if data.get(4) != Some(&2) {
-        return false;
-    }
-    let big = data.get(5) == Some(&2);
-    let u64_at = |at: usize| -> Option<u64> {
-        let b: [u8; 8] = data.get(at..at.checked_add(8)?)?.try_into().ok()?;
-        Some(if big {
-            u64::from_be_bytes(b)
-        } else {
-            u64::from_le_bytes(b)
-        })
-    };
-    let u32_at = |at: usize| -> Option<u32> {
-        let b: [u8; 4] = data.get(at..at.checked_add(4)?)?.try_into().ok()?;
-        Some(if big {
-            u32::from_be_bytes(b)
-        } else {
-            u32::from_le_bytes(b)
-        })
-    };
-    let count = data.get(56..58).map(|b| match big {
-        true => u16::from_be_bytes([b[0], b[1]]),
-        false => u16::from_le_bytes([b[0], b[1]]),
-    });
-    let (Some(table), Some(count)) = (u64_at(32), count) else {
-        return true;
-    };
-    if count == 0xffff {
-        return true;
-    }
-    (0..count as u64).any(|n| {
-        let at = table.saturating_add(n * 56) as usize;
-        let header = || -> Option<bool> {
-            if u32_at(at)? != PT_LOAD {
-                return Some(false);
-            }
-            let (offset, vaddr, filesz) = (u64_at(at + 8)?, u64_at(at + 16)?, u64_at(at + 32)?);
-            Some(offset.checked_add(filesz).is_none() || vaddr.checked_add(filesz).is_none())
-        };
-        header().unwrap_or(true)
-    })
-}
-
-fn headers_overflow<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> bool {
-    use object::ObjectSegment as _;
-    elf.segments().any(|s| {
-        let (offset, size) = s.file_range();
-        offset.checked_add(size).is_none() || s.address().checked_add(s.size().max(size)).is_none()
-    })
-}
-
-/// The address and size of a file's `.text`.
-fn text_of<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> Option<(u64, u64)> {
-    use object::ObjectSection as _;
-    elf.section_by_name(".text")
-        .map(|text| (text.address(), text.size()))
-}
-
-fn has_dwarf<'d, R: object::ReadRef<'d>>(elf: &object::File<'d, R>) -> bool {
-    [".debug_info", ".zdebug_info"]
-        .iter()
-        .any(|name| elf.section_by_name(name).is_some_and(|s| s.size() > 0))
-}
-
-/// A debug link names a file in a directory: nothing with a `/`, nothing empty or dotted.
-fn plain_name(name: &[u8]) -> Option<String> {
-    let name = std::str::from_utf8(name).ok()?;
-    let plain = !name.is_empty() && !name.contains('/') && name != "." && name != "..";
-    plain.then(|| name.to_string())
-}
-
-fn map(file: &std::fs::File) -> Option<memmap2::Mmap> {
-    // SAFETY: read-only and private: a file truncated under us would fault, as for every
-    // binary blazesym maps; debug files and binaries are replaced (a new inode), not truncated.
-    unsafe { memmap2::Mmap::map(file) }.ok()
 }
 
 /// Finds debug files. One per symbolizer: it keeps what it found per build id.

@@ -1,7 +1,7 @@
 //! The locator's search order, on files made here with cc, objcopy and strip.
 use std::{fs::File, process::Command, sync::Mutex};
 
-use super::*;
+use super::{facts::plain_name, *};
 
 fn run(program: &str, args: &[&str]) {
     let status = Command::new(program).args(args).status().unwrap();
