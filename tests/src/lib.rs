@@ -233,6 +233,12 @@ impl Running {
     }
 }
 
+/// A workload's perf map (a JIT's) goes with it: a later process given the same pid would
+/// otherwise append to it, and be named from its lines.
+fn forget_perf_map(pid: u32) {
+    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
+}
+
 impl Running {
     /// Tell a workload that ends early on SIGUSR1 (hotspot split, lockload) to finish now, and
     /// return its standard output.
@@ -250,6 +256,7 @@ impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
+        forget_perf_map(self.pid());
     }
 }
 

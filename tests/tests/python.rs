@@ -91,10 +91,10 @@ fn python_functions_get_the_cpu_time_they_measured() {
             println!(
                 "{python}: {name}_work {got:.2}% of the samples, {want:.2}% of the CPU time by its clock"
             );
-            assert!(
-                (got - want).abs() <= SHARE_TOLERANCE_PP,
-                "{python}: {name}_work {got:.2}% vs {want:.2}%"
-            );
+            if (got - want).abs() > SHARE_TOLERANCE_PP {
+                print_heaviest_stacks(&report, pid, &python);
+                panic!("{python}: {name}_work {got:.2}% vs {want:.2}% (report kept: {path:?})");
+            }
         }
         assert_threads_own_frames(&report, pid, &truth, &python);
         assert_chains_whole(&report, pid, &python);
@@ -110,6 +110,22 @@ fn python_functions_get_the_cpu_time_they_measured() {
             "{python}: no stack lost its Python frames"
         );
         std::fs::remove_file(&path).unwrap();
+    }
+}
+
+/// What a failed share check needs to be understood: the process's health and its heaviest
+/// stacks, thread and frames.
+fn print_heaviest_stacks(report: &Report, pid: u32, python: &str) {
+    println!("{python}: health {}", report.0["health"]);
+    let mut stacks = report.stacks_of(pid);
+    stacks.sort_by_key(|s| std::cmp::Reverse(s["count"].as_u64().unwrap()));
+    for stack in stacks.iter().take(8) {
+        println!(
+            "{python}: {} samples on tid {}: {:?}",
+            stack["count"],
+            stack["tid"],
+            Report::frames(stack)
+        );
     }
 }
 

@@ -137,20 +137,36 @@ fn check_every_thread_against_its_schedstat(output: &str, exact: bool) {
             t.tid,
             t.pcount
         );
-        assert!(
-            (delay - t.run_delay).abs() <= allowed_delay,
-            "{} tid {}: {delay} ns run-queue delay, kernel run_delay {} ns (allowed ±{allowed_delay:.0})",
-            t.role,
-            t.tid,
-            t.run_delay
-        );
-        assert!(
-            (running - t.oncpu).abs() <= allowed_running,
-            "{} tid {}: running {running} ns, kernel {} ns (allowed ±{allowed_running:.0})",
-            t.role,
-            t.tid,
-            t.oncpu
-        );
+        if !exact && t.role == "sleeper" {
+            // A wake-up that preempts the running task has the kernel skip its next clock update
+            // ("a useless back to back clock update"): the wakee's run starts, in the kernel's
+            // books, at its wake-up, not at its switch-in. For the sleeper, whose runs are a few
+            // microseconds each, that moves up to half its running time into the kernel's split
+            // (measured: -50.7% running, +17.5% delay, their sum -4.0%, in a full run under load).
+            // The tracepoints time the switch itself, so only the sum is the kernel's.
+            let (sum, kernel) = (delay + running, t.run_delay + t.oncpu);
+            assert!(
+                (sum - kernel).abs() <= allowed_delay + allowed_running,
+                "sleeper tid {}: run-queue delay + running {sum} ns, kernel {kernel} ns (allowed ±{:.0})",
+                t.tid,
+                allowed_delay + allowed_running
+            );
+        } else {
+            assert!(
+                (delay - t.run_delay).abs() <= allowed_delay,
+                "{} tid {}: {delay} ns run-queue delay, kernel run_delay {} ns (allowed ±{allowed_delay:.0})",
+                t.role,
+                t.tid,
+                t.run_delay
+            );
+            assert!(
+                (running - t.oncpu).abs() <= allowed_running,
+                "{} tid {}: running {running} ns, kernel {} ns (allowed ±{allowed_running:.0})",
+                t.role,
+                t.tid,
+                t.oncpu
+            );
+        }
         match t.role.as_str() {
             // More busy threads than CPUs: they wait a lot.
             "busy" => assert!(t.run_delay > 1e8, "busy threads should wait: {}", t.run_delay),

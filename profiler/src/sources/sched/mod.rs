@@ -167,7 +167,8 @@ pub fn task_offsets() -> Result<TaskOffsets, UserError> {
 
 /// What a report says when the kernel's own run-queue and CPU accounting cannot be read.
 pub const TRACEPOINT_CLOCKS_NOTE: &str = "run-queue delay and running time are timed at the scheduler \
-     tracepoints (a few microseconds from the kernel's own figures per switch): this kernel's BTF has no \
+     tracepoints (a few microseconds from the kernel's own figures per switch; the kernel starts a \
+     preempting wake-up's run at the wake-up, the tracepoints at the switch): this kernel's BTF has no \
      task_struct.sched_info.pcount and run_delay or se.sum_exec_runtime (CONFIG_SCHED_INFO off?)";
 
 /// One drain of the scheduler's records.
