@@ -16,6 +16,7 @@ pub mod records;
 pub mod sampling;
 pub mod sched;
 pub mod syscalls;
+pub mod timeline;
 pub mod unwind;
 pub mod values;
 

@@ -94,6 +94,10 @@ names! {
         WEIGHT_FETCHES = "WEIGHT_FETCHES";
         /// Per CPU, the records the full ring had no room for.
         RECORDS_LOST = "RECORDS_LOST";
+        /// `sched record`'s ring of scheduler events (`SchedEvent`), and per CPU the events a full
+        /// ring had no room for.
+        SCHED_TIMELINE = "SCHED_TIMELINE";
+        SCHED_TIMELINE_LOST = "SCHED_TIMELINE_LOST";
         /// `stat --by`: where each event's counted number is (`ByField`).
         BY_FIELDS = "BY_FIELDS";
         /// Per CPU, each (event, value)'s hits (`ValueKey` → count).
@@ -137,6 +141,12 @@ names! {
         PROG_RECORD_PROBE = "record_probe";
         PROG_COUNT_TRACEPOINT = "count_tracepoint_value";
         PROG_COUNT_PROBE = "count_probe_value";
+        PROG_TIMELINE_SWITCH = "timeline_switch";
+        PROG_TIMELINE_WAKEUP = "timeline_wakeup";
+        PROG_TIMELINE_WAKEUP_NEW = "timeline_wakeup_new";
+        PROG_TIMELINE_MIGRATE = "timeline_migrate";
+        PROG_TIMELINE_FORK = "timeline_fork";
+        PROG_TIMELINE_EXIT = "timeline_exit";
     }
     GLOBALS {
         G_TASK_OFFSETS = "TASK_OFFSETS";

@@ -52,6 +52,7 @@ mod sampling;
 mod sched;
 mod syscalls;
 mod targets;
+mod timeline;
 mod unwind;
 mod values;
 

@@ -74,7 +74,7 @@ static HEAT: PerCpuArray<u64> = PerCpuArray::with_max_entries(2 * HEAT_BUCKETS a
 static SLOW_EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 
 #[inline(always)]
-fn offsets() -> TaskOffsets {
+pub(crate) fn offsets() -> TaskOffsets {
     unsafe { core::ptr::read_volatile(&TASK_OFFSETS) }
 }
 
@@ -90,7 +90,7 @@ impl Task {
     }
 
     #[inline(always)]
-    fn tid(self, off: &TaskOffsets) -> Result<u32, i64> {
+    pub(crate) fn tid(self, off: &TaskOffsets) -> Result<u32, i64> {
         self.read::<i32>(off.pid).map(|tid| tid as u32)
     }
 
@@ -99,7 +99,7 @@ impl Task {
     /// task leaving; `pcount` and `run_delay` grow when a task arrives on a CPU, after
     /// `sched_switch` for it.
     #[inline(always)]
-    fn kernel_totals(self, off: &TaskOffsets) -> Option<KernelTotals> {
+    pub(crate) fn kernel_totals(self, off: &TaskOffsets) -> Option<KernelTotals> {
         if !off.kernel_accounting() {
             return None;
         }
@@ -151,6 +151,12 @@ impl Current {
             sum_exec_ns: self.field(off.sum_exec_runtime),
         })
     }
+}
+
+/// The task running this program.
+#[inline(always)]
+pub(crate) fn current_task() -> *const u8 {
+    Current::get().0
 }
 
 /// The epoch's generation now (its low bit: the slot being written).

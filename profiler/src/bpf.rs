@@ -221,7 +221,7 @@ impl Loaded {
             // frames holds the reader up: room for about 31,000 of them.
             loader.map_max_entries(names::RECORDS, 4 * profiler_common::records::RECORD_RING_BYTES);
         }
-        for ring in [names::SLOW_CALLS, names::LATENCY_SLOW] {
+        for ring in [names::SLOW_CALLS, names::LATENCY_SLOW, names::SCHED_TIMELINE] {
             if !options.maps.contains(ring) {
                 loader.map_max_entries(ring, page);
             }

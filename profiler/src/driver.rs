@@ -70,6 +70,50 @@ impl Sink for AtEnd {
     }
 }
 
+/// What takes each batch as it comes (`record`, `sched record`: written out at once).
+pub(crate) trait Stream {
+    fn take(&mut self, batch: Batch, procs: &mut Processes);
+}
+
+/// A sink handing every batch to its `Stream`, a drain every `every` (a ring read often enough
+/// never to fill).
+pub(crate) struct Streaming<T> {
+    pub stream: T,
+    every: std::time::Duration,
+    next: Instant,
+}
+
+impl<T: Stream> Streaming<T> {
+    pub fn new(stream: T, every: std::time::Duration) -> Streaming<T> {
+        Streaming {
+            stream,
+            every,
+            next: Instant::now() + every,
+        }
+    }
+}
+
+impl<T: Stream> Sink for Streaming<T> {
+    fn drained(&mut self, drained: Drained<'_>) -> anyhow::Result<()> {
+        self.next = Instant::now() + self.every;
+        for batch in drained.batches {
+            self.stream.take(batch, drained.procs);
+        }
+        Ok(())
+    }
+
+    fn wake_at(&self) -> Option<Instant> {
+        Some(self.next)
+    }
+
+    fn finished(&mut self, batches: Vec<Batch>, procs: &mut Processes) -> anyhow::Result<()> {
+        for batch in batches {
+            self.stream.take(batch, procs);
+        }
+        Ok(())
+    }
+}
+
 /// What a sink is handed after each drain.
 pub(crate) struct Drained<'a> {
     /// Each source's batch, in the sources' order.

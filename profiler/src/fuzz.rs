@@ -22,6 +22,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("python_code", python_code),
     ("symbolize", symbolize),
     ("annotate", annotate),
+    ("sched_record", sched_record),
 ];
 
 /// An ELF file's unwind rows (`.eh_frame`, `.debug_frame`, compressed or not, Go's table, the
@@ -266,6 +267,34 @@ pub fn annotate(data: &[u8]) {
     }
     let _ = crate::views::annotate::decode(data, 0, object::Architecture::X86_64);
     let _ = crate::views::annotate::decode(data, 0, object::Architecture::Aarch64);
+}
+
+/// A `sched record` file, through both views: `timehist -w -M -V -s` and `map`.
+pub fn sched_record(data: &[u8]) {
+    use std::os::{fd::AsRawFd as _, unix::fs::FileExt as _};
+    let Some(file) = memfd() else { return };
+    if file.write_all_at(data, 0).is_err() {
+        return;
+    }
+    let path = std::path::PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    let args = crate::cli::TimehistArgs {
+        input: path.clone(),
+        wakeups: true,
+        migrations: true,
+        cpu_visual: true,
+        summary: true,
+        summary_only: false,
+        tids: Vec::new(),
+        since: None,
+        until: None,
+    };
+    if let Ok(mut reader) = crate::timeline::file::Reader::open(&path) {
+        let _ = crate::timeline::timehist::print(&args, &mut reader, &mut std::io::sink());
+    }
+    if let Ok(mut reader) = crate::timeline::file::Reader::open(&path) {
+        let shown: Vec<u32> = (0..reader.header.cpus.min(64)).collect();
+        let _ = crate::timeline::map::draw(&mut reader, &shown, &mut std::io::sink());
+    }
 }
 
 fn memfd() -> Option<std::fs::File> {

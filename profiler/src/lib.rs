@@ -35,6 +35,7 @@ pub mod start;
 pub mod stat;
 pub mod status;
 pub mod symbolize;
+pub mod timeline;
 pub mod top;
 pub mod trace;
 pub mod unwind;
@@ -56,6 +57,7 @@ pub fn run(mut cli: Cli) -> anyhow::Result<i32> {
         Some(Subcommands::Latency(args)) => latency::run(args),
         Some(Subcommands::Record(args)) => record::run(args),
         Some(Subcommands::Script(args)) => record::script(args),
+        Some(Subcommands::Sched(args)) => timeline::run(args),
         Some(Subcommands::List(args)) => list::run(args),
         None => match cli.counters.clone() {
             Some(path) => session::topdown_from_counters(&cli, &path),

@@ -14,7 +14,7 @@ use crate::{
         locks::{self, Reading},
         records,
         samples::{self, Rate},
-        sched, stat, syscalls, values, Kind, Spec,
+        sched, stat, syscalls, timeline, values, Kind, Spec,
     },
     start::Recipe,
 };
@@ -381,6 +381,12 @@ impl Plan {
         })
     }
 
+    /// `bpfprof sched record`: the scheduler's events of a command, processes or the whole
+    /// system, one by one.
+    pub fn for_sched_record(args: &crate::cli::SchedRecordArgs) -> Result<Plan, UserError> {
+        Plan::scoped(Mode::SchedRecord, &args.scope, Some(args.output.clone()))
+    }
+
     /// `bpfprof trace`: the system-call summary of a command, processes or the whole system.
     pub fn for_trace(args: &crate::cli::TraceArgs) -> Result<Plan, UserError> {
         Ok(Plan {
@@ -499,6 +505,7 @@ impl Plan {
                 Kind::Syscalls => specs.push(Spec::Syscalls(self.syscalls.clone())),
                 Kind::Latency => specs.extend(self.latency.clone().map(|l| Spec::Latency(Box::new(l)))),
                 Kind::Records => specs.extend(self.record.clone().map(Spec::Records)),
+                Kind::Timeline => specs.push(Spec::Timeline(timeline::Spec::default())),
             }
         }
         Ok(Recipe {

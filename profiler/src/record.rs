@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     cli::{Format, RecordArgs, ScriptArgs},
-    driver::{Drained, Sink},
+    driver::{Stream, Streaming},
     error::UserError,
     output::Streamed,
     plan::Plan,
@@ -75,18 +75,21 @@ pub fn run(args: RecordArgs) -> anyhow::Result<i32> {
         })?),
         None => Out::Stdout(io::stdout()),
     };
-    let mut sink = RecordSink {
-        decoders: Decoders::new(spec, crate::counters::tracepoint::tracefs_root()),
-        out: Some(out),
-        json: format == Format::Json,
-        stacks: spec.stacks.then(stacks::StackNamer::default),
-        records: 0,
-        cut: 0,
-        totals: None,
-        next: tokio::time::Instant::now() + READ_EVERY,
-        failed: None,
-    };
-    let recording = run_into(&plan, &mut sink)?;
+    let mut streaming = Streaming::new(
+        RecordSink {
+            decoders: Decoders::new(spec, crate::counters::tracepoint::tracefs_root()),
+            out: Some(out),
+            json: format == Format::Json,
+            stacks: spec.stacks.then(stacks::StackNamer::default),
+            records: 0,
+            cut: 0,
+            totals: None,
+            failed: None,
+        },
+        READ_EVERY,
+    );
+    let recording = run_into(&plan, &mut streaming)?;
+    let mut sink = streaming.stream;
     if let Some(e) = sink.failed.take() {
         return Err(output_error(&plan, e).into());
     }
@@ -176,8 +179,6 @@ struct RecordSink {
     /// Strings longer than a record holds.
     cut: u64,
     totals: Option<crate::sources::records::RecordTotals>,
-    /// When the ring is read next.
-    next: tokio::time::Instant,
     /// The first write that failed: the run's error, once it ends.
     failed: Option<io::Error>,
 }
@@ -240,28 +241,11 @@ impl RecordSink {
     }
 }
 
-impl Sink for RecordSink {
-    fn drained(&mut self, drained: Drained<'_>) -> anyhow::Result<()> {
-        self.next = tokio::time::Instant::now() + READ_EVERY;
-        for batch in drained.batches {
-            if let Batch::Records(batch) = batch {
-                self.write(batch, drained.procs);
-            }
+impl Stream for RecordSink {
+    fn take(&mut self, batch: Batch, procs: &mut Processes) {
+        if let Batch::Records(batch) = batch {
+            self.write(batch, procs);
         }
-        Ok(())
-    }
-
-    fn wake_at(&self) -> Option<tokio::time::Instant> {
-        Some(self.next)
-    }
-
-    fn finished(&mut self, batches: Vec<Batch>, procs: &mut Processes) -> anyhow::Result<()> {
-        for batch in batches {
-            if let Batch::Records(batch) = batch {
-                self.write(batch, procs);
-            }
-        }
-        Ok(())
     }
 }
 

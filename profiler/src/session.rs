@@ -234,7 +234,7 @@ fn report_run(
             write(&|out| renderer.sched(&report, out))?;
             Ok(format!("{} tasks", report.tasks.len()))
         }
-        Mode::Stat | Mode::Trace | Mode::Latency | Mode::Record => {
+        Mode::Stat | Mode::Trace | Mode::Latency | Mode::Record | Mode::SchedRecord => {
             anyhow::bail!("a {} run is reported by `bpfprof {0}`", plan.mode.name())
         }
         Mode::Hotspot => {
@@ -378,7 +378,8 @@ impl RunSink {
             | Batch::Values(_)
             | Batch::Syscalls(_)
             | Batch::Latency(_)
-            | Batch::Records(_) => {}
+            | Batch::Records(_)
+            | Batch::Timeline(_) => {}
         }
     }
 

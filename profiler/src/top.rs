@@ -343,7 +343,7 @@ impl TopView {
                 ));
                 lines.extend(lock_lines(&self.locks, &self.lock_info, rows));
             }
-            Mode::Topdown | Mode::Stat | Mode::Trace | Mode::Latency | Mode::Record => {}
+            Mode::Topdown | Mode::Stat | Mode::Trace | Mode::Latency | Mode::Record | Mode::SchedRecord => {}
         }
         lines
     }
@@ -379,7 +379,8 @@ impl Sink for TopView {
                 | Batch::Values(_)
                 | Batch::Syscalls(_)
                 | Batch::Latency(_)
-                | Batch::Records(_) => {}
+                | Batch::Records(_)
+                | Batch::Timeline(_) => {}
             }
         }
         let lines = self.lines((height as usize).saturating_sub(3).max(1), &status);

@@ -8,6 +8,8 @@ use std::{
 
 use serde_json::Value;
 
+pub mod schedload;
+
 /// The bpfprof binary under test: `BPFPROF_BIN`, else the workspace's release build.
 /// `cargo xtask test` builds it first; a missing binary fails the test, it never skips it.
 pub fn bpfprof_bin() -> PathBuf {

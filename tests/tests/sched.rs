@@ -1,8 +1,10 @@
 //! Sched mode end to end, against the kernel's own accounting: every thread of the workload reads
 //! its /proc/self/task/<tid>/schedstat (on-CPU ns, run-queue wait ns, timeslices) before exiting.
-use std::collections::HashMap;
 
-use bpfprof_tests::*;
+use bpfprof_tests::{
+    schedload::{schedload, tasks},
+    *,
+};
 use serde_json::Value;
 
 /// Relative tolerance of totals against the kernel's accounting: bpfprof reads the very fields
@@ -15,38 +17,6 @@ const TOLERANCE: f64 = 0.02;
 const TRACEPOINT_TOLERANCE: f64 = 0.10;
 const PER_SWITCH_OFFSET_NS: f64 = 10_000.0;
 
-struct Task {
-    tid: u32,
-    role: String,
-    run_delay: f64,
-    pcount: f64,
-    oncpu: f64,
-    slept: f64,
-}
-
-fn tasks(stdout: &str) -> Vec<Task> {
-    let tasks: Vec<Task> = stdout
-        .lines()
-        .filter(|l| l.starts_with("TASK "))
-        .map(|l| {
-            let kv: HashMap<&str, &str> = l[5..]
-                .split_whitespace()
-                .filter_map(|kv| kv.split_once('='))
-                .collect();
-            Task {
-                tid: kv["tid"].parse().unwrap(),
-                role: kv["role"].to_string(),
-                run_delay: kv["run_delay"].parse().unwrap(),
-                pcount: kv["pcount"].parse().unwrap(),
-                oncpu: kv["oncpu"].parse().unwrap(),
-                slept: kv["slept"].parse().unwrap(),
-            }
-        })
-        .collect();
-    assert!(!tasks.is_empty(), "no TASK lines in {stdout:?}");
-    tasks
-}
-
 fn task(report: &Value, tid: u32) -> &Value {
     report["tasks"]
         .as_array()
@@ -54,10 +24,6 @@ fn task(report: &Value, tid: u32) -> &Value {
         .iter()
         .find(|t| t["tid"] == tid)
         .unwrap_or_else(|| panic!("tid {tid} missing from the report"))
-}
-
-fn schedload() -> String {
-    workload("schedload").to_str().unwrap().to_string()
 }
 
 /// Run sched mode on a command, writing `output` (its extension picks the format); the command's

@@ -26,9 +26,19 @@
  *
  * Two threads pass a byte back and forth over two pipes (two context switches per round trip);
  * prints ELAPSED=<ns>. The switch-heavy workload of the sched benchmark.
+ *
+ *   schedload pingpong ROUND_TRIPS CPU
+ *
+ * The same, the process pinned to CPU first; also prints PINGPONG ping=<tid> pong=<tid>.
+ *
+ *   schedload hop HOPS
+ *
+ * A thread moves itself between CPUs 0 and 1 (sched_setaffinity), spinning 2 ms on each, HOPS
+ * times; prints HOP tid=<tid> hops=<n> (the moves that took: the CPU it then ran on changed).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sched.h>
 #include <semaphore.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,12 +155,27 @@ static void *pong(void *arg) {
     return NULL;
 }
 
-static int pingpong(long n) {
+static void pin(int cpu) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    sched_setaffinity(0, sizeof set, &set);
+}
+
+static long long pong_tid;
+
+static void *pinned_pong(void *arg) {
+    pong_tid = syscall(SYS_gettid);
+    return pong(arg);
+}
+
+static int pingpong(long n, int cpu) {
     pthread_t t;
     char c = 'x';
+    if (cpu >= 0) pin(cpu);
     round_trips = n;
     if (pipe(pipes[0]) || pipe(pipes[1])) return 1;
-    pthread_create(&t, NULL, pong, NULL);
+    pthread_create(&t, NULL, cpu >= 0 ? pinned_pong : pong, NULL);
     long long t0 = now_ns();
     for (long i = 0; i < n; i++) {
         if (write(pipes[0][1], &c, 1) != 1 || read(pipes[1][0], &c, 1) != 1) return 1;
@@ -158,6 +183,23 @@ static int pingpong(long n) {
     long long elapsed = now_ns() - t0;
     pthread_join(t, NULL);
     printf("ELAPSED=%lld\n", elapsed);
+    if (cpu >= 0) printf("PINGPONG ping=%ld pong=%lld\n", (long)syscall(SYS_gettid), pong_tid);
+    return 0;
+}
+
+static int hop(long hops) {
+    long moved = 0;
+    int last = -1;
+    for (long i = 0; i < hops; i++) {
+        pin(i % 2);
+        long long until = now_ns() + 2000000;
+        while (now_ns() < until) {
+        }
+        int cpu = sched_getcpu();
+        moved += last >= 0 && cpu != last;
+        last = cpu;
+    }
+    printf("HOP tid=%ld hops=%ld\n", (long)syscall(SYS_gettid), moved);
     return 0;
 }
 
@@ -201,7 +243,9 @@ static int reuse(void) {
 
 int main(int argc, char **argv) {
     if (argc == 2 && argv[1][0] == 'r') return reuse();
-    if (argc == 3 && argv[1][0] == 'p') return pingpong(atol(argv[2]));
+    if (argc == 3 && argv[1][0] == 'p') return pingpong(atol(argv[2]), -1);
+    if (argc == 4 && argv[1][0] == 'p') return pingpong(atol(argv[2]), atoi(argv[3]));
+    if (argc == 3 && argv[1][0] == 'h') return hop(atol(argv[2]));
     int naps = argc == 4 && argv[1][0] == 'n';
     if (naps) {
         nap_ns = 2500000000LL;

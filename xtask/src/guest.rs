@@ -38,6 +38,8 @@ pub const GUEST_SUITES: &[(&str, Option<&str>)] = &[
     ("kprobes", None),
     ("unwind", None),
     ("sched", None),
+    // The recording and its views; not the migrations: the guest has one CPU.
+    ("sched_record", Some("--skip migrations")),
     (
         "lock",
         Some("--skip a_compressors_worker_pool --skip a_key_value_server"),

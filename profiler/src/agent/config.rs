@@ -66,7 +66,8 @@ impl Config {
                 | Kind::Values
                 | Kind::Syscalls
                 | Kind::Latency
-                | Kind::Records => None,
+                | Kind::Records
+                | Kind::Timeline => None,
             })
             .collect();
         Recipe {

@@ -349,7 +349,8 @@ impl Sink for AgentSink {
                 | Batch::Values(_)
                 | Batch::Syscalls(_)
                 | Batch::Latency(_)
-                | Batch::Records(_) => {}
+                | Batch::Records(_)
+                | Batch::Timeline(_) => {}
             }
         }
         // Only now: what this drain took was recorded before they were asked for.

@@ -4,11 +4,15 @@ use std::{ffi::OsString, path::PathBuf};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 mod events;
+mod mode;
 mod names;
+mod sched;
 pub use events::{
     LatencyArgs, ListArgs, RecordArgs, ReportOutput, ScopeArgs, ScriptArgs, StatArgs, TraceArgs,
 };
+pub use mode::Mode;
 pub use names::NamesArgs;
+pub use sched::{SchedArgs, SchedCommand, SchedMapArgs, SchedRecordArgs, TimehistArgs};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -209,6 +213,13 @@ pub enum Subcommands {
         after_help = "Examples:\n  sudo bpfprof record -e syscalls:sys_enter_openat --fetch filename:str -- ls\n                                      each openat with its fields, the file's name read\n  sudo bpfprof record -e uprobe:./prog:prog.c:42 --fetch count:s32 -o hits.json -- ./prog\n                                      each time line 42 runs, with the global `count`"
     )]
     Record(RecordArgs),
+    /// The scheduler's events one by one, as perf sched shows them: `record` every switch,
+    /// wake-up and migration into a file, then `timehist` (each run's wait, delay and run time)
+    /// or `map` (which task each CPU ran).
+    #[command(
+        after_help = "Examples:\n  sudo bpfprof sched record -o sched.json -- ./prog   every switch of a command's run\n  bpfprof sched timehist sched.json -w -s             each run, wake-ups, a summary per task\n  bpfprof sched map sched.json                        which task each CPU ran"
+    )]
+    Sched(SchedArgs),
     /// The hits `bpfprof record -o FILE` saved, a line each, then their totals.
     #[command(after_help = "Examples:\n  bpfprof script hits.json             the saved hits, a line each")]
     Script(ScriptArgs),
@@ -546,41 +557,6 @@ pub enum OffCpuStacks {
     None,
     Auto,
     All,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Mode {
-    Hotspot,
-    Topdown,
-    Lock,
-    Sched,
-    /// `bpfprof stat`, which has its own command line.
-    #[value(skip)]
-    Stat,
-    /// `bpfprof trace`, which has its own command line.
-    #[value(skip)]
-    Trace,
-    /// `bpfprof latency`, which has its own command line.
-    #[value(skip)]
-    Latency,
-    /// `bpfprof record`, which has its own command line.
-    #[value(skip)]
-    Record,
-}
-
-impl Mode {
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Hotspot => "hotspot",
-            Mode::Topdown => "topdown",
-            Mode::Lock => "lock",
-            Mode::Sched => "sched",
-            Mode::Stat => "stat",
-            Mode::Trace => "trace",
-            Mode::Latency => "latency",
-            Mode::Record => "record",
-        }
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -5,7 +5,7 @@
 /// (they are placed before anything counts), the sampler before the counters read at each sample
 /// (see `samples`), the scheduler last but for the counters' totals, so its thread states and
 /// those totals cover the same run; `stat`'s counters (and their counts per value) and the system-call summary last of all, just before
-/// a command is let run, `record`'s after them.
+/// a command is let run, `record`'s after them, then `sched record`'s.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
     Locks,
@@ -17,4 +17,5 @@ pub enum Kind {
     Syscalls,
     Latency,
     Records,
+    Timeline,
 }

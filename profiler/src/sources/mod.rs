@@ -7,7 +7,8 @@
 //! - [`values`]: tracing events' hits counted per value of one of their numbers (`stat --by`);
 //! - [`syscalls`]: every system call of the targets, timed and summed per thread, call and errno;
 //! - [`latency`]: the time from each hit of one event to the next of another, as a histogram;
-//! - [`records`]: each sampled hit of tracing events, whole, with what was fetched there.
+//! - [`records`]: each sampled hit of tracing events, whole, with what was fetched there;
+//! - [`timeline`]: the scheduler's events one by one, with the kernel's figures at each.
 //!
 //! A source's [`Spec`] is what it needs (a value decided before anything is loaded: the globals
 //! and maps it sets, checked by unit tests without root); the start path attaches it, in the
@@ -33,13 +34,14 @@ pub mod samples;
 pub mod sched;
 pub mod stat;
 pub mod syscalls;
+pub mod timeline;
 pub mod values;
 
 pub use kind::Kind;
 
 /// Which sources each mode uses. Topdown samples only where its counter set can be counted (it
 /// then splits the counts by function).
-pub const MODE_SOURCES: [(Mode, &[Kind]); 8] = [
+pub const MODE_SOURCES: [(Mode, &[Kind]); 9] = [
     (Mode::Hotspot, &[Kind::CpuSamples]),
     (Mode::Topdown, &[Kind::CpuSamples, Kind::Sched, Kind::Counting]),
     (Mode::Lock, &[Kind::Locks]),
@@ -48,6 +50,7 @@ pub const MODE_SOURCES: [(Mode, &[Kind]); 8] = [
     (Mode::Trace, &[Kind::Syscalls]),
     (Mode::Latency, &[Kind::Latency]),
     (Mode::Record, &[Kind::Records]),
+    (Mode::SchedRecord, &[Kind::Timeline]),
 ];
 
 /// Which source each of the agent's signals is a view of.
@@ -99,6 +102,7 @@ pub enum Spec {
     Syscalls(syscalls::Spec),
     Latency(Box<latency::Spec>),
     Records(records::Spec),
+    Timeline(timeline::Spec),
 }
 
 impl Spec {
@@ -113,6 +117,7 @@ impl Spec {
             Spec::Syscalls(_) => Kind::Syscalls,
             Spec::Latency(_) => Kind::Latency,
             Spec::Records(_) => Kind::Records,
+            Spec::Timeline(_) => Kind::Timeline,
         }
     }
 
@@ -122,6 +127,7 @@ impl Spec {
     pub fn prepare(&mut self, pids: &[u32], command: Option<(u32, &std::path::Path)>) -> anyhow::Result<()> {
         match self {
             Spec::Sched(spec) => Ok(spec.prepare()?),
+            Spec::Timeline(spec) => Ok(spec.prepare()?),
             Spec::Locks(spec) => spec.prepare(pids, command),
             Spec::CpuSamples(_)
             | Spec::Counting(_)
@@ -144,6 +150,7 @@ impl Spec {
             Spec::Syscalls(spec) => spec.needs(options),
             Spec::Latency(spec) => spec.needs(options),
             Spec::Records(spec) => spec.needs(options),
+            Spec::Timeline(spec) => spec.needs(options),
             Spec::Counting(_) => {}
         }
     }
@@ -160,6 +167,7 @@ impl Spec {
             Spec::Syscalls(spec) => spec.attach(kernel, context),
             Spec::Latency(spec) => (*spec).attach(kernel, context),
             Spec::Records(spec) => spec.attach(kernel, context),
+            Spec::Timeline(spec) => spec.attach(kernel, context),
         }
     }
 }
@@ -213,6 +221,8 @@ pub enum Batch {
     Latency(latency::LatencyBatch),
     /// `record`'s hits since the last drain (at the end, with the run's totals).
     Records(records::RecordBatch),
+    /// `sched record`'s events since the last drain (at the end, with the events lost).
+    Timeline(timeline::TimelineBatch),
 }
 
 /// One kind of kernel data, attached: drained at each epoch flip, settled at the stop.

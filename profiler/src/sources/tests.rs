@@ -101,7 +101,8 @@ fn every_mode_and_signal_has_its_sources_and_every_source_is_used() {
             Kind::Values,
             Kind::Syscalls,
             Kind::Latency,
-            Kind::Records
+            Kind::Records,
+            Kind::Timeline
         ])
     );
     // Two signals of one source: the source once.
