@@ -1,7 +1,7 @@
 //! `sched record`: each scheduler event into the `SCHED_TIMELINE` ring as it happens (see
 //! `profiler_common::timeline`), with the kernel's totals of the tasks it names. Every switch
-//! on every CPU is sent, whoever it names, so a per-CPU map has no holes; wake-ups,
-//! migrations, forks and exits only for the targets. A full ring drops the event and counts it.
+//! on every CPU is sent, whoever it names, so a per-CPU map has no holes, and every exit;
+//! wake-ups, migrations and forks only for the targets. A full ring drops the event and counts it.
 use aya_ebpf::{
     helpers::{bpf_get_smp_processor_id, bpf_ktime_get_ns},
     macros::{map, raw_tracepoint},
@@ -80,14 +80,12 @@ pub fn timeline_fork(ctx: RawTracePointContext) -> u32 {
     0
 }
 
-/// `sched_process_exit(struct task_struct *p[, bool group_dead])`.
+/// `sched_process_exit(struct task_struct *p[, bool group_dead])`: every exit (a group's last
+/// thread may already be out of the target set, which the views know it was in).
 #[raw_tracepoint(tracepoint = "sched_process_exit")]
 pub fn timeline_exit(ctx: RawTracePointContext) -> u32 {
     let off = offsets();
-    let task = snap(ctx.arg(0), &off);
-    if task.target != 0 {
-        send(event_kind::EXIT, task, TaskSnap::default(), 0);
-    }
+    send(event_kind::EXIT, snap(ctx.arg(0), &off), TaskSnap::default(), 0);
     0
 }
 
@@ -122,8 +120,8 @@ fn snap(task: *const u8, off: &TaskOffsets) -> TaskSnap {
 fn send(kind: u32, a: TaskSnap, b: TaskSnap, arg: u64) {
     let Some(mut entry) = SCHED_TIMELINE.reserve::<SchedEvent>(0) else {
         if let Some(lost) = SCHED_TIMELINE_LOST.get_ptr_mut(0) {
-            // Per CPU, and these programs are not preempted: a plain add.
-            unsafe { *lost += 1 };
+            // Per CPU, added to atomically: the fork and exit programs run with interrupts on.
+            crate::atomic::atomic_add(lost, 1);
         }
         return;
     };

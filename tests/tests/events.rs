@@ -339,7 +339,8 @@ fn counter_diff_of_two_stat_reports_gives_the_known_difference_beyond_the_spread
 }
 
 /// `-I 200` on a workload that sleeps 4000 times (at least 0.8 s): an interval every 200 ms and
-/// a last, shorter one, adding up to the run's total exactly, which holds every sleep.
+/// a last, shorter one, adding up to the run's total exactly, which holds every switch the
+/// napper counted itself.
 #[test]
 fn stat_intervals_add_up_to_the_run() {
     let naps = 4000.0;
@@ -381,9 +382,12 @@ fn stat_intervals_add_up_to_the_run() {
     assert!((0.0..0.5).contains(&last), "the last interval: {last} s");
     let summed: f64 = each.iter().sum();
     assert_eq!(summed, total, "the intervals add up to the run");
+    // The napper's own count of its switches during the naps (a nap whose timer fired before
+    // the thread could block, on a busy machine, has none); the rest of the run adds a few.
+    let switched = truth(&stdout(&out))["switched"];
     assert!(
-        total >= naps && total < naps + 50.0,
-        "{total} switches for {naps} sleeps"
+        total >= switched && total < switched + 50.0 && switched >= 0.95 * naps,
+        "{total} switches counted, the napper switched {switched} times in {naps} sleeps"
     );
 }
 

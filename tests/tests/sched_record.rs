@@ -129,7 +129,15 @@ fn the_map_shows_a_pinned_pair_alternating_on_its_cpu() {
     // (the process pinned itself before starting it: until then it ran anywhere).
     let mut on_cpu0 = Vec::new();
     for line in map.lines() {
-        let Some(star) = line.find('*') else { continue };
+        // The CPUs' columns are three characters each, `*` first where the CPU switched.
+        let Some(star) = line
+            .char_indices()
+            .step_by(3)
+            .find(|&(_, c)| c == '*')
+            .map(|(at, _)| at)
+        else {
+            continue;
+        };
         let code = &line[star + 1..star + 3];
         let Some(&tid) = codes.get(code) else { continue };
         if on_cpu0.is_empty() && tid != pair["pong"] {

@@ -3,7 +3,9 @@
  *                       own count of this process's minor faults (getrusage)
  *   events split N      alpha_pages touches 70% of N fresh pages, beta_pages 30%
  *   events naps N       napper sleeps N times (N voluntary context switches; preempted=K: the
- *                       involuntary ones meanwhile, which may land in a nap's own kernel path)
+ *                       involuntary ones meanwhile, which may land in a nap's own kernel path;
+ *                       switched=S: all of its switches meanwhile, a nap whose timer fired
+ *                       before it could block having none)
  *   events insns N      a loop of exactly 2 instructions run N times (2N instructions retired)
  *   events writes N     N write(2) calls of one byte to /dev/null (and one more: the TRUTH line)
  *   events hops N       the same, the process pinned to each of the first two CPUs it may run on
@@ -334,6 +336,13 @@ static long preemptions(void) {
     return usage.ru_nivcsw;
 }
 
+/* Times this thread was switched out at all (it blocked, or was preempted): the kernel's count. */
+static long switches(void) {
+    struct rusage usage;
+    getrusage(RUSAGE_THREAD, &usage);
+    return usage.ru_nvcsw + usage.ru_nivcsw;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s pages|split|naps N\n", argv[0]);
@@ -385,9 +394,10 @@ int main(int argc, char **argv) {
     } else if (strcmp(argv[1], "requests") == 0) {
         requests(n);
     } else if (strcmp(argv[1], "naps") == 0) {
-        long before = preemptions();
+        long before = preemptions(), switched = switches();
         napper(n);
-        printf("TRUTH pid=%d naps=%ld preempted=%ld\n", getpid(), n, preemptions() - before);
+        switched = switches() - switched;
+        printf("TRUTH pid=%d naps=%ld preempted=%ld switched=%ld\n", getpid(), n, preemptions() - before, switched);
     } else {
         return 2;
     }

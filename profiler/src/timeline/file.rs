@@ -18,6 +18,9 @@ use crate::{collect::comm_string, error::UserError};
 pub const REORDER_NS: u64 = 1_000_000_000;
 /// No line of a file is longer (an event is about 400 bytes).
 const MAX_LINE_BYTES: u64 = 64 << 10;
+/// Events held for ordering at most: a file whose times do not advance is not read whole into
+/// memory (past this, the earliest is handed out whatever the window says).
+const MAX_WINDOW: usize = 1 << 18;
 /// CPUs a recording may claim: the views draw a column per CPU.
 pub const MAX_CPUS: u32 = 8192;
 
@@ -139,10 +142,10 @@ fn task(snap: &TaskSnap) -> Task {
 
 /// perf's letter for a task leaving its CPU (`sched_switch`'s `prev_state`, bit 32: preempted).
 fn state_letter(arg: u64) -> &'static str {
-    if arg >> 32 & 1 != 0 {
+    let state = arg as u32;
+    if arg >> 32 & 1 != 0 || state == 0 {
         return "R";
     }
-    let state = arg as u32;
     // TASK_IDLE: uninterruptible, not counted in the load average.
     if state & 0x402 == 0x402 {
         return "I";
@@ -154,12 +157,14 @@ fn state_letter(arg: u64) -> &'static str {
         (0x8, "t"),
         (0x10, "X"),
         (0x20, "Z"),
+        (0x40, "P"),
         (0x80, "X"),
     ];
+    // Others (waking, a real-time lock's wait, frozen): blocked, as perf shows them.
     letters
         .iter()
         .find(|(bit, _)| state & bit != 0)
-        .map_or("R", |(_, letter)| letter)
+        .map_or("D", |(_, letter)| letter)
 }
 
 /// A line of the file.
@@ -242,6 +247,7 @@ impl Reader {
                 .window
                 .peek()
                 .is_none_or(|e| e.0 .0.saturating_add(REORDER_NS) > self.latest)
+            && self.window.len() < MAX_WINDOW
         {
             match self.read_line()? {
                 Some(Line::Event(event)) => {

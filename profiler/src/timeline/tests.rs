@@ -119,6 +119,8 @@ fn states_are_perfs_letters() {
     assert_eq!(state(0x402), "I");
     assert_eq!(state(0x80), "X");
     assert_eq!(state(1 | PREEMPTED), "R");
+    assert_eq!(state(0x40), "P");
+    assert_eq!(state(0x1000), "D");
 }
 
 #[test]
@@ -223,4 +225,38 @@ fn a_run_whose_switch_in_was_not_seen_is_the_kernels() {
     let figures: Vec<_> = runs.iter().map(|r| (r.delay_ns, r.run_ns, r.wait_ns)).collect();
     assert_eq!(figures, [(20, 290, None), (80, 210, None)]);
     assert_eq!(timeline.unseen_starts, 1);
+}
+
+/// A group's last thread leaves the target set at its exit, before its last switch-out: that
+/// run is still the target's. A tid reused by a new task (its fork seen) starts afresh.
+#[test]
+fn a_target_stays_one_to_its_end_and_a_reused_tid_starts_afresh() {
+    let idle = TaskSnap::default();
+    let mut timeline = Timeline::new(true);
+    let gone = TaskSnap {
+        target: 0,
+        ..snap(7, 5, 5_100, 40_500)
+    };
+    let fork = Event::from_kernel(&SchedEvent {
+        time_ns: 2_000,
+        cpu: 0,
+        kind: event_kind::FORK,
+        a: snap(7, 0, 0, 0),
+        b: snap(3, 9, 9, 9),
+        arg: 0,
+    })
+    .unwrap();
+    let events = [
+        switch(100, idle, snap(7, 4, 5_020, 40_290), SLEEPING),
+        switch(400, gone, idle, 0x80),
+        fork,
+        switch(2_100, idle, snap(7, 0, 0, 0), 0),
+        switch(2_300, snap(7, 1, 40, 150), idle, SLEEPING),
+    ];
+    let runs: Vec<Run> = events.iter().filter_map(|e| timeline.step(e)).collect();
+    let figures: Vec<_> = runs
+        .iter()
+        .map(|r| (r.task.target, r.delay_ns, r.run_ns))
+        .collect();
+    assert_eq!(figures, [(true, 80, 210), (true, 40, 150)]);
 }

@@ -39,6 +39,9 @@ struct Thread {
     ready_at: Option<u64>,
     in_at: Option<u64>,
     last_cpu: Option<u32>,
+    /// Some event showed it a target (a group's last thread leaves the target set at its exit,
+    /// before its last switch-out).
+    target: bool,
 }
 
 /// Follows the events in time order: the runs they end, one by one.
@@ -66,22 +69,44 @@ impl Timeline {
                     .then(|| self.switch_out(event, prev, state))
                     .flatten();
                 if next.tid != 0 {
-                    let thread = self.threads.entry(next.tid).or_default();
-                    thread.in_at = Some(event.t);
-                    thread.last_cpu = Some(event.cpu);
-                    thread
-                        .base
-                        .get_or_insert((next.pcount, next.run_delay_ns, next.sum_exec_ns));
+                    self.switch_in(event, next);
                 }
                 run
             }
-            What::Wakeup { task, .. } | What::WakeupNew { task, .. } => {
+            What::Wakeup { task, .. } => {
                 let thread = self.threads.entry(task.tid).or_default();
                 thread.ready_at.get_or_insert(event.t);
+                thread.target |= task.target;
                 None
             }
-            // An exit's last switch-out (state X) still comes, and forgets the task.
-            What::Exit { .. } | What::Migrate { .. } | What::Fork { .. } => None,
+            // A new task: whatever its tid held before was another's.
+            What::Fork { child: task, .. } | What::WakeupNew { task, .. } => {
+                let thread = self.threads.entry(task.tid).or_default();
+                *thread = Thread {
+                    ready_at: Some(event.t),
+                    target: task.target,
+                    ..Thread::default()
+                };
+                None
+            }
+            What::Migrate { task, to } => {
+                self.threads.entry(task.tid).or_default().last_cpu = Some(*to);
+                None
+            }
+            // Its last switch-out (state X) still comes, and forgets the task.
+            What::Exit { .. } => None,
+        }
+    }
+
+    fn switch_in(&mut self, event: &Event, next: &Task) {
+        let thread = self.threads.entry(next.tid).or_default();
+        thread.in_at = Some(event.t);
+        thread.last_cpu = Some(event.cpu);
+        thread.target |= next.target;
+        // A base left by a task that had this tid before (its end unseen) is not this one's:
+        // the kernel's totals of one task never go back.
+        if thread.base.is_none_or(|(pcount, ..)| next.pcount < pcount) {
+            thread.base = Some((next.pcount, next.run_delay_ns, next.sum_exec_ns));
         }
     }
 
@@ -89,6 +114,10 @@ impl Timeline {
         let kernel_figures = self.kernel_figures;
         let mut unseen_start = false;
         let thread = self.threads.entry(prev.tid).or_default();
+        let task = Task {
+            target: prev.target || thread.target,
+            ..prev.clone()
+        };
         let run = match (thread.in_at, thread.base) {
             // Its switch-in was not seen (the kernel now and then counts an arrival with no
             // `sched_switch` event): the kernel's totals still say what the run was, not when
@@ -98,7 +127,7 @@ impl Timeline {
                 Some(Run {
                     end_ns: event.t,
                     cpu: event.cpu,
-                    task: prev.clone(),
+                    task: task.clone(),
                     wait_ns: None,
                     delay_ns: prev.run_delay_ns.saturating_sub(run_delay),
                     run_ns: prev.sum_exec_ns.saturating_sub(sum_exec),
@@ -118,7 +147,7 @@ impl Timeline {
                 Some(Run {
                     end_ns: event.t,
                     cpu: event.cpu,
-                    task: prev.clone(),
+                    task: task.clone(),
                     wait_ns: thread
                         .last_out
                         .map(|out| in_at.saturating_sub(out).saturating_sub(delay_ns)),
