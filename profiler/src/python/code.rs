@@ -8,6 +8,7 @@ use std::{
     fs::File,
     os::unix::fs::FileExt as _,
     sync::Arc,
+    time::{Duration, Instant},
 };
 
 use profiler_common::python::py_frame_parts;
@@ -23,6 +24,10 @@ const MAX_CODES: usize = 1 << 16;
 /// Bytes of names and line tables kept over all processes; past it, new code objects are not
 /// named (a process can make up code objects: what it makes bpfprof keep is bounded).
 const MAX_BYTES: usize = 64 << 20;
+/// How often a code object named is checked to be still the one at its address, when a stack
+/// holds it: a freed code object's memory may hold another (a module's import-time code freed,
+/// a function defined later put there), whose frames would otherwise bear the first's name.
+const RECHECK: Duration = Duration::from_millis(200);
 
 impl PyCode {
     /// What it keeps on the heap (`MAX_BYTES`).
@@ -37,6 +42,9 @@ pub struct PyCode {
     pub name: Arc<str>,
     pub file: Arc<str>,
     pub first_line: u32,
+    /// Where its qualified name's string is: with `first_line`, what tells it from another
+    /// code object later at its address.
+    name_at: u64,
     line_table: Box<[u8]>,
     bytecode: u16,
     lines: LineTable,
@@ -140,7 +148,13 @@ struct Process {
     mem: File,
     layout: Layout,
     generation: u32,
-    codes: HashMap<u64, Option<Arc<PyCode>>>,
+    codes: HashMap<u64, Known>,
+}
+
+/// A code object as last read (none: it could not be), and when it was last checked.
+struct Known {
+    code: Option<Arc<PyCode>>,
+    checked: Instant,
 }
 
 /// The Python processes and their code objects.
@@ -187,19 +201,32 @@ impl PyCodes {
         self.processes.contains_key(&pid)
     }
 
-    /// Name the code objects of the Python frames among `slots` not named yet.
+    /// Name the code objects of the Python frames among `slots` not named yet, and those not
+    /// checked lately that are no longer the ones read (`RECHECK`).
     pub fn read(&mut self, pid: u32, slots: &[u64]) {
         let Some(process) = self.processes.get_mut(&pid) else {
             return;
         };
         for (code, _) in slots.iter().filter_map(|&s| py_frame_parts(s)) {
             let full = process.codes.len() >= MAX_CODES || self.bytes >= MAX_BYTES;
-            if full || process.codes.contains_key(&code) {
-                continue;
+            match process.codes.get_mut(&code) {
+                Some(known) if known.checked.elapsed() < RECHECK => continue,
+                Some(known) => {
+                    known.checked = Instant::now();
+                    let same = (known.code.as_ref())
+                        .is_some_and(|c| still_at(&process.mem, &process.layout, code, c));
+                    if same {
+                        continue;
+                    }
+                }
+                None if full => continue,
+                None => {}
             }
-            let read = read_code(&process.mem, &process.layout, code).map(Arc::new);
-            self.bytes += read.as_ref().map_or(0, |c| c.bytes());
-            process.codes.insert(code, read);
+            let read = read_code(&process.mem, &process.layout, code);
+            // What cannot be read now (the process exited) leaves what was read before.
+            if read.is_some() || !process.codes.contains_key(&code) {
+                store(&mut self.bytes, process, code, read);
+            }
         }
     }
 
@@ -211,28 +238,55 @@ impl PyCodes {
         };
         // What could not be read now (the process exiting) leaves what was read before.
         if let Some(read) = read_code(&process.mem, &process.layout, code) {
-            let (added, replaced) = (read.bytes(), process.codes.get(&code).cloned().flatten());
-            let room = process.codes.len() < MAX_CODES || replaced.is_some();
-            if room && self.bytes + added <= MAX_BYTES {
-                self.bytes = self.bytes + added - replaced.map_or(0, |c| c.bytes());
-                process.codes.insert(code, Some(Arc::new(read)));
-            }
+            store(&mut self.bytes, process, code, Some(read));
         }
     }
 
     /// The code object at `code` in `pid`, as read.
     pub fn code(&self, pid: u32, code: u64) -> Option<Arc<PyCode>> {
-        self.processes.get(&pid)?.codes.get(&code)?.clone()
+        self.processes.get(&pid)?.codes.get(&code)?.code.clone()
     }
 
     pub fn forget(&mut self, pids: &HashSet<u32>) {
         for pid in pids {
             if let Some(process) = self.processes.remove(pid) {
-                let bytes: usize = process.codes.values().flatten().map(|c| c.bytes()).sum();
+                let bytes: usize = (process.codes.values())
+                    .filter_map(|k| k.code.as_ref())
+                    .map(|c| c.bytes())
+                    .sum();
                 self.bytes = self.bytes.saturating_sub(bytes);
             }
         }
     }
+}
+
+/// Keep what was read of the code object at `code` (replacing what was), within `MAX_CODES` and
+/// `MAX_BYTES` (`bytes`: what is kept over all processes).
+fn store(bytes: &mut usize, process: &mut Process, code: u64, read: Option<PyCode>) {
+    let added = read.as_ref().map_or(0, PyCode::bytes);
+    let replaced = process
+        .codes
+        .get(&code)
+        .and_then(|k| k.code.as_ref())
+        .map_or(0, |c| c.bytes());
+    let room = process.codes.len() < MAX_CODES || process.codes.contains_key(&code);
+    let kept = bytes.saturating_sub(replaced);
+    if room && kept + added <= MAX_BYTES {
+        *bytes = kept + added;
+        let known = Known {
+            code: read.map(Arc::new),
+            checked: Instant::now(),
+        };
+        process.codes.insert(code, known);
+    }
+}
+
+/// Whether the code object at `code` is still the one read as `read`.
+fn still_at(mem: &File, layout: &Layout, code: u64, read: &PyCode) -> bool {
+    let c = &layout.code;
+    let name_at = read_u64(mem, code, c.qualname as u64);
+    let first_line = read_u64(mem, code, c.first_line as u64).map(|l| l as u32);
+    name_at == Some(read.name_at) && first_line == Some(read.first_line)
 }
 
 /// The 8 bytes `offset` past `at` in the process (addresses read from it: checked).
@@ -244,7 +298,8 @@ fn read_u64(mem: &File, at: u64, offset: u64) -> Option<u64> {
 
 pub(crate) fn read_code(mem: &File, layout: &Layout, code: u64) -> Option<PyCode> {
     let c = &layout.code;
-    let name = read_str(mem, layout, read_u64(mem, code, c.qualname as u64)?)?;
+    let name_at = read_u64(mem, code, c.qualname as u64)?;
+    let name = read_str(mem, layout, name_at)?;
     let file = read_str(mem, layout, read_u64(mem, code, c.filename as u64)?)?;
     let first_line = read_u64(mem, code, c.first_line as u64)? as u32;
     let table = read_u64(mem, code, c.line_table as u64)?;
@@ -256,6 +311,7 @@ pub(crate) fn read_code(mem: &File, layout: &Layout, code: u64) -> Option<PyCode
         name: name.into(),
         file: file.into(),
         first_line,
+        name_at,
         line_table: line_table.into(),
         bytecode: c.bytecode,
         lines: c.lines,

@@ -234,3 +234,76 @@ fn a_broken_line_table_gives_no_line_not_a_panic() {
         }
     }
 }
+
+/// A code object in this process's own memory, as a Python process lays one out: its qualified
+/// name and file (compact ASCII strings), first line and an empty line table.
+struct FakeCode {
+    object: Vec<u64>,
+    _strings: Vec<Vec<u64>>,
+}
+
+fn ascii_string(layout: &Layout, text: &str) -> Vec<u64> {
+    let header = layout.code.ascii_header as usize;
+    let mut bytes = vec![0u8; header + text.len() + 8];
+    bytes[16..24].copy_from_slice(&(text.len() as u64).to_le_bytes());
+    // Kind 1, compact, ASCII.
+    bytes[32..36].copy_from_slice(&((1u32 << 2) | (1 << 5) | (1 << 6)).to_le_bytes());
+    bytes[header..header + text.len()].copy_from_slice(text.as_bytes());
+    bytes
+        .chunks(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect()
+}
+
+impl FakeCode {
+    fn new(layout: &Layout, name: &str, first_line: u32) -> FakeCode {
+        let c = &layout.code;
+        let strings = vec![
+            ascii_string(layout, name),
+            ascii_string(layout, "x.py"),
+            vec![0u64; 8],
+        ];
+        let mut object = vec![0u64; 64];
+        let mut put = |offset: u16, value: u64| object[offset as usize / 8] = value;
+        put(c.qualname, strings[0].as_ptr() as u64);
+        put(c.filename, strings[1].as_ptr() as u64);
+        put(c.first_line, first_line as u64);
+        put(c.line_table, strings[2].as_ptr() as u64);
+        FakeCode {
+            object,
+            _strings: strings,
+        }
+    }
+
+    /// Another code object put where this one was.
+    fn replaced_by(&mut self, other: &FakeCode) {
+        self.object.copy_from_slice(&other.object);
+    }
+
+    fn at(&self) -> u64 {
+        self.object.as_ptr() as u64
+    }
+}
+
+/// A code object freed and another made at its address: the frames at that address are named
+/// after the new one once it is checked again (`RECHECK`), not after the first for ever.
+#[test]
+fn a_code_object_reborn_at_the_same_address_is_named_anew() {
+    let layout = layout((3, 11)).unwrap();
+    let mut first = FakeCode::new(&layout, "Path", 10);
+    let second = FakeCode::new(&layout, "gamma_work", 20);
+    let mut codes = code::PyCodes::default();
+    let pid = std::process::id();
+    codes.found(pid, 0, layout);
+    let slot = [profiler_common::python::py_frame(first.at(), 0)];
+    codes.read(pid, &slot);
+    assert_eq!(&*codes.code(pid, first.at()).unwrap().name, "Path");
+    first.replaced_by(&second);
+    // Checked at most every RECHECK: named as before until then.
+    codes.read(pid, &slot);
+    assert_eq!(&*codes.code(pid, first.at()).unwrap().name, "Path");
+    std::thread::sleep(std::time::Duration::from_millis(250));
+    codes.read(pid, &slot);
+    let named = codes.code(pid, first.at()).unwrap();
+    assert_eq!((&*named.name, named.first_line), ("gamma_work", 20));
+}
