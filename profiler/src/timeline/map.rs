@@ -46,17 +46,7 @@ pub fn run(args: SchedMapArgs) -> anyhow::Result<i32> {
             (0..cpus.min(fit as u32)).collect()
         }
     };
-    let mut out = io::BufWriter::new(io::stdout().lock());
-    match draw(&mut reader, &shown, &mut out).and_then(|()| out.flush()) {
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(0),
-        Err(e) => match e.downcast::<UserError>() {
-            Ok(user) => return Err(user.into()),
-            Err(e) => return Err(e.into()),
-        },
-        Ok(()) => {}
-    }
-    say_totals(&reader);
-    Ok(0)
+    super::show(&mut reader, |reader, out| draw(reader, &shown, out))
 }
 
 pub(crate) fn draw(reader: &mut Reader, shown: &[u32], out: &mut dyn Write) -> io::Result<()> {
@@ -119,21 +109,4 @@ fn parse_cpus(list: &str, cpus: u32) -> Result<Vec<u32>, UserError> {
 
 fn terminal_width() -> usize {
     crossterm::terminal::size().map_or(120, |(columns, _)| columns as usize)
-}
-
-/// What the recording says of itself, on standard error: its totals and notes, or that it did
-/// not end.
-pub fn say_totals(reader: &Reader) {
-    match &reader.totals {
-        Some(totals) => {
-            eprintln!(
-                "bpfprof: {}, {:.2} s: {} events, {} lost",
-                totals.target, totals.seconds, totals.events, totals.lost
-            );
-            for note in &totals.notes {
-                eprintln!("bpfprof: {note}");
-            }
-        }
-        None => eprintln!("bpfprof: the file has no totals line: the recording that wrote it did not end"),
-    }
 }

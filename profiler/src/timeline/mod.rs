@@ -152,6 +152,43 @@ impl Stream for RecordSink {
     }
 }
 
+/// A view of a recording on standard output, as `draw` writes it (a `UserError` inside its
+/// `io::Error`: the file is bad), then the recording's totals on standard error. A reader that
+/// had enough (a broken pipe) is no error.
+fn show(
+    reader: &mut file::Reader,
+    draw: impl FnOnce(&mut file::Reader, &mut dyn Write) -> io::Result<()>,
+) -> anyhow::Result<i32> {
+    let mut out = io::BufWriter::new(io::stdout().lock());
+    match draw(reader, &mut out).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(0),
+        Err(e) => match e.downcast::<UserError>() {
+            Ok(user) => return Err(user.into()),
+            Err(e) => return Err(e.into()),
+        },
+        Ok(()) => {}
+    }
+    say_totals(reader);
+    Ok(0)
+}
+
+/// What the recording says of itself, on standard error: its totals and notes, or that it did
+/// not end.
+fn say_totals(reader: &file::Reader) {
+    match &reader.totals {
+        Some(totals) => {
+            eprintln!(
+                "bpfprof: {}, {:.2} s: {} events, {} lost",
+                totals.target, totals.seconds, totals.events, totals.lost
+            );
+            for note in &totals.notes {
+                eprintln!("bpfprof: {note}");
+            }
+        }
+        None => eprintln!("bpfprof: the file has no totals line: the recording that wrote it did not end"),
+    }
+}
+
 /// A task as the views name it: `comm[tid/pid]`, or `<idle>`.
 pub fn task_name(task: &file::Task) -> String {
     match task.tid {

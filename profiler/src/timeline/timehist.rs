@@ -13,7 +13,7 @@ use super::{
     file::{Event, Reader, Task, What},
     task_name,
 };
-use crate::{cli::TimehistArgs, error::UserError};
+use crate::cli::TimehistArgs;
 
 /// One run of a task, as a line shows it.
 #[derive(Clone, Debug, PartialEq)]
@@ -190,17 +190,7 @@ struct Summary {
 
 pub fn run(args: TimehistArgs) -> anyhow::Result<i32> {
     let mut reader = Reader::open(&args.input)?;
-    let mut out = io::BufWriter::new(io::stdout().lock());
-    match print(&args, &mut reader, &mut out).and_then(|()| out.flush()) {
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(0),
-        Err(e) => match e.downcast::<UserError>() {
-            Ok(user) => return Err(user.into()),
-            Err(e) => return Err(e.into()),
-        },
-        Ok(()) => {}
-    }
-    super::map::say_totals(&reader);
-    Ok(0)
+    super::show(&mut reader, |reader, out| print(&args, reader, out))
 }
 
 /// The lines, then the summary if asked. A `UserError` inside an `io::Error`: the file.
