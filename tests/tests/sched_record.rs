@@ -99,13 +99,8 @@ fn timehist_runs_are_the_kernels_own_for_every_thread() {
 #[test]
 fn the_map_shows_a_pinned_pair_alternating_on_its_cpu() {
     let (workload, path) = record("map", &[&schedload(), "pingpong", "3000", "0"]);
-    let pair: HashMap<&str, u32> = workload
-        .lines()
-        .find_map(|l| l.strip_prefix("PINGPONG "))
-        .expect("the workload's PINGPONG line")
-        .split_whitespace()
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k, v.parse().unwrap()))
+    let pair: HashMap<String, u32> = (truth(&workload).into_iter())
+        .map(|(k, v)| (k, v as u32))
         .collect();
     let map = view(&["sched", "map", path.to_str().unwrap(), "--width", "400"]);
     // The codes the legend gives the two threads.
@@ -169,13 +164,8 @@ fn the_map_shows_a_pinned_pair_alternating_on_its_cpu() {
 #[test]
 fn migrations_are_listed_where_the_thread_moved() {
     let (workload, path) = record("hop", &[&schedload(), "hop", "20"]);
-    let truth: HashMap<&str, u32> = workload
-        .lines()
-        .find_map(|l| l.strip_prefix("HOP "))
-        .expect("the workload's HOP line")
-        .split_whitespace()
-        .filter_map(|kv| kv.split_once('='))
-        .map(|(k, v)| (k, v.parse().unwrap()))
+    let truth: HashMap<String, u32> = (truth(&workload).into_iter())
+        .map(|(k, v)| (k, v as u32))
         .collect();
     let tid = truth["tid"].to_string();
     let listing = view(&["sched", "timehist", path.to_str().unwrap(), "-M", "--tid", &tid]);

@@ -29,12 +29,12 @@
  *
  *   schedload pingpong ROUND_TRIPS CPU
  *
- * The same, the process pinned to CPU first; also prints PINGPONG ping=<tid> pong=<tid>.
+ * The same, the process pinned to CPU first; also prints TRUTH ping=<tid> pong=<tid>.
  *
  *   schedload hop HOPS
  *
  * A thread moves itself between CPUs 0 and 1 (sched_setaffinity), spinning 2 ms on each, HOPS
- * times; prints HOP tid=<tid> hops=<n> (the moves that took: the CPU it then ran on changed).
+ * times; prints TRUTH tid=<tid> hops=<n> (the moves that took: the CPU it then ran on changed).
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -183,7 +183,7 @@ static int pingpong(long n, int cpu) {
     long long elapsed = now_ns() - t0;
     pthread_join(t, NULL);
     printf("ELAPSED=%lld\n", elapsed);
-    if (cpu >= 0) printf("PINGPONG ping=%ld pong=%lld\n", (long)syscall(SYS_gettid), pong_tid);
+    if (cpu >= 0) printf("TRUTH ping=%ld pong=%lld\n", (long)syscall(SYS_gettid), pong_tid);
     return 0;
 }
 
@@ -199,7 +199,7 @@ static int hop(long hops) {
         moved += last >= 0 && cpu != last;
         last = cpu;
     }
-    printf("HOP tid=%ld hops=%ld\n", (long)syscall(SYS_gettid), moved);
+    printf("TRUTH tid=%ld hops=%ld\n", (long)syscall(SYS_gettid), moved);
     return 0;
 }
 
