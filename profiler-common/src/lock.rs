@@ -173,7 +173,10 @@ pub struct Waiting {
     pub aux: u32,
     /// Futex source: `futex_hint::*`.
     pub hints: u32,
-    pub _pad: u32,
+    /// Futex source: 1 while the stack is to be walked again as the wait ends (if the process
+    /// has tables by then): walked by frame pointers (no tables yet), or through tables that
+    /// missed a library mapped since they were given (`Walk::stale`).
+    pub walk_again: u32,
 }
 const _: () = assert!(size_of::<Waiting>() == 32);
 

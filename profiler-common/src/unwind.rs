@@ -114,9 +114,14 @@ pub struct Walk {
     /// The walked thread's tid in its process's pid namespace (what its thread state holds),
     /// once looked for.
     pub py_tid: u32,
+    /// 1 when the innermost pc was in none of the process's mappings given to the walker: its
+    /// map changed since (a library just loaded), and the stack was cut there. A walk worth
+    /// doing again where the same user registers can still be read (a wait's end).
+    pub stale: u32,
+    pub _pad: u32,
     pub stack: UserStack,
 }
-const _: () = assert!(size_of::<Walk>() == 72 + size_of::<UserStack>());
+const _: () = assert!(size_of::<Walk>() == 80 + size_of::<UserStack>());
 
 /// The slot user space puts at the outer end of a stack the walker truncated (its outermost
 /// frames were not kept): the frame that says so in every report, with how many were lost

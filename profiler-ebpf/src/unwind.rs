@@ -312,6 +312,7 @@ fn launch<C: EbpfContext>(
     walk.stack.len = 0;
     walk.stack.lost = 0;
     walk.native = 0;
+    walk.stale = 0;
     walk.py_frame = python::NOT_LOOKED;
     walk.py_eval = 0;
     walk.py_mode = python::mode::NATIVE;
@@ -462,7 +463,7 @@ fn try_unwind_lock(ctx: &TracePointContext) -> Result<(), ()> {
     let walk = unsafe { &mut *LOCK_WALK.get_ptr_mut(0).ok_or(())? };
     advance(ctx, walk, &LOCK_UNWIND_PROGRAMS);
     let stack_id = store(&LOCK_USER_STACKS, walk);
-    crate::lock::futex::user_stack_walked(walk.tgid, walk.tid, stack_id, true);
+    crate::lock::futex::user_stack_walked(walk.tgid, walk.tid, stack_id, Some(walk));
     Ok(())
 }
 
@@ -612,9 +613,12 @@ fn step(walk: &mut Walk, mappings: &mut ProcessMappings, eval: &crate::python::E
         Some(_) => {}
         // Only the interrupted pc itself surely runs code: a later frame's miss may be a
         // frame-pointer walk gone astray, not a new mapping.
-        None if first && pc < arch::USER_SPACE_END && mappings.missed == 0 => {
-            mappings.missed = 1;
-            announce(walk.tgid, ProcessEventKind::MappingsChanged);
+        None if first && pc < arch::USER_SPACE_END => {
+            walk.stale = 1;
+            if mappings.missed == 0 {
+                mappings.missed = 1;
+                announce(walk.tgid, ProcessEventKind::MappingsChanged);
+            }
         }
         None => {}
     }

@@ -264,6 +264,17 @@ fn assert_named_and_interleaved(
 
 /// `bpfprof --mode MODE -o FILE -- PYTHON -c SCRIPT`, which must succeed: the script's truth,
 /// the report, and its file.
+/// A stack's frames as `function:line` (a native frame's line unknown: its name alone).
+fn names(frames: &Value) -> String {
+    let frames = frames.as_array().map(Vec::as_slice).unwrap_or_default();
+    let name = |f: &Value| match (f["function"].as_str(), f["line"].as_u64()) {
+        (Some(function), Some(line)) if f["kind"] == "python" => format!("{function}:{line}"),
+        (Some(function), _) => function.to_string(),
+        _ => "?".to_string(),
+    };
+    frames.iter().map(name).collect::<Vec<_>>().join(";")
+}
+
 fn run_script(
     mode: &str,
     python: &str,
@@ -390,9 +401,14 @@ fn a_python_function_blocked_on_a_lock_is_named_in_lock_mode() {
             measured > 0.8e9,
             "{python}: the waiter should have waited: {measured} ns"
         );
+        let waiters: String = (lock["waiters"].as_array().unwrap().iter())
+            .map(|w| format!("\n  {:.1} ms: {}", wait(w) / 1e6, names(&w["frames"])))
+            .collect();
         assert!(
             (in_waiter - measured).abs() <= 0.05 * measured,
-            "{python}: {in_waiter} ns in waiter at line 6, {measured} ns by its clock"
+            "{python}: {in_waiter} ns in waiter at line 6, {measured} ns by its clock; \
+             the lock's waiting stacks:{waiters}\nhealth: {}",
+            report["health"]
         );
         assert!(
             released_by_holder >= 0.95 * wait(lock),

@@ -392,6 +392,51 @@ fn libraries_loaded_during_the_run_get_tables() {
     );
 }
 
+/// A futex wait made in a library loaded after the process's tables were given: its innermost
+/// pc is in no mapping the walker knows, so the walk is cut there, and the mappings are asked
+/// for again. The wait is walked again as it ends, with them: its whole chain bears its time.
+#[test]
+fn a_wait_in_a_library_loaded_since_the_tables_were_given_keeps_its_callers() {
+    let json = temp_path("unwind-dlwait.json");
+    let (bin, lib) = (unwind_bin(), unwind_lib());
+    let out = run(&[
+        "--mode",
+        "lock",
+        "-o",
+        json.to_str().unwrap(),
+        "--",
+        &bin,
+        "dlwait",
+        "300",
+        &lib,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let truth = truth(&stdout(&out));
+    let report = read_json(&json);
+    let chain = ["main", "run_dlwait", "lib_wait", "lib_futex_wait"];
+    let (mut chained, mut in_lib, mut seen) = (0.0, 0.0, String::new());
+    let locks = (report["locks"].as_array().unwrap().iter()).filter(|l| l["pid"] == truth["pid"] as u32);
+    for waiter in locks.flat_map(|l| l["waiters"].as_array().unwrap()) {
+        let frames = Report::frames(waiter);
+        if frames.last() != Some(&"lib_futex_wait") {
+            continue;
+        }
+        let ns = waiter["total_wait_ns"].as_f64().unwrap();
+        in_lib += ns;
+        chained += if ends_with(&frames, &chain) { ns } else { 0.0 };
+        seen += &format!("\n  {:.1} ms: {}", ns / 1e6, frames.join(";"));
+    }
+    let waited = truth["lib_waited_ns"];
+    assert!(
+        (in_lib - waited).abs() <= 0.05 * waited,
+        "{in_lib} ns waited in lib_futex_wait, {waited} ns by the workload's clock:{seen}"
+    );
+    assert_eq!(
+        chained, in_lib,
+        "the wait in the library keeps its callers:{seen}"
+    );
+}
+
 #[test]
 fn mappings_that_disappear_under_the_walker_are_survived() {
     let lib = unwind_lib();

@@ -15,6 +15,10 @@
  *   unwind dlcycle SECONDS LIB
  *                          main -> run_dlcycle -> lib_entry ..., with LIB loaded and unloaded
  *                          every 20 ms: mappings disappear under the walker
+ *   unwind dlwait MS LIB   ten 20 ms futex waits in main (the process's tables are given by
+ *                          then), then dlopen(LIB) and one futex wait of MS ms made in it:
+ *                          main -> run_dlwait -> lib_wait -> lib_futex_wait; adds
+ *                          lib_waited_ns=<its length by the workload's clock> to the TRUTH line
  *   unwind exec SECONDS    a quarter of the time in run_qsort, then exec itself as `chain` for
  *                          the rest (same pid, new image)
  *
@@ -22,6 +26,8 @@
  * Prints at exit: TRUTH pid=<pid> rounds=<n>
  */
 #include <dlfcn.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,9 +170,19 @@ __attribute__((noinline)) void run_dlcycle(double seconds, const char *lib) {
     }
 }
 
+__attribute__((noinline)) long long run_dlwait(int ms, const char *lib) {
+    static int word;
+    struct timespec nap = {0, 20 * 1000000L};
+    for (int i = 0; i < 10; i++) syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, &nap);
+    void *handle;
+    load_entry(lib, &handle);
+    long long (*lib_wait)(int) = (long long (*)(int))dlsym(handle, "lib_wait");
+    return lib_wait(ms);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s chain|qsort|deep|sleep|exec SECONDS | dlopen SECONDS LIB [LIB2] | dlcycle SECONDS LIB\n", argv[0]);
+        fprintf(stderr, "usage: %s chain|qsort|deep|sleep|exec SECONDS | dlopen SECONDS LIB [LIB2] | dlcycle SECONDS LIB | dlwait MS LIB\n", argv[0]);
         return 2;
     }
     double seconds = atof(argv[2]);
@@ -181,6 +197,11 @@ int main(int argc, char **argv) {
             run_dlopen(seconds * 7 / 10, argv[4]);
         } else run_dlopen(seconds * 3 / 4, argv[3]);
     } else if (strcmp(argv[1], "dlcycle") == 0 && argc > 3) run_dlcycle(seconds, argv[3]);
+    else if (strcmp(argv[1], "dlwait") == 0 && argc > 3) {
+        long long waited = run_dlwait(atoi(argv[2]), argv[3]);
+        printf("TRUTH pid=%d rounds=0 lib_waited_ns=%lld\n", (int)getpid(), waited);
+        return 0;
+    }
     else if (strcmp(argv[1], "exec") == 0) {
         run_qsort(seconds / 4);
         char rest[32];

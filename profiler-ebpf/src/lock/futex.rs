@@ -14,6 +14,7 @@ use profiler_common::{
         futex, futex_hint, stack, LastWake, LockId, LockKey, ThreadOffsets, Waiting, WalkFor,
         JOINABLE_ENTRIES, WAITER, WAITER_AT_EXIT, WAIT_ENTRIES, WAKER, WAKE_ENTRIES,
     },
+    unwind::Walk,
     HealthCounter,
 };
 
@@ -74,7 +75,7 @@ fn try_futex_enter(ctx: &TracePointContext) -> Result<(), i64> {
             stack_id: NO_STACK,
             aux: 0,
             hints: hints(ctx, tgid, uaddr, cmd),
-            _pad: 0,
+            walk_again: 1,
         };
         if LOCK_WAITING.insert(tid, waiting, 0).is_err() {
             bump(HealthCounter::LockMapFull);
@@ -109,7 +110,7 @@ fn try_futex_enter(ctx: &TracePointContext) -> Result<(), i64> {
         Ok(id) => id as i32,
         Err(e) => e,
     };
-    user_stack_walked(tgid, tid, id, false);
+    user_stack_walked(tgid, tid, id, None);
     Ok(())
 }
 
@@ -165,9 +166,11 @@ fn try_thread_new(ctx: &RawTracePointContext) -> Result<(), i64> {
     Ok(())
 }
 
-/// The user stack of the wait or wake this CPU is recording (see `LOCK_WALK_FOR`).
+/// The user stack of the wait or wake this CPU is recording (see `LOCK_WALK_FOR`): `id` in
+/// the unwinder's stacks if `walk` (through tables) is given, else in `LOCK_STACKS`.
 #[inline(always)]
-pub fn user_stack_walked(tgid: u32, tid: u32, id: i32, unwound: bool) {
+pub fn user_stack_walked(tgid: u32, tid: u32, id: i32, walk: Option<&Walk>) {
+    let unwound = walk.is_some();
     let Some(walk_for) = LOCK_WALK_FOR.get(0).copied() else {
         return;
     };
@@ -176,6 +179,7 @@ pub fn user_stack_walked(tgid: u32, tid: u32, id: i32, unwound: bool) {
             unsafe {
                 (*waiting).stack_id = id;
                 (*waiting).aux = unwound as u32;
+                (*waiting).walk_again = walk.is_none_or(|w| w.stale != 0) as u32;
             }
         }
         if walk_for.role == WAITER_AT_EXIT {
@@ -211,9 +215,10 @@ fn try_futex_exit(ctx: &TracePointContext) -> Result<(), i64> {
     let waiting = unsafe { *waiting };
     let wait = unsafe { bpf_ktime_get_ns() }.saturating_sub(waiting.start_ns);
     // Begun before its process had tables (walked with frame pointers, cut short in a library
-    // without them), and the tables came during the wait: walk it again, now, from the same
-    // user registers. The walk's end counts the wait (a tail call: no return).
-    if waiting.aux == 0 && crate::unwind::has_tables(tgid) {
+    // without them), or with tables that missed a library mapped since, and the tables came
+    // during the wait: walk it again, now, from the same user registers. The walk's end counts
+    // the wait (a tail call: no return).
+    if waiting.walk_again != 0 && crate::unwind::has_tables(tgid) {
         if let Some(walk_for) = LOCK_WALK_FOR.get_ptr_mut(0) {
             unsafe {
                 (*walk_for).uaddr = waiting.uaddr;
