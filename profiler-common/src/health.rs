@@ -210,6 +210,12 @@ macro_rules! health_table {
                 drains, common, "drains_total",
                     "how many times the kernel maps were drained",
                     |_| None;
+                program_runs_missed, common, "bpf_program_runs_missed_total",
+                    "runs of bpfprof's programs the kernel skipped because a BPF program was already running on that CPU (a tracepoint hit inside another program): each a sample, switch or event not seen",
+                    |h| (h.program_runs_missed > 0).then(|| format!(
+                        "{} runs of bpfprof's programs were skipped by the kernel (a BPF program was already running on that CPU): as many samples, switches or events are missing",
+                        h.program_runs_missed
+                    ));
                 slow_events, sched, "slow_events_total",
                     "run-queue waits over the slow threshold",
                     |_| None;

@@ -43,6 +43,7 @@ mod pod {
     unsafe impl aya::Pod for ForkOffsets {}
     unsafe impl aya::Pod for ExitOffsets {}
     unsafe impl aya::Pod for TaskSched {}
+    unsafe impl aya::Pod for CpuHistory {}
     unsafe impl aya::Pod for OffCpuTime {}
     unsafe impl aya::Pod for TaskOffsets {}
     unsafe impl aya::Pod for SlowEvent {}

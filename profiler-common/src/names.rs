@@ -38,6 +38,8 @@ names! {
         OFFCPU = ["OFFCPU_0", "OFFCPU_1"];
         OFFCPU_STACKS = ["OFFCPU_STACKS_0", "OFFCPU_STACKS_1"];
         HEAT = "HEAT";
+        /// Per CPU: its recent holders (kernel only) and the traced tasks' waits on it.
+        CPU_HISTORY = "CPU_HISTORY";
         SLOW_EVENTS = "SLOW_EVENTS";
         COUNTER_READERS = ["COUNTER_0", "COUNTER_1", "COUNTER_2", "COUNTER_3", "COUNTER_4", "COUNTER_5", "COUNTER_6", "COUNTER_7"];
         DELTAS = ["DELTAS_0", "DELTAS_1"];
@@ -174,10 +176,9 @@ names! {
 }
 
 /// The maps only the kernel programs use (per-CPU scratch space, state between programs).
-pub const KERNEL_ONLY_MAPS: [&str; 17] = [
+pub const KERNEL_ONLY_MAPS: [&str; 16] = [
     "BUILD_ID_SCRATCH",
     "COUNTER_BASELINE",
-    "CPU_HISTORY",
     "HIT_WEIGHTS",
     "LATENCY_PENDING",
     "LOCK_WALK",

@@ -123,9 +123,12 @@ pub struct TaskSched {
     /// switched in every second, never out): its run and wait are settled then, from the kernel's
     /// totals, instead of being taken for one run that never ends.
     pub switched_out: u32,
+    /// The CPU of its last switch-in: where its current run is, and the wait before it ended.
+    pub last_cpu: u32,
+    pub _pad: u32,
     pub hist: [u32; HIST_BUCKETS],
 }
-const _: () = assert!(size_of::<TaskSched>() == 96 + 40 + 32 + 24 + 40 + 8 + 4 * HIST_BUCKETS);
+const _: () = assert!(size_of::<TaskSched>() == 96 + 40 + 32 + 24 + 40 + 16 + 4 * HIST_BUCKETS);
 
 /// Total blocked time per (thread, stacks): the value of `OFFCPU`, keyed by `SampleKey`.
 #[repr(C)]
@@ -156,7 +159,29 @@ pub const OFFCPU_ENTRIES: u32 = 8 * 1024;
 /// Stacks taken at switch-out per epoch slot (each slot holds one drain interval's).
 pub const OFFCPU_STACK_ENTRIES: u32 = 8 * 1024;
 
-/// Recent tasks on one CPU (a small ring), to name who held the CPU while a task waited.
+/// Run-queue waits of the traced tasks, summed (one CPU's).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CpuWaits {
+    pub waits: u64,
+    pub delay_ns: u64,
+    pub max_delay_ns: u64,
+}
+const _: () = assert!(size_of::<CpuWaits>() == 24);
+
+impl CpuWaits {
+    #[inline(always)]
+    pub fn add(&mut self, delay: u64) {
+        self.waits += 1;
+        self.delay_ns += delay;
+        if delay > self.max_delay_ns {
+            self.max_delay_ns = delay;
+        }
+    }
+}
+
+/// Recent tasks on one CPU (a small ring), to name who held the CPU while a task waited; and
+/// the traced tasks' run-queue waits on it since tracing began.
 pub const CPU_HISTORY: usize = 8;
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -164,8 +189,13 @@ pub struct CpuHistory {
     pub next: u64,
     pub last_switch_ns: u64,
     pub runs: [CpuRun; CPU_HISTORY],
+    /// The waits for this CPU (each counted on the CPU it ended on, where the task then ran).
+    pub waits: CpuWaits,
+    /// Waits settled here whose CPU is not known: a switch-out the tracepoint never showed ended
+    /// the run that followed them, perhaps on another CPU (see `SwitchOutsMissed`).
+    pub unplaced: CpuWaits,
 }
-const _: () = assert!(size_of::<CpuHistory>() == 16 + 48 * CPU_HISTORY);
+const _: () = assert!(size_of::<CpuHistory>() == 16 + 48 * CPU_HISTORY + 2 * 24);
 
 /// How many CPU holders a slow event names.
 pub const SLOW_CULPRITS: usize = 4;

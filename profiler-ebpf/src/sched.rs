@@ -448,6 +448,7 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: O
     }
     stats.switched_out = 0;
     stats.last_in_ns = now;
+    stats.last_cpu = unsafe { bpf_get_smp_processor_id() };
 
     let enqueued = stats.enqueued;
     stats.enqueued.at_ns = 0;
@@ -606,6 +607,15 @@ fn record_wait(
     if delay > stats.max_delay_ns {
         stats.max_delay_ns = delay;
         stats.max_at_ns = ended_ns;
+    }
+    match history {
+        Some(cpu) => unsafe { (*cpu).waits.add(delay) },
+        // (Rare: a switch-out the tracepoint never showed.)
+        None => {
+            if let Some(here) = CPU_HISTORY_MAP.get_ptr_mut(0) {
+                unsafe { (*here).unplaced.add(delay) };
+            }
+        }
     }
     // Through an opaque load and a mask: the optimizer must not fold the bounds check into
     // arithmetic the verifier cannot follow.

@@ -344,6 +344,31 @@ impl Loaded {
 }
 
 /// `bpf(BPF_MAP_UPDATE_ELEM)` for a perf event array: aya's own type for it only opens ring buffers.
+/// Runs of this process's BPF programs the kernel skipped because a BPF program was already
+/// running on that CPU: each program's `recursion_misses` (5.12 and later; none before), read
+/// from its descriptor's fdinfo, each program once.
+pub fn program_runs_missed() -> u64 {
+    let Ok(fds) = std::fs::read_dir("/proc/self/fdinfo") else {
+        return 0;
+    };
+    let programs: std::collections::HashMap<u64, u64> = (fds.filter_map(Result::ok))
+        .filter_map(|fd| recursion_misses(&std::fs::read_to_string(fd.path()).ok()?))
+        .collect();
+    programs.values().sum()
+}
+
+/// A program descriptor's id and `recursion_misses` by its fdinfo (none: not a program's).
+fn recursion_misses(fdinfo: &str) -> Option<(u64, u64)> {
+    let field = |name: &str| -> Option<u64> {
+        let line = fdinfo
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))?;
+        line.trim().parse().ok()
+    };
+    field("prog_type")?;
+    Some((field("prog_id")?, field("recursion_misses").unwrap_or(0)))
+}
+
 pub(crate) fn map_update(
     map_fd: std::os::fd::BorrowedFd<'_>,
     key: u32,
@@ -361,6 +386,26 @@ pub(crate) fn map_update(
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
+
+    #[test]
+    fn a_programs_recursion_misses_from_its_fdinfo_and_nothing_from_a_link() {
+        let program = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1052\nprog_type:\t17\nprog_jited:\t1\n\
+                       prog_tag:\t4f1a5b4c8e4e0b3a\nmemlock:\t4096\nprog_id:\t812\nrun_time_ns:\t0\nrun_cnt:\t0\n\
+                       recursion_misses:\t3\nverified_insns:\t57\n";
+        assert_eq!(super::recursion_misses(program), Some((812, 3)));
+        let older = program.replace("recursion_misses:\t3\n", "");
+        assert_eq!(
+            super::recursion_misses(&older),
+            Some((812, 0)),
+            "a kernel before 5.12"
+        );
+        let link = "pos:\t0\nflags:\t02000000\nlink_type:\traw_tracepoint\nlink_id:\t9\nprog_tag:\t4f1a\nprog_id:\t812\n";
+        assert_eq!(super::recursion_misses(link), None);
+        assert_eq!(
+            super::recursion_misses("map_type:\t2\nrecursion_misses:\t1\n"),
+            None
+        );
+    }
 
     use object::{Object as _, ObjectSection as _, ObjectSymbol as _, SymbolKind};
 

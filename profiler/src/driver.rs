@@ -385,6 +385,7 @@ impl<K> Driver<K> {
             .map(Tables::files_without_tables)
             .unwrap_or_default();
         health.files_without_tables = health.files_without_tables_named.len() as u64;
+        health.program_runs_missed = crate::bpf::program_runs_missed();
         let Sources { attached, procs, .. } = sources;
         drop(events);
         drop(attached);

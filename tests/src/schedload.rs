@@ -11,6 +11,8 @@ pub struct Task {
     pub pcount: f64,
     pub oncpu: f64,
     pub slept: f64,
+    /// The CPU it was pinned to (`schedload crowd`).
+    pub cpu: Option<u32>,
 }
 
 pub fn tasks(stdout: &str) -> Vec<Task> {
@@ -29,6 +31,7 @@ pub fn tasks(stdout: &str) -> Vec<Task> {
                 pcount: kv["pcount"].parse().unwrap(),
                 oncpu: kv["oncpu"].parse().unwrap(),
                 slept: kv["slept"].parse().unwrap(),
+                cpu: kv.get("cpu").map(|c| c.parse().unwrap()),
             }
         })
         .collect();

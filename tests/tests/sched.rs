@@ -167,6 +167,135 @@ fn without_the_kernels_fields_the_tracepoints_time_them_and_the_report_says_so()
     check_every_thread_against_its_schedstat("sched-tracepoints.json", false);
 }
 
+/// Each CPU's idle and iowait time by /proc/stat, in ns (the test's own reading).
+fn idle_by_cpu() -> std::collections::HashMap<u32, f64> {
+    let tick = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .unwrap();
+    let tick_ns = 1e9
+        / String::from_utf8_lossy(&tick.stdout)
+            .trim()
+            .parse::<f64>()
+            .unwrap();
+    let stat = std::fs::read_to_string("/proc/stat").unwrap();
+    (stat
+        .lines()
+        .filter(|l| l.starts_with("cpu") && !l.starts_with("cpu ")))
+    .map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        let ticks: f64 = f[4].parse::<f64>().unwrap() + f[5].parse::<f64>().unwrap();
+        (f[0][3..].parse().unwrap(), ticks * tick_ns)
+    })
+    .collect()
+}
+
+/// Run-queue delay per CPU: `schedload crowd` pins two busy threads to the last CPU, where they
+/// queue behind each other, and a busy thread, a napper and main to the first (on a machine of
+/// one CPU, all of them there). Each CPU's row holds the waits of the threads pinned to it (main
+/// may have waited elsewhere before it pinned itself: its waits are the slack), those close to
+/// their own schedstat; the rows and the waits in none add up to the tasks' waits; and each
+/// CPU's idle time is what /proc/stat says of the run, read by the test around it. With the
+/// kernel's fields and, `exact` false, timed at the tracepoints.
+fn check_each_cpus_waits(output: &str, exact: bool) {
+    let path = temp_path(output);
+    let bin = schedload();
+    let args = [
+        "--mode",
+        "sched",
+        "-o",
+        path.to_str().unwrap(),
+        "--",
+        &bin,
+        "crowd",
+        "2",
+    ];
+    let mut command = bpfprof();
+    if !exact {
+        command.env("BPFPROF_TRACEPOINT_CLOCKS", "1");
+    }
+    let (idle_before, began) = (idle_by_cpu(), std::time::Instant::now());
+    let out = command.args(args).output().unwrap();
+    let (idle_after, lasted) = (idle_by_cpu(), began.elapsed().as_nanos() as f64);
+    assert_no_programs_left();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (tasks, report) = (tasks(&stdout(&out)), read_json(&path));
+    let num = |v: &Value, key: &str| v[key].as_f64().unwrap_or_else(|| panic!("no {key} in {v}"));
+    let main = (tasks.iter().find(|t| t.role == "main")).expect("main's TASK line");
+    let main_delay = num(task(&report, main.tid), "total_delay_ns");
+    let (rows, window) = (
+        report["per_cpu"].as_array().expect("per_cpu"),
+        num(&report, "idle_window_ns"),
+    );
+    for row in rows {
+        let cpu = row["cpu"].as_u64().unwrap() as u32;
+        let pinned: Vec<_> = (tasks.iter())
+            .filter(|t| t.cpu == Some(cpu) && t.role != "main")
+            .collect();
+        let in_report: f64 = pinned
+            .iter()
+            .map(|t| num(task(&report, t.tid), "total_delay_ns"))
+            .sum();
+        let schedstat: f64 = pinned.iter().map(|t| t.run_delay).sum();
+        let (got, idle) = (num(row, "total_delay_ns"), num(row, "idle_ns"));
+        let (stat_idle, outside) = (idle_after[&cpu] - idle_before[&cpu], lasted - window);
+        println!(
+            "CPU {cpu}: {:.2} ms of waits; its threads' {:.2} ms in the report, {:.2} ms by their schedstat, main's {:.2} ms; \
+             idle {:.0} ms of {:.0} ms, {:.0} ms by /proc/stat over {:.0} ms",
+            got / 1e6,
+            in_report / 1e6,
+            schedstat / 1e6,
+            main_delay / 1e6,
+            idle / 1e6,
+            window / 1e6,
+            stat_idle / 1e6,
+            lasted / 1e6
+        );
+        assert!(
+            got >= in_report && got <= in_report + main_delay,
+            "CPU {cpu}: {got} ns of waits, {in_report} ns of the threads pinned to it (and main's {main_delay} ns)"
+        );
+        if exact {
+            assert!(
+                (in_report - schedstat).abs() <= TOLERANCE * schedstat,
+                "CPU {cpu}: its threads' {in_report} ns, {schedstat} ns by their schedstat"
+            );
+        }
+        // /proc/stat's ticks at both ends (10 ms each); the test's span holds bpfprof's own
+        // start and end, outside the window, where the CPU may have idled or not.
+        assert!(
+            idle <= stat_idle + 20e6 && idle >= stat_idle - outside - 20e6,
+            "CPU {cpu}: idle {idle} ns in {window} ns, /proc/stat {stat_idle} ns in {lasted} ns"
+        );
+    }
+    let pinned: std::collections::BTreeSet<u32> = tasks.iter().filter_map(|t| t.cpu).collect();
+    assert!(
+        pinned.iter().all(|cpu| rows.iter().any(|r| r["cpu"] == *cpu)),
+        "a row for each CPU of the workload: {rows:?}"
+    );
+    let sum = |list: &Value, key: &str| -> u64 {
+        (list.as_array().unwrap().iter())
+            .map(|v| v[key].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(
+        sum(&report["per_cpu"], "waits") + report["unplaced_waits"].as_u64().unwrap(),
+        sum(&report["tasks"], "waits"),
+        "the CPUs' waits and those in none are the tasks' waits"
+    );
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn each_cpu_has_the_run_queue_waits_of_the_threads_pinned_to_it() {
+    check_each_cpus_waits("sched-cpus.json", true);
+}
+
+#[test]
+fn each_cpu_has_its_threads_waits_timed_at_the_tracepoints_too() {
+    check_each_cpus_waits("sched-cpus-tracepoints.json", false);
+}
+
 #[test]
 fn off_cpu_time_lands_on_the_sleeping_function() {
     let (stdout, report) = profile_sched("offcpu.json", &[&schedload(), "2", "1"]);

@@ -22,6 +22,13 @@
  * profiler's one-second drains) and also prints NAPS tid=<tid> from=<ns> to=<ns>: the wall-clock
  * (CLOCK_REALTIME) span of its sleeps, during which it is asleep but for microseconds.
  *
+ *   schedload crowd SECONDS
+ *
+ * As the first form with three busy threads, each thread pinned: one busy thread and the sleeper
+ * on the first CPU it may use, two busy threads on the last (they queue behind each other), main
+ * on the first (on a machine of one CPU, all on it). Every TASK line then says cpu=<the CPU>, and main prints one too (role=main, read after
+ * the others exited).
+ *
  *   schedload pingpong ROUND_TRIPS
  *
  * Two threads pass a byte back and forth over two pipes (two context switches per round trip);
@@ -58,8 +65,9 @@ struct result {
     const char *role;
     long long tid, slept;
     unsigned long long oncpu, delay, pcount;
+    int cpu; /* pinned to (crowd), else -1 */
 };
-static struct result results[65];
+static struct result results[66];
 /* Everyone stops working before anyone reads: a read taken while others still compete for the
  * CPUs would miss waits the thread still has ahead of it (its exit). Then main lets the threads
  * read one at a time (`turn`), each after the one before has exited, so no thread of the workload
@@ -252,8 +260,14 @@ int main(int argc, char **argv) {
         argv++;
         argc--;
     }
+    int crowd = argc == 3 && argv[1][0] == 'c';
+    if (crowd) {
+        static char three[] = "3";
+        argv[1] = argv[2];
+        argv[2] = three;
+    }
     if (argc != 3) {
-        fprintf(stderr, "usage: %s [naps] SECONDS BUSY_THREADS\n", argv[0]);
+        fprintf(stderr, "usage: %s [naps] SECONDS BUSY_THREADS | crowd SECONDS\n", argv[0]);
         return 2;
     }
     seconds = atof(argv[1]);
@@ -262,16 +276,43 @@ int main(int argc, char **argv) {
     if (n < 1 || n > 64) return 2;
     pthread_barrier_init(&done, NULL, n + 2);
     for (int i = 0; i <= n; i++) sem_init(&turn[i], 0, 0);
-    for (int i = 0; i < n; i++) pthread_create(&tids[i], NULL, busy, &results[i]);
-    pthread_create(&tids[n], NULL, sleeper, &results[n]);
+    /* The first and last CPU this process may use. */
+    cpu_set_t allowed;
+    int first_cpu = -1, last_cpu = -1;
+    if (sched_getaffinity(0, sizeof allowed, &allowed)) return 4;
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &allowed)) {
+            if (first_cpu < 0) first_cpu = c;
+            last_cpu = c;
+        }
+    for (int i = 0; i <= n + 1; i++) results[i].cpu = !crowd ? -1 : i == 1 || i == 2 ? last_cpu : first_cpu;
+    if (crowd) pin(first_cpu);
+    for (int i = 0; i <= n; i++) {
+        /* Pinned from birth: every wait of the thread is on its CPU. */
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(results[i].cpu, &set);
+        if (crowd && pthread_attr_setaffinity_np(&attr, sizeof set, &set)) return 4;
+        if (pthread_create(&tids[i], &attr, i < n ? busy : sleeper, &results[i])) {
+            fprintf(stderr, "schedload: thread %d not started\n", i);
+            return 4;
+        }
+        pthread_attr_destroy(&attr);
+    }
     pthread_barrier_wait(&done);
     for (int i = 0; i <= n; i++) {
         sem_post(&turn[i]);
         pthread_join(tids[i], NULL);
     }
-    for (int i = 0; i <= n; i++)
-        printf("TASK tid=%lld role=%s run_delay=%llu pcount=%llu oncpu=%llu slept=%lld\n", results[i].tid,
+    if (crowd) report(&results[n + 1], "main", 0);
+    for (int i = 0; i <= n + crowd; i++) {
+        printf("TASK tid=%lld role=%s run_delay=%llu pcount=%llu oncpu=%llu slept=%lld", results[i].tid,
                results[i].role, results[i].delay, results[i].pcount, results[i].oncpu, results[i].slept);
+        if (results[i].cpu >= 0) printf(" cpu=%d", results[i].cpu);
+        printf("\n");
+    }
     if (naps)
         printf("NAPS tid=%lld from=%lld to=%lld\n", results[n].tid,
                naps_from.tv_sec * 1000000000LL + naps_from.tv_nsec, naps_to.tv_sec * 1000000000LL + naps_to.tv_nsec);

@@ -30,6 +30,7 @@ pub(super) fn render(r: &SchedReport, out: &mut dyn Write) -> io::Result<()> {
         writeln!(out, "warning: {warning}")?;
     }
     task_table(r, out)?;
+    cpu_table(r, out)?;
     histograms(r, out)?;
     offcpu(r, out)?;
     slowest(r, out)
@@ -66,6 +67,49 @@ fn task_table(r: &SchedReport, out: &mut dyn Write) -> io::Result<()> {
             out,
             "... {} more tasks (all of them in --format json)",
             r.tasks.len() - TOP_TASKS
+        )?;
+    }
+    Ok(())
+}
+
+/// Each CPU's share of the waits, and its idle time: where the machine queues.
+fn cpu_table(r: &SchedReport, out: &mut dyn Write) -> io::Result<()> {
+    if r.cpus.is_empty() {
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "\nRun-queue delay per CPU (all traced tasks' waits, by the CPU each ended on); idle: the CPU's idle and I/O-wait time"
+    )?;
+    writeln!(
+        out,
+        "{:>4} {:>8} {:>10} {:>10} {:>10} {:>17}",
+        "cpu", "waits", "total", "avg", "max", "idle"
+    )?;
+    let or_dash = |ns: u64, waits: u64| if waits == 0 { "-".to_string() } else { human_ns(ns) };
+    let window = r.idle_window_ns as f64;
+    for c in &r.cpus {
+        let idle = match c.idle_ns {
+            Some(ns) if window > 0.0 => format!("{} ({:.0}%)", human_ns(ns), 100.0 * ns as f64 / window),
+            Some(ns) => human_ns(ns),
+            None => "-".to_string(),
+        };
+        writeln!(
+            out,
+            "{:>4} {:>8} {:>10} {:>10} {:>10} {idle:>17}",
+            c.cpu,
+            c.waits,
+            or_dash(c.total_delay_ns, c.waits),
+            or_dash(c.avg_delay_ns, c.waits),
+            or_dash(c.max_delay_ns, c.waits),
+        )?;
+    }
+    if r.unplaced.waits > 0 {
+        writeln!(
+            out,
+            "  and {} waits ({}) in no CPU's row: settled after a switch-out the kernel did not show",
+            r.unplaced.waits,
+            human_ns(r.unplaced.delay_ns)
         )?;
     }
     Ok(())
@@ -323,6 +367,9 @@ mod tests {
             meta: offcpu.meta.clone(),
             health: Default::default(),
             tasks,
+            cpus: Vec::new(),
+            unplaced: Default::default(),
+            idle_window_ns: 0,
             offcpu,
             offcpu_stacks: Vec::new(),
             slow_threshold_ns: 10_000_000,

@@ -1,10 +1,10 @@
 //! Sched mode: run-queue delay per task (the kernel's `run_delay`), its distribution, where tasks
 //! block off-CPU, and the slowest waits with who woke the task and who held its CPU.
 
-pub use crate::sources::sched::{OpenState, SlowRecord, TaskRecord, SLOW_EVENTS_KEPT};
+pub use crate::sources::sched::{CpuRecord, OpenState, SlowRecord, TaskRecord, SLOW_EVENTS_KEPT};
 use crate::{process::Processes, profile::RawProfile, sources::sched::SchedBatch};
 
-use profiler_common::{hist_lower_bound, COMM_LEN, HEAT_BUCKETS, HIST_BUCKETS};
+use profiler_common::{hist_lower_bound, CpuWaits, COMM_LEN, HEAT_BUCKETS, HIST_BUCKETS};
 use serde::Serialize;
 
 use crate::model::{self, RunMeta, StackReport, Weight};
@@ -25,6 +25,8 @@ pub struct SchedCollection {
     pub heat: Vec<Vec<u64>>,
     /// `bpf_ktime_get_ns()` (CLOCK_MONOTONIC) when tracing began.
     pub started_ns: u64,
+    /// Each CPU over the run (from the last batch).
+    pub cpus: Vec<CpuRecord>,
 }
 
 impl SchedCollection {
@@ -43,6 +45,9 @@ impl SchedCollection {
             crate::sources::sched::keep_longest(&mut self.slow);
         }
         self.heat.extend(batch.heat);
+        if let Some(cpus) = batch.cpus {
+            self.cpus = cpus;
+        }
     }
 
     /// The collection as reports read it: only the longest slow waits.
@@ -126,6 +131,41 @@ pub struct OffCpuStack {
     pub frames: Vec<crate::symbolize::Frame>,
 }
 
+/// One CPU over the run: the traced tasks' run-queue waits that ended on it (where they then
+/// ran), and how long it was idle.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CpuLatency {
+    pub cpu: u32,
+    pub waits: u64,
+    pub total_delay_ns: u64,
+    pub avg_delay_ns: u64,
+    pub max_delay_ns: u64,
+    /// Idle or waiting for I/O within the report's `idle_window_ns` (the kernel's count, to a
+    /// clock tick); `null` where /proc/stat could not be read.
+    pub idle_ns: Option<u64>,
+}
+
+/// Each online CPU, and the waits whose CPU is not known (the sum over all CPUs' `unplaced`).
+pub fn cpu_latencies(records: &[CpuRecord]) -> (Vec<CpuLatency>, CpuWaits) {
+    let mut unplaced = CpuWaits::default();
+    let cpus = (records.iter())
+        .map(|r| {
+            unplaced.waits += r.unplaced.waits;
+            unplaced.delay_ns += r.unplaced.delay_ns;
+            unplaced.max_delay_ns = unplaced.max_delay_ns.max(r.unplaced.max_delay_ns);
+            CpuLatency {
+                cpu: r.cpu,
+                waits: r.waits.waits,
+                total_delay_ns: r.waits.delay_ns,
+                avg_delay_ns: r.waits.delay_ns.checked_div(r.waits.waits).unwrap_or(0),
+                max_delay_ns: r.waits.max_delay_ns,
+                idle_ns: r.idle_ns,
+            }
+        })
+        .collect();
+    (cpus, unplaced)
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct Heatmap {
     pub column_s: f64,
@@ -141,6 +181,12 @@ pub struct SchedReport {
     pub health: Health,
     /// Most total delay first.
     pub tasks: Vec<TaskLatency>,
+    /// By CPU number (none in a report saved before they were kept).
+    pub cpus: Vec<CpuLatency>,
+    /// Waits settled away from their CPU, in no CPU's row.
+    pub unplaced: CpuWaits,
+    /// What the CPUs' idle times were measured over (0: not measured).
+    pub idle_window_ns: u64,
     /// Off-CPU stacks weighted by blocked nanoseconds (for flamegraphs and pprof).
     pub offcpu: StackReport,
     pub offcpu_stacks: Vec<OffCpuStack>,
@@ -225,6 +271,7 @@ pub fn report(
     slow_threshold_ns: u64,
 ) -> SchedReport {
     let tasks = latencies(&collection.tasks, collection.started_ns);
+    let (cpus, unplaced) = cpu_latencies(&collection.cpus);
 
     let offcpu_meta = RunMeta {
         counters: vec![OFFCPU_BLOCKS.to_string()],
@@ -278,6 +325,9 @@ pub fn report(
         meta,
         health,
         tasks,
+        cpus,
+        unplaced,
+        idle_window_ns: collection.cpus.first().map_or(0, |c| c.idle_window_ns),
         offcpu,
         offcpu_stacks,
         slow_threshold_ns,
@@ -376,6 +426,47 @@ mod tests {
             ],
             "each holder once, its stretches within the wait summed"
         );
+    }
+
+    #[test]
+    fn each_cpu_is_a_row_and_the_waits_of_no_cpu_are_summed_apart() {
+        let waits = |delays: &[u64]| {
+            let mut w = CpuWaits::default();
+            delays.iter().for_each(|&d| w.add(d));
+            w
+        };
+        let records = [
+            CpuRecord {
+                cpu: 0,
+                waits: waits(&[100, 300]),
+                unplaced: waits(&[50]),
+                idle_ns: Some(7),
+                idle_window_ns: 10,
+            },
+            CpuRecord {
+                cpu: 3,
+                waits: waits(&[]),
+                unplaced: waits(&[20, 80]),
+                idle_ns: None,
+                idle_window_ns: 10,
+            },
+        ];
+        let (cpus, unplaced) = cpu_latencies(&records);
+        let row = |c: &CpuLatency| {
+            (
+                c.cpu,
+                c.waits,
+                c.total_delay_ns,
+                c.avg_delay_ns,
+                c.max_delay_ns,
+                c.idle_ns,
+            )
+        };
+        assert_eq!(
+            cpus.iter().map(row).collect::<Vec<_>>(),
+            [(0, 2, 400, 200, 300, Some(7)), (3, 0, 0, 0, 0, None)]
+        );
+        assert_eq!(unplaced, waits(&[50, 20, 80]));
     }
 
     #[test]

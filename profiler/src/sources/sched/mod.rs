@@ -2,7 +2,7 @@
 //! time on and off a CPU and where it went to sleep; slow waits come through a ring with who
 //! woke the thread and who held its CPU. Drained at each flip into a [`SchedBatch`]: the off-CPU
 //! time of the interval, threads that exited, slow waits, a heatmap column, and (when asked) the
-//! live threads' records so far.
+//! live threads' records so far; at the end, each CPU's waits and idle time too.
 use anyhow::Context as _;
 use aya::{
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues, RingBuf, StackTraceMap},
@@ -10,13 +10,15 @@ use aya::{
     Ebpf,
 };
 use profiler_common::{
-    names, offcpu_stacks, unwind::UserStack, ExitedKey, OffCpuTime, SampleKey, SlowEvent, TaskOffsets,
-    TaskSched, BEGAN_EARLIER, HEAT_BUCKETS,
+    names, offcpu_stacks, unwind::UserStack, CpuHistory, ExitedKey, OffCpuTime, SampleKey, SlowEvent,
+    TaskOffsets, TaskSched, BEGAN_EARLIER, HEAT_BUCKETS,
 };
 
+mod cpus;
 mod offcpu;
 mod records;
 
+pub use cpus::CpuRecord;
 use records::{add_quiet_threads, name_or_proc};
 pub use records::{keep_longest, OpenState, SlowRecord, TaskRecord, SLOW_EVENTS_KEPT};
 
@@ -102,6 +104,8 @@ impl Spec {
             maps,
             sleeps: SleepsInFlight::default(),
             started_ns: monotonic_ns(),
+            idle_at_start: cpus::IdleAt::now(),
+            idle_at_stop: None,
             threads_at_start,
             slow_seen: 0,
         };
@@ -191,6 +195,8 @@ pub struct SchedBatch {
     pub offcpu_stacks_lost: u64,
     /// Sleeps being carried across flips now.
     pub sleeps_carried: u64,
+    /// Each CPU over the run: at the end only.
+    pub cpus: Option<Vec<CpuRecord>>,
 }
 
 /// The scheduler's maps, and what it carries from one drain to the next.
@@ -198,6 +204,9 @@ pub struct SchedSource {
     maps: SchedMaps,
     sleeps: SleepsInFlight,
     started_ns: u64,
+    /// Each CPU's idle time when tracing began, and when collection stopped.
+    idle_at_start: Option<cpus::IdleAt>,
+    idle_at_stop: Option<cpus::IdleAt>,
     /// The targets' threads when tracing began, as (pid, tid): any of them without a single
     /// scheduler event by the end spent the whole run in one state (see `add_quiet_threads`).
     threads_at_start: Vec<(u32, u32)>,
@@ -247,17 +256,32 @@ impl Source for SchedSource {
     /// The threads still alive at `stopped_ns`, each in the state it was still in, and the
     /// targets' threads that never switched.
     fn finish(&mut self, stopped_ns: u64, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
-        let mut live: Vec<TaskRecord> = (self.maps.tasks.iter().filter_map(Result::ok))
-            .map(|(_, task)| TaskRecord::from(&task).with_open_interval(&task, stopped_ns))
+        let tasks: Vec<TaskSched> = (self.maps.tasks.iter().filter_map(Result::ok))
+            .map(|(_, t)| t)
+            .collect();
+        let mut live: Vec<TaskRecord> = (tasks.iter())
+            .map(|task| TaskRecord::from(task).with_open_interval(task, stopped_ns))
             .collect();
         let slow = self.maps.read_slow();
         self.slow_seen += slow.len() as u64;
         add_quiet_threads(&mut live, &self.threads_at_start, self.started_ns, stopped_ns);
+        let open_waits = (tasks.iter()).filter_map(|t| Some((t.last_cpu, records::open_wait(t)?)));
+        let cpus = cpus::records(
+            &self.maps.cpus,
+            open_waits,
+            self.idle_at_start.as_ref(),
+            self.idle_at_stop.as_ref(),
+        );
         Ok(Some(Batch::Sched(SchedBatch {
             slow,
             live: Some(live),
+            cpus: Some(cpus),
             ..self.batch()
         })))
+    }
+
+    fn stopping(&mut self) {
+        self.idle_at_stop = cpus::IdleAt::now();
     }
 
     fn add_health(&self, health: &mut Health) {
@@ -274,6 +298,7 @@ struct SchedMaps {
     /// Table-unwound user stacks (when the run walks tables).
     user_stacks: [BpfHashMap<MapData, u32, UserStack>; 2],
     heat: PerCpuArray<MapData, u64>,
+    cpus: PerCpuArray<MapData, CpuHistory>,
     slow: RingBuf<MapData>,
 }
 
@@ -296,6 +321,7 @@ impl SchedMaps {
                 BpfHashMap::try_from(take(names::OFFCPU_USER_STACKS[1])?)?,
             ],
             heat: PerCpuArray::try_from(take(names::HEAT)?)?,
+            cpus: PerCpuArray::try_from(take(names::CPU_HISTORY)?)?,
             slow: RingBuf::try_from(take(names::SLOW_EVENTS)?)?,
         })
     }

@@ -65,10 +65,8 @@ impl TaskRecord {
             };
             Some((state, since(t.offcpu.at_ns)))
         } else if t.last_in_ns != 0 {
-            if t.kernel_accounting != 0 && t.last_wait.at_ns != 0 && t.last_in_ns >= t.last_wait.at_ns {
-                // The kernel's figures for this run and the wait before it are read as the run
-                // ends, which it has not: the wait as the tracepoints timed it.
-                self.add_wait(t.last_in_ns - t.last_wait.at_ns, t.last_in_ns);
+            if let Some(delay) = open_wait(t) {
+                self.add_wait(delay, t.last_in_ns);
                 self.runs += 1;
             }
             Some((OpenState::Running, since(t.last_in_ns)))
@@ -77,6 +75,15 @@ impl TaskRecord {
         };
         self
     }
+}
+
+/// The wait before the run of a task still running at the end, on its `last_cpu`: the kernel's
+/// figures for a run and the wait before it are read as the run ends, which this one has not,
+/// so the wait as the tracepoints timed it (none: not running, or no wait seen before the run).
+pub(super) fn open_wait(t: &TaskSched) -> Option<u64> {
+    let running = t.last_in_ns != 0 && t.enqueued.at_ns == 0 && t.offcpu.at_ns == 0;
+    let waited = t.kernel_accounting != 0 && t.last_wait.at_ns != 0 && t.last_in_ns >= t.last_wait.at_ns;
+    (running && waited).then(|| t.last_in_ns - t.last_wait.at_ns)
 }
 
 /// The process of a thread that never switched out under bpfprof (the kernel side learns a tgid

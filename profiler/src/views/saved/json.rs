@@ -2,6 +2,7 @@
 //! reports whole, each field where the JSON renderer put it, so that rendering one again gives
 //! what the run gave. Fields are only ever added within a format version: one missing reads as
 //! zero or empty.
+use profiler_common::CpuWaits;
 use serde_json::Value;
 
 use super::{meta, stack_report, static_name, Saved};
@@ -10,7 +11,9 @@ use crate::{
     model::{RunMeta, Stack, Weight},
     modes::{
         lock::{HolderStat, Holds, LockReport, LockStat, WaitClass, WaiterStat},
-        sched::{Bucket, CpuHolder, Heatmap, OffCpuStack, SchedReport, SlowWait, TaskLatency, TaskRef},
+        sched::{
+            Bucket, CpuHolder, CpuLatency, Heatmap, OffCpuStack, SchedReport, SlowWait, TaskLatency, TaskRef,
+        },
     },
     profile::Health,
     symbolize::{Frame, NameKind, ObjectRef, UNKNOWN},
@@ -179,6 +182,22 @@ fn sched(doc: &Value, table: &Table) -> Result<SchedReport, String> {
         meta,
         health,
         tasks: each(doc, "tasks", task)?,
+        cpus: each(doc, "per_cpu", |c| {
+            Ok(CpuLatency {
+                cpu: num(c, "cpu") as u32,
+                waits: num(c, "waits"),
+                total_delay_ns: num(c, "total_delay_ns"),
+                avg_delay_ns: num(c, "avg_delay_ns"),
+                max_delay_ns: num(c, "max_delay_ns"),
+                idle_ns: c["idle_ns"].as_u64(),
+            })
+        })?,
+        unplaced: CpuWaits {
+            waits: num(doc, "unplaced_waits"),
+            delay_ns: num(doc, "unplaced_delay_ns"),
+            max_delay_ns: 0,
+        },
+        idle_window_ns: num(doc, "idle_window_ns"),
         offcpu_stacks,
         slow_threshold_ns: num(doc, "slow_threshold_ns"),
         slow_total: num(doc, "slow_total"),
@@ -401,6 +420,30 @@ mod tests {
             meta,
             health: health(),
             tasks: vec![task(11, 9_000_000), task(12, 4_000_000)],
+            cpus: vec![
+                CpuLatency {
+                    cpu: 0,
+                    waits: 150,
+                    total_delay_ns: 9_000_000,
+                    avg_delay_ns: 60_000,
+                    max_delay_ns: 1_250_000,
+                    idle_ns: Some(20_000_000),
+                },
+                CpuLatency {
+                    cpu: 1,
+                    waits: 50,
+                    total_delay_ns: 3_000_000,
+                    avg_delay_ns: 60_000,
+                    max_delay_ns: 900_000,
+                    idle_ns: None,
+                },
+            ],
+            unplaced: CpuWaits {
+                waits: 1,
+                delay_ns: 1_000_000,
+                max_delay_ns: 0,
+            },
+            idle_window_ns: 2_000_000_000,
             offcpu_stacks: vec![OffCpuStack {
                 pid: 10,
                 tid: 12,
@@ -536,7 +579,10 @@ mod tests {
         }
         let text = rendered(Format::Text, |r, out| r.sched(&loaded, out).unwrap());
         assert!(
-            text.contains("4812 context switches") && text.contains("worker-11"),
+            text.contains("4812 context switches")
+                && text.contains("worker-11")
+                && text.contains("Run-queue delay per CPU")
+                && text.contains("1 waits (1.00 ms) in no CPU's row"),
             "{text}"
         );
         assert!(
