@@ -11,8 +11,10 @@ pub struct Task {
     pub pcount: f64,
     pub oncpu: f64,
     pub slept: f64,
-    /// The CPU it was pinned to (`schedload crowd`).
+    /// The CPU it was pinned to, and its run-queue delay before its own code first ran, which
+    /// may have ended elsewhere (`schedload crowd`).
     pub cpu: Option<u32>,
+    pub early: f64,
 }
 
 pub fn tasks(stdout: &str) -> Vec<Task> {
@@ -32,6 +34,7 @@ pub fn tasks(stdout: &str) -> Vec<Task> {
                 oncpu: kv["oncpu"].parse().unwrap(),
                 slept: kv["slept"].parse().unwrap(),
                 cpu: kv.get("cpu").map(|c| c.parse().unwrap()),
+                early: kv.get("early").map_or(0.0, |e| e.parse().unwrap()),
             }
         })
         .collect();

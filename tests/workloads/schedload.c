@@ -27,7 +27,8 @@
  * As the first form with three busy threads, each thread pinned: one busy thread and the sleeper
  * on the first CPU it may use, two busy threads on the last (they queue behind each other), main
  * on the first (on a machine of one CPU, all on it). Every TASK line then says cpu=<the CPU>, and main prints one too (role=main, read after
- * the others exited).
+ * the others exited), and early=<its run_delay as it first ran its own code>: glibc pins a new
+ * thread after creating it, so its first waits may end on its creator's CPU.
  *
  *   schedload pingpong ROUND_TRIPS
  *
@@ -66,6 +67,7 @@ struct result {
     long long tid, slept;
     unsigned long long oncpu, delay, pcount;
     int cpu; /* pinned to (crowd), else -1 */
+    unsigned long long early; /* crowd: its run_delay as it first ran its own code (on its CPU) */
 };
 static struct result results[66];
 /* Everyone stops working before anyone reads: a read taken while others still compete for the
@@ -111,7 +113,15 @@ static void wait_turn(struct result *r) {
     sem_wait(&turn[r - results]);
 }
 
+/* A pinned thread's waits before its code first runs (glibc sets a new thread's affinity after
+ * creating it: its first wait may end on its creator's CPU). */
+static void note_early(struct result *r) {
+    unsigned long long oncpu, pcount;
+    if (r->cpu >= 0) schedstat(&oncpu, &r->early, &pcount);
+}
+
 static void *busy(void *arg) {
+    note_early(arg);
     long long end = now_ns() + (long long)(seconds * 1e9);
     while (now_ns() < end)
         for (int i = 0; i < 100000; i++) sink += i;
@@ -143,6 +153,7 @@ static long long nap_ns = 1000000;
 static struct timespec naps_from, naps_to;
 
 static void *sleeper(void *arg) {
+    note_early(arg);
     clock_gettime(CLOCK_REALTIME, &naps_from);
     long long slept = sleep_until(now_ns() + (long long)(seconds * 1e9), nap_ns);
     clock_gettime(CLOCK_REALTIME, &naps_to);
@@ -310,7 +321,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i <= n + crowd; i++) {
         printf("TASK tid=%lld role=%s run_delay=%llu pcount=%llu oncpu=%llu slept=%lld", results[i].tid,
                results[i].role, results[i].delay, results[i].pcount, results[i].oncpu, results[i].slept);
-        if (results[i].cpu >= 0) printf(" cpu=%d", results[i].cpu);
+        if (results[i].cpu >= 0) printf(" cpu=%d early=%llu", results[i].cpu, results[i].early);
         printf("\n");
     }
     if (naps)
