@@ -343,7 +343,6 @@ impl Loaded {
     }
 }
 
-/// `bpf(BPF_MAP_UPDATE_ELEM)` for a perf event array: aya's own type for it only opens ring buffers.
 /// Runs of this process's BPF programs the kernel skipped because a BPF program was already
 /// running on that CPU: each program's `recursion_misses` (5.12 and later; none before), read
 /// from its descriptor's fdinfo, each program once.
@@ -369,6 +368,7 @@ fn recursion_misses(fdinfo: &str) -> Option<(u64, u64)> {
     Some((field("prog_id")?, field("recursion_misses").unwrap_or(0)))
 }
 
+/// `bpf(BPF_MAP_UPDATE_ELEM)` for a perf event array: aya's own type for it only opens ring buffers.
 pub(crate) fn map_update(
     map_fd: std::os::fd::BorrowedFd<'_>,
     key: u32,

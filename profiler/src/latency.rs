@@ -43,6 +43,7 @@ pub fn run(args: LatencyArgs) -> anyhow::Result<i32> {
         &batch,
         ended.notes,
     );
+    report.program_runs_missed = ended.health.program_runs_missed;
     if let Some(min_ns) = spec.slow_ns {
         let lost = ended.health.slow_intervals_lost;
         report.slow = Some(SlowIntervalsReport::of(
@@ -107,6 +108,9 @@ pub struct LatencyReport {
     /// Starts that came while a start of their key had not ended: the interval is timed from
     /// the later one (a recursive function between its entry and return, a request issued again).
     pub replaced: u64,
+    /// Runs of bpfprof's programs the kernel skipped (a BPF program was already running on that
+    /// CPU): each a start or an end not seen, so an interval not timed or a start left pending.
+    pub program_runs_missed: u64,
     /// `--duration-min`: each interval at least that long.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub slow: Option<SlowIntervalsReport>,
@@ -140,6 +144,7 @@ impl LatencyReport {
             unmatched: batch.unmatched,
             pending: batch.pending,
             replaced: batch.replaced,
+            program_runs_missed: 0,
             slow: None,
             notes,
             heatmap: Heatmap {

@@ -53,7 +53,7 @@ pub fn run(options: &Options) -> Result<()> {
         if options.repeat > 1 {
             println!("xtask test: run {round} of {}{noise_note}", options.repeat);
         }
-        let outcomes = run_once(&options.filter)?;
+        let outcomes = run_once(&options.filter, guest::time_limit(options.noise))?;
         println!();
         print_summary(round, options.repeat, &outcomes, &noise_note);
         runs.push(outcomes);
@@ -70,7 +70,7 @@ pub fn run(options: &Options) -> Result<()> {
 
 /// Only the arm64 suites (`cargo xtask guest`).
 pub fn run_guest(filter: &[String]) -> Result<()> {
-    let outcomes = guest::run_suites(filter)?;
+    let outcomes = guest::run_suites(filter, guest::time_limit(false))?;
     println!();
     print_summary(1, 1, &outcomes, "");
     any_failed(&outcomes)
@@ -86,7 +86,7 @@ fn any_failed<'a>(outcomes: impl IntoIterator<Item = &'a Outcome>) -> Result<()>
 }
 
 /// Every suite once: unit tests, each end-to-end test file, then (on a whole run) the soak.
-fn run_once(filter: &[String]) -> Result<Vec<Outcome>> {
+fn run_once(filter: &[String], guest_limit: Duration) -> Result<Vec<Outcome>> {
     // The tests' reports and fixtures go to a directory of this run, emptied at its start, so a
     // run leaves nothing in /tmp and the last run's files are there to read after a failure.
     let scratch = workspace_root().join("target/test-tmp");
@@ -129,7 +129,7 @@ fn run_once(filter: &[String]) -> Result<Vec<Outcome>> {
     }
     // The arm64 suites, in the emulated Neoverse (`cargo xtask guest` alone). A guest that cannot
     // be built or booted fails the run like a failing suite, after the host's suites have run.
-    match guest::run_suites(filter) {
+    match guest::run_suites(filter, guest_limit) {
         Ok(guest) => outcomes.extend(guest),
         Err(e) => outcomes.push(Outcome {
             suite: "arm64 guest".into(),
