@@ -261,13 +261,17 @@ impl Loaded {
     }
 
     /// Follow targets' children, forget exited threads, re-announce processes that exec, and
-    /// those that map or move code (see `profiler-ebpf/src/mappings.rs`).
-    pub fn attach_process_tracking(&mut self) -> anyhow::Result<()> {
+    /// with `mappings` (user stacks walked through tables) those that map or move code (see
+    /// `profiler-ebpf/src/mappings.rs`).
+    pub fn attach_process_tracking(&mut self, mappings: bool) -> anyhow::Result<()> {
         self.attach_tracepoints(&[
             (names::PROG_FORK, "sched", "sched_process_fork"),
             (names::PROG_EXIT, "sched", "sched_process_exit"),
             (names::PROG_EXEC, "sched", "sched_process_exec"),
         ])?;
+        if !mappings {
+            return Ok(());
+        }
         // Without system-call tracepoints (a kernel without CONFIG_FTRACE_SYSCALLS), code
         // mapped is still found by the first pc outside the known mappings, as before.
         // The exits first: an entry attached without its exit would note calls no one ends.

@@ -67,6 +67,7 @@ pub(crate) fn start(recipe: Recipe, targets: &Targets<'_>, tracefs: &Path) -> an
         sample_map_entries,
     } = recipe;
     specs.sort_by_key(Spec::kind);
+    let unwind_tables = unwind_tables && specs.iter().any(Spec::walks_user_stacks);
     // What needs the system, before anything is loaded: which file of each target has its lock
     // functions; the kernel's offsets (missing BTF is the first thing said).
     for spec in &mut specs {
@@ -89,7 +90,7 @@ pub(crate) fn start(recipe: Recipe, targets: &Targets<'_>, tracefs: &Path) -> an
     if let Some((pid, _)) = targets.command {
         driver.kernel.add_target(pid)?;
     }
-    driver.kernel.attach_process_tracking()?;
+    driver.kernel.attach_process_tracking(unwind_tables)?;
     let context = AttachContext {
         system_wide: targets.system_wide,
         pids: targets.pids,

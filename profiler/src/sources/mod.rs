@@ -121,6 +121,20 @@ impl Spec {
         }
     }
 
+    /// Whether it walks user stacks: a run where none does needs no unwind tables, nor the
+    /// programs that see code mapped (on every mmap of the machine), each run of which could
+    /// be one where the kernel skips another of ours (`program_runs_missed`).
+    pub fn walks_user_stacks(&self) -> bool {
+        match self {
+            Spec::Counting(_) | Spec::Stat(_) | Spec::Values(_) => false,
+            Spec::Syscalls(spec) => spec.slow_ns.is_some(),
+            Spec::Latency(spec) => spec.slow_ns.is_some(),
+            Spec::CpuSamples(_) | Spec::Sched(_) | Spec::Locks(_) | Spec::Records(_) | Spec::Timeline(_) => {
+                true
+            }
+        }
+    }
+
     /// What it needs of the system, resolved before anything is loaded: the kernel's offsets
     /// (sched), each target's lock library (pthread). `command`: a command started paused, with
     /// the program it runs.
