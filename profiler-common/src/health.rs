@@ -187,6 +187,15 @@ macro_rules! health_table {
                         "{} switch-ins were never shown by the kernel's tracepoint (the task was seen switched out again, or exiting, while asleep): each of those sleeps ends at its wake-up, or at that switch-out where none was seen, with the stack it began on",
                         h.switch_ins_missed
                     ));
+                StacksReused = 32, offcpu_stacks_reused, sched, "offcpu_stacks_reused_total",
+                    "sleeps whose user stack was the thread's previous one, taken again without a walk: the same registers, mappings and epoch, and every stack word the walk read unchanged",
+                    |_| None;
+                StackReuseWrong = 33, offcpu_stack_reuse_wrong, sched, "offcpu_stack_reuse_wrong_total",
+                    "with BPFPROF_CHECK_STACK_REUSE=1 (every sleep walked, reuse only checked): walks whose stack was not the one reuse would have given",
+                    |h| (h.offcpu_stack_reuse_wrong > 0).then(|| format!(
+                        "{} walked off-CPU stacks differed from the stack reuse would have given them (BPFPROF_CHECK_STACK_REUSE): a bpfprof bug, please report it",
+                        h.offcpu_stack_reuse_wrong
+                    ));
             }
             user {
                 processes_not_captured, common, "processes_not_captured_total",

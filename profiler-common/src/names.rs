@@ -54,6 +54,8 @@ names! {
         UNWIND_PROGRAMS = "UNWIND_PROGRAMS";
         OFFCPU_USER_STACKS = ["OFFCPU_USER_STACKS_0", "OFFCPU_USER_STACKS_1"];
         OFFCPU_UNWIND_PROGRAMS = "OFFCPU_UNWIND_PROGRAMS";
+        /// Per thread, its last off-CPU walk, to be taken again (`StackReuse`).
+        OFFCPU_REUSE = "OFFCPU_REUSE";
         LOCK_USER_STACKS = "LOCK_USER_STACKS";
         LOCK_UNWIND_PROGRAMS = "LOCK_UNWIND_PROGRAMS";
         LOCK_JOINABLE = "LOCK_JOINABLE";
@@ -154,6 +156,8 @@ names! {
         G_TASK_OFFSETS = "TASK_OFFSETS";
         G_SLOW_NS = "SLOW_THRESHOLD_NS";
         G_OFFCPU_STACKS = "OFFCPU_STACKS_ENABLED";
+        /// 1: every sleep is walked, and a reuse that would have given another stack counted.
+        G_REUSE_CHECK = "OFFCPU_REUSE_CHECK";
         G_COUNTERS = "COUNTERS_IN_USE";
         G_UNWIND = "UNWIND_ENABLED";
         G_NVCSW = "TASK_NVCSW_OFFSET";
@@ -176,7 +180,7 @@ names! {
 }
 
 /// The maps only the kernel programs use (per-CPU scratch space, state between programs).
-pub const KERNEL_ONLY_MAPS: [&str; 16] = [
+pub const KERNEL_ONLY_MAPS: [&str; 17] = [
     "BUILD_ID_SCRATCH",
     "COUNTER_BASELINE",
     "HIT_WEIGHTS",
@@ -188,6 +192,7 @@ pub const KERNEL_ONLY_MAPS: [&str; 16] = [
     "PROBE_HIT_WALK",
     "PTHREAD_WALK",
     "PTHREAD_WALK_FOR",
+    "REUSE_WORDS",
     "SLOW_CALL_PENDING",
     "SYSCALL_WALK",
     "TASK_TEMPLATE",

@@ -80,9 +80,56 @@ pub struct ProcessMappings {
     /// a mapping gone) and it asked user space to capture the process again; a fresh value
     /// from user space clears it, so that is asked once per version.
     pub missed: u32,
+    /// Different in every value user space gives (of any process): a stack walked with one
+    /// version is walked the same with it while the stack's words are the same (`StackReuse`).
+    /// The rows a version's mappings point at stay until the process stops mapping their file.
+    pub version: u64,
     pub mappings: [Mapping; MAX_MAPPINGS],
 }
-const _: () = assert!(size_of::<ProcessMappings>() == 8 + 32 * MAX_MAPPINGS);
+const _: () = assert!(size_of::<ProcessMappings>() == 16 + 32 * MAX_MAPPINGS);
+
+/// Stack words a walk may read and still be reused (`StackReuse`): eleven frames on x86-64
+/// (a return address and a saved frame pointer each), more where frames save no pointer.
+pub const REUSE_READS: usize = 24;
+/// Bytes above the stack pointer the words of a reusable walk lie in: read back at once.
+pub const REUSE_SPAN: usize = 2048;
+/// `StackReuse::reads` of a walk that cannot be reused: it read more words, or one out of the
+/// span, or Python's frames (the interpreter's memory, not the stack).
+pub const NOT_REUSABLE: u32 = u32::MAX;
+
+/// The user registers a walk starts from.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WalkStart {
+    pub ip: u64,
+    pub sp: u64,
+    pub fp: u64,
+    pub lr: u64,
+}
+const _: () = assert!(size_of::<WalkStart>() == 32);
+
+/// A walk's inputs besides the tables: its registers and each stack word it read (at `read_at`
+/// bytes above `from.sp`). Per thread (`OFFCPU_REUSE`), the last off-CPU walk that reached the
+/// stack's end: a thread that goes to sleep again with the same registers, in the same process
+/// with the same mappings (`version`), in the same epoch, and whose words all read the same, has
+/// the same stack (the walk is a function of exactly these), so its id is taken again.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct StackReuse {
+    pub from: WalkStart,
+    pub version: u64,
+    pub tgid: u32,
+    pub generation: u32,
+    pub stack_id: i32,
+    /// Words logged (`NOT_REUSABLE`: the walk cannot be reused).
+    pub reads: u32,
+    /// Bytes from `from.sp` through the highest word read.
+    pub span: u32,
+    pub _pad: u32,
+    pub read_at: [u16; REUSE_READS],
+    pub read_value: [u64; REUSE_READS],
+}
+const _: () = assert!(size_of::<StackReuse>() == 64 + 2 * REUSE_READS + 8 * REUSE_READS);
 
 /// A walk in progress (per CPU): the registers of the frame being stepped, and the stack so
 /// far (stored as it is once the walk ends).
@@ -118,10 +165,13 @@ pub struct Walk {
     /// map changed since (a library just loaded), and the stack was cut there. A walk worth
     /// doing again where the same user registers can still be read (a wait's end).
     pub stale: u32,
-    pub _pad: u32,
+    /// With `OFFCPU_REUSE_CHECK`: the stack id reuse would have given this walk (-1: none).
+    pub expect: i32,
+    /// The walk's registers and the stack words it read, for `OFFCPU_REUSE`.
+    pub reuse: StackReuse,
     pub stack: UserStack,
 }
-const _: () = assert!(size_of::<Walk>() == 80 + size_of::<UserStack>());
+const _: () = assert!(size_of::<Walk>() == 80 + size_of::<StackReuse>() + size_of::<UserStack>());
 
 /// The slot user space puts at the outer end of a stack the walker truncated (its outermost
 /// frames were not kept): the frame that says so in every report, with how many were lost

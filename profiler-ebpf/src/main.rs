@@ -48,6 +48,7 @@ mod lock;
 mod mappings;
 mod python;
 mod records;
+mod reuse;
 mod sampling;
 mod sched;
 mod syscalls;

@@ -272,10 +272,10 @@ fn try_switch(ctx: &RawTracePointContext) -> Result<(), i64> {
     if tracked(next) {
         switch_in(&off, next, next_task, now, history_start);
     }
-    if let Some(tgid) = walk_tables {
+    if let Some(walk) = walk_tables {
         // Last: the walk continues in tail calls. `prev` cannot run again (nor its off-CPU
         // stint end) before this program returns: it is still on this CPU until the switch ends.
-        crate::unwind::start_offcpu(ctx, tgid, prev);
+        crate::unwind::start_offcpu(ctx, walk.tgid, prev, walk.version, walk.expect);
         // The walk could not start: a frame-pointer stack after all.
         offcpu_user_stack(
             prev,
@@ -325,8 +325,17 @@ fn remember_cpu_holder(prev: u32, prev_task: Task, now: u64) -> Option<*mut CpuH
     Some(history)
 }
 
-/// Account the outgoing task's stint on the CPU and, if it goes to sleep, where. Returns its
-/// tgid when its user stack is to be walked through the unwind tables (by the caller, last).
+/// A user stack to walk through the tables, by the switch program's last act.
+struct OffCpuWalk {
+    tgid: u32,
+    /// Its mappings' version, and the stack reuse would have given (-1: none; see `reuse`).
+    version: u64,
+    expect: i32,
+}
+
+/// Account the outgoing task's stint on the CPU and, if it goes to sleep, where. Returns the
+/// walk of its user stack through the unwind tables, if one is to be made (by the caller, last):
+/// none where its last walk's stack is still the one a walk would find (`reuse`).
 #[inline(always)]
 fn switch_out(
     ctx: &RawTracePointContext,
@@ -337,7 +346,7 @@ fn switch_out(
     reason: u32,
     now: u64,
     history: Option<*mut CpuHistory>,
-) -> Option<u32> {
+) -> Option<OffCpuWalk> {
     if reason == switch_reason::EXITING {
         // Its last switch-out: the exit tracepoint already moved its stats to EXITED.
         return None;
@@ -367,13 +376,31 @@ fn switch_out(
     // Its blocked stacks will need its memory map: have user space capture it now.
     crate::sampling::announce_once(tgid);
     let policy = unsafe { core::ptr::read_volatile(&OFFCPU_STACKS_ENABLED) };
-    let tables = policy != offcpu_stacks::NONE && crate::unwind::has_tables(tgid);
-    let generation = generation();
-    let user_stack_id = match policy == offcpu_stacks::NONE || tables {
-        // With tables, filled in by the walk the caller starts.
-        true => NO_STACK,
-        false => stack_id(ctx, generation, BPF_F_USER_STACK as u64),
+    let version = match policy {
+        offcpu_stacks::NONE => None,
+        _ => crate::unwind::tables_version(tgid),
     };
+    let tables = version.is_some();
+    let generation = generation();
+    // With tables: the last walk's stack again, or filled in by the walk the caller starts.
+    let (mut user_stack_id, mut walk) = (NO_STACK, None);
+    match version {
+        Some(version) => {
+            let reused = reused_stack(prev, tgid, version, generation);
+            match reused {
+                Some(id) if !crate::reuse::checking() => user_stack_id = id,
+                _ => {
+                    walk = Some(OffCpuWalk {
+                        tgid,
+                        version,
+                        expect: reused.unwrap_or(-1),
+                    })
+                }
+            }
+        }
+        None if policy == offcpu_stacks::NONE => {}
+        None => user_stack_id = stack_id(ctx, generation, BPF_F_USER_STACK as u64),
+    }
     let kernel_stack_id = match policy == offcpu_stacks::ALL
         || (policy != offcpu_stacks::NONE
             && (reason == switch_reason::BLOCKED || (!tables && user_stack_id < 0)))
@@ -390,7 +417,16 @@ fn switch_out(
         user_unwound: tables as u32,
         generation,
     };
-    tables.then_some(tgid)
+    walk
+}
+
+/// The thread's last walked stack, if walking now would find it again (`reuse`), counted.
+#[inline(always)]
+fn reused_stack(tid: u32, tgid: u32, version: u64, generation: u32) -> Option<i32> {
+    let regs = crate::unwind::saved_user_registers()?;
+    let id = crate::reuse::offcpu_stack(tid, tgid, version, generation, &regs)?;
+    bump(HealthCounter::StacksReused);
+    Some(id)
 }
 
 /// -EFAULT: "no stack", as the helper says for a kernel thread's user stack.
@@ -754,4 +790,5 @@ pub fn forget_task(tid: u32) {
         kernel_log!("exited-task map full: tid {} missing", tid);
     }
     let _ = TASK_STATS.remove(tid);
+    crate::reuse::forget(tid);
 }

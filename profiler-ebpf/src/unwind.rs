@@ -108,8 +108,18 @@ pub fn tables_in_use() -> bool {
 /// The process has tables: its user stacks are walked through them.
 #[inline(always)]
 pub fn has_tables(tgid: u32) -> bool {
+    tables_version(tgid).is_some()
+}
+
+/// The version of the process's mappings (`ProcessMappings::version`), where it has tables.
+#[inline(always)]
+pub fn tables_version(tgid: u32) -> Option<u64> {
     let enabled = unsafe { core::ptr::read_volatile(&UNWIND_ENABLED) };
-    enabled != 0 && UNWIND_PROCESSES.get_ptr(tgid).is_some()
+    if enabled == 0 {
+        return None;
+    }
+    let mappings = UNWIND_PROCESSES.get_ptr(tgid)?;
+    Some(unsafe { core::ptr::read_volatile(&(*mappings).version) })
 }
 
 /// A finished walk's frames into `to` (a record's): the bytes copied, or the negative error.
@@ -217,10 +227,17 @@ fn tables_for_sample(tgid: u32) -> bool {
 }
 
 /// Start a table walk of the stack of the thread going to sleep (`current`: the switch runs as
-/// it). Must be the switch program's last act: a tail call does not return. Returns only if the
-/// walk could not start.
+/// it), with its process's mappings at `version`; `expect`: the stack reuse would have given
+/// (checked at the end: `reuse`), or -1. Must be the switch program's last act: a tail call does
+/// not return. Returns only if the walk could not start.
 #[inline(always)]
-pub fn start_offcpu(ctx: &RawTracePointContext, tgid: u32, tid: u32) {
+pub fn start_offcpu(ctx: &RawTracePointContext, tgid: u32, tid: u32, version: u64, expect: i32) {
+    if let Some(walk) = OFFCPU_WALK.get_ptr_mut(0) {
+        unsafe {
+            (*walk).reuse.version = version;
+            (*walk).expect = expect;
+        }
+    }
     launch(
         ctx,
         &OFFCPU_WALK,
@@ -307,6 +324,7 @@ fn launch<C: EbpfContext>(
     walk.sp = registers.sp;
     walk.fp = registers.fp;
     walk.lr = registers.lr;
+    crate::reuse::begin(walk, &registers);
     walk.tgid = tgid;
     walk.tid = tid;
     walk.stack.len = 0;
@@ -327,7 +345,7 @@ fn launch<C: EbpfContext>(
 
 /// The user registers saved when the current thread entered the kernel. None for kernel threads.
 #[inline(always)]
-fn saved_user_registers() -> Option<UserRegisters> {
+pub(crate) fn saved_user_registers() -> Option<UserRegisters> {
     let task = unsafe { bpf_get_current_task_btf() };
     let saved = unsafe { aya_ebpf::helpers::generated::bpf_task_pt_regs(task) } as *const pt_regs;
     if saved.is_null() {
@@ -397,7 +415,7 @@ fn walk_sample<C: StackIdContext>(
     recorded: Option<impl FnOnce(&C, &Walk)>,
 ) -> Result<(), ()> {
     let walk = unsafe { &mut *scratch.get_ptr_mut(0).ok_or(())? };
-    advance(ctx, walk, programs);
+    advance::<_, false>(ctx, walk, programs);
     if recorded.is_some() && crate::latency::walks_starts() {
         crate::latency::walked_start(store(&LATENCY_USER_STACKS, walk));
         return Ok(());
@@ -425,14 +443,16 @@ pub fn unwind_offcpu(ctx: RawTracePointContext) -> u32 {
 
 fn try_unwind_offcpu(ctx: &RawTracePointContext) -> Result<(), ()> {
     let walk = unsafe { &mut *OFFCPU_WALK.get_ptr_mut(0).ok_or(())? };
-    advance(ctx, walk, &OFFCPU_UNWIND_PROGRAMS);
+    advance::<_, true>(ctx, walk, &OFFCPU_UNWIND_PROGRAMS);
     // The slot the switch program took the sleep's other stack in, even if the epoch moved since.
-    let stacks = match crate::sched::offcpu_generation(walk.tid) & 1 {
+    let generation = crate::sched::offcpu_generation(walk.tid);
+    let stacks = match generation & 1 {
         0 => &OFFCPU_USER_STACKS_0,
         _ => &OFFCPU_USER_STACKS_1,
     };
     let stack_id = store(stacks, walk);
     crate::sched::offcpu_user_stack(walk.tid, stack_id, true);
+    crate::reuse::walked_offcpu(walk, stack_id, generation);
     Ok(())
 }
 
@@ -445,7 +465,7 @@ pub fn unwind_syscall(ctx: RawTracePointContext) -> u32 {
 
 fn try_unwind_syscall(ctx: &RawTracePointContext) -> Result<(), ()> {
     let walk = unsafe { &mut *SYSCALL_WALK.get_ptr_mut(0).ok_or(())? };
-    advance(ctx, walk, &SYSCALL_UNWIND_PROGRAMS);
+    advance::<_, false>(ctx, walk, &SYSCALL_UNWIND_PROGRAMS);
     note_end(walk);
     crate::syscalls::send_slow(Some(walk));
     Ok(())
@@ -461,7 +481,7 @@ pub fn unwind_lock(ctx: TracePointContext) -> u32 {
 
 fn try_unwind_lock(ctx: &TracePointContext) -> Result<(), ()> {
     let walk = unsafe { &mut *LOCK_WALK.get_ptr_mut(0).ok_or(())? };
-    advance(ctx, walk, &LOCK_UNWIND_PROGRAMS);
+    advance::<_, false>(ctx, walk, &LOCK_UNWIND_PROGRAMS);
     let stack_id = store(&LOCK_USER_STACKS, walk);
     crate::lock::futex::user_stack_walked(walk.tgid, walk.tid, stack_id, Some(walk));
     Ok(())
@@ -476,7 +496,7 @@ pub fn unwind_pthread(ctx: ProbeContext) -> u32 {
 
 fn try_unwind_pthread(ctx: &ProbeContext) -> Result<(), ()> {
     let walk = unsafe { &mut *PTHREAD_WALK.get_ptr_mut(0).ok_or(())? };
-    advance(ctx, walk, &PTHREAD_UNWIND_PROGRAMS);
+    advance::<_, false>(ctx, walk, &PTHREAD_UNWIND_PROGRAMS);
     let stack_id = store(&LOCK_USER_STACKS, walk);
     crate::lock::pthread::stack_walked(walk.tgid, walk.tid, stack_id);
     Ok(())
@@ -485,7 +505,7 @@ fn try_unwind_pthread(ctx: &ProbeContext) -> Result<(), ()> {
 /// Walk up to `FRAMES_PER_RUN` frames; if the stack goes on, continue in a tail call of the
 /// program (no return). Returns once the walk has ended.
 #[inline(always)]
-fn advance<C: EbpfContext>(ctx: &C, walk: &mut Walk, programs: &ProgramArray) {
+fn advance<C: EbpfContext, const KEEP: bool>(ctx: &C, walk: &mut Walk, programs: &ProgramArray) {
     // No tables (none given, or the process exited or exec'd since the walk began): frame
     // pointers all the way. (Two loops: the verifier wants the mappings pointer checked once.)
     match UNWIND_PROCESSES.get_ptr_mut(walk.tgid) {
@@ -502,10 +522,11 @@ fn advance<C: EbpfContext>(ctx: &C, walk: &mut Walk, programs: &ProgramArray) {
                         if walk.stack.stop != stop::WALKING {
                             break;
                         }
-                        step(walk, mappings, &eval);
+                        step::<KEEP>(walk, mappings, &eval);
                     }
                 }
                 _ => {
+                    crate::reuse::not_reusable(walk);
                     for _ in 0..PY_STEPS_PER_RUN {
                         if walk.stack.stop != stop::WALKING || walk.py_mode == python::mode::NATIVE {
                             break;
@@ -524,7 +545,7 @@ fn advance<C: EbpfContext>(ctx: &C, walk: &mut Walk, programs: &ProgramArray) {
                     break;
                 }
                 let pc = push_frame(walk, walk.native == 0);
-                step_by(walk, UNSUPPORTED, pc);
+                step_by::<KEEP>(walk, UNSUPPORTED, pc);
             }
         }
     }
@@ -593,12 +614,13 @@ pub fn push(walk: &mut Walk, frame: u64) {
 /// Record the current frame and step to its caller, through the tables. A frame of Python's
 /// evaluation loop is recorded as the Python frames it runs, in the steps that follow.
 #[inline(always)]
-fn step(walk: &mut Walk, mappings: &mut ProcessMappings, eval: &crate::python::EvalRange) {
+fn step<const KEEP: bool>(walk: &mut Walk, mappings: &mut ProcessMappings, eval: &crate::python::EvalRange) {
     let first = walk.native == 0;
     let pc = lookup_pc(walk, first);
     let python = crate::python::in_eval(eval, pc);
     if python {
         crate::python::enter(walk);
+        crate::reuse::not_reusable(walk);
         walk.native = 1;
     } else {
         push_frame(walk, first);
@@ -622,7 +644,7 @@ fn step(walk: &mut Walk, mappings: &mut ProcessMappings, eval: &crate::python::E
         }
         None => {}
     }
-    step_by(walk, rule, pc);
+    step_by::<KEEP>(walk, rule, pc);
     if python {
         crate::python::stepped_eval(walk);
     }
@@ -631,7 +653,7 @@ fn step(walk: &mut Walk, mappings: &mut ProcessMappings, eval: &crate::python::E
 /// Step from the frame at `pc` to its caller by `rule` (a frame-pointer step where it has
 /// none).
 #[inline(always)]
-fn step_by(walk: &mut Walk, mut rule: Row, pc: u64) {
+fn step_by<const KEEP: bool>(walk: &mut Walk, mut rule: Row, pc: u64) {
     let cfa = match rule.cfa {
         cfa::END => {
             walk.stack.stop = stop::END;
@@ -664,8 +686,14 @@ fn step_by(walk: &mut Walk, mut rule: Row, pc: u64) {
             return;
         }
         offset => {
-            match unsafe { bpf_probe_read_user(cfa.wrapping_add(offset as i64 as u64) as *const u64) } {
-                Ok(address) => arch::code_address(address),
+            let at = cfa.wrapping_add(offset as i64 as u64);
+            match unsafe { bpf_probe_read_user(at as *const u64) } {
+                Ok(address) => {
+                    if KEEP {
+                        crate::reuse::read(walk, at, address);
+                    }
+                    arch::code_address(address)
+                }
                 Err(_) => {
                     walk.stack.stop = stop::FAILED;
                     return;
@@ -675,8 +703,14 @@ fn step_by(walk: &mut Walk, mut rule: Row, pc: u64) {
     };
     walk.lr = 0;
     if rule.fp == fp::AT_CFA {
-        match unsafe { bpf_probe_read_user(cfa.wrapping_add(rule.fp_offset as i64 as u64) as *const u64) } {
-            Ok(bp) => walk.fp = bp,
+        let at = cfa.wrapping_add(rule.fp_offset as i64 as u64);
+        match unsafe { bpf_probe_read_user(at as *const u64) } {
+            Ok(bp) => {
+                if KEEP {
+                    crate::reuse::read(walk, at, bp);
+                }
+                walk.fp = bp
+            }
             Err(_) => {
                 walk.stack.stop = stop::FAILED;
                 return;

@@ -34,6 +34,13 @@ fn kernel_log_level() -> u8 {
     log::max_level() as usize as u8
 }
 
+/// `BPFPROF_CHECK_STACK_REUSE=1`: every sleep's stack is walked, and each walk that differs from
+/// the stack reuse would have given is counted (`offcpu_stack_reuse_wrong`): how the tests hold
+/// reuse exact.
+fn reuse_check() -> u32 {
+    u32::from(std::env::var_os("BPFPROF_CHECK_STACK_REUSE").is_some_and(|v| v == "1"))
+}
+
 /// Field offsets of the sched tracepoints on the running kernel.
 pub fn tracepoint_offsets(tracefs: &Path) -> anyhow::Result<(ForkOffsets, ExitOffsets, u32)> {
     let field = |event: &str, name: &str| {
@@ -185,6 +192,7 @@ impl Loaded {
         let (fork, exit, exec_old_pid) = tracepoint_offsets(options.tracefs)?;
         let filter = u32::from(options.filter);
         let unwind = u32::from(options.unwind_tables);
+        let reuse_check = reuse_check();
         let mut loader = EbpfLoader::new();
         loader
             .override_global(names::G_FILTER, &filter, true)
@@ -194,6 +202,7 @@ impl Loaded {
             .override_global(names::G_TASK_OFFSETS, &options.task_offsets, true)
             .override_global(names::G_SLOW_NS, &options.slow_threshold_ns, true)
             .override_global(names::G_OFFCPU_STACKS, &options.offcpu_stacks, true)
+            .override_global(names::G_REUSE_CHECK, &reuse_check, true)
             .override_global(names::G_COUNTERS, &options.counters, true)
             .override_global(names::G_UNWIND, &unwind, true)
             .override_global(names::G_NVCSW, &options.nvcsw_offset, true)

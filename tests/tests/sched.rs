@@ -331,6 +331,72 @@ fn off_cpu_time_lands_on_the_sleeping_function() {
     );
 }
 
+/// Sleeps made with the same user registers whose stacks differ only in return addresses
+/// (`schedload twins`: twin_a's 2 ms sleeps and twin_b's 1 ms ones, two of each in turn, each
+/// pair from one call site): the second of a pair takes the first's stack again without a walk
+/// (`offcpu_stacks_reused`), the first never takes the other twin's, so each twin's off-CPU time
+/// is its own as the workload counted it. With `BPFPROF_CHECK_STACK_REUSE=1` every sleep is
+/// walked, and no walk finds another stack than reuse gave.
+#[test]
+fn a_reused_off_cpu_stack_is_the_one_a_walk_finds() {
+    for check in [false, true] {
+        let path = temp_path(&format!("twins-{check}.json"));
+        let mut command = bpfprof();
+        if check {
+            command.env("BPFPROF_CHECK_STACK_REUSE", "1");
+        }
+        let bin = schedload();
+        let out = command
+            .args([
+                "--mode",
+                "sched",
+                "-o",
+                path.to_str().unwrap(),
+                "--",
+                &bin,
+                "twins",
+                "150",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let stdout = stdout(&out);
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with("TWINS "))
+            .expect("a TWINS line");
+        let truth: std::collections::HashMap<&str, &str> = line
+            .split_whitespace()
+            .filter_map(|w| w.split_once('='))
+            .collect();
+        let tid: u64 = truth["tid"].parse().unwrap();
+        let report = read_json(&path);
+        let under = |twin: &str| -> f64 {
+            (report["offcpu"].as_array().unwrap().iter())
+                .filter(|s| s["tid"] == tid)
+                .filter(|s| (s["frames"].as_array().unwrap().iter()).any(|f| f["function"] == twin))
+                .map(|s| s["total_ns"].as_f64().unwrap())
+                .sum()
+        };
+        for (twin, slept) in [("twin_a", truth["a"]), ("twin_b", truth["b"])] {
+            let slept: f64 = slept.parse().unwrap();
+            let ours = under(twin);
+            println!("check {check}: {twin} {ours} ns off-CPU, the workload slept {slept} ns");
+            assert!(
+                (ours - slept).abs() <= TRACEPOINT_TOLERANCE * slept,
+                "check {check}: off-CPU in {twin} {ours} ns, the workload slept {slept} ns"
+            );
+        }
+        let health = &report["health"];
+        println!("check {check}: health {health}");
+        assert!(
+            health["offcpu_stacks_reused"].as_u64().unwrap() >= 100,
+            "{health}"
+        );
+        assert_eq!(health["offcpu_stack_reuse_wrong"].as_u64(), Some(0), "{health}");
+    }
+}
+
 /// Every off-CPU stack is taken inside bpfprof's program at `sched_switch`, a tracepoint in
 /// `__schedule`: its kernel frames must begin there, not in the program (JITed code, named after
 /// whatever kallsyms symbol precedes it) or what ran it (`bpf_trace_run4`). The sleeper blocks in

@@ -39,6 +39,13 @@
  *
  * The same, the process pinned to CPU first; also prints TRUTH ping=<tid> pong=<tid>.
  *
+ *   schedload twins ROUNDS
+ *
+ * The main thread sleeps in sleep_known() from two callers, twin_a (2 ms a sleep) and twin_b
+ * (1 ms), each twice in turn (a, a, b, b), ROUNDS times: at every sleep the same user registers,
+ * the stacks different only in return addresses (into each twin, and from each into the loop).
+ * Prints TWINS tid=<tid> a=<ns> b=<ns>: its time asleep in each twin's sleeps, as sleeper's.
+ *
  *   schedload hop HOPS
  *
  * A thread moves itself between CPUs 0 and 1 (sched_setaffinity), spinning 2 ms on each, HOPS
@@ -118,6 +125,34 @@ static void wait_turn(struct result *r) {
 static void note_early(struct result *r) {
     unsigned long long oncpu, pcount;
     if (r->cpu >= 0) schedstat(&oncpu, &r->early, &pcount);
+}
+
+/* One sleep of `ns` in sleep_known(); the time asleep in it, as sleep_until counts it. */
+__attribute__((noinline)) static long long asleep(long long ns) {
+    unsigned long long oncpu0, delay0, n0, oncpu1, delay1, n1;
+    long long t0 = now_ns();
+    schedstat(&oncpu0, &delay0, &n0);
+    sleep_known(ns);
+    schedstat(&oncpu1, &delay1, &n1);
+    return now_ns() - t0 - (long long)(oncpu1 - oncpu0) - (long long)(delay1 - delay0);
+}
+
+static long long twin_slept[2];
+
+__attribute__((noinline)) void twin_a(void) { twin_slept[0] += asleep(2000000); }
+
+__attribute__((noinline)) void twin_b(void) { twin_slept[1] += asleep(1000000); }
+
+/* Two calls of a twin from one call site: a bound the compiler cannot unroll by. */
+static volatile int pair = 2;
+
+static int twins(long rounds) {
+    for (long i = 0; i < rounds; i++) {
+        for (int j = 0; j < pair; j++) twin_a();
+        for (int j = 0; j < pair; j++) twin_b();
+    }
+    printf("TWINS tid=%ld a=%lld b=%lld\n", (long)syscall(SYS_gettid), twin_slept[0], twin_slept[1]);
+    return 0;
 }
 
 static void *busy(void *arg) {
@@ -265,6 +300,7 @@ int main(int argc, char **argv) {
     if (argc == 3 && argv[1][0] == 'p') return pingpong(atol(argv[2]), -1);
     if (argc == 4 && argv[1][0] == 'p') return pingpong(atol(argv[2]), atoi(argv[3]));
     if (argc == 3 && argv[1][0] == 'h') return hop(atol(argv[2]));
+    if (argc == 3 && argv[1][0] == 't') return twins(atol(argv[2]));
     int naps = argc == 4 && argv[1][0] == 'n';
     if (naps) {
         nap_ns = 2500000000LL;

@@ -202,6 +202,8 @@ pub struct Tables {
     processes: BpfHashMap<MapData, u32, ProcessMappings>,
     interpreters: BpfHashMap<MapData, u32, PyProcess>,
     placed: FileRows,
+    /// The last `ProcessMappings::version` given (each value given gets the next).
+    version: u64,
 }
 
 impl Tables {
@@ -214,6 +216,7 @@ impl Tables {
             processes: BpfHashMap::try_from(processes)?,
             interpreters: BpfHashMap::try_from(interpreters)?,
             placed: FileRows::new(ROWS),
+            version: 0,
         })
     }
 
@@ -304,9 +307,11 @@ impl Tables {
             );
             mappings.truncate(MAX_MAPPINGS);
         }
+        self.version += 1;
         let mut value = ProcessMappings {
             count: mappings.len() as u32,
             missed: 0,
+            version: self.version,
             mappings: [Mapping::default(); MAX_MAPPINGS],
         };
         value.mappings[..mappings.len()].copy_from_slice(&mappings);
