@@ -6,7 +6,8 @@
 //! and a switch-out with the same registers, mappings version and epoch reads those words back
 //! in one copy: all the same, its stack is the kept stack's id, with no walk. A walk that read
 //! Python frames (the interpreter's memory), more words than are kept, or ended early is not
-//! kept.
+//! kept; nor is any stack of a process with a Python interpreter taken again (its interpreter
+//! is given apart from its mappings, so their version does not cover it).
 //!
 //! With `OFFCPU_REUSE_CHECK` every sleep is walked all the same, and a walk whose stack is not
 //! the one reuse would have given is counted (`StackReuseWrong`): the proof that reuse is exact.
@@ -87,7 +88,9 @@ pub fn offcpu_stack(tid: u32, tgid: u32, version: u64, generation: u32, from: &U
         && kept.from.sp == from.sp
         && kept.from.fp == from.fp
         && kept.from.lr == from.lr;
-    if !same || kept.reads > REUSE_READS as u32 {
+    // A process with an interpreter is not reused: its interpreter is given apart from its
+    // mappings' version (and a walk that read Python frames was not kept).
+    if !same || kept.reads > REUSE_READS as u32 || crate::python::interpreter(tgid).is_some() {
         return None;
     }
     if kept.span > 0 {

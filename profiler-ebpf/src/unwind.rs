@@ -12,7 +12,7 @@
 //! A tail call only reaches programs of its caller's type, and each has its own per-CPU
 //! scratch: a sample can interrupt a switch or a syscall on the same CPU.
 use aya_ebpf::{
-    bindings::{pt_regs, BPF_F_MMAPABLE},
+    bindings::{pt_regs, BPF_F_MMAPABLE, BPF_NOEXIST},
     helpers::{bpf_get_current_task_btf, bpf_probe_read_user},
     macros::{map, perf_event, raw_tracepoint, uprobe},
     maps::{Array, HashMap, PerCpuArray, ProgramArray},
@@ -832,13 +832,22 @@ fn stored(stacks: &HashMap<u32, UserStack>, walk: &mut Walk) -> i32 {
         }
         // By reference: the stack is 1 KiB, twice the BPF stack.
         #[allow(clippy::needless_borrows_for_generic_args)]
-        None => match stacks.insert(id, &walk.stack, 0) {
+        // Only if still absent: another CPU may have stored a stack of this id meanwhile.
+        None => match stacks.insert(id, &walk.stack, BPF_NOEXIST as u64) {
             Ok(()) => id as i32,
-            Err(_) => {
-                bump(HealthCounter::UnwindStackLost);
-                kernel_log!("unwound stack of tid {} lost: stack map full", walk.tid);
-                -ENOSPC
-            }
+            Err(_) => match stacks.get_ptr(id) {
+                Some(stored) if unsafe { (*stored).hash } == hash => id as i32,
+                Some(_) => {
+                    bump(HealthCounter::UnwindStackLost);
+                    kernel_log!("unwound stack of tid {} lost: hash collision", walk.tid);
+                    -EEXIST
+                }
+                None => {
+                    bump(HealthCounter::UnwindStackLost);
+                    kernel_log!("unwound stack of tid {} lost: stack map full", walk.tid);
+                    -ENOSPC
+                }
+            },
         },
     }
 }

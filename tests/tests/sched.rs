@@ -335,8 +335,10 @@ fn off_cpu_time_lands_on_the_sleeping_function() {
 /// (`schedload twins`: twin_a's 2 ms sleeps and twin_b's 1 ms ones, two of each in turn, each
 /// pair from one call site): the second of a pair takes the first's stack again without a walk
 /// (`offcpu_stacks_reused`), the first never takes the other twin's, so each twin's off-CPU time
-/// is its own as the workload counted it. With `BPFPROF_CHECK_STACK_REUSE=1` every sleep is
-/// walked, and no walk finds another stack than reuse gave.
+/// is its own as the workload counted it. 400 rounds (about 2.4 s) span two of the epochs a
+/// reused id must be in (a stack taken from the last epoch's slot would be missing from the
+/// report). With `BPFPROF_CHECK_STACK_REUSE=1` every sleep is walked, and no walk finds another
+/// stack than reuse gave.
 #[test]
 fn a_reused_off_cpu_stack_is_the_one_a_walk_finds() {
     for check in [false, true] {
@@ -355,7 +357,7 @@ fn a_reused_off_cpu_stack_is_the_one_a_walk_finds() {
                 "--",
                 &bin,
                 "twins",
-                "150",
+                "400",
             ])
             .output()
             .unwrap();
@@ -390,10 +392,12 @@ fn a_reused_off_cpu_stack_is_the_one_a_walk_finds() {
         let health = &report["health"];
         println!("check {check}: health {health}");
         assert!(
-            health["offcpu_stacks_reused"].as_u64().unwrap() >= 100,
+            health["offcpu_stacks_reused"].as_u64().unwrap() >= 300,
             "{health}"
         );
-        assert_eq!(health["offcpu_stack_reuse_wrong"].as_u64(), Some(0), "{health}");
+        if check {
+            assert_eq!(health["offcpu_stack_reuse_wrong"].as_u64(), Some(0), "{health}");
+        }
     }
 }
 

@@ -315,16 +315,24 @@ impl Tables {
             mappings: [Mapping::default(); MAX_MAPPINGS],
         };
         value.mappings[..mappings.len()].copy_from_slice(&mappings);
-        match &python {
+        let given = match &python {
             Some((interpreter, _)) => (self.interpreters.insert(pid, interpreter, 0))
-                .with_context(|| format!("giving the unwinder the Python interpreter of pid {pid}"))?,
+                .with_context(|| format!("giving the unwinder the Python interpreter of pid {pid}")),
             None => {
                 let _ = self.interpreters.remove(&pid);
+                Ok(())
             }
         }
-        self.processes
-            .insert(pid, value, 0)
-            .with_context(|| format!("giving the unwinder the mappings of pid {pid}"))?;
+        .and_then(|()| {
+            (self.processes.insert(pid, value, 0))
+                .with_context(|| format!("giving the unwinder the mappings of pid {pid}"))
+        });
+        if let Err(e) = given {
+            // The rows of files it no longer maps are free already: its old mappings must not
+            // stay (walked with frame pointers until it is given again).
+            let _ = self.processes.remove(&pid);
+            return Err(e);
+        }
         log::debug!(
             "pid {pid}: {} executable mappings given to the unwinder in {:.1} ms ({parsed} files parsed)",
             mappings.len(),
