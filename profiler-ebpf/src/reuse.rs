@@ -76,15 +76,17 @@ pub fn checking() -> bool {
     unsafe { core::ptr::read_volatile(&OFFCPU_REUSE_CHECK) != 0 }
 }
 
-/// The stack `tid`'s last kept walk found, if a walk from `from` now would find the same: the
+/// The stack `tid`'s last kept walk found, if a walk from its user registers now would find the same: the
 /// same process, mappings version and epoch, the same registers, every word the same.
 #[inline(always)]
-pub fn offcpu_stack(tid: u32, tgid: u32, version: u64, generation: u32, from: &UserRegisters) -> Option<i32> {
+pub fn offcpu_stack(tid: u32, tgid: u32, version: u64, generation: u32) -> Option<i32> {
     let kept = unsafe { &*OFFCPU_REUSE.get_ptr(tid)? };
-    let same = kept.tgid == tgid
-        && kept.version == version
-        && kept.generation == generation
-        && kept.from.ip == from.pc
+    // The registers read only where nothing cheaper already tells this walk apart.
+    if kept.tgid != tgid || kept.version != version || kept.generation != generation {
+        return None;
+    }
+    let from = crate::unwind::saved_user_registers()?;
+    let same = kept.from.ip == from.pc
         && kept.from.sp == from.sp
         && kept.from.fp == from.fp
         && kept.from.lr == from.lr;

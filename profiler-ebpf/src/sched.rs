@@ -423,8 +423,7 @@ fn switch_out(
 /// The thread's last walked stack, if walking now would find it again (`reuse`), counted.
 #[inline(always)]
 fn reused_stack(tid: u32, tgid: u32, version: u64, generation: u32) -> Option<i32> {
-    let regs = crate::unwind::saved_user_registers()?;
-    let id = crate::reuse::offcpu_stack(tid, tgid, version, generation, &regs)?;
+    let id = crate::reuse::offcpu_stack(tid, tgid, version, generation)?;
     bump(HealthCounter::StacksReused);
     Some(id)
 }
