@@ -7,7 +7,7 @@
 //!   cargo xtask test             unit tests, privileged end-to-end tests, the arm64 suites in the
 //!                                emulated Neoverse N1, then a short soak [--repeat N] [--noise] [FILTER]
 //!   cargo xtask guest [FILTER]   only the arm64 suites, in the emulated Neoverse N1 (QEMU)
-//!   cargo xtask bench [MODE]     overhead benchmarks (hotspot, sched, unwind, lock, agent, trace, record, python)
+//!   cargo xtask bench [MODE]     overhead benchmarks (hotspot, sched, unwind, lock, agent, agent-churn, trace, record, python)
 //!   cargo xtask soak --minutes N the agent under process churn: memory and descriptors stay flat
 //!                                [--signals all: every signal on]
 //!   cargo xtask fuzz [TARGET...] the parsers' fuzz targets [--seconds N each, default 60]
@@ -180,6 +180,18 @@ pub fn rust_files(dir: &Path) -> Result<Vec<String>> {
 
 pub fn bpfprof_bin() -> PathBuf {
     workspace_root().join("target/release/bpfprof")
+}
+
+/// A C workload of `tests/workloads`, built for the benches and the soak into `target/bench`.
+pub(crate) fn build_workload(name: &str) -> Result<PathBuf> {
+    let dir = workspace_root().join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let bin = dir.join(name);
+    sh(Command::new("cc")
+        .args(["-O2", "-g", "-pthread", "-fno-omit-frame-pointer", "-o"])
+        .arg(&bin)
+        .arg(workspace_root().join(format!("tests/workloads/{name}.c"))))?;
+    Ok(bin)
 }
 
 /// The same binary built with the `https` feature (the agent's https pushes), beside it.

@@ -1,22 +1,53 @@
 //! `cargo xtask soak --minutes N`: the agent left running under process churn (thousands of
 //! short-lived processes a minute, each exec'd anew) with short windows. After a warm-up its
 //! resident memory and open descriptors must stay flat (within 10%); it must not crash; what it
-//! lost is reported. Prints one summary line, and fails when a bound is broken.
+//! lost is reported. Prints one summary line, and fails when a bound is broken. `cargo xtask bench
+//! agent` runs the same at the agent's default rate with every signal and a lock workload beside
+//! the churn, and reads off its CPU and memory over time.
 use std::{
     io::{Read as _, Write as _},
     process::{Command, Stdio},
+    sync::{
+        atomic::{AtomicBool, Ordering::Relaxed},
+        Arc,
+    },
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::{bench::build_workload, bpfprof_bin};
+use crate::{bpfprof_bin, build_workload};
 
 const DIR: &str = "/tmp/bpfprof-soak";
 const WINDOW_S: u64 = 15;
 const EVERY: Duration = Duration::from_secs(5);
 const TOLERANCE: f64 = 0.10;
 const TRACE_EVERY: Duration = Duration::from_secs(60);
+
+/// What runs: the agent's rate and signals, for how long, and what beside the churn.
+pub struct Churn<'a> {
+    pub minutes: f64,
+    pub signals: &'a str,
+    /// The agent's `-F`.
+    pub hz: &'a str,
+    /// `lockload` back to back beside the churn: contended mutexes for the lock signal.
+    pub lock_load: bool,
+    /// A line of figures this often.
+    pub trace_every: Duration,
+}
+
+impl<'a> Churn<'a> {
+    /// The soak as `cargo xtask soak` and the test run run it.
+    pub fn soak(minutes: f64, signals: &'a str) -> Self {
+        Churn {
+            minutes,
+            signals,
+            hz: "99",
+            lock_load: false,
+            trace_every: TRACE_EVERY,
+        }
+    }
+}
 
 struct Reading {
     rss: u64,
@@ -45,10 +76,64 @@ fn read(pid: u32) -> Option<Reading> {
     })
 }
 
-fn trace(elapsed: Duration, reading: &Reading, address: &str) {
+/// The CPU time of a process's threads so far, in seconds, by thread name (schedstat).
+fn cpu_by_thread(pid: u32) -> Vec<(String, f64)> {
+    let mut by_name: Vec<(String, f64)> = Vec::new();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let ns: Option<f64> = std::fs::read_to_string(task.path().join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok());
+        let (name, seconds) = (comm.trim().to_string(), ns.unwrap_or(0.0) / 1e9);
+        match by_name.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, total)) => *total += seconds,
+            None => by_name.push((name, seconds)),
+        }
+    }
+    by_name
+}
+
+/// What the agent's threads used since the last line: a share of one core each.
+struct CpuSince {
+    at: Instant,
+    threads: Vec<(String, f64)>,
+}
+
+impl CpuSince {
+    fn now(pid: u32) -> Self {
+        CpuSince {
+            at: Instant::now(),
+            threads: cpu_by_thread(pid),
+        }
+    }
+
+    /// "1.52% (main 1.10, render 0.42)", and the reading to measure the next line from.
+    fn line(&self, pid: u32) -> (String, CpuSince) {
+        let now = CpuSince::now(pid);
+        let wall = now.at.duration_since(self.at).as_secs_f64().max(1e-9);
+        let used = |name: &str| {
+            let before = self.threads.iter().find(|(n, _)| n == name).map_or(0.0, |t| t.1);
+            now.threads.iter().find(|(n, _)| n == name).map_or(0.0, |t| t.1) - before
+        };
+        let parts: Vec<String> = now
+            .threads
+            .iter()
+            .map(|(name, _)| (name, used(name) / wall * 100.0))
+            .filter(|(_, pct)| *pct >= 0.005)
+            .map(|(name, pct)| format!("{name} {pct:.2}"))
+            .collect();
+        let total: f64 = now.threads.iter().map(|(name, _)| used(name)).sum::<f64>() / wall * 100.0;
+        (format!("CPU {total:.2}% of a core ({})", parts.join(", ")), now)
+    }
+}
+
+fn trace(elapsed: Duration, reading: &Reading, cpu: &str, address: &str) {
     let page = metrics(address).unwrap_or_default();
     eprintln!(
-        "soak: {:>4.0} s  RSS {:.1} MB (anon {:.1})  fds {}  processes {}  files {}  frames {} ({:.0} KB)  symbolizer files {}  unwind rows {}  lock waits {} (stacks stored {}, freed {}, lost {})",
+        "soak: {:>4.0} s  {cpu}  RSS {:.1} MB (anon {:.1})  fds {}  processes {}  files {}  frames {} ({:.0} KB)  symbolizer files {}  unwind rows {}  lock waits {} (stacks stored {}, freed {}, lost {})",
         elapsed.as_secs_f64(),
         reading.rss as f64 / 1e6,
         reading.rss_anon as f64 / 1e6,
@@ -97,6 +182,29 @@ fn terminate(pid: u32) {
 }
 
 pub fn run(minutes: f64, signals: &str) -> Result<()> {
+    run_churn(&Churn::soak(minutes, signals))
+}
+
+/// `lockload 4 2` back to back until `stop` is set.
+fn lock_load(stop: Arc<AtomicBool>) -> Result<std::thread::JoinHandle<()>> {
+    let lockload = build_workload("lockload")?;
+    Ok(std::thread::spawn(move || {
+        while !stop.load(Relaxed) {
+            let ran = Command::new(&lockload)
+                .args(["4", "2"])
+                .stdout(Stdio::null())
+                .status();
+            if ran.is_err() {
+                return;
+            }
+        }
+    }))
+}
+
+pub fn run_churn(c: &Churn<'_>) -> Result<()> {
+    let Churn {
+        minutes, signals, hz, ..
+    } = *c;
     if minutes < 1.0 {
         bail!("--minutes: at least 1 (the warm-up alone is a minute)");
     }
@@ -110,7 +218,7 @@ pub fn run(minutes: f64, signals: &str) -> Result<()> {
         .args([
             "agent",
             "-F",
-            "99",
+            hz,
             "--window",
             &WINDOW_S.to_string(),
             "--keep",
@@ -135,15 +243,22 @@ pub fn run(minutes: f64, signals: &str) -> Result<()> {
         .stdout(Stdio::piped())
         .spawn()
         .context("starting the churn workload")?;
+    let stop_lock = Arc::new(AtomicBool::new(false));
+    let lock = match c.lock_load {
+        true => Some(lock_load(stop_lock.clone())?),
+        false => None,
+    };
     eprintln!(
-        "soak: {minutes} min of the agent ({signals}; 99 Hz, {WINDOW_S} s windows) under process churn; warm-up {:.0} s, then RSS and descriptors must stay within {:.0}%",
+        "soak: {minutes} min of the agent ({signals}; {hz} Hz, {WINDOW_S} s windows) under process churn{}; warm-up {:.0} s, then RSS and descriptors must stay within {:.0}%",
+        if lock.is_some() { " and lockload" } else { "" },
         warm_up.as_secs_f64(),
         TOLERANCE * 100.0
     );
     let started = Instant::now();
     let mut after_warm_up: Vec<Reading> = Vec::new();
     let mut crashed = None;
-    let mut next_trace = TRACE_EVERY;
+    let mut next_trace = c.trace_every;
+    let mut cpu = CpuSince::now(pid);
     while started.elapsed() < total {
         std::thread::sleep(EVERY);
         if let Some(status) = agent.try_wait()? {
@@ -153,8 +268,10 @@ pub fn run(minutes: f64, signals: &str) -> Result<()> {
         let Some(reading) = read(pid) else { continue };
         // A line a minute, so a bound that breaks can be traced to what grew.
         if started.elapsed() >= next_trace {
-            next_trace += TRACE_EVERY;
-            trace(started.elapsed(), &reading, address);
+            next_trace += c.trace_every;
+            let (line, now) = cpu.line(pid);
+            cpu = now;
+            trace(started.elapsed(), &reading, &line, address);
         }
         if started.elapsed() >= warm_up {
             after_warm_up.push(reading);
@@ -162,6 +279,10 @@ pub fn run(minutes: f64, signals: &str) -> Result<()> {
     }
     let page = metrics(address).unwrap_or_default();
     terminate(workload.id());
+    stop_lock.store(true, Relaxed);
+    if let Some(lock) = lock {
+        let _ = lock.join();
+    }
     let mut truth = String::new();
     workload.stdout.take().unwrap().read_to_string(&mut truth)?;
     workload.wait()?;
@@ -197,7 +318,7 @@ pub fn run(minutes: f64, signals: &str) -> Result<()> {
     let cpu =
         metric(&page, "bpfprof_agent_cpu_seconds_total") / metric(&page, "bpfprof_agent_uptime_seconds");
     println!(
-        "soak: {minutes} min ({signals}), {} windows, {processes} processes churned; RSS {:.1} MB after warm-up, then {:+.1}%..{:+.1}% (last {:.1} MB); fds {}, then {:+.1}%..{:+.1}%; samples {}, lost {}, processes not captured {}, windows dropped {}; lock waits {}, lock map full {}, lock stacks lost {}; agent CPU {:.2}% of one core; stopped cleanly: {stopped_ok}: {}",
+        "soak: {minutes} min ({signals}, {hz} Hz), {} windows, {processes} processes churned; RSS {:.1} MB after warm-up, then {:+.1}%..{:+.1}% (last {:.1} MB); fds {}, then {:+.1}%..{:+.1}%; samples {}, lost {}, processes not captured {}, windows dropped {}; lock waits {}, lock map full {}, lock stacks lost {}; agent CPU {:.2}% of one core; stopped cleanly: {stopped_ok}: {}",
         metric(&page, "bpfprof_agent_windows_written_total"),
         base.rss as f64 / 1e6,
         rss_lo * 100.0,

@@ -22,15 +22,17 @@ pub use frame::{lower_hex, Frame, NameKind, ObjectRef};
 use std::{
     cell::RefCell,
     collections::{BTreeMap, HashMap, HashSet},
+    path::{Path, PathBuf},
 };
 
 use blazesym::symbolize::{
+    evict,
     source::{Kernel, Source},
     CodeInfo, Input, Sym, Symbolized, Symbolizer as BlazeSymbolizer,
 };
 
 use crate::{
-    process::{FileId, FileIdentity, FileTable, UserAddr},
+    process::{FileId, FileTable, UserAddr},
     profile::RawProfile,
 };
 
@@ -110,15 +112,31 @@ pub struct Symbolizer {
 /// some ten thousand addresses, enough for the hot code of a busy machine.
 pub const FRAME_CACHE_BYTES: usize = 4 << 20;
 
-/// blazesym keeps every file it has opened (its mapping, and the debug information it parsed),
-/// for as long as it lives. A long-lived caller releases it after each profile; within one
-/// profile, after this many files. Frames of hot addresses survive in `FrameCache`.
+/// blazesym keeps every file it has opened (its mapping, and the debug information it parsed:
+/// decompressed sections, line tables) for as long as it lives. A long-lived caller lets go,
+/// after each profile, of every binary it read and of every debug file the last
+/// `BLAZESYM_IDLE_PROFILES` profiles did not need (`release_files`); within one profile, of
+/// every file once it holds this many. Frames of hot addresses survive in `FrameCache`.
 const BLAZESYM_FILES: usize = 256;
+
+/// A debug file no profile has needed for this many profiles is let go. A binary is let go
+/// after each profile: read again, it is a mapping of pages that stay in the page cache. A
+/// distribution's debug file has compressed sections, inflated whenever it is parsed (the C
+/// library's: 15 MB, over half the agent's rendering time under process churn when it was
+/// parsed anew for every window's few new addresses); it is kept while profiles keep needing it.
+const BLAZESYM_IDLE_PROFILES: u64 = 4;
+
+/// And every this many profiles, blazesym starts afresh whatever it holds: a bound on what it
+/// opened on its own (a debug link it followed), which no path handed to it names.
+const BLAZESYM_FRESH_EVERY: u64 = 64;
 
 struct LongLived {
     frames: FrameCache,
-    /// Files blazesym has been handed since it was (re)built.
-    files: HashSet<FileIdentity>,
+    /// The paths blazesym has been handed (a binary, its debug file), each with the last
+    /// profile it is kept through.
+    held: HashMap<PathBuf, u64>,
+    /// Profiles symbolized so far.
+    profile: u64,
 }
 
 /// How much a long-lived symbolizer holds, for the agent's metrics.
@@ -162,7 +180,8 @@ impl Symbolizer {
             kernel: RefCell::new(Self::blazesym()),
             cache: Some(RefCell::new(LongLived {
                 frames: FrameCache::new(frame_bytes),
-                files: HashSet::new(),
+                held: HashMap::new(),
+                profile: 0,
             })),
             locator,
             layouts: RefCell::default(),
@@ -177,18 +196,30 @@ impl Symbolizer {
             .build()
     }
 
-    /// For a long-lived caller, between profiles: lets go of every user file blazesym holds.
-    /// Its mappings and parsed debug information are what a profiler running for weeks would
-    /// otherwise accumulate (the resident pages of each new binary's debug sections, megabytes a
-    /// file), while the frames it produced stay in the frame cache; a file is parsed again only
-    /// for addresses the cache has not seen.
+    /// For a long-lived caller, between profiles: lets go of every binary blazesym holds, and of
+    /// every debug file no recent profile needed (`BLAZESYM_IDLE_PROFILES`). Their mappings and parsed debug information are what a
+    /// profiler running for weeks under process churn would otherwise accumulate (megabytes a
+    /// file), while the frames they gave stay in the frame cache. A file every profile needs
+    /// (the C library's debug file, whose compressed sections are inflated when it is parsed)
+    /// stays parsed: each profile's few new addresses in it cost a lookup, not a parse.
     pub fn release_files(&self) {
         self.layouts.borrow_mut().release();
         let Some(cache) = &self.cache else { return };
         let mut cache = cache.borrow_mut();
-        if !cache.files.is_empty() {
-            *self.inner.borrow_mut() = Self::blazesym();
-            cache.files.clear();
+        let profile = cache.profile;
+        let mut inner = self.inner.borrow_mut();
+        cache.held.retain(|path, through| {
+            let needed = *through > profile;
+            if !needed {
+                // Not an error when blazesym holds nothing of the path.
+                let _ = inner.evict(&evict::Elf::new(path).into());
+            }
+            needed
+        });
+        cache.profile += 1;
+        if cache.profile % BLAZESYM_FRESH_EVERY == 0 {
+            *inner = Self::blazesym();
+            cache.held.clear();
         }
     }
 
@@ -198,18 +229,30 @@ impl Symbolizer {
             CacheSize {
                 frames: c.frames.len(),
                 frame_bytes: c.frames.bytes(),
-                files: c.files.len(),
+                files: c.held.len(),
                 layouts: self.layouts.borrow().len(),
             }
         })
     }
 
-    /// Counts a file blazesym is handed; past `BLAZESYM_FILES`, blazesym starts afresh.
-    fn hand_to_blazesym(&self, cache: &mut LongLived, identity: FileIdentity) {
-        if cache.files.insert(identity) && cache.files.len() > BLAZESYM_FILES {
+    /// Notes what blazesym is handed for this profile, a binary and its debug file if it has
+    /// one; past `BLAZESYM_FILES`, blazesym starts afresh.
+    fn hand_to_blazesym(&self, cache: &mut LongLived, binary: PathBuf, debug: Option<&Path>) {
+        let new = [Some(binary.as_path()), debug]
+            .into_iter()
+            .flatten()
+            .filter(|p| !cache.held.contains_key(*p))
+            .count();
+        if cache.held.len() + new > BLAZESYM_FILES {
             *self.inner.borrow_mut() = Self::blazesym();
-            cache.files.clear();
-            cache.files.insert(identity);
+            cache.held.clear();
+        }
+        let profile = cache.profile;
+        cache.held.entry(binary).or_insert(profile);
+        if let Some(debug) = debug {
+            cache
+                .held
+                .insert(debug.to_path_buf(), profile + BLAZESYM_IDLE_PROFILES);
         }
     }
 
@@ -236,11 +279,12 @@ impl Symbolizer {
         }
         let missing: Vec<usize> = (0..addrs.len()).filter(|&i| out[i].is_none()).collect();
         if !missing.is_empty() {
-            if let Some((cache, identity)) = cached {
-                self.hand_to_blazesym(&mut cache.borrow_mut(), identity);
-            }
             let wanted: Vec<u64> = missing.iter().map(|&i| offsets[i]).collect();
             let mut located = self.locator.locate(&mapped.read_path(), &mapped.path);
+            if let Some((cache, _)) = cached {
+                let debug = located.debug_file.as_deref();
+                self.hand_to_blazesym(&mut cache.borrow_mut(), mapped.read_path(), debug);
+            }
             let inner = self.inner.borrow();
             let (results, origin) =
                 debug_files::symbolize_file(&inner, mapped.read_path(), &mut located, &wanted);
@@ -627,7 +671,7 @@ mod tests {
         let first = symbolizer.symbolize(&profile, &procs).user(&key.user[0]);
         symbolizer.release_files();
         let released = symbolizer.cache_size();
-        assert_eq!((released.frames, released.files), (1, 0));
+        assert_eq!((released.frames, released.files), (1, 0), "a binary is let go");
         assert_eq!(symbolizer.symbolize(&profile, &procs).user(&key.user[0]), first);
         assert_eq!(symbolizer.cache_size().files, 0, "answered from the frame cache");
 

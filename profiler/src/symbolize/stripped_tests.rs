@@ -210,3 +210,57 @@ fn named_frames_read_no_tables_and_a_long_lived_symbolizer_says_nothing_of_names
     let symbols = long_lived.symbolize(&profile, &running.procs);
     assert!(symbols.names.is_empty(), "{:?}", symbols.names);
 }
+
+/// How many of this process's descriptors are open on `path` (blazesym holds each file it has
+/// parsed open).
+fn descriptors_on(path: &Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path))
+        .count()
+}
+
+#[test]
+fn a_debug_file_profiles_need_stays_parsed_and_one_no_longer_needed_is_let_go() {
+    let tmp = tempfile::tempdir().unwrap();
+    build(tmp.path());
+    let debug = tmp.path().join("prog.debug");
+    let (f, _) = truth(&tmp.path().join("prog"), "triple_it");
+    let (g, _) = truth(&tmp.path().join("prog"), "quintuple_it");
+    let fetcher = Arc::new(Answers(Mutex::new([Lookup::Ready(debug.clone())].into())));
+    let symbolizer = Symbolizer::long_lived_with(1 << 20, DebugLocator::new(Vec::new(), Some(fetcher)));
+    let running = Running::start(&tmp.path().join("stripped"));
+    let named = |ip: u64, function: &str| {
+        let frames = running.frames(&symbolizer, ip);
+        assert_eq!(
+            (frames[0].function.as_str(), frames[0].kind),
+            (function, NameKind::Symbol)
+        );
+    };
+    assert_eq!(descriptors_on(&debug), 0);
+    named(f + 1, "triple_it");
+    assert_eq!(descriptors_on(&debug), 1, "parsed and held");
+    symbolizer.release_files();
+    assert_eq!(descriptors_on(&debug), 1, "needed by the profile just done: kept");
+    assert_eq!(
+        symbolizer.cache_size().files,
+        1,
+        "its debug file (the binary is let go)"
+    );
+    // The next profile needs it again, for an address the frame cache lacks.
+    named(g + 1, "quintuple_it");
+    symbolizer.release_files();
+    // Profiles that do not need it: kept for a few, then let go.
+    for _ in 0..BLAZESYM_IDLE_PROFILES {
+        assert_eq!(descriptors_on(&debug), 1, "needed lately: kept");
+        symbolizer.release_files();
+    }
+    assert_eq!(
+        descriptors_on(&debug),
+        0,
+        "needed by none of the last profiles: closed"
+    );
+    assert_eq!(symbolizer.cache_size().files, 0);
+    named(g + 2, "quintuple_it");
+}

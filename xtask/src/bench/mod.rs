@@ -3,14 +3,14 @@
 //! ratios of the workload's own elapsed time (minimum over the rounds) and the profilers' CPU use.
 use std::{
     io::{BufRead as _, BufReader},
-    path::{Path, PathBuf},
+    path::Path,
     process::{Child, Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{bail, Context as _, Result};
 
-use crate::{bpfprof_bin, sh, workspace_root};
+use crate::{bpfprof_bin, build_workload, sh, workspace_root};
 
 mod record;
 mod trace;
@@ -25,26 +25,16 @@ pub fn run(mode: &str) -> Result<()> {
         "unwind" => unwind(),
         "lock" => lock(),
         "agent" => agent(),
+        "agent-churn" => agent_churn(),
         "trace" => trace::trace(),
         "record" => record::record(),
         "python" => python(),
         other => {
             bail!(
-                "no benchmark for mode `{other}` (available: hotspot, sched, unwind, lock, agent, trace, record, python)"
+                "no benchmark for mode `{other}` (available: hotspot, sched, unwind, lock, agent, agent-churn, trace, record, python)"
             )
         }
     }
-}
-
-pub(crate) fn build_workload(name: &str) -> Result<PathBuf> {
-    let dir = workspace_root().join("target/bench");
-    std::fs::create_dir_all(&dir)?;
-    let bin = dir.join(name);
-    sh(Command::new("cc")
-        .args(["-O2", "-g", "-pthread", "-fno-omit-frame-pointer", "-o"])
-        .arg(&bin)
-        .arg(workspace_root().join(format!("tests/workloads/{name}.c"))))?;
-    Ok(bin)
 }
 
 /// Runs the fixed workload once; its own elapsed time in seconds.
@@ -301,7 +291,20 @@ fn agent() -> Result<()> {
         print_agent_costs(&costs);
     }
     let _ = std::fs::remove_dir_all(AGENT_DIR);
-    Ok(())
+    agent_churn()
+}
+
+/// The agent at its default rate with every signal, under process churn (a new process every
+/// ~20 ms, each 20 ms of CPU) and a lock workload: its CPU (per thread) and RSS over time, and
+/// whether the RSS stays flat after the warm-up (the soak's bound).
+fn agent_churn() -> Result<()> {
+    crate::soak::run_churn(&crate::soak::Churn {
+        minutes: 4.0,
+        signals: "all",
+        hz: "19",
+        lock_load: true,
+        trace_every: Duration::from_secs(30),
+    })
 }
 
 /// The agent's cost in each configuration over about `seconds`, with `load` run back to back

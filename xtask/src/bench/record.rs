@@ -13,7 +13,8 @@ use std::{
 
 use anyhow::{Context as _, Result};
 
-use super::{build_workload, verdict};
+use super::verdict;
+use crate::build_workload;
 use crate::{bpfprof_bin, workspace_root};
 
 const ROUNDS: usize = 3;
