@@ -196,6 +196,14 @@ macro_rules! health_table {
                         "{} walked off-CPU stacks differed from the stack reuse would have given them (BPFPROF_CHECK_STACK_REUSE): a bpfprof bug, please report it",
                         h.offcpu_stack_reuse_wrong
                     ));
+                // A command's loader maps its libraries moments after the exec announced it:
+                // said only where it is a share worth knowing, like the walks before tables.
+                UnwindStale = 34, unwind_stale, common, "unwind_stale_total",
+                    "table walks that began in code mapped since their process's tables were given (a library just loaded; the tables are read again): from there by frame pointers",
+                    |h| (h.unwind_stale > 0 && h.unwind_stale * 100 >= h.unwind_walks).then(|| format!(
+                        "{} of {} table-unwound user stacks began in code mapped after their process's unwind tables were given (a library just loaded; the tables were read again): they come from frame pointers from there and may stop early",
+                        h.unwind_stale, h.unwind_walks
+                    ));
             }
             user {
                 processes_not_captured, common, "processes_not_captured_total",

@@ -779,6 +779,9 @@ fn store(stacks: &HashMap<u32, UserStack>, walk: &mut Walk) -> i32 {
 #[inline(always)]
 fn note_end(walk: &Walk) {
     bump(HealthCounter::UnwindWalks);
+    if walk.stale != 0 {
+        bump(HealthCounter::UnwindStale);
+    }
     match walk.stack.stop {
         stop::TRUNCATED => {
             bump(HealthCounter::UnwindTruncated);

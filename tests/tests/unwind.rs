@@ -438,6 +438,45 @@ fn a_wait_in_a_library_loaded_since_the_tables_were_given_keeps_its_callers() {
 }
 
 #[test]
+fn a_sample_in_a_library_mapped_since_the_tables_were_given_is_counted_stale() {
+    let json = temp_path("unwind-stale.json");
+    let (bin, lib) = (unwind_bin(), unwind_lib());
+    let out = run(&[
+        "-e",
+        "context-switches",
+        "-c",
+        "1",
+        "-o",
+        json.to_str().unwrap(),
+        "--",
+        &bin,
+        "dlwait",
+        "50",
+        &lib,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let truth = truth(&stdout(&out));
+    let report = Report::read(&json);
+    let in_lib: u64 = (report.stacks_of(truth["pid"] as u32).into_iter())
+        .filter(|s| Report::frames(s).contains(&"lib_futex_wait"))
+        .map(|s| s["count"].as_u64().unwrap())
+        .sum();
+    let health = &report.0["health"];
+    let stale = health["unwind_stale"].as_u64().unwrap();
+    println!(
+        "{in_lib} samples in lib_futex_wait; stale {stale}, failed {}, before tables {}",
+        health["unwind_failed"], health["unwind_before_tables"]
+    );
+    // The library's futex wait switches out microseconds after dlopen mapped it: before user
+    // space can have given its tables, so that walk begins in code no mapping given names.
+    assert!(in_lib >= 1, "the wait in the library was sampled");
+    assert!(
+        stale >= 1,
+        "a walk through tables without the library is counted stale"
+    );
+}
+
+#[test]
 fn mappings_that_disappear_under_the_walker_are_survived() {
     let lib = unwind_lib();
     // Attached to the running process (-p): its tables are given to the walker before sampling
