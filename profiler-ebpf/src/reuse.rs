@@ -76,8 +76,8 @@ pub fn checking() -> bool {
     unsafe { core::ptr::read_volatile(&OFFCPU_REUSE_CHECK) != 0 }
 }
 
-/// The stack `tid`'s last kept walk found, if a walk from its user registers now would find the same: the
-/// same process, mappings version and epoch, the same registers, every word the same.
+/// The stack `tid`'s last kept walk found, if a walk from its user registers now would find the
+/// same: the same process, mappings version and epoch, the same registers, every word the same.
 #[inline(always)]
 pub fn offcpu_stack(tid: u32, tgid: u32, version: u64, generation: u32) -> Option<i32> {
     let kept = unsafe { &*OFFCPU_REUSE.get_ptr(tid)? };

@@ -76,12 +76,11 @@ fn read(pid: u32) -> Option<Reading> {
     })
 }
 
-/// The CPU time of a process's threads so far, in seconds, by thread name (schedstat).
-fn cpu_by_thread(pid: u32) -> Vec<(String, f64)> {
+/// The CPU time of a process's threads so far, in seconds, by thread name (schedstat:
+/// nanoseconds, not ticks); none once the process is gone.
+pub(crate) fn cpu_by_thread(pid: u32) -> Option<Vec<(String, f64)>> {
     let mut by_name: Vec<(String, f64)> = Vec::new();
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .into_iter()
-        .flatten();
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
     for task in tasks.flatten() {
         let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
         let ns: Option<f64> = std::fs::read_to_string(task.path().join("schedstat"))
@@ -93,7 +92,7 @@ fn cpu_by_thread(pid: u32) -> Vec<(String, f64)> {
             None => by_name.push((name, seconds)),
         }
     }
-    by_name
+    Some(by_name)
 }
 
 /// What the agent's threads used since the last line: a share of one core each.
@@ -106,7 +105,7 @@ impl CpuSince {
     fn now(pid: u32) -> Self {
         CpuSince {
             at: Instant::now(),
-            threads: cpu_by_thread(pid),
+            threads: cpu_by_thread(pid).unwrap_or_default(),
         }
     }
 
@@ -114,18 +113,17 @@ impl CpuSince {
     fn line(&self, pid: u32) -> (String, CpuSince) {
         let now = CpuSince::now(pid);
         let wall = now.at.duration_since(self.at).as_secs_f64().max(1e-9);
-        let used = |name: &str| {
-            let before = self.threads.iter().find(|(n, _)| n == name).map_or(0.0, |t| t.1);
-            now.threads.iter().find(|(n, _)| n == name).map_or(0.0, |t| t.1) - before
-        };
-        let parts: Vec<String> = now
-            .threads
-            .iter()
-            .map(|(name, _)| (name, used(name) / wall * 100.0))
+        let shares: Vec<(&str, f64)> = (now.threads.iter())
+            .map(|(name, seconds)| {
+                let before = self.threads.iter().find(|(n, _)| n == name).map_or(0.0, |t| t.1);
+                (name.as_str(), (seconds - before) / wall * 100.0)
+            })
+            .collect();
+        let parts: Vec<String> = (shares.iter())
             .filter(|(_, pct)| *pct >= 0.005)
             .map(|(name, pct)| format!("{name} {pct:.2}"))
             .collect();
-        let total: f64 = now.threads.iter().map(|(name, _)| used(name)).sum::<f64>() / wall * 100.0;
+        let total: f64 = shares.iter().map(|(_, pct)| pct).sum();
         (format!("CPU {total:.2}% of a core ({})", parts.join(", ")), now)
     }
 }

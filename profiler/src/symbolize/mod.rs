@@ -197,9 +197,10 @@ impl Symbolizer {
     }
 
     /// For a long-lived caller, between profiles: lets go of every binary blazesym holds, and of
-    /// every debug file no recent profile needed (`BLAZESYM_IDLE_PROFILES`). Their mappings and parsed debug information are what a
-    /// profiler running for weeks under process churn would otherwise accumulate (megabytes a
-    /// file), while the frames they gave stay in the frame cache. A file every profile needs
+    /// every debug file no recent profile needed (`BLAZESYM_IDLE_PROFILES`). Their mappings and
+    /// parsed debug information are what a profiler running for weeks under process churn would
+    /// otherwise accumulate (megabytes a file), while the frames they gave stay in the frame
+    /// cache. A file every profile needs
     /// (the C library's debug file, whose compressed sections are inflated when it is parsed)
     /// stays parsed: each profile's few new addresses in it cost a lookup, not a parse.
     pub fn release_files(&self) {
@@ -280,14 +281,14 @@ impl Symbolizer {
         let missing: Vec<usize> = (0..addrs.len()).filter(|&i| out[i].is_none()).collect();
         if !missing.is_empty() {
             let wanted: Vec<u64> = missing.iter().map(|&i| offsets[i]).collect();
-            let mut located = self.locator.locate(&mapped.read_path(), &mapped.path);
+            let read_path = mapped.read_path();
+            let mut located = self.locator.locate(&read_path, &mapped.path);
             if let Some((cache, _)) = cached {
                 let debug = located.debug_file.as_deref();
-                self.hand_to_blazesym(&mut cache.borrow_mut(), mapped.read_path(), debug);
+                self.hand_to_blazesym(&mut cache.borrow_mut(), read_path.clone(), debug);
             }
             let inner = self.inner.borrow();
-            let (results, origin) =
-                debug_files::symbolize_file(&inner, mapped.read_path(), &mut located, &wanted);
+            let (results, origin) = debug_files::symbolize_file(&inner, read_path, &mut located, &wanted);
             // Names still being fetched (debuginfod), or a miss to be asked again, may come
             // later: frames are not cached until the locator's answer is final.
             let keep = results.is_ok() && located.is_final();

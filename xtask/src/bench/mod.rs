@@ -50,15 +50,10 @@ fn workload_seconds(bin: &Path, args: &[&str]) -> Result<f64> {
     Ok(ns / 1e9)
 }
 
-/// On-CPU time of all a process's threads so far, in seconds (schedstat: nanoseconds, not ticks).
+/// On-CPU time of all a process's threads so far, in seconds.
 fn cpu_seconds(pid: u32) -> Option<f64> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    let ns: u64 = tasks
-        .filter_map(|t| t.ok())
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
-    Some(ns as f64 / 1e9)
+    let threads = crate::soak::cpu_by_thread(pid)?;
+    Some(threads.iter().map(|(_, seconds)| seconds).sum())
 }
 
 /// (run time ns, runs) of a process's BPF programs, from their fdinfo; needs
