@@ -388,7 +388,7 @@ pub(crate) fn map_update(
     mut value: u32,
 ) -> std::io::Result<()> {
     const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
-    crate::collect::map_elem_call(
+    crate::map_ops::map_elem_call(
         BPF_MAP_UPDATE_ELEM,
         map_fd,
         (&key as *const u32).cast(),

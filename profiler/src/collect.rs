@@ -24,65 +24,6 @@ pub fn take_map(ebpf: &mut Ebpf, name: &str) -> anyhow::Result<aya::maps::Map> {
     ebpf.take_map(name).with_context(|| format!("map {name} missing"))
 }
 
-/// `bpf(2)` on one element of a map, for the commands aya offers no call for on a map's type.
-pub(crate) fn map_elem_call(
-    cmd: libc::c_long,
-    map_fd: std::os::fd::BorrowedFd<'_>,
-    key: *const u8,
-    value: *mut u8,
-) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd as _;
-    #[repr(C)]
-    struct ElemAttr {
-        map_fd: u32,
-        _pad: u32,
-        key: u64,
-        value: u64,
-        flags: u64,
-    }
-    let attr = ElemAttr {
-        map_fd: map_fd.as_raw_fd() as u32,
-        _pad: 0,
-        key: key as u64,
-        value: value as u64,
-        flags: 0,
-    };
-    // SAFETY: the attribute points at a live key and value of the map's sizes (the callers'
-    // types are the map's) for the duration of the call.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_bpf,
-            cmd,
-            &attr as *const ElemAttr,
-            std::mem::size_of::<ElemAttr>(),
-        )
-    };
-    match ret {
-        r if r < 0 => Err(std::io::Error::last_os_error()),
-        _ => Ok(()),
-    }
-}
-
-/// Take one entry out of a hash map: its value as it was when removed, in one step
-/// (`BPF_MAP_LOOKUP_AND_DELETE_ELEM`, hash maps since Linux 5.14), so nothing the kernel adds
-/// to it between a read and a delete is lost. None: no such key (any more).
-pub(crate) fn take_entry<K: aya::Pod, V: aya::Pod>(map: &MapData, key: &K) -> std::io::Result<Option<V>> {
-    use std::os::fd::AsFd as _;
-    const BPF_MAP_LOOKUP_AND_DELETE_ELEM: libc::c_long = 21;
-    let mut value = std::mem::MaybeUninit::<V>::zeroed();
-    match map_elem_call(
-        BPF_MAP_LOOKUP_AND_DELETE_ELEM,
-        map.fd().as_fd(),
-        (key as *const K).cast(),
-        value.as_mut_ptr().cast(),
-    ) {
-        // SAFETY: the kernel filled the value; V is plain data.
-        Ok(()) => Ok(Some(unsafe { value.assume_init() })),
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
 const EFAULT: i32 = 14;
 const EEXIST: i32 = 17;
 
@@ -169,10 +110,7 @@ pub(crate) fn clear_stacks(
     for id in ids {
         let _ = stacks.remove(&id);
     }
-    let ids: Vec<u32> = user_stacks.keys().filter_map(Result::ok).collect();
-    for id in ids {
-        let _ = user_stacks.remove(&id);
-    }
+    crate::map_ops::take_all(user_stacks);
 }
 
 /// The kernel's build-ID frames of a stack, leaf first: a file offset where it found the file.

@@ -19,6 +19,7 @@ pub mod health;
 pub mod latency;
 pub mod launcher;
 pub mod list;
+pub mod map_ops;
 pub mod model;
 pub mod modes;
 pub mod output;

@@ -613,11 +613,12 @@ fn a_full_directory_and_a_full_kernel_map_are_reported_and_survived() {
 }
 
 /// The kernel's unwind row array is shared by every file the agent has seen: a binary's rows
-/// must go back once no process maps it, or weeks of new binaries (deploys) fill the array and
-/// new files silently lose table unwinding. Checked on that one file, by its identity, in the
+/// must go back once no process can map it, or weeks of new binaries (deploys) fill the array
+/// and new files silently lose table unwinding; while it could be run again, they are kept a
+/// while (not parsed again for each run). Checked on that one file, by its identity, in the
 /// agent's own listing (`/debug/unwind`): other processes come and go on the machine meanwhile.
 #[test]
-fn unwind_rows_of_a_binary_no_process_maps_are_freed() {
+fn unwind_rows_of_a_binary_no_process_maps_are_kept_then_freed_once_it_is_deleted() {
     use std::os::unix::fs::MetadataExt as _;
     let dir = temp_path("agent-rows");
     let _ = std::fs::remove_dir_all(&dir);
@@ -668,17 +669,26 @@ fn unwind_rows_of_a_binary_no_process_maps_are_freed() {
     // Listed at the end of the first window after its first sample.
     let while_running = wait_for("the running copy is listed", &|l| l.is_some());
     running.finish();
-    // Gone: forgotten at the end of the window after it exited, its rows with it.
-    let after_exit = wait_for("the exited copy's rows are freed", &|l| l.is_none());
+    // Gone: forgotten at the end of the window after it exited; its rows are kept idle.
+    let after_exit = wait_for("the exited copy is idle", &|l| {
+        l.is_none_or(|(_, users)| users == 0)
+    });
+    // Deleted: nothing can map it again, its rows go at the next window.
+    std::fs::remove_file(&copy).unwrap();
+    let after_delete = wait_for("the deleted copy's rows are freed", &|l| l.is_none());
     let (ok, stderr, _) = agent.stop(Duration::from_secs(15));
     assert!(ok, "the agent failed: {stderr}");
-    let _ = std::fs::remove_file(&copy);
     let _ = std::fs::remove_dir_all(&dir);
-    eprintln!("unwind rows of the copy ({own_rows} in its file): {while_running:?} (rows, processes) while it ran, {after_exit:?} after it exited");
+    eprintln!("unwind rows of the copy ({own_rows} in its file): {while_running:?} (rows, processes) while it ran, {after_exit:?} after it exited, {after_delete:?} once deleted");
     assert_eq!(
         while_running,
         Some((own_rows, 1)),
         "the copy's rows, given to its one process"
+    );
+    assert_eq!(
+        after_exit,
+        Some((own_rows, 0)),
+        "kept, with no process, while it could run again"
     );
     assert_no_programs_left();
 }

@@ -311,7 +311,7 @@ impl Metrics {
             row("symbolization_cache_frames", "symbolized addresses cached per executable", &self.frame_cache_entries),
             row("symbolization_cache_bytes", "bytes of the symbolized addresses cached (allocator overhead aside; bounded)", &self.frame_cache_bytes),
             row("symbolization_cache_files", "files the symbolizer holds parsed", &self.symbolizer_files),
-            row("unwind_rows_used", "rows of the kernel's unwind table array in use; rows of files no process maps any more are freed", &self.unwind_rows_used),
+            row("unwind_rows_used", "rows of the kernel's unwind table array in use; a file no process maps any more keeps its rows 60 s (or until the array needs them)", &self.unwind_rows_used),
             row("stored_windows", "windows in the output directory", &self.stored_windows),
             row("stored_bytes", "bytes of windows in the output directory", &self.stored_bytes),
             row("last_window_timestamp_seconds", "when the last window ended (unix time)", &self.last_window_unix_s),

@@ -23,41 +23,63 @@ impl MapsLine {
     }
 }
 
-/// Parse the executable mappings out of a `/proc/<pid>/maps` text.
+/// Parse the executable mappings out of a `/proc/<pid>/maps` text. Every line is split in place;
+/// only the executable ones are copied out (a process maps several times more data than code).
 pub fn parse_maps(text: &str) -> Vec<MapsLine> {
-    let mut lines: Vec<(MapsLine, bool)> = text.lines().filter_map(parse_maps_line).collect();
+    let mut lines: Vec<Line<'_>> = text.lines().filter_map(Line::parse).collect();
     adopt_remapped_text(&mut lines);
-    lines
-        .into_iter()
-        .filter(|(_, exec)| *exec)
-        .map(|(line, _)| line)
-        .collect()
+    lines.iter().filter(|l| l.exec).map(Line::owned).collect()
 }
 
-/// A line and whether it is executable.
-fn parse_maps_line(line: &str) -> Option<(MapsLine, bool)> {
-    let mut fields = line.splitn(6, ' ');
-    let range = fields.next()?;
-    let perms = fields.next()?;
-    let offset = fields.next()?;
-    let dev = fields.next()?;
-    let inode = fields.next()?;
-    let path = fields.next().unwrap_or("").trim_start().to_string();
-    let (start, end) = range.split_once('-')?;
-    let (start, end) = (
-        u64::from_str_radix(start, 16).ok()?,
-        u64::from_str_radix(end, 16).ok()?,
-    );
-    let line = MapsLine {
-        start,
-        end,
-        file_offset: u64::from_str_radix(offset, 16).ok()?,
-        dev: dev.to_string(),
-        inode: inode.parse().ok()?,
-        path,
-        opened_through: (start, end),
-    };
-    Some((line, perms.contains('x')))
+/// One line of the text, borrowed from it.
+#[derive(Clone, Copy, Debug)]
+struct Line<'a> {
+    start: u64,
+    end: u64,
+    file_offset: u64,
+    dev: &'a str,
+    inode: u64,
+    path: &'a str,
+    exec: bool,
+    opened_through: (u64, u64),
+}
+
+impl<'a> Line<'a> {
+    fn parse(line: &'a str) -> Option<Line<'a>> {
+        let mut fields = line.splitn(6, ' ');
+        let (start, end) = fields.next()?.split_once('-')?;
+        let exec = fields.next()?.contains('x');
+        let file_offset = u64::from_str_radix(fields.next()?, 16).ok()?;
+        let dev = fields.next()?;
+        let inode = fields.next()?.parse().ok()?;
+        let path = fields.next().unwrap_or("").trim_start();
+        let (start, end) = (
+            u64::from_str_radix(start, 16).ok()?,
+            u64::from_str_radix(end, 16).ok()?,
+        );
+        Some(Line {
+            start,
+            end,
+            file_offset,
+            dev,
+            inode,
+            path,
+            exec,
+            opened_through: (start, end),
+        })
+    }
+
+    fn owned(&self) -> MapsLine {
+        MapsLine {
+            start: self.start,
+            end: self.end,
+            file_offset: self.file_offset,
+            dev: self.dev.to_string(),
+            inode: self.inode,
+            path: self.path.to_string(),
+            opened_through: self.opened_through,
+        }
+    }
 }
 
 /// Text a program copied to anonymous memory in place (remapped onto huge pages, as HHVM,
@@ -65,28 +87,27 @@ fn parse_maps_line(line: &str) -> Option<(MapsLine, bool)> {
 /// its file's code: an executable anonymous mapping with the same file mapped right before and
 /// right after it, both at the same load bias, is read as that file at the offsets it covers.
 /// Anywhere else (JIT code beside a library, which mmap often places there) stays anonymous.
-fn adopt_remapped_text(lines: &mut [(MapsLine, bool)]) {
-    let bias = |l: &MapsLine| l.start.wrapping_sub(l.file_offset);
+fn adopt_remapped_text(lines: &mut [Line<'_>]) {
+    let bias = |l: &Line| l.start.wrapping_sub(l.file_offset);
     for i in 1..lines.len().saturating_sub(1) {
-        let [(before, _), (text, true), (after, _)] = &lines[i - 1..=i + 1] else {
-            continue;
-        };
-        let adopted = text.inode == 0
+        let (before, text, after) = (lines[i - 1], lines[i], lines[i + 1]);
+        let adopted = text.exec
+            && text.inode == 0
             && text.path.is_empty()
             && before.inode != 0
-            && (&before.dev, before.inode, &before.path) == (&after.dev, after.inode, &after.path)
+            && (before.dev, before.inode, before.path) == (after.dev, after.inode, after.path)
             && (before.end, text.end) == (text.start, after.start)
-            && bias(before) == bias(after)
-            && text.start >= bias(before);
+            && bias(&before) == bias(&after)
+            && text.start >= bias(&before);
         if adopted {
-            let line = MapsLine {
-                file_offset: text.start - bias(before),
-                opened_through: (before.start, before.end),
+            lines[i] = Line {
                 start: text.start,
                 end: text.end,
-                ..before.clone()
+                file_offset: text.start - bias(&before),
+                exec: true,
+                opened_through: (before.start, before.end),
+                ..before
             };
-            lines[i].0 = line;
         }
     }
 }

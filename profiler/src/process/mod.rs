@@ -116,14 +116,23 @@ pub struct FileIdentity {
 }
 
 impl FileIdentity {
-    fn of(file: &File) -> Option<FileIdentity> {
-        let meta = file.metadata().ok()?;
-        Some(FileIdentity {
+    pub(crate) fn of(file: &File) -> Option<FileIdentity> {
+        Some(Self::from_metadata(&file.metadata().ok()?))
+    }
+
+    /// The identity of the file at `path` now (following a link: a `map_files` entry names
+    /// the file mapped).
+    pub(crate) fn at(path: &std::path::Path) -> Option<FileIdentity> {
+        Some(Self::from_metadata(&std::fs::metadata(path).ok()?))
+    }
+
+    fn from_metadata(meta: &std::fs::Metadata) -> FileIdentity {
+        FileIdentity {
             dev: meta.dev(),
             inode: meta.ino(),
             size: meta.size(),
             mtime_ns: meta.mtime() * 1_000_000_000 + meta.mtime_nsec(),
-        })
+        }
     }
 }
 
@@ -217,8 +226,10 @@ pub struct Processes {
     /// Per (pid, exec generation): a process that execs maps another image, and its samples
     /// from before are resolved against the map they were taken in.
     maps: HashMap<(u32, u32), Vec<Mapping>>,
-    /// Process names, executables and cgroups, captured with the maps.
-    info: HashMap<u32, ProcessInfo>,
+    /// Process names, executables and cgroups, captured with the maps, and the exec generation
+    /// read with them (read once per image: a loader mapping libraries is captured again and
+    /// again, and who the process is did not change).
+    info: HashMap<u32, (u32, ProcessInfo)>,
     files: HashMap<FileId, MappedFile>,
     file_ids: HashMap<(String, u64), FileId>,
     /// The open files by build ID, for frames the kernel resolved (see `ObjectOffset`).
@@ -302,10 +313,24 @@ impl Processes {
         if text.is_empty() && self.is_known(pid) {
             return Err(io::Error::new(io::ErrorKind::NotFound, "exited"));
         }
-        if let Some(info) = ProcessInfo::read(pid).filter(|i| i.executable.is_some() || !self.is_known(pid)) {
-            self.info.insert(pid, info);
+        if !self.knows_who(pid, generation) {
+            if let Some(info) =
+                ProcessInfo::read(pid).filter(|i| i.executable.is_some() || !self.is_known(pid))
+            {
+                self.info.insert(pid, (generation, info));
+            }
         }
         Ok((generation, parse_maps(&text)))
+    }
+
+    /// Whether this image of `pid` was labelled already (with its executable: a zombie's
+    /// label has none). Without exec generations (every image is 0), always read again.
+    fn knows_who(&self, pid: u32, generation: u32) -> bool {
+        self.generations.is_some()
+            && self
+                .info
+                .get(&pid)
+                .is_some_and(|(known, info)| *known == generation && info.executable.is_some())
     }
 
     fn install_captured(&mut self, pid: u32, generation: u32, lines: Vec<MapsLine>) {
@@ -474,11 +499,11 @@ impl Processes {
     }
 
     pub fn name(&self, pid: u32) -> Option<&str> {
-        self.info.get(&pid).map(|i| i.comm.as_str())
+        self.info(pid).map(|i| i.comm.as_str())
     }
 
     pub fn info(&self, pid: u32) -> Option<&ProcessInfo> {
-        self.info.get(&pid)
+        self.info.get(&pid).map(|(_, info)| info)
     }
 
     /// The processes known, whatever their state.
@@ -648,12 +673,16 @@ fn find(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
 /// sections wanted (unwind tables, symbols), not all of it. Read into the heap instead, a large
 /// binary a process maps would be a transient heap of its size in a long-running agent.
 pub fn map_file(path: &std::path::Path) -> io::Result<memmap2::Mmap> {
-    let file = std::fs::File::open(path)?;
+    map_open(&std::fs::File::open(path)?)
+}
+
+/// The same, of a file already open.
+pub fn map_open(file: &File) -> io::Result<memmap2::Mmap> {
     // SAFETY: mapped read-only and private to this parse. A file truncated while mapped would
     // fault on access; the executables and libraries mapped here are mapped by running
     // processes too, and package managers replace such files (a new inode) rather than
     // truncate them.
-    unsafe { memmap2::Mmap::map(&file) }
+    unsafe { memmap2::Mmap::map(file) }
 }
 
 #[cfg(test)]

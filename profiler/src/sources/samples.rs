@@ -26,6 +26,7 @@ use crate::{
         pmu::Attr,
     },
     error::UserError,
+    map_ops::take_all,
     process::Processes,
     profile::RawSample,
 };
@@ -303,31 +304,16 @@ impl SampleMaps {
 
     /// Everything recorded in one epoch slot, which is left empty.
     fn drain_slot(&mut self, slot: usize) -> anyhow::Result<Vec<RawSample>> {
-        let mut deltas = std::collections::HashMap::new();
-        if let Some(maps) = &mut self.deltas {
-            let keys: Vec<SampleKey> = maps[slot].keys().collect::<Result<_, _>>()?;
-            for key in keys {
-                if let Ok(value) = maps[slot].get(&key, 0) {
-                    deltas.insert(key, value);
-                }
-                let _ = maps[slot].remove(&key);
-            }
-        }
-        let mut objects = std::collections::HashMap::new();
-        let keys: Vec<BuildIdKey> = self.build_ids[slot].keys().collect::<Result<_, _>>()?;
-        for key in keys {
-            if let Ok(stack) = self.build_ids[slot].get(&key, 0) {
-                objects.insert((key.tgid, key.stack_id), object_offsets(&stack));
-            }
-            let _ = self.build_ids[slot].remove(&key);
-        }
-        let keys: Vec<SampleKey> = self.samples[slot].keys().collect::<Result<_, _>>()?;
-        let mut out = Vec::with_capacity(keys.len());
-        for key in keys {
-            let Ok(value) = self.samples[slot].get(&key, 0) else {
-                continue;
-            };
-            let _ = self.samples[slot].remove(&key);
+        let mut deltas: std::collections::HashMap<_, _> = match &mut self.deltas {
+            Some(maps) => take_all(&maps[slot]).entries.into_iter().collect(),
+            None => Default::default(),
+        };
+        let objects: std::collections::HashMap<_, _> = (take_all(&self.build_ids[slot]).entries.into_iter())
+            .map(|(key, stack)| ((key.tgid, key.stack_id), object_offsets(&stack)))
+            .collect();
+        let taken = take_all(&self.samples[slot]).entries;
+        let mut out = Vec::with_capacity(taken.len());
+        for (key, value) in taken {
             out.push(RawSample {
                 pid: key.tgid,
                 tid: key.tid,

@@ -1,12 +1,15 @@
 //! Table-based unwinding, user-space half: each file's compact unwind rows (`rows`), shared per
-//! file, written into the BPF row array and given back when no process maps the file any more;
-//! and per process the executable mappings the BPF walker searches.
+//! file, written into the BPF row array and given back when no process can map the file any
+//! more (`placed`); and per process the executable mappings the BPF walker searches.
+mod placed;
 mod rows;
 
 use std::{
-    collections::{BTreeMap, HashMap, HashSet},
+    collections::HashSet,
+    fs::File,
     os::fd::{AsFd as _, AsRawFd as _},
     path::Path,
+    time::Instant,
 };
 
 use anyhow::Context as _;
@@ -16,184 +19,12 @@ use rows::rows_of_file;
 pub use rows::{bias_of, fde_ranges, rows_of, segments_of, Segment, TableError};
 
 use crate::{
-    process::{map_file, MapsLine},
+    process::{map_open, FileIdentity, MapsLine},
     python::{Interpreter, Layout},
 };
+pub use placed::FileWithRows;
+use placed::{FileRows, FileTable};
 use profiler_common::python::PyProcess;
-
-/// What the walker needs of one file, read and parsed once.
-struct FileTable {
-    /// The path it was first mapped from (what `/debug/unwind` shows).
-    path: String,
-    /// Its rows' place in the row array, or why it has none.
-    rows: Result<(u32, u32), String>,
-    segments: Vec<Segment>,
-    /// The Python interpreter the file is, if the walker reads its frames.
-    python: Option<Interpreter>,
-    /// Processes given this file's rows; at zero its rows go back to `RowSpace`.
-    users: usize,
-}
-
-/// A file by (device, inode); the vDSO and anonymous code by name.
-type FileKey = (String, u64);
-
-/// One file's share of the row array.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FileWithRows {
-    /// As `/proc/PID/maps` gives it (`major:minor`, hex); `[vdso]` for the vDSO.
-    pub device: String,
-    pub inode: u64,
-    pub path: String,
-    pub rows: u32,
-    /// Processes its rows were given to.
-    pub processes: usize,
-}
-
-/// Which rows of the shared array are in use. A file's rows are one run; they are taken
-/// first-fit from runs freed by files no process maps any more, else from the untouched tail.
-/// Freed neighbours merge (and a free run that reaches the tail shrinks it), so a long run's
-/// churn of binaries does not leave the array in slivers too small for the next file.
-#[derive(Debug)]
-struct RowSpace {
-    /// Free runs below `tail`: start -> length.
-    free: BTreeMap<u32, u32>,
-    tail: u32,
-    capacity: u32,
-}
-
-impl RowSpace {
-    fn new(capacity: u32) -> Self {
-        Self {
-            free: BTreeMap::new(),
-            tail: 0,
-            capacity,
-        }
-    }
-
-    fn take(&mut self, len: u32) -> Option<u32> {
-        if len == 0 {
-            return Some(0);
-        }
-        let fit = self
-            .free
-            .iter()
-            .find(|&(_, &free)| free >= len)
-            .map(|(&at, &free)| (at, free));
-        if let Some((at, free)) = fit {
-            self.free.remove(&at);
-            if free > len {
-                self.free.insert(at + len, free - len);
-            }
-            return Some(at);
-        }
-        let end = self.tail.checked_add(len).filter(|&end| end <= self.capacity)?;
-        let at = self.tail;
-        self.tail = end;
-        Some(at)
-    }
-
-    fn give_back(&mut self, mut at: u32, mut len: u32) {
-        if len == 0 {
-            return;
-        }
-        if let Some((&before, &before_len)) = self.free.range(..at).next_back() {
-            if before + before_len == at {
-                self.free.remove(&before);
-                at = before;
-                len += before_len;
-            }
-        }
-        if let Some(after_len) = self.free.remove(&(at + len)) {
-            len += after_len;
-        }
-        if at + len == self.tail {
-            self.tail = at;
-        } else {
-            self.free.insert(at, len);
-        }
-    }
-
-    fn used(&self) -> u32 {
-        self.tail - self.free.values().sum::<u32>()
-    }
-}
-
-/// Which files have rows, where, and which processes use them: the bookkeeping that lets rows
-/// of files no process maps any more go back to `RowSpace`.
-struct FileRows {
-    space: RowSpace,
-    files: HashMap<FileKey, FileTable>,
-    /// Per process, the files it was given (counted in their `users`).
-    uses: HashMap<u32, HashSet<FileKey>>,
-}
-
-impl FileRows {
-    fn new(capacity: u32) -> Self {
-        Self {
-            space: RowSpace::new(capacity),
-            files: HashMap::new(),
-            uses: HashMap::new(),
-        }
-    }
-
-    /// Count `pid` as a user of the files it maps now (and no longer of those it mapped before
-    /// an exec). Only files already in `files` are counted, so counts and `uses` agree.
-    fn set_uses(&mut self, pid: u32, keys: HashSet<FileKey>) {
-        let keys: HashSet<FileKey> = keys.into_iter().filter(|k| self.files.contains_key(k)).collect();
-        let before = self.uses.insert(pid, keys.clone()).unwrap_or_default();
-        for key in keys.difference(&before) {
-            if let Some(file) = self.files.get_mut(key) {
-                file.users += 1;
-            }
-        }
-        for key in before.difference(&keys) {
-            self.unuse(key);
-        }
-    }
-
-    fn forget(&mut self, pids: &HashSet<u32>) {
-        for pid in pids {
-            for key in self.uses.remove(pid).unwrap_or_default() {
-                self.unuse(&key);
-            }
-        }
-    }
-
-    /// The files whose rows are in the array, most rows first: which binaries hold it.
-    fn files_with_rows(&self) -> Vec<FileWithRows> {
-        let mut files: Vec<FileWithRows> = self
-            .files
-            .iter()
-            .filter_map(|((device, inode), file)| {
-                let &(_, rows) = file.rows.as_ref().ok()?;
-                Some(FileWithRows {
-                    device: device.clone(),
-                    inode: *inode,
-                    path: file.path.clone(),
-                    rows,
-                    processes: file.users,
-                })
-            })
-            .collect();
-        files.sort_by(|a, b| b.rows.cmp(&a.rows).then_with(|| a.path.cmp(&b.path)));
-        files
-    }
-
-    fn unuse(&mut self, key: &FileKey) {
-        let Some(file) = self.files.get_mut(key) else {
-            return;
-        };
-        file.users = file.users.saturating_sub(1);
-        if file.users == 0 {
-            if let Some(FileTable {
-                rows: Ok((at, len)), ..
-            }) = self.files.remove(key)
-            {
-                self.space.give_back(at, len);
-            }
-        }
-    }
-}
 
 /// The BPF side's tables: one row array for all files (mapped into our memory, so a whole
 /// table is one copy), and per process its executable mappings.
@@ -225,11 +56,12 @@ impl Tables {
         self.placed.space.used()
     }
 
-    /// Processes that have exited: files no remaining process maps give their rows back, so a
-    /// machine that sees new binaries for weeks (deploys) does not fill the array. The kernel
-    /// side dropped these processes' mappings at exit, so nothing walks those rows any more.
+    /// Processes that have exited: files no remaining process maps give their rows back once
+    /// idle for `IDLE_KEPT`, so a machine that sees new binaries for weeks (deploys) does not
+    /// fill the array. The kernel side dropped these processes' mappings at exit, so nothing
+    /// walks those rows until a process that maps the file again is given them.
     pub fn forget(&mut self, pids: &HashSet<u32>) {
-        self.placed.forget(pids);
+        self.placed.forget(pids, Instant::now());
     }
 
     /// The files whose rows are in the array, most rows first: which binaries hold it.
@@ -267,6 +99,11 @@ impl Tables {
                 (0, _) => (String::new(), 0),
                 (inode, _) => (line.dev.clone(), inode),
             };
+            if line.inode != 0 {
+                let path = line.map_files_path(pid);
+                self.placed
+                    .drop_if_replaced(&key, || FileIdentity::at(Path::new(&path)));
+            }
             if !self.placed.files.contains_key(&key) && !key.0.is_empty() {
                 if let Some(file) = self.read_file(pid, line) {
                     parsed += 1;
@@ -344,14 +181,18 @@ impl Tables {
     /// Read and parse a mapping's file (through the process, so it is the file it mapped) and
     /// place its rows. None when it cannot be read now (the process may be gone): not cached.
     fn read_file(&mut self, pid: u32, line: &MapsLine) -> Option<FileTable> {
-        let mapped;
+        let (mapped, handle);
         let data: &[u8] = match line.path.as_str() {
-            VDSO => &crate::process::own_vdso()?.image,
+            VDSO => {
+                handle = None;
+                &crate::process::own_vdso()?.image
+            }
             _ => {
-                let path = line.map_files_path(pid);
-                mapped = map_file(Path::new(&path))
-                    .or_else(|_| map_file(Path::new(&line.path)))
+                let file = File::open(line.map_files_path(pid))
+                    .or_else(|_| File::open(&line.path))
                     .ok()?;
+                mapped = map_open(&file).ok()?;
+                handle = Some(file);
                 &mapped
             }
         };
@@ -377,13 +218,16 @@ impl Tables {
             rows,
             segments,
             python,
+            identity: handle.as_ref().and_then(FileIdentity::of),
+            handle,
             users: 0,
+            idle_since: None,
         })
     }
 
     fn place(&mut self, rows: &[Row]) -> Option<(u32, u32)> {
         let len = u32::try_from(rows.len()).ok()?;
-        let first = self.placed.space.take(len)?;
+        let first = self.placed.take(len)?;
         self.rows.write(first as usize, rows);
         Some((first, len))
     }
@@ -472,129 +316,5 @@ impl Drop for RowArray {
         let bytes = (self.len * std::mem::size_of::<Row>()).next_multiple_of(4096);
         // SAFETY: unmapping exactly what `map` mapped.
         unsafe { libc::munmap(self.base.cast(), bytes) };
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn freed_rows_are_taken_again_and_neighbours_merge() {
-        let mut space = RowSpace::new(100);
-        let a = space.take(30).unwrap();
-        let b = space.take(30).unwrap();
-        let c = space.take(30).unwrap();
-        assert_eq!((a, b, c), (0, 30, 60));
-        assert_eq!(space.take(11), None, "10 rows left at the tail");
-        space.give_back(a, 30);
-        assert_eq!(space.take(20), Some(0), "first fit, in the freed run");
-        assert_eq!(space.used(), 80);
-        space.give_back(b, 30);
-        // The rest of the first run (20..30) and b's run (30..60) are one run now.
-        assert_eq!(space.take(40), Some(20));
-        space.give_back(c, 30);
-        space.give_back(20, 40);
-        space.give_back(0, 20);
-        assert_eq!(space.used(), 0);
-        assert_eq!(space.tail, 0, "everything freed: the tail went back to the start");
-        assert!(space.free.is_empty());
-        assert_eq!(space.take(100), Some(0), "the whole array in one run again");
-    }
-
-    /// Against a model that knows every row: runs never overlap, and a request fails only when
-    /// no free stretch of that length exists anywhere (merging keeps free runs whole).
-    #[test]
-    fn row_space_agrees_with_a_row_by_row_model() {
-        const CAPACITY: u32 = 64;
-        let mut space = RowSpace::new(CAPACITY);
-        let mut model = [false; CAPACITY as usize];
-        let mut held: Vec<(u32, u32)> = Vec::new();
-        let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut next = |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
-        for _ in 0..20_000 {
-            if held.is_empty() || next(2) == 0 {
-                let len = 1 + next(16) as u32;
-                let fits = model.windows(len as usize).any(|w| w.iter().all(|used| !used));
-                match space.take(len) {
-                    Some(at) => {
-                        for used in &mut model[at as usize..(at + len) as usize] {
-                            assert!(!*used, "row {at}+{len} handed out twice");
-                            *used = true;
-                        }
-                        held.push((at, len));
-                    }
-                    None => assert!(!fits, "{len} free rows in a row exist, yet refused"),
-                }
-            } else {
-                let (at, len) = held.swap_remove(next(held.len() as u64) as usize);
-                space.give_back(at, len);
-                model[at as usize..(at + len) as usize].fill(false);
-            }
-            assert_eq!(space.used() as usize, model.iter().filter(|&&u| u).count());
-        }
-    }
-
-    fn file_with_rows(placed: &mut FileRows, name: &str, len: u32) -> FileKey {
-        let at = placed.space.take(len).unwrap();
-        let key = (name.to_string(), 1);
-        placed.files.insert(
-            key.clone(),
-            FileTable {
-                path: name.to_string(),
-                rows: Ok((at, len)),
-                segments: Vec::new(),
-                python: None,
-                users: 0,
-            },
-        );
-        key
-    }
-
-    #[test]
-    fn a_files_rows_are_freed_when_its_last_process_is_forgotten_or_execs() {
-        let mut placed = FileRows::new(1000);
-        let libc = file_with_rows(&mut placed, "libc", 100);
-        let app = file_with_rows(&mut placed, "app", 200);
-        placed.set_uses(10, HashSet::from([libc.clone(), app.clone()]));
-        placed.set_uses(11, HashSet::from([libc.clone(), app.clone()]));
-        assert_eq!(placed.space.used(), 300);
-
-        placed.forget(&HashSet::from([10]));
-        assert_eq!(placed.space.used(), 300, "pid 11 still maps both");
-
-        // pid 11 execs something that maps libc only: app has no user left.
-        let other = file_with_rows(&mut placed, "other", 50);
-        placed.set_uses(11, HashSet::from([libc.clone(), other.clone()]));
-        assert!(!placed.files.contains_key(&app));
-        assert_eq!(placed.space.used(), 150);
-        // The same pid loaded again (a map change) counts each file once.
-        placed.set_uses(11, HashSet::from([libc.clone(), other.clone()]));
-        assert_eq!(placed.files[&libc].users, 1);
-
-        // A file without rows, or one never read, is not counted and frees nothing.
-        placed.set_uses(12, HashSet::from([libc.clone(), ("unread".to_string(), 9)]));
-        assert_eq!(placed.uses[&12].len(), 1);
-
-        let listed: Vec<(String, u32, usize)> = placed
-            .files_with_rows()
-            .into_iter()
-            .map(|f| (f.path, f.rows, f.processes))
-            .collect();
-        assert_eq!(
-            listed,
-            [("libc".to_string(), 100, 2), ("other".to_string(), 50, 1)],
-            "most rows first, with their users"
-        );
-
-        placed.forget(&HashSet::from([11, 12, 99]));
-        assert!(placed.files.is_empty());
-        assert!(placed.files_with_rows().is_empty());
-        assert_eq!(placed.space.used(), 0);
     }
 }

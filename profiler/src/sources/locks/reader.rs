@@ -21,7 +21,8 @@ use profiler_common::{
 
 use super::{DrainedRecord, Holds, LockBatch, LockRecord, Role};
 use crate::{
-    collect::{read_stack, read_unwound, take_entry},
+    collect::{read_stack, read_unwound},
+    map_ops::{read_all, take_all},
     process::Processes,
     profile::StackRead,
 };
@@ -106,18 +107,6 @@ pub struct LockReader {
     pub health: DrainHealth,
 }
 
-/// A hash map's keys and, to take its entries out, its descriptor.
-fn keys_and_data(map: &Map) -> anyhow::Result<(Vec<LockKey>, &MapData)> {
-    let keys = BpfHashMap::<&MapData, LockKey, LockTime>::try_from(map)?
-        .keys()
-        .filter_map(Result::ok)
-        .collect();
-    match map {
-        Map::HashMap(data) => Ok((keys, data)),
-        _ => anyhow::bail!("a lock record map that is not a hash map"),
-    }
-}
-
 impl LockReader {
     pub fn take(ebpf: &mut Ebpf, reading: Reading) -> anyhow::Result<Self> {
         let mut take = |name: &str| crate::collect::take_map(ebpf, name);
@@ -182,9 +171,7 @@ impl LockReader {
 
     /// Per (pid, address) of a thread's `clear_child_tid`, that thread.
     fn joinable(&self) -> HashMap<(u32, u64), u32> {
-        self.joinable
-            .iter()
-            .filter_map(Result::ok)
+        (read_all(&self.joinable).into_iter())
             .map(|(id, tid)| ((id.tgid, id.uaddr), tid))
             .collect()
     }
@@ -209,20 +196,13 @@ impl LockReader {
                 Role::Waiter => &self.waiters,
                 Role::Holder => &self.holders,
             };
-            // Keys first: a hash map's iteration restarts when the key it stands on is deleted.
-            let Ok((keys, map)) = keys_and_data(map) else {
+            let Ok(map) = BpfHashMap::<&MapData, LockKey, LockTime>::try_from(map) else {
                 self.health.read_errors += 1;
                 continue;
             };
-            for key in keys {
-                let time: LockTime = match take_entry(map, &key) {
-                    Ok(Some(time)) => time,
-                    Ok(None) => continue,
-                    Err(_) => {
-                        self.health.read_errors += 1;
-                        continue;
-                    }
-                };
+            let taken = take_all(&map);
+            self.health.read_errors += taken.failed;
+            for (key, time) in taken.entries {
                 let (user, kernel) = record_stacks(&key, &self.stacks, &self.user_stacks, procs);
                 if key.stack_id >= 0 {
                     self.named
@@ -251,14 +231,14 @@ impl LockReader {
     fn sweep(&mut self) {
         self.sweeps += 1;
         let sweep = self.sweeps;
-        for (_, waiting) in self.waiting.iter().filter_map(Result::ok) {
+        for (_, waiting) in read_all(&self.waiting) {
             if waiting.stack_id >= 0 {
                 let map = StackMap::of_unwound(waiting.aux);
                 self.named.insert((map, waiting.stack_id as u32), sweep);
             }
         }
         let old = crate::collect::monotonic_ns().saturating_sub(WAKE_KEPT_NS);
-        let wakes: Vec<(LockId, LastWake)> = self.wakes.iter().filter_map(Result::ok).collect();
+        let wakes: Vec<(LockId, LastWake)> = read_all(&self.wakes);
         for (id, wake) in wakes {
             if wake.at_ns < old {
                 let _ = self.wakes.remove(&id);

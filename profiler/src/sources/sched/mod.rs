@@ -30,6 +30,7 @@ use crate::{
     cli::OffCpuStacks,
     collect::{clear_stacks, comm_string, monotonic_ns, read_stack, read_unwound, Flip},
     error::UserError,
+    map_ops::{read_all, take_all},
     process::Processes,
     profile::{Health, RawSample, StackRead},
 };
@@ -257,9 +258,7 @@ impl Source for SchedSource {
     /// The threads still alive at `stopped_ns`, each in the state it was still in, and the
     /// targets' threads that never switched.
     fn finish(&mut self, stopped_ns: u64, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
-        let tasks: Vec<TaskSched> = (self.maps.tasks.iter().filter_map(Result::ok))
-            .map(|(_, t)| t)
-            .collect();
+        let tasks: Vec<TaskSched> = (read_all(&self.maps.tasks).into_iter()).map(|(_, t)| t).collect();
         let mut live: Vec<TaskRecord> = (tasks.iter())
             .map(|task| TaskRecord::from(task).with_open_interval(task, stopped_ns))
             .collect();
@@ -341,24 +340,17 @@ impl SchedMaps {
                     .set(index, PerCpuValues::try_from(vec![0u64; cpus])?, 0)?;
             }
         }
-        let keys: Vec<ExitedKey> = self.exited.keys().filter_map(Result::ok).collect();
-        let mut exited = Vec::with_capacity(keys.len());
-        for key in keys {
-            if let Ok(task) = self.exited.get(&key, 0) {
-                exited.push(TaskRecord::from(&task));
-            }
-            let _ = self.exited.remove(&key);
-        }
+        let exited = (take_all(&self.exited).entries.iter())
+            .map(|(_, task)| TaskRecord::from(task))
+            .collect();
         Ok((column, exited))
     }
 
     /// Every live task's record so far, read from the kernel (its current state left open):
     /// totals that only grow, as the kernel settled them.
     fn live_tasks(&self) -> Vec<TaskRecord> {
-        self.tasks
-            .iter()
-            .filter_map(Result::ok)
-            .map(|(_, task)| TaskRecord::from(&task))
+        (read_all(&self.tasks).iter())
+            .map(|(_, task)| TaskRecord::from(task))
             .collect()
     }
 
@@ -412,23 +404,9 @@ impl SchedMaps {
         procs: &Processes,
     ) -> anyhow::Result<Vec<RawSample>> {
         let slot = flip.slot;
-        let ended: Vec<(SampleKey, OffCpuTime)> = {
-            let map = &mut self.offcpu[slot];
-            let keys: Vec<SampleKey> = map.keys().filter_map(Result::ok).collect();
-            let mut ended = Vec::with_capacity(keys.len());
-            for key in keys {
-                if let Ok(time) = map.get(&key, 0) {
-                    ended.push((key, time));
-                }
-                let _ = map.remove(&key);
-            }
-            ended
-        };
+        let ended: Vec<(SampleKey, OffCpuTime)> = take_all(&self.offcpu[slot]).entries;
         // In this order: a sleep not seen asleep here has its record in the live slot already.
-        let asleep: Vec<Asleep> = self
-            .tasks
-            .iter()
-            .filter_map(Result::ok)
+        let asleep: Vec<Asleep> = (read_all(&self.tasks).into_iter())
             .filter(|(_, t)| t.offcpu.at_ns != 0)
             .map(|(tid, t)| Asleep {
                 tid,
@@ -438,9 +416,8 @@ impl SchedMaps {
                     .then_some(t.enqueued.at_ns),
             })
             .collect();
-        let ended_since: Vec<SampleKey> = self.offcpu[slot ^ 1]
-            .keys()
-            .filter_map(Result::ok)
+        let ended_since: Vec<SampleKey> = (read_all(&self.offcpu[slot ^ 1]).into_iter())
+            .map(|(key, _)| key)
             .filter(|k| k.user_unwound & BEGAN_EARLIER != 0)
             .collect();
         let stacks = SlotMaps {
