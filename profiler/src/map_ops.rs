@@ -103,14 +103,14 @@ pub struct Taken<K, V> {
 /// Every entry of `map`, which is left empty; each entry is taken whole, looked up and deleted
 /// at once, so one the kernel writes meanwhile is either taken or left for the next drain.
 pub fn take_all<T: Borrow<MapData>, K: Pod, V: Pod>(map: &BpfHashMap<T, K, V>) -> Taken<K, V> {
-    if let Some(entries) = batches(map.map(), BPF_MAP_LOOKUP_AND_DELETE_BATCH) {
-        return Taken { entries, failed: 0 };
-    }
-    let mut taken = Taken {
-        entries: Vec::new(),
-        failed: 0,
+    let entries = match batches(map.map(), BPF_MAP_LOOKUP_AND_DELETE_BATCH) {
+        Batched::Whole(entries) => return Taken { entries, failed: 0 },
+        Batched::Partial(entries) => entries,
+        Batched::Unsupported => Vec::new(),
     };
-    // Keys first: a hash map's iteration restarts when the key it stands on is deleted.
+    // What is left, key by key. Keys first: a hash map's iteration restarts when the key it
+    // stands on is deleted.
+    let mut taken = Taken { entries, failed: 0 };
     let keys: Vec<K> = map.keys().filter_map(Result::ok).collect();
     for key in keys {
         match take_entry(map.map(), &key) {
@@ -124,11 +124,23 @@ pub fn take_all<T: Borrow<MapData>, K: Pod, V: Pod>(map: &BpfHashMap<T, K, V>) -
 
 /// Every entry of `map`, left in it.
 pub fn read_all<T: Borrow<MapData>, K: Pod, V: Pod>(map: &BpfHashMap<T, K, V>) -> Vec<(K, V)> {
-    batches(map.map(), BPF_MAP_LOOKUP_BATCH).unwrap_or_else(|| map.iter().filter_map(Result::ok).collect())
+    match batches(map.map(), BPF_MAP_LOOKUP_BATCH) {
+        Batched::Whole(entries) => entries,
+        Batched::Partial(_) | Batched::Unsupported => map.iter().filter_map(Result::ok).collect(),
+    }
 }
 
-/// The entries, in batches; None where the kernel has no batch commands (or refuses this map).
-fn batches<K: Pod, V: Pod>(map: &MapData, command: libc::c_long) -> Option<Vec<(K, V)>> {
+/// How a batched read ended.
+enum Batched<K, V> {
+    Whole(Vec<(K, V)>),
+    /// Stopped by an error partway: what was read (and, with a delete, taken) until then.
+    Partial(Vec<(K, V)>),
+    /// No batches here (an older kernel, a map type without them): nothing read.
+    Unsupported,
+}
+
+/// The entries, a batch per call.
+fn batches<K: Pod, V: Pod>(map: &MapData, command: libc::c_long) -> Batched<K, V> {
     let mut entries = Vec::new();
     let (mut token, mut next, mut started) = (0u32, 0u32, false);
     let mut room = FIRST;
@@ -155,8 +167,15 @@ fn batches<K: Pod, V: Pod>(map: &MapData, command: libc::c_long) -> Option<Vec<(
                 std::mem::size_of::<BatchAttr>() as u32,
             )
         };
-        let error = (result < 0).then(|| io::Error::last_os_error().raw_os_error());
-        let filled = (attr.count as usize).min(room);
+        let error = (result < 0).then(|| io::Error::last_os_error().raw_os_error().unwrap_or(0));
+        // The count is the kernel's only where it wrote it: on success, and where its walk
+        // stopped at a bucket (the end, a bucket too big for the room, one it could not lock).
+        let filled = match error {
+            None | Some(libc::ENOENT | libc::ENOSPC | libc::EBUSY | libc::EDEADLK) => {
+                (attr.count as usize).min(room)
+            }
+            Some(_) => 0,
+        };
         // SAFETY: the kernel wrote `filled` whole keys and values (their sizes are the map's,
         // checked when the map was typed), and `Pod` types are valid for any bits.
         unsafe {
@@ -166,16 +185,15 @@ fn batches<K: Pod, V: Pod>(map: &MapData, command: libc::c_long) -> Option<Vec<(
         entries.extend(keys.drain(..).zip(values.drain(..)));
         match error {
             None => (token, started) = (next, true),
-            Some(Some(libc::ENOENT)) => return Some(entries),
-            Some(Some(libc::ENOSPC)) if filled == 0 && room < MOST => room *= 4,
-            // The first call refused: no batches here (an older kernel, a map type without them).
-            Some(_) if !started && entries.is_empty() => return None,
+            Some(libc::ENOENT) => return Batched::Whole(entries),
+            Some(libc::ENOSPC) if filled == 0 && room < MOST => room *= 4,
+            Some(_) if !started && entries.is_empty() => return Batched::Unsupported,
             Some(e) => {
-                log::warn!(
-                    "a batched map read stopped: {}",
-                    io::Error::from_raw_os_error(e.unwrap_or(0))
+                log::debug!(
+                    "a batched map read stopped, the rest read key by key: {}",
+                    io::Error::from_raw_os_error(e)
                 );
-                return Some(entries);
+                return Batched::Partial(entries);
             }
         }
     }
@@ -199,7 +217,9 @@ mod tests {
             entries.sort();
             entries
         };
-        let read = batches(map.map(), BPF_MAP_LOOKUP_BATCH).expect("the kernel has batch lookups");
+        let Batched::Whole(read) = batches(map.map(), BPF_MAP_LOOKUP_BATCH) else {
+            panic!("the kernel has batch lookups, for the whole map");
+        };
         assert_eq!(sorted(read), written);
         assert_eq!(sorted(read_all(&map)), written, "reading leaves them");
         let taken = take_all(&map);

@@ -15,8 +15,11 @@ mod info;
 mod maps;
 mod perf_map;
 mod section;
+mod vdso;
 
 pub use section::{section_data, SectionError};
+use vdso::same_vdso;
+pub use vdso::{own_vdso, OwnVdso};
 
 pub use info::{comm_of, container_id, split_stat, threads_of, ProcessInfo};
 pub use maps::{parse_maps, MapsLine};
@@ -182,44 +185,6 @@ struct Mapping {
     region: Region,
 }
 
-/// The vDSO as the kernel maps it into this process: the image every 64-bit process maps (an ELF
-/// file with `.dynsym` and `.eh_frame`), where it is and its bytes. It never moves nor changes:
-/// read once, for the unwinder, the names and the check of each process's.
-pub struct OwnVdso {
-    pub range: std::ops::Range<u64>,
-    pub image: Vec<u8>,
-}
-
-pub fn own_vdso() -> Option<&'static OwnVdso> {
-    static OWN: std::sync::OnceLock<Option<OwnVdso>> = std::sync::OnceLock::new();
-    OWN.get_or_init(|| {
-        use std::os::unix::fs::FileExt as _;
-        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-        let line = parse_maps(&maps).into_iter().find(|l| l.path == "[vdso]")?;
-        let mut image = vec![0u8; (line.end - line.start) as usize];
-        let mem = std::fs::File::open("/proc/self/mem").ok()?;
-        mem.read_exact_at(&mut image, line.start).ok()?;
-        Some(OwnVdso {
-            range: line.start..line.end,
-            image,
-        })
-    })
-    .as_ref()
-}
-
-/// Whether `pid`'s vDSO, at `start`, is the image bpfprof's own is (its ELF header): a 32-bit
-/// process maps another, whose code bpfprof's would misname; its frames stay unnamed.
-fn same_vdso(pid: u32, start: u64) -> bool {
-    use std::os::unix::fs::FileExt as _;
-    let Some(own) = own_vdso().and_then(|own| own.image.get(..64)) else {
-        return false;
-    };
-    let mut theirs = [0u8; 64];
-    File::open(format!("/proc/{pid}/mem"))
-        .and_then(|mem| mem.read_exact_at(&mut theirs, start))
-        .is_ok_and(|()| theirs == own)
-}
-
 /// Memory maps of every process seen in the run, and the files they map.
 #[derive(Debug, Default)]
 pub struct Processes {
@@ -227,8 +192,8 @@ pub struct Processes {
     /// from before are resolved against the map they were taken in.
     maps: HashMap<(u32, u32), Vec<Mapping>>,
     /// Process names, executables and cgroups, captured with the maps, and the exec generation
-    /// read with them (read once per image: a loader mapping libraries is captured again and
-    /// again, and who the process is did not change).
+    /// read with them (not read again when the same image maps more: a loader mapping
+    /// libraries is captured again and again, and who the process is did not change).
     info: HashMap<u32, (u32, ProcessInfo)>,
     files: HashMap<FileId, MappedFile>,
     file_ids: HashMap<(String, u64), FileId>,
@@ -254,6 +219,17 @@ impl std::fmt::Debug for Generations {
     }
 }
 
+/// When a capture reads a process's label again.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Relabel {
+    /// A first capture, or one after samples fell outside the map: the pid may be another
+    /// process's by now (announced anew after the old one exited).
+    Always,
+    /// A map the process changed (a loader mapping libraries, a dlopen): the same process,
+    /// labelled again only if it exec'd since.
+    NewImage,
+}
+
 /// `refresh` reads a process's map at most this often: a pc that stays outside every mapping
 /// (code bpfprof cannot see the mapping of) must not turn into a `/proc` read per sample.
 const REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
@@ -274,7 +250,7 @@ impl Processes {
 
     /// Read the process's executable mappings and open its files. Fails if it is gone.
     pub fn capture(&mut self, pid: u32) -> io::Result<()> {
-        let (generation, lines) = self.read_maps(pid)?;
+        let (generation, lines) = self.read_maps(pid, Relabel::Always)?;
         self.install_captured(pid, generation, lines);
         Ok(())
     }
@@ -286,7 +262,7 @@ impl Processes {
     /// that has not changed is not installed again, because the tables it would load could
     /// not place that pc either.
     pub fn refresh_changed(&mut self, pid: u32) -> io::Result<()> {
-        let (generation, lines) = self.read_maps(pid)?;
+        let (generation, lines) = self.read_maps(pid, Relabel::NewImage)?;
         let installed = self.maps.get(&(pid, generation));
         if installed.is_some_and(|maps| self.same_map(maps, &lines)) {
             return Ok(());
@@ -295,8 +271,9 @@ impl Processes {
         Ok(())
     }
 
-    /// The executable mappings of `pid` and the exec generation they belong to.
-    fn read_maps(&mut self, pid: u32) -> io::Result<(u32, Vec<MapsLine>)> {
+    /// The executable mappings of `pid` and the exec generation they belong to; with its
+    /// label (name, executable, cgroup) read again as `relabel` says.
+    fn read_maps(&mut self, pid: u32, relabel: Relabel) -> io::Result<(u32, Vec<MapsLine>)> {
         // The generation read on both sides of the map: equal, the map belongs to it (an exec
         // in between would have changed it).
         let (mut text, mut generation) = (String::new(), 0);
@@ -313,7 +290,7 @@ impl Processes {
         if text.is_empty() && self.is_known(pid) {
             return Err(io::Error::new(io::ErrorKind::NotFound, "exited"));
         }
-        if !self.knows_who(pid, generation) {
+        if relabel == Relabel::Always || !self.knows_who(pid, generation) {
             if let Some(info) =
                 ProcessInfo::read(pid).filter(|i| i.executable.is_some() || !self.is_known(pid))
             {
@@ -324,7 +301,7 @@ impl Processes {
     }
 
     /// Whether this image of `pid` was labelled already (with its executable: a zombie's
-    /// label has none). Without exec generations (every image is 0), always read again.
+    /// label has none). Without exec generations (every image is 0), never.
     fn knows_who(&self, pid: u32, generation: u32) -> bool {
         self.generations.is_some()
             && self

@@ -255,3 +255,24 @@ fn captures_own_process() {
     let file = procs.snapshot(procs.mapped_files(std::process::id(), 0).iter().map(|f| f.0));
     assert!(file.0.values().any(|f| f.identity.is_some()));
 }
+
+/// A map the process changed (a loader's libraries) keeps the label its image was read with;
+/// a capture (a first announcement: the pid may be another process's by now) reads it anew.
+/// Seen through this process's own name, renamed for the test and renamed back.
+#[test]
+fn a_changed_map_keeps_its_images_label_and_a_capture_reads_it_anew() {
+    let own = std::process::id();
+    let rename = |name: &str| std::fs::write(format!("/proc/{own}/comm"), name).unwrap();
+    let before = comm_of(own).unwrap();
+    let mut procs = Processes::new();
+    procs.with_generations(|_| 0);
+    procs.capture(own).unwrap();
+    rename("relabel-test");
+    procs.refresh_changed(own).unwrap();
+    let after_refresh = procs.name(own).map(str::to_string);
+    procs.capture(own).unwrap();
+    let after_capture = procs.name(own).map(str::to_string);
+    rename(&before);
+    assert_eq!(after_refresh, Some(before), "the same image: not read again");
+    assert_eq!(after_capture.as_deref(), Some("relabel-test"), "read anew");
+}

@@ -23,7 +23,7 @@ use crate::{
     python::{Interpreter, Layout},
 };
 pub use placed::FileWithRows;
-use placed::{FileRows, FileTable};
+use placed::{FileKey, FileRows, FileTable};
 use profiler_common::python::PyProcess;
 
 /// The BPF side's tables: one row array for all files (mapped into our memory, so a whole
@@ -99,13 +99,14 @@ impl Tables {
                 (0, _) => (String::new(), 0),
                 (inode, _) => (line.dev.clone(), inode),
             };
-            if line.inode != 0 {
+            // (A file this load uses already was checked at its first line.)
+            if line.inode != 0 && !keys.contains(&key) {
                 let path = line.map_files_path(pid);
                 self.placed
                     .drop_if_replaced(&key, || FileIdentity::at(Path::new(&path)));
             }
             if !self.placed.files.contains_key(&key) && !key.0.is_empty() {
-                if let Some(file) = self.read_file(pid, line) {
+                if let Some(file) = self.read_file(pid, line, &keys) {
                     parsed += 1;
                     self.placed.files.insert(key.clone(), file);
                 }
@@ -180,7 +181,9 @@ impl Tables {
 
     /// Read and parse a mapping's file (through the process, so it is the file it mapped) and
     /// place its rows. None when it cannot be read now (the process may be gone): not cached.
-    fn read_file(&mut self, pid: u32, line: &MapsLine) -> Option<FileTable> {
+    /// Rows are never taken from the files of `this_load` (kept idle until now, and already
+    /// given to this process's mappings).
+    fn read_file(&mut self, pid: u32, line: &MapsLine, this_load: &HashSet<FileKey>) -> Option<FileTable> {
         let (mapped, handle);
         let data: &[u8] = match line.path.as_str() {
             VDSO => {
@@ -206,7 +209,7 @@ impl Tables {
         };
         let rows = match rows {
             Ok(rows) => self
-                .place(&rows)
+                .place(&rows, this_load)
                 .ok_or_else(|| "the unwind row array is full".to_string()),
             Err(e) => Err(e.to_string()),
         };
@@ -225,9 +228,9 @@ impl Tables {
         })
     }
 
-    fn place(&mut self, rows: &[Row]) -> Option<(u32, u32)> {
+    fn place(&mut self, rows: &[Row], this_load: &HashSet<FileKey>) -> Option<(u32, u32)> {
         let len = u32::try_from(rows.len()).ok()?;
-        let first = self.placed.take(len)?;
+        let first = self.placed.take(len, this_load)?;
         self.rows.write(first as usize, rows);
         Some((first, len))
     }

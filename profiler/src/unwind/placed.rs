@@ -184,13 +184,14 @@ impl FileRows {
     }
 
     /// `len` rows of the array, from the files kept idle if there is no room otherwise (the
-    /// longest idle first).
-    pub(super) fn take(&mut self, len: u32) -> Option<u32> {
+    /// longest idle first), but for those in `pinned` (a load in progress has given them).
+    pub(super) fn take(&mut self, len: u32, pinned: &HashSet<FileKey>) -> Option<u32> {
         loop {
             if let Some(at) = self.space.take(len) {
                 return Some(at);
             }
             let oldest = (self.files.iter())
+                .filter(|(key, _)| !pinned.contains(*key))
                 .filter_map(|(key, f)| Some((f.idle_since?, key)))
                 .min()
                 .map(|(_, key)| key.clone())?;
@@ -241,8 +242,12 @@ impl FileRows {
             return;
         };
         file.users = file.users.saturating_sub(1);
-        if file.users == 0 {
-            file.idle_since = Some(now);
+        match (file.users, &file.rows) {
+            // Kept: its rows are what a next run would need.
+            (0, Ok(_)) => file.idle_since = Some(now),
+            // Without rows (none usable, or no room then): read again when next mapped.
+            (0, Err(_)) => self.remove(key),
+            _ => {}
         }
     }
 }
@@ -418,16 +423,20 @@ mod tests {
         placed.drop_if_replaced(&c, || None);
         assert!(placed.files.contains_key(&c));
 
-        // The array full: the idle file gives its rows to a new one, the one in use keeps its.
+        // The array full: the idle file gives its rows to a new one, the one in use keeps its;
+        // and one a load in progress has given already keeps them too.
         assert_eq!(placed.space.used(), 200);
+        assert_eq!(placed.take(150, &HashSet::from([a.clone()])), None);
+        assert!(placed.files.contains_key(&a), "pinned by the load");
+        let none = HashSet::new();
         assert_eq!(
-            placed.take(150),
+            placed.take(150, &none),
             Some(100),
             "a's rows (100..200) and b's freed ones"
         );
         assert!(!placed.files.contains_key(&a));
         assert!(placed.files.contains_key(&c));
-        assert_eq!(placed.take(100), None, "nothing idle left to take from");
+        assert_eq!(placed.take(100, &none), None, "nothing idle left to take from");
     }
 
     #[test]
@@ -447,6 +456,13 @@ mod tests {
             !placed.files.contains_key(&deleted),
             "deleted: nothing can map it again"
         );
+
+        // A file without rows is read again when next mapped (there may be room by then).
+        let rowless = file_with_rows(&mut placed, "rowless", 0);
+        placed.files.get_mut(&rowless).unwrap().rows = Err("the unwind row array is full".into());
+        placed.set_uses(2, HashSet::from([rowless.clone()]));
+        placed.forget(&HashSet::from([2]), start);
+        assert!(!placed.files.contains_key(&rowless));
 
         // One more than IDLE_FILES go idle, one at a time: the first is let go.
         for n in 0..=IDLE_FILES as u32 {

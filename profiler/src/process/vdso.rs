@@ -1,0 +1,43 @@
+//! The vDSO: the image bpfprof's own process maps, read once, and whether another process's is
+//! the same.
+use std::fs::File;
+
+use super::parse_maps;
+
+/// The vDSO as the kernel maps it into this process: the image every 64-bit process maps (an ELF
+/// file with `.dynsym` and `.eh_frame`), where it is and its bytes. It never moves nor changes:
+/// read once, for the unwinder, the names and the check of each process's.
+pub struct OwnVdso {
+    pub range: std::ops::Range<u64>,
+    pub image: Vec<u8>,
+}
+
+pub fn own_vdso() -> Option<&'static OwnVdso> {
+    static OWN: std::sync::OnceLock<Option<OwnVdso>> = std::sync::OnceLock::new();
+    OWN.get_or_init(|| {
+        use std::os::unix::fs::FileExt as _;
+        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+        let line = parse_maps(&maps).into_iter().find(|l| l.path == "[vdso]")?;
+        let mut image = vec![0u8; (line.end - line.start) as usize];
+        let mem = std::fs::File::open("/proc/self/mem").ok()?;
+        mem.read_exact_at(&mut image, line.start).ok()?;
+        Some(OwnVdso {
+            range: line.start..line.end,
+            image,
+        })
+    })
+    .as_ref()
+}
+
+/// Whether `pid`'s vDSO, at `start`, is the image bpfprof's own is (its ELF header): a 32-bit
+/// process maps another, whose code bpfprof's would misname; its frames stay unnamed.
+pub(super) fn same_vdso(pid: u32, start: u64) -> bool {
+    use std::os::unix::fs::FileExt as _;
+    let Some(own) = own_vdso().and_then(|own| own.image.get(..64)) else {
+        return false;
+    };
+    let mut theirs = [0u8; 64];
+    File::open(format!("/proc/{pid}/mem"))
+        .and_then(|mem| mem.read_exact_at(&mut theirs, start))
+        .is_ok_and(|()| theirs == own)
+}
