@@ -20,6 +20,8 @@ const BPF_MAP_LOOKUP_AND_DELETE_BATCH: libc::c_long = 25;
 /// one), up to `MOST`.
 const FIRST: usize = 128;
 const MOST: usize = 1 << 20;
+/// A bucket index no hash map has (`out_batch` before a call).
+const NOT_WRITTEN: u32 = u32::MAX;
 
 /// `union bpf_attr` as the batch commands read it.
 #[repr(C)]
@@ -142,12 +144,14 @@ enum Batched<K, V> {
 /// The entries, a batch per call.
 fn batches<K: Pod, V: Pod>(map: &MapData, command: libc::c_long) -> Batched<K, V> {
     let mut entries = Vec::new();
-    let (mut token, mut next, mut started) = (0u32, 0u32, false);
+    let (mut token, mut started) = (0u32, false);
     let mut room = FIRST;
     let (mut keys, mut values) = (Vec::<K>::new(), Vec::<V>::new());
     loop {
         keys.reserve_exact(room);
         values.reserve_exact(room);
+        // No bucket index: the kernel writes the real one together with the count.
+        let mut next = NOT_WRITTEN;
         let mut attr = BatchAttr {
             in_batch: if started { &token as *const u32 as u64 } else { 0 },
             out_batch: &mut next as *mut u32 as u64,
@@ -168,13 +172,12 @@ fn batches<K: Pod, V: Pod>(map: &MapData, command: libc::c_long) -> Batched<K, V
             )
         };
         let error = (result < 0).then(|| io::Error::last_os_error().raw_os_error().unwrap_or(0));
-        // The count is the kernel's only where it wrote it: on success, and where its walk
-        // stopped at a bucket (the end, a bucket too big for the room, one it could not lock).
-        let filled = match error {
-            None | Some(libc::ENOENT | libc::ENOSPC | libc::EBUSY | libc::EDEADLK) => {
-                (attr.count as usize).min(room)
-            }
-            Some(_) => 0,
+        // The count is the kernel's only where it wrote it, with the bucket it stopped at: on
+        // success, and wherever its walk stopped at a bucket (the end, a bucket too big for the
+        // room, one it could not lock, memory), whatever the error; not where it refused first.
+        let filled = match next {
+            NOT_WRITTEN => 0,
+            _ => (attr.count as usize).min(room),
         };
         // SAFETY: the kernel wrote `filled` whole keys and values (their sizes are the map's,
         // checked when the map was typed), and `Pod` types are valid for any bits.
@@ -185,7 +188,7 @@ fn batches<K: Pod, V: Pod>(map: &MapData, command: libc::c_long) -> Batched<K, V
         entries.extend(keys.drain(..).zip(values.drain(..)));
         match error {
             None => (token, started) = (next, true),
-            Some(libc::ENOENT) => return Batched::Whole(entries),
+            Some(libc::ENOENT) if next != NOT_WRITTEN => return Batched::Whole(entries),
             Some(libc::ENOSPC) if filled == 0 && room < MOST => room *= 4,
             Some(_) if !started && entries.is_empty() => return Batched::Unsupported,
             Some(e) => {
