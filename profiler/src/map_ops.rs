@@ -6,7 +6,7 @@
 use std::{
     borrow::Borrow,
     io,
-    os::fd::{AsFd as _, AsRawFd as _},
+    os::fd::{AsFd as _, AsRawFd as _, BorrowedFd},
 };
 
 use aya::{
@@ -40,11 +40,10 @@ struct BatchAttr {
 /// `bpf(2)` on one element of a map, for the commands aya offers no call for on a map's type.
 pub(crate) fn map_elem_call(
     cmd: libc::c_long,
-    map_fd: std::os::fd::BorrowedFd<'_>,
+    map_fd: BorrowedFd<'_>,
     key: *const u8,
     value: *mut u8,
-) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd as _;
+) -> io::Result<()> {
     #[repr(C)]
     struct ElemAttr {
         map_fd: u32,
@@ -71,7 +70,7 @@ pub(crate) fn map_elem_call(
         )
     };
     match ret {
-        r if r < 0 => Err(std::io::Error::last_os_error()),
+        r if r < 0 => Err(io::Error::last_os_error()),
         _ => Ok(()),
     }
 }
@@ -79,8 +78,7 @@ pub(crate) fn map_elem_call(
 /// Take one entry out of a hash map: its value as it was when removed, in one step
 /// (`BPF_MAP_LOOKUP_AND_DELETE_ELEM`, hash maps since Linux 5.14), so nothing the kernel adds
 /// to it between a read and a delete is lost. None: no such key (any more).
-pub(crate) fn take_entry<K: aya::Pod, V: aya::Pod>(map: &MapData, key: &K) -> std::io::Result<Option<V>> {
-    use std::os::fd::AsFd as _;
+fn take_entry<K: Pod, V: Pod>(map: &MapData, key: &K) -> io::Result<Option<V>> {
     const BPF_MAP_LOOKUP_AND_DELETE_ELEM: libc::c_long = 21;
     let mut value = std::mem::MaybeUninit::<V>::zeroed();
     match map_elem_call(

@@ -239,7 +239,7 @@ impl Source for SchedSource {
             let gone: std::collections::HashSet<u32> = exited.iter().map(|t| t.tid).collect();
             self.threads_at_start.retain(|(_, tid)| !gone.contains(tid));
         }
-        let offcpu = self.maps.drain_offcpu(flip, &mut self.sleeps, procs)?;
+        let (offcpu, tasks) = self.maps.drain_offcpu(flip, &mut self.sleeps, procs)?;
         for sample in &offcpu {
             if let StackRead::Frames(ips) = &sample.user {
                 let _ = procs.refresh_unless_covered(sample.pid, sample.exec_generation, ips);
@@ -250,7 +250,7 @@ impl Source for SchedSource {
             exited,
             slow,
             heat: Some(heat),
-            live: wants.current.then(|| self.maps.live_tasks()),
+            live: wants.current.then(|| live_tasks(&tasks)),
             ..self.batch()
         })))
     }
@@ -346,14 +346,6 @@ impl SchedMaps {
         Ok((column, exited))
     }
 
-    /// Every live task's record so far, read from the kernel (its current state left open):
-    /// totals that only grow, as the kernel settled them.
-    fn live_tasks(&self) -> Vec<TaskRecord> {
-        (read_all(&self.tasks).iter())
-            .map(|(_, task)| TaskRecord::from(task))
-            .collect()
-    }
-
     /// The slow events waiting in the ring buffer.
     fn read_slow(&mut self) -> Vec<SlowRecord> {
         let mut slow = Vec::new();
@@ -396,19 +388,21 @@ impl SchedMaps {
     }
 
     /// The off-CPU time of the interval that ended at `flip` (see `offcpu`), leaving the slot
-    /// empty for the interval after next.
+    /// empty for the interval after next; and the live tasks as read for it (one read of the
+    /// task map a drain, for their sleeps and, when asked, their records).
     fn drain_offcpu(
         &mut self,
         flip: Flip,
         sleeps: &mut SleepsInFlight,
         procs: &Processes,
-    ) -> anyhow::Result<Vec<RawSample>> {
+    ) -> anyhow::Result<(Vec<RawSample>, Vec<LiveTask>)> {
         let slot = flip.slot;
         let ended: Vec<(SampleKey, OffCpuTime)> = take_all(&self.offcpu[slot]).entries;
         // In this order: a sleep not seen asleep here has its record in the live slot already.
-        let asleep: Vec<Asleep> = (read_all(&self.tasks).into_iter())
+        let tasks = read_all(&self.tasks);
+        let asleep: Vec<Asleep> = (tasks.iter())
             .filter(|(_, t)| t.offcpu.at_ns != 0)
-            .map(|(tid, t)| Asleep {
+            .map(|&(tid, ref t)| Asleep {
                 tid,
                 comm: t.comm,
                 start: t.offcpu,
@@ -427,8 +421,17 @@ impl SchedMaps {
         let generation_of = |pid: u32| procs.current_generation(pid);
         let out = sleeps.drain(flip, ended, &asleep, &ended_since, &stacks, &generation_of);
         clear_stacks(&mut self.stacks[slot], &mut self.user_stacks[slot]);
-        Ok(out)
+        Ok((out, tasks))
     }
+}
+
+/// A live task's entry in the kernel's task map: its tid and its record.
+type LiveTask = (u32, TaskSched);
+
+/// Every live task's record so far, as read from the kernel (its current state left open):
+/// totals that only grow, as the kernel settled them.
+fn live_tasks(tasks: &[LiveTask]) -> Vec<TaskRecord> {
+    (tasks.iter()).map(|(_, task)| TaskRecord::from(task)).collect()
 }
 
 /// One slot's off-CPU stacks.
