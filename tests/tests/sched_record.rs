@@ -41,8 +41,9 @@ fn timehist_runs_are_the_kernels_own_for_every_thread() {
     let (workload, path) = record("timehist", &[&schedload(), "2", "3"]);
     let path = path.to_str().unwrap();
     let listing = view(&["sched", "timehist", path, "-s"]);
-    // Per thread: its lines, and the summary's runs, run time and delay (ms).
-    let mut lines: HashMap<u32, u64> = HashMap::new();
+    // Per thread: its lines' delay and run time (ns, in order), and the summary's runs, run
+    // time and delay.
+    let mut lines: HashMap<u32, Vec<(f64, f64)>> = HashMap::new();
     let mut summary: HashMap<u32, (f64, f64, f64)> = HashMap::new();
     let mut in_summary = false;
     for line in listing.lines() {
@@ -50,7 +51,8 @@ fn timehist_runs_are_the_kernels_own_for_every_thread() {
         let fields: Vec<&str> = line.split_whitespace().collect();
         if !in_summary && fields.len() == 6 && fields[1].starts_with('[') {
             if let Some(tid) = tid_of(fields[2]) {
-                *lines.entry(tid).or_default() += 1;
+                let ms = |i: usize| fields[i].parse::<f64>().unwrap() * 1e6;
+                lines.entry(tid).or_default().push((ms(4), ms(5)));
             }
         } else if in_summary && fields.len() == 9 {
             if let (Some(tid), Ok(runs)) = (tid_of(fields[0]), fields[1].parse::<f64>()) {
@@ -63,13 +65,20 @@ fn timehist_runs_are_the_kernels_own_for_every_thread() {
     assert_eq!(truth.len(), 4);
     for t in &truth {
         let (runs, run_ns, delay_ns) = summary[&t.tid];
-        eprintln!(
-            "{} {}: {runs} runs vs pcount {}, run {run_ns:.0} vs {:.0} ns, delay {delay_ns:.0} vs {:.0} ns",
-            t.role, t.tid, t.pcount, t.oncpu, t.run_delay
-        );
+        let own = &lines[&t.tid];
         assert_eq!(
-            lines[&t.tid] as f64, runs,
+            own.len() as f64,
+            runs,
             "a line per run, as the summary counts them"
+        );
+        // The runs after the one that read schedstat (its exit), each a line: what the read
+        // cannot know. The run that read is counted in pcount, its delay in run_delay.
+        let after = own.get(t.pcount as usize..).unwrap_or_default();
+        let (after_delay, after_run) = after.iter().fold((0.0, 0.0), |(d, r), l| (d + l.0, r + l.1));
+        let (delay_ns, run_ns) = (delay_ns - after_delay, run_ns - after_run);
+        eprintln!(
+            "{} {}: {runs} runs vs pcount {}, run {run_ns:.0} vs {:.0} ns, delay {delay_ns:.0} vs {:.0} ns (after the read: {after:?})",
+            t.role, t.tid, t.pcount, t.oncpu, t.run_delay
         );
         // Every run the kernel counted until the thread's read (begun after the recording did),
         // and what its exit after the read adds.
