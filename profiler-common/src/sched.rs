@@ -125,7 +125,11 @@ pub struct TaskSched {
     pub switched_out: u32,
     /// The CPU of its last switch-in: where its current run is, and the wait before it ended.
     pub last_cpu: u32,
-    pub _pad: u32,
+    /// 1: `kernel` was taken while the task was off every CPU (at its birth, `sched_wakeup_new`,
+    /// or at a switch-out), so all its growth is whole runs, counted even when the switch-in
+    /// that began the run was never shown. 0: taken mid-run (first seen running), whose part
+    /// before bpfprof saw it is not counted.
+    pub base_exact: u32,
     pub hist: [u32; HIST_BUCKETS],
 }
 const _: () = assert!(size_of::<TaskSched>() == 96 + 40 + 32 + 24 + 40 + 16 + 4 * HIST_BUCKETS);

@@ -196,6 +196,10 @@ fn try_wakeup_new(ctx: &RawTracePointContext) -> Result<(), i64> {
         let _ = TASK_STATS.remove(tid);
     }
     woken(task, tid, &off);
+    if let Some(stats) = TASK_STATS.get_ptr_mut(tid) {
+        // Never run yet: its totals are where its first run starts.
+        unsafe { (*stats).base_exact = 1 };
+    }
     Ok(())
 }
 
@@ -595,18 +599,27 @@ fn add_offcpu(map: &HashMap<SampleKey, OffCpuTime>, key: &SampleKey, blocked: u6
 
 /// The growth of the kernel's totals since the task's last switch-out: the wait that preceded
 /// this run and the run itself, exactly as the kernel counted them. A task first seen running
-/// (its run began before bpfprof saw it) only starts from here.
+/// (its run began before bpfprof saw it) only starts from here. A run whose switch-in was not
+/// shown (the kernel now and then counts an arrival with no `sched_switch`) is still counted
+/// from an exact base (`base_exact`), with the wait's end and CPU unknown.
 #[inline(always)]
 fn settle_run(
     off: &TaskOffsets,
     stats: &mut TaskSched,
     tid: u32,
     totals: Option<KernelTotals>,
-    history: Option<*mut CpuHistory>,
+    mut history: Option<*mut CpuHistory>,
 ) {
     let Some(totals) = totals else {
         return;
     };
+    let unseen_start = stats.last_in_ns == 0 && stats.base_exact != 0;
+    if unseen_start && totals.sched_info.pcount > stats.kernel.sched_info.pcount {
+        bump(HealthCounter::SwitchInsMissed);
+        // It ran by now; where and when its wait ended is not known.
+        stats.last_in_ns = unsafe { bpf_ktime_get_ns() };
+        history = None;
+    }
     if stats.last_in_ns != 0 {
         stats.running_ns += totals.sum_exec_ns.saturating_sub(stats.kernel.sum_exec_ns);
         // One run as a rule; more where the kernel counted an arrival with no `sched_switch`
@@ -623,6 +636,7 @@ fn settle_run(
         record_wait(off, stats, tid, delay, stats.last_in_ns, &wait, history);
     }
     stats.kernel = totals;
+    stats.base_exact = 1;
 }
 
 /// One run-queue wait of `delay` ns that ended at `ended_ns`: totals, histogram, heatmap, and
