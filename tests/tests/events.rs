@@ -475,13 +475,17 @@ fn several_events_in_one_run_give_one_profile_each() {
         (alpha - expected).abs() <= SHARE_TOLERANCE_PP,
         "alpha {alpha:.2}% vs {expected:.2}%"
     );
-    let (nap_count, preempted) = (naps["naps"], naps["preempted"]);
+    // The napper's own count of its switches in the naps (a nap whose timer fired before it
+    // could block has none); its preemptions may land in a nap's kernel path or outside it.
+    let (nap_count, preempted, switched) = (naps["naps"], naps["preempted"], naps["switched"]);
     let napper_stacks: Vec<String> = (switches.stacks_of(napper).iter().take(3))
         .map(|s| format!("{} x {:?}", s["count"], Report::frames(s)))
         .collect();
     assert!(
-        slept as f64 >= nap_count && slept as f64 <= nap_count + preempted,
-        "{slept} switch samples for {nap_count} naps ({preempted} preemptions); the napper (pid {napper}) has {} switch samples in all, first stacks {napper_stacks:?}; health {}",
+        slept as f64 >= switched - preempted
+            && slept as f64 <= switched
+            && switched >= 0.95 * nap_count,
+        "{slept} switch samples for {nap_count} naps ({switched} switches, {preempted} preemptions); the napper (pid {napper}) has {} switch samples in all, first stacks {napper_stacks:?}; health {}",
         switches.samples_of(napper),
         switches.0["health"]
     );
