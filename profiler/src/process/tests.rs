@@ -276,3 +276,32 @@ fn a_changed_map_keeps_its_images_label_and_a_capture_reads_it_anew() {
     assert_eq!(after_refresh, Some(before), "the same image: not read again");
     assert_eq!(after_capture.as_deref(), Some("relabel-test"), "read anew");
 }
+
+/// Another process's vDSO is this one's image (the same kernel's), read from its memory; its
+/// executable's first bytes are not, nor is the vDSO of a process that is gone.
+#[test]
+fn another_process_maps_the_same_vdso_and_nothing_else_is_taken_for_it() {
+    let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = child.id();
+    // Its map once sleep runs (the exec done: the vDSO is mapped anew).
+    let lines = (0..200)
+        .find_map(|_| {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+            let lines = parse_maps(&text);
+            let exec_done = lines.iter().any(|l| l.path.ends_with("/sleep"));
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            exec_done.then_some(lines)
+        })
+        .expect("sleep started");
+    let start_of = |path: &str| lines.iter().find(|l| l.path.ends_with(path)).unwrap().start;
+    let (vdso, executable) = (start_of("[vdso]"), start_of("/sleep"));
+    let answers = (vdso::same_vdso(pid, vdso), vdso::same_vdso(pid, executable));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        answers,
+        (true, false),
+        "vDSO at {vdso:#x}, sleep at {executable:#x}"
+    );
+    assert!(!vdso::same_vdso(pid, vdso), "gone");
+}

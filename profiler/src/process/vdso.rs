@@ -1,6 +1,5 @@
 //! The vDSO: the image bpfprof's own process maps, read once, and whether another process's is
 //! the same.
-use std::fs::File;
 
 use super::parse_maps;
 
@@ -30,14 +29,24 @@ pub fn own_vdso() -> Option<&'static OwnVdso> {
 }
 
 /// Whether `pid`'s vDSO, at `start`, is the image bpfprof's own is (its ELF header): a 32-bit
-/// process maps another, whose code bpfprof's would misname; its frames stay unnamed.
+/// process maps another, whose code bpfprof's would misname; its frames stay unnamed. Read in
+/// one system call (a capture of every new process makes it: opening `/proc/PID/mem` cost
+/// three, and the open most of all).
 pub(super) fn same_vdso(pid: u32, start: u64) -> bool {
-    use std::os::unix::fs::FileExt as _;
     let Some(own) = own_vdso().and_then(|own| own.image.get(..64)) else {
         return false;
     };
     let mut theirs = [0u8; 64];
-    File::open(format!("/proc/{pid}/mem"))
-        .and_then(|mem| mem.read_exact_at(&mut theirs, start))
-        .is_ok_and(|()| theirs == own)
+    let local = libc::iovec {
+        iov_base: theirs.as_mut_ptr().cast(),
+        iov_len: theirs.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: start as *mut libc::c_void,
+        iov_len: theirs.len(),
+    };
+    // SAFETY: `local` is the 64 bytes of `theirs`, which outlive the call; the kernel checks
+    // `remote` against the other process's memory.
+    let read = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    read == theirs.len() as isize && theirs == own
 }

@@ -1,10 +1,8 @@
 //! pprof (`profile.proto`, gzipped), as read by `go tool pprof`, speedscope, Parca and Pyroscope.
-use std::{
-    collections::HashMap,
-    io::{self, Write},
-};
+use std::io::{self, Write};
 
 use flate2::{write::GzEncoder, Compression};
+use foldhash::{HashMap, HashMapExt as _};
 use prost::Message;
 
 use super::Renderer;
@@ -128,9 +126,10 @@ impl Renderer for Pprof {
     }
 }
 
-/// A profile as pprof files hold it: the encoded message, gzipped.
+/// A profile as pprof files hold it: the encoded message, gzipped at the fastest level (as Go's
+/// runtime/pprof writes them: the agent compresses a profile per signal every window).
 pub fn write_gz(profile: &proto::Profile, out: &mut dyn Write) -> io::Result<()> {
-    let mut gz = GzEncoder::new(out, Compression::default());
+    let mut gz = GzEncoder::new(out, Compression::fast());
     gz.write_all(&profile.encode_to_vec())?;
     gz.finish()?;
     Ok(())

@@ -1,5 +1,5 @@
 //! The frames a long-lived symbolizer keeps across profiles, bounded in bytes.
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt as _};
 
 use super::Frame;
 use crate::process::FileIdentity;
