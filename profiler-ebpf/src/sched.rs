@@ -192,9 +192,10 @@ fn try_wakeup_new(ctx: &RawTracePointContext) -> Result<(), i64> {
     let off = offsets();
     let task = Task(ctx.arg(0));
     let tid = task.tid(&off)?;
-    if tracked(tid) {
-        let _ = TASK_STATS.remove(tid);
+    if !tracked(tid) {
+        return Ok(());
     }
+    let _ = TASK_STATS.remove(tid);
     woken(task, tid, &off);
     if let Some(stats) = TASK_STATS.get_ptr_mut(tid) {
         // Never run yet: its totals are where its first run starts.
@@ -613,11 +614,17 @@ fn settle_run(
     let Some(totals) = totals else {
         return;
     };
-    let unseen_start = stats.last_in_ns == 0 && stats.base_exact != 0;
-    if unseen_start && totals.sched_info.pcount > stats.kernel.sched_info.pcount {
+    // One run, never more: growth of several runs none of which was seen is not this task's (a
+    // dying thread preempted after its tid was freed and given to a new one, whose entry this
+    // is); it is left uncounted, as a first sight's is.
+    let unseen_start = stats.last_in_ns == 0
+        && stats.base_exact != 0
+        && totals.sched_info.pcount == stats.kernel.sched_info.pcount + 1;
+    if unseen_start {
         bump(HealthCounter::SwitchInsMissed);
-        // It ran by now; where and when its wait ended is not known.
+        // It ran by now; where and when its wait ended is not known, what began it is.
         stats.last_in_ns = unsafe { bpf_ktime_get_ns() };
+        stats.last_wait = stats.enqueued;
         history = None;
     }
     if stats.last_in_ns != 0 {
