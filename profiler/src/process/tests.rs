@@ -277,27 +277,45 @@ fn a_changed_map_keeps_its_images_label_and_a_capture_reads_it_anew() {
     assert_eq!(after_capture.as_deref(), Some("relabel-test"), "read anew");
 }
 
-/// Another process's vDSO is this one's image (the same kernel's), read from its memory; its
-/// executable's first bytes are not, nor is the vDSO of a process that is gone.
+/// Another process's vDSO is this one's image (the same kernel's), read from its memory; the first
+/// bytes of its executable's code are not, nor is the vDSO of a process that is gone.
 #[test]
 fn another_process_maps_the_same_vdso_and_nothing_else_is_taken_for_it() {
-    let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
-    let pid = child.id();
-    // Its map once sleep runs (the exec done: the vDSO is mapped anew).
-    let lines = (0..200)
+    /// Killed and reaped however the test ends.
+    struct Child(std::process::Child);
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let child = Child(std::process::Command::new("sleep").arg("30").spawn().unwrap());
+    let pid = child.0.id();
+    // Its map once the exec is done: its executable (as /proc names it: a multi-call binary's
+    // path is not "sleep") and the vDSO mapped anew after it.
+    let mapped = |lines: &[MapsLine], exe: &str| {
+        let start = |path: &str| lines.iter().find(|l| l.path == path).map(|l| l.start);
+        start(exe).zip(start("[vdso]"))
+    };
+    let own = std::env::current_exe().unwrap();
+    let look = || {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok()?;
+        // (Before its exec, the child is still this test's image.)
+        let exe = Some(exe).filter(|e| *e != own)?;
+        let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+        mapped(&parse_maps(&text), exe.to_str()?)
+    };
+    let (executable, vdso) = (0..400)
         .find_map(|_| {
-            let text = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-            let lines = parse_maps(&text);
-            let exec_done = lines.iter().any(|l| l.path.ends_with("/sleep"));
-            std::thread::sleep(std::time::Duration::from_millis(5));
-            exec_done.then_some(lines)
+            let found = look();
+            if found.is_none() {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            found
         })
         .expect("sleep started");
-    let start_of = |path: &str| lines.iter().find(|l| l.path.ends_with(path)).unwrap().start;
-    let (vdso, executable) = (start_of("[vdso]"), start_of("/sleep"));
     let answers = (vdso::same_vdso(pid, vdso), vdso::same_vdso(pid, executable));
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
     assert_eq!(
         answers,
         (true, false),

@@ -30,9 +30,11 @@ pub fn own_vdso() -> Option<&'static OwnVdso> {
 
 /// Whether `pid`'s vDSO, at `start`, is the image bpfprof's own is (its ELF header): a 32-bit
 /// process maps another, whose code bpfprof's would misname; its frames stay unnamed. Read in
-/// one system call (a capture of every new process makes it: opening `/proc/PID/mem` cost
-/// three, and the open most of all).
+/// one system call (a capture of every new process makes it: opening `/proc/PID/mem` costs
+/// three, and the open most of all); through `/proc/PID/mem` where that call fails (a kernel
+/// without it, a seccomp filter refusing it, a pid of another namespace than the caller's).
 pub(super) fn same_vdso(pid: u32, start: u64) -> bool {
+    use std::os::unix::fs::FileExt as _;
     let Some(own) = own_vdso().and_then(|own| own.image.get(..64)) else {
         return false;
     };
@@ -48,5 +50,9 @@ pub(super) fn same_vdso(pid: u32, start: u64) -> bool {
     // SAFETY: `local` is the 64 bytes of `theirs`, which outlive the call; the kernel checks
     // `remote` against the other process's memory.
     let read = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
-    read == theirs.len() as isize && theirs == own
+    let read = read == theirs.len() as isize
+        || std::fs::File::open(format!("/proc/{pid}/mem"))
+            .and_then(|mem| mem.read_exact_at(&mut theirs, start))
+            .is_ok();
+    read && theirs == own
 }
