@@ -49,14 +49,14 @@ fn timehist_runs_are_the_kernels_own_for_every_thread() {
     for line in listing.lines() {
         in_summary |= line.starts_with("Runtime summary");
         let fields: Vec<&str> = line.split_whitespace().collect();
+        // A field of milliseconds, in ns.
+        let ms = |i: usize| fields[i].parse::<f64>().unwrap() * 1e6;
         if !in_summary && fields.len() == 6 && fields[1].starts_with('[') {
             if let Some(tid) = tid_of(fields[2]) {
-                let ms = |i: usize| fields[i].parse::<f64>().unwrap() * 1e6;
                 lines.entry(tid).or_default().push((ms(4), ms(5)));
             }
         } else if in_summary && fields.len() == 9 {
             if let (Some(tid), Ok(runs)) = (tid_of(fields[0]), fields[1].parse::<f64>()) {
-                let ms = |i: usize| fields[i].parse::<f64>().unwrap() * 1e6;
                 summary.insert(tid, (runs, ms(2), ms(6)));
             }
         }
