@@ -84,6 +84,10 @@ enum Task {
         #[arg(default_value = "hotspot")]
         mode: String,
     },
+    /// The floor of a tracing bench: an empty program on each raw tracepoint named, held until
+    /// interrupted (run by `bench`).
+    #[command(hide = true)]
+    BenchFloor { tracepoints: Vec<String> },
     /// Leave the agent running under process churn; its memory and descriptors must stay flat.
     Soak {
         #[arg(long, default_value_t = 60.0)]
@@ -145,6 +149,7 @@ fn main() {
         Task::Bench { mode } => setup::run(setup::Needs::Test)
             .and_then(|()| build())
             .and_then(|()| bench::run(&mode)),
+        Task::BenchFloor { tracepoints } => bench::floor::hold(&tracepoints),
         Task::Soak { minutes, signals } => setup::run(setup::Needs::Build)
             .and_then(|()| build())
             .and_then(|()| soak::run(minutes, &signals)),

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use anyhow::{Context as _, Result};
 
-use super::{bpf_program_stats, verdict, Profiler, BPF_STATS};
+use super::compare::{bpf_program_stats, verdict, Profiler, BPF_STATS};
 use crate::bpfprof_bin;
 
 const ROUNDS: usize = 3;
@@ -118,7 +118,7 @@ fn per_call_cost() -> Result<()> {
     std::fs::write(BPF_STATS, "1").context("enabling kernel.bpf_stats_enabled")?;
     let profiler = Profiler::start_bpfprof(&["trace", "-s", "-a"])?;
     dd_seconds(&[])?;
-    let (ns, runs) = bpf_program_stats(profiler.child.id());
+    let (ns, runs) = bpf_program_stats(profiler.pid());
     profiler.stop()?;
     let _ = std::fs::write(BPF_STATS, before.trim());
     println!(
