@@ -7,6 +7,14 @@
 //! the call's push; AArch64: x29 and x30 stored as a pair), so a frame-pointer step is shared.
 use aya_ebpf::{bindings::pt_regs, helpers::bpf_probe_read_kernel};
 
+/// One field of a `pt_regs` the kernel's BTF types (`bpf_task_pt_regs`): the verifier lets the
+/// program load it directly (a fault reads 0), where `bpf_probe_read_kernel` costs a helper call.
+/// Volatile: one load of the field's own size, as the verifier checks it against the BTF.
+#[inline(always)]
+unsafe fn load(field: *const u64) -> u64 {
+    unsafe { core::ptr::read_volatile(field) }
+}
+
 /// The registers a user stack walk starts from.
 #[derive(Clone, Copy)]
 pub struct UserRegisters {
@@ -94,16 +102,17 @@ mod imp {
         }
     }
 
-    /// The user registers the kernel saved for the current thread (`bpf_task_pt_regs`).
+    /// The user registers the kernel saved for the current thread (`bpf_task_pt_regs`: typed
+    /// by the kernel's BTF, so read with plain loads).
     #[inline(always)]
     pub fn saved(saved: *const pt_regs) -> Option<UserRegisters> {
-        let cs = unsafe { bpf_probe_read_kernel(&(*saved).cs) }.ok()?;
+        let cs = unsafe { load(&(*saved).cs) };
         if cs & 3 != 3 {
             return None;
         }
-        let ip = unsafe { bpf_probe_read_kernel(&(*saved).rip) }.ok()?;
-        let sp = unsafe { bpf_probe_read_kernel(&(*saved).rsp) }.ok()?;
-        let fp = unsafe { bpf_probe_read_kernel(&(*saved).rbp) }.ok()?;
+        let ip = unsafe { load(&(*saved).rip) };
+        let sp = unsafe { load(&(*saved).rsp) };
+        let fp = unsafe { load(&(*saved).rbp) };
         Some(UserRegisters {
             pc: ip,
             sp,
@@ -195,20 +204,21 @@ mod imp {
         unsafe { bpf_probe_read_kernel(from) }.unwrap_or([0; 6])
     }
 
-    /// The user registers the kernel saved for the current thread (`bpf_task_pt_regs`: the
-    /// kernel's `pt_regs` begins with the user-visible `user_pt_regs`).
+    /// The user registers the kernel saved for the current thread (`bpf_task_pt_regs`: typed
+    /// by the kernel's BTF, so read with plain loads; the kernel's `pt_regs` begins with the
+    /// user-visible `user_pt_regs`).
     #[inline(always)]
     pub fn saved(saved: *const pt_regs) -> Option<UserRegisters> {
-        let pstate = unsafe { bpf_probe_read_kernel(&(*saved).pstate) }.ok()?;
+        let pstate = unsafe { load(&(*saved).pstate) };
         if pstate & MODE_MASK != 0 {
             return None;
         }
-        let ip = unsafe { bpf_probe_read_kernel(&(*saved).pc) }.ok()?;
-        let sp = unsafe { bpf_probe_read_kernel(&(*saved).sp) }.ok()?;
-        let fp = unsafe { bpf_probe_read_kernel(&(*saved).regs[29]) }.ok()?;
+        let ip = unsafe { load(&(*saved).pc) };
+        let sp = unsafe { load(&(*saved).sp) };
+        let fp = unsafe { load(&(*saved).regs[29]) };
         // Where the thread entered the kernel (a syscall, a fault) x30 may still hold the
         // return address of a function that has not saved it: a leaf making a syscall.
-        let lr = unsafe { bpf_probe_read_kernel(&(*saved).regs[30]) }.ok()?;
+        let lr = unsafe { load(&(*saved).regs[30]) };
         Some(UserRegisters { pc: ip, sp, fp, lr })
     }
 }
