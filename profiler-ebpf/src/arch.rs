@@ -11,7 +11,7 @@ use aya_ebpf::{bindings::pt_regs, helpers::bpf_probe_read_kernel};
 /// program load it directly (a fault reads 0), where `bpf_probe_read_kernel` costs a helper call.
 /// Volatile: one load of the field's own size, as the verifier checks it against the BTF.
 #[inline(always)]
-unsafe fn load(field: *const u64) -> u64 {
+unsafe fn load<T: Copy>(field: *const T) -> T {
     unsafe { core::ptr::read_volatile(field) }
 }
 
@@ -106,13 +106,15 @@ mod imp {
     /// by the kernel's BTF, so read with plain loads).
     #[inline(always)]
     pub fn saved(saved: *const pt_regs) -> Option<UserRegisters> {
-        let cs = unsafe { load(&(*saved).cs) };
+        // Its low 16 bits: the whole field before Linux 6.9, since then `cs` of a union with
+        // FRED's wider view, which a wider load would reach past.
+        let cs = unsafe { load(core::ptr::addr_of!((*saved).cs) as *const u16) };
         if cs & 3 != 3 {
             return None;
         }
-        let ip = unsafe { load(&(*saved).rip) };
-        let sp = unsafe { load(&(*saved).rsp) };
-        let fp = unsafe { load(&(*saved).rbp) };
+        let ip = unsafe { load(core::ptr::addr_of!((*saved).rip)) };
+        let sp = unsafe { load(core::ptr::addr_of!((*saved).rsp)) };
+        let fp = unsafe { load(core::ptr::addr_of!((*saved).rbp)) };
         Some(UserRegisters {
             pc: ip,
             sp,
@@ -209,16 +211,16 @@ mod imp {
     /// user-visible `user_pt_regs`).
     #[inline(always)]
     pub fn saved(saved: *const pt_regs) -> Option<UserRegisters> {
-        let pstate = unsafe { load(&(*saved).pstate) };
+        let pstate = unsafe { load(core::ptr::addr_of!((*saved).pstate)) };
         if pstate & MODE_MASK != 0 {
             return None;
         }
-        let ip = unsafe { load(&(*saved).pc) };
-        let sp = unsafe { load(&(*saved).sp) };
-        let fp = unsafe { load(&(*saved).regs[29]) };
+        let ip = unsafe { load(core::ptr::addr_of!((*saved).pc)) };
+        let sp = unsafe { load(core::ptr::addr_of!((*saved).sp)) };
+        let fp = unsafe { load(core::ptr::addr_of!((*saved).regs[29])) };
         // Where the thread entered the kernel (a syscall, a fault) x30 may still hold the
         // return address of a function that has not saved it: a leaf making a syscall.
-        let lr = unsafe { load(&(*saved).regs[30]) };
+        let lr = unsafe { load(core::ptr::addr_of!((*saved).regs[30])) };
         Some(UserRegisters { pc: ip, sp, fp, lr })
     }
 }

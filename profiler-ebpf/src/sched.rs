@@ -378,16 +378,13 @@ fn switch_out(
         return None;
     }
     stats.enqueued.at_ns = 0;
+    // Its blocked stacks will need its memory map: have user space capture it now.
+    crate::sampling::announce_once(tgid);
     let policy = unsafe { core::ptr::read_volatile(&OFFCPU_STACKS_ENABLED) };
     let version = match policy {
         offcpu_stacks::NONE => None,
         _ => crate::unwind::tables_version(tgid),
     };
-    if version.is_none() {
-        // Its blocked stacks will need its memory map: have user space capture it now (its
-        // tables, where it has them, were built from that capture).
-        crate::sampling::announce_once(tgid);
-    }
     let tables = version.is_some();
     let generation = generation();
     // With tables: the last walk's stack again, or filled in by the walk the caller starts.

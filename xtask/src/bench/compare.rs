@@ -100,11 +100,15 @@ impl Profiler {
         let mut child = command.stderr(Stdio::piped()).spawn()?;
         let stderr = child.stderr.take().unwrap();
         let mut lines = BufReader::new(stderr).lines();
+        let mut said = Vec::new();
         loop {
             match lines.next() {
                 Some(Ok(line)) if line.contains("Ctrl-C") => break,
-                Some(Ok(_)) => continue,
-                _ => bail!("{who} exited before it started sampling"),
+                Some(Ok(line)) => said.push(line),
+                _ => {
+                    let _ = child.wait();
+                    bail!("{who} exited before it started sampling: {}", said.join("\n"))
+                }
             }
         }
         std::thread::spawn(move || lines.for_each(drop));
@@ -136,7 +140,7 @@ impl Profiler {
         self.child.id()
     }
 
-    /// Stop it and say what it cost while it was ready.
+    /// Stop it and say what it cost while it was ready (dropped unstopped, on an error: killed).
     pub(super) fn stop(mut self) -> Result<Cost> {
         let cpu = cpu_seconds(self.child.id()).unwrap_or(0.0) - self.cpu_at_ready;
         let wall = self.ready_at.elapsed().as_secs_f64();
@@ -163,6 +167,16 @@ impl Cost {
     fn bpf_share(&self) -> f64 {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
         self.bpf_ns as f64 / 1e9 / (self.wall * cpus)
+    }
+}
+
+/// A bench that fails half-way leaves nothing attached: the floor's programs on the scheduler's
+/// tracepoints would slow every later bench and test.
+impl Drop for Profiler {
+    fn drop(&mut self) {
+        // A child already waited for is not signalled again.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 

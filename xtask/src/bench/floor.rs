@@ -2,7 +2,8 @@
 //! tracepoints as the profiler measured. What any program there costs (the kernel's way into
 //! BPF, its retpolines) is below it; what a profiler costs above it is its own work.
 //!
-//! Loaded with the bare `bpf(2)` calls (two instructions need no object file, no loader crate),
+//! Loaded with bare `bpf(2)` calls, one load and one attach per tracepoint (two instructions
+//! need no object file, no loader crate),
 //! held by a process of its own until it is interrupted, as the profilers are.
 use std::{ffi::CString, os::fd::FromRawFd as _, os::fd::OwnedFd};
 
