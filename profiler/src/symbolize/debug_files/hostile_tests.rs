@@ -97,6 +97,28 @@ fn naming_later_waits_for_files_being_fetched() {
 }
 
 #[test]
+fn a_file_without_a_debug_file_is_not_said_to_be_named_from_no_symbols() {
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = fixture(tmp.path(), WORK);
+    let id = crate::process::build_id_bytes(&File::open(&prog).unwrap()).unwrap();
+    let f = address_of_work(&prog) + 1;
+    // Left unnamed at the run (as an address in the file); no debug file anywhere now.
+    let mut frame = Frame::unknown("/opt/stripped", 0x5555_0000_0000 + f, false);
+    frame.object = Some(ObjectRef {
+        build_id: Some(hex(&id)),
+        file_offset: None,
+        vaddr: Some(f),
+    });
+    let nowhere = tmp.path().join("no-system-dir");
+    let locator = DebugLocator::with_system(Vec::new(), None, &nowhere);
+    let (named, sources) = name_later(&locator, &[&frame]);
+    assert!(named.is_empty(), "{named:?}");
+    // The run's own account of where the file's names came from stands: nothing is added.
+    assert!(sources.is_empty(), "{sources:?}");
+    assert_eq!(crate::symbolize::names_note(&sources), None);
+}
+
+#[test]
 fn a_fifo_named_like_the_debug_link_neither_hangs_the_search_nor_the_naming() {
     let tmp = tempfile::tempdir().unwrap();
     fixture(tmp.path(), PROG);

@@ -126,7 +126,12 @@ pub fn name_later(
                     .push(format!("{}: {err}, ignored", path.display())),
             }
         }
-        sources.push(source);
+        // Without a debug file found, these frames' file was named at the run as it could be
+        // (from its own symbols, say): what is known here is only of its frames left unnamed,
+        // and to say "from no symbols" of the file would misstate it.
+        if source.source != Origin::None || !source.problems.is_empty() {
+            sources.push(source);
+        }
     }
     (named, sources)
 }
