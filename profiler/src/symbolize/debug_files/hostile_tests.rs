@@ -72,10 +72,10 @@ fn address_of_work(prog: &Path) -> u64 {
 const WORK: &str =
     "int work(int x) { return x * 3; }\nint main(int argc, char **argv) { return work(argc); }\n";
 
-#[test]
-fn naming_later_waits_for_files_being_fetched() {
-    let tmp = tempfile::tempdir().unwrap();
-    let prog = fixture(tmp.path(), WORK);
+/// A frame left unnamed at the run, in `work` of a stripped copy of the fixture built in `dir`
+/// (its debug file beside it, as `prog.debug`).
+fn unnamed_work_frame(dir: &std::path::Path) -> Frame {
+    let prog = fixture(dir, WORK);
     let id = crate::process::build_id_bytes(&File::open(&prog).unwrap()).unwrap();
     let f = address_of_work(&prog) + 1;
     let mut frame = Frame::unknown("/opt/stripped", 0x5555_0000_0000 + f, false);
@@ -84,6 +84,13 @@ fn naming_later_waits_for_files_being_fetched() {
         file_offset: None,
         vaddr: Some(f),
     });
+    frame
+}
+
+#[test]
+fn naming_later_waits_for_files_being_fetched() {
+    let tmp = tempfile::tempdir().unwrap();
+    let frame = unnamed_work_frame(tmp.path());
     let debug = tmp.path().join("prog.debug");
     let fake = Fake::new(vec![Lookup::Pending, Lookup::Ready(debug.clone())]);
     let nowhere = tmp.path().join("no-system-dir");
@@ -99,16 +106,8 @@ fn naming_later_waits_for_files_being_fetched() {
 #[test]
 fn a_file_without_a_debug_file_is_not_said_to_be_named_from_no_symbols() {
     let tmp = tempfile::tempdir().unwrap();
-    let prog = fixture(tmp.path(), WORK);
-    let id = crate::process::build_id_bytes(&File::open(&prog).unwrap()).unwrap();
-    let f = address_of_work(&prog) + 1;
-    // Left unnamed at the run (as an address in the file); no debug file anywhere now.
-    let mut frame = Frame::unknown("/opt/stripped", 0x5555_0000_0000 + f, false);
-    frame.object = Some(ObjectRef {
-        build_id: Some(hex(&id)),
-        file_offset: None,
-        vaddr: Some(f),
-    });
+    // No debug file found now: the locator looks in no directory and fetches nothing.
+    let frame = unnamed_work_frame(tmp.path());
     let nowhere = tmp.path().join("no-system-dir");
     let locator = DebugLocator::with_system(Vec::new(), None, &nowhere);
     let (named, sources) = name_later(&locator, &[&frame]);
