@@ -165,9 +165,18 @@ impl Cost {
 
     /// Its BPF programs' run time as a share of all CPUs' time while it was ready.
     fn bpf_share(&self) -> f64 {
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-        self.bpf_ns as f64 / 1e9 / (self.wall * cpus)
+        self.bpf_ns as f64 / 1e9 / (self.wall * cpus())
     }
+}
+
+/// This machine's CPUs: the shares above are of all their time.
+fn cpus() -> f64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get()) as f64
+}
+
+/// Its own threads' CPU time over the rounds, on average, as a fraction of one core.
+fn mean_cpu(costs: &[Cost]) -> f64 {
+    mean(&costs.iter().map(|c| c.cpu).collect::<Vec<_>>())
 }
 
 /// A bench that fails half-way leaves nothing attached: the floor's programs on the scheduler's
@@ -340,15 +349,12 @@ fn report(
         c.mode, c.what
     );
     println!("  alone                                {a:.4} s");
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     // Noise-free cost: the kernel's own accounting of BPF run time (from the run with statistics
     // on), and the tool's own threads, as shares of all CPUs' time while it was attached.
     let measured: Vec<f64> = costs
         .iter()
         .zip(stats)
-        .map(|(costs, stats)| {
-            stats.bpf_share() + mean(&costs.iter().map(|c| c.cpu).collect::<Vec<_>>()) / cpus
-        })
+        .map(|(costs, stats)| stats.bpf_share() + mean_cpu(costs) / cpus())
         .collect();
     for (i, who) in contenders.iter().enumerate() {
         let b = min(&under[i]);
@@ -360,7 +366,7 @@ fn report(
             who.label(),
             b / a,
             b - a,
-            100.0 * mean(&costs[i].iter().map(|c| c.cpu).collect::<Vec<_>>()),
+            100.0 * mean_cpu(&costs[i]),
             match who {
                 Contender::Reference(tool) if tool[0] == "perf" => " (perf writes its buffers out at exit)",
                 _ => "",

@@ -3,8 +3,8 @@
 //! BPF, its retpolines) is below it; what a profiler costs above it is its own work.
 //!
 //! Loaded with bare `bpf(2)` calls, one load and one attach per tracepoint (two instructions
-//! need no object file, no loader crate),
-//! held by a process of its own until it is interrupted, as the profilers are.
+//! need no object file, no loader crate), and held by a process of its own until it is
+//! interrupted, as the profilers are.
 use std::{ffi::CString, os::fd::FromRawFd as _, os::fd::OwnedFd};
 
 use anyhow::{bail, Context as _, Result};
