@@ -858,8 +858,14 @@ fn every_tenth_malloc_splits_by_call_site() {
         "{hits} hits"
     );
     assert!((share - expected).abs() <= 3.0, "{share:.2}% vs {expected:.2}%");
-    // Samples before the process's tables were given stop early (counted in the health).
-    assert!(alpha + beta >= 0.95 * samples, "{alpha} + {beta} of {samples}");
+    // Samples before the process's tables were given stop early, counted in the health (2-4%
+    // of them on a quiet machine: its libraries' tables come after ld.so maps them, while the
+    // workload mallocs already; more on a busy one). Every other sample is under a call site.
+    let early = report.0["health"]["unwind_before_tables"].as_f64().unwrap();
+    assert!(
+        alpha + beta >= samples - early - 0.005 * samples && early <= 0.5 * samples,
+        "{alpha} + {beta} of {samples}, {early} before the tables"
+    );
     assert_no_programs_left();
 }
 

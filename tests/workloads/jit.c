@@ -4,9 +4,11 @@
  *             agents do), then for MS milliseconds alternates calls of it with native_spin (C)
  *             in the shares 60/40 by its own clock; prints the time each took (TRUTH
  *             jitted_spin=NS native_spin=NS anon=NS). A second, unnamed copy of the
- *             loop (`[anon]`) runs a little too, and the map has a garbage line.
+ *             loop (`[anon]`) runs a little too, and the map has a garbage line. SIGUSR1 ends it
+ *             early (at the end of the current round), its truth printed as usual.
  * x86-64 and AArch64. */
 #define _GNU_SOURCE
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,12 +36,16 @@ static loop_fn jit(unsigned char *page, size_t at) {
 }
 
 static volatile long native_sink;
+static volatile sig_atomic_t stop_early;
+static void on_stop(int sig) { (void)sig; stop_early = 1; }
+
 static __attribute__((noinline)) void native_spin(long n) {
     for (long i = 0; i < n; i++) native_sink++;
 }
 
 int main(int argc, char **argv) {
     long ms = argc > 1 ? atol(argv[1]) : 2000;
+    signal(SIGUSR1, on_stop);
     unsigned char *page = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (page == MAP_FAILED) return 1;
     loop_fn named = jit(page, 0), unnamed = jit(page, 256);
@@ -52,7 +58,7 @@ int main(int argc, char **argv) {
     fclose(map);
 
     long long jitted = 0, native = 0, anon = 0, end = now_ns() + ms * 1000000LL;
-    while (now_ns() < end) {
+    while (now_ns() < end && !stop_early) {
         long long t0 = now_ns();
         named(3000000);
         long long t1 = now_ns();

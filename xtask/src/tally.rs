@@ -1,55 +1,117 @@
 //! What a suite did, read from its test harness's own lines: the tally every runner of suites
-//! (the host's, the guest's) shares.
-use std::time::{Duration, Instant};
+//! (the host's, the guest's) shares. Besides the counts: how long each test took (the suites
+//! run one test at a time, so from one result line to the next) and, for a test that failed,
+//! where and why it panicked, so that the summary a CI log ends with says it.
+use std::{
+    collections::HashMap,
+    time::{Duration, Instant},
+};
 
 use anyhow::Result;
 
 /// What one suite did.
+#[derive(Default)]
 pub struct Outcome {
     pub suite: String,
     pub passed: u32,
     pub failed: u32,
-    /// Names of the failed tests, or why the suite did not finish.
+    /// Names of the failed tests (with where and why they panicked), or why the suite did not
+    /// finish.
     pub failures: Vec<String>,
     pub took: Duration,
+    /// Each test's name and time, in the order they ran.
+    pub times: Vec<(String, Duration)>,
 }
 
-/// What a test harness said it did, from its own lines (`test NAME ... FAILED`,
-/// `test result: ... N passed; N failed`).
+/// What a test harness said it did, from its own lines (`running N tests`, `test NAME ... ok`,
+/// `thread 'NAME' panicked at PLACE:` and its message, `test result: ... N passed; N failed`).
 #[derive(Default)]
 pub struct Tally {
     passed: u32,
     failed: u32,
     failures: Vec<String>,
+    times: Vec<(String, Duration)>,
+    /// When the harness started its tests, or the last one ended.
+    since: Option<Instant>,
+    /// A failed test's panic: its place and the first lines of its message.
+    why: HashMap<String, String>,
+    /// The test whose panic message is being read, and the lines read so far.
+    panic: Option<(String, Vec<String>)>,
 }
 
+/// The lines of a panic message kept for the summary, and their length at most.
+const WHY_LINES: usize = 3;
+const WHY_CHARS: usize = 300;
+
 impl Tally {
-    pub fn read(&mut self, line: &str) {
-        if let Some(test) = line
-            .strip_prefix("test ")
-            .and_then(|l| l.strip_suffix(" ... FAILED"))
-        {
-            self.failures.push(test.to_string());
+    /// Read one line of the harness; for a test's result line, how long the test took.
+    pub fn read(&mut self, line: &str) -> Option<Duration> {
+        self.read_panic(line);
+        if line.starts_with("running ") && (line.ends_with(" tests") || line.ends_with(" test")) {
+            self.since = Some(Instant::now());
         }
         if let Some(result) = line.strip_prefix("test result: ") {
             self.passed += count(result, " passed");
             self.failed += count(result, " failed");
         }
+        let (test, verdict) = line.strip_prefix("test ")?.rsplit_once(" ... ")?;
+        match verdict {
+            "FAILED" => self.failures.push(test.to_string()),
+            "ok" => {}
+            _ if verdict.starts_with("ignored") => {}
+            _ => return None,
+        }
+        let now = Instant::now();
+        let took = now - self.since.replace(now)?;
+        self.times.push((test.to_string(), took));
+        Some(took)
+    }
+
+    /// `thread 'NAME' (TID) panicked at PLACE:`, then the message up to a blank line.
+    fn read_panic(&mut self, line: &str) {
+        if let Some((test, lines)) = &mut self.panic {
+            let end = line.is_empty() || line.starts_with("note: ") || line == "stack backtrace:";
+            if !end && lines.len() <= WHY_LINES {
+                lines.push(line.trim().to_string());
+                return;
+            }
+            let why: String = lines.join(" | ").chars().take(WHY_CHARS).collect();
+            self.why.insert(std::mem::take(test), why);
+            self.panic = None;
+        }
+        let Some(rest) = line.strip_prefix("thread '") else {
+            return;
+        };
+        if let Some((test, rest)) = rest.split_once('\'') {
+            if let Some((_, place)) = rest.split_once(" panicked at ") {
+                let place = place.trim_end_matches(':').to_string();
+                self.panic = Some((test.to_string(), vec![place]));
+            }
+        }
     }
 
     /// The suite's outcome; `failed_with`: how its harness failed (exit status), if it did.
     pub fn outcome(mut self, suite: &str, failed_with: Option<String>, took: Duration) -> Outcome {
+        self.read_panic("");
         if let (Some(how), 0) = (failed_with, self.failed) {
             // It did not get as far as a test failing: a build error, or a harness that crashed.
             self.failed = 1;
             self.failures.push(format!("the suite did not finish ({how})"));
         }
+        let why = &self.why;
+        let failures = (self.failures.into_iter())
+            .map(|test| match why.get(&test) {
+                Some(why) => format!("{test} ({why})"),
+                None => test,
+            })
+            .collect();
         Outcome {
             suite: suite.to_string(),
             passed: self.passed,
             failed: self.failed,
-            failures: self.failures,
+            failures,
             took,
+            times: self.times,
         }
     }
 }
@@ -79,8 +141,32 @@ impl Outcome {
             failed: result.is_err() as u32,
             failures: result.err().map(|e| format!("{e:#}")).into_iter().collect(),
             took: started.elapsed(),
+            times: Vec::new(),
         }
     }
+}
+
+/// A result line as a runner shows it: with the test's time when it took a second or more.
+pub fn timed(line: &str, took: Option<Duration>) -> String {
+    match took {
+        Some(took) if took >= Duration::from_secs(1) => format!("{line} ({:.1} s)", took.as_secs_f64()),
+        _ => line.to_string(),
+    }
+}
+
+/// The `n` slowest tests of a run, a line each: where a suite's time goes.
+pub fn slowest(outcomes: &[Outcome], n: usize) -> Vec<String> {
+    let mut all: Vec<(&str, &str, Duration)> = (outcomes.iter())
+        .flat_map(|o| {
+            o.times
+                .iter()
+                .map(|(test, took)| (o.suite.as_str(), test.as_str(), *took))
+        })
+        .collect();
+    all.sort_by_key(|&(.., took)| std::cmp::Reverse(took));
+    (all.into_iter().take(n))
+        .map(|(suite, test, took)| format!("{:>7.1} s  {suite}: {test}", took.as_secs_f64()))
+        .collect()
 }
 
 /// The number before `what` in a harness result line (`ok. 5 passed; 1 failed; ...`).
@@ -100,7 +186,7 @@ pub fn totals_line(outcomes: &[Outcome]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::count;
+    use super::{count, Tally};
 
     #[test]
     fn counts_are_read_from_the_harness_result_line() {
@@ -109,5 +195,40 @@ mod tests {
         let bad = "FAILED. 5 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 58.10s";
         assert_eq!((count(bad, " passed"), count(bad, " failed")), (5, 1));
         assert_eq!(count("ok. 0 passed; 0 failed;", " passed"), 0);
+    }
+
+    #[test]
+    fn a_failed_test_is_named_with_where_and_why_it_panicked() {
+        let mut tally = Tally::default();
+        for line in [
+            "running 2 tests",
+            "test slow_one ... ok",
+            "test bad_one ... FAILED",
+            "",
+            "---- bad_one stdout ----",
+            "thread 'bad_one' (13356) panicked at tests/tests/x.rs:273:5:",
+            "jitted_spin NaN against 0.7434",
+            "note: run with `RUST_BACKTRACE=1`",
+            "",
+            "test result: FAILED. 1 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out",
+        ] {
+            tally.read(line);
+        }
+        let outcome = tally.outcome("e2e x", Some("exit status: 101".into()), Default::default());
+        assert_eq!((outcome.passed, outcome.failed), (1, 1));
+        assert_eq!(
+            outcome.failures,
+            ["bad_one (tests/tests/x.rs:273:5 | jitted_spin NaN against 0.7434)"]
+        );
+        let timed: Vec<_> = outcome.times.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(timed, ["slow_one", "bad_one"]);
+    }
+
+    #[test]
+    fn a_line_a_test_printed_after_its_name_is_not_its_result() {
+        let mut tally = Tally::default();
+        tally.read("running 1 test");
+        assert!(tally.read("test t ... child said ... something").is_none());
+        assert!(tally.read("test t ... ok").is_some());
     }
 }

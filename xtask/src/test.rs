@@ -14,7 +14,7 @@ use crate::{
     bpfprof_bin, cargo, docs, guest, is_root,
     noise::Noise,
     sh, soak,
-    tally::{totals_line, Outcome, Tally},
+    tally::{slowest, timed, totals_line, Outcome, Tally},
     workspace_root,
 };
 
@@ -136,7 +136,7 @@ fn run_once(filter: &[String], guest_limit: Duration) -> Result<Vec<Outcome>> {
             passed: 0,
             failed: 1,
             failures: vec![format!("{e:#}")],
-            took: Duration::ZERO,
+            ..Default::default()
         }),
     }
     // The agent left running: only on a whole run (a filtered one is someone chasing one test).
@@ -166,8 +166,8 @@ fn run_suite(name: &str, cmd: &mut Command) -> Result<Outcome> {
     let mut tally = Tally::default();
     for line in BufReader::new(child.stdout.take().unwrap()).lines() {
         let line = line?;
-        println!("{line}");
-        tally.read(&line);
+        let took = tally.read(&line);
+        println!("{}", timed(&line, took));
     }
     let status = child.wait()?;
     let failed_with = (!status.success()).then(|| status.to_string());
@@ -179,6 +179,10 @@ fn print_summary(round: u32, of: u32, outcomes: &[Outcome], noise_note: &str) {
         1 => String::new(),
         _ => format!(" (run {round} of {of})"),
     };
+    println!("xtask test: the slowest tests{run}");
+    for line in slowest(outcomes, 12) {
+        println!("  {line}");
+    }
     println!("xtask test: summary{run}{noise_note}");
     for outcome in outcomes {
         println!("  {}", outcome.line());
