@@ -242,8 +242,8 @@ fn forget_perf_map(pid: u32) {
 }
 
 impl Running {
-    /// Tell a workload that ends early on SIGUSR1 (hotspot split, lockload) to finish now, and
-    /// return its standard output.
+    /// Tell a workload that ends early on SIGUSR1 (hotspot split, lockload, jit) to finish now,
+    /// and return its standard output.
     pub fn stop(self) -> String {
         nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(self.pid() as i32),

@@ -69,6 +69,7 @@ fn fuzz(chosen: &[String], seconds: u32, build: Build, started: Instant) -> Resu
             .arg(format!("-artifact_prefix={}/", artifacts.display()))
             .arg(format!("-max_len={}", max_len(target)))
             .args(LIMITS)
+            .arg(build.timeout())
             .stdout(log.try_clone()?)
             .stderr(log)
             .status()
@@ -118,13 +119,22 @@ enum Build {
 }
 
 /// An allocation past bpfprof's largest named bound (a decompressed section: 1 GiB) is a
-/// finding; an input running 30 s (on a machine that may be busy) is one too.
-const LIMITS: [&str; 4] = [
-    "-timeout=30",
+/// finding; an input running 30 s (on a machine that may be busy) is one too, or 300 s in the
+/// unoptimized build (up to 80 times slower).
+const LIMITS: [&str; 3] = [
     "-malloc_limit_mb=1280",
     "-rss_limit_mb=4096",
     "-print_final_stats=1",
 ];
+
+impl Build {
+    fn timeout(self) -> &'static str {
+        match self {
+            Build::Optimized => "-timeout=30",
+            Build::Smoke => "-timeout=300",
+        }
+    }
+}
 
 /// Inputs as long as the seeds that matter: whole ELF files (a Go program is 1.5 MB).
 fn max_len(target: &str) -> usize {

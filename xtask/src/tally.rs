@@ -1,7 +1,8 @@
 //! What a suite did, read from its test harness's own lines: the tally every runner of suites
-//! (the host's, the guest's) shares. Besides the counts: how long each test took (the suites
-//! run one test at a time, so from one result line to the next) and, for a test that failed,
-//! where and why it panicked, so that the summary a CI log ends with says it.
+//! (the host's, the guest's) shares. Besides the counts: how long each test took (from one
+//! verdict to the next: a test's own time where the harness runs one at a time, as the
+//! end-to-end suites do) and, for a test that failed, where and why it panicked, so that the
+//! summary a CI log ends with says it.
 use std::{
     collections::HashMap,
     time::{Duration, Instant},
@@ -33,6 +34,8 @@ pub struct Tally {
     times: Vec<(String, Duration)>,
     /// When the harness started its tests, or the last one ended.
     since: Option<Instant>,
+    /// The test whose name was printed and whose verdict was not yet.
+    running: Option<String>,
     /// A failed test's panic: its place and the first lines of its message.
     why: HashMap<String, String>,
     /// The test whose panic message is being read, and the lines read so far.
@@ -54,16 +57,28 @@ impl Tally {
             self.passed += count(result, " passed");
             self.failed += count(result, " failed");
         }
-        let (test, verdict) = line.strip_prefix("test ")?.rsplit_once(" ... ")?;
-        match verdict {
-            "FAILED" => self.failures.push(test.to_string()),
-            "ok" => {}
-            _ if verdict.starts_with("ignored") => {}
+        // `test NAME ... ` is printed as the test starts and its verdict as it ends: a child's
+        // output (the guest's console) can come between, leaving the verdict on a line of its own.
+        let verdict = match line.strip_prefix("test ").and_then(|l| l.split_once(" ... ")) {
+            Some((test, verdict)) => {
+                self.running = Some(test.to_string());
+                verdict
+            }
+            None => line,
+        };
+        let failed = match verdict {
+            "FAILED" => true,
+            "ok" => false,
+            _ if verdict.starts_with("ignored") => false,
             _ => return None,
+        };
+        let test = self.running.take()?;
+        if failed {
+            self.failures.push(test.clone());
         }
         let now = Instant::now();
         let took = now - self.since.replace(now)?;
-        self.times.push((test.to_string(), took));
+        self.times.push((test, took));
         Some(took)
     }
 
@@ -225,10 +240,17 @@ mod tests {
     }
 
     #[test]
-    fn a_line_a_test_printed_after_its_name_is_not_its_result() {
+    fn a_verdict_after_a_childs_output_is_the_tests_own() {
         let mut tally = Tally::default();
-        tally.read("running 1 test");
+        tally.read("running 2 tests");
         assert!(tally.read("test t ... child said ... something").is_none());
-        assert!(tally.read("test t ... ok").is_some());
+        assert!(tally.read("more of what the child said").is_none());
+        assert!(tally.read("FAILED").is_some());
+        assert!(tally.read("test u ... ok").is_some());
+        assert!(tally.read("ok").is_none(), "no test is running");
+        let outcome = tally.outcome("e2e x", None, Default::default());
+        assert_eq!(outcome.failures, ["t"]);
+        let timed: Vec<_> = outcome.times.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(timed, ["t", "u"]);
     }
 }
