@@ -267,8 +267,9 @@ fn build() -> Result<Builds> {
 /// Thread ids start above the 300 the kernel never hands out again, as on a machine that has
 /// been up a while, and wrap at 4096: the sched suite's reused-thread-id test (run in the guest
 /// only when a filter names it) waits for its first thread's id to come back, which below 300
-/// never happens (seen: 122,880 threads created in vain, most of the suite's 16 minutes). `/tmp` stays on the initramfs, no tmpfs over it: the
-/// workloads' sources are there when the clone is under `/tmp`.
+/// never happens (seen: 122,880 threads created in vain, most of the suite's 16 minutes).
+/// `/tmp` stays on the initramfs, no tmpfs over it: the workloads' sources are there when the
+/// clone is under `/tmp`.
 fn init_script(suites: &[(String, PathBuf)], filter: &[String]) -> String {
     let filter: Vec<String> = filter
         .iter()

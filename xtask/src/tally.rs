@@ -20,7 +20,7 @@ pub struct Outcome {
     /// finish.
     pub failures: Vec<String>,
     pub took: Duration,
-    /// Each test's name and time, in the order they ran.
+    /// Each test's name and time, in the order they ran (none for a suite run in parallel).
     pub times: Vec<(String, Duration)>,
 }
 
@@ -32,6 +32,8 @@ pub struct Tally {
     failed: u32,
     failures: Vec<String>,
     times: Vec<(String, Duration)>,
+    /// The harness runs its tests in parallel: the time between two verdicts is no test's own.
+    parallel: bool,
     /// When the harness started its tests, or the last one ended.
     since: Option<Instant>,
     /// The test whose name was printed and whose verdict was not yet.
@@ -47,6 +49,14 @@ const WHY_LINES: usize = 3;
 const WHY_CHARS: usize = 300;
 
 impl Tally {
+    /// For a harness that runs its tests in parallel (the unit suite): no test is timed.
+    pub fn in_parallel() -> Tally {
+        Tally {
+            parallel: true,
+            ..Tally::default()
+        }
+    }
+
     /// Read one line of the harness; for a test's result line, how long the test took.
     pub fn read(&mut self, line: &str) -> Option<Duration> {
         self.read_panic(line);
@@ -75,6 +85,9 @@ impl Tally {
         let test = self.running.take()?;
         if failed {
             self.failures.push(test.clone());
+        }
+        if self.parallel {
+            return None;
         }
         let now = Instant::now();
         let took = now - self.since.replace(now)?;
@@ -156,7 +169,7 @@ impl Outcome {
             failed: result.is_err() as u32,
             failures: result.err().map(|e| format!("{e:#}")).into_iter().collect(),
             took: started.elapsed(),
-            times: Vec::new(),
+            ..Outcome::default()
         }
     }
 }
@@ -252,5 +265,16 @@ mod tests {
         assert_eq!(outcome.failures, ["t"]);
         let timed: Vec<_> = outcome.times.iter().map(|(t, _)| t.as_str()).collect();
         assert_eq!(timed, ["t", "u"]);
+    }
+
+    #[test]
+    fn a_suite_run_in_parallel_times_no_test_but_names_its_failures() {
+        let mut tally = Tally::in_parallel();
+        for line in ["running 2 tests", "test a ... ok", "test b ... FAILED"] {
+            assert!(tally.read(line).is_none());
+        }
+        let outcome = tally.outcome("unit", None, Default::default());
+        assert_eq!(outcome.failures, ["b"]);
+        assert!(outcome.times.is_empty());
     }
 }

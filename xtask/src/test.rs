@@ -108,7 +108,7 @@ fn run_once(filter: &[String], guest_limit: Duration) -> Result<Vec<Outcome>> {
         "--",
     ])
     .args(filter);
-    outcomes.push(run_suite("unit", &mut unit, Threads::Many)?);
+    outcomes.push(run_suite("unit", &mut unit, Tally::in_parallel())?);
     // Completions and man pages are generated from the command line of this build, and checked.
     if filter.is_empty() {
         let started = Instant::now();
@@ -125,7 +125,7 @@ fn run_once(filter: &[String], guest_limit: Duration) -> Result<Vec<Outcome>> {
             .env("BPFPROF_BIN", bpfprof_bin())
             .env("BPFPROF_HTTPS_BIN", crate::bpfprof_https_bin())
             .env("TMPDIR", &scratch);
-        outcomes.push(run_suite(&format!("e2e {suite}"), &mut cmd, Threads::One)?);
+        outcomes.push(run_suite(&format!("e2e {suite}"), &mut cmd, Tally::default())?);
     }
     // The arm64 suites, in the emulated Neoverse (`cargo xtask guest` alone). A guest that cannot
     // be built or booted fails the run like a failing suite, after the host's suites have run.
@@ -155,35 +155,22 @@ fn e2e_suites() -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// How a harness runs its tests: one at a time (the time between two verdicts is a test's own)
-/// or in parallel (it is no test's).
-#[derive(PartialEq)]
-enum Threads {
-    One,
-    Many,
-}
-
 /// Run one `cargo test` invocation, passing its output through, and read what it did from the
-/// harness's own lines.
-fn run_suite(name: &str, cmd: &mut Command, threads: Threads) -> Result<Outcome> {
+/// harness's own lines into `tally`.
+fn run_suite(name: &str, cmd: &mut Command, mut tally: Tally) -> Result<Outcome> {
     let started = Instant::now();
     let mut child = cmd
         .stdout(Stdio::piped())
         .spawn()
         .with_context(|| format!("starting {cmd:?}"))?;
-    let mut tally = Tally::default();
     for line in BufReader::new(child.stdout.take().unwrap()).lines() {
         let line = line?;
-        let took = tally.read(&line).filter(|_| threads == Threads::One);
+        let took = tally.read(&line);
         println!("{}", timed(&line, took));
     }
     let status = child.wait()?;
     let failed_with = (!status.success()).then(|| status.to_string());
-    let mut outcome = tally.outcome(name, failed_with, started.elapsed());
-    if threads == Threads::Many {
-        outcome.times.clear();
-    }
-    Ok(outcome)
+    Ok(tally.outcome(name, failed_with, started.elapsed()))
 }
 
 fn print_summary(round: u32, of: u32, outcomes: &[Outcome], noise_note: &str) {
