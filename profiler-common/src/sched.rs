@@ -130,9 +130,13 @@ pub struct TaskSched {
     /// that began the run was never shown. 0: taken mid-run (first seen running), whose part
     /// before bpfprof saw it is not counted.
     pub base_exact: u32,
+    /// The exec generation of the process `exec_of` (0: none read yet), read at a switch-out and
+    /// kept until the task execs: each sleep's key carries it without a lookup of its own.
+    pub exec_of: u32,
+    pub exec_generation: u32,
     pub hist: [u32; HIST_BUCKETS],
 }
-const _: () = assert!(size_of::<TaskSched>() == 96 + 40 + 32 + 24 + 40 + 16 + 4 * HIST_BUCKETS);
+const _: () = assert!(size_of::<TaskSched>() == 96 + 40 + 32 + 24 + 40 + 16 + 8 + 4 * HIST_BUCKETS);
 
 /// Total blocked time per (thread, stacks): the value of `OFFCPU`, keyed by `SampleKey`.
 #[repr(C)]

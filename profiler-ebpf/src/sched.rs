@@ -2,20 +2,21 @@
 //! time per blocked stack, and the slow waits with who woke the task and who held its CPU.
 //! Everything aggregates in maps; only waits above the threshold are sent to user space.
 //!
-//! They are raw tracepoints: the kernel passes its `task_struct` pointers straight through
+//! They are BTF tracepoints: the kernel passes its `task_struct` pointers straight through
 //! instead of first formatting a record for the classic tracepoint, which on a switch-heavy
-//! machine is a large part of the cost. The outgoing task is `current`, so its tid, tgid and
-//! name come from cheap helpers; only the incoming or woken task's tid is read from its
-//! `task_struct`, at offsets user space takes from the kernel's BTF.
+//! machine is a large part of the cost, and the verifier knows them by their BTF type, so their
+//! fields (tid, tgid, the kernel's own totals) are plain loads at offsets user space takes from
+//! the kernel's BTF, where a raw tracepoint's pointer costs a helper call per read (measured here:
+//! 75 ns of a wake-up's 377). The off-CPU walker they tail-call is loaded as the same kind.
 use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::{
         bpf_get_current_comm, bpf_get_current_task_btf, bpf_get_smp_processor_id, bpf_ktime_get_ns,
         bpf_probe_read_kernel,
     },
-    macros::{map, raw_tracepoint},
+    macros::{btf_tracepoint, map},
     maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
-    programs::{tracing::StackIdContext as _, RawTracePointContext},
+    programs::{tracing::StackIdContext as _, BtfTracePointContext},
 };
 use profiler_common::{
     hist_bucket, offcpu_stacks, switch_reason, CpuHistory, CpuRun, Enqueued, ExitedKey, HealthCounter,
@@ -110,16 +111,23 @@ impl Task {
     }
 }
 
-/// The task running this program, as the kernel's BTF types it: its fields are plain loads at
-/// offsets fixed at load time (the verifier reads them from the frozen `.rodata`), where a
-/// `Task` costs a helper call per read.
+/// A task the verifier knows by the kernel's BTF type (the one running this program, or a BTF
+/// tracepoint's argument): its fields are plain loads at offsets fixed at load time (the
+/// verifier reads them from the frozen `.rodata`), where a `Task` costs a helper call per read.
 #[derive(Clone, Copy)]
-struct Current(*const u8);
+struct BtfTask(*const u8);
 
-impl Current {
+impl BtfTask {
+    /// The task running this program.
     #[inline(always)]
-    fn get() -> Current {
-        Current(unsafe { bpf_get_current_task_btf() } as *const u8)
+    fn current() -> BtfTask {
+        BtfTask(unsafe { bpf_get_current_task_btf() } as *const u8)
+    }
+
+    /// The task a BTF tracepoint passed as its argument `n`.
+    #[inline(always)]
+    fn arg(ctx: &BtfTracePointContext, n: usize) -> BtfTask {
+        BtfTask(ctx.arg(n))
     }
 
     #[inline(always)]
@@ -156,7 +164,7 @@ impl Current {
 /// The task running this program.
 #[inline(always)]
 pub(crate) fn current_task() -> *const u8 {
-    Current::get().0
+    BtfTask::current().0
 }
 
 /// The epoch's generation now (its low bit: the slot being written).
@@ -170,45 +178,33 @@ fn tracked(tid: u32) -> bool {
     tid != 0 && is_target(tid)
 }
 
-#[raw_tracepoint(tracepoint = "sched_wakeup")]
-pub fn sched_wakeup(ctx: RawTracePointContext) -> u32 {
-    match try_wakeup(&ctx) {
-        Ok(()) => 0,
-        Err(_) => 1,
-    }
-}
-
-#[raw_tracepoint(tracepoint = "sched_wakeup_new")]
-pub fn sched_wakeup_new(ctx: RawTracePointContext) -> u32 {
-    match try_wakeup_new(&ctx) {
-        Ok(()) => 0,
-        Err(_) => 1,
-    }
-}
-
-/// A new task's first event: whatever its tid held before (a task that died and was preempted
-/// after its exit was recorded) is not its history, so it starts from a fresh entry.
-fn try_wakeup_new(ctx: &RawTracePointContext) -> Result<(), i64> {
+/// `sched_wakeup(struct task_struct *p)`.
+#[btf_tracepoint(function = "sched_wakeup")]
+pub fn sched_wakeup(ctx: BtfTracePointContext) -> u32 {
     let off = offsets();
-    let task = Task(ctx.arg(0));
-    let tid = task.tid(&off)?;
+    let task = BtfTask::arg(&ctx, 0);
+    woken(Task(task.0), task.tid(&off), &off);
+    0
+}
+
+/// `sched_wakeup_new(struct task_struct *p)`: a new task's first event. Whatever its tid held
+/// before (a task that died and was preempted after its exit was recorded) is not its history,
+/// so it starts from a fresh entry.
+#[btf_tracepoint(function = "sched_wakeup_new")]
+pub fn sched_wakeup_new(ctx: BtfTracePointContext) -> u32 {
+    let off = offsets();
+    let task = BtfTask::arg(&ctx, 0);
+    let tid = task.tid(&off);
     if !tracked(tid) {
-        return Ok(());
+        return 0;
     }
     let _ = TASK_STATS.remove(tid);
-    woken(task, tid, &off);
+    woken(Task(task.0), tid, &off);
     if let Some(stats) = TASK_STATS.get_ptr_mut(tid) {
         // Never run yet: its totals are where its first run starts.
         unsafe { (*stats).base_exact = 1 };
     }
-    Ok(())
-}
-
-fn try_wakeup(ctx: &RawTracePointContext) -> Result<(), i64> {
-    let off = offsets();
-    let task = Task(ctx.arg(0));
-    woken(task, task.tid(&off)?, &off);
-    Ok(())
+    0
 }
 
 /// The task became runnable: from now on it waits for a CPU.
@@ -223,7 +219,7 @@ fn woken(task: Task, tid: u32, off: &TaskOffsets) {
     let stats = unsafe { &mut *stats };
     // A task woken again while still queued keeps the time it first became runnable.
     if stats.enqueued.at_ns == 0 {
-        let waker = Current::get();
+        let waker = BtfTask::current();
         stats.enqueued = Enqueued {
             at_ns: unsafe { bpf_ktime_get_ns() },
             waker_tid: waker.tid(off),
@@ -235,24 +231,23 @@ fn woken(task: Task, tid: u32, off: &TaskOffsets) {
     }
 }
 
-#[raw_tracepoint(tracepoint = "sched_switch")]
-pub fn sched_switch(ctx: RawTracePointContext) -> u32 {
-    match try_switch(&ctx) {
-        Ok(()) => 0,
-        Err(_) => 1,
-    }
-}
-
 /// `sched_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
 /// unsigned int prev_state)`, running as `prev`.
-fn try_switch(ctx: &RawTracePointContext) -> Result<(), i64> {
+#[btf_tracepoint(function = "sched_switch")]
+pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
+    switch(&ctx);
+    0
+}
+
+#[inline(always)]
+fn switch(ctx: &BtfTracePointContext) {
     bump(HealthCounter::SchedSwitches);
     let off = offsets();
-    let (prev_task, next_task) = (Task(ctx.arg(1)), Task(ctx.arg(2)));
     // `prev` is the task running this program.
-    let current = Current::get();
+    let (current, next_task) = (BtfTask::current(), BtfTask::arg(ctx, 2));
+    let prev_task = Task(current.0);
     let prev = current.tid(&off);
-    let next = next_task.tid(&off)?;
+    let next = next_task.tid(&off);
     let now = unsafe { bpf_ktime_get_ns() };
     let history_start = remember_cpu_holder(prev, prev_task, now);
     let mut walk_tables = None;
@@ -260,7 +255,7 @@ fn try_switch(ctx: &RawTracePointContext) -> Result<(), i64> {
         let prev_state = if off.switch_has_state_arg != 0 {
             ctx.arg::<u64>(3) as u32 as u64
         } else {
-            prev_task.read::<u32>(off.state)? as u64
+            current.field::<u32>(off.state) as u64
         };
         let preempt = ctx.arg::<u64>(0) & 0xff != 0;
         walk_tables = switch_out(
@@ -288,7 +283,6 @@ fn try_switch(ctx: &RawTracePointContext) -> Result<(), i64> {
             false,
         );
     }
-    Ok(())
 }
 
 /// The user stack where `tid` went to sleep, once walked: a table walk's id (or error), else a
@@ -343,11 +337,11 @@ struct OffCpuWalk {
 /// none where its last walk's stack is still the one a walk would find (`reuse`).
 #[inline(always)]
 fn switch_out(
-    ctx: &RawTracePointContext,
+    ctx: &BtfTracePointContext,
     off: &TaskOffsets,
     prev: u32,
     prev_task: Task,
-    current: Current,
+    current: BtfTask,
     reason: u32,
     now: u64,
     history: Option<*mut CpuHistory>,
@@ -368,6 +362,11 @@ fn switch_out(
     }
     let tgid = current.tgid(off);
     stats.tgid = tgid;
+    if stats.exec_of != tgid {
+        // Unchanged until the task execs (`rename_current`): read once, not at every sleep.
+        stats.exec_generation = crate::targets::exec_generation(tgid);
+        stats.exec_of = tgid;
+    }
     if reason == switch_reason::PREEMPTED {
         // Preempted: still runnable, waiting for a CPU from now on. (Any earlier enqueue time
         // is stale: a wake-up that found the task still running.)
@@ -378,9 +377,11 @@ fn switch_out(
         return None;
     }
     stats.enqueued.at_ns = 0;
-    // Its blocked stacks will need its memory map: have user space capture it now.
-    crate::sampling::announce_once(tgid);
     let policy = unsafe { core::ptr::read_volatile(&OFFCPU_STACKS_ENABLED) };
+    if policy != offcpu_stacks::NONE {
+        // Its blocked stacks will need its memory map: have user space capture it now.
+        crate::sampling::announce_once(tgid);
+    }
     let version = match policy {
         offcpu_stacks::NONE => None,
         _ => crate::unwind::tables_version(tgid),
@@ -437,7 +438,7 @@ fn reused_stack(tid: u32, tgid: u32, version: u64, generation: u32) -> Option<i3
 const NO_STACK: i32 = -14;
 
 #[inline(always)]
-fn stack_id(ctx: &RawTracePointContext, generation: u32, flags: u64) -> i32 {
+fn stack_id(ctx: &BtfTracePointContext, generation: u32, flags: u64) -> i32 {
     let stacks = match generation & 1 {
         0 => &OFFCPU_STACKS_0,
         _ => &OFFCPU_STACKS_1,
@@ -473,8 +474,8 @@ fn task_stats(tid: u32, task: Task, off: &TaskOffsets) -> Option<*mut TaskSched>
 }
 
 #[inline(always)]
-fn switch_in(off: &TaskOffsets, next: u32, next_task: Task, now: u64, history: Option<*mut CpuHistory>) {
-    let Some(stats) = task_stats(next, next_task, off) else {
+fn switch_in(off: &TaskOffsets, next: u32, next_task: BtfTask, now: u64, history: Option<*mut CpuHistory>) {
+    let Some(stats) = task_stats(next, Task(next_task.0), off) else {
         return;
     };
     let stats = unsafe { &mut *stats };
@@ -562,7 +563,10 @@ fn end_sleep(stats: &mut TaskSched, tid: u32, woke_ns: u64, now: u64) -> u64 {
             comm: stats.comm,
             user_unwound: start.user_unwound as u16 | began_earlier,
             event: 0,
-            exec_generation: crate::targets::exec_generation(start.tgid),
+            exec_generation: match stats.exec_of == start.tgid {
+                true => stats.exec_generation,
+                false => crate::targets::exec_generation(start.tgid),
+            },
         };
         match generation & 1 {
             0 => add_offcpu(&OFFCPU_0, &key, blocked),
@@ -764,10 +768,12 @@ fn name_of(task: u64, tid: u32, off: &TaskOffsets) -> [u8; COMM_LEN] {
     }
 }
 
-/// The task exec'd: its scheduling history stays, under its new name.
+/// The task exec'd: its scheduling history stays, under its new name and image (its exec
+/// generation is read again at its next switch-out).
 #[inline(always)]
 pub fn rename_current(tid: u32) {
     if let Some(stats) = TASK_STATS.get_ptr_mut(tid) {
+        unsafe { (*stats).exec_of = 0 };
         if let Ok(comm) = bpf_get_current_comm() {
             unsafe { (*stats).comm = comm };
         }
@@ -788,7 +794,7 @@ pub fn forget_task(tid: u32) {
         if (*stats).kernel_accounting != 0 {
             // Its last run, to the kernel's last update of its time (at most a tick ago).
             let off = offsets();
-            let totals = Current::get().kernel_totals(&off);
+            let totals = BtfTask::current().kernel_totals(&off);
             settle_run(&off, &mut *stats, tid, totals, CPU_HISTORY_MAP.get_ptr_mut(0));
             (*stats).last_in_ns = 0;
         } else if (*stats).last_in_ns != 0 && now > (*stats).last_in_ns {

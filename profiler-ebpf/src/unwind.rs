@@ -14,10 +14,11 @@
 use aya_ebpf::{
     bindings::{pt_regs, BPF_F_MMAPABLE, BPF_NOEXIST},
     helpers::{bpf_get_current_task_btf, bpf_probe_read_user},
-    macros::{map, perf_event, raw_tracepoint, uprobe},
+    macros::{btf_tracepoint, map, perf_event, raw_tracepoint, uprobe},
     maps::{Array, HashMap, PerCpuArray, ProgramArray},
     programs::{
-        tracing::StackIdContext, PerfEventContext, ProbeContext, RawTracePointContext, TracePointContext,
+        tracing::StackIdContext, BtfTracePointContext, PerfEventContext, ProbeContext, RawTracePointContext,
+        TracePointContext,
     },
     EbpfContext,
 };
@@ -231,7 +232,7 @@ fn tables_for_sample(tgid: u32) -> bool {
 /// (checked at the end: `reuse`), or -1. Must be the switch program's last act: a tail call does
 /// not return. Returns only if the walk could not start.
 #[inline(always)]
-pub fn start_offcpu(ctx: &RawTracePointContext, tgid: u32, tid: u32, version: u64, expect: i32) {
+pub fn start_offcpu(ctx: &BtfTracePointContext, tgid: u32, tid: u32, version: u64, expect: i32) {
     if let Some(walk) = OFFCPU_WALK.get_ptr_mut(0) {
         unsafe {
             (*walk).reuse.version = version;
@@ -434,14 +435,15 @@ fn walk_sample<C: StackIdContext>(
     Ok(())
 }
 
-/// Loaded beside the switch program (never attached): it is only tail-called.
-#[raw_tracepoint(tracepoint = "sched_switch")]
-pub fn unwind_offcpu(ctx: RawTracePointContext) -> u32 {
+/// Loaded beside the switch program, as its kind (a BTF tracepoint of `sched_switch`), never
+/// attached: it is only tail-called.
+#[btf_tracepoint(function = "sched_switch")]
+pub fn unwind_offcpu(ctx: BtfTracePointContext) -> u32 {
     let _ = try_unwind_offcpu(&ctx);
     0
 }
 
-fn try_unwind_offcpu(ctx: &RawTracePointContext) -> Result<(), ()> {
+fn try_unwind_offcpu(ctx: &BtfTracePointContext) -> Result<(), ()> {
     let walk = unsafe { &mut *OFFCPU_WALK.get_ptr_mut(0).ok_or(())? };
     advance::<_, true>(ctx, walk, &OFFCPU_UNWIND_PROGRAMS);
     // The slot the switch program took the sleep's other stack in, even if the epoch moved since.

@@ -6,7 +6,7 @@ use std::{collections::BTreeSet, path::Path};
 use anyhow::Context as _;
 use aya::{
     maps::{HashMap as BpfHashMap, MapData},
-    programs::{raw_trace_point::RawTracePointLink, ProgramError, RawTracePoint, TracePoint},
+    programs::{raw_trace_point::RawTracePointLink, BtfTracePoint, ProgramError, RawTracePoint, TracePoint},
     Ebpf, EbpfLoader,
 };
 use profiler_common::{lock::ThreadOffsets, names, offcpu_stacks, ExitOffsets, ForkOffsets, TaskOffsets};
@@ -312,6 +312,34 @@ impl Loaded {
             .attach(event)
             .with_context(|| format!("attaching {prog} to the raw tracepoint {event}"))?;
         Ok(program.take_link(link)?)
+    }
+
+    /// Load each (program, event) as a BTF tracepoint (its arguments typed by the kernel's BTF,
+    /// so the program reads their fields with plain loads) and attach it for the run.
+    pub fn attach_btf_tracepoints(
+        &mut self,
+        btf: &aya::Btf,
+        programs: &[(&str, &str)],
+    ) -> anyhow::Result<()> {
+        for &(prog, event) in programs {
+            self.load_btf_tracepoint(btf, prog, event)?;
+            let program: &mut BtfTracePoint = self.program(prog)?;
+            let link = program
+                .attach()
+                .with_context(|| format!("attaching {prog} to the BTF tracepoint {event}"))?;
+            // Held for the run: a dropped link detaches its program.
+            let link = program.take_link(link)?;
+            self.hold(link);
+        }
+        Ok(())
+    }
+
+    /// Load `prog` as a BTF tracepoint of `event`: attached, or only tail-called from one.
+    pub fn load_btf_tracepoint(&mut self, btf: &aya::Btf, prog: &str, event: &str) -> anyhow::Result<()> {
+        let program: &mut BtfTracePoint = self.program(prog)?;
+        program
+            .load(event, btf)
+            .with_context(|| format!("loading {prog} for the BTF tracepoint {event}"))
     }
 
     /// Load and attach each (program, category, event).

@@ -21,6 +21,15 @@ pub fn kernel_btf_path() -> std::path::PathBuf {
         .unwrap_or_else(|| VMLINUX.into())
 }
 
+/// The kernel's own BTF as aya reads it, to load BTF tracepoints against: a program names its
+/// tracepoint by a type id of the kernel's own BTF, which a file given in `BPFPROF_BTF` (read for
+/// offsets) need not number alike.
+pub fn kernel_btf() -> anyhow::Result<aya::Btf> {
+    aya::Btf::from_sys_fs().map_err(|e| {
+        anyhow::anyhow!("reading the kernel's own BTF ({VMLINUX}), which its BTF tracepoints need: {e}")
+    })
+}
+
 const MAGIC: u16 = 0xeb9f;
 /// How deep a type is followed (typedefs and qualifiers, anonymous structs within structs): the
 /// kernel's own go a few levels; a crafted BTF's may loop.

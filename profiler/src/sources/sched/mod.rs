@@ -1,4 +1,4 @@
-//! The scheduler: raw tracepoints on wake-ups and switches keep each thread's run-queue waits,
+//! The scheduler: BTF tracepoints on wake-ups and switches keep each thread's run-queue waits,
 //! time on and off a CPU and where it went to sleep; slow waits come through a ring with who
 //! woke the thread and who held its CPU. Drained at each flip into a [`SchedBatch`]: the off-CPU
 //! time of the interval, threads that exited, slow waits, a heatmap column, and (when asked) the
@@ -6,7 +6,6 @@
 use anyhow::Context as _;
 use aya::{
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues, RingBuf, StackTraceMap},
-    programs::RawTracePoint,
     Ebpf,
 };
 use profiler_common::{
@@ -86,10 +85,10 @@ impl Spec {
     /// remembered (one that never switches is still part of the answer).
     pub fn attach(self, kernel: &mut Loaded, context: &AttachContext<'_>) -> anyhow::Result<Attached> {
         let maps = SchedMaps::take(&mut kernel.ebpf)?;
+        let btf = crate::btf::kernel_btf()?;
         if self.walks_tables(context.unwind_tables) {
-            let program: &mut RawTracePoint = kernel.program(names::PROG_UNWIND_OFFCPU)?;
-            program
-                .load()
+            kernel
+                .load_btf_tracepoint(&btf, names::PROG_UNWIND_OFFCPU, "sched_switch")
                 .context("loading the off-CPU stack unwinding program")?;
             kernel.install_walker(names::PROG_UNWIND_OFFCPU, names::OFFCPU_UNWIND_PROGRAMS)?;
         }
@@ -111,13 +110,14 @@ impl Spec {
             threads_at_start,
             slow_seen: 0,
         };
-        for (prog, event) in [
-            (names::PROG_WAKEUP, "sched_wakeup"),
-            (names::PROG_WAKEUP_NEW, "sched_wakeup_new"),
-            (names::PROG_SWITCH, "sched_switch"),
-        ] {
-            kernel.attach_raw_tracepoint(prog, event)?;
-        }
+        kernel.attach_btf_tracepoints(
+            &btf,
+            &[
+                (names::PROG_WAKEUP, "sched_wakeup"),
+                (names::PROG_WAKEUP_NEW, "sched_wakeup_new"),
+                (names::PROG_SWITCH, "sched_switch"),
+            ],
+        )?;
         Ok(Attached {
             source: Box::new(source),
             doing: Some("tracing the scheduler".to_string()),
