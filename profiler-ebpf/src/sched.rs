@@ -377,11 +377,11 @@ fn switch_out(
         return None;
     }
     stats.enqueued.at_ns = 0;
+    // Its blocked stacks will need its memory map, and its profiles its labels (executable,
+    // cgroup: the agent's run-queue profile has them from this alone): have user space capture
+    // it now.
+    crate::sampling::announce_once(tgid);
     let policy = unsafe { core::ptr::read_volatile(&OFFCPU_STACKS_ENABLED) };
-    if policy != offcpu_stacks::NONE {
-        // Its blocked stacks will need its memory map: have user space capture it now.
-        crate::sampling::announce_once(tgid);
-    }
     let version = match policy {
         offcpu_stacks::NONE => None,
         _ => crate::unwind::tables_version(tgid),

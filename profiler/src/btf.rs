@@ -1,5 +1,5 @@
-//! Just enough of the kernel's BTF to find where `task_struct` keeps the fields the raw sched
-//! tracepoints read. Raw tracepoints hand the BPF programs `task_struct` pointers, not the
+//! Just enough of the kernel's BTF to find where `task_struct` keeps the fields the sched
+//! programs read. Their BTF and raw tracepoints hand them `task_struct` pointers, not the
 //! pre-formatted record of the classic tracepoints, which saves the record's construction on
 //! every context switch; the price is that the field offsets differ per kernel build and must
 //! come from its BTF (aya's BTF type accessors are not public).

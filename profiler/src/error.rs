@@ -22,7 +22,7 @@ pub enum UserError {
     Output { path: PathBuf, reason: String },
     #[error("tracefs is not mounted and could not be mounted at /sys/kernel/tracing ({0}): run `mount -t tracefs nodev /sys/kernel/tracing`")]
     NoTracefs(String),
-    #[error("this kernel has no usable BTF ({0}); the sched and topdown modes need it to read the scheduler's task_struct: use a kernel built with CONFIG_DEBUG_INFO_BTF=y, or point BPFPROF_BTF at a BTF file for this kernel (hotspot mode works without it)")]
+    #[error("this kernel has no usable BTF ({0}); the sched and topdown modes need it to read the scheduler's task_struct: use a kernel built with CONFIG_DEBUG_INFO_BTF=y (a file named by BPFPROF_BTF gives the offsets only: the programs also need the kernel's own /sys/kernel/btf/vmlinux; hotspot mode works without it)")]
     NoBtf(String),
     #[error("format `{format}` is not available for mode {mode}")]
     FormatUnavailable {

@@ -1,5 +1,6 @@
-//! The floor of a tracing bench: a program that returns at once, attached to the same raw
-//! tracepoints as the profiler measured. What any program there costs (the kernel's way into
+//! The floor of a tracing bench: a program that returns at once, attached to the same
+//! tracepoints as the profiler measured (as raw tracepoints: the kernel calls BTF and raw ones
+//! the same way, through `bpf_trace_run`). What any program there costs (the kernel's way into
 //! BPF, its retpolines) is below it; what a profiler costs above it is its own work.
 //!
 //! Loaded with bare `bpf(2)` calls, one load and one attach per tracepoint (two instructions
