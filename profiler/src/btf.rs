@@ -24,9 +24,9 @@ pub fn kernel_btf_path() -> std::path::PathBuf {
 /// The kernel's own BTF as aya reads it, to load BTF tracepoints against: a program names its
 /// tracepoint by a type id of the kernel's own BTF, which a file given in `BPFPROF_BTF` (read for
 /// offsets) need not number alike.
-pub fn kernel_btf() -> anyhow::Result<aya::Btf> {
+pub fn kernel_btf() -> Result<aya::Btf, crate::error::UserError> {
     aya::Btf::from_sys_fs().map_err(|e| {
-        anyhow::anyhow!("reading the kernel's own BTF ({VMLINUX}), which its BTF tracepoints need: {e}")
+        crate::error::UserError::NoBtf(format!("{VMLINUX}, which its BTF tracepoints need: {e}"))
     })
 }
 
