@@ -66,6 +66,35 @@ pub fn run(args: &[&str]) -> Output {
     out
 }
 
+/// Seconds the hypervisor took from this machine's CPUs while `f` ran (steal, every CPU, from
+/// /proc/stat), rounded up by a tick per CPU. A timer-driven sampler's clock runs through stolen
+/// time while a thread's own CPU clock does not (the kernel's paravirtual steal accounting), so CPU
+/// seconds counted by samples can exceed the thread's clock by up to this much on a busy host.
+pub fn stolen_during<T>(f: impl FnOnce() -> T) -> (T, f64) {
+    let before = steal_ticks();
+    let value = f();
+    let (after, cpus) = (steal_ticks(), online_cpus());
+    // /proc/stat counts in USER_HZ, 100 a second on every architecture Linux runs on here.
+    (value, (after.saturating_sub(before) + cpus) as f64 / 100.0)
+}
+
+fn steal_ticks() -> u64 {
+    let stat = std::fs::read_to_string("/proc/stat").expect("reading /proc/stat");
+    let cpu = stat
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .expect("/proc/stat's cpu line");
+    // user nice system idle iowait irq softirq steal ...
+    cpu.split_whitespace()
+        .nth(8)
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0)
+}
+
+fn online_cpus() -> u64 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u64)
+}
+
 /// A thread's time on a CPU so far, in ns (the first field of its schedstat): the kernel's own
 /// account of how much a workload ran, whatever else the machine was doing.
 pub fn on_cpu_ns(pid: u32, tid: u32) -> f64 {
