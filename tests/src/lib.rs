@@ -431,6 +431,11 @@ impl Report {
         }
         assert_eq!(v["mode"], "hotspot");
         assert!(v["lost"].is_u64() && v["frequency_hz"].is_u64() && v["duration_s"].is_f64());
+        // Sampling stops before the last drains: every sample the kernel counted is in the report.
+        assert_eq!(
+            v["health"]["samples"], v["samples"],
+            "the kernel's count of samples == the report's"
+        );
     }
 }
 

@@ -150,23 +150,8 @@ pub(crate) fn set_filters(kernel: &mut Loaded, filters: &[SiteTerms]) -> anyhow:
 }
 
 /// Open `event` (each of its `attrs`, as `fill` completes them) at each of `places` (`(pid,
-/// cpu)`), running `program_fd` at its hits with `cookie` (and each probe site's index);
-/// held open for the run.
-pub(crate) fn run_at_hits(
-    kernel: &mut Loaded,
-    program_fd: RawFd,
-    event: &Event,
-    fill: impl Fn(Attr) -> Attr,
-    cookie: u64,
-    places: Vec<(i32, i32)>,
-) -> anyhow::Result<()> {
-    for opened in open_at_hits(program_fd, event, fill, cookie, places)? {
-        kernel.hold(opened);
-    }
-    Ok(())
-}
-
-/// The same, each (link, perf event) handed over: dropping them detaches the program.
+/// cpu)`), running `program_fd` at its hits with `cookie` (and each probe site's index): each
+/// (link, perf event) handed over, dropping which detaches the program.
 pub(crate) fn open_at_hits(
     program_fd: RawFd,
     event: &Event,

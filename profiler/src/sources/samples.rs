@@ -2,7 +2,7 @@
 //! names, at a frequency or every N events) records each sample's stacks into the epoch's slot,
 //! with the deltas of the counters it reads at each sample (`--counter`, topdown per function);
 //! drained at each flip.
-use std::os::fd::{AsFd as _, AsRawFd as _, RawFd};
+use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd, RawFd};
 
 use anyhow::Context as _;
 use aya::{
@@ -14,7 +14,7 @@ use profiler_common::{
 };
 
 use super::{
-    hooks::{run_at_hits, Hook},
+    hooks::{open_at_hits, Hook},
     AttachContext, Attached, Batch, Source, Wants,
 };
 use crate::{
@@ -94,16 +94,16 @@ impl Spec {
         // The sampler opens before the counters read at each sample: created first, it is
         // scheduled first, so a cycles sampler takes the PMU's dedicated cycle counter where
         // there is one, and the counters share the general-purpose ones.
+        let mut links = Vec::new();
         for (index, event) in self.events.iter().enumerate() {
             let hook = Hook::of(event);
             let program = load_sampler(hook, kernel, context.unwind_tables)?;
-            attach_sampling(
-                kernel,
+            links.extend(attach_sampling(
                 program,
                 (index, event),
                 self.rate,
                 hook.scope(event, context)?,
-            )?;
+            )?);
         }
         if !self.counters.is_empty() {
             open_counters(kernel, &self.counters, self.group)?;
@@ -119,6 +119,7 @@ impl Spec {
                 Event::spelled_list(&self.events, ", ")
             )),
             source: Box::new(SampleSource {
+                links,
                 maps,
                 traced,
                 period: hit_period(rate),
@@ -191,14 +192,14 @@ const FLAG_FREQ: u64 = 1 << 10;
 
 /// One sampling event per place (`(pid, cpu)`: every online CPU, or each probed process), each
 /// running `program_fd` with the event's place in `-e` as the program's cookie (the samples'
-/// `event`; a tracing event's also carries its period: `hit_cookie`).
+/// `event`; a tracing event's also carries its period: `hit_cookie`). Each (link, perf event):
+/// dropping them stops the sampling.
 fn attach_sampling(
-    kernel: &mut Loaded,
     program_fd: RawFd,
     (index, event): (usize, &Event),
     rate: Rate,
     places: Vec<(i32, i32)>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<(OwnedFd, OwnedFd)>> {
     let (period, freq, cookie) = match rate {
         // A tracing event's program runs at every hit and samples every Nth itself.
         _ if event.is_traced() => (0, 0, profiler_common::hit_cookie(index as u16, hit_period(rate))),
@@ -213,7 +214,7 @@ fn attach_sampling(
         flags,
         ..attr
     };
-    run_at_hits(kernel, program_fd, event, fill, cookie, places)
+    open_at_hits(program_fd, event, fill, cookie, places)
 }
 
 /// Open `events` on every CPU (one group per CPU when `group`) and hand them to the sampling
@@ -345,6 +346,9 @@ impl SampleMaps {
 
 /// The sampling source: its maps, and what its notes name.
 pub struct SampleSource {
+    /// The sampling events: closed at the stop, so that the last drains and the health read
+    /// after them see every sample taken and no sample is counted that no report holds.
+    links: Vec<(OwnedFd, OwnedFd)>,
     maps: SampleMaps,
     /// The tracing events as spelled, with their place among the run's (their samples' `event`).
     traced: Vec<(usize, String)>,
@@ -357,6 +361,10 @@ pub struct SampleSource {
 impl Source for SampleSource {
     fn drain(&mut self, flip: Flip, _wants: Wants, _procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
         Ok(Some(Batch::Samples(self.maps.drain_slot(flip.slot)?)))
+    }
+
+    fn stopping(&mut self) {
+        self.links.clear();
     }
 
     /// Each tracing event's hits, counted exactly in the kernel: what the event fired, of which
