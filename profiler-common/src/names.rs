@@ -54,8 +54,6 @@ names! {
         UNWIND_PROGRAMS = "UNWIND_PROGRAMS";
         OFFCPU_USER_STACKS = ["OFFCPU_USER_STACKS_0", "OFFCPU_USER_STACKS_1"];
         OFFCPU_UNWIND_PROGRAMS = "OFFCPU_UNWIND_PROGRAMS";
-        /// Per thread, its last off-CPU walk, to be taken again (`StackReuse`).
-        OFFCPU_REUSE = "OFFCPU_REUSE";
         LOCK_USER_STACKS = "LOCK_USER_STACKS";
         LOCK_UNWIND_PROGRAMS = "LOCK_UNWIND_PROGRAMS";
         LOCK_JOINABLE = "LOCK_JOINABLE";

@@ -2,7 +2,7 @@
 //! off-CPU intervals and the slow-wait events, and the `task_struct` offsets they read.
 use core::mem::size_of;
 
-use crate::COMM_LEN;
+use crate::{unwind::StackReuse, COMM_LEN};
 
 /// Latency histograms: log-linear, 2^HIST_SUB_BITS sub-buckets per power of two, so a bucket is
 /// at most 1/16 (6.25%) wide relative to its values: fine enough for honest p50/p99.
@@ -134,9 +134,15 @@ pub struct TaskSched {
     /// kept until the task execs: each sleep's key carries it without a lookup of its own.
     pub exec_of: u32,
     pub exec_generation: u32,
+    /// Its last off-CPU walk that reached the stack's end, to be taken again (see `StackReuse`):
+    /// in its own entry, which every switch-out reads already, where a map of its own cost a
+    /// lookup per sleep (all zero until a walk: a `tgid` of 0 matches no process).
+    pub offcpu_reuse: StackReuse,
     pub hist: [u32; HIST_BUCKETS],
 }
-const _: () = assert!(size_of::<TaskSched>() == 96 + 40 + 32 + 24 + 40 + 16 + 8 + 4 * HIST_BUCKETS);
+const _: () = assert!(
+    size_of::<TaskSched>() == 96 + 40 + 32 + 24 + 40 + 16 + 8 + size_of::<StackReuse>() + 4 * HIST_BUCKETS
+);
 
 /// Total blocked time per (thread, stacks): the value of `OFFCPU`, keyed by `SampleKey`.
 #[repr(C)]

@@ -109,7 +109,7 @@ pub struct WalkStart {
 const _: () = assert!(size_of::<WalkStart>() == 32);
 
 /// A walk's inputs besides the tables: its registers and each stack word it read (at `read_at`
-/// bytes above `from.sp`). Per thread (`OFFCPU_REUSE`), the last off-CPU walk that reached the
+/// bytes above `from.sp`). Per thread (in its `TaskSched`), the last off-CPU walk that reached the
 /// stack's end: a thread that goes to sleep again with the same registers, in the same process
 /// with the same mappings (`version`), in the same epoch, and whose words all read the same, has
 /// the same stack (the walk is a function of exactly these), so its id is taken again.
@@ -167,7 +167,7 @@ pub struct Walk {
     pub stale: u32,
     /// With `OFFCPU_REUSE_CHECK`: the stack id reuse would have given this walk (-1: none).
     pub expect: i32,
-    /// The walk's registers and the stack words it read, for `OFFCPU_REUSE`.
+    /// The walk's registers and the stack words it read, kept in the thread's `TaskSched`.
     pub reuse: StackReuse,
     pub stack: UserStack,
 }

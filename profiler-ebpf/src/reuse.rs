@@ -2,29 +2,24 @@
 //! blocks at the same place: the same user registers over the same stack words. A table walk is
 //! a function of its registers, the stack words it reads, the process's mappings (with their
 //! tables) and the epoch its stack is stored in; so a thread's last walk that reached the
-//! stack's end is kept with every word it read (`StackReuse`, per thread in `OFFCPU_REUSE`),
-//! and a switch-out with the same registers, mappings version and epoch reads those words back
-//! in one copy: all the same, its stack is the kept stack's id, with no walk. A walk that read
-//! Python frames (the interpreter's memory), more words than are kept, or ended early is not
-//! kept; nor is any stack of a process with a Python interpreter taken again (its interpreter
-//! is given apart from its mappings, so their version does not cover it).
+//! stack's end is kept with every word it read (`StackReuse`, in the thread's own `TaskSched`,
+//! which the switch-out holds already), and a switch-out with the same registers, mappings
+//! version and epoch reads those words back in one copy: all the same, its stack is the kept
+//! stack's id, with no walk. A walk that read Python frames (the interpreter's memory), more
+//! words than are kept, or ended early is not kept. A Python process's interpreter (where its
+//! evaluation loop is) is given with its mappings, under a version of their own (user space
+//! moves the version first): a walk kept under one version never passed through the loop, so
+//! it is a function of the inputs above alone.
 //!
 //! With `OFFCPU_REUSE_CHECK` every sleep is walked all the same, and a walk whose stack is not
 //! the one reuse would have given is counted (`StackReuseWrong`): the proof that reuse is exact.
-use aya_ebpf::{
-    helpers::generated::bpf_probe_read_user,
-    macros::map,
-    maps::{HashMap, PerCpuArray},
-};
+use aya_ebpf::{helpers::generated::bpf_probe_read_user, macros::map, maps::PerCpuArray};
 use profiler_common::{
-    unwind::{stop, StackReuse, Walk, NOT_REUSABLE, PROCESSES, REUSE_READS, REUSE_SPAN},
+    unwind::{stop, StackReuse, Walk, NOT_REUSABLE, REUSE_READS, REUSE_SPAN},
     HealthCounter,
 };
 
 use crate::{arch::UserRegisters, health::bump};
-
-#[map(name = "OFFCPU_REUSE")]
-static OFFCPU_REUSE: HashMap<u32, StackReuse> = HashMap::with_max_entries(PROCESSES, 0);
 
 /// The words of a kept walk's span, read back (per CPU: a switch does not nest on its CPU).
 #[map(name = "REUSE_WORDS")]
@@ -76,11 +71,10 @@ pub fn checking() -> bool {
     unsafe { core::ptr::read_volatile(&OFFCPU_REUSE_CHECK) != 0 }
 }
 
-/// The stack `tid`'s last kept walk found, if a walk from its user registers now would find the
-/// same: the same process, mappings version and epoch, the same registers, every word the same.
+/// The stack a thread's last kept walk found, if a walk from its user registers now would find
+/// the same: the same process, mappings version and epoch, the same registers, every word the same.
 #[inline(always)]
-pub fn offcpu_stack(tid: u32, tgid: u32, version: u64, generation: u32) -> Option<i32> {
-    let kept = unsafe { &*OFFCPU_REUSE.get_ptr(tid)? };
+pub fn offcpu_stack(kept: &StackReuse, tgid: u32, version: u64, generation: u32) -> Option<i32> {
     // The registers read only where nothing cheaper already tells this walk apart.
     if kept.tgid != tgid || kept.version != version || kept.generation != generation {
         return None;
@@ -90,9 +84,9 @@ pub fn offcpu_stack(tid: u32, tgid: u32, version: u64, generation: u32) -> Optio
         && kept.from.sp == from.sp
         && kept.from.fp == from.fp
         && kept.from.lr == from.lr;
-    // A process with an interpreter is not reused: its interpreter is given apart from its
-    // mappings' version (and a walk that read Python frames was not kept).
-    if !same || kept.reads > REUSE_READS as u32 || crate::python::interpreter(tgid).is_some() {
+    // (A walk that read Python frames was not kept; a kept one was walked under the interpreter
+    // given with its mappings' version: user space moves the version before it gives another.)
+    if !same || kept.reads > REUSE_READS as u32 {
         return None;
     }
     if kept.span > 0 {
@@ -120,9 +114,9 @@ pub fn offcpu_stack(tid: u32, tgid: u32, version: u64, generation: u32) -> Optio
 }
 
 /// An off-CPU walk ended with `stack_id` (in `generation`'s slot): checked against what reuse
-/// would have given, and kept for the thread's next sleep if it reached the stack's end.
+/// would have given, and kept in `keep` for the thread's next sleep if it reached the stack's end.
 #[inline(always)]
-pub fn walked_offcpu(walk: &mut Walk, stack_id: i32, generation: u32) {
+pub fn walked_offcpu(walk: &mut Walk, stack_id: i32, generation: u32, keep: &mut StackReuse) {
     if walk.expect >= 0 && walk.expect != stack_id {
         bump(HealthCounter::StackReuseWrong);
         kernel_log!(
@@ -150,13 +144,5 @@ pub fn walked_offcpu(walk: &mut Walk, stack_id: i32, generation: u32) {
     walk.reuse.tgid = walk.tgid;
     walk.reuse.generation = generation;
     walk.reuse.stack_id = stack_id;
-    // By reference: the log is larger than the BPF stack allows.
-    #[allow(clippy::needless_borrows_for_generic_args)]
-    let _ = OFFCPU_REUSE.insert(walk.tid, &walk.reuse, 0);
-}
-
-/// A thread exited: its kept walk goes.
-#[inline(always)]
-pub fn forget(tid: u32) {
-    let _ = OFFCPU_REUSE.remove(tid);
+    *keep = walk.reuse;
 }

@@ -19,10 +19,11 @@ use aya_ebpf::{
     programs::{tracing::StackIdContext as _, BtfTracePointContext},
 };
 use profiler_common::{
-    hist_bucket, offcpu_stacks, switch_reason, CpuHistory, CpuRun, Enqueued, ExitedKey, HealthCounter,
-    KernelTotals, OffCpuStart, OffCpuTime, SampleKey, SchedInfoHead, SlowEvent, TaskOffsets, TaskSched,
-    BEGAN_EARLIER, COMM_LEN, CPU_HISTORY, CPU_UNKNOWN, HEAT_BUCKETS, OFFCPU_ENTRIES, OFFCPU_STACK_ENTRIES,
-    SLOW_CULPRITS,
+    hist_bucket, offcpu_stacks, switch_reason,
+    unwind::{StackReuse, Walk},
+    CpuHistory, CpuRun, Enqueued, ExitedKey, HealthCounter, KernelTotals, OffCpuStart, OffCpuTime, SampleKey,
+    SchedInfoHead, SlowEvent, TaskOffsets, TaskSched, BEGAN_EARLIER, COMM_LEN, CPU_HISTORY, CPU_UNKNOWN,
+    HEAT_BUCKETS, OFFCPU_ENTRIES, OFFCPU_STACK_ENTRIES, SLOW_CULPRITS,
 };
 
 use crate::{health::bump, sampling::EPOCH, targets::is_target};
@@ -280,21 +281,33 @@ fn switch(ctx: &BtfTracePointContext) {
         offcpu_user_stack(
             prev,
             stack_id(ctx, offcpu_generation(prev), BPF_F_USER_STACK as u64),
-            false,
         );
     }
 }
 
-/// The user stack where `tid` went to sleep, once walked: a table walk's id (or error), else a
-/// frame-pointer walk's (negative: no stack).
+/// The user stack where `tid` went to sleep, by a frame-pointer walk (negative: no stack), the
+/// table walk could not start.
 #[inline(always)]
-pub fn offcpu_user_stack(tid: u32, id: i32, unwound: bool) {
+fn offcpu_user_stack(tid: u32, id: i32) {
     if let Some(stats) = TASK_STATS.get_ptr_mut(tid) {
         unsafe {
             (*stats).offcpu.user_stack_id = id;
-            (*stats).offcpu.user_unwound = unwound as u32;
+            (*stats).offcpu.user_unwound = 0;
         }
     }
+}
+
+/// The table walk of the user stack where its thread went to sleep ended with `stack_id` (or
+/// an error) in `generation`'s slot: its sleep's stack, and the walk kept for its next sleep.
+#[inline(always)]
+pub fn offcpu_walked(walk: &mut Walk, stack_id: i32, generation: u32) {
+    let Some(stats) = TASK_STATS.get_ptr_mut(walk.tid) else {
+        return;
+    };
+    let stats = unsafe { &mut *stats };
+    stats.offcpu.user_stack_id = stack_id;
+    stats.offcpu.user_unwound = 1;
+    crate::reuse::walked_offcpu(walk, stack_id, generation, &mut stats.offcpu_reuse);
 }
 
 /// The epoch generation `tid` went to sleep in.
@@ -392,7 +405,7 @@ fn switch_out(
     let (mut user_stack_id, mut walk) = (NO_STACK, None);
     match version {
         Some(version) => {
-            let reused = reused_stack(prev, tgid, version, generation);
+            let reused = reused_stack(&stats.offcpu_reuse, tgid, version, generation);
             match reused {
                 Some(id) if !crate::reuse::checking() => user_stack_id = id,
                 _ => {
@@ -428,8 +441,8 @@ fn switch_out(
 
 /// The thread's last walked stack, if walking now would find it again (`reuse`), counted.
 #[inline(always)]
-fn reused_stack(tid: u32, tgid: u32, version: u64, generation: u32) -> Option<i32> {
-    let id = crate::reuse::offcpu_stack(tid, tgid, version, generation)?;
+fn reused_stack(kept: &StackReuse, tgid: u32, version: u64, generation: u32) -> Option<i32> {
+    let id = crate::reuse::offcpu_stack(kept, tgid, version, generation)?;
     bump(HealthCounter::StacksReused);
     Some(id)
 }
@@ -816,5 +829,4 @@ pub fn forget_task(tid: u32) {
         kernel_log!("exited-task map full: tid {} missing", tid);
     }
     let _ = TASK_STATS.remove(tid);
-    crate::reuse::forget(tid);
 }

@@ -453,8 +453,7 @@ fn try_unwind_offcpu(ctx: &BtfTracePointContext) -> Result<(), ()> {
         _ => &OFFCPU_USER_STACKS_1,
     };
     let stack_id = store(stacks, walk);
-    crate::sched::offcpu_user_stack(walk.tid, stack_id, true);
-    crate::reuse::walked_offcpu(walk, stack_id, generation);
+    crate::sched::offcpu_walked(walk, stack_id, generation);
     Ok(())
 }
 

@@ -154,8 +154,11 @@ impl Tables {
         };
         value.mappings[..mappings.len()].copy_from_slice(&mappings);
         let given = match &python {
-            Some((interpreter, _)) => (self.interpreters.insert(pid, interpreter, 0))
-                .with_context(|| format!("giving the unwinder the Python interpreter of pid {pid}")),
+            Some((interpreter, _)) => {
+                self.retire_version(pid);
+                (self.interpreters.insert(pid, interpreter, 0))
+                    .with_context(|| format!("giving the unwinder the Python interpreter of pid {pid}"))
+            }
             None => {
                 let _ = self.interpreters.remove(&pid);
                 Ok(())
@@ -177,6 +180,18 @@ impl Tables {
             started.elapsed().as_secs_f64() * 1e3
         );
         Ok(python.map(|(_, layout)| layout))
+    }
+
+    /// `pid`'s mappings as given, under a version of their own, before its interpreter is given:
+    /// an off-CPU walk kept under the version before (`StackReuse`, walked without this
+    /// interpreter's frames) is then never taken again, not even in the moment between the
+    /// interpreter and the mappings that follow it.
+    fn retire_version(&mut self, pid: u32) {
+        if let Ok(mut value) = self.processes.get(&pid, 0) {
+            self.version += 1;
+            value.version = self.version;
+            let _ = self.processes.insert(pid, value, 0);
+        }
     }
 
     /// Read and parse a mapping's file (through the process, so it is the file it mapped) and

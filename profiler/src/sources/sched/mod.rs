@@ -69,7 +69,6 @@ impl Spec {
         options.use_maps(names::OFFCPU.iter().chain(&names::OFFCPU_STACKS));
         if self.walks_tables(options.unwind_tables) {
             options.use_maps(&names::OFFCPU_USER_STACKS);
-            options.use_maps([&names::OFFCPU_REUSE]);
             options.use_maps(&names::UNWIND_TABLES);
         }
         options.task_offsets = self.offsets.unwrap_or_default();
