@@ -93,6 +93,10 @@ const _: () = assert!(size_of::<ProcessMappings>() == 16 + 32 * MAX_MAPPINGS);
 pub const REUSE_READS: usize = 24;
 /// Bytes above the stack pointer the words of a reusable walk lie in: read back at once.
 pub const REUSE_SPAN: usize = 2048;
+/// The `ProcessMappings::version` of a process's mappings given again, unchanged, just before
+/// its interpreter (user space numbers every other version from 1): a walk made under it may have
+/// passed natively through an evaluation loop the walker is about to know, so it is never kept.
+pub const VERSION_UNKEPT: u64 = 0;
 /// `StackReuse::reads` of a walk that cannot be reused: it read more words, or one out of the
 /// span, or Python's frames (the interpreter's memory, not the stack).
 pub const NOT_REUSABLE: u32 = u32::MAX;

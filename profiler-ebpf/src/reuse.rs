@@ -7,15 +7,15 @@
 //! version and epoch reads those words back in one copy: all the same, its stack is the kept
 //! stack's id, with no walk. A walk that read Python frames (the interpreter's memory), more
 //! words than are kept, or ended early is not kept. A Python process's interpreter (where its
-//! evaluation loop is) is given with its mappings, under a version of their own (user space
-//! moves the version first): a walk kept under one version never passed through the loop, so
-//! it is a function of the inputs above alone.
+//! evaluation loop is) is given with its mappings, and before it their version moves to one
+//! whose walks are never kept (`VERSION_UNKEPT`): a walk kept under one version never passed
+//! through a loop the walker did not know, so it is a function of the inputs above alone.
 //!
 //! With `OFFCPU_REUSE_CHECK` every sleep is walked all the same, and a walk whose stack is not
 //! the one reuse would have given is counted (`StackReuseWrong`): the proof that reuse is exact.
 use aya_ebpf::{helpers::generated::bpf_probe_read_user, macros::map, maps::PerCpuArray};
 use profiler_common::{
-    unwind::{stop, StackReuse, Walk, NOT_REUSABLE, REUSE_READS, REUSE_SPAN},
+    unwind::{stop, StackReuse, Walk, NOT_REUSABLE, REUSE_READS, REUSE_SPAN, VERSION_UNKEPT},
     HealthCounter,
 };
 
@@ -144,5 +144,9 @@ pub fn walked_offcpu(walk: &mut Walk, stack_id: i32, generation: u32, keep: &mut
     walk.reuse.tgid = walk.tgid;
     walk.reuse.generation = generation;
     walk.reuse.stack_id = stack_id;
-    *keep = walk.reuse;
+    // (Asked last: asked with the others above, the compiler folds the loop's bound into
+    // `reads`, which the verifier cannot bound.)
+    if walk.reuse.version != VERSION_UNKEPT {
+        *keep = walk.reuse;
+    }
 }

@@ -413,7 +413,8 @@ impl Report {
             .any(|s| Report::frames(s).windows(chain.len()).any(|w| w == chain))
     }
 
-    /// The report's own totals agree with each other.
+    /// The report's own totals agree with each other, and with the kernel's count of samples (a
+    /// report of one-per-sample counts: a `--weight` sample counts its weight).
     pub fn assert_consistent(&self) {
         let v = &self.0;
         let samples = v["samples"].as_u64().unwrap();

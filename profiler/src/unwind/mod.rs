@@ -14,7 +14,7 @@ use std::{
 
 use anyhow::Context as _;
 use aya::maps::{HashMap as BpfHashMap, Map, MapData};
-use profiler_common::unwind::{Mapping, ProcessMappings, Row, MAX_MAPPINGS, ROWS};
+use profiler_common::unwind::{Mapping, ProcessMappings, Row, MAX_MAPPINGS, ROWS, VERSION_UNKEPT};
 use rows::rows_of_file;
 pub use rows::{bias_of, fde_ranges, rows_of, segments_of, Segment, TableError};
 
@@ -182,15 +182,14 @@ impl Tables {
         Ok(python.map(|(_, layout)| layout))
     }
 
-    /// `pid`'s mappings as given, under a version of their own, before its interpreter is given:
-    /// an off-CPU walk kept under the version before (`StackReuse`, walked without this
-    /// interpreter's frames) is then never taken again, not even in the moment between the
-    /// interpreter and the mappings that follow it.
+    /// `pid`'s mappings as given, under `VERSION_UNKEPT`, before its interpreter is given: an
+    /// off-CPU walk kept under the version before (`StackReuse`, walked without this interpreter)
+    /// is not taken again, and none walked until the mappings that follow the interpreter is kept.
+    /// (Only an entry still there: one the kernel removed at an exec stays removed.)
     fn retire_version(&mut self, pid: u32) {
         if let Ok(mut value) = self.processes.get(&pid, 0) {
-            self.version += 1;
-            value.version = self.version;
-            let _ = self.processes.insert(pid, value, 0);
+            value.version = VERSION_UNKEPT;
+            let _ = self.processes.insert(pid, value, BPF_EXIST);
         }
     }
 
@@ -252,6 +251,8 @@ impl Tables {
 }
 
 const VDSO: &str = "[vdso]";
+/// `bpf_map_update_elem`'s flag: only an entry that exists.
+const BPF_EXIST: u64 = 2;
 
 /// The interpreter `file` is, if its frames are read; one that is not is said once, here (each
 /// file is read once).
