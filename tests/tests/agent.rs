@@ -841,6 +841,61 @@ fn every_signal_in_windows_off_cpu_across_window_ends_and_run_queue_delay() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The run-queue signal alone (no off-CPU stacks: the scheduler's programs run with
+/// `--offcpu-stacks none`): each wait of the workload's threads is labelled with its process's
+/// executable, which the agent has from the process's announcement at its sleeper's first sleep
+/// (a process never announced is labelled from /proc when its window is written: unit-tested).
+#[test]
+fn runqueue_alone_labels_each_wait_with_its_executable() {
+    let dir = temp_path("agent-runqueue");
+    let _ = std::fs::remove_dir_all(&dir);
+    let agent = Agent::start(&[
+        "--signals",
+        "runqueue",
+        "--window",
+        "1",
+        "--output-dir",
+        dir.to_str().unwrap(),
+    ]);
+    // Three busy threads on this machine's CPUs wait for one another.
+    let load = start_workload("schedload", &["2", "3"]);
+    let pid = load.pid() as i64;
+    load.finish();
+    two_more_windows(&agent);
+    let (ok, stderr, _) = agent.stop(Duration::from_secs(15));
+    assert!(ok, "the agent failed: {stderr}");
+    let (mut waited, mut labelled) = (0, 0);
+    let mut windows: Vec<PathBuf> = (windows_in(&dir).into_iter())
+        .filter(|p| p.to_string_lossy().ends_with(".runqueue.pb.gz"))
+        .collect();
+    // Not the stop's window, written seconds after the workload exited: a thread seen switched
+    // in again after its exit was recorded leaves an entry whose wait is still open at the stop
+    // (seen here: 17-223 us of the workload's ~2 s, its process forgotten by then, unlabelled).
+    // Known, left for the scheduler source (#46's note).
+    windows.pop();
+    for file in &windows {
+        let profile = decode_pprof(&std::fs::read(file).unwrap());
+        for sample in profile
+            .sample
+            .iter()
+            .filter(|s| label_num(&profile, s, "pid") == Some(pid))
+        {
+            waited += sample.value[0];
+            let executable = label(&profile, sample, "executable").unwrap_or("");
+            if executable.ends_with("/schedload") {
+                labelled += sample.value[0];
+            }
+        }
+    }
+    eprintln!("the workload waited {waited} ns for a CPU in the windows, {labelled} ns labelled schedload");
+    assert!(waited > 0, "no run-queue wait of pid {pid} in {}", dir.display());
+    assert_eq!(
+        labelled, waited,
+        "every wait of pid {pid} is labelled with its executable"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// The lock signal: two threads contend for one static mutex, timing every wait on their own
 /// clock. Each window wholly within the contention holds, under `shared_lock`, the wait of the
 /// waits that ended in it within 10%, and all windows together the workload's whole wait; the

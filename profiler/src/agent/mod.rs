@@ -557,6 +557,7 @@ impl AgentSink {
             self.metrics
                 .runqueue_threads
                 .store(self.runqueue.threads() as u64, Relaxed);
+            procs.label_unknown(waits.threads.iter().map(|t| t.pid));
             profiles.push((Signal::RunQueue, Figures::Threads(waits.threads)));
         }
         if self.signals.lock {

@@ -483,9 +483,25 @@ impl Processes {
         self.info.get(&pid).map(|(_, info)| info)
     }
 
-    /// The processes known, whatever their state.
+    /// The processes known, whatever their state (captured, or only labelled).
     pub fn pids(&self) -> HashSet<u32> {
-        self.maps.keys().map(|&(pid, _)| pid).collect()
+        let captured = self.maps.keys().map(|&(pid, _)| pid);
+        captured.chain(self.info.keys().copied()).collect()
+    }
+
+    /// Label now (executable, cgroup: `/proc`) each of `pids` that has no label yet: a process
+    /// the kernel never announced, whose threads only ran and waited for a CPU and never slept,
+    /// has its label for the run-queue profile. (Forgotten as any process once it has exited.)
+    pub fn label_unknown(&mut self, pids: impl IntoIterator<Item = u32>) {
+        for pid in pids {
+            if self.info.contains_key(&pid) {
+                continue;
+            }
+            if let Some(info) = ProcessInfo::read(pid) {
+                let generation = self.current_generation(pid);
+                self.info.insert(pid, (generation, info));
+            }
+        }
     }
 
     /// Forget processes (every image of each), then the files no process left maps: their

@@ -99,6 +99,25 @@ fn normalizes_to_file_offsets_and_shares_files() {
 }
 
 #[test]
+fn a_process_only_labelled_is_known_until_forgotten() {
+    let mut procs = Processes::new();
+    let me = std::process::id();
+    procs.label_unknown([me]);
+    let exe = std::env::current_exe().unwrap();
+    assert_eq!(
+        procs.info(me).and_then(|i| i.executable.clone()),
+        Some(exe.to_string_lossy().into_owned())
+    );
+    assert_eq!(
+        procs.pids(),
+        HashSet::from([me]),
+        "known, so forgotten once it exits"
+    );
+    procs.forget(&HashSet::from([me]));
+    assert!(procs.pids().is_empty() && procs.info(me).is_none());
+}
+
+#[test]
 fn forgetting_processes_closes_only_files_no_one_maps() {
     let mut procs = Processes::new();
     procs.insert_maps(10, parse_maps(MAPS));
