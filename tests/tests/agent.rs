@@ -865,15 +865,13 @@ fn runqueue_alone_labels_each_wait_with_its_executable() {
     let (ok, stderr, _) = agent.stop(Duration::from_secs(15));
     assert!(ok, "the agent failed: {stderr}");
     let (mut waited, mut labelled) = (0, 0);
-    let mut windows: Vec<PathBuf> = (windows_in(&dir).into_iter())
+    // Every window, the stop's too (written seconds after the workload exited: before the
+    // scheduler source let go of a thread seen switched in again after its exit was recorded,
+    // such a thread's wait was still open there, its process forgotten, its label gone).
+    for file in windows_in(&dir)
+        .iter()
         .filter(|p| p.to_string_lossy().ends_with(".runqueue.pb.gz"))
-        .collect();
-    // Not the stop's window, written seconds after the workload exited: a thread seen switched
-    // in again after its exit was recorded leaves an entry whose wait is still open at the stop
-    // (seen here: 17-223 us of the workload's ~2 s, its process forgotten by then, unlabelled).
-    // Known, left for the scheduler source (#46's note).
-    windows.pop();
-    for file in &windows {
+    {
         let profile = decode_pprof(&std::fs::read(file).unwrap());
         for sample in profile
             .sample
