@@ -204,6 +204,16 @@ pub fn finish_bpfprof(
     (status, rest)
 }
 
+/// Ctrl-C to a bpfprof started by `start_bpfprof`, then `finish_bpfprof`.
+pub fn interrupt_bpfprof(
+    child: Running,
+    stderr: std::io::BufReader<std::process::ChildStderr>,
+) -> (std::process::ExitStatus, String) {
+    let pid = nix::unistd::Pid::from_raw(child.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    finish_bpfprof(child, stderr)
+}
+
 /// `bpfprof stat ... -o json -- COMMAND`: the report and the command's output.
 pub fn stat(args: &[&str], command: &[&str]) -> (serde_json::Value, String) {
     let path = temp_path(&format!("stat-{}.json", std::process::id() ^ rand_suffix()));

@@ -344,8 +344,7 @@ fn interrupted_alone(script: &str) -> (std::process::ExitStatus, String, Report,
     let pid: u32 = std::fs::read_to_string(&pidfile).unwrap().trim().parse().unwrap();
     wait_for_cpu_time(pid, pid, 3e8);
     let interrupted = std::time::Instant::now();
-    kill(Pid::from_raw(bpfprof.pid() as i32), Signal::SIGINT).unwrap();
-    let (status, err) = finish_bpfprof(bpfprof, stderr);
+    let (status, err) = interrupt_bpfprof(bpfprof, stderr);
     (status, err, Report::read(&json), pid, interrupted.elapsed())
 }
 

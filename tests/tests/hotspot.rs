@@ -170,12 +170,7 @@ fn system_wide_sees_the_workload_among_others() {
     let before = on_cpu_ns(pid, pid);
     wait_for_cpu_time(pid, pid, 1.5e9);
     let ran = on_cpu_ns(pid, pid) - before;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(bpfprof.pid() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let (status, err) = finish_bpfprof(bpfprof, stderr);
+    let (status, err) = interrupt_bpfprof(bpfprof, stderr);
     assert!(status.success(), "bpfprof failed: {err}");
     let report = Report::read(&json);
     report.assert_consistent();

@@ -698,12 +698,7 @@ fn an_exited_thread_is_one_task_however_it_leaves() {
     let (bpfprof, stderr) = start_bpfprof(&["--mode", "sched", "-a", "-o", json.to_str().unwrap()]);
     let churn = start_workload("churn", &["3", "2", "2"]);
     let stdout = churn.finish();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(bpfprof.pid() as i32),
-        nix::sys::signal::Signal::SIGINT,
-    )
-    .unwrap();
-    let (status, err) = finish_bpfprof(bpfprof, stderr);
+    let (status, err) = interrupt_bpfprof(bpfprof, stderr);
     assert!(status.success(), "bpfprof failed: {err}");
     let truth = truth(&stdout);
     let (parent, children) = (truth["pid"] as u64, truth["children"] as usize);

@@ -694,7 +694,6 @@ fn block_request_latency_is_fios_own_completion_latency() {
 /// with its report whole.
 #[test]
 fn system_wide_runs_see_a_workload_started_after_them() {
-    use nix::{sys::signal::Signal, unistd::Pid};
     let during = |args: &[&str]| -> (String, HashMap<String, f64>) {
         let path = temp_path(&format!("system-wide-{}.json", rand_suffix()));
         let mut all = args.to_vec();
@@ -704,8 +703,7 @@ fn system_wide_runs_see_a_workload_started_after_them() {
             .args(["writes", "1000"])
             .output()
             .unwrap();
-        nix::sys::signal::kill(Pid::from_raw(bpfprof.pid() as i32), Signal::SIGINT).unwrap();
-        let (status, said) = finish_bpfprof(bpfprof, stderr);
+        let (status, said) = interrupt_bpfprof(bpfprof, stderr);
         assert!(status.success(), "{args:?}: {said}");
         (std::fs::read_to_string(&path).unwrap(), truth(&stdout(&out)))
     };
