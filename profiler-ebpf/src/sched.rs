@@ -364,8 +364,18 @@ fn switch_out(
         // now is one a switch-in made after that (the dying task preempted on its way out: 0.5
         // to 2.5% of exits here, system-wide under churn): gone with it, where it stayed until
         // the tid was reused, its run open (a wait at the stop of a process long gone, and the
-        // task map filling up on a machine that starts processes all day).
-        let _ = TASK_STATS.remove(prev);
+        // task map filling up on a machine that starts processes all day). Only an entry whose
+        // run is on this CPU now is the dying task's: its tid may already be a new task's
+        // (freed at its release, before this switch), whose own entry stays.
+        if let Some(stats) = TASK_STATS.get_ptr(prev) {
+            let stats = unsafe { &*stats };
+            let running_here = stats.switched_out == 0
+                && stats.last_in_ns != 0
+                && stats.last_cpu == unsafe { bpf_get_smp_processor_id() };
+            if running_here {
+                let _ = TASK_STATS.remove(prev);
+            }
+        }
         return None;
     }
     let stats = task_stats(prev, prev_task, off)?;
