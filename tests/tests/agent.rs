@@ -97,6 +97,15 @@ fn windows_in(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
+/// The window files of one signal (`offcpu`, `runqueue`, `lock`, ...) in `dir`, oldest first.
+fn signal_windows(dir: &Path, signal: &str) -> Vec<PathBuf> {
+    let suffix = format!(".{signal}.pb.gz");
+    windows_in(dir)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().ends_with(&suffix))
+        .collect()
+}
+
 /// `go tool pprof -top` on a file or URL: its output, which must list the hot function.
 fn go_pprof_top(args: &[&str]) -> String {
     let out = Command::new("go")
@@ -765,14 +774,8 @@ fn every_signal_in_windows_off_cpu_across_window_ends_and_run_queue_delay() {
     let sleeper = line_fields(&stdout, "TASK ", |kv| kv["role"] == "sleeper");
     let napper = naps["tid"] as i64;
     let (from, to) = (naps["from"] as i64, naps["to"] as i64);
-    let files = |signal: &str| -> Vec<PathBuf> {
-        windows_in(&dir)
-            .into_iter()
-            .filter(|p| p.to_string_lossy().ends_with(&format!(".{signal}.pb.gz")))
-            .collect()
-    };
     let (mut whole_windows, mut asleep_total) = (0, 0.0);
-    for file in files("offcpu") {
+    for file in signal_windows(&dir, "offcpu") {
         let profile = decode_pprof(&std::fs::read(&file).unwrap());
         let asleep: i64 = profile
             .sample
@@ -808,7 +811,7 @@ fn every_signal_in_windows_off_cpu_across_window_ends_and_run_queue_delay() {
 
     // Run-queue delay per busy thread, summed over the windows, against its schedstat.
     let mut delay_of: HashMap<i64, i64> = HashMap::new();
-    for file in files("runqueue") {
+    for file in signal_windows(&dir, "runqueue") {
         let profile = decode_pprof(&std::fs::read(&file).unwrap());
         for s in &profile.sample {
             *delay_of
@@ -868,11 +871,8 @@ fn runqueue_alone_labels_each_wait_with_its_executable() {
     // Every window, the stop's too (written seconds after the workload exited: before the
     // scheduler source let go of a thread seen switched in again after its exit was recorded,
     // such a thread's wait was still open there, its process forgotten, its label gone).
-    for file in windows_in(&dir)
-        .iter()
-        .filter(|p| p.to_string_lossy().ends_with(".runqueue.pb.gz"))
-    {
-        let profile = decode_pprof(&std::fs::read(file).unwrap());
+    for file in signal_windows(&dir, "runqueue") {
+        let profile = decode_pprof(&std::fs::read(&file).unwrap());
         for sample in profile
             .sample
             .iter()
@@ -955,10 +955,7 @@ fn lock_waits_in_windows_match_the_workloads_own_clock() {
     let first_end = waits.iter().map(|w| w.0).min().unwrap();
     let last_end = waits.iter().map(|w| w.0).max().unwrap();
     let (mut whole_windows, mut waited_total, mut named_total) = (0, 0i64, 0i64);
-    for file in windows_in(&dir)
-        .into_iter()
-        .filter(|p| p.to_string_lossy().ends_with(".lock.pb.gz"))
-    {
+    for file in signal_windows(&dir, "lock") {
         let profile = decode_pprof(&std::fs::read(&file).unwrap());
         let types: Vec<&str> = profile
             .sample_type
