@@ -19,7 +19,9 @@ use aya_ebpf::{
     programs::{tracing::StackIdContext as _, BtfTracePointContext},
 };
 use profiler_common::{
-    hist_bucket, offcpu_stacks, switch_reason,
+    hist_bucket,
+    lock::NO_STACK,
+    offcpu_stacks, switch_reason,
     unwind::{StackReuse, Walk},
     CpuHistory, CpuRun, Enqueued, ExitedKey, HealthCounter, KernelTotals, OffCpuStart, OffCpuTime, SampleKey,
     SchedInfoHead, SlowEvent, TaskOffsets, TaskSched, BEGAN_EARLIER, COMM_LEN, CPU_HISTORY, CPU_UNKNOWN,
@@ -461,9 +463,6 @@ fn reused_stack(kept: &StackReuse, tgid: u32, version: u64, generation: u32) -> 
     bump(HealthCounter::StacksReused);
     Some(id)
 }
-
-/// -EFAULT: "no stack", as the helper says for a kernel thread's user stack.
-const NO_STACK: i32 = -14;
 
 #[inline(always)]
 fn stack_id(ctx: &BtfTracePointContext, generation: u32, flags: u64) -> i32 {

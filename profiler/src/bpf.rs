@@ -6,7 +6,10 @@ use std::{collections::BTreeSet, path::Path};
 use anyhow::Context as _;
 use aya::{
     maps::{HashMap as BpfHashMap, MapData},
-    programs::{raw_trace_point::RawTracePointLink, BtfTracePoint, ProgramError, RawTracePoint, TracePoint},
+    programs::{
+        raw_trace_point::RawTracePointLink, trace_point::TracePointLink, BtfTracePoint, ProgramError,
+        RawTracePoint, TracePoint,
+    },
     Ebpf, EbpfLoader,
 };
 use profiler_common::{lock::ThreadOffsets, names, offcpu_stacks, ExitOffsets, ForkOffsets, TaskOffsets};
@@ -342,18 +345,32 @@ impl Loaded {
             .with_context(|| format!("loading {prog} for the BTF tracepoint {event}"))
     }
 
-    /// Load and attach each (program, category, event).
+    /// Load and attach each (program, category, event) for the run.
     pub fn attach_tracepoints(&mut self, programs: &[(&str, &str, &str)]) -> anyhow::Result<()> {
+        for link in self.tracepoint_links(programs)? {
+            self.hold(link);
+        }
+        Ok(())
+    }
+
+    /// The same, the attachments handed over: dropping them detaches the programs (a source
+    /// that must stop its programs before it reads their maps at the end).
+    pub fn tracepoint_links(
+        &mut self,
+        programs: &[(&str, &str, &str)],
+    ) -> anyhow::Result<Vec<TracePointLink>> {
+        let mut links = Vec::new();
         for &(prog, category, event) in programs {
             let program: &mut TracePoint = self.program(prog)?;
             if program.fd().is_err() {
                 program.load().with_context(|| format!("loading {prog}"))?;
             }
-            program
+            let link = program
                 .attach(category, event)
                 .with_context(|| format!("attaching to {category}:{event}"))?;
+            links.push(program.take_link(link)?);
         }
-        Ok(())
+        Ok(links)
     }
 
     /// A program of the object, as its kind.

@@ -74,15 +74,11 @@ fn field_offset(format: &str, field: &str) -> Option<u32> {
 pub fn resolve_pids(pids: &[u32]) -> Result<Vec<u32>, UserError> {
     let mut out: Vec<u32> = Vec::with_capacity(pids.len());
     for &pid in pids {
-        let status = match pid {
+        let tgid = match pid {
             0 => None,
-            pid => std::fs::read_to_string(format!("/proc/{pid}/status")).ok(),
+            pid => crate::process::tgid_of(pid),
         };
-        let tgid = status
-            .as_deref()
-            .and_then(|s| s.lines().find_map(|l| l.strip_prefix("Tgid:")))
-            .and_then(|v| v.trim().parse().ok())
-            .ok_or(UserError::NoSuchProcess(pid))?;
+        let tgid = tgid.ok_or(UserError::NoSuchProcess(pid))?;
         if !out.contains(&tgid) {
             out.push(tgid);
         }

@@ -816,3 +816,96 @@ fn a_key_value_server_under_load_names_its_contended_lock_and_its_waiter() {
         "wait {waited} ns against the kernel's blocked {blocked} ns (+ runnable {queued} ns)"
     );
 }
+
+/// The threads of `pid` asleep in a futex wait on `uaddr` (from /proc: the call and its first
+/// argument), and the address of the first lock any thread of `pid` waits on.
+fn futex_waiters(pid: u32) -> Vec<(u32, u64)> {
+    let futex = if cfg!(target_arch = "x86_64") { "202" } else { "98" };
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    let tids = tasks.filter_map(|t| t.ok()?.file_name().to_str()?.parse::<u32>().ok());
+    tids.filter_map(|tid| {
+        let line = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+        let mut fields = line.split_whitespace();
+        (fields.next()? == futex).then_some(())?;
+        let uaddr = u64::from_str_radix(fields.next()?.strip_prefix("0x")?, 16).ok()?;
+        Some((tid, uaddr))
+    })
+    .collect()
+}
+
+/// A lock threads are stuck on, as in a deadlock: one thread blocked since before the run, one
+/// from within it, neither done at the stop. Both waits are in the report, counted up to the
+/// stop: the first from the moment the run began (its stack unknown, it was never seen start),
+/// the second from its call (under its stack).
+#[test]
+fn waits_still_going_at_the_stop_are_counted_up_to_it() {
+    let target = start_workload("lockload", &["stuck", "60"]);
+    let pid = target.pid();
+    let limit = std::time::Duration::from_secs(10);
+    wait_until("stuck_early blocked", limit, || futex_waiters(pid).len() == 1);
+    let lock = futex_waiters(pid)[0].1;
+    let json = temp_path("lock-stuck.json");
+    let (bpfprof, errors) = start_bpfprof(&[
+        "--mode",
+        "lock",
+        "-p",
+        &pid.to_string(),
+        "-d",
+        "3",
+        "-o",
+        json.to_str().unwrap(),
+    ]);
+    let began = std::time::Instant::now();
+    let signalled = began.elapsed().as_secs_f64();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGUSR2,
+    )
+    .unwrap();
+    wait_until("stuck_late blocked", limit, || futex_waiters(pid).len() == 2);
+    let seen = began.elapsed().as_secs_f64();
+    let (status, err) = finish_bpfprof(bpfprof, errors);
+    assert!(status.success(), "{err}");
+
+    let report = read_json(&json);
+    let duration = report["duration_s"].as_f64().unwrap();
+    let stuck = report["locks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["address"] == format!("{lock:#x}"))
+        .unwrap_or_else(|| panic!("no lock at {lock:#x} in {}", report["locks"]));
+    assert!(
+        stuck["symbol"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("stuck_lock")),
+        "{stuck}"
+    );
+    assert_eq!(stuck["contentions"], 2, "{stuck}");
+    assert_eq!(stuck["waiting_at_stop"], 2, "{stuck}");
+    let waiters = stuck["waiters"].as_array().unwrap();
+    let wait_of = |late: bool| -> f64 {
+        let waiter = waiters
+            .iter()
+            .find(|w| functions(&w["frames"]).contains(&"stuck_late") == late)
+            .unwrap_or_else(|| panic!("late={late}: {stuck}"));
+        waiter["total_wait_ns"].as_f64().unwrap() / 1e9
+    };
+    // From the attachment (just before the run's clock starts) to the stop.
+    let early = wait_of(false);
+    assert!(
+        (early - duration).abs() <= 0.05,
+        "stuck_early waited {early} s of a {duration} s run"
+    );
+    // From its call, between the signal and the moment it was seen blocked, to the stop.
+    let late = wait_of(true);
+    assert!(
+        late >= duration - seen - 0.05 && late <= duration - signalled + 0.05,
+        "stuck_late waited {late} s; signalled at {signalled} s, seen blocked at {seen} s of {duration} s"
+    );
+    // And said so in the text report.
+    let out = run(&["report", json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("2 of them still waiting at the stop"), "{text}");
+}

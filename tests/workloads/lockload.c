@@ -15,6 +15,11 @@
  *                                   TRUTH pid= first=<addr> second=<addr> wait1_ns= wait2_ns=
  *                                   held1_ns= held2_ns=
  *
+ *   lockload stuck SECONDS          the main thread holds stuck_lock for SECONDS; stuck_early blocks on
+ *                                   it at once, stuck_late once SIGUSR2 arrives (a thread stuck on a
+ *                                   lock from before a run and one from within it). Prints TRUTH
+ *                                   pid= lock=<address> at exit.
+ *
  * SIGUSR1 ends THREADS SECONDS early (the workers finish their round): a test that needs its target
  * to exit in the middle of a run says when. The benchmark modes print ELAPSED=<ns>.
  * Prints at exit: TRUTH pid=<pid> shared=<address> wait_ns=<sum of every thread's waits for the
@@ -234,7 +239,46 @@ static void run_phase(void (*use)(void)) {
     for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
 }
 
+static pthread_mutex_t stuck_lock = PTHREAD_MUTEX_INITIALIZER;
+static volatile sig_atomic_t late_wanted;
+
+__attribute__((noinline)) void *stuck_early(void *arg) {
+    pthread_mutex_lock(&stuck_lock);
+    pthread_mutex_unlock(&stuck_lock);
+    return arg;
+}
+
+__attribute__((noinline)) void *stuck_late(void *arg) {
+    pthread_mutex_lock(&stuck_lock);
+    pthread_mutex_unlock(&stuck_lock);
+    return arg;
+}
+
+static void on_late(int sig) {
+    (void)sig;
+    late_wanted = 1;
+}
+
+static int stuck(double secs) {
+    signal(SIGUSR2, on_late);
+    pthread_mutex_lock(&stuck_lock);
+    pthread_t early, late;
+    int late_started = 0;
+    pthread_create(&early, NULL, stuck_early, NULL);
+    long long end = now_ns() + (long long)(secs * 1e9);
+    while (now_ns() < end) {
+        if (late_wanted && !late_started) late_started = pthread_create(&late, NULL, stuck_late, NULL) == 0;
+        usleep(1000);
+    }
+    pthread_mutex_unlock(&stuck_lock);
+    pthread_join(early, NULL);
+    if (late_started) pthread_join(late, NULL);
+    printf("TRUTH pid=%d lock=%lu\n", (int)getpid(), (unsigned long)&stuck_lock);
+    return 0;
+}
+
 static int special(int argc, char **argv) {
+    if (strcmp(argv[1], "stuck") == 0) return stuck(atof(argv[2]));
     if (strcmp(argv[1], "mmap") == 0 && argc > 3) {
         int threads = atoi(argv[2]);
         seconds = atof(argv[3]);
@@ -289,7 +333,8 @@ static int bench(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    if (argc >= 3 && (strcmp(argv[1], "mmap") == 0 || strcmp(argv[1], "reuse") == 0)) return special(argc, argv);
+    if (argc >= 3 && (strcmp(argv[1], "mmap") == 0 || strcmp(argv[1], "reuse") == 0 || strcmp(argv[1], "stuck") == 0))
+        return special(argc, argv);
     if (argc >= 3 && (strcmp(argv[1], "loop") == 0 || strcmp(argv[1], "contend") == 0)) return bench(argc, argv);
     if (argc < 3) {
         fprintf(stderr, "usage: %s THREADS SECONDS\n", argv[0]);

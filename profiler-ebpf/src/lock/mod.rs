@@ -6,7 +6,7 @@ use aya_ebpf::{
     maps::{HashMap, StackTrace},
 };
 use profiler_common::{
-    lock::{LockKey, LockTime, WAIT_ENTRIES},
+    lock::{LockKey, LockTime, NO_STACK, WAIT_ENTRIES},
     HealthCounter, STACK_MAP_ENTRIES,
 };
 
@@ -15,9 +15,6 @@ use crate::{atomic::atomic_add, health::bump};
 pub mod futex;
 pub mod kernel;
 pub mod pthread;
-
-/// -EFAULT: no stack (yet).
-const NO_STACK: i32 = -14;
 
 #[map(name = "LOCK_WAITERS")]
 static LOCK_WAITERS: HashMap<LockKey, LockTime> = HashMap::with_max_entries(WAIT_ENTRIES, 0);

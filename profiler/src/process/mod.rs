@@ -665,6 +665,23 @@ fn find(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
 /// A file's bytes as a read-only mapping: parsing an executable touches its headers and the
 /// sections wanted (unwind tables, symbols), not all of it. Read into the heap instead, a large
 /// binary a process maps would be a transient heap of its size in a long-running agent.
+/// The process of a live thread (from its /proc status).
+pub fn tgid_of(tid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    let tgid = status.lines().find_map(|l| l.strip_prefix("Tgid:"))?;
+    tgid.trim().parse().ok()
+}
+
+/// Every process but this one (the numeric entries of /proc).
+pub fn all_pids() -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    (entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()))
+        .filter(|&pid| pid != std::process::id())
+        .collect()
+}
+
 pub fn map_file(path: &std::path::Path) -> io::Result<memmap2::Mmap> {
     map_open(&std::fs::File::open(path)?)
 }

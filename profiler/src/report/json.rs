@@ -124,6 +124,8 @@ struct LockJson<'a> {
     kind: &'static str,
     class: WaitClass,
     contentions: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    waiting_at_stop: u64,
     total_wait_ns: u64,
     max_wait_ns: u64,
     avg_wait_ns: u64,
@@ -149,8 +151,8 @@ struct HolderJson {
     total_wait_ns: u64,
 }
 
-fn is_zero(n: &u32) -> bool {
-    *n == 0
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
 
 #[derive(Serialize)]
@@ -285,6 +287,7 @@ fn lock_json<'a>(lock: &'a LockStat, table: &mut FrameTable<'a>) -> LockJson<'a>
         kind: lock.kind,
         class: lock.class,
         contentions: lock.contentions,
+        waiting_at_stop: lock.waiting_at_stop,
         total_wait_ns: lock.total_wait_ns,
         max_wait_ns: lock.max_wait_ns,
         avg_wait_ns: lock.avg_wait_ns,
@@ -520,6 +523,7 @@ mod tests {
             kind: "mutex",
             class: WaitClass::Contention,
             contentions: 2,
+            waiting_at_stop: 1,
             total_wait_ns: 9,
             max_wait_ns: 5,
             avg_wait_ns: 4,

@@ -357,6 +357,13 @@ fn lock_entries(r: &LockReport, locks: &[&LockStat], out: &mut dyn Write) -> io:
             human_ns(lock.avg_wait_ns),
             human_ns(lock.max_wait_ns)
         )?;
+        if lock.waiting_at_stop > 0 {
+            writeln!(
+                out,
+                "  {} of them still waiting at the stop (counted up to it)",
+                lock.waiting_at_stop
+            )?;
+        }
         if lock.instance > 0 {
             writeln!(
                 out,
@@ -410,6 +417,9 @@ fn lock_entries(r: &LockReport, locks: &[&LockStat], out: &mut dyn Write) -> io:
         if lock.unattributed_wait_ns > 0 {
             let why = match (r.source, lock.kind) {
                 (LockSource::Futex, "join") => "ended by the thread's exit (the kernel's wake, not a call)",
+                (LockSource::Futex, _) if lock.waiting_at_stop > 0 => {
+                    "no wake seen (still waiting at the stop, timeouts, signals, or released before the waiter slept)"
+                }
                 (LockSource::Futex, _) => {
                     "no wake seen (timeouts, signals, or released before the waiter slept)"
                 }

@@ -104,6 +104,7 @@ pub(super) fn one_entry_per_condvar(locks: Vec<LockStat>, context: &dyn LockCont
 fn absorb(into: &mut LockStat, other: LockStat) {
     into.flags |= other.flags;
     into.contentions += other.contentions;
+    into.waiting_at_stop += other.waiting_at_stop;
     into.total_wait_ns += other.total_wait_ns;
     into.max_wait_ns = into.max_wait_ns.max(other.max_wait_ns);
     for waiter in other.waiters {

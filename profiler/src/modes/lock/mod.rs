@@ -110,6 +110,7 @@ impl LockCollection {
             self.merged.insert(key, self.records.len() as u32);
             return self.add(record, user, kernel, procs);
         };
+        self.records[index as usize].in_progress += record.in_progress;
         let time = &mut self.records[index as usize].time;
         time.count += record.time.count;
         time.total_ns += record.time.total_ns;
@@ -166,6 +167,10 @@ pub struct LockStat {
     /// Contention (a lock held by another thread) or waiting for an event; from the kind.
     pub class: WaitClass,
     pub contentions: u64,
+    /// Of the contentions, the waits still going when the run stopped: each counted up to the
+    /// stop (a thread stuck on this lock).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub waiting_at_stop: u64,
     pub total_wait_ns: u64,
     pub max_wait_ns: u64,
     pub avg_wait_ns: u64,
@@ -211,8 +216,8 @@ impl LockReport {
     }
 }
 
-fn is_zero(n: &u32) -> bool {
-    *n == 0
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
 
 /// What a lock report needs of the processes it names: their names, and the files each image
@@ -330,6 +335,7 @@ fn by_lock(
         match record.role {
             Role::Waiter => {
                 lock.contentions += record.time.count;
+                lock.waiting_at_stop += record.in_progress;
                 lock.total_wait_ns += record.time.total_ns;
                 lock.max_wait_ns = lock.max_wait_ns.max(record.time.max_ns);
                 lock.waiters.push(WaiterStat {

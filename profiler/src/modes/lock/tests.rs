@@ -26,6 +26,7 @@ fn drained(role: Role, ips: &[u64], (count, total_ns, max_ns): (u64, u64, u64)) 
                 total_ns,
                 max_ns,
             },
+            in_progress: 0,
         },
         user: StackRead::Frames(ips.to_vec()),
         kernel: StackRead::Absent,

@@ -10,6 +10,7 @@ use std::{collections::HashMap, num::NonZeroU32};
 
 use anyhow::Context as _;
 use aya::programs::{
+    trace_point::TracePointLink,
     uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
     TracePoint, UProbe,
 };
@@ -102,19 +103,25 @@ impl Spec {
     }
 
     pub fn attach(self, kernel: &mut Loaded, context: &AttachContext<'_>) -> anyhow::Result<Attached> {
-        let reader = LockReader::take(&mut kernel.ebpf, self.reading)?;
+        let mut reader = LockReader::take(&mut kernel.ebpf, self.reading)?;
         let doing = match self.source {
             LockSource::Futex => {
-                attach_futex(kernel, context.unwind_tables)?;
+                reader.hold(attach_futex(kernel, context.unwind_tables)?);
+                let pids = match context.system_wide {
+                    true => crate::process::all_pids(),
+                    false => context.pids.to_vec(),
+                };
+                reader.enter_waits_in_progress(&pids);
                 "timing futex waits (contended locks)".to_string()
             }
             LockSource::Kernel => {
-                kernel
-                    .attach_tracepoints(&[
+                let links = kernel
+                    .tracepoint_links(&[
                         (names::PROG_CONTENTION_BEGIN, "lock", "contention_begin"),
                         (names::PROG_CONTENTION_END, "lock", "contention_end"),
                     ])
                     .context("--lock-source kernel needs the lock:contention_begin/end tracepoints (Linux 5.19 or later)")?;
+                reader.hold(links);
                 "timing kernel lock contention".to_string()
             }
             LockSource::Pthread => {
@@ -132,8 +139,9 @@ impl Spec {
     }
 }
 
-/// Time targets' futex waits and record who wakes them.
-fn attach_futex(kernel: &mut Loaded, unwind_tables: bool) -> anyhow::Result<()> {
+/// Time targets' futex waits and record who wakes them (the timing programs' attachments
+/// handed over).
+fn attach_futex(kernel: &mut Loaded, unwind_tables: bool) -> anyhow::Result<Vec<TracePointLink>> {
     if unwind_tables {
         let program: &mut TracePoint = kernel.program(names::PROG_UNWIND_LOCK)?;
         program
@@ -144,7 +152,7 @@ fn attach_futex(kernel: &mut Loaded, unwind_tables: bool) -> anyhow::Result<()> 
     // Before the waits: a thread's creation records what joining it waits on.
     kernel.attach_raw_tracepoint(names::PROG_THREAD_NEW, "sched_process_fork")?;
     kernel
-        .attach_tracepoints(&[
+        .tracepoint_links(&[
             (names::PROG_FUTEX_ENTER, "syscalls", "sys_enter_futex"),
             (names::PROG_FUTEX_EXIT, "syscalls", "sys_exit_futex"),
         ])
@@ -249,6 +257,8 @@ pub struct LockRecord {
     pub flags: u32,
     pub role: Role,
     pub time: LockTime,
+    /// Of `time.count`, the waits still going when the run stopped (timed up to the stop).
+    pub in_progress: u64,
 }
 
 impl LockRecord {
@@ -262,6 +272,7 @@ impl LockRecord {
             flags: key.flags,
             role,
             time,
+            in_progress: 0,
         }
     }
 }
@@ -303,9 +314,18 @@ impl Source for LockReader {
         })
     }
 
-    fn finish(&mut self, _stopped_ns: u64, procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
+    fn stopping(&mut self) {
+        self.stop_programs();
+    }
+
+    /// A run's records, with the waits still going at the stop (a stuck thread's included).
+    fn finish(&mut self, stopped_ns: u64, procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
         Ok(match self.reading() {
-            Reading::AtEnd => Some(Batch::Locks(self.read_all(procs))),
+            Reading::AtEnd => {
+                let mut batch = self.read_all(procs);
+                batch.records.extend(self.in_progress(stopped_ns, procs));
+                Some(Batch::Locks(batch))
+            }
             Reading::Drained => None,
         })
     }

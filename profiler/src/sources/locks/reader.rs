@@ -11,10 +11,11 @@ use std::collections::HashMap;
 
 use aya::{
     maps::{HashMap as BpfHashMap, Map, MapData, StackTraceMap},
+    programs::trace_point::TracePointLink,
     Ebpf,
 };
 use profiler_common::{
-    lock::{stack, LastWake, LockId, LockKey, LockState, LockTime, Waiting},
+    lock::{futex, futex_hint, stack, LastWake, LockId, LockKey, LockState, LockTime, Waiting, NO_STACK},
     names,
     unwind::UserStack,
 };
@@ -102,6 +103,8 @@ pub struct LockReader {
     wakes: BpfHashMap<MapData, LockId, LastWake>,
     /// Per stack, the sweep that last saw it named.
     named: HashMap<(StackMap, u32), u64>,
+    /// The programs' attachments, dropped at the stop so the last read sees the maps settled.
+    links: Vec<TracePointLink>,
     drains: u64,
     sweeps: u64,
     pub health: DrainHealth,
@@ -121,6 +124,7 @@ impl LockReader {
             waiting: BpfHashMap::try_from(take(names::LOCK_WAITING)?)?,
             wakes: BpfHashMap::try_from(take(names::LOCK_WAKES)?)?,
             named: HashMap::new(),
+            links: Vec::new(),
             drains: 0,
             sweeps: 0,
             health: DrainHealth::default(),
@@ -129,6 +133,123 @@ impl LockReader {
 
     pub fn reading(&self) -> Reading {
         self.reading
+    }
+
+    /// Own the programs' attachments (detached by `stop_programs`).
+    pub fn hold(&mut self, links: Vec<TracePointLink>) {
+        self.links.extend(links);
+    }
+
+    pub fn stop_programs(&mut self) {
+        self.links.clear();
+    }
+
+    /// Futex source, once attached: the waits already going in `pids`' threads, read from
+    /// /proc, as if they began now (their stacks are walked as they end, where the process has
+    /// unwind tables). A wait the tracepoints already saw is left as they saw it; one that ended
+    /// while it was being entered is taken out again. Returns how many were entered.
+    pub fn enter_waits_in_progress(&mut self, pids: &[u32]) -> u64 {
+        let mut entered = 0;
+        for &pid in pids {
+            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+                continue;
+            };
+            let tids = tasks.filter_map(|t| t.ok()?.file_name().to_str()?.parse::<u32>().ok());
+            for tid in tids {
+                entered += u64::from(self.enter_wait(pid, tid));
+            }
+        }
+        entered
+    }
+
+    /// One thread's wait in progress (see `enter_waits_in_progress`).
+    fn enter_wait(&mut self, pid: u32, tid: u32) -> bool {
+        let path = format!("/proc/{pid}/task/{tid}/syscall");
+        let Some(line) = std::fs::read_to_string(&path).ok() else {
+            return false;
+        };
+        let Some(wait) = FutexWait::parse(&line) else {
+            return false;
+        };
+        let mut hints = wait.hints;
+        if self
+            .joinable
+            .get(
+                &LockId {
+                    tgid: pid,
+                    _pad: 0,
+                    uaddr: wait.uaddr,
+                },
+                0,
+            )
+            .is_ok()
+        {
+            hints |= futex_hint::JOIN;
+        }
+        let waiting = Waiting {
+            uaddr: wait.uaddr,
+            start_ns: crate::collect::monotonic_ns(),
+            stack_id: NO_STACK,
+            aux: 0,
+            hints,
+            walk_again: 1,
+        };
+        // BPF_NOEXIST: a wait the tracepoints saw begin is theirs.
+        if self.waiting.insert(tid, waiting, 1).is_err() {
+            return false;
+        }
+        // Still in the same call (same arguments, stack and return address): it was waiting when
+        // entered. Otherwise it returned meanwhile (and a new wait would have replaced the entry).
+        if std::fs::read_to_string(&path).ok().as_deref() == Some(line.as_str()) {
+            return true;
+        }
+        if self
+            .waiting
+            .get(&tid, 0)
+            .is_ok_and(|w| w.start_ns == waiting.start_ns)
+        {
+            let _ = self.waiting.remove(&tid);
+        }
+        false
+    }
+
+    /// Futex source: each wait still going, timed up to `stopped_ns`, under the stack walked as
+    /// it began. A thread that exited meanwhile left no entry (its wait ended with it).
+    pub fn in_progress(&self, stopped_ns: u64, procs: &mut Processes) -> Vec<DrainedRecord> {
+        let mut records = Vec::new();
+        for (tid, waiting) in read_all(&self.waiting) {
+            let Some(tgid) = crate::process::tgid_of(tid) else {
+                continue;
+            };
+            let key = LockKey {
+                tgid,
+                stack_id: waiting.stack_id,
+                uaddr: waiting.uaddr,
+                stack_kind: match StackMap::of_unwound(waiting.aux) {
+                    StackMap::FramePointers => stack::USER_FP,
+                    StackMap::Unwound => stack::USER_UNWOUND,
+                },
+                exec_generation: procs.current_generation(tgid),
+                flags: waiting.hints,
+                ..Default::default()
+            };
+            let wait = stopped_ns.saturating_sub(waiting.start_ns);
+            let time = LockTime {
+                count: 1,
+                total_ns: wait,
+                max_ns: wait,
+            };
+            let (user, kernel) = record_stacks(&key, &self.stacks, &self.user_stacks, procs);
+            records.push(DrainedRecord {
+                record: LockRecord {
+                    in_progress: 1,
+                    ..LockRecord::of(&key, Role::Waiter, time)
+                },
+                user,
+                kernel,
+            });
+        }
+        records
     }
 
     /// Everything recorded, as it stands (`Reading::AtEnd`): every (lock, stack) record, the
@@ -278,6 +399,31 @@ impl LockReader {
     }
 }
 
+/// A futex wait as /proc/<tid>/syscall shows a thread in it: "nr uaddr op val ... sp pc".
+#[derive(Debug, PartialEq, Eq)]
+struct FutexWait {
+    uaddr: u64,
+    hints: u32,
+}
+
+impl FutexWait {
+    fn parse(line: &str) -> Option<FutexWait> {
+        let mut fields = line.split_whitespace();
+        if fields.next()?.parse::<i64>().ok()? != libc::SYS_futex {
+            return None;
+        }
+        let mut arg = || u64::from_str_radix(fields.next()?.strip_prefix("0x")?, 16).ok();
+        let (uaddr, op, val) = (arg()?, arg()?, arg()?);
+        let cmd = op & futex::CMD_MASK;
+        let hints = match cmd {
+            futex::LOCK_PI | futex::LOCK_PI2 => futex_hint::PI_LOCK,
+            _ if val as u32 == 2 => futex_hint::LOCK_WORD,
+            _ => 0,
+        };
+        futex::waits(cmd).then_some(FutexWait { uaddr, hints })
+    }
+}
+
 /// A record's (user, kernel) stacks, from the map its `stack_kind` names. A process whose user
 /// stack falls outside its captured map is captured again first (it may have loaded a library).
 fn record_stacks(
@@ -295,4 +441,33 @@ fn record_stacks(
         let _ = procs.refresh_unless_covered(key.tgid, key.exec_generation, ips);
     }
     (user, kernel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_futex_wait_is_read_from_its_syscall_line() {
+        let line = |nr: i64, op: u64, val: u64| {
+            format!("{nr} 0x7f0012345678 {op:#x} {val:#x} 0x0 0x0 0x0 0x7ffd0000 0x7f00aaaa\n")
+        };
+        let futex = libc::SYS_futex;
+        // A mutex's wait (private, locked with waiters), a condvar's (bitset), a PI lock.
+        let mutex = FutexWait::parse(&line(futex, 0x80, 2)).unwrap();
+        assert_eq!(
+            (mutex.uaddr, mutex.hints),
+            (0x7f0012345678, futex_hint::LOCK_WORD)
+        );
+        assert_eq!(FutexWait::parse(&line(futex, 0x189, 7)).unwrap().hints, 0);
+        assert_eq!(
+            FutexWait::parse(&line(futex, 0x86, 0)).unwrap().hints,
+            futex_hint::PI_LOCK
+        );
+        // A wake, another call, a thread running, a truncated line: no wait.
+        assert_eq!(FutexWait::parse(&line(futex, 0x81, 1)), None);
+        assert_eq!(FutexWait::parse(&line(futex + 1, 0x80, 2)), None);
+        assert_eq!(FutexWait::parse("running\n"), None);
+        assert_eq!(FutexWait::parse(&format!("{futex} 0x1000")), None);
+    }
 }

@@ -1,7 +1,7 @@
 //! The scheduler's records of one thread and of one slow wait, as user space keeps them.
 use profiler_common::{switch_reason, TaskSched, HIST_BUCKETS};
 
-use crate::collect::comm_string;
+use crate::{collect::comm_string, process::tgid_of};
 
 /// How many slow waits a report keeps (the longest).
 pub const SLOW_EVENTS_KEPT: usize = 50;
@@ -86,19 +86,6 @@ pub(super) fn open_wait(t: &TaskSched) -> Option<u64> {
     (running && waited).then(|| t.last_in_ns - t.last_wait.at_ns)
 }
 
-/// The process of a thread that never switched out under bpfprof (the kernel side learns a tgid
-/// only then), while it is still alive.
-fn tgid_of(tid: u32) -> u32 {
-    std::fs::read_to_string(format!("/proc/{tid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Tgid:"))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 impl TaskRecord {
     /// A task of pid 1 that waited these times for a CPU, each wait followed by a run.
@@ -128,7 +115,13 @@ impl TaskRecord {
 impl From<&TaskSched> for TaskRecord {
     fn from(t: &TaskSched) -> Self {
         TaskRecord {
-            pid: if t.tgid != 0 { t.tgid } else { tgid_of(t.tid) },
+            // A thread that never switched out under bpfprof (the kernel side learns a tgid
+            // only then): its process, while it is alive.
+            pid: if t.tgid != 0 {
+                t.tgid
+            } else {
+                tgid_of(t.tid).unwrap_or(0)
+            },
             tid: t.tid,
             comm: comm_string(&t.comm),
             runs: t.runs,

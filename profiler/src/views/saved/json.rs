@@ -332,6 +332,7 @@ fn lock_stat(l: &Value, table: &Table) -> Result<LockStat, String> {
             _ => WaitClass::Contention,
         },
         contentions: num(l, "contentions"),
+        waiting_at_stop: num(l, "waiting_at_stop"),
         total_wait_ns: num(l, "total_wait_ns"),
         max_wait_ns: num(l, "max_wait_ns"),
         avg_wait_ns: num(l, "avg_wait_ns"),
