@@ -817,8 +817,8 @@ fn a_key_value_server_under_load_names_its_contended_lock_and_its_waiter() {
     );
 }
 
-/// The threads of `pid` asleep in a futex wait on `uaddr` (from /proc: the call and its first
-/// argument), and the address of the first lock any thread of `pid` waits on.
+/// The threads of `pid` in a futex call, each with the futex's address (from /proc: the call
+/// and its first argument).
 fn futex_waiters(pid: u32) -> Vec<(u32, u64)> {
     let futex = if cfg!(target_arch = "x86_64") { "202" } else { "98" };
     let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
