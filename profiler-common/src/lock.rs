@@ -7,11 +7,11 @@ pub const WAKE_ENTRIES: u32 = 16 * 1024;
 /// Locks whose holder and waiters the pthread source follows at once (LRU).
 pub const STATE_ENTRIES: u32 = 16 * 1024;
 
-/// `futex(2)` operations (the command bits of `op`).
 /// -EFAULT, a stack id for "no stack (yet)", as the stack helper says for a kernel thread's
 /// user stack.
 pub const NO_STACK: i32 = -14;
 
+/// `futex(2)` operations (the command bits of `op`).
 pub mod futex {
     pub const CMD_MASK: u64 = 0x7f;
     pub const WAIT: u64 = 0;

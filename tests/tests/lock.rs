@@ -903,6 +903,11 @@ fn waits_still_going_at_the_stop_are_counted_up_to_it() {
         late >= duration - seen - 0.05 && late <= duration - signalled + 0.05,
         "stuck_late waited {late} s; signalled at {signalled} s, seen blocked at {seen} s of {duration} s"
     );
+    let notes = report["notes"].to_string();
+    assert!(
+        notes.contains("futex waits already going at the start: 1,"),
+        "{notes}"
+    );
     // And said so in the text report.
     let out = run(&["report", json.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));

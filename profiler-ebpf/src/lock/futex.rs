@@ -84,6 +84,7 @@ fn try_futex_enter(ctx: &TracePointContext) -> Result<(), i64> {
         }
         WAITER
     } else if futex::wakes(cmd) {
+        no_wait_now(tid);
         let wake = LastWake {
             at_ns: now,
             tid,
@@ -93,6 +94,7 @@ fn try_futex_enter(ctx: &TracePointContext) -> Result<(), i64> {
         let _ = LOCK_WAKES.insert(LockId { tgid, _pad: 0, uaddr }, wake, 0);
         WAKER
     } else {
+        no_wait_now(tid);
         return Ok(());
     };
     // Its stacks will need its memory map.
@@ -112,6 +114,16 @@ fn try_futex_enter(ctx: &TracePointContext) -> Result<(), i64> {
     };
     user_stack_walked(tgid, tid, id, None);
     Ok(())
+}
+
+/// A thread making another futex call is in no wait: an entry user space made for a wait that
+/// was going at the start (see `LockReader::enter_waits_in_progress`) and ended unseen (a
+/// stopped thread's call, restarted without the syscall's tracepoints) goes.
+#[inline(always)]
+fn no_wait_now(tid: u32) {
+    if LOCK_WAITING.get_ptr(tid).is_some() {
+        let _ = LOCK_WAITING.remove(tid);
+    }
 }
 
 /// What the wait's own arguments say it is (see `futex_hint`).
@@ -226,6 +238,21 @@ fn try_futex_exit(ctx: &TracePointContext) -> Result<(), i64> {
                 (*walk_for).wait_ns = wait;
             }
             crate::unwind::start_lock(ctx, tgid, tid);
+        }
+    }
+    if waiting.stack_id == NO_STACK {
+        // Entered by user space (going at the start), never walked and its process perhaps never
+        // announced: the stack it returns to, by frame pointers.
+        crate::sampling::announce_once(tgid);
+        let id = match ctx.get_stackid(&LOCK_STACKS, BPF_F_USER_STACK as u64) {
+            Ok(id) => id as i32,
+            Err(e) => e,
+        };
+        if let Some(entry) = LOCK_WAITING.get_ptr_mut(tid) {
+            unsafe {
+                (*entry).stack_id = id;
+                (*entry).aux = 0;
+            }
         }
     }
     wait_ended(tgid, tid, wait);

@@ -662,9 +662,6 @@ fn find(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
     maps.iter().find(|m| m.start <= addr && addr < m.end)
 }
 
-/// A file's bytes as a read-only mapping: parsing an executable touches its headers and the
-/// sections wanted (unwind tables, symbols), not all of it. Read into the heap instead, a large
-/// binary a process maps would be a transient heap of its size in a long-running agent.
 /// The process of a live thread (from its /proc status).
 pub fn tgid_of(tid: u32) -> Option<u32> {
     let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
@@ -682,6 +679,9 @@ pub fn all_pids() -> Vec<u32> {
         .collect()
 }
 
+/// A file's bytes as a read-only mapping: parsing an executable touches its headers and the
+/// sections wanted (unwind tables, symbols), not all of it. Read into the heap instead, a large
+/// binary a process maps would be a transient heap of its size in a long-running agent.
 pub fn map_file(path: &std::path::Path) -> io::Result<memmap2::Mmap> {
     map_open(&std::fs::File::open(path)?)
 }

@@ -124,7 +124,6 @@ struct LockJson<'a> {
     kind: &'static str,
     class: WaitClass,
     contentions: u64,
-    #[serde(skip_serializing_if = "is_zero")]
     waiting_at_stop: u64,
     total_wait_ns: u64,
     max_wait_ns: u64,
@@ -151,8 +150,8 @@ struct HolderJson {
     total_wait_ns: u64,
 }
 
-fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
-    *n == T::default()
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 #[derive(Serialize)]

@@ -337,6 +337,19 @@ fn lock_name(lock: &LockStat) -> String {
 }
 
 /// The entries of one section of the lock report, each with its waiting and releasing stacks.
+/// Why part of a lock's wait has no holder.
+fn unattributed_why(source: LockSource, lock: &LockStat) -> &'static str {
+    match (source, lock.kind) {
+        (LockSource::Futex, "join") => "ended by the thread's exit (the kernel's wake, not a call)",
+        (LockSource::Futex, _) if lock.waiting_at_stop > 0 => {
+            "no wake seen (still waiting at the stop, timeouts, signals, or released before the waiter slept)"
+        }
+        (LockSource::Futex, _) => "no wake seen (timeouts, signals, or released before the waiter slept)",
+        (LockSource::Pthread, _) => "no holder (the hand-over from a release to the next acquisition)",
+        (LockSource::Kernel, _) => "holder not observable with the kernel source",
+    }
+}
+
 fn lock_entries(r: &LockReport, locks: &[&LockStat], out: &mut dyn Write) -> io::Result<()> {
     for (i, lock) in locks.iter().take(TOP_LOCKS).enumerate() {
         let waits = match lock.class {
@@ -415,19 +428,7 @@ fn lock_entries(r: &LockReport, locks: &[&LockStat], out: &mut dyn Write) -> io:
             }
         }
         if lock.unattributed_wait_ns > 0 {
-            let why = match (r.source, lock.kind) {
-                (LockSource::Futex, "join") => "ended by the thread's exit (the kernel's wake, not a call)",
-                (LockSource::Futex, _) if lock.waiting_at_stop > 0 => {
-                    "no wake seen (still waiting at the stop, timeouts, signals, or released before the waiter slept)"
-                }
-                (LockSource::Futex, _) => {
-                    "no wake seen (timeouts, signals, or released before the waiter slept)"
-                }
-                (LockSource::Pthread, _) => {
-                    "no holder (the hand-over from a release to the next acquisition)"
-                }
-                (LockSource::Kernel, _) => "holder not observable with the kernel source",
-            };
+            let why = unattributed_why(r.source, lock);
             writeln!(out, "  {why}: {}", human_ns(lock.unattributed_wait_ns))?;
         }
     }

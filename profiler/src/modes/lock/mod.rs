@@ -169,7 +169,6 @@ pub struct LockStat {
     pub contentions: u64,
     /// Of the contentions, the waits still going when the run stopped: each counted up to the
     /// stop (a thread stuck on this lock).
-    #[serde(skip_serializing_if = "is_zero")]
     pub waiting_at_stop: u64,
     pub total_wait_ns: u64,
     pub max_wait_ns: u64,
@@ -216,8 +215,8 @@ impl LockReport {
     }
 }
 
-fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
-    *n == T::default()
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// What a lock report needs of the processes it names: their names, and the files each image

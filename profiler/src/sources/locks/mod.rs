@@ -11,7 +11,7 @@ use std::{collections::HashMap, num::NonZeroU32};
 use anyhow::Context as _;
 use aya::programs::{
     trace_point::TracePointLink,
-    uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+    uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLink, UProbeScope},
     TracePoint, UProbe,
 };
 use profiler_common::{
@@ -104,6 +104,7 @@ impl Spec {
 
     pub fn attach(self, kernel: &mut Loaded, context: &AttachContext<'_>) -> anyhow::Result<Attached> {
         let mut reader = LockReader::take(&mut kernel.ebpf, self.reading)?;
+        let mut note = None;
         let doing = match self.source {
             LockSource::Futex => {
                 reader.hold(attach_futex(kernel, context.unwind_tables)?);
@@ -111,7 +112,10 @@ impl Spec {
                     true => crate::process::all_pids(),
                     false => context.pids.to_vec(),
                 };
-                reader.enter_waits_in_progress(&pids);
+                let going = reader.enter_waits_in_progress(&pids);
+                note = (going > 0).then(|| {
+                    format!("futex waits already going at the start: {going}, each counted from it")
+                });
                 "timing futex waits (contended locks)".to_string()
             }
             LockSource::Kernel => {
@@ -125,7 +129,7 @@ impl Spec {
                 "timing kernel lock contention".to_string()
             }
             LockSource::Pthread => {
-                attach_pthread(kernel, &self.libraries)?;
+                reader.hold(attach_pthread(kernel, &self.libraries)?);
                 warn_single_stepped(&self.libraries);
                 let probed: Vec<&str> = self.libraries.iter().map(|(_, l)| l.display.as_str()).collect();
                 format!("probing the pthread lock functions of {}", probed.join(", "))
@@ -134,7 +138,7 @@ impl Spec {
         Ok(Attached {
             source: Box::new(reader),
             doing: Some(doing),
-            note: None,
+            note,
         })
     }
 }
@@ -159,8 +163,10 @@ fn attach_futex(kernel: &mut Loaded, unwind_tables: bool) -> anyhow::Result<Vec<
         .context("lock mode times futex waits at the syscall tracepoints (the kernel needs CONFIG_FTRACE_SYSCALLS)")
 }
 
-/// Probe the pthread lock functions of each target's library, for that process only.
-fn attach_pthread(kernel: &mut Loaded, libraries: &[(u32, LockLibrary)]) -> anyhow::Result<()> {
+/// Probe the pthread lock functions of each target's library, for that process only (the
+/// attachments handed over).
+fn attach_pthread(kernel: &mut Loaded, libraries: &[(u32, LockLibrary)]) -> anyhow::Result<Vec<UProbeLink>> {
+    let mut links = Vec::new();
     let walker: &mut UProbe = kernel.program(names::PROG_UNWIND_PTHREAD)?;
     walker
         .load()
@@ -183,16 +189,17 @@ fn attach_pthread(kernel: &mut Loaded, libraries: &[(u32, LockLibrary)]) -> anyh
             }
             for name in programs {
                 let program: &mut UProbe = kernel.program(name)?;
-                program.attach(point(), &library.path, scope).with_context(|| {
+                let link = program.attach(point(), &library.path, scope).with_context(|| {
                     format!(
                         "probing {} in {} (offset {:#x}) for pid {pid}",
                         probe.function, library.display, probe.file_offset
                     )
                 })?;
+                links.push(program.take_link(link)?);
             }
         }
     }
-    Ok(())
+    Ok(links)
 }
 
 /// Functions probed on their first instruction cost a single-step trap per call: said once.

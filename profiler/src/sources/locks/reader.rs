@@ -11,11 +11,13 @@ use std::collections::HashMap;
 
 use aya::{
     maps::{HashMap as BpfHashMap, Map, MapData, StackTraceMap},
-    programs::trace_point::TracePointLink,
     Ebpf,
 };
 use profiler_common::{
-    lock::{futex, futex_hint, stack, LastWake, LockId, LockKey, LockState, LockTime, Waiting, NO_STACK},
+    lock::{
+        futex, futex_hint, stack, LastWake, LockId, LockKey, LockState, LockTime, Waiting, NO_STACK,
+        WAIT_ENTRIES,
+    },
     names,
     unwind::UserStack,
 };
@@ -104,7 +106,7 @@ pub struct LockReader {
     /// Per stack, the sweep that last saw it named.
     named: HashMap<(StackMap, u32), u64>,
     /// The programs' attachments, dropped at the stop so the last read sees the maps settled.
-    links: Vec<TracePointLink>,
+    links: Vec<Box<dyn std::any::Any>>,
     drains: u64,
     sweeps: u64,
     pub health: DrainHealth,
@@ -136,8 +138,8 @@ impl LockReader {
     }
 
     /// Own the programs' attachments (detached by `stop_programs`).
-    pub fn hold(&mut self, links: Vec<TracePointLink>) {
-        self.links.extend(links);
+    pub fn hold<L: 'static>(&mut self, links: Vec<L>) {
+        (self.links).extend(links.into_iter().map(|l| Box::new(l) as Box<dyn std::any::Any>));
     }
 
     pub fn stop_programs(&mut self) {
@@ -145,9 +147,11 @@ impl LockReader {
     }
 
     /// Futex source, once attached: the waits already going in `pids`' threads, read from
-    /// /proc, as if they began now (their stacks are walked as they end, where the process has
-    /// unwind tables). A wait the tracepoints already saw is left as they saw it; one that ended
-    /// while it was being entered is taken out again. Returns how many were entered.
+    /// /proc, as if they began now (their stacks are taken as they end). A wait the tracepoints
+    /// already saw is left as they saw it; one that ends unseen (the thread returned between the
+    /// read and the entry) is let go at the thread's next futex call, or found gone at the stop
+    /// (`in_progress`). At most half the map's entries, for the waits to come. Returns how many
+    /// were entered.
     pub fn enter_waits_in_progress(&mut self, pids: &[u32]) -> u64 {
         let mut entered = 0;
         for &pid in pids {
@@ -156,34 +160,28 @@ impl LockReader {
             };
             let tids = tasks.filter_map(|t| t.ok()?.file_name().to_str()?.parse::<u32>().ok());
             for tid in tids {
+                if entered >= u64::from(WAIT_ENTRIES / 2) {
+                    return entered;
+                }
                 entered += u64::from(self.enter_wait(pid, tid));
             }
         }
         entered
     }
 
-    /// One thread's wait in progress (see `enter_waits_in_progress`).
+    /// One thread's wait in progress (see `enter_waits_in_progress`). A stopped thread (a
+    /// debugger's, SIGSTOP) shows the call it was in, but is not waiting in it.
     fn enter_wait(&mut self, pid: u32, tid: u32) -> bool {
-        let path = format!("/proc/{pid}/task/{tid}/syscall");
-        let Some(line) = std::fs::read_to_string(&path).ok() else {
-            return false;
-        };
-        let Some(wait) = FutexWait::parse(&line) else {
+        let Some(wait) = futex_wait_of(pid, tid) else {
             return false;
         };
         let mut hints = wait.hints;
-        if self
-            .joinable
-            .get(
-                &LockId {
-                    tgid: pid,
-                    _pad: 0,
-                    uaddr: wait.uaddr,
-                },
-                0,
-            )
-            .is_ok()
-        {
+        let id = LockId {
+            tgid: pid,
+            _pad: 0,
+            uaddr: wait.uaddr,
+        };
+        if self.joinable.get(&id, 0).is_ok() {
             hints |= futex_hint::JOIN;
         }
         let waiting = Waiting {
@@ -195,22 +193,7 @@ impl LockReader {
             walk_again: 1,
         };
         // BPF_NOEXIST: a wait the tracepoints saw begin is theirs.
-        if self.waiting.insert(tid, waiting, 1).is_err() {
-            return false;
-        }
-        // Still in the same call (same arguments, stack and return address): it was waiting when
-        // entered. Otherwise it returned meanwhile (and a new wait would have replaced the entry).
-        if std::fs::read_to_string(&path).ok().as_deref() == Some(line.as_str()) {
-            return true;
-        }
-        if self
-            .waiting
-            .get(&tid, 0)
-            .is_ok_and(|w| w.start_ns == waiting.start_ns)
-        {
-            let _ = self.waiting.remove(&tid);
-        }
-        false
+        self.waiting.insert(tid, waiting, 1).is_ok()
     }
 
     /// Futex source: each wait still going, timed up to `stopped_ns`, under the stack walked as
@@ -221,6 +204,13 @@ impl LockReader {
             let Some(tgid) = crate::process::tgid_of(tid) else {
                 continue;
             };
+            // Begun after the stop; or entered at the start, never seen to end, and no longer
+            // going (it ended unseen).
+            let gone = waiting.stack_id == NO_STACK
+                && futex_wait_of(tgid, tid).is_none_or(|now| now.uaddr != waiting.uaddr);
+            if waiting.start_ns >= stopped_ns || gone {
+                continue;
+            }
             let key = LockKey {
                 tgid,
                 stack_id: waiting.stack_id,
@@ -397,6 +387,16 @@ impl LockReader {
         // Ids no longer stored are forgotten too, so this map is bounded by the kernel's.
         self.named.retain(|_, last| sweep - *last < IDLE_SWEEPS + 1);
     }
+}
+
+/// The futex wait a thread is in now, if it is in one (and not stopped in it).
+fn futex_wait_of(pid: u32, tid: u32) -> Option<FutexWait> {
+    let task = format!("/proc/{pid}/task/{tid}");
+    let wait = FutexWait::parse(&std::fs::read_to_string(format!("{task}/syscall")).ok()?)?;
+    let stat = std::fs::read_to_string(format!("{task}/stat")).ok()?;
+    // The state follows the parenthesized name (which may hold spaces and parentheses).
+    let state = stat.rsplit_once(") ")?.1.chars().next()?;
+    (!matches!(state, 'T' | 't')).then_some(wait)
 }
 
 /// A futex wait as /proc/<tid>/syscall shows a thread in it: "nr uaddr op val ... sp pc".
