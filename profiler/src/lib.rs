@@ -35,6 +35,7 @@ pub mod sources;
 pub mod start;
 pub mod stat;
 pub mod status;
+pub mod steal;
 pub mod symbolize;
 pub mod timeline;
 pub mod top;

@@ -516,6 +516,7 @@ async fn record(
     );
     // The run's time begins as the command is let run (what `stat` divides by, too).
     let started = Instant::now();
+    let steal = crate::steal::Steal::now();
     stops.command = paused.map(|p| p.release()).transpose()?;
     stops.deadline = plan.duration.map(|d| started + d);
     if feedback == Feedback::StatusLine {
@@ -530,6 +531,7 @@ async fn record(
     // processes it started: they are targets too): now, the last drains take time of their own.
     let stopped = driver.stop(sink, monotonic_ns())?;
     let mut notes = stop_notes(&stop, secs);
+    notes.extend(steal.note_since(cpus, started.elapsed()));
     notes.extend(collection_notes);
     notes.extend(stopped.notes.iter().cloned());
     let exit_code = match (stop, stops.command.as_mut()) {
