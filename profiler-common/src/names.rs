@@ -154,6 +154,8 @@ names! {
         G_TASK_OFFSETS = "TASK_OFFSETS";
         G_SLOW_NS = "SLOW_THRESHOLD_NS";
         G_OFFCPU_STACKS = "OFFCPU_STACKS_ENABLED";
+        /// 0: the scheduler programs keep only what the agent's profiles read (see `SCHED_DETAIL`).
+        G_SCHED_DETAIL = "SCHED_DETAIL";
         /// 1: every sleep is walked, and a reuse that would have given another stack counted.
         G_REUSE_CHECK = "OFFCPU_REUSE_CHECK";
         G_COUNTERS = "COUNTERS_IN_USE";

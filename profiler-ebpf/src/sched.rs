@@ -50,6 +50,16 @@ static OFFCPU_STACKS_ENABLED: u32 = offcpu_stacks::AUTO;
 /// Waits at least this long are sent to user space as slow events.
 #[unsafe(no_mangle)]
 static SLOW_THRESHOLD_NS: u64 = 10_000_000;
+/// 1: each CPU's history of who held it, the per-CPU waits, the heatmap and each wait's waker,
+/// for sched mode's report and its slow events. 0 (the agent, whose profiles read none of them):
+/// each switch keeps only the thread's own figures.
+#[unsafe(no_mangle)]
+static SCHED_DETAIL: u32 = 1;
+
+#[inline(always)]
+fn detail() -> bool {
+    unsafe { core::ptr::read_volatile(&SCHED_DETAIL) != 0 }
+}
 
 #[map(name = "TASK_STATS")]
 static TASK_STATS: HashMap<u32, TaskSched> = HashMap::with_max_entries(4096, 0);
@@ -222,9 +232,14 @@ fn woken(task: Task, tid: u32, off: &TaskOffsets) {
     let stats = unsafe { &mut *stats };
     // A task woken again while still queued keeps the time it first became runnable.
     if stats.enqueued.at_ns == 0 {
+        let at_ns = unsafe { bpf_ktime_get_ns() };
+        if !detail() {
+            stats.enqueued.at_ns = at_ns;
+            return;
+        }
         let waker = BtfTask::current();
         stats.enqueued = Enqueued {
-            at_ns: unsafe { bpf_ktime_get_ns() },
+            at_ns,
             waker_tid: waker.tid(off),
             waker_tgid: waker.tgid(off),
             // Its name only if this wait turns out slow: copying it on every wake-up costs.
@@ -252,7 +267,10 @@ fn switch(ctx: &BtfTracePointContext) {
     let prev = current.tid(&off);
     let next = next_task.tid(&off);
     let now = unsafe { bpf_ktime_get_ns() };
-    let history_start = remember_cpu_holder(prev, prev_task, now);
+    let history_start = match detail() {
+        true => remember_cpu_holder(prev, prev_task, now),
+        false => None,
+    };
     let mut walk_tables = None;
     if tracked(prev) {
         let prev_state = if off.switch_has_state_arg != 0 {
@@ -396,6 +414,10 @@ fn switch_out(
         // Unchanged until the task execs (`rename_current`): read once, not at every sleep.
         stats.exec_generation = crate::targets::exec_generation(tgid);
         stats.exec_of = tgid;
+        // Its sleeps' stacks will need its memory map, and its profiles its labels (executable,
+        // cgroup: the agent's run-queue profile has them from this alone): user space captures
+        // it now. Once per task and image: its process stays announced until it execs or exits.
+        crate::sampling::announce_once(tgid);
     }
     if reason == switch_reason::PREEMPTED {
         // Preempted: still runnable, waiting for a CPU from now on. (Any earlier enqueue time
@@ -407,10 +429,6 @@ fn switch_out(
         return None;
     }
     stats.enqueued.at_ns = 0;
-    // Its blocked stacks will need its memory map, and its profiles its labels (executable,
-    // cgroup: the agent's run-queue profile has them from this alone): have user space capture
-    // it now.
-    crate::sampling::announce_once(tgid);
     let policy = unsafe { core::ptr::read_volatile(&OFFCPU_STACKS_ENABLED) };
     let version = match policy {
         offcpu_stacks::NONE => None,
@@ -695,6 +713,16 @@ fn record_wait(
         stats.max_delay_ns = delay;
         stats.max_at_ns = ended_ns;
     }
+    // Through an opaque load and a mask: the optimizer must not fold the bounds check into
+    // arithmetic the verifier cannot follow.
+    let bucket = hist_bucket(delay);
+    let bucket = unsafe { core::ptr::read_volatile(&bucket) } & 1023;
+    if let Some(count) = stats.hist.get_mut(bucket) {
+        *count += 1;
+    }
+    if !detail() {
+        return;
+    }
     match history {
         Some(cpu) => unsafe { (*cpu).waits.add(delay) },
         // (Rare: a switch-out the tracepoint never showed.)
@@ -703,13 +731,6 @@ fn record_wait(
                 unsafe { (*here).unplaced.add(delay) };
             }
         }
-    }
-    // Through an opaque load and a mask: the optimizer must not fold the bounds check into
-    // arithmetic the verifier cannot follow.
-    let bucket = hist_bucket(delay);
-    let bucket = unsafe { core::ptr::read_volatile(&bucket) } & 1023;
-    if let Some(count) = stats.hist.get_mut(bucket) {
-        *count += 1;
     }
     let slot = generation() & 1;
     let heat = slot as usize * HEAT_BUCKETS + (bucket / 8).min(HEAT_BUCKETS - 1);

@@ -79,6 +79,8 @@ pub struct LoadOptions<'a> {
     pub slow_threshold_ns: u64,
     /// Which stacks record where threads go to sleep (`offcpu_stacks::*`).
     pub offcpu_stacks: u32,
+    /// 1: the scheduler programs keep per-CPU history, heatmap and wakers (0: the agent).
+    pub sched_detail: u32,
     /// How many counters' deltas the sampling program reads.
     pub counters: u32,
     /// pthread source: offset of `task_struct.nvcsw` (`u32::MAX`: unknown), to tell a lock call
@@ -155,6 +157,7 @@ impl<'a> LoadOptions<'a> {
             unwind_tables,
             task_offsets: TaskOffsets::default(),
             slow_threshold_ns: u64::MAX,
+            sched_detail: 1,
             offcpu_stacks: offcpu_stacks::NONE,
             counters: 0,
             nvcsw_offset: u32::MAX,
@@ -205,6 +208,7 @@ impl Loaded {
             .override_global(names::G_TASK_OFFSETS, &options.task_offsets, true)
             .override_global(names::G_SLOW_NS, &options.slow_threshold_ns, true)
             .override_global(names::G_OFFCPU_STACKS, &options.offcpu_stacks, true)
+            .override_global(names::G_SCHED_DETAIL, &options.sched_detail, true)
             .override_global(names::G_REUSE_CHECK, &reuse_check, true)
             .override_global(names::G_COUNTERS, &options.counters, true)
             .override_global(names::G_UNWIND, &unwind, true)

@@ -50,8 +50,7 @@ impl Config {
                     weight: None,
                     filters: Vec::new(),
                 })),
-                Kind::Sched => Some(Spec::Sched(sched::Spec::new(
-                    u64::MAX,
+                Kind::Sched => Some(Spec::Sched(sched::Spec::for_profiles(
                     match self.signals.offcpu {
                         true => OffCpuStacks::Auto,
                         false => OffCpuStacks::None,

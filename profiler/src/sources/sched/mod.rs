@@ -40,6 +40,9 @@ pub struct Spec {
     pub slow_threshold_ns: u64,
     /// Which stacks record where threads go to sleep.
     pub offcpu_stacks: OffCpuStacks,
+    /// Each CPU's history, the per-CPU waits, the heatmap and each wait's waker are kept (sched
+    /// mode's report); without, each switch keeps only the thread's own figures (the agent).
+    pub detail: bool,
     /// Where the running kernel keeps the `task_struct` fields the programs read: from its
     /// BTF, by `prepare` (before anything is loaded: missing BTF is the first thing said).
     pub offsets: Option<TaskOffsets>,
@@ -50,7 +53,16 @@ impl Spec {
         Spec {
             slow_threshold_ns,
             offcpu_stacks,
+            detail: true,
             offsets: None,
+        }
+    }
+
+    /// Only what the agent's profiles read: no slow waits, no per-CPU history, no heatmap.
+    pub fn for_profiles(offcpu_stacks: OffCpuStacks) -> Spec {
+        Spec {
+            detail: false,
+            ..Spec::new(u64::MAX, offcpu_stacks)
         }
     }
 
@@ -73,6 +85,7 @@ impl Spec {
         }
         options.task_offsets = self.offsets.unwrap_or_default();
         options.slow_threshold_ns = self.slow_threshold_ns;
+        options.sched_detail = u32::from(self.detail);
         options.offcpu_stacks = match self.offcpu_stacks {
             OffCpuStacks::None => offcpu_stacks::NONE,
             OffCpuStacks::Auto => offcpu_stacks::AUTO,
