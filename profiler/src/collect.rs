@@ -38,6 +38,16 @@ pub struct Flip {
     pub at_ns: u64,
 }
 
+/// The length of a clock tick (USER_HZ: what /proc/stat counts in), in ns; none if unknown.
+pub(crate) fn clock_tick_ns() -> Option<u64> {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(ticks)
+        .ok()
+        .filter(|&t| t > 0)
+        .map(|t| 1_000_000_000 / t)
+}
+
 /// CLOCK_MONOTONIC, the clock of `bpf_ktime_get_ns()`.
 pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {

@@ -20,7 +20,8 @@ impl Steal {
     /// What was stolen since `self`, as a report note, if at least `WORTH_SAYING` of `cpus`
     /// CPUs over `elapsed` (None: too little, or no /proc/stat).
     pub fn note_since(&self, cpus: u32, elapsed: Duration) -> Option<String> {
-        let stolen = ticks_secs(read_ticks()?.checked_sub(self.ticks?)?);
+        let ticks = read_ticks()?.checked_sub(self.ticks?)?;
+        let stolen = ticks.saturating_mul(crate::collect::clock_tick_ns()?) as f64 / 1e9;
         let available = cpus.max(1) as f64 * elapsed.as_secs_f64();
         let share = stolen / available;
         (available > 0.0 && share >= WORTH_SAYING).then(|| {
@@ -42,13 +43,6 @@ fn read_ticks() -> Option<u64> {
 fn parse_steal(stat: &str) -> Option<u64> {
     let cpu = stat.lines().find(|l| l.starts_with("cpu "))?;
     cpu.split_whitespace().nth(8)?.parse().ok()
-}
-
-/// /proc/stat counts in clock ticks (USER_HZ).
-fn ticks_secs(ticks: u64) -> f64 {
-    // SAFETY: sysconf reads a constant.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    ticks as f64 / if hz > 0 { hz as f64 } else { 100.0 }
 }
 
 #[cfg(test)]

@@ -336,7 +336,6 @@ fn lock_name(lock: &LockStat) -> String {
     short_name(&lock_label(lock), LOCK_NAME_WIDTH)
 }
 
-/// The entries of one section of the lock report, each with its waiting and releasing stacks.
 /// Why part of a lock's wait has no holder.
 fn unattributed_why(source: LockSource, lock: &LockStat) -> &'static str {
     match (source, lock.kind) {
@@ -350,6 +349,7 @@ fn unattributed_why(source: LockSource, lock: &LockStat) -> &'static str {
     }
 }
 
+/// The entries of one section of the lock report, each with its waiting and releasing stacks.
 fn lock_entries(r: &LockReport, locks: &[&LockStat], out: &mut dyn Write) -> io::Result<()> {
     for (i, lock) in locks.iter().take(TOP_LOCKS).enumerate() {
         let waits = match lock.class {

@@ -155,11 +155,7 @@ impl LockReader {
     pub fn enter_waits_in_progress(&mut self, pids: &[u32]) -> u64 {
         let mut entered = 0;
         for &pid in pids {
-            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-                continue;
-            };
-            let tids = tasks.filter_map(|t| t.ok()?.file_name().to_str()?.parse::<u32>().ok());
-            for tid in tids {
+            for tid in crate::process::threads_of(pid) {
                 if entered >= u64::from(WAIT_ENTRIES / 2) {
                     return entered;
                 }
@@ -394,8 +390,7 @@ fn futex_wait_of(pid: u32, tid: u32) -> Option<FutexWait> {
     let task = format!("/proc/{pid}/task/{tid}");
     let wait = FutexWait::parse(&std::fs::read_to_string(format!("{task}/syscall")).ok()?)?;
     let stat = std::fs::read_to_string(format!("{task}/stat")).ok()?;
-    // The state follows the parenthesized name (which may hold spaces and parentheses).
-    let state = stat.rsplit_once(") ")?.1.chars().next()?;
+    let state = crate::process::split_stat(&stat)?.1.chars().next()?;
     (!matches!(state, 'T' | 't')).then_some(wait)
 }
 

@@ -31,12 +31,7 @@ pub struct IdleAt {
 
 impl IdleAt {
     pub fn now() -> Option<IdleAt> {
-        // SAFETY: sysconf has no preconditions.
-        let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-        let tick_ns = u64::try_from(ticks)
-            .ok()
-            .filter(|&t| t > 0)
-            .map(|t| 1_000_000_000 / t)?;
+        let tick_ns = crate::collect::clock_tick_ns()?;
         let stat = std::fs::read_to_string("/proc/stat").ok()?;
         Some(IdleAt {
             at_ns: crate::collect::monotonic_ns(),
