@@ -41,6 +41,8 @@ names! {
         /// Per CPU: its recent holders (kernel only) and the traced tasks' waits on it.
         CPU_HISTORY = "CPU_HISTORY";
         SLOW_EVENTS = "SLOW_EVENTS";
+        /// Per CPU, the traced task on it and since when (the scheduler programs' lean path).
+        RUNNING = "RUNNING";
         COUNTER_READERS = ["COUNTER_0", "COUNTER_1", "COUNTER_2", "COUNTER_3", "COUNTER_4", "COUNTER_5", "COUNTER_6", "COUNTER_7"];
         DELTAS = ["DELTAS_0", "DELTAS_1"];
         PENDING_DELTAS = "PENDING_DELTAS";
@@ -156,6 +158,8 @@ names! {
         G_OFFCPU_STACKS = "OFFCPU_STACKS_ENABLED";
         /// 0: the scheduler programs keep only what the agent's profiles read (see `SCHED_DETAIL`).
         G_SCHED_DETAIL = "SCHED_DETAIL";
+        /// Which sleeps get their off-CPU stacks taken (see `OffCpuSampling`).
+        G_OFFCPU_SAMPLING = "OFFCPU_SAMPLING";
         /// 1: every sleep is walked, and a reuse that would have given another stack counted.
         G_REUSE_CHECK = "OFFCPU_REUSE_CHECK";
         G_COUNTERS = "COUNTERS_IN_USE";

@@ -49,6 +49,15 @@ const _: () = assert!(size_of::<SampleKey>() == 40);
 /// In an off-CPU key's `user_unwound`: the sleep began in an earlier epoch than it ended in, so
 /// its stack ids name stacks of that epoch's slot (long cleared: user space kept them by tid).
 pub const BEGAN_EARLIER: u16 = 2;
+/// In an off-CPU key's `user_unwound`: its stacks were taken for one of the thread's sleeps
+/// drawn at random (`OffCpuSampling`); it stands for the sleeps drawn against too.
+pub const STACK_DRAWN: u16 = 4;
+/// In an off-CPU key's `user_unwound`: sleeps whose stacks were not taken (`OffCpuSampling`);
+/// their time is the thread's, spread over its drawn sleeps of the interval.
+pub const STACK_SKIPPED: u16 = 8;
+/// With `STACK_SKIPPED`: sleeps of at least `OffCpuSampling::long_ns` each, shown apart (not
+/// spread): a thread's rare long sleep may be somewhere else than its frequent short ones.
+pub const SKIPPED_LONG: u16 = 16;
 
 /// Sampling events one run takes at once (each sample's `event` is its place among them).
 pub const MAX_SAMPLING_EVENTS: usize = 8;

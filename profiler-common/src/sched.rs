@@ -134,6 +134,10 @@ pub struct TaskSched {
     /// kept until the task execs: each sleep's key carries it without a lookup of its own.
     pub exec_of: u32,
     pub exec_generation: u32,
+    /// The epoch of its last sleep, and how many of its sleeps since that epoch began had their
+    /// stacks taken whatever the draw (`OffCpuSampling::exact`).
+    pub stacks_epoch: u32,
+    pub stacks_exact: u32,
     /// Its last off-CPU walk that reached the stack's end, to be taken again (see `StackReuse`):
     /// in its own entry, which every switch-out reads already, where a map of its own cost a
     /// lookup per sleep (all zero until a walk: a `tgid` of 0 matches no process).
@@ -141,7 +145,8 @@ pub struct TaskSched {
     pub hist: [u32; HIST_BUCKETS],
 }
 const _: () = assert!(
-    size_of::<TaskSched>() == 96 + 40 + 32 + 24 + 40 + 16 + 8 + size_of::<StackReuse>() + 4 * HIST_BUCKETS
+    size_of::<TaskSched>()
+        == 96 + 40 + 32 + 24 + 40 + 16 + 8 + 8 + size_of::<StackReuse>() + 4 * HIST_BUCKETS
 );
 
 /// Total blocked time per (thread, stacks): the value of `OFFCPU`, keyed by `SampleKey`.
@@ -210,6 +215,17 @@ pub struct CpuHistory {
     pub unplaced: CpuWaits,
 }
 const _: () = assert!(size_of::<CpuHistory>() == 16 + 48 * CPU_HISTORY + 2 * 24);
+
+/// Per CPU (`RUNNING`): the traced task it runs now and since when (its switch-in), for the
+/// scheduler programs' lean path, where a switch-in writes only this (see `sched.rs`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Running {
+    pub tid: u32,
+    pub _pad: u32,
+    pub since_ns: u64,
+}
+const _: () = assert!(size_of::<Running>() == 16);
 
 /// How many CPU holders a slow event names.
 pub const SLOW_CULPRITS: usize = 4;
@@ -299,6 +315,29 @@ pub mod offcpu_stacks {
     /// User stacks; kernel stacks only for uninterruptible sleeps and kernel threads.
     pub const AUTO: u32 = 1;
     pub const ALL: u32 = 2;
+}
+
+/// Which sleeps get their stacks taken (the agent's: a stack walked or checked at every
+/// switch-out is most of a switch's cost on a switch-heavy machine). Each thread's first `exact`
+/// sleeps of every epoch (a second) get theirs; after them, one sleep in `every` at random
+/// (`STACK_DRAWN`), the others none (`STACK_SKIPPED`, their time still the thread's). `every`
+/// 1: every sleep (sched mode).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OffCpuSampling {
+    pub every: u32,
+    pub exact: u32,
+    /// A skipped sleep at least this long is kept apart (`SKIPPED_LONG`).
+    pub long_ns: u64,
+}
+const _: () = assert!(size_of::<OffCpuSampling>() == 16);
+
+impl OffCpuSampling {
+    pub const EVERY_SLEEP: OffCpuSampling = OffCpuSampling {
+        every: 1,
+        exact: 0,
+        long_ns: u64::MAX,
+    };
 }
 
 /// How a task left the CPU, reduced from its raw state by the switch program.

@@ -12,7 +12,7 @@ use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::{
         bpf_get_current_comm, bpf_get_current_task_btf, bpf_get_smp_processor_id, bpf_ktime_get_ns,
-        bpf_probe_read_kernel,
+        bpf_probe_read_kernel, generated::bpf_get_prandom_u32,
     },
     macros::{btf_tracepoint, map},
     maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
@@ -23,9 +23,10 @@ use profiler_common::{
     lock::NO_STACK,
     offcpu_stacks, switch_reason,
     unwind::{StackReuse, Walk},
-    CpuHistory, CpuRun, Enqueued, ExitedKey, HealthCounter, KernelTotals, OffCpuStart, OffCpuTime, SampleKey,
-    SchedInfoHead, SlowEvent, TaskOffsets, TaskSched, BEGAN_EARLIER, COMM_LEN, CPU_HISTORY, CPU_UNKNOWN,
-    HEAT_BUCKETS, OFFCPU_ENTRIES, OFFCPU_STACK_ENTRIES, SLOW_CULPRITS,
+    CpuHistory, CpuRun, Enqueued, ExitedKey, HealthCounter, KernelTotals, OffCpuSampling, OffCpuStart,
+    OffCpuTime, Running, SampleKey, SchedInfoHead, SlowEvent, TaskOffsets, TaskSched, BEGAN_EARLIER,
+    COMM_LEN, CPU_HISTORY, CPU_UNKNOWN, HEAT_BUCKETS, OFFCPU_ENTRIES, OFFCPU_STACK_ENTRIES, SKIPPED_LONG,
+    SLOW_CULPRITS, STACK_DRAWN, STACK_SKIPPED,
 };
 
 use crate::{health::bump, sampling::EPOCH, targets::is_target};
@@ -55,6 +56,14 @@ static SLOW_THRESHOLD_NS: u64 = 10_000_000;
 /// each switch keeps only the thread's own figures.
 #[unsafe(no_mangle)]
 static SCHED_DETAIL: u32 = 1;
+/// Which sleeps get their stacks taken: every one (sched mode), or the agent's draw.
+#[unsafe(no_mangle)]
+static OFFCPU_SAMPLING: OffCpuSampling = OffCpuSampling::EVERY_SLEEP;
+
+#[inline(always)]
+fn sampling() -> OffCpuSampling {
+    unsafe { core::ptr::read_volatile(&OFFCPU_SAMPLING) }
+}
 
 #[inline(always)]
 fn detail() -> bool {
@@ -86,6 +95,20 @@ static CPU_HISTORY_MAP: PerCpuArray<CpuHistory> = PerCpuArray::with_max_entries(
 static HEAT: PerCpuArray<u64> = PerCpuArray::with_max_entries(2 * HEAT_BUCKETS as u32, 0);
 #[map(name = "SLOW_EVENTS")]
 static SLOW_EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+/// Per CPU, the traced task it runs and since when: all a switch-in writes on the lean path.
+#[map(name = "RUNNING")]
+static RUNNING: PerCpuArray<Running> = PerCpuArray::with_max_entries(1, 0);
+
+/// The lean path, the agent's (no per-CPU detail, and the kernel keeps each task's run-queue
+/// delay and running time): no wake-up program, and a switch-in writes only its CPU's
+/// `RUNNING`. A task's entry is brought up to date at the switch-out that ends its run, which
+/// looks it up anyway: its switch-in replayed there (`arrived_late`), its wake-up placed by the
+/// kernel's own count of the wait before it. One task-map lookup a switch, where the full path
+/// takes three a sleep (wake-up, switch-in, switch-out). User space attaches accordingly.
+#[inline(always)]
+fn lean(off: &TaskOffsets) -> bool {
+    !detail() && off.kernel_accounting()
+}
 
 #[inline(always)]
 pub(crate) fn offsets() -> TaskOffsets {
@@ -290,7 +313,15 @@ fn switch(ctx: &BtfTracePointContext) {
             history_start,
         );
     }
-    if tracked(next) {
+    if lean(&off) {
+        if let Some(running) = RUNNING.get_ptr_mut(0) {
+            let tid = if tracked(next) { next } else { 0 };
+            unsafe {
+                (*running).tid = tid;
+                (*running).since_ns = now;
+            }
+        }
+    } else if tracked(next) {
         switch_in(&off, next, next_task, now, history_start);
     }
     if let Some(walk) = walk_tables {
@@ -400,6 +431,9 @@ fn switch_out(
     }
     let stats = task_stats(prev, prev_task, off)?;
     let stats = unsafe { &mut *stats };
+    if lean(off) {
+        arrived_late(off, stats, prev, now, current.kernel_totals(off));
+    }
     // Out again: a sleep still open had its switch-in unseen.
     close_unseen_sleep(stats, prev, now);
     stats.switched_out = 1;
@@ -430,12 +464,28 @@ fn switch_out(
     }
     stats.enqueued.at_ns = 0;
     let policy = unsafe { core::ptr::read_volatile(&OFFCPU_STACKS_ENABLED) };
+    let generation = generation();
+    let drawn = match policy {
+        offcpu_stacks::NONE => 0,
+        _ => draw(stats, generation),
+    };
+    if drawn == STACK_SKIPPED {
+        stats.offcpu = OffCpuStart {
+            at_ns: now,
+            user_stack_id: NO_STACK,
+            kernel_stack_id: NO_STACK,
+            reason,
+            tgid,
+            user_unwound: drawn as u32,
+            generation,
+        };
+        return None;
+    }
     let version = match policy {
         offcpu_stacks::NONE => None,
         _ => crate::unwind::tables_version(tgid),
     };
     let tables = version.is_some();
-    let generation = generation();
     // With tables: the last walk's stack again, or filled in by the walk the caller starts.
     let (mut user_stack_id, mut walk) = (NO_STACK, None);
     match version {
@@ -468,10 +518,34 @@ fn switch_out(
         kernel_stack_id,
         reason,
         tgid,
-        user_unwound: tables as u32,
+        user_unwound: tables as u32 | drawn as u32,
         generation,
     };
     walk
+}
+
+/// Whether this sleep gets its stacks (see `OffCpuSampling`): 0 (taken, counted exactly),
+/// `STACK_DRAWN` (taken, standing for the skipped ones too) or `STACK_SKIPPED`. The thread's
+/// first sleeps of each epoch are always taken: one that sleeps now and then has every stack.
+#[inline(always)]
+fn draw(stats: &mut TaskSched, generation: u32) -> u16 {
+    let sampling = sampling();
+    if sampling.every <= 1 {
+        return 0;
+    }
+    if stats.stacks_epoch != generation {
+        stats.stacks_epoch = generation;
+        stats.stacks_exact = 0;
+    }
+    if stats.stacks_exact < sampling.exact {
+        stats.stacks_exact += 1;
+        return 0;
+    }
+    // At random, not every Nth: a thread that alternates between places is not aliased.
+    match unsafe { bpf_get_prandom_u32() } % sampling.every {
+        0 => STACK_DRAWN,
+        _ => STACK_SKIPPED,
+    }
 }
 
 /// The thread's last walked stack, if walking now would find it again (`reuse`), counted.
@@ -532,6 +606,13 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: BtfTask, now: u64, history
         // whose holders this one's history does not show (a slow wait then names none).
         settle_run(off, stats, next, next_task.kernel_totals(off), None);
     }
+    arrive(off, stats, next, now, history);
+}
+
+/// The task arrives on this CPU at `now`: its run begins, its wait (without the kernel's
+/// totals) and its sleep end.
+#[inline(always)]
+fn arrive(off: &TaskOffsets, stats: &mut TaskSched, tid: u32, now: u64, history: Option<*mut CpuHistory>) {
     stats.switched_out = 0;
     stats.last_in_ns = now;
     stats.last_cpu = unsafe { bpf_get_smp_processor_id() };
@@ -548,7 +629,7 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: BtfTask, now: u64, history
             record_wait(
                 off,
                 stats,
-                next,
+                tid,
                 now.saturating_sub(enqueued.at_ns),
                 now,
                 &enqueued,
@@ -557,7 +638,52 @@ fn switch_in(off: &TaskOffsets, next: u32, next_task: BtfTask, now: u64, history
         }
     }
 
-    let _ = end_sleep(stats, next, enqueued.at_ns, now);
+    let _ = end_sleep(stats, tid, enqueued.at_ns, now);
+}
+
+/// The lean path's switch-in of `tid`, replayed at the switch-out (or exit) that ends its run:
+/// it arrived when this CPU's `RUNNING` says, and if it was asleep, it woke the wait before that
+/// which the kernel's totals grew by (one arrival since its last switch-out; else the sleep is
+/// taken to the arrival). Not for a task first seen in this run (its arrival is before its
+/// entry's base), nor twice for one arrival.
+#[inline(always)]
+fn arrived_late(off: &TaskOffsets, stats: &mut TaskSched, tid: u32, now: u64, totals: Option<KernelTotals>) {
+    let Some(running) = RUNNING.get_ptr(0) else {
+        return;
+    };
+    let running = unsafe { *running };
+    let known = stats.switched_out != 0 || stats.base_exact != 0;
+    if running.tid != tid || running.since_ns == 0 || running.since_ns == stats.last_in_ns || !known {
+        return;
+    }
+    if stats.offcpu.at_ns != 0 {
+        stats.enqueued.at_ns = woke_before(stats, running.since_ns, now, totals);
+    }
+    arrive(off, stats, tid, running.since_ns, None);
+}
+
+/// When a task woke that arrived at `arrived_ns` and is leaving at `now`: before its run, the
+/// wait the kernel counted (one arrival since its last switch-out; else taken as none). Of two
+/// bounds, the earlier: the kernel's run begins where its clock was last read, which after a
+/// wake-up that preempts (an idle CPU's) is the wake-up itself, so its time on the CPU is the
+/// task's running time, not its sleep (as the kernel counts it, and the full path); its task
+/// clock leaves out time stolen by the hypervisor and taken by interrupts, which the arrival
+/// bounds.
+#[inline(always)]
+fn woke_before(stats: &TaskSched, arrived_ns: u64, now: u64, totals: Option<KernelTotals>) -> u64 {
+    let base = &stats.kernel;
+    match totals {
+        Some(totals) if totals.sched_info.pcount == base.sched_info.pcount + 1 => {
+            let wait = totals
+                .sched_info
+                .run_delay_ns
+                .saturating_sub(base.sched_info.run_delay_ns);
+            let ran = totals.sum_exec_ns.saturating_sub(base.sum_exec_ns);
+            let by_run = now.saturating_sub(ran).saturating_sub(wait);
+            arrived_ns.saturating_sub(wait).min(by_run)
+        }
+        _ => arrived_ns,
+    }
 }
 
 /// The task's sleep (if it was asleep) ends: recorded with the stacks taken when it began.
@@ -600,13 +726,18 @@ fn end_sleep(stats: &mut TaskSched, tid: u32, woke_ns: u64, now: u64) -> u64 {
             true => 0,
             false => BEGAN_EARLIER,
         };
+        let skipped = start.user_unwound as u16 & STACK_SKIPPED;
+        let long = match skipped != 0 && blocked >= sampling().long_ns {
+            true => SKIPPED_LONG,
+            false => 0,
+        };
         let key = SampleKey {
             tgid: start.tgid,
             tid,
             user_stack_id: start.user_stack_id,
             kernel_stack_id: start.kernel_stack_id,
             comm: stats.comm,
-            user_unwound: start.user_unwound as u16 | began_earlier,
+            user_unwound: start.user_unwound as u16 | began_earlier | long,
             event: 0,
             exec_generation: match stats.exec_of == start.tgid {
                 true => stats.exec_generation,
@@ -836,13 +967,16 @@ pub fn forget_task(tid: u32) {
         return;
     };
     let now = unsafe { bpf_ktime_get_ns() };
+    let off = offsets();
+    let totals = BtfTask::current().kernel_totals(&off);
     unsafe {
+        if lean(&off) {
+            arrived_late(&off, &mut *stats, tid, now, totals);
+        }
         // Exiting, so running: a sleep still open had its switch-in unseen.
         close_unseen_sleep(&mut *stats, tid, now);
         if (*stats).kernel_accounting != 0 {
             // Its last run, to the kernel's last update of its time (at most a tick ago).
-            let off = offsets();
-            let totals = BtfTask::current().kernel_totals(&off);
             settle_run(&off, &mut *stats, tid, totals, CPU_HISTORY_MAP.get_ptr_mut(0));
             (*stats).last_in_ns = 0;
         } else if (*stats).last_in_ns != 0 && now > (*stats).last_in_ns {

@@ -12,7 +12,9 @@ use aya::{
     },
     Ebpf, EbpfLoader,
 };
-use profiler_common::{lock::ThreadOffsets, names, offcpu_stacks, ExitOffsets, ForkOffsets, TaskOffsets};
+use profiler_common::{
+    lock::ThreadOffsets, names, offcpu_stacks, ExitOffsets, ForkOffsets, OffCpuSampling, TaskOffsets,
+};
 
 use crate::{collect::take_map, preflight::tracepoint_field_offset};
 
@@ -81,6 +83,8 @@ pub struct LoadOptions<'a> {
     pub offcpu_stacks: u32,
     /// 1: the scheduler programs keep per-CPU history, heatmap and wakers (0: the agent).
     pub sched_detail: u32,
+    /// Which sleeps get their off-CPU stacks taken.
+    pub offcpu_sampling: OffCpuSampling,
     /// How many counters' deltas the sampling program reads.
     pub counters: u32,
     /// pthread source: offset of `task_struct.nvcsw` (`u32::MAX`: unknown), to tell a lock call
@@ -158,6 +162,7 @@ impl<'a> LoadOptions<'a> {
             task_offsets: TaskOffsets::default(),
             slow_threshold_ns: u64::MAX,
             sched_detail: 1,
+            offcpu_sampling: OffCpuSampling::EVERY_SLEEP,
             offcpu_stacks: offcpu_stacks::NONE,
             counters: 0,
             nvcsw_offset: u32::MAX,
@@ -209,6 +214,7 @@ impl Loaded {
             .override_global(names::G_SLOW_NS, &options.slow_threshold_ns, true)
             .override_global(names::G_OFFCPU_STACKS, &options.offcpu_stacks, true)
             .override_global(names::G_SCHED_DETAIL, &options.sched_detail, true)
+            .override_global(names::G_OFFCPU_SAMPLING, &options.offcpu_sampling, true)
             .override_global(names::G_REUSE_CHECK, &reuse_check, true)
             .override_global(names::G_COUNTERS, &options.counters, true)
             .override_global(names::G_UNWIND, &unwind, true)

@@ -184,6 +184,8 @@ fn lost_label(lost: LostStack, side: &str) -> &'static str {
         (LostStack::Collision, _) => "lost kernel stack: collision",
         (LostStack::Error, "user") => "lost user stack",
         (LostStack::Error, _) => "lost kernel stack",
+        (LostStack::NotSampled, "user") => "stack not sampled",
+        (LostStack::NotSampled, _) => "kernel stack not sampled",
     }
 }
 

@@ -19,6 +19,9 @@ pub enum StackRead {
     Collision,
     /// The kernel returned another error (e.g. stack map full).
     Error(i32),
+    /// Not taken: a sleep whose stacks were left to others drawn at random (the agent's
+    /// off-CPU sampling), where none of its thread's could stand for it.
+    NotSampled,
 }
 
 impl StackRead {
@@ -75,6 +78,7 @@ impl RawSample {
 pub enum LostStack {
     Collision,
     Error,
+    NotSampled,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -156,12 +160,14 @@ impl RawProfile {
             StackRead::Absent => (Vec::new(), None),
             StackRead::Collision => (Vec::new(), Some(LostStack::Collision)),
             StackRead::Error(_) => (Vec::new(), Some(LostStack::Error)),
+            StackRead::NotSampled => (Vec::new(), Some(LostStack::NotSampled)),
         };
         let (kernel, kernel_lost) = match sample.kernel {
             StackRead::Frames(ips) => (adjust_callers(&ips).collect(), None),
             StackRead::Absent => (Vec::new(), None),
             StackRead::Collision => (Vec::new(), Some(LostStack::Collision)),
             StackRead::Error(_) => (Vec::new(), Some(LostStack::Error)),
+            StackRead::NotSampled => (Vec::new(), Some(LostStack::NotSampled)),
         };
         StackKey {
             pid: sample.pid,

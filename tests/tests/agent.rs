@@ -844,6 +844,61 @@ fn every_signal_in_windows_off_cpu_across_window_ends_and_run_queue_delay() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Sampled off-CPU stacks (`--offcpu-sample`, 1 sleep in 16 past each thread's first 1000 of a
+/// second): a thread that sleeps thousands of times a second at two places (`schedload twins`
+/// with sleeps of 60 us in twin_a and 20 us in twin_b, two of each in turn) has most of its
+/// sleeps' stacks skipped, and still, over the windows, each twin's off-CPU time is what the
+/// workload counted asleep in it, and the thread's total is its time asleep.
+#[test]
+fn sampled_off_cpu_stacks_keep_each_places_time_and_the_threads_total() {
+    let dir = temp_path("agent-offcpu-sampled");
+    let _ = std::fs::remove_dir_all(&dir);
+    let agent = Agent::start(&[
+        "--signals",
+        "offcpu",
+        "--window",
+        "2",
+        "--output-dir",
+        dir.to_str().unwrap(),
+    ]);
+    let stdout = start_workload("schedload", &["twins", "6000", "60000", "20000"]).finish();
+    two_more_windows(&agent);
+    let unsampled = agent.metric("bpfprof_agent_offcpu_sleeps_unsampled_total");
+    let (ok, stderr, _) = agent.stop(Duration::from_secs(15));
+    assert!(ok, "the agent failed: {stderr}");
+    assert_no_programs_left();
+
+    let twins = line_fields(&stdout, "TWINS ", |_| true);
+    let tid = twins["tid"] as i64;
+    let mut asleep: HashMap<&str, i64> = HashMap::new();
+    for file in signal_windows(&dir, "offcpu") {
+        let profile = decode_pprof(&std::fs::read(&file).unwrap());
+        for s in (profile.sample.iter()).filter(|s| label_num(&profile, s, "tid") == Some(tid)) {
+            let frames = frames(&profile, s);
+            let place = (["twin_a", "twin_b"].into_iter())
+                .find(|twin| frames.iter().any(|(f, _)| f == twin))
+                .unwrap_or("elsewhere");
+            *asleep.entry(place).or_default() += s.value[0];
+        }
+    }
+    eprintln!("off-CPU by place {asleep:?}; the workload: {twins:?}; sleeps unsampled {unsampled}");
+    // 24,000 sleeps, 1,000 a second at most taken whole: most were skipped.
+    assert!(unsampled >= 12_000.0, "{unsampled} sleeps without stacks");
+    for twin in ["twin_a", "twin_b"] {
+        let (ours, slept) = (asleep.get(twin).copied().unwrap_or(0) as f64, twins[&twin[5..]]);
+        assert!(
+            (ours - slept).abs() <= 0.05 * slept,
+            "off-CPU in {twin} {ours} ns, the workload slept {slept} ns there"
+        );
+    }
+    let (total, slept) = (asleep.values().sum::<i64>() as f64, twins["a"] + twins["b"]);
+    assert!(
+        (total - slept).abs() <= 0.03 * slept,
+        "the thread off-CPU {total} ns, asleep {slept} ns"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// The run-queue signal alone (no off-CPU stacks: the scheduler's programs run with
 /// `--offcpu-stacks none`): each wait of the workload's threads is labelled with its process's
 /// executable, which the agent has from the process's announcement at its sleeper's first sleep

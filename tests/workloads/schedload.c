@@ -46,6 +46,10 @@
  * the stacks different only in return addresses (into each twin, and from each into the loop).
  * Prints TWINS tid=<tid> a=<ns> b=<ns>: its time asleep in each twin's sleeps, as sleeper's.
  *
+ *   schedload twins ROUNDS A_NS B_NS
+ *
+ * The same with sleeps of A_NS in twin_a and B_NS in twin_b (thousands a second when short).
+ *
  *   schedload hop HOPS
  *
  * A thread moves itself between CPUs 0 and 1 (sched_setaffinity), spinning 2 ms on each, HOPS
@@ -139,9 +143,11 @@ __attribute__((noinline)) static long long asleep(long long ns) {
 
 static long long twin_slept[2];
 
-__attribute__((noinline)) void twin_a(void) { twin_slept[0] += asleep(2000000); }
+static long long twin_ns[2] = {2000000, 1000000};
 
-__attribute__((noinline)) void twin_b(void) { twin_slept[1] += asleep(1000000); }
+__attribute__((noinline)) void twin_a(void) { twin_slept[0] += asleep(twin_ns[0]); }
+
+__attribute__((noinline)) void twin_b(void) { twin_slept[1] += asleep(twin_ns[1]); }
 
 /* Two calls of a twin from one call site: a bound the compiler cannot unroll by. */
 static volatile int pair = 2;
@@ -301,6 +307,11 @@ int main(int argc, char **argv) {
     if (argc == 4 && argv[1][0] == 'p') return pingpong(atol(argv[2]), atoi(argv[3]));
     if (argc == 3 && argv[1][0] == 'h') return hop(atol(argv[2]));
     if (argc == 3 && argv[1][0] == 't') return twins(atol(argv[2]));
+    if (argc == 5 && argv[1][0] == 't') {
+        twin_ns[0] = atoll(argv[3]);
+        twin_ns[1] = atoll(argv[4]);
+        return twins(atol(argv[2]));
+    }
     int naps = argc == 4 && argv[1][0] == 'n';
     if (naps) {
         nap_ns = 2500000000LL;

@@ -25,6 +25,8 @@ pub struct Config {
     pub otlp: Option<PushConfig>,
     pub unwind: Unwind,
     pub signals: Signals,
+    /// Off-CPU stacks for one sleep in this many, past each thread's first ones of a second.
+    pub offcpu_sample: u32,
     pub sample_map_entries: Option<u32>,
     pub debug_dirs: Vec<std::path::PathBuf>,
     /// `--debuginfod` or `DEBUGINFOD_URLS`: where debug files are fetched from by build id.
@@ -55,6 +57,7 @@ impl Config {
                         true => OffCpuStacks::Auto,
                         false => OffCpuStacks::None,
                     },
+                    self.offcpu_sample,
                 ))),
                 Kind::Locks => Some(Spec::Locks(locks::Spec::new(
                     LockSource::Futex,
@@ -151,6 +154,7 @@ impl Config {
             otlp,
             unwind: args.unwind,
             signals: args.signals,
+            offcpu_sample: args.offcpu_sample,
             sample_map_entries: args.sample_map_entries,
             debug_dirs: args.names.checked_dirs()?,
             debuginfod: args.names.debuginfod()?,

@@ -36,6 +36,7 @@ pub struct Metrics {
     pub stored_bytes: AtomicU64,
     pub offcpu_ns: AtomicU64,
     pub offcpu_stacks_lost: AtomicU64,
+    pub offcpu_sleeps_unsampled: AtomicU64,
     pub offcpu_sleeps_carried: AtomicU64,
     pub lock_waits: AtomicU64,
     pub lock_wait_ns: AtomicU64,
@@ -77,6 +78,7 @@ impl Default for Metrics {
             stored_bytes: zero(),
             offcpu_ns: zero(),
             offcpu_stacks_lost: zero(),
+            offcpu_sleeps_unsampled: zero(),
             offcpu_sleeps_carried: zero(),
             lock_waits: zero(),
             lock_wait_ns: zero(),
@@ -271,6 +273,11 @@ impl Metrics {
                 "offcpu_stacks_lost_total",
                 "sleeps across a window's end whose stacks were gone before they could be kept",
                 &self.offcpu_stacks_lost,
+            ),
+            row(
+                "offcpu_sleeps_unsampled_total",
+                "sleeps whose stacks were not taken (--offcpu-sample): their time spread over their thread's drawn sleeps",
+                &self.offcpu_sleeps_unsampled,
             ),
             row(
                 "lock_waits_total",

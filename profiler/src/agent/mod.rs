@@ -473,6 +473,7 @@ impl AgentSink {
         m.offcpu_ns
             .fetch_add(batch.offcpu.iter().map(|s| s.count).sum(), Relaxed);
         m.offcpu_stacks_lost.store(batch.offcpu_stacks_lost, Relaxed);
+        m.offcpu_sleeps_unsampled.store(batch.sleeps_unsampled, Relaxed);
         m.offcpu_sleeps_carried.store(batch.sleeps_carried, Relaxed);
         add_batch(
             batch.offcpu,

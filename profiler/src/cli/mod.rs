@@ -398,6 +398,13 @@ pub struct AgentArgs {
     /// IPC per function; needs a hardware PMU), or `all` (every one but counters).
     #[arg(long, value_name = "LIST", default_value = "cpu", value_parser = parse_signals)]
     pub signals: Signals,
+    /// Off-CPU stacks: each thread's first 1000 sleeps of every second have theirs taken; past
+    /// them, one sleep in N drawn at random, whose stacks stand for the others' time (each
+    /// thread's total stays exact; sleeps of 1 ms or more that were not drawn are shown apart,
+    /// as "stack not sampled"). 1: every sleep's stacks, as sched mode takes them.
+    #[arg(long = "offcpu-sample", value_name = "N", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub offcpu_sample: u32,
     /// Testing: entries of the kernel's sample map (to prove a full map is reported).
     #[arg(long = "sample-map-entries", value_name = "N", hide = true)]
     pub sample_map_entries: Option<u32>,

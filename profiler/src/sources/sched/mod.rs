@@ -3,19 +3,22 @@
 //! woke the thread and who held its CPU. Drained at each flip into a [`SchedBatch`]: the off-CPU
 //! time of the interval, threads that exited, slow waits, a heatmap column, and (when asked) the
 //! live threads' records so far; at the end, each CPU's waits and idle time too.
+use std::collections::HashMap;
+
 use anyhow::Context as _;
 use aya::{
     maps::{HashMap as BpfHashMap, MapData, PerCpuArray, PerCpuValues, RingBuf, StackTraceMap},
     Ebpf,
 };
 use profiler_common::{
-    names, offcpu_stacks, unwind::UserStack, CpuHistory, ExitedKey, OffCpuTime, SampleKey, SlowEvent,
-    TaskOffsets, TaskSched, BEGAN_EARLIER, HEAT_BUCKETS,
+    names, offcpu_stacks, unwind::UserStack, CpuHistory, ExitedKey, OffCpuSampling, OffCpuTime, Running,
+    SampleKey, SlowEvent, TaskOffsets, TaskSched, BEGAN_EARLIER, HEAT_BUCKETS,
 };
 
 mod cpus;
 mod offcpu;
 mod records;
+mod spread;
 
 pub use cpus::CpuRecord;
 use records::{add_quiet_threads, name_or_proc};
@@ -34,6 +37,11 @@ use crate::{
     profile::{Health, RawSample, StackRead},
 };
 
+/// With sampled off-CPU stacks: each thread's sleeps a second whose stacks are taken whatever
+/// the draw, and the length from which a sleep not drawn is shown apart.
+const EXACT_SLEEPS_A_SECOND: u32 = 1000;
+pub(crate) const LONG_SKIPPED_NS: u64 = 1_000_000;
+
 /// What the scheduler is asked to keep.
 pub struct Spec {
     /// Waits at least this long are sent one by one (`u64::MAX`: none).
@@ -46,6 +54,8 @@ pub struct Spec {
     /// Where the running kernel keeps the `task_struct` fields the programs read: from its
     /// BTF, by `prepare` (before anything is loaded: missing BTF is the first thing said).
     pub offsets: Option<TaskOffsets>,
+    /// Which sleeps get their stacks taken (every one, unless the agent samples them).
+    pub sampling: OffCpuSampling,
 }
 
 impl Spec {
@@ -55,13 +65,21 @@ impl Spec {
             offcpu_stacks,
             detail: true,
             offsets: None,
+            sampling: OffCpuSampling::EVERY_SLEEP,
         }
     }
 
-    /// Only what the agent's profiles read: no slow waits, no per-CPU history, no heatmap.
-    pub fn for_profiles(offcpu_stacks: OffCpuStacks) -> Spec {
+    /// Only what the agent's profiles read: no slow waits, no per-CPU history, no heatmap; off-CPU
+    /// stacks for one sleep in `sample_every` past each thread's first ones of a second (see
+    /// `OffCpuSampling`).
+    pub fn for_profiles(offcpu_stacks: OffCpuStacks, sample_every: u32) -> Spec {
         Spec {
             detail: false,
+            sampling: OffCpuSampling {
+                every: sample_every,
+                exact: EXACT_SLEEPS_A_SECOND,
+                long_ns: LONG_SKIPPED_NS,
+            },
             ..Spec::new(u64::MAX, offcpu_stacks)
         }
     }
@@ -86,6 +104,7 @@ impl Spec {
         options.task_offsets = self.offsets.unwrap_or_default();
         options.slow_threshold_ns = self.slow_threshold_ns;
         options.sched_detail = u32::from(self.detail);
+        options.offcpu_sampling = self.sampling;
         options.offcpu_stacks = match self.offcpu_stacks {
             OffCpuStacks::None => offcpu_stacks::NONE,
             OffCpuStacks::Auto => offcpu_stacks::AUTO,
@@ -122,14 +141,14 @@ impl Spec {
             threads_at_start,
             slow_seen: 0,
         };
-        kernel.attach_btf_tracepoints(
-            &btf,
-            &[
-                (names::PROG_WAKEUP, "sched_wakeup"),
-                (names::PROG_WAKEUP_NEW, "sched_wakeup_new"),
-                (names::PROG_SWITCH, "sched_switch"),
-            ],
-        )?;
+        // The lean path (the kernel programs' `lean`) places wake-ups without seeing them.
+        let lean = !self.detail && self.offsets.is_some_and(|o| o.kernel_accounting());
+        let programs = [
+            (names::PROG_WAKEUP_NEW, "sched_wakeup_new"),
+            (names::PROG_SWITCH, "sched_switch"),
+            (names::PROG_WAKEUP, "sched_wakeup"),
+        ];
+        kernel.attach_btf_tracepoints(&btf, &programs[..programs.len() - usize::from(lean)])?;
         Ok(Attached {
             source: Box::new(source),
             doing: Some("tracing the scheduler".to_string()),
@@ -209,6 +228,8 @@ pub struct SchedBatch {
     pub offcpu_stacks_lost: u64,
     /// Sleeps being carried across flips now.
     pub sleeps_carried: u64,
+    /// Sleeps whose stacks were not taken (sampled off-CPU stacks), so far.
+    pub sleeps_unsampled: u64,
     /// Each CPU over the run: at the end only.
     pub cpus: Option<Vec<CpuRecord>>,
 }
@@ -234,6 +255,7 @@ impl SchedSource {
             started_ns: self.started_ns,
             offcpu_stacks_lost: self.sleeps.stacks_lost,
             sleeps_carried: self.sleeps.kept() as u64,
+            sleeps_unsampled: self.sleeps.unsampled,
             ..SchedBatch::default()
         }
     }
@@ -311,6 +333,8 @@ struct SchedMaps {
     user_stacks: [BpfHashMap<MapData, u32, UserStack>; 2],
     heat: PerCpuArray<MapData, u64>,
     cpus: PerCpuArray<MapData, CpuHistory>,
+    /// Per CPU, the traced task on it and since when (the lean path's switch-ins).
+    running: PerCpuArray<MapData, Running>,
     slow: RingBuf<MapData>,
 }
 
@@ -334,6 +358,7 @@ impl SchedMaps {
             ],
             heat: PerCpuArray::try_from(take(names::HEAT)?)?,
             cpus: PerCpuArray::try_from(take(names::CPU_HISTORY)?)?,
+            running: PerCpuArray::try_from(take(names::RUNNING)?)?,
             slow: RingBuf::try_from(take(names::SLOW_EVENTS)?)?,
         })
     }
@@ -412,6 +437,12 @@ impl SchedMaps {
         let ended: Vec<(SampleKey, OffCpuTime)> = take_all(&self.offcpu[slot]).entries;
         // In this order: a sleep not seen asleep here has its record in the live slot already.
         let tasks = read_all(&self.tasks);
+        // On the lean path a sleep's wake-up is known only once its run ends: a thread running
+        // now woke before it arrived (its wait for the CPU is taken as sleep until then).
+        let running: HashMap<u32, u64> = (self.running.get(&0, 0).into_iter())
+            .flat_map(|per_cpu| per_cpu.iter().map(|r| (r.tid, r.since_ns)).collect::<Vec<_>>())
+            .filter(|&(tid, _)| tid != 0)
+            .collect();
         let asleep: Vec<Asleep> = (tasks.iter())
             .filter(|(_, t)| t.offcpu.at_ns != 0)
             .map(|&(tid, ref t)| Asleep {
@@ -419,7 +450,13 @@ impl SchedMaps {
                 comm: t.comm,
                 start: t.offcpu,
                 woke_ns: (t.enqueued.at_ns != 0 && t.enqueued.at_ns >= t.offcpu.at_ns)
-                    .then_some(t.enqueued.at_ns),
+                    .then_some(t.enqueued.at_ns)
+                    .or_else(|| {
+                        running
+                            .get(&tid)
+                            .copied()
+                            .filter(|&since| since >= t.offcpu.at_ns)
+                    }),
             })
             .collect();
         let ended_since: Vec<SampleKey> = (read_all(&self.offcpu[slot ^ 1]).into_iter())

@@ -9,7 +9,9 @@
 //! thread is all it takes.
 use std::collections::HashMap;
 
-use profiler_common::{CounterDeltas, OffCpuStart, OffCpuTime, SampleKey, BEGAN_EARLIER, COMM_LEN};
+use profiler_common::{
+    CounterDeltas, OffCpuStart, OffCpuTime, SampleKey, BEGAN_EARLIER, COMM_LEN, SKIPPED_LONG, STACK_SKIPPED,
+};
 
 use crate::{
     collect::{comm_string, Flip},
@@ -61,6 +63,8 @@ pub(crate) struct SleepsInFlight {
     cuts: HashMap<u32, Cut>,
     /// Sleeps whose stacks were gone before they could be kept (counted, shown as lost).
     pub stacks_lost: u64,
+    /// Sleeps whose stacks were not taken (`STACK_SKIPPED`), so far.
+    pub unsampled: u64,
 }
 
 impl SleepsInFlight {
@@ -73,7 +77,7 @@ impl SleepsInFlight {
     /// - `generation_of`: a process's exec generation now.
     ///
     /// Returns the interval's off-CPU time by stack, in ns, with the sleeps that ended in it as
-    /// counter 0.
+    /// counter 0 (sleeps whose stacks were not sampled spread over those drawn: `spread`).
     pub fn drain(
         &mut self,
         flip: Flip,
@@ -107,11 +111,19 @@ impl SleepsInFlight {
         // A cut whose thread was seen awake two drains running will get no record: it exited
         // asleep.
         self.cuts.retain(|_, cut| cut.unseen < 2);
-        out
+        self.unsampled += (out.iter())
+            .filter(|(flags, _)| flags & STACK_SKIPPED != 0)
+            .map(|(_, sample)| sample.deltas.values[0])
+            .sum::<u64>();
+        super::spread::spread_skipped(out)
     }
 
     /// The sleeps that ended in the interval: whole, or the rest of a sleep cut earlier.
-    fn ended(&mut self, ended: Vec<(SampleKey, OffCpuTime)>, stacks: &dyn SlotStacks) -> Vec<RawSample> {
+    fn ended(
+        &mut self,
+        ended: Vec<(SampleKey, OffCpuTime)>,
+        stacks: &dyn SlotStacks,
+    ) -> Vec<(u16, RawSample)> {
         let mut out = Vec::with_capacity(ended.len());
         for (key, time) in ended {
             let (user, kernel, total_ns) = match key.user_unwound & BEGAN_EARLIER {
@@ -131,7 +143,7 @@ impl SleepsInFlight {
                     }
                 },
             };
-            out.push(sample(&key, user, kernel, total_ns, time.count));
+            out.push((key.user_unwound, sample(&key, user, kernel, total_ns, time.count)));
         }
         out
     }
@@ -144,7 +156,7 @@ impl SleepsInFlight {
         thread: &Asleep,
         stacks: &dyn SlotStacks,
         generation_of: &dyn Fn(u32) -> u32,
-    ) -> Option<RawSample> {
+    ) -> Option<(u16, RawSample)> {
         let start = &thread.start;
         // Asleep since after the flip: the next interval's.
         if start.at_ns == 0 || start.generation == flip.generation {
@@ -179,7 +191,11 @@ impl SleepsInFlight {
             exec_generation: generation_of(key.tgid),
             ..key
         };
-        Some(sample(&key, cut.user.clone(), cut.kernel.clone(), due, 0))
+        // A sleep without stacks long enough by now is shown apart, as the kernel keys it as it ends.
+        let long = key.user_unwound & STACK_SKIPPED != 0
+            && until.saturating_sub(start.at_ns) >= super::LONG_SKIPPED_NS;
+        let flags = key.user_unwound | if long { SKIPPED_LONG } else { 0 };
+        Some((flags, sample(&key, cut.user.clone(), cut.kernel.clone(), due, 0)))
     }
 
     /// Sleeps being kept across flips now.
