@@ -138,6 +138,9 @@ pub struct TaskSched {
     /// stacks taken whatever the draw (`OffCpuSampling::exact`).
     pub stacks_epoch: u32,
     pub stacks_exact: u32,
+    /// Its `task_struct` when the entry was made: on the lean path, the entry a dying task made
+    /// after its exit was recorded is told from a new task's that took its tid.
+    pub task: u64,
     /// Its last off-CPU walk that reached the stack's end, to be taken again (see `StackReuse`):
     /// in its own entry, which every switch-out reads already, where a map of its own cost a
     /// lookup per sleep (all zero until a walk: a `tgid` of 0 matches no process).
@@ -146,7 +149,7 @@ pub struct TaskSched {
 }
 const _: () = assert!(
     size_of::<TaskSched>()
-        == 96 + 40 + 32 + 24 + 40 + 16 + 8 + 8 + size_of::<StackReuse>() + 4 * HIST_BUCKETS
+        == 96 + 40 + 32 + 24 + 40 + 16 + 8 + 8 + 8 + size_of::<StackReuse>() + 4 * HIST_BUCKETS
 );
 
 /// Total blocked time per (thread, stacks): the value of `OFFCPU`, keyed by `SampleKey`.

@@ -343,7 +343,7 @@ fn offcpu_user_stack(tid: u32, id: i32) {
     if let Some(stats) = TASK_STATS.get_ptr_mut(tid) {
         unsafe {
             (*stats).offcpu.user_stack_id = id;
-            (*stats).offcpu.user_unwound = 0;
+            (*stats).offcpu.user_unwound &= STACK_DRAWN as u32;
         }
     }
 }
@@ -357,7 +357,8 @@ pub fn offcpu_walked(walk: &mut Walk, stack_id: i32, generation: u32) {
     };
     let stats = unsafe { &mut *stats };
     stats.offcpu.user_stack_id = stack_id;
-    stats.offcpu.user_unwound = 1;
+    // (Drawn or not, as the switch-out decided.)
+    stats.offcpu.user_unwound = 1 | (stats.offcpu.user_unwound & STACK_DRAWN as u32);
     crate::reuse::walked_offcpu(walk, stack_id, generation, &mut stats.offcpu_reuse);
 }
 
@@ -417,12 +418,18 @@ fn switch_out(
         // the tid was reused, its run open (a wait at the stop of a process long gone, and the
         // task map filling up on a machine that starts processes all day). Only an entry whose
         // run is on this CPU now is the dying task's: its tid may already be a new task's
-        // (freed at its release, before this switch), whose own entry stays.
+        // (freed at its release, before this switch), whose own entry stays. On the lean path,
+        // where a switch-in leaves the entry as it is, the entry made for this very task.
         if let Some(stats) = TASK_STATS.get_ptr(prev) {
             let stats = unsafe { &*stats };
-            let running_here = stats.switched_out == 0
-                && stats.last_in_ns != 0
-                && stats.last_cpu == unsafe { bpf_get_smp_processor_id() };
+            let running_here = match lean(off) {
+                true => stats.task == current.0 as u64,
+                false => {
+                    stats.switched_out == 0
+                        && stats.last_in_ns != 0
+                        && stats.last_cpu == unsafe { bpf_get_smp_processor_id() }
+                }
+            };
             if running_here {
                 let _ = TASK_STATS.remove(prev);
             }
@@ -577,6 +584,7 @@ fn task_stats(tid: u32, task: Task, off: &TaskOffsets) -> Option<*mut TaskSched>
     let template = TASK_TEMPLATE.get_ptr_mut(0)?;
     unsafe {
         (*template).tid = tid;
+        (*template).task = task.0 as u64;
         (*template).comm = task.read(off.comm).unwrap_or([0; COMM_LEN]);
         // The kernel's totals so far: what happens from now on is their growth.
         let totals = task.kernel_totals(off);

@@ -144,11 +144,11 @@ impl Spec {
         // The lean path (the kernel programs' `lean`) places wake-ups without seeing them.
         let lean = !self.detail && self.offsets.is_some_and(|o| o.kernel_accounting());
         let programs = [
+            (names::PROG_WAKEUP, "sched_wakeup"),
             (names::PROG_WAKEUP_NEW, "sched_wakeup_new"),
             (names::PROG_SWITCH, "sched_switch"),
-            (names::PROG_WAKEUP, "sched_wakeup"),
         ];
-        kernel.attach_btf_tracepoints(&btf, &programs[..programs.len() - usize::from(lean)])?;
+        kernel.attach_btf_tracepoints(&btf, &programs[usize::from(lean)..])?;
         Ok(Attached {
             source: Box::new(source),
             doing: Some("tracing the scheduler".to_string()),

@@ -138,7 +138,8 @@ impl SleepsInFlight {
                         time.total_ns.saturating_sub(cut.credited_ns),
                     ),
                     None => {
-                        self.stacks_lost += 1;
+                        // (A sleep without stacks had none to keep.)
+                        self.stacks_lost += u64::from(key.user_unwound & STACK_SKIPPED == 0);
                         (StackRead::Error(0), StackRead::Error(0), time.total_ns)
                     }
                 },
@@ -173,7 +174,7 @@ impl SleepsInFlight {
                 // Its slot was cleared while it slept, and it was not kept: never expected (a
                 // sleep is kept at the first flip it spans).
                 false => {
-                    self.stacks_lost += 1;
+                    self.stacks_lost += u64::from(start.user_unwound & u32::from(STACK_SKIPPED) == 0);
                     (StackRead::Error(0), StackRead::Error(0))
                 }
             };
