@@ -3,7 +3,7 @@
 //! sleeps are spread over its drawn sleeps (those whose stacks were taken at random to stand for
 //! them) in proportion to their time, and their count in proportion to their count: the thread's
 //! total time and sleeps stay exact, only their split across its stacks is estimated. Without a
-//! drawn sleep in the interval, over its sleeps taken whole; without any, and for a skipped sleep
+//! drawn sleep in the interval, over its other samples with a stack; without any, and for a skipped sleep
 //! of 1 ms or more (a rare long sleep may be elsewhere than a thread's frequent short ones), they
 //! are shown as they are, their stack "not sampled".
 use std::collections::HashMap;
@@ -27,9 +27,17 @@ pub(crate) fn spread_skipped(samples: Vec<(u16, RawSample)>) -> Vec<RawSample> {
         let total = by_thread.entry(sample.tid).or_insert((sample, 0, 0));
         (total.1, total.2) = (total.1 + ns, total.2 + sleeps);
     }
+    // Each thread's samples with a stack, found once (not a pass over all samples per thread).
+    let mut stacked: HashMap<u32, Vec<usize>> = HashMap::new();
+    for (i, (_, sample)) in out.iter().enumerate() {
+        if !matches!(sample.user, StackRead::NotSampled) {
+            stacked.entry(sample.tid).or_default().push(i);
+        }
+    }
     let mut apart = Vec::new();
     for (tid, (sample, ns, sleeps)) in by_thread {
-        if !spread(&mut out, tid, ns, sleeps) {
+        let own = stacked.get(&tid).map_or(&[][..], Vec::as_slice);
+        if !spread(&mut out, own, ns, sleeps) {
             let mut sample = not_sampled(sample);
             (sample.count, sample.deltas.values[0]) = (ns, sleeps);
             apart.push(sample);
@@ -38,14 +46,15 @@ pub(crate) fn spread_skipped(samples: Vec<(u16, RawSample)>) -> Vec<RawSample> {
     (out.into_iter().map(|(_, sample)| sample)).chain(apart).collect()
 }
 
-/// A thread's skipped time and sleeps over its drawn samples (else over those taken whole).
-/// False: it has none with a stack.
-fn spread(out: &mut [(u16, RawSample)], tid: u32, ns: u64, sleeps: u64) -> bool {
-    let of_thread = |s: &RawSample| s.tid == tid && !matches!(s.user, StackRead::NotSampled);
-    let drawn = |(flags, s): &(u16, RawSample)| of_thread(s) && flags & STACK_DRAWN != 0;
-    let over: Vec<usize> = match out.iter().any(drawn) {
-        true => (0..out.len()).filter(|&i| drawn(&out[i])).collect(),
-        false => (0..out.len()).filter(|&i| of_thread(&out[i].1)).collect(),
+/// A thread's skipped time and sleeps over its drawn samples among `own` (its samples with a
+/// stack, by index in `out`), else over all of `own`. False: it has none.
+fn spread(out: &mut [(u16, RawSample)], own: &[usize], ns: u64, sleeps: u64) -> bool {
+    let drawn: Vec<usize> = (own.iter().copied())
+        .filter(|&i| out[i].0 & STACK_DRAWN != 0)
+        .collect();
+    let over = match drawn.is_empty() {
+        false => drawn,
+        true => own.to_vec(),
     };
     if over.is_empty() {
         return false;
