@@ -184,8 +184,9 @@ names! {
 }
 
 /// The maps only the kernel programs use (per-CPU scratch space, state between programs).
-pub const KERNEL_ONLY_MAPS: [&str; 17] = [
+pub const KERNEL_ONLY_MAPS: [&str; 18] = [
     "BUILD_ID_SCRATCH",
+    "CLOCK_SYNC",
     "COUNTER_BASELINE",
     "HIT_WEIGHTS",
     "LATENCY_PENDING",

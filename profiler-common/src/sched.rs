@@ -272,9 +272,15 @@ pub struct TaskOffsets {
     pub sched_info: u32,
     pub sum_exec_runtime: u32,
     pub tgid: u32,
-    pub _pad: u32,
+    /// `se.cfs_rq`, `cfs_rq.rq` and `rq.clock`: the run queue's clock, which the scheduler
+    /// brought up to date for the switch (read at a switch instead of `bpf_ktime_get_ns`, see
+    /// the kernel programs' `clock.rs`). `rq_clock` 0 where the BTF does not say (no
+    /// `CONFIG_FAIR_GROUP_SCHED`): then the switch reads `bpf_ktime_get_ns`.
+    pub se_cfs_rq: u32,
+    pub cfs_rq_rq: u32,
+    pub rq_clock: u32,
 }
-const _: () = assert!(size_of::<TaskOffsets>() == 32);
+const _: () = assert!(size_of::<TaskOffsets>() == 40);
 
 impl TaskOffsets {
     /// The kernel's own accounting can be read.

@@ -41,6 +41,7 @@ macro_rules! tracepoint {
 
 mod arch;
 mod atomic;
+mod clock;
 mod health;
 mod hits;
 mod latency;

@@ -40,7 +40,9 @@ static TASK_OFFSETS: TaskOffsets = TaskOffsets {
     sched_info: 0,
     sum_exec_runtime: 0,
     tgid: 0,
-    _pad: 0,
+    se_cfs_rq: 0,
+    cfs_rq_rq: 0,
+    rq_clock: 0,
 };
 /// An `offcpu_stacks` policy. A kernel stack walk costs about three times a user one (measured
 /// here: ~3 us against ~1 us), so `AUTO` walks it only where the kernel is the reason for the
@@ -289,7 +291,7 @@ fn switch(ctx: &BtfTracePointContext) {
     let prev_task = Task(current.0);
     let prev = current.tid(&off);
     let next = next_task.tid(&off);
-    let now = unsafe { bpf_ktime_get_ns() };
+    let now = crate::clock::switch_now(current.0, prev, &off);
     let history_start = match detail() {
         true => remember_cpu_holder(prev, prev_task, now),
         false => None,

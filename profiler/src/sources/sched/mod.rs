@@ -188,6 +188,16 @@ pub fn task_offsets() -> Result<TaskOffsets, UserError> {
         }
         _ => (0, 0),
     };
+    // The run queue's clock, reached from the outgoing task (timed at the tracepoints: not read).
+    let (se_cfs_rq, cfs_rq_rq, rq_clock) = match (
+        nested("se", "sched_entity", "cfs_rq"),
+        btf.member_offset("cfs_rq", "rq"),
+        btf.member_offset("rq", "clock"),
+    ) {
+        _ if sched_info == 0 || !stable_sched_clock() => (0, 0, 0),
+        (Some(se_cfs_rq), Some(cfs_rq_rq), Some(rq_clock)) => (se_cfs_rq, cfs_rq_rq, rq_clock),
+        _ => (0, 0, 0),
+    };
     Ok(TaskOffsets {
         pid: field("pid")?,
         comm: field("comm")?,
@@ -198,8 +208,19 @@ pub fn task_offsets() -> Result<TaskOffsets, UserError> {
         sched_info,
         sum_exec_runtime,
         tgid: field("tgid")?,
-        _pad: 0,
+        se_cfs_rq,
+        cfs_rq_rq,
+        rq_clock,
     })
+}
+
+/// Whether the kernel's `sched_clock` is the CPU's own counter, the same on every CPU: the clock
+/// source is the TSC or Arm's architected counter. (Elsewhere, e.g. a jiffies or `kvm-clock`
+/// source, each CPU's clock may be clamped within a tick of the others': the switch then reads
+/// `bpf_ktime_get_ns`.)
+fn stable_sched_clock() -> bool {
+    let source = "/sys/devices/system/clocksource/clocksource0/current_clocksource";
+    std::fs::read_to_string(source).is_ok_and(|s| matches!(s.trim(), "tsc" | "arch_sys_counter"))
 }
 
 /// What a report says when the kernel's own run-queue and CPU accounting cannot be read.

@@ -82,8 +82,10 @@ impl TaskRecord {
 /// so the wait as the tracepoints timed it (none: not running, or no wait seen before the run).
 pub(super) fn open_wait(t: &TaskSched) -> Option<u64> {
     let running = t.last_in_ns != 0 && t.enqueued.at_ns == 0 && t.offcpu.at_ns == 0;
-    let waited = t.kernel_accounting != 0 && t.last_wait.at_ns != 0 && t.last_in_ns >= t.last_wait.at_ns;
-    (running && waited).then(|| t.last_in_ns - t.last_wait.at_ns)
+    // (The arrival is the run queue's clock, which a wake-up onto an idle CPU leaves where it read
+    // it before the wake-up's own stamp: a wait of none.)
+    let waited = t.kernel_accounting != 0 && t.last_wait.at_ns != 0;
+    (running && waited).then(|| t.last_in_ns.saturating_sub(t.last_wait.at_ns))
 }
 
 #[cfg(test)]
