@@ -141,6 +141,11 @@ pub struct TaskSched {
     /// Its `task_struct` when the entry was made: on the lean path, the entry a dying task made
     /// after its exit was recorded is told from a new task's that took its tid.
     pub task: u64,
+    /// Its short sleeps whose stacks were not taken (`STACK_SKIPPED`) that began and ended in
+    /// one epoch, by the epoch's slot: summed here, in the entry every switch-out holds, where a
+    /// record of each in the off-CPU map cost a lookup of its key; user space reads the drained
+    /// slot's (see `SkippedSleeps`).
+    pub skipped: [SkippedSleeps; 2],
     /// Its last off-CPU walk that reached the stack's end, to be taken again (see `StackReuse`):
     /// in its own entry, which every switch-out reads already, where a map of its own cost a
     /// lookup per sleep (all zero until a walk: a `tgid` of 0 matches no process).
@@ -149,8 +154,19 @@ pub struct TaskSched {
 }
 const _: () = assert!(
     size_of::<TaskSched>()
-        == 96 + 40 + 32 + 24 + 40 + 16 + 8 + 8 + 8 + size_of::<StackReuse>() + 4 * HIST_BUCKETS
+        == 96 + 40 + 32 + 24 + 40 + 16 + 8 + 8 + 8 + 32 + size_of::<StackReuse>() + 4 * HIST_BUCKETS
 );
+
+/// A thread's skipped sleeps of one epoch (`generation`; a slot still holding an older one's is
+/// reset by the first of the new): what the off-CPU map's record of them would hold.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SkippedSleeps {
+    pub generation: u32,
+    pub count: u32,
+    pub total_ns: u64,
+}
+const _: () = assert!(size_of::<SkippedSleeps>() == 16);
 
 /// Total blocked time per (thread, stacks): the value of `OFFCPU`, keyed by `SampleKey`.
 #[repr(C)]

@@ -24,9 +24,9 @@ use profiler_common::{
     offcpu_stacks, switch_reason,
     unwind::{StackReuse, Walk},
     CpuHistory, CpuRun, Enqueued, ExitedKey, HealthCounter, KernelTotals, OffCpuSampling, OffCpuStart,
-    OffCpuTime, Running, SampleKey, SchedInfoHead, SlowEvent, TaskOffsets, TaskSched, BEGAN_EARLIER,
-    COMM_LEN, CPU_HISTORY, CPU_UNKNOWN, HEAT_BUCKETS, OFFCPU_ENTRIES, OFFCPU_STACK_ENTRIES, SKIPPED_LONG,
-    SLOW_CULPRITS, STACK_DRAWN, STACK_SKIPPED,
+    OffCpuTime, Running, SampleKey, SchedInfoHead, SkippedSleeps, SlowEvent, TaskOffsets, TaskSched,
+    BEGAN_EARLIER, COMM_LEN, CPU_HISTORY, CPU_UNKNOWN, HEAT_BUCKETS, OFFCPU_ENTRIES, OFFCPU_STACK_ENTRIES,
+    SKIPPED_LONG, SLOW_CULPRITS, STACK_DRAWN, STACK_SKIPPED,
 };
 
 use crate::{health::bump, sampling::EPOCH, targets::is_target};
@@ -696,11 +696,6 @@ fn woke_before(stats: &TaskSched, arrived_ns: u64, now: u64, totals: Option<Kern
     }
 }
 
-/// The task's sleep (if it was asleep) ends: recorded with the stacks taken when it began.
-/// It slept until its wake-up at `woke_ns`; from then on it was runnable, which is run-queue
-/// delay (counted apart), not off-CPU time: the thread's states add up to its time. Without a
-/// wake-up seen since the sleep began, it slept until `now`. Returns when the sleep ended (0:
-/// it was not asleep).
 /// A task seen running (switched out or exiting) with a sleep still open: the kernel's
 /// tracepoint never showed the switch-in that ended it. It slept until the wake-up it was woken
 /// by (seen or not); the run now ending began unseen after the wait that followed, left as a
@@ -716,6 +711,11 @@ fn close_unseen_sleep(stats: &mut TaskSched, tid: u32, now: u64) {
     stats.last_wait = woke;
 }
 
+/// The task's sleep (if it was asleep) ends: recorded with the stacks taken when it began.
+/// It slept until its wake-up at `woke_ns`; from then on it was runnable, which is run-queue
+/// delay (counted apart), not off-CPU time: the thread's states add up to its time. Without a
+/// wake-up seen since the sleep began, it slept until `now`. Returns when the sleep ended (0:
+/// it was not asleep).
 #[inline(always)]
 fn end_sleep(stats: &mut TaskSched, tid: u32, woke_ns: u64, now: u64) -> u64 {
     let start = stats.offcpu;
@@ -732,36 +732,57 @@ fn end_sleep(stats: &mut TaskSched, tid: u32, woke_ns: u64, now: u64) -> u64 {
             stats.sleeping_ns += blocked;
         }
         let generation = generation();
-        let began_earlier = match start.generation == generation {
-            true => 0,
-            false => BEGAN_EARLIER,
-        };
         let skipped = start.user_unwound as u16 & STACK_SKIPPED;
-        let long = match skipped != 0 && blocked >= sampling().long_ns {
-            true => SKIPPED_LONG,
-            false => 0,
-        };
-        let key = SampleKey {
-            tgid: start.tgid,
-            tid,
-            user_stack_id: start.user_stack_id,
-            kernel_stack_id: start.kernel_stack_id,
-            comm: stats.comm,
-            user_unwound: start.user_unwound as u16 | began_earlier | long,
-            event: 0,
-            exec_generation: match stats.exec_of == start.tgid {
-                true => stats.exec_generation,
-                false => crate::targets::exec_generation(start.tgid),
-            },
-        };
-        match generation & 1 {
-            0 => add_offcpu(&OFFCPU_0, &key, blocked),
-            _ => add_offcpu(&OFFCPU_1, &key, blocked),
+        if skipped != 0 && blocked < sampling().long_ns && start.generation == generation {
+            // Short, without stacks, within one epoch: summed in the task's own entry.
+            let slot = &mut stats.skipped[(generation & 1) as usize];
+            if slot.generation != generation {
+                *slot = SkippedSleeps {
+                    generation,
+                    count: 0,
+                    total_ns: 0,
+                };
+            }
+            slot.count += 1;
+            slot.total_ns += blocked;
+        } else {
+            record_sleep(stats, tid, &start, blocked, generation);
         }
-        // Only now: user space, seeing the task awake, knows its sleep is in the map.
+        // Only now: user space, seeing the task awake, knows its sleep is recorded.
         stats.offcpu.at_ns = 0;
     }
     woke
+}
+
+/// A sleep's record in the off-CPU map of `generation`'s slot, under its stacks.
+#[inline(always)]
+fn record_sleep(stats: &TaskSched, tid: u32, start: &OffCpuStart, blocked: u64, generation: u32) {
+    let began_earlier = match start.generation == generation {
+        true => 0,
+        false => BEGAN_EARLIER,
+    };
+    let skipped = start.user_unwound as u16 & STACK_SKIPPED;
+    let long = match skipped != 0 && blocked >= sampling().long_ns {
+        true => SKIPPED_LONG,
+        false => 0,
+    };
+    let key = SampleKey {
+        tgid: start.tgid,
+        tid,
+        user_stack_id: start.user_stack_id,
+        kernel_stack_id: start.kernel_stack_id,
+        comm: stats.comm,
+        user_unwound: start.user_unwound as u16 | began_earlier | long,
+        event: 0,
+        exec_generation: match stats.exec_of == start.tgid {
+            true => stats.exec_generation,
+            false => crate::targets::exec_generation(start.tgid),
+        },
+    };
+    match generation & 1 {
+        0 => add_offcpu(&OFFCPU_0, &key, blocked),
+        _ => add_offcpu(&OFFCPU_1, &key, blocked),
+    }
 }
 
 #[inline(always)]

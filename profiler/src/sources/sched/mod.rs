@@ -18,6 +18,7 @@ use profiler_common::{
 mod cpus;
 mod offcpu;
 mod records;
+mod skipped;
 mod spread;
 
 pub use cpus::CpuRecord;
@@ -25,6 +26,7 @@ use records::{add_quiet_threads, name_or_proc};
 pub use records::{keep_longest, OpenState, SlowRecord, TaskRecord, SLOW_EVENTS_KEPT};
 
 use offcpu::{Asleep, SleepsInFlight, SlotStacks};
+use skipped::SkippedInEntries;
 
 use super::{AttachContext, Attached, Batch, Source, Wants};
 use crate::{
@@ -135,6 +137,7 @@ impl Spec {
         let source = SchedSource {
             maps,
             sleeps: SleepsInFlight::default(),
+            skipped: SkippedInEntries::default(),
             started_ns: monotonic_ns(),
             idle_at_start: cpus::IdleAt::now(),
             idle_at_stop: None,
@@ -259,6 +262,8 @@ pub struct SchedBatch {
 pub struct SchedSource {
     maps: SchedMaps,
     sleeps: SleepsInFlight,
+    /// Skipped sleeps summed in the task entries, read as records.
+    skipped: SkippedInEntries,
     started_ns: u64,
     /// Each CPU's idle time when tracing began, and when collection stopped.
     idle_at_start: Option<cpus::IdleAt>,
@@ -288,13 +293,15 @@ impl Source for SchedSource {
     fn drain(&mut self, flip: Flip, wants: Wants, procs: &mut Processes) -> anyhow::Result<Option<Batch>> {
         let slow = self.maps.read_slow();
         self.slow_seen += slow.len() as u64;
-        let (heat, exited) = self.maps.drain(flip.slot)?;
+        let (heat, exited_entries) = self.maps.drain(flip.slot)?;
+        let exited: Vec<TaskRecord> = exited_entries.iter().map(TaskRecord::from).collect();
         if !self.threads_at_start.is_empty() && !exited.is_empty() {
             // An exit is an event: such a thread was not quiet.
             let gone: std::collections::HashSet<u32> = exited.iter().map(|t| t.tid).collect();
             self.threads_at_start.retain(|(_, tid)| !gone.contains(tid));
         }
-        let (offcpu, tasks) = self.maps.drain_offcpu(flip, &mut self.sleeps, procs)?;
+        let sleeps = (&mut self.sleeps, &mut self.skipped);
+        let (offcpu, tasks) = self.maps.drain_offcpu(flip, sleeps, &exited_entries, procs)?;
         for sample in &offcpu {
             if let StackRead::Frames(ips) = &sample.user {
                 let _ = procs.refresh_unless_covered(sample.pid, sample.exec_generation, ips);
@@ -385,8 +392,8 @@ impl SchedMaps {
     }
 
     /// Once a second, after the epoch switched away from `old`: one heatmap column, and the
-    /// stats of the tasks that exited since.
-    fn drain(&mut self, old: usize) -> anyhow::Result<(Vec<u64>, Vec<TaskRecord>)> {
+    /// entries of the tasks that exited since.
+    fn drain(&mut self, old: usize) -> anyhow::Result<(Vec<u64>, Vec<TaskSched>)> {
         let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
         let mut column = vec![0u64; HEAT_BUCKETS];
         for (bucket, cell) in column.iter_mut().enumerate() {
@@ -398,8 +405,8 @@ impl SchedMaps {
                     .set(index, PerCpuValues::try_from(vec![0u64; cpus])?, 0)?;
             }
         }
-        let exited = (take_all(&self.exited).entries.iter())
-            .map(|(_, task)| TaskRecord::from(task))
+        let exited = (take_all(&self.exited).entries.into_iter())
+            .map(|(_, task)| task)
             .collect();
         Ok((column, exited))
     }
@@ -447,17 +454,20 @@ impl SchedMaps {
 
     /// The off-CPU time of the interval that ended at `flip` (see `offcpu`), leaving the slot
     /// empty for the interval after next; and the live tasks as read for it (one read of the
-    /// task map a drain, for their sleeps and, when asked, their records).
+    /// task map a drain, for their sleeps and, when asked, their records). `exited`: the
+    /// entries the exited map held at this drain, taken before.
     fn drain_offcpu(
         &mut self,
         flip: Flip,
-        sleeps: &mut SleepsInFlight,
+        (sleeps, skipped): (&mut SleepsInFlight, &mut SkippedInEntries),
+        exited: &[TaskSched],
         procs: &Processes,
     ) -> anyhow::Result<(Vec<RawSample>, Vec<LiveTask>)> {
         let slot = flip.slot;
-        let ended: Vec<(SampleKey, OffCpuTime)> = take_all(&self.offcpu[slot]).entries;
+        let mut ended: Vec<(SampleKey, OffCpuTime)> = take_all(&self.offcpu[slot]).entries;
         // In this order: a sleep not seen asleep here has its record in the live slot already.
         let tasks = read_all(&self.tasks);
+        ended.extend(skipped.records(flip, exited, &tasks));
         // On the lean path a sleep's wake-up is known only once its run ends: a thread running
         // now woke before it arrived (its wait for the CPU is taken as sleep until then).
         let running: HashMap<u32, u64> = (self.running.get(&0, 0).into_iter())
