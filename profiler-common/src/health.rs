@@ -81,7 +81,7 @@ macro_rules! health_table {
                         h.offcpu_map_full
                     ));
                 ExitedMapFull = 13, exited_map_full, sched, "exited_map_full_total",
-                    "exited threads whose records were dropped because too many exited within a drain",
+                    "exited threads whose records (and their last sleeps without stacks) were dropped because too many exited within a drain",
                     |h| (h.exited_map_full > 0).then(|| format!(
                         "{} exited tasks are missing: too many exited within a second",
                         h.exited_map_full

@@ -1,4 +1,4 @@
-//! The time at a scheduler switch, from the clock the scheduler itself just read.
+//! The time at a scheduler switch or wake-up, from the clock the scheduler itself just read.
 //!
 //! `bpf_ktime_get_ns` is a serialising read of the TSC: at a switch it waits for every load the
 //! program issued before it (the task entries, the switching tasks' fields) and costs about 70 ns
@@ -6,7 +6,8 @@
 //! brought its run queue's clock (`rq->clock`, `sched_clock` time) up to date, or left it at the
 //! wake-up that asked for this switch: the kernel's own stamp for the moment, the one it starts
 //! the incoming task's run and ends its wait with. That is three plain loads from the outgoing
-//! task (`se.cfs_rq->rq->clock`). Every time the programs keep is `CLOCK_MONOTONIC`
+//! task (`se.cfs_rq->rq->clock`). A wake-up likewise reads the clock of the woken task's run
+//! queue, which it brought up to date to enqueue the task. Every time the programs keep is `CLOCK_MONOTONIC`
 //! (`bpf_ktime_get_ns`), as user space's: the stamp is moved there by the offset between the two
 //! clocks, measured on each CPU at most every `CHECK_NS` (a stamp the kernel left at a wake-up is
 //! behind, which makes a measure larger, never smaller: the offset follows a smaller measure at
@@ -44,6 +45,17 @@ pub fn switch_now(current: *const u8, prev_tid: u32, off: &TaskOffsets) -> u64 {
     // wake-up left it, behind, and no measure of the offset.
     match run_queue_clock(current, off) {
         Some(clock) => monotonic(clock, prev_tid != 0).unwrap_or_else(ktime),
+        None => ktime(),
+    }
+}
+
+/// `CLOCK_MONOTONIC` now, at a `sched_wakeup` of `task`: its run queue's clock, which the
+/// wake-up brought up to date to enqueue it (on whichever CPU runs this: every CPU's clock is
+/// the one counter where these are used).
+#[inline(always)]
+pub fn wakeup_now(task: *const u8, off: &TaskOffsets) -> u64 {
+    match run_queue_clock(task, off) {
+        Some(clock) => monotonic(clock, true).unwrap_or_else(ktime),
         None => ktime(),
     }
 }

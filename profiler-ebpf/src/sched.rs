@@ -257,7 +257,7 @@ fn woken(task: Task, tid: u32, off: &TaskOffsets) {
     let stats = unsafe { &mut *stats };
     // A task woken again while still queued keeps the time it first became runnable.
     if stats.enqueued.at_ns == 0 {
-        let at_ns = unsafe { bpf_ktime_get_ns() };
+        let at_ns = crate::clock::wakeup_now(task.0, off);
         if !detail() {
             stats.enqueued.at_ns = at_ns;
             return;

@@ -47,8 +47,8 @@ impl SkippedInEntries {
         self.read_live.clear();
         for (_, task) in live {
             let sums = &task.skipped[(drained & 1) as usize];
-            if sums.generation == drained && sums.count > 0 {
-                self.read_live.insert(task.tid);
+            // Once per thread, even if a read that fell back to walking the keys saw it twice.
+            if sums.generation == drained && sums.count > 0 && self.read_live.insert(task.tid) {
                 out.push(record(task, sums));
             }
         }
