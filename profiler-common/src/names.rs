@@ -184,10 +184,11 @@ names! {
 }
 
 /// The maps only the kernel programs use (per-CPU scratch space, state between programs).
-pub const KERNEL_ONLY_MAPS: [&str; 18] = [
+pub const KERNEL_ONLY_MAPS: [&str; 19] = [
     "BUILD_ID_SCRATCH",
     "CLOCK_SYNC",
     "COUNTER_BASELINE",
+    "DRAWS",
     "HIT_WEIGHTS",
     "LATENCY_PENDING",
     "LOCK_WALK",

@@ -51,11 +51,12 @@ pub fn switch_now(current: *const u8, prev_tid: u32, off: &TaskOffsets) -> u64 {
 
 /// `CLOCK_MONOTONIC` now, at a `sched_wakeup` of `task`: its run queue's clock, which the
 /// wake-up brought up to date to enqueue it (on whichever CPU runs this: every CPU's clock is
-/// the one counter where these are used).
+/// the one counter where these are used). Never a measure of the offset: a task waking itself
+/// (`p == current`) is stamped with a clock no wake-up updated, which may be far behind.
 #[inline(always)]
 pub fn wakeup_now(task: *const u8, off: &TaskOffsets) -> u64 {
     match run_queue_clock(task, off) {
-        Some(clock) => monotonic(clock, true).unwrap_or_else(ktime),
+        Some(clock) => monotonic(clock, false).unwrap_or_else(ktime),
         None => ktime(),
     }
 }
@@ -87,6 +88,10 @@ fn run_queue_clock(current: *const u8, off: &TaskOffsets) -> Option<u64> {
 fn monotonic(clock: u64, may_measure: bool) -> Option<u64> {
     let sync = unsafe { &mut *CLOCK_SYNC.get_ptr_mut(0)? };
     let never = sync.offset == 0;
+    if never && !may_measure {
+        // Nothing measured yet, and this clock may be behind: `bpf_ktime_get_ns` this once.
+        return None;
+    }
     if never || (may_measure && clock >= sync.next_check) {
         let sample = ktime().wrapping_sub(clock);
         let below = |a: u64, b: u64| (a as i64) < (b as i64);

@@ -12,7 +12,7 @@ use aya_ebpf::{
     bindings::BPF_F_USER_STACK,
     helpers::{
         bpf_get_current_comm, bpf_get_current_task_btf, bpf_get_smp_processor_id, bpf_ktime_get_ns,
-        bpf_probe_read_kernel, generated::bpf_get_prandom_u32,
+        bpf_probe_read_kernel,
     },
     macros::{btf_tracepoint, map},
     maps::{HashMap, PerCpuArray, RingBuf, StackTrace},
@@ -97,6 +97,9 @@ static CPU_HISTORY_MAP: PerCpuArray<CpuHistory> = PerCpuArray::with_max_entries(
 static HEAT: PerCpuArray<u64> = PerCpuArray::with_max_entries(2 * HEAT_BUCKETS as u32, 0);
 #[map(name = "SLOW_EVENTS")]
 static SLOW_EVENTS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+/// Per CPU, the state of `draw_number`'s generator.
+#[map(name = "DRAWS")]
+static DRAWS: PerCpuArray<u64> = PerCpuArray::with_max_entries(1, 0);
 /// Per CPU, the traced task it runs and since when: all a switch-in writes on the lean path.
 #[map(name = "RUNNING")]
 static RUNNING: PerCpuArray<Running> = PerCpuArray::with_max_entries(1, 0);
@@ -551,10 +554,30 @@ fn draw(stats: &mut TaskSched, generation: u32) -> u16 {
         return 0;
     }
     // At random, not every Nth: a thread that alternates between places is not aliased.
-    match unsafe { bpf_get_prandom_u32() } % sampling.every {
+    match draw_number() % sampling.every {
         0 => STACK_DRAWN,
         _ => STACK_SKIPPED,
     }
+}
+
+/// A number drawn at random, from this CPU's xorshift64* generator (seeded from the clock at
+/// its first draw): the kernel's `bpf_get_prandom_u32` is a helper call, which on this VM costs
+/// as much as a map lookup (retpolines, SRSO's safe return), at every switch of a busy sleeper.
+#[inline(always)]
+fn draw_number() -> u32 {
+    let Some(state) = DRAWS.get_ptr_mut(0) else {
+        return 0;
+    };
+    let state = unsafe { &mut *state };
+    let mut x = match *state {
+        0 => unsafe { bpf_ktime_get_ns() | 1 },
+        x => x,
+    };
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32
 }
 
 /// The thread's last walked stack, if walking now would find it again (`reuse`), counted.
@@ -721,8 +744,10 @@ fn end_sleep(stats: &mut TaskSched, tid: u32, woke_ns: u64, now: u64) -> u64 {
     let start = stats.offcpu;
     let mut woke = 0;
     if start.at_ns != 0 {
-        woke = match woke_ns >= start.at_ns {
-            true => woke_ns,
+        // A wake-up is never before the sleep it ends (its stamp is zeroed as the sleep begins):
+        // one that reads so is two CPUs' clocks a few microseconds apart, not a wake-up unseen.
+        woke = match woke_ns != 0 {
+            true => woke_ns.max(start.at_ns),
             false => now,
         };
         let blocked = woke.saturating_sub(start.at_ns);

@@ -480,8 +480,9 @@ impl SchedMaps {
                 tid,
                 comm: t.comm,
                 start: t.offcpu,
-                woke_ns: (t.enqueued.at_ns != 0 && t.enqueued.at_ns >= t.offcpu.at_ns)
-                    .then_some(t.enqueued.at_ns)
+                // (Never before the sleep began: see the kernel programs' `end_sleep`.)
+                woke_ns: (t.enqueued.at_ns != 0)
+                    .then_some(t.enqueued.at_ns.max(t.offcpu.at_ns))
                     .or_else(|| {
                         running
                             .get(&tid)

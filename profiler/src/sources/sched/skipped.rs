@@ -9,6 +9,10 @@
 //! drained epoch, read; of the epoch before, read unless its live entry was read for them at the
 //! last drain (it exited between that drain's two reads otherwise, and neither had it); older
 //! ones were read live (an entry is taken at most one drain after its thread exits).
+//!
+//! Left: a thread that exits in the milliseconds between a drain's two reads has that interval's
+//! sums read at the next drain, one interval late (and not at all after a run's last drain); a
+//! thread that execs mid-interval has the interval's sums under its new image.
 use std::collections::HashSet;
 
 use profiler_common::{lock::NO_STACK, OffCpuTime, SampleKey, SkippedSleeps, TaskSched, STACK_SKIPPED};
