@@ -7,13 +7,14 @@
 //! wake-up that asked for this switch: the kernel's own stamp for the moment, the one it starts
 //! the incoming task's run and ends its wait with. That is three plain loads from the outgoing
 //! task (`se.cfs_rq->rq->clock`). A wake-up likewise reads the clock of the woken task's run
-//! queue, which it brought up to date to enqueue the task. Every time the programs keep is `CLOCK_MONOTONIC`
-//! (`bpf_ktime_get_ns`), as user space's: the stamp is moved there by the offset between the two
-//! clocks, measured on each CPU at most every `CHECK_NS` (a stamp the kernel left at a wake-up is
-//! behind, which makes a measure larger, never smaller: the offset follows a smaller measure at
-//! once and rises only to the least of a `WINDOW_NS` window), so the clocks' drift (NTP slews
-//! `CLOCK_MONOTONIC`) is followed within a window. User space gives the offsets only where
-//! `sched_clock` is the CPU's own stable counter (clock source `tsc`, `arch_sys_counter`).
+//! queue, which it brought up to date to enqueue the task. Every time the programs keep is
+//! `CLOCK_MONOTONIC` (`bpf_ktime_get_ns`), as user space's: the stamp is moved there by the offset
+//! between the two clocks, measured on each CPU at most every `CHECK_NS` (a stamp the kernel left
+//! at a wake-up is behind, which makes a measure larger, never smaller: the offset follows a
+//! smaller measure at once and rises only to the least of a `WINDOW_NS` window), so the clocks'
+//! drift (NTP slews `CLOCK_MONOTONIC`) is followed within a window. User space gives the offsets
+//! only where `sched_clock` is the CPU's own stable counter (clock source `tsc`,
+//! `arch_sys_counter`).
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::map, maps::PerCpuArray};
 use profiler_common::TaskOffsets;
 

@@ -757,8 +757,10 @@ fn end_sleep(stats: &mut TaskSched, tid: u32, woke_ns: u64, now: u64) -> u64 {
             stats.sleeping_ns += blocked;
         }
         let generation = generation();
-        let skipped = start.user_unwound as u16 & STACK_SKIPPED;
-        if skipped != 0 && blocked < sampling().long_ns && start.generation == generation {
+        // A long sleep without stacks is shown apart (`SKIPPED_LONG`), never summed.
+        let skipped = start.user_unwound as u16 & STACK_SKIPPED != 0;
+        let long = skipped && blocked >= sampling().long_ns;
+        if skipped && !long && start.generation == generation {
             // Short, without stacks, within one epoch: summed in the task's own entry.
             let slot = &mut stats.skipped[(generation & 1) as usize];
             if slot.generation != generation {
@@ -771,7 +773,7 @@ fn end_sleep(stats: &mut TaskSched, tid: u32, woke_ns: u64, now: u64) -> u64 {
             slot.count += 1;
             slot.total_ns += blocked;
         } else {
-            record_sleep(stats, tid, &start, blocked, generation);
+            record_sleep(stats, tid, &start, blocked, generation, long);
         }
         // Only now: user space, seeing the task awake, knows its sleep is recorded.
         stats.offcpu.at_ns = 0;
@@ -779,15 +781,15 @@ fn end_sleep(stats: &mut TaskSched, tid: u32, woke_ns: u64, now: u64) -> u64 {
     woke
 }
 
-/// A sleep's record in the off-CPU map of `generation`'s slot, under its stacks.
+/// A sleep's record in the off-CPU map of `generation`'s slot, under its stacks (`long`: one
+/// without stacks, to be shown apart).
 #[inline(always)]
-fn record_sleep(stats: &TaskSched, tid: u32, start: &OffCpuStart, blocked: u64, generation: u32) {
+fn record_sleep(stats: &TaskSched, tid: u32, start: &OffCpuStart, blocked: u64, generation: u32, long: bool) {
     let began_earlier = match start.generation == generation {
         true => 0,
         false => BEGAN_EARLIER,
     };
-    let skipped = start.user_unwound as u16 & STACK_SKIPPED;
-    let long = match skipped != 0 && blocked >= sampling().long_ns {
+    let long = match long {
         true => SKIPPED_LONG,
         false => 0,
     };
