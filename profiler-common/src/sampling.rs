@@ -279,6 +279,20 @@ pub enum ProcessEventKind {
     /// A walk put a Python code object (`ProcessEvent::value`) in a stack that this CPU had not
     /// seen lately: name it now, before it may be freed.
     PythonCode = 3,
+    /// A process seen only running and being preempted so far (never asleep, never sampled):
+    /// read who it is (name, executable, cgroup) for the run-queue profile's labels. Its map is
+    /// captured when it first sleeps or is sampled (`FirstSample`), if it ever does: under
+    /// process churn most short processes never do, and reading a map costs three times the
+    /// labels.
+    Labelled = 4,
+}
+
+/// What `SEEN` holds for a process: how far it was announced.
+pub mod seen {
+    /// Its labels only (`ProcessEventKind::Labelled`).
+    pub const LABELLED: u8 = 1;
+    /// Its memory map (`ProcessEventKind::FirstSample`).
+    pub const CAPTURED: u8 = 2;
 }
 
 /// Sent through the event ring buffer; rare (once per process, or per code object), never per
@@ -288,10 +302,13 @@ pub enum ProcessEventKind {
 pub struct ProcessEvent {
     pub tgid: u32,
     pub kind: u32,
-    /// What the kind says more (a code object's address).
+    /// What the kind says more: a code object's address; for `Labelled`, the process's cgroup
+    /// (its cgroup v2 id, 0: not known).
     pub value: u64,
+    /// For `Labelled`: the process's name, where its leader announced it (else all zero).
+    pub comm: [u8; COMM_LEN],
 }
-const _: () = assert!(size_of::<ProcessEvent>() == 16);
+const _: () = assert!(size_of::<ProcessEvent>() == 32);
 
 /// Innermost frames of a frame-pointer user stack the kernel also resolves to (build ID, file
 /// offset): enough for the leaf and its callers, which is what a process that exits before its

@@ -138,6 +138,10 @@ pub struct TaskSched {
     /// stacks taken whatever the draw (`OffCpuSampling::exact`).
     pub stacks_epoch: u32,
     pub stacks_exact: u32,
+    /// How far its process was announced since `exec_of` was read (a `seen` level; 0: not yet):
+    /// a switch-out asks `SEEN` only when it needs more.
+    pub announced: u32,
+    pub _reserved: u32,
     /// Its `task_struct` when the entry was made: on the lean path, the entry a dying task made
     /// after its exit was recorded is told from a new task's that took its tid.
     pub task: u64,
@@ -154,7 +158,7 @@ pub struct TaskSched {
 }
 const _: () = assert!(
     size_of::<TaskSched>()
-        == 96 + 40 + 32 + 24 + 40 + 16 + 8 + 8 + 8 + 32 + size_of::<StackReuse>() + 4 * HIST_BUCKETS
+        == 96 + 40 + 32 + 24 + 40 + 16 + 8 + 8 + 8 + 8 + 32 + size_of::<StackReuse>() + 4 * HIST_BUCKETS
 );
 
 /// A thread's skipped sleeps of one epoch (`generation`; a slot still holding an older one's is
@@ -295,8 +299,10 @@ pub struct TaskOffsets {
     pub se_cfs_rq: u32,
     pub cfs_rq_rq: u32,
     pub rq_clock: u32,
+    /// `vfork_done`: set in a child of `vfork` until it execs or exits (0: not known).
+    pub vfork_done: u32,
 }
-const _: () = assert!(size_of::<TaskOffsets>() == 40);
+const _: () = assert!(size_of::<TaskOffsets>() == 44);
 
 impl TaskOffsets {
     /// The kernel's own accounting can be read.

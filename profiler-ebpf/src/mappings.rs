@@ -9,7 +9,7 @@ use aya_ebpf::{macros::map, maps::LruHashMap, programs::TracePointContext};
 use profiler_common::ProcessEventKind;
 
 use crate::{
-    sampling::{announce, SEEN},
+    sampling::{announce, captured},
     targets::{current_ids, is_named_target},
 };
 
@@ -35,7 +35,7 @@ static CALLS: LruHashMap<u32, u8> = LruHashMap::with_max_entries(1024, 0);
 /// Whether the process's map is kept by user space (see the module's note).
 #[inline(always)]
 fn watched(tgid: u32) -> bool {
-    is_named_target(tgid) || SEEN.get_ptr(tgid).is_some()
+    is_named_target(tgid) || captured(tgid)
 }
 
 #[inline(always)]

@@ -4,15 +4,15 @@
 //! never fills a map and never races a read against an increment.
 use aya_ebpf::{
     bindings::{bpf_perf_event_value, BPF_F_CURRENT_CPU, BPF_F_USER_BUILD_ID, BPF_F_USER_STACK, BPF_NOEXIST},
-    helpers::{bpf_get_attach_cookie, bpf_get_current_comm, bpf_get_stack},
+    helpers::{bpf_get_attach_cookie, bpf_get_current_cgroup_id, bpf_get_current_comm, bpf_get_stack},
     macros::{map, perf_event, raw_tracepoint},
     maps::{Array, HashMap, LruHashMap, PerCpuArray, PerfEventArray, RingBuf, StackTrace},
     programs::{tracing::StackIdContext, PerfEventContext, RawTracePointContext},
 };
 use profiler_common::{
-    BuildIdKey, BuildIdStack, CounterBaseline, CounterDeltas, HealthCounter, ProcessEvent, ProcessEventKind,
-    SampleKey, SampleValue, BUILD_ID_STACK_ENTRIES, EVENT_RING_BYTES, MAX_COUNTERS, PENDING_DELTA_ENTRIES,
-    SAMPLE_MAP_ENTRIES, SEEN_MAP_ENTRIES, STACK_MAP_ENTRIES,
+    seen, BuildIdKey, BuildIdStack, CounterBaseline, CounterDeltas, HealthCounter, ProcessEvent,
+    ProcessEventKind, SampleKey, SampleValue, BUILD_ID_STACK_ENTRIES, COMM_LEN, EVENT_RING_BYTES,
+    MAX_COUNTERS, PENDING_DELTA_ENTRIES, SAMPLE_MAP_ENTRIES, SEEN_MAP_ENTRIES, STACK_MAP_ENTRIES,
 };
 
 use crate::{
@@ -438,13 +438,40 @@ pub(crate) fn stack_id<C: StackIdContext>(ctx: &C, stacks: &StackTrace, flags: u
     }
 }
 
-/// Announce a process the first time it is seen (again after an exec).
+/// Announce a process the first time it is seen (again after an exec), for its memory map.
 #[inline(always)]
 pub fn announce_once(tgid: u32) {
-    if SEEN.get_ptr(tgid).is_none() {
-        let _ = SEEN.insert(tgid, 1, 0);
+    if SEEN.get_ptr(tgid).map(|level| unsafe { *level }) != Some(seen::CAPTURED) {
+        let _ = SEEN.insert(tgid, seen::CAPTURED, 0);
         announce(tgid, ProcessEventKind::FirstSample);
     }
+}
+
+/// Announce the current task's process for its labels alone, unless it was announced already:
+/// with its cgroup, and its name if the task is its leader (`tid == tgid`), which user space
+/// then need not read.
+#[inline(always)]
+pub fn announce_labels_once(tgid: u32, tid: u32) {
+    if SEEN.get_ptr(tgid).is_some() {
+        return;
+    }
+    let _ = SEEN.insert(tgid, seen::LABELLED, 0);
+    let event = ProcessEvent {
+        tgid,
+        kind: ProcessEventKind::Labelled as u32,
+        value: unsafe { bpf_get_current_cgroup_id() },
+        comm: match tid == tgid {
+            true => bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
+            false => [0; COMM_LEN],
+        },
+    };
+    output(&event);
+}
+
+/// Whether the process's memory map was announced (and user space keeps it).
+#[inline(always)]
+pub fn captured(tgid: u32) -> bool {
+    SEEN.get_ptr(tgid).map(|level| unsafe { *level }) == Some(seen::CAPTURED)
 }
 
 /// Tell user space about a process while it is alive, so its memory map can be captured.
@@ -456,13 +483,18 @@ pub(crate) fn announce(tgid: u32, kind: ProcessEventKind) {
 /// The same, with what the kind says more.
 #[inline(always)]
 pub(crate) fn announce_value(tgid: u32, kind: ProcessEventKind, value: u64) {
-    let event = ProcessEvent {
+    output(&ProcessEvent {
         tgid,
         kind: kind as u32,
         value,
-    };
-    if EVENTS.output::<ProcessEvent>(&event, 0).is_err() {
+        comm: [0; COMM_LEN],
+    });
+}
+
+#[inline(always)]
+fn output(event: &ProcessEvent) {
+    if EVENTS.output::<ProcessEvent>(event, 0).is_err() {
         bump(HealthCounter::EventLost);
-        kernel_log!("process ring full: pid {} not announced", tgid);
+        kernel_log!("process ring full: pid {} not announced", event.tgid);
     }
 }

@@ -21,7 +21,7 @@ use aya_ebpf::{
 use profiler_common::{
     hist_bucket,
     lock::NO_STACK,
-    offcpu_stacks, switch_reason,
+    offcpu_stacks, seen, switch_reason,
     unwind::{StackReuse, Walk},
     CpuHistory, CpuRun, Enqueued, ExitedKey, HealthCounter, KernelTotals, OffCpuSampling, OffCpuStart,
     OffCpuTime, Running, SampleKey, SchedInfoHead, SkippedSleeps, SlowEvent, TaskOffsets, TaskSched,
@@ -43,6 +43,7 @@ static TASK_OFFSETS: TaskOffsets = TaskOffsets {
     se_cfs_rq: 0,
     cfs_rq_rq: 0,
     rq_clock: 0,
+    vfork_done: 0,
 };
 /// An `offcpu_stacks` policy. A kernel stack walk costs about three times a user one (measured
 /// here: ~3 us against ~1 us), so `AUTO` walks it only where the kernel is the reason for the
@@ -184,6 +185,12 @@ impl BtfTask {
     #[inline(always)]
     fn tgid(self, off: &TaskOffsets) -> u32 {
         self.field::<i32>(off.tgid) as u32
+    }
+
+    /// A child of `vfork` that has not exec'd yet: it runs in its parent's memory, as its parent.
+    #[inline(always)]
+    fn before_exec_of_vfork(self, off: &TaskOffsets) -> bool {
+        off.vfork_done != 0 && self.field::<u64>(off.vfork_done) != 0
     }
 
     /// As `Task::kernel_totals`.
@@ -460,10 +467,25 @@ fn switch_out(
         // Unchanged until the task execs (`rename_current`): read once, not at every sleep.
         stats.exec_generation = crate::targets::exec_generation(tgid);
         stats.exec_of = tgid;
-        // Its sleeps' stacks will need its memory map, and its profiles its labels (executable,
-        // cgroup: the agent's run-queue profile has them from this alone): user space captures
-        // it now. Once per task and image: its process stays announced until it execs or exits.
-        crate::sampling::announce_once(tgid);
+        stats.announced = 0;
+    }
+    // Its sleeps' stacks will need its memory map, and its profiles its labels (executable,
+    // cgroup: the agent's run-queue profile has them from this alone): user space reads them
+    // now. A task only preempted so far needs its labels alone (its waits for a CPU are all it
+    // has to show), unless it is a child of vfork about to exec (posix_spawn's), labelled as what
+    // it execs instead. Once per task, image and need: its process stays announced until it execs
+    // or exits.
+    let needs = match reason {
+        switch_reason::PREEMPTED if current.before_exec_of_vfork(off) => 0,
+        switch_reason::PREEMPTED => seen::LABELLED,
+        _ => seen::CAPTURED,
+    };
+    if stats.announced < needs as u32 {
+        stats.announced = needs as u32;
+        match needs {
+            seen::CAPTURED => crate::sampling::announce_once(tgid),
+            _ => crate::sampling::announce_labels_once(tgid, prev),
+        }
     }
     if reason == switch_reason::PREEMPTED {
         // Preempted: still runnable, waiting for a CPU from now on. (Any earlier enqueue time

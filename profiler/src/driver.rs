@@ -24,7 +24,7 @@ use crate::{
     collect::{Commons, KernelCommons},
     launcher::RunningCommand,
     preflight,
-    process::Processes,
+    process::{Announced, Processes},
     profile::Health,
     sources::{Batch, Source, Wants},
     unwind::Tables,
@@ -435,11 +435,14 @@ impl Sources {
     }
 }
 
-/// Capture the memory map of every process the kernel announced, while it is alive. A process
-/// announced as changed many times over (a loader mapping libraries, a runtime mapping code in a
-/// loop) is read once, after the ring is drained.
+/// Capture the memory map of every process the kernel announced, while it is alive (or only its
+/// labels, where that is all it asked for). A process is read once per drain of the ring, however
+/// often it was announced: a loader mapping libraries, a runtime mapping code in a loop, a new
+/// process announced on its way into `execve` and again after it (all announced before this
+/// read, which sees what each changed).
 fn capture_announced(ring: &mut RingBuf<MapData>, procs: &mut Processes) {
-    let mut changed = std::collections::BTreeSet::new();
+    use std::collections::{BTreeMap, BTreeSet, HashSet};
+    let (mut changed, mut labelled, mut captured) = (BTreeSet::new(), BTreeMap::new(), HashSet::new());
     while let Some(item) = ring.next() {
         if item.len() < std::mem::size_of::<ProcessEvent>() {
             continue;
@@ -455,11 +458,28 @@ fn capture_announced(ring: &mut RingBuf<MapData>, procs: &mut Processes) {
                 procs.python_code(event.tgid, event.value);
                 Ok(())
             }
+            k if k == ProcessEventKind::Labelled as u32 => {
+                labelled.insert(event.tgid, what_was_said(&event));
+                Ok(())
+            }
+            _ if !captured.insert(event.tgid) => Ok(()),
             _ => procs.capture(event.tgid),
         };
     }
-    for tgid in changed {
+    for tgid in changed.into_iter().filter(|tgid| !captured.contains(tgid)) {
         let _ = procs.refresh_changed(tgid);
+    }
+    for (tgid, said) in labelled.into_iter().filter(|(tgid, _)| !captured.contains(tgid)) {
+        procs.label(tgid, &said);
+    }
+}
+
+/// What a `Labelled` event says of its process.
+fn what_was_said(event: &ProcessEvent) -> Announced {
+    let name = event.comm.split(|&b| b == 0).next().unwrap_or_default();
+    Announced {
+        comm: (!name.is_empty()).then(|| String::from_utf8_lossy(name).into_owned()),
+        cgroup_id: event.value,
     }
 }
 

@@ -12,19 +12,36 @@ pub struct ProcessInfo {
     pub cgroup: Option<String>,
 }
 
+/// What the kernel said of a process as it announced it for its labels
+/// (`ProcessEventKind::Labelled`): what of them need not be read from `/proc`.
+#[derive(Clone, Debug, Default)]
+pub struct Announced {
+    /// Its name, where its leader announced it.
+    pub comm: Option<String>,
+    /// Its cgroup's id (0: not said).
+    pub cgroup_id: u64,
+}
+
 impl ProcessInfo {
-    pub(super) fn read(pid: u32) -> Option<ProcessInfo> {
-        let comm = comm_of(pid)?;
-        let executable = std::fs::read_link(format!("/proc/{pid}/exe"))
-            .ok()
-            .map(|p| p.to_string_lossy().into_owned());
-        let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
-            .ok()
-            .and_then(|text| cgroup_v2(&text));
+    /// Read from `/proc` through the process's directory opened already.
+    pub(super) fn read_in(dir: &super::ProcDir) -> Option<ProcessInfo> {
+        Self::read_announced(dir, &Announced::default(), &mut CgroupPaths::default())
+    }
+
+    /// The same, taking what the kernel said.
+    pub(super) fn read_announced(
+        dir: &super::ProcDir,
+        said: &Announced,
+        cgroups: &mut CgroupPaths,
+    ) -> Option<ProcessInfo> {
+        let comm = match &said.comm {
+            Some(comm) => comm.clone(),
+            None => dir.read("comm").ok()?.trim_end().to_string(),
+        };
         Some(ProcessInfo {
             comm,
-            executable,
-            cgroup,
+            executable: dir.read_link("exe").ok(),
+            cgroup: cgroups.path(said.cgroup_id, dir),
         })
     }
 
@@ -32,6 +49,49 @@ impl ProcessInfo {
     /// Podman: a 64-hex-digit id in one of the path's components).
     pub fn container_id(&self) -> Option<&str> {
         container_id(self.cgroup.as_deref()?)
+    }
+}
+
+/// cgroup v2 paths by the kernel's id of the cgroup, which a process announced for its labels
+/// carries: each cgroup's path read once, not once per process (the costliest of the labels to
+/// read: the kernel takes the cgroup lock to write it). Kept only where the path read names the
+/// cgroup of that id (its directory's inode under the cgroup2 mount is the id), since a process
+/// may have moved since it was announced. Ids are never reused while the kernel runs.
+#[derive(Debug, Default)]
+pub struct CgroupPaths(std::collections::HashMap<u64, Option<String>>);
+
+/// Where the cgroup2 hierarchy is mounted: systemd's place, or its place beside cgroup v1's
+/// controllers (the hybrid layout). None: nowhere known, and no path is kept.
+fn cgroup2_mount() -> Option<&'static str> {
+    use nix::sys::statfs::{statfs, CGROUP2_SUPER_MAGIC};
+    static MOUNT: std::sync::OnceLock<Option<&str>> = std::sync::OnceLock::new();
+    *MOUNT.get_or_init(|| {
+        ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+            .into_iter()
+            .find(|dir| statfs(*dir).is_ok_and(|fs| fs.filesystem_type() == CGROUP2_SUPER_MAGIC))
+    })
+}
+/// Cgroups whose paths are kept before the cache starts afresh.
+const CGROUPS_KEPT: usize = 4096;
+
+impl CgroupPaths {
+    fn path(&mut self, id: u64, dir: &super::ProcDir) -> Option<String> {
+        if let Some(path) = self.0.get(&id).filter(|_| id != 0) {
+            return path.clone();
+        }
+        let path = cgroup_v2(&dir.read("cgroup").ok()?);
+        let names_id = |path: &str| {
+            use std::os::unix::fs::MetadataExt as _;
+            cgroup2_mount()
+                .is_some_and(|mount| std::fs::metadata(format!("{mount}{path}")).is_ok_and(|m| m.ino() == id))
+        };
+        if id != 0 && path.as_deref().is_some_and(names_id) {
+            if self.0.len() >= CGROUPS_KEPT {
+                self.0.clear();
+            }
+            self.0.insert(id, path.clone());
+        }
+        path
     }
 }
 
@@ -61,7 +121,7 @@ pub fn split_stat(stat: &str) -> Option<(&str, &str)> {
 
 /// A process's or thread's name now, from `/proc/<id>/comm`.
 pub fn comm_of(id: u32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{id}/comm"))
+    super::read_proc(&format!("/proc/{id}/comm"))
         .ok()
         .map(|s| s.trim_end().to_string())
 }
@@ -97,5 +157,35 @@ mod tests {
             cgroup_v2("0::/system.slice/sshd.service\n"),
             Some("/system.slice/sshd.service".into())
         );
+    }
+
+    #[test]
+    fn a_cgroups_path_is_kept_by_its_id_only_where_the_path_names_that_cgroup() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = super::super::ProcDir::open(std::process::id()).unwrap();
+        let own = cgroup_v2(&std::fs::read_to_string("/proc/self/cgroup").unwrap()).unwrap();
+        let Some(mount) = cgroup2_mount() else {
+            // Without a cgroup2 mount nothing is kept: each path is read.
+            let mut paths = CgroupPaths::default();
+            assert_eq!(paths.path(1, &dir), Some(own));
+            assert!(paths.0.is_empty());
+            return;
+        };
+        let id = std::fs::metadata(format!("{mount}{own}")).unwrap().ino();
+        let mut paths = CgroupPaths::default();
+        // An id the path read does not name (the process moved since it was announced): its
+        // path is the one read, and not kept under that id.
+        assert_eq!(paths.path(id + 1, &dir), Some(own.clone()));
+        assert!(paths.0.is_empty());
+        assert_eq!(paths.path(id, &dir), Some(own.clone()));
+        assert_eq!(paths.0.get(&id), Some(&Some(own.clone())));
+        // Kept: answered without reading (a directory of a process gone reads nothing).
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let gone = super::super::ProcDir::open(child.id()).unwrap();
+        child.wait().unwrap();
+        assert_eq!(paths.path(id, &gone), Some(own));
+        assert_eq!(paths.path(id + 1, &gone), None);
+        // Not said (0): read every time.
+        assert_eq!(paths.path(0, &gone), None);
     }
 }

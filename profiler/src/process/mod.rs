@@ -14,6 +14,7 @@ use std::{
 mod info;
 mod maps;
 mod perf_map;
+mod proc_dir;
 mod section;
 mod vdso;
 
@@ -21,9 +22,11 @@ pub use section::{section_data, SectionError};
 use vdso::same_vdso;
 pub use vdso::{own_vdso, OwnVdso};
 
-pub use info::{comm_of, container_id, split_stat, threads_of, ProcessInfo};
+use info::CgroupPaths;
+pub use info::{comm_of, container_id, split_stat, threads_of, Announced, ProcessInfo};
 pub use maps::{parse_maps, MapsLine};
 pub use perf_map::{JitMaps, JitNames, JitSymbol, PerfMap};
+pub use proc_dir::{read_proc, ProcDir};
 use profiler_common::{
     python::py_frame_parts,
     unwind::{is_address, truncation},
@@ -204,6 +207,13 @@ pub struct Processes {
     /// With `record_captures`: the maps captured since `take_captured` (for the unwinder).
     captured: Option<Vec<(u32, u32, Vec<MapsLine>)>>,
     captured_at: HashMap<u32, std::time::Instant>,
+    /// Processes a capture found gone lately: their stacks still in the maps do not each try
+    /// again (a `/proc` open and a map lookup apiece, every drain, under churn).
+    gone: Lately,
+    /// Processes labelled lately (`label`), with the image they run now: a process announced
+    /// for its labels on its way through `execve` and again after it is read once.
+    labelled: Lately,
+    cgroups: CgroupPaths,
     generations: Option<Generations>,
     /// The targets' perf maps: names of their JIT code.
     jit: JitMaps,
@@ -234,6 +244,30 @@ enum Relabel {
 /// (code bpfprof cannot see the mapping of) must not turn into a `/proc` read per sample.
 const REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
 
+/// Processes something was found of within `REFRESH_INTERVAL`, so that it is not asked again.
+#[derive(Debug, Default)]
+struct Lately(HashMap<u32, std::time::Instant>);
+
+/// Processes a `Lately` keeps before the old ones are swept.
+const LATELY_KEPT: usize = 1024;
+
+impl Lately {
+    fn note(&mut self, pid: u32) {
+        if self.0.len() >= LATELY_KEPT {
+            self.0.retain(|_, at| at.elapsed() < REFRESH_INTERVAL);
+        }
+        self.0.insert(pid, std::time::Instant::now());
+    }
+
+    fn remove(&mut self, pid: u32) {
+        self.0.remove(&pid);
+    }
+
+    fn holds(&self, pid: u32) -> bool {
+        self.0.get(&pid).is_some_and(|at| at.elapsed() < REFRESH_INTERVAL)
+    }
+}
+
 impl Processes {
     pub fn new() -> Self {
         Self::default()
@@ -250,7 +284,14 @@ impl Processes {
 
     /// Read the process's executable mappings and open its files. Fails if it is gone.
     pub fn capture(&mut self, pid: u32) -> io::Result<()> {
-        let (generation, lines) = self.read_maps(pid, Relabel::Always)?;
+        let (generation, lines) = match self.read_maps(pid, Relabel::Always) {
+            Ok(read) => read,
+            Err(e) => {
+                self.gone.note(pid);
+                return Err(e);
+            }
+        };
+        self.gone.remove(pid);
         self.install_captured(pid, generation, lines);
         Ok(())
     }
@@ -276,10 +317,11 @@ impl Processes {
     fn read_maps(&mut self, pid: u32, relabel: Relabel) -> io::Result<(u32, Vec<MapsLine>)> {
         // The generation read on both sides of the map: equal, the map belongs to it (an exec
         // in between would have changed it).
+        let dir = ProcDir::open(pid)?;
         let (mut text, mut generation) = (String::new(), 0);
         for _ in 0..3 {
             let before = self.current_generation(pid);
-            text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+            text = dir.read("maps")?;
             generation = self.current_generation(pid);
             if before == generation {
                 break;
@@ -292,7 +334,7 @@ impl Processes {
         }
         if relabel == Relabel::Always || !self.knows_who(pid, generation) {
             if let Some(info) =
-                ProcessInfo::read(pid).filter(|i| i.executable.is_some() || !self.is_known(pid))
+                ProcessInfo::read_in(&dir).filter(|i| i.executable.is_some() || !self.is_known(pid))
             {
                 self.info.insert(pid, (generation, info));
             }
@@ -376,7 +418,9 @@ impl Processes {
     /// loaded since). A process gone keeps what was read.
     pub fn cover_stack(&mut self, pid: u32, generation: u32, user: Option<&[u64]>) {
         let _ = match (self.knows(pid, generation), user) {
-            (false, _) if self.current_generation(pid) == generation => self.capture(pid),
+            (false, _) if !self.gone.holds(pid) && self.current_generation(pid) == generation => {
+                self.capture(pid)
+            }
             (true, Some(ips)) => self.refresh_unless_covered(pid, generation, ips),
             _ => Ok(()),
         };
@@ -494,12 +538,31 @@ impl Processes {
     /// has its label for the run-queue profile. (Forgotten as any process once it has exited.)
     pub fn label_unknown(&mut self, pids: impl IntoIterator<Item = u32>) {
         for pid in pids {
-            if self.info.contains_key(&pid) {
-                continue;
+            if !self.info.contains_key(&pid) {
+                self.label(pid, &Announced::default());
             }
-            if let Some(info) = ProcessInfo::read(pid) {
-                let generation = self.current_generation(pid);
-                self.info.insert(pid, (generation, info));
+        }
+    }
+
+    /// Read who `pid` is now (name, executable, cgroup), without its map, taking what the kernel
+    /// said as it announced it for its labels alone (`ProcessEventKind::Labelled`). A zombie's
+    /// label (no executable left) does not replace the one read while it lived.
+    pub fn label(&mut self, pid: u32, said: &Announced) {
+        let generation = self.current_generation(pid);
+        if self.labelled.holds(pid) && self.knows_who(pid, generation) {
+            return;
+        }
+        let Some(dir) = ProcDir::open(pid).ok() else {
+            return;
+        };
+        let Some(info) = ProcessInfo::read_announced(&dir, said, &mut self.cgroups) else {
+            return;
+        };
+        if info.executable.is_some() || !self.info.contains_key(&pid) {
+            self.info.insert(pid, (generation, info));
+            // (Read across an exec: its image may be either; read again when announced again.)
+            if self.current_generation(pid) == generation {
+                self.labelled.note(pid);
             }
         }
     }
@@ -513,6 +576,8 @@ impl Processes {
         self.maps.retain(|(pid, _), _| !pids.contains(pid));
         self.info.retain(|pid, _| !pids.contains(pid));
         self.captured_at.retain(|pid, _| !pids.contains(pid));
+        self.gone.0.retain(|pid, _| !pids.contains(pid));
+        self.labelled.0.retain(|pid, _| !pids.contains(pid));
         let used: HashSet<FileId> = self
             .maps
             .values()
@@ -664,7 +729,7 @@ fn find(maps: &[Mapping], addr: u64) -> Option<&Mapping> {
 
 /// The process of a live thread (from its /proc status).
 pub fn tgid_of(tid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
+    let status = read_proc(&format!("/proc/{tid}/status")).ok()?;
     let tgid = status.lines().find_map(|l| l.strip_prefix("Tgid:"))?;
     tgid.trim().parse().ok()
 }

@@ -345,7 +345,7 @@ fn jvm_name(name: &str) -> Option<&str> {
 
 /// The pid `pid` has in its own pid namespace (the last of `/proc/PID/status`'s `NSpid`).
 fn namespace_pid(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let status = super::read_proc(&format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with("NSpid:"))?;
     line.split_whitespace().last()?.parse().ok()
 }

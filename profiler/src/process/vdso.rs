@@ -50,9 +50,12 @@ pub(super) fn same_vdso(pid: u32, start: u64) -> bool {
     // SAFETY: `local` is the 64 bytes of `theirs`, which outlive the call; the kernel checks
     // `remote` against the other process's memory.
     let read = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    // (Gone: no other way to it either.)
+    let gone = || read < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
     let read = read == theirs.len() as isize
-        || std::fs::File::open(format!("/proc/{pid}/mem"))
-            .and_then(|mem| mem.read_exact_at(&mut theirs, start))
-            .is_ok();
+        || !gone()
+            && std::fs::File::open(format!("/proc/{pid}/mem"))
+                .and_then(|mem| mem.read_exact_at(&mut theirs, start))
+                .is_ok();
     read && theirs == own
 }

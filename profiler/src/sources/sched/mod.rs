@@ -214,6 +214,7 @@ pub fn task_offsets() -> Result<TaskOffsets, UserError> {
         se_cfs_rq,
         cfs_rq_rq,
         rq_clock,
+        vfork_done: field("vfork_done").unwrap_or(0),
     })
 }
 

@@ -179,7 +179,7 @@ pub(super) fn add_quiet_threads(
         if seen.contains(&tid) {
             continue;
         }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) else {
+        let Ok(stat) = crate::process::read_proc(&format!("/proc/{pid}/task/{tid}/stat")) else {
             continue; // gone before tracing began (an exit during the run is an event)
         };
         let Some((comm, state)) = comm_and_state(&stat) else {
