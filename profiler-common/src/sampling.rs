@@ -305,10 +305,13 @@ pub struct ProcessEvent {
     /// What the kind says more: a code object's address; for `Labelled`, the process's cgroup
     /// (its cgroup v2 id, 0: not known).
     pub value: u64,
-    /// For `Labelled`: the process's name, where its leader announced it (else all zero).
+    /// For `Labelled`: the process's name, where its leader announced it (else all zero), and
+    /// the exec generation it was announced in (the name is another image's after an exec).
     pub comm: [u8; COMM_LEN],
+    pub generation: u32,
+    pub _reserved: u32,
 }
-const _: () = assert!(size_of::<ProcessEvent>() == 32);
+const _: () = assert!(size_of::<ProcessEvent>() == 40);
 
 /// Innermost frames of a frame-pointer user stack the kernel also resolves to (build ID, file
 /// offset): enough for the leaf and its callers, which is what a process that exits before its

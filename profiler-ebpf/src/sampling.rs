@@ -451,11 +451,11 @@ pub fn announce_once(tgid: u32) {
 /// with its cgroup, and its name if the task is its leader (`tid == tgid`), which user space
 /// then need not read.
 #[inline(always)]
-pub fn announce_labels_once(tgid: u32, tid: u32) {
-    if SEEN.get_ptr(tgid).is_some() {
+pub fn announce_labels_once(tgid: u32, tid: u32, generation: u32) {
+    // Not over a capture another CPU announced meanwhile.
+    if SEEN.get_ptr(tgid).is_some() || SEEN.insert(tgid, seen::LABELLED, BPF_NOEXIST as u64).is_err() {
         return;
     }
-    let _ = SEEN.insert(tgid, seen::LABELLED, 0);
     let event = ProcessEvent {
         tgid,
         kind: ProcessEventKind::Labelled as u32,
@@ -464,6 +464,8 @@ pub fn announce_labels_once(tgid: u32, tid: u32) {
             true => bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
             false => [0; COMM_LEN],
         },
+        generation,
+        _reserved: 0,
     };
     output(&event);
 }
@@ -488,6 +490,8 @@ pub(crate) fn announce_value(tgid: u32, kind: ProcessEventKind, value: u64) {
         kind: kind as u32,
         value,
         comm: [0; COMM_LEN],
+        generation: 0,
+        _reserved: 0,
     });
 }
 

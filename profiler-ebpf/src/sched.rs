@@ -484,7 +484,7 @@ fn switch_out(
         stats.announced = needs as u32;
         match needs {
             seen::CAPTURED => crate::sampling::announce_once(tgid),
-            _ => crate::sampling::announce_labels_once(tgid, prev),
+            _ => crate::sampling::announce_labels_once(tgid, prev, stats.exec_generation),
         }
     }
     if reason == switch_reason::PREEMPTED {

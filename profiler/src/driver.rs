@@ -436,13 +436,15 @@ impl Sources {
 }
 
 /// Capture the memory map of every process the kernel announced, while it is alive (or only its
-/// labels, where that is all it asked for). A process is read once per drain of the ring, however
-/// often it was announced: a loader mapping libraries, a runtime mapping code in a loop, a new
-/// process announced on its way into `execve` and again after it (all announced before this
-/// read, which sees what each changed).
+/// labels, where that is all it asked for). A process announced as changed many times over (a
+/// loader mapping libraries, a runtime mapping code in a loop) is read once, after the ring is
+/// drained, unless it was captured since (what it announced before its capture, the capture
+/// read). The ring fills while it is read: what a process announces after its capture began is
+/// read again at the end (a new process captured on its way into `execve`, announced again
+/// after it).
 fn capture_announced(ring: &mut RingBuf<MapData>, procs: &mut Processes) {
-    use std::collections::{BTreeMap, BTreeSet, HashSet};
-    let (mut changed, mut labelled, mut captured) = (BTreeSet::new(), BTreeMap::new(), HashSet::new());
+    use std::collections::{BTreeSet, HashSet};
+    let (mut changed, mut captured) = (BTreeSet::new(), HashSet::new());
     while let Some(item) = ring.next() {
         if item.len() < std::mem::size_of::<ProcessEvent>() {
             continue;
@@ -459,18 +461,22 @@ fn capture_announced(ring: &mut RingBuf<MapData>, procs: &mut Processes) {
                 Ok(())
             }
             k if k == ProcessEventKind::Labelled as u32 => {
-                labelled.insert(event.tgid, what_was_said(&event));
+                procs.label(event.tgid, &what_was_said(&event));
                 Ok(())
             }
-            _ if !captured.insert(event.tgid) => Ok(()),
-            _ => procs.capture(event.tgid),
+            _ if captured.contains(&event.tgid) => {
+                changed.insert(event.tgid);
+                Ok(())
+            }
+            _ => {
+                captured.insert(event.tgid);
+                changed.remove(&event.tgid);
+                procs.capture(event.tgid)
+            }
         };
     }
-    for tgid in changed.into_iter().filter(|tgid| !captured.contains(tgid)) {
+    for tgid in changed {
         let _ = procs.refresh_changed(tgid);
-    }
-    for (tgid, said) in labelled.into_iter().filter(|(tgid, _)| !captured.contains(tgid)) {
-        procs.label(tgid, &said);
     }
 }
 
@@ -480,6 +486,7 @@ fn what_was_said(event: &ProcessEvent) -> Announced {
     Announced {
         comm: (!name.is_empty()).then(|| String::from_utf8_lossy(name).into_owned()),
         cgroup_id: event.value,
+        generation: event.generation,
     }
 }
 

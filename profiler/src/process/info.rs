@@ -20,6 +20,9 @@ pub struct Announced {
     pub comm: Option<String>,
     /// Its cgroup's id (0: not said).
     pub cgroup_id: u64,
+    /// The exec generation it was announced in: its name is another image's once it has
+    /// exec'd again.
+    pub generation: u32,
 }
 
 impl ProcessInfo {
@@ -75,6 +78,11 @@ fn cgroup2_mount() -> Option<&'static str> {
 const CGROUPS_KEPT: usize = 4096;
 
 impl CgroupPaths {
+    /// The path kept for the cgroup of `id`, if one is.
+    pub(super) fn kept(&self, id: u64) -> Option<String> {
+        self.0.get(&id).cloned().flatten()
+    }
+
     fn path(&mut self, id: u64, dir: &super::ProcDir) -> Option<String> {
         if let Some(path) = self.0.get(&id).filter(|_| id != 0) {
             return path.clone();

@@ -246,17 +246,21 @@ const REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(2
 
 /// Processes something was found of within `REFRESH_INTERVAL`, so that it is not asked again.
 #[derive(Debug, Default)]
-struct Lately(HashMap<u32, std::time::Instant>);
+struct Lately(HashMap<u32, std::time::Instant>, Option<std::time::Instant>);
 
 /// Processes a `Lately` keeps before the old ones are swept.
 const LATELY_KEPT: usize = 1024;
 
 impl Lately {
     fn note(&mut self, pid: u32) {
-        if self.0.len() >= LATELY_KEPT {
-            self.0.retain(|_, at| at.elapsed() < REFRESH_INTERVAL);
+        let now = std::time::Instant::now();
+        // Swept once the oldest kept has aged out: at most once per interval, however many
+        // processes a second come and go.
+        if self.0.len() >= LATELY_KEPT && self.1.is_none_or(|at| now.duration_since(at) >= REFRESH_INTERVAL) {
+            self.0.retain(|_, at| now.duration_since(*at) < REFRESH_INTERVAL);
+            self.1 = Some(now);
         }
-        self.0.insert(pid, std::time::Instant::now());
+        self.0.insert(pid, now);
     }
 
     fn remove(&mut self, pid: u32) {
@@ -552,10 +556,24 @@ impl Processes {
         if self.labelled.holds(pid) && self.knows_who(pid, generation) {
             return;
         }
-        let Some(dir) = ProcDir::open(pid).ok() else {
-            return;
+        let said = match said.generation == generation {
+            true => said,
+            // Exec'd since (a fork that was announced before its exec): its name is read.
+            false => &Announced {
+                comm: None,
+                ..said.clone()
+            },
         };
-        let Some(info) = ProcessInfo::read_announced(&dir, said, &mut self.cgroups) else {
+        let info = match ProcDir::open(pid) {
+            Ok(dir) => ProcessInfo::read_announced(&dir, said, &mut self.cgroups),
+            // Gone already (a process that lived a millisecond): what the kernel said of it.
+            Err(_) => said.comm.clone().map(|comm| ProcessInfo {
+                comm,
+                executable: None,
+                cgroup: self.cgroups.kept(said.cgroup_id),
+            }),
+        };
+        let Some(info) = info else {
             return;
         };
         if info.executable.is_some() || !self.info.contains_key(&pid) {

@@ -117,6 +117,34 @@ fn a_process_only_labelled_is_known_until_forgotten() {
     assert!(procs.pids().is_empty() && procs.info(me).is_none());
 }
 
+/// A process announced for its labels: the name the kernel gave taken only for the image it was
+/// announced in (a fork announced before its exec named as the parent), its executable read; one
+/// gone before it was read keeps the name the kernel gave.
+#[test]
+fn a_label_takes_the_kernels_name_for_the_image_it_was_announced_in() {
+    let mut procs = Processes::new();
+    procs.with_generations(|_| 1);
+    let me = std::process::id();
+    let said = |generation| Announced {
+        comm: Some("announced".into()),
+        cgroup_id: 0,
+        generation,
+    };
+    procs.label(me, &said(0));
+    assert_eq!(procs.name(me), Some(comm_of(me).unwrap().as_str()), "exec'd since: read");
+    let exe = std::env::current_exe().unwrap().to_string_lossy().into_owned();
+    assert_eq!(procs.info(me).and_then(|i| i.executable.clone()), Some(exe));
+    // Read moments ago for this image: not read again.
+    procs.label(me, &said(1));
+    assert_eq!(procs.name(me), Some(comm_of(me).unwrap().as_str()));
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let gone = child.id();
+    child.wait().unwrap();
+    procs.label(gone, &said(1));
+    assert_eq!(procs.name(gone), Some("announced"));
+    assert_eq!(procs.info(gone).and_then(|i| i.executable.clone()), None);
+}
+
 #[test]
 fn forgetting_processes_closes_only_files_no_one_maps() {
     let mut procs = Processes::new();
