@@ -444,7 +444,7 @@ impl Sources {
 /// after it).
 fn capture_announced(ring: &mut RingBuf<MapData>, procs: &mut Processes) {
     use std::collections::{BTreeSet, HashSet};
-    let (mut changed, mut captured) = (BTreeSet::new(), HashSet::new());
+    let (mut changed, mut again, mut captured) = (BTreeSet::new(), BTreeSet::new(), HashSet::new());
     while let Some(item) = ring.next() {
         if item.len() < std::mem::size_of::<ProcessEvent>() {
             continue;
@@ -464,8 +464,9 @@ fn capture_announced(ring: &mut RingBuf<MapData>, procs: &mut Processes) {
                 procs.label(event.tgid, &what_was_said(&event));
                 Ok(())
             }
+            // (A first sample again: an exec, or the pid another process's; captured anew.)
             _ if captured.contains(&event.tgid) => {
-                changed.insert(event.tgid);
+                again.insert(event.tgid);
                 Ok(())
             }
             _ => {
@@ -475,8 +476,11 @@ fn capture_announced(ring: &mut RingBuf<MapData>, procs: &mut Processes) {
             }
         };
     }
-    for tgid in changed {
-        let _ = procs.refresh_changed(tgid);
+    for tgid in &again {
+        let _ = procs.capture(*tgid);
+    }
+    for tgid in changed.difference(&again) {
+        let _ = procs.refresh_changed(*tgid);
     }
 }
 

@@ -11,6 +11,7 @@ use std::{
     sync::Arc,
 };
 
+mod capture;
 mod info;
 mod maps;
 mod perf_map;
@@ -22,6 +23,7 @@ pub use section::{section_data, SectionError};
 use vdso::same_vdso;
 pub use vdso::{own_vdso, OwnVdso};
 
+use capture::Lately;
 use info::CgroupPaths;
 pub use info::{comm_of, container_id, split_stat, threads_of, Announced, ProcessInfo};
 pub use maps::{parse_maps, MapsLine};
@@ -229,49 +231,6 @@ impl std::fmt::Debug for Generations {
     }
 }
 
-/// When a capture reads a process's label again.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Relabel {
-    /// A first capture, or one after samples fell outside the map: the pid may be another
-    /// process's by now (announced anew after the old one exited).
-    Always,
-    /// A map the process changed (a loader mapping libraries, a dlopen): the same process,
-    /// labelled again only if it exec'd since.
-    NewImage,
-}
-
-/// `refresh` reads a process's map at most this often: a pc that stays outside every mapping
-/// (code bpfprof cannot see the mapping of) must not turn into a `/proc` read per sample.
-const REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(250);
-
-/// Processes something was found of within `REFRESH_INTERVAL`, so that it is not asked again.
-#[derive(Debug, Default)]
-struct Lately(HashMap<u32, std::time::Instant>, Option<std::time::Instant>);
-
-/// Processes a `Lately` keeps before the old ones are swept.
-const LATELY_KEPT: usize = 1024;
-
-impl Lately {
-    fn note(&mut self, pid: u32) {
-        let now = std::time::Instant::now();
-        // Swept once the oldest kept has aged out: at most once per interval, however many
-        // processes a second come and go.
-        if self.0.len() >= LATELY_KEPT && self.1.is_none_or(|at| now.duration_since(at) >= REFRESH_INTERVAL) {
-            self.0.retain(|_, at| now.duration_since(*at) < REFRESH_INTERVAL);
-            self.1 = Some(now);
-        }
-        self.0.insert(pid, now);
-    }
-
-    fn remove(&mut self, pid: u32) {
-        self.0.remove(&pid);
-    }
-
-    fn holds(&self, pid: u32) -> bool {
-        self.0.get(&pid).is_some_and(|at| at.elapsed() < REFRESH_INTERVAL)
-    }
-}
-
 impl Processes {
     pub fn new() -> Self {
         Self::default()
@@ -284,76 +243,6 @@ impl Processes {
 
     pub fn current_generation(&self, pid: u32) -> u32 {
         self.generations.as_ref().map_or(0, |current| (current.0)(pid))
-    }
-
-    /// Read the process's executable mappings and open its files. Fails if it is gone.
-    pub fn capture(&mut self, pid: u32) -> io::Result<()> {
-        let (generation, lines) = match self.read_maps(pid, Relabel::Always) {
-            Ok(read) => read,
-            Err(e) => {
-                self.gone.note(pid);
-                return Err(e);
-            }
-        };
-        self.gone.remove(pid);
-        self.install_captured(pid, generation, lines);
-        Ok(())
-    }
-
-    /// Capture the process again now if its map is not the one installed for its image. The
-    /// kernel's walker announces a pc outside every mapping it was given once per table load,
-    /// so that announcement must never be dropped (a library loaded moments after another
-    /// capture would be walked without its tables until the next drain noticed); and a map
-    /// that has not changed is not installed again, because the tables it would load could
-    /// not place that pc either.
-    pub fn refresh_changed(&mut self, pid: u32) -> io::Result<()> {
-        let (generation, lines) = self.read_maps(pid, Relabel::NewImage)?;
-        let installed = self.maps.get(&(pid, generation));
-        if installed.is_some_and(|maps| self.same_map(maps, &lines)) {
-            return Ok(());
-        }
-        self.install_captured(pid, generation, lines);
-        Ok(())
-    }
-
-    /// The executable mappings of `pid` and the exec generation they belong to; with its
-    /// label (name, executable, cgroup) read again as `relabel` says.
-    fn read_maps(&mut self, pid: u32, relabel: Relabel) -> io::Result<(u32, Vec<MapsLine>)> {
-        // The generation read on both sides of the map: equal, the map belongs to it (an exec
-        // in between would have changed it).
-        let dir = ProcDir::open(pid)?;
-        let (mut text, mut generation) = (String::new(), 0);
-        for _ in 0..3 {
-            let before = self.current_generation(pid);
-            text = dir.read("maps")?;
-            generation = self.current_generation(pid);
-            if before == generation {
-                break;
-            }
-        }
-        // A process that has exited (a zombie) has no map and no executable left: what was
-        // captured while it lived stays.
-        if text.is_empty() && self.is_known(pid) {
-            return Err(io::Error::new(io::ErrorKind::NotFound, "exited"));
-        }
-        if relabel == Relabel::Always || !self.knows_who(pid, generation) {
-            if let Some(info) =
-                ProcessInfo::read_in(&dir).filter(|i| i.executable.is_some() || !self.is_known(pid))
-            {
-                self.info.insert(pid, (generation, info));
-            }
-        }
-        Ok((generation, parse_maps(&text)))
-    }
-
-    /// Whether this image of `pid` was labelled already (with its executable: a zombie's
-    /// label has none). Without exec generations (every image is 0), never.
-    fn knows_who(&self, pid: u32, generation: u32) -> bool {
-        self.generations.is_some()
-            && self
-                .info
-                .get(&pid)
-                .is_some_and(|(known, info)| *known == generation && info.executable.is_some())
     }
 
     fn install_captured(&mut self, pid: u32, generation: u32, lines: Vec<MapsLine>) {
@@ -379,55 +268,6 @@ impl Processes {
                         Region::Vdso | Region::Anon => file.is_none(),
                     }
             })
-    }
-
-    /// Capture again because its map seems to have changed (an address outside it), unless it
-    /// was captured moments ago.
-    pub fn refresh(&mut self, pid: u32) -> io::Result<()> {
-        match self.captured_at.get(&pid) {
-            Some(at) if at.elapsed() < REFRESH_INTERVAL => Ok(()),
-            _ => self.capture(pid),
-        }
-    }
-
-    /// Whether the memory map of this image of `pid` was read.
-    pub fn knows(&self, pid: u32, generation: u32) -> bool {
-        self.maps.contains_key(&(pid, generation))
-    }
-
-    /// Capture the process again (see `refresh`) when a stack of one of its images falls
-    /// outside that image's known map: it may have loaded a library since. Where it falls in
-    /// JIT code its perf map does not name (yet), that map is read again.
-    pub fn refresh_unless_covered(&mut self, pid: u32, generation: u32, addrs: &[u64]) -> io::Result<()> {
-        let refreshed = match self.covers(pid, generation, addrs) {
-            true => Ok(()),
-            false => self.refresh(pid),
-        };
-        // JIT code: its map read for what was appended, or rewritten (a reused range renamed).
-        let maps = self.maps.get(&(pid, generation));
-        let in_jit = |a: u64| {
-            maps.and_then(|m| find(m, a))
-                .is_some_and(|m| m.region == Region::Anon)
-        };
-        if addrs.iter().any(|&a| in_jit(a)) {
-            self.jit.refresh(pid);
-        }
-        self.python.read(pid, addrs);
-        refreshed
-    }
-
-    /// Make sure a stack of `pid`'s image `generation`, taken moments ago, can be placed later,
-    /// even after the process is gone: read an image not read yet while it is still the
-    /// process's current one, or read it again where the stack falls outside it (a library
-    /// loaded since). A process gone keeps what was read.
-    pub fn cover_stack(&mut self, pid: u32, generation: u32, user: Option<&[u64]>) {
-        let _ = match (self.knows(pid, generation), user) {
-            (false, _) if !self.gone.holds(pid) && self.current_generation(pid) == generation => {
-                self.capture(pid)
-            }
-            (true, Some(ips)) => self.refresh_unless_covered(pid, generation, ips),
-            _ => Ok(()),
-        };
     }
 
     /// Keep each capture's mappings until `take_captured`.
@@ -537,54 +377,6 @@ impl Processes {
         captured.chain(self.info.keys().copied()).collect()
     }
 
-    /// Label now (executable, cgroup: `/proc`) each of `pids` that has no label yet: a process
-    /// the kernel never announced, whose threads only ran and waited for a CPU and never slept,
-    /// has its label for the run-queue profile. (Forgotten as any process once it has exited.)
-    pub fn label_unknown(&mut self, pids: impl IntoIterator<Item = u32>) {
-        for pid in pids {
-            if !self.info.contains_key(&pid) {
-                self.label(pid, &Announced::default());
-            }
-        }
-    }
-
-    /// Read who `pid` is now (name, executable, cgroup), without its map, taking what the kernel
-    /// said as it announced it for its labels alone (`ProcessEventKind::Labelled`). A zombie's
-    /// label (no executable left) does not replace the one read while it lived.
-    pub fn label(&mut self, pid: u32, said: &Announced) {
-        let generation = self.current_generation(pid);
-        if self.labelled.holds(pid) && self.knows_who(pid, generation) {
-            return;
-        }
-        let said = match said.generation == generation {
-            true => said,
-            // Exec'd since (a fork that was announced before its exec): its name is read.
-            false => &Announced {
-                comm: None,
-                ..said.clone()
-            },
-        };
-        let info = match ProcDir::open(pid) {
-            Ok(dir) => ProcessInfo::read_announced(&dir, said, &mut self.cgroups),
-            // Gone already (a process that lived a millisecond): what the kernel said of it.
-            Err(_) => said.comm.clone().map(|comm| ProcessInfo {
-                comm,
-                executable: None,
-                cgroup: self.cgroups.kept(said.cgroup_id),
-            }),
-        };
-        let Some(info) = info else {
-            return;
-        };
-        if info.executable.is_some() || !self.info.contains_key(&pid) {
-            self.info.insert(pid, (generation, info));
-            // (Read across an exec: its image may be either; read again when announced again.)
-            if self.current_generation(pid) == generation {
-                self.labelled.note(pid);
-            }
-        }
-    }
-
     /// Forget processes (every image of each), then the files no process left maps: their
     /// handles close. Profiles already aggregated keep their file ids; symbolize them from a
     /// `snapshot` taken before.
@@ -594,8 +386,8 @@ impl Processes {
         self.maps.retain(|(pid, _), _| !pids.contains(pid));
         self.info.retain(|pid, _| !pids.contains(pid));
         self.captured_at.retain(|pid, _| !pids.contains(pid));
-        self.gone.0.retain(|pid, _| !pids.contains(pid));
-        self.labelled.0.retain(|pid, _| !pids.contains(pid));
+        self.gone.forget(pids);
+        self.labelled.forget(pids);
         let used: HashSet<FileId> = self
             .maps
             .values()

@@ -118,30 +118,59 @@ fn a_process_only_labelled_is_known_until_forgotten() {
 }
 
 /// A process announced for its labels: the name the kernel gave taken only for the image it was
-/// announced in (a fork announced before its exec named as the parent), its executable read; one
-/// gone before it was read keeps the name the kernel gave.
+/// announced in (a fork announced before its exec is named as its parent), its executable read;
+/// one gone before it was read (its generation forgotten with it) named as the kernel said, by
+/// its latest image.
 #[test]
 fn a_label_takes_the_kernels_name_for_the_image_it_was_announced_in() {
-    let mut procs = Processes::new();
-    procs.with_generations(|_| 1);
-    let me = std::process::id();
-    let said = |generation| Announced {
-        comm: Some("announced".into()),
+    let generations = std::sync::Arc::new(std::sync::Mutex::new(HashMap::new()));
+    let current = generations.clone();
+    let with_generations = move || {
+        let mut procs = Processes::new();
+        let current = current.clone();
+        procs.with_generations(move |pid| current.lock().unwrap().get(&pid).copied().unwrap_or(0));
+        procs
+    };
+    let said = |name: &str, generation| Announced {
+        comm: Some(name.into()),
         cgroup_id: 0,
         generation,
     };
-    procs.label(me, &said(0));
-    assert_eq!(procs.name(me), Some(comm_of(me).unwrap().as_str()), "exec'd since: read");
+    let me = std::process::id();
+    generations.lock().unwrap().insert(me, 1);
+    let own = comm_of(me).unwrap();
     let exe = std::env::current_exe().unwrap().to_string_lossy().into_owned();
+    let mut procs = with_generations();
+    procs.label(me, &said("parent", 0));
+    assert_eq!(procs.name(me), Some(own.as_str()), "exec'd since: its name read");
+    assert_eq!(
+        procs.info(me).and_then(|i| i.executable.clone()),
+        Some(exe.clone())
+    );
+    procs.label(me, &said("other", 1));
+    assert_eq!(
+        procs.name(me),
+        Some(own.as_str()),
+        "read moments ago for this image: kept"
+    );
+    let mut procs = with_generations();
+    procs.label(me, &said("kernel's", 1));
+    assert_eq!(
+        procs.name(me),
+        Some("kernel's"),
+        "this image's: the kernel's name"
+    );
     assert_eq!(procs.info(me).and_then(|i| i.executable.clone()), Some(exe));
-    // Read moments ago for this image: not read again.
-    procs.label(me, &said(1));
-    assert_eq!(procs.name(me), Some(comm_of(me).unwrap().as_str()));
+
     let mut child = std::process::Command::new("true").spawn().unwrap();
     let gone = child.id();
     child.wait().unwrap();
-    procs.label(gone, &said(1));
-    assert_eq!(procs.name(gone), Some("announced"));
+    procs.label(gone, &said("parent", 0));
+    assert_eq!(procs.name(gone), Some("parent"));
+    procs.label(gone, &said("child", 1));
+    assert_eq!(procs.name(gone), Some("child"), "the later image's");
+    procs.label(gone, &said("parent", 0));
+    assert_eq!(procs.name(gone), Some("child"), "not an earlier image's");
     assert_eq!(procs.info(gone).and_then(|i| i.executable.clone()), None);
 }
 
