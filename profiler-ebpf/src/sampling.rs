@@ -441,7 +441,7 @@ pub(crate) fn stack_id<C: StackIdContext>(ctx: &C, stacks: &StackTrace, flags: u
 /// Announce a process the first time it is seen (again after an exec), for its memory map.
 #[inline(always)]
 pub fn announce_once(tgid: u32) {
-    if SEEN.get_ptr(tgid).map(|level| unsafe { *level }) != Some(seen::CAPTURED) {
+    if !captured(tgid) {
         let _ = SEEN.insert(tgid, seen::CAPTURED, 0);
         announce(tgid, ProcessEventKind::FirstSample);
     }

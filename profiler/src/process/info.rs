@@ -74,6 +74,7 @@ fn cgroup2_mount() -> Option<&'static str> {
             .find(|dir| statfs(*dir).is_ok_and(|fs| fs.filesystem_type() == CGROUP2_SUPER_MAGIC))
     })
 }
+
 /// Cgroups whose paths are kept before the cache starts afresh.
 const CGROUPS_KEPT: usize = 4096;
 
