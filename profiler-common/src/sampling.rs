@@ -280,10 +280,10 @@ pub enum ProcessEventKind {
     /// seen lately: name it now, before it may be freed.
     PythonCode = 3,
     /// A process seen only running and being preempted so far (never asleep, never sampled):
-    /// read who it is (name, executable, cgroup) for the run-queue profile's labels. Its map is
-    /// captured when it first sleeps or is sampled (`FirstSample`), if it ever does: under
-    /// process churn most short processes never do, and reading a map costs three times the
-    /// labels.
+    /// who it is (name, executable file, cgroup: the announcement carries them) for the run-queue
+    /// profile's labels. Its map is captured when it first sleeps or is sampled (`FirstSample`),
+    /// if it ever does: under process churn most short processes never do, and reading a map
+    /// costs many times the labels.
     Labelled = 4,
 }
 
@@ -295,6 +295,14 @@ pub mod seen {
     pub const CAPTURED: u8 = 2;
 }
 
+/// What a `ProcessEvent` says of its process's labels (`ProcessEvent::labels`).
+pub mod said {
+    /// Its cgroup id (in `value`), its exec generation, and its name where `comm` is not empty.
+    pub const LABELS: u32 = 1;
+    /// Its executable file too (`executable`; all 0: none).
+    pub const EXECUTABLE: u32 = 2;
+}
+
 /// Sent through the event ring buffer; rare (once per process, or per code object), never per
 /// sample.
 #[repr(C)]
@@ -302,16 +310,30 @@ pub mod seen {
 pub struct ProcessEvent {
     pub tgid: u32,
     pub kind: u32,
-    /// What the kind says more: a code object's address; for `Labelled`, the process's cgroup
-    /// (its cgroup v2 id, 0: not known).
+    /// What the kind says more: a code object's address; where `labels` is 1, the process's
+    /// cgroup (its cgroup v2 id, 0: not known).
     pub value: u64,
-    /// For `Labelled`: the process's name, where its leader announced it (else all zero), and
-    /// the exec generation it was announced in (the name is another image's after an exec).
+    /// Where `labels` is 1 (every `Labelled`, a `FirstSample` from the scheduler): the process's
+    /// name (its leader's), the exec generation it was announced in, and its executable file.
     pub comm: [u8; COMM_LEN],
     pub generation: u32,
-    pub _reserved: u32,
+    pub labels: u32,
+    pub executable: FileId,
 }
-const _: () = assert!(size_of::<ProcessEvent>() == 40);
+const _: () = assert!(size_of::<ProcessEvent>() == 56);
+
+/// A file as the kernel knows it: its filesystem's device (the kernel's `dev_t`: major in the
+/// top 12 bits, minor in the low 20), its inode and the inode's generation (which tells an inode
+/// number reused after a file was deleted from the file that had it). All 0: no file (a kernel
+/// thread's executable).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FileId {
+    pub inode: u64,
+    pub dev: u32,
+    pub generation: u32,
+}
+const _: () = assert!(size_of::<FileId>() == 16);
 
 /// Innermost frames of a frame-pointer user stack the kernel also resolves to (build ID, file
 /// offset): enough for the leaf and its callers, which is what a process that exits before its

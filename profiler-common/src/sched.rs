@@ -301,8 +301,26 @@ pub struct TaskOffsets {
     pub rq_clock: u32,
     /// `vfork_done`: set in a child of `vfork` until it execs or exits (0: not known).
     pub vfork_done: u32,
+    /// Where a process's labels are read, as it is announced.
+    pub labels: LabelOffsets,
 }
-const _: () = assert!(size_of::<TaskOffsets>() == 44);
+const _: () = assert!(size_of::<TaskOffsets>() == 44 + 32);
+
+/// Where the kernel keeps a process's name and the identity of its executable file:
+/// `task->group_leader->comm`, `task->mm->exe_file->f_inode->{i_ino, i_generation,
+/// i_sb->s_dev}`. `mm` 0: not known (the labels are read from `/proc`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LabelOffsets {
+    pub group_leader: u32,
+    pub mm: u32,
+    pub exe_file: u32,
+    pub f_inode: u32,
+    pub i_ino: u32,
+    pub i_generation: u32,
+    pub i_sb: u32,
+    pub s_dev: u32,
+}
 
 impl TaskOffsets {
     /// The kernel's own accounting can be read.

@@ -10,9 +10,10 @@ use aya_ebpf::{
     programs::{tracing::StackIdContext, PerfEventContext, RawTracePointContext},
 };
 use profiler_common::{
-    seen, BuildIdKey, BuildIdStack, CounterBaseline, CounterDeltas, HealthCounter, ProcessEvent,
-    ProcessEventKind, SampleKey, SampleValue, BUILD_ID_STACK_ENTRIES, COMM_LEN, EVENT_RING_BYTES,
-    MAX_COUNTERS, PENDING_DELTA_ENTRIES, SAMPLE_MAP_ENTRIES, SEEN_MAP_ENTRIES, STACK_MAP_ENTRIES,
+    said, seen, BuildIdKey, BuildIdStack, CounterBaseline, CounterDeltas, FileId, HealthCounter,
+    ProcessEvent, ProcessEventKind, SampleKey, SampleValue, BUILD_ID_STACK_ENTRIES, COMM_LEN,
+    EVENT_RING_BYTES, MAX_COUNTERS, PENDING_DELTA_ENTRIES, SAMPLE_MAP_ENTRIES, SEEN_MAP_ENTRIES,
+    STACK_MAP_ENTRIES,
 };
 
 use crate::{
@@ -447,27 +448,44 @@ pub fn announce_once(tgid: u32) {
     }
 }
 
-/// Announce the current task's process for its labels alone, unless it was announced already:
-/// with its cgroup, and its name if the task is its leader (`tid == tgid`), which user space
-/// then need not read.
+/// The same from the process's own task, with its labels (which user space then need not read),
+/// which `labels` writes into the announcement.
 #[inline(always)]
-pub fn announce_labels_once(tgid: u32, tid: u32, generation: u32) {
+pub fn announce_labelled_once(tgid: u32, labels: impl FnOnce(&mut ProcessEvent)) {
+    if !captured(tgid) {
+        let _ = SEEN.insert(tgid, seen::CAPTURED, 0);
+        announce_with(tgid, ProcessEventKind::FirstSample, labels);
+    }
+}
+
+/// Announce the current task's process for its labels alone, unless it was announced already.
+#[inline(always)]
+pub fn announce_labels_once(tgid: u32, labels: impl FnOnce(&mut ProcessEvent)) {
     // Not over a capture another CPU announced meanwhile.
     if SEEN.get_ptr(tgid).is_some() || SEEN.insert(tgid, seen::LABELLED, BPF_NOEXIST as u64).is_err() {
         return;
     }
-    let event = ProcessEvent {
-        tgid,
-        kind: ProcessEventKind::Labelled as u32,
-        value: unsafe { bpf_get_current_cgroup_id() },
-        comm: match tid == tgid {
-            true => bpf_get_current_comm().unwrap_or([0; COMM_LEN]),
-            false => [0; COMM_LEN],
-        },
-        generation,
-        _reserved: 0,
+    announce_with(tgid, ProcessEventKind::Labelled, labels);
+}
+
+/// An announcement written in place in the ring (the scheduler's programs have no stack to spare
+/// for a copy): its kind, then what `fill` says (labels, with the current task's cgroup).
+#[inline(always)]
+fn announce_with(tgid: u32, kind: ProcessEventKind, fill: impl FnOnce(&mut ProcessEvent)) {
+    let Some(mut entry) = EVENTS.reserve::<ProcessEvent>(0) else {
+        lost(tgid);
+        return;
     };
-    output(&event);
+    let event = unsafe { &mut *entry.as_mut_ptr() };
+    event.tgid = tgid;
+    event.kind = kind as u32;
+    event.value = unsafe { bpf_get_current_cgroup_id() };
+    event.comm = [0; COMM_LEN];
+    event.generation = 0;
+    event.labels = said::LABELS;
+    event.executable = FileId::default();
+    fill(event);
+    entry.submit(0);
 }
 
 /// Whether the process's memory map was announced (and user space keeps it).
@@ -491,14 +509,20 @@ pub(crate) fn announce_value(tgid: u32, kind: ProcessEventKind, value: u64) {
         value,
         comm: [0; COMM_LEN],
         generation: 0,
-        _reserved: 0,
+        labels: 0,
+        executable: FileId::default(),
     });
 }
 
 #[inline(always)]
 fn output(event: &ProcessEvent) {
     if EVENTS.output::<ProcessEvent>(event, 0).is_err() {
-        bump(HealthCounter::EventLost);
-        kernel_log!("process ring full: pid {} not announced", event.tgid);
+        lost(event.tgid);
     }
+}
+
+#[inline(never)]
+fn lost(tgid: u32) {
+    bump(HealthCounter::EventLost);
+    kernel_log!("process ring full: pid {} not announced", tgid);
 }

@@ -21,12 +21,12 @@ use aya_ebpf::{
 use profiler_common::{
     hist_bucket,
     lock::NO_STACK,
-    offcpu_stacks, seen, switch_reason,
+    offcpu_stacks, said, seen, switch_reason,
     unwind::{StackReuse, Walk},
-    CpuHistory, CpuRun, Enqueued, ExitedKey, HealthCounter, KernelTotals, OffCpuSampling, OffCpuStart,
-    OffCpuTime, Running, SampleKey, SchedInfoHead, SkippedSleeps, SlowEvent, TaskOffsets, TaskSched,
-    BEGAN_EARLIER, COMM_LEN, CPU_HISTORY, CPU_UNKNOWN, HEAT_BUCKETS, OFFCPU_ENTRIES, OFFCPU_STACK_ENTRIES,
-    SKIPPED_LONG, SLOW_CULPRITS, STACK_DRAWN, STACK_SKIPPED,
+    CpuHistory, CpuRun, Enqueued, ExitedKey, FileId, HealthCounter, KernelTotals, LabelOffsets,
+    OffCpuSampling, OffCpuStart, OffCpuTime, ProcessEvent, Running, SampleKey, SchedInfoHead, SkippedSleeps,
+    SlowEvent, TaskOffsets, TaskSched, BEGAN_EARLIER, COMM_LEN, CPU_HISTORY, CPU_UNKNOWN, HEAT_BUCKETS,
+    OFFCPU_ENTRIES, OFFCPU_STACK_ENTRIES, SKIPPED_LONG, SLOW_CULPRITS, STACK_DRAWN, STACK_SKIPPED,
 };
 
 use crate::{health::bump, sampling::EPOCH, targets::is_target};
@@ -44,6 +44,16 @@ static TASK_OFFSETS: TaskOffsets = TaskOffsets {
     cfs_rq_rq: 0,
     rq_clock: 0,
     vfork_done: 0,
+    labels: LabelOffsets {
+        group_leader: 0,
+        mm: 0,
+        exe_file: 0,
+        f_inode: 0,
+        i_ino: 0,
+        i_generation: 0,
+        i_sb: 0,
+        s_dev: 0,
+    },
 };
 /// An `offcpu_stacks` policy. A kernel stack walk costs about three times a user one (measured
 /// here: ~3 us against ~1 us), so `AUTO` walks it only where the kernel is the reason for the
@@ -191,6 +201,46 @@ impl BtfTask {
     #[inline(always)]
     fn before_exec_of_vfork(self, off: &TaskOffsets) -> bool {
         off.vfork_done != 0 && self.field::<u64>(off.vfork_done) != 0
+    }
+
+    /// Write who this task's process is, as it runs (see `LabelOffsets`), into its announcement:
+    /// its leader's name and its executable file, where the BTF said where they are; else its
+    /// name only from its leader.
+    #[inline(always)]
+    fn write_labels(self, off: &TaskOffsets, tid: u32, tgid: u32, generation: u32, event: &mut ProcessEvent) {
+        let at = &off.labels;
+        event.generation = generation;
+        if at.mm == 0 {
+            if tid == tgid {
+                let comm = event.comm.as_mut_ptr() as *mut core::ffi::c_void;
+                unsafe { aya_ebpf::helpers::generated::bpf_get_current_comm(comm, COMM_LEN as u32) };
+            }
+            return;
+        }
+        let leader = BtfTask(self.field::<*const u8>(at.group_leader));
+        event.comm = leader.field(off.comm);
+        event.executable = self.executable(at);
+        event.labels = said::LABELS | said::EXECUTABLE;
+    }
+
+    /// `mm->exe_file->f_inode`'s identity; all zero where the task has no memory (a kernel
+    /// thread). The pointers are the verifier's to check: a load through one that faults reads 0.
+    #[inline(always)]
+    fn executable(self, at: &LabelOffsets) -> FileId {
+        let mm = self.field::<*const u8>(at.mm);
+        if mm.is_null() {
+            return FileId::default();
+        }
+        let file = BtfTask(mm).field::<*const u8>(at.exe_file);
+        if file.is_null() {
+            return FileId::default();
+        }
+        let inode = BtfTask(BtfTask(file).field::<*const u8>(at.f_inode));
+        FileId {
+            inode: inode.field(at.i_ino),
+            dev: BtfTask(inode.field::<*const u8>(at.i_sb)).field(at.s_dev),
+            generation: inode.field(at.i_generation),
+        }
     }
 
     /// As `Task::kernel_totals`.
@@ -482,9 +532,11 @@ fn switch_out(
     };
     if stats.announced < needs as u32 {
         stats.announced = needs as u32;
+        let generation = stats.exec_generation;
+        let labels = |event: &mut ProcessEvent| current.write_labels(off, prev, tgid, generation, event);
         match needs {
-            seen::CAPTURED => crate::sampling::announce_once(tgid),
-            _ => crate::sampling::announce_labels_once(tgid, prev, stats.exec_generation),
+            seen::CAPTURED => crate::sampling::announce_labelled_once(tgid, labels),
+            _ => crate::sampling::announce_labels_once(tgid, labels),
         }
     }
     if reason == switch_reason::PREEMPTED {

@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::Context as _;
 use aya::maps::{MapData, RingBuf};
-use profiler_common::{names, ProcessEvent, ProcessEventKind};
+use profiler_common::{names, said, ProcessEvent, ProcessEventKind};
 use tokio::{
     io::unix::AsyncFd,
     signal::unix::{signal, Signal, SignalKind},
@@ -466,12 +466,14 @@ fn capture_announced(ring: &mut RingBuf<MapData>, procs: &mut Processes) {
             }
             // (A first sample again: an exec, or the pid another process's; captured anew.)
             _ if captured.contains(&event.tgid) => {
+                label_if_said(procs, &event);
                 again.insert(event.tgid);
                 Ok(())
             }
             _ => {
                 captured.insert(event.tgid);
                 changed.remove(&event.tgid);
+                label_if_said(procs, &event);
                 procs.capture(event.tgid)
             }
         };
@@ -484,13 +486,22 @@ fn capture_announced(ring: &mut RingBuf<MapData>, procs: &mut Processes) {
     }
 }
 
-/// What a `Labelled` event says of its process.
+/// A first sample's announcement with its labels (the scheduler's): its labels first, which its
+/// capture then need not read.
+fn label_if_said(procs: &mut Processes, event: &ProcessEvent) {
+    if event.labels & said::LABELS != 0 {
+        procs.label(event.tgid, &what_was_said(event));
+    }
+}
+
+/// What an event says of its process's labels.
 fn what_was_said(event: &ProcessEvent) -> Announced {
     let name = event.comm.split(|&b| b == 0).next().unwrap_or_default();
     Announced {
         comm: (!name.is_empty()).then(|| String::from_utf8_lossy(name).into_owned()),
         cgroup_id: event.value,
         generation: event.generation,
+        executable: (event.labels & said::EXECUTABLE != 0).then_some(event.executable),
     }
 }
 

@@ -5,7 +5,10 @@ use std::{
     io,
 };
 
-use super::{find, info::Announced, maps::MapsLine, parse_maps, ProcDir, ProcessInfo, Processes, Region};
+use super::{
+    find, info::Announced, maps::MapsLine, parse_maps, proc_dir::LazyDir, ProcDir, ProcessInfo, Processes,
+    Region,
+};
 
 /// When a capture reads a process's label again.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -105,9 +108,14 @@ impl Processes {
         if text.is_empty() && self.is_known(pid) {
             return Err(io::Error::new(io::ErrorKind::NotFound, "exited"));
         }
-        if relabel == Relabel::Always || !self.knows_who(pid, generation) {
-            if let Some(info) =
-                ProcessInfo::read_in(&dir).filter(|i| i.executable.is_some() || !self.is_known(pid))
+        // (Labelled moments ago, the same image: what the kernel said as it announced it.)
+        let relabel = match relabel {
+            Relabel::Always => !(self.labelled.holds(pid) && self.knows_who(pid, generation)),
+            Relabel::NewImage => !self.knows_who(pid, generation),
+        };
+        if relabel {
+            if let Some(info) = ProcessInfo::read_in(&LazyDir::from(dir))
+                .filter(|i| i.executable.is_some() || !self.is_known(pid))
             {
                 self.info.insert(pid, (generation, info));
             }
@@ -189,7 +197,16 @@ impl Processes {
     /// said as it announced it for its labels alone (`ProcessEventKind::Labelled`). A zombie's
     /// label (no executable left) does not replace the one read while it lived.
     pub fn label(&mut self, pid: u32, said: &Announced) {
-        let generation = self.current_generation(pid);
+        let dir = LazyDir::new(pid);
+        // What the kernel said in full is of the image it said it in; what is read from `/proc`,
+        // of the image the process runs now.
+        let generation = match said.complete() {
+            true => said.generation,
+            // Gone already (a process that lived a millisecond, its generation forgotten with
+            // it): what the kernel said of it, in the image it said it for.
+            false if dir.get().is_none() => said.generation,
+            false => self.current_generation(pid),
+        };
         if self.labelled.holds(pid) && self.knows_who(pid, generation) {
             return;
         }
@@ -198,26 +215,11 @@ impl Processes {
             true => said,
             false => &Announced {
                 comm: None,
+                executable: None,
                 ..said.clone()
             },
         };
-        let (info, generation) = match ProcDir::open(pid) {
-            Ok(dir) => (
-                ProcessInfo::read_announced(&dir, this_image, &mut self.cgroups),
-                generation,
-            ),
-            // Gone already (a process that lived a millisecond, its generation forgotten with it):
-            // what the kernel said of it, in the image it said it for.
-            Err(_) => {
-                let info = said.comm.clone().map(|comm| ProcessInfo {
-                    comm,
-                    executable: None,
-                    cgroup: self.cgroups.kept(said.cgroup_id),
-                });
-                (info, said.generation)
-            }
-        };
-        let Some(info) = info else {
+        let Some(info) = ProcessInfo::read_announced(&dir, this_image, &mut self.kept) else {
             return;
         };
         // A zombie's label (no executable left) does not replace one read while it lived; what
@@ -231,7 +233,7 @@ impl Processes {
         if replaces {
             self.info.insert(pid, (generation, info));
             // (Read across an exec: its image may be either; read again when announced again.)
-            if self.current_generation(pid) == generation {
+            if said.complete() || self.current_generation(pid) == generation {
                 self.labelled.note(pid);
             }
         }

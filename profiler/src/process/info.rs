@@ -1,6 +1,10 @@
 //! Who a process is, read from `/proc` while it is alive: its name, executable and cgroup (what
 //! labels its samples), and its threads.
 
+use profiler_common::FileId;
+
+use super::proc_dir::LazyDir;
+
 /// What labels a process's samples: captured with its map, while it is alive.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ProcessInfo {
@@ -12,39 +16,58 @@ pub struct ProcessInfo {
     pub cgroup: Option<String>,
 }
 
-/// What the kernel said of a process as it announced it for its labels
-/// (`ProcessEventKind::Labelled`): what of them need not be read from `/proc`.
+/// What the kernel said of a process as it announced it with its labels
+/// (`ProcessEvent::labels`): what of them need not be read from `/proc`.
 #[derive(Clone, Debug, Default)]
 pub struct Announced {
-    /// Its name, where its leader announced it.
+    /// Its name, where the kernel said it.
     pub comm: Option<String>,
     /// Its cgroup's id (0: not said).
     pub cgroup_id: u64,
-    /// The exec generation it was announced in: its name is another image's once it has
-    /// exec'd again.
+    /// The exec generation it was announced in: its name and executable are another image's
+    /// once it has exec'd again.
     pub generation: u32,
+    /// Its executable file, where the kernel said it (all 0: it has none, a kernel thread).
+    pub executable: Option<FileId>,
+}
+
+impl Announced {
+    /// Whether the kernel said all of its labels (then they are its image `generation`'s).
+    pub fn complete(&self) -> bool {
+        self.comm.is_some() && self.executable.is_some()
+    }
+}
+
+/// What labels are kept from one process to the next: paths by cgroup and by executable file.
+#[derive(Debug, Default)]
+pub struct LabelPaths {
+    cgroups: CgroupPaths,
+    exes: ExePaths,
 }
 
 impl ProcessInfo {
-    /// Read from `/proc` through the process's directory opened already.
-    pub(super) fn read_in(dir: &super::ProcDir) -> Option<ProcessInfo> {
-        Self::read_announced(dir, &Announced::default(), &mut CgroupPaths::default())
+    /// Read from `/proc` through the process's directory.
+    pub(super) fn read_in(dir: &LazyDir) -> Option<ProcessInfo> {
+        Self::read_announced(dir, &Announced::default(), &mut LabelPaths::default())
     }
 
-    /// The same, taking what the kernel said.
+    /// The same, taking what the kernel said and the paths kept.
     pub(super) fn read_announced(
-        dir: &super::ProcDir,
+        dir: &LazyDir,
         said: &Announced,
-        cgroups: &mut CgroupPaths,
+        kept: &mut LabelPaths,
     ) -> Option<ProcessInfo> {
         let comm = match &said.comm {
             Some(comm) => comm.clone(),
-            None => dir.read("comm").ok()?.trim_end().to_string(),
+            None => dir.get()?.read("comm").ok()?.trim_end().to_string(),
         };
         Some(ProcessInfo {
             comm,
-            executable: dir.read_link("exe").ok(),
-            cgroup: cgroups.path(said.cgroup_id, dir),
+            executable: match said.executable {
+                Some(id) => kept.exes.path(id, dir),
+                None => dir.get().and_then(|dir| dir.read_link("exe").ok()),
+            },
+            cgroup: kept.cgroups.path(said.cgroup_id, dir),
         })
     }
 
@@ -79,16 +102,11 @@ fn cgroup2_mount() -> Option<&'static str> {
 const CGROUPS_KEPT: usize = 4096;
 
 impl CgroupPaths {
-    /// The path kept for the cgroup of `id`, if one is.
-    pub(super) fn kept(&self, id: u64) -> Option<String> {
-        self.0.get(&id).cloned().flatten()
-    }
-
-    fn path(&mut self, id: u64, dir: &super::ProcDir) -> Option<String> {
+    fn path(&mut self, id: u64, dir: &LazyDir) -> Option<String> {
         if let Some(path) = self.0.get(&id).filter(|_| id != 0) {
             return path.clone();
         }
-        let path = cgroup_v2(&dir.read("cgroup").ok()?);
+        let path = cgroup_v2(&dir.get()?.read("cgroup").ok()?);
         let names_id = |path: &str| {
             use std::os::unix::fs::MetadataExt as _;
             cgroup2_mount()
@@ -101,6 +119,43 @@ impl CgroupPaths {
             self.0.insert(id, path.clone());
         }
         path
+    }
+}
+
+/// Executables' paths by the kernel's identity of the file (`FileId`), which a process announced
+/// with its labels carries: each path read once a minute, from a process found running the file,
+/// not once per process (a build machine starts the same few compilers all day). Kept only where
+/// the file read is the one the kernel named (`ProcDir::executable`: not after an exec in
+/// between, nor where the filesystem's `stat` speaks of another inode, as overlayfs may). A file
+/// reached by several paths (hard links, bind mounts) is named by the one read; a file renamed
+/// or deleted since, by its old path for at most `EXE_PATH_KEPT_FOR`.
+#[derive(Debug, Default)]
+struct ExePaths(std::collections::HashMap<FileId, (String, std::time::Instant)>);
+
+/// Executables whose paths are kept before the cache starts afresh.
+const EXES_KEPT: usize = 4096;
+/// How long a path read is taken for the file's later processes.
+const EXE_PATH_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
+impl ExePaths {
+    fn path(&mut self, id: FileId, dir: &LazyDir) -> Option<String> {
+        if id == FileId::default() {
+            return None;
+        }
+        match self.0.get(&id) {
+            Some((path, at)) if at.elapsed() < EXE_PATH_KEPT_FOR => return Some(path.clone()),
+            // Read again where it can be (the file renamed since?); else what was read.
+            Some((path, _)) if dir.get().is_none() => return Some(path.clone()),
+            _ => {}
+        }
+        let (path, same) = dir.get()?.executable(id).ok()?;
+        if same {
+            if self.0.len() >= EXES_KEPT {
+                self.0.clear();
+            }
+            self.0.insert(id, (path.clone(), std::time::Instant::now()));
+        }
+        Some(path)
     }
 }
 
@@ -171,7 +226,7 @@ mod tests {
     #[test]
     fn a_cgroups_path_is_kept_by_its_id_only_where_the_path_names_that_cgroup() {
         use std::os::unix::fs::MetadataExt as _;
-        let dir = super::super::ProcDir::open(std::process::id()).unwrap();
+        let dir = LazyDir::new(std::process::id());
         let own = cgroup_v2(&std::fs::read_to_string("/proc/self/cgroup").unwrap()).unwrap();
         let Some(mount) = cgroup2_mount() else {
             // Without a cgroup2 mount nothing is kept: each path is read.
@@ -190,7 +245,7 @@ mod tests {
         assert_eq!(paths.0.get(&id), Some(&Some(own.clone())));
         // Kept: answered without reading (a directory of a process gone reads nothing).
         let mut child = std::process::Command::new("true").spawn().unwrap();
-        let gone = super::super::ProcDir::open(child.id()).unwrap();
+        let gone = LazyDir::from(super::super::ProcDir::open(child.id()).unwrap());
         child.wait().unwrap();
         assert_eq!(paths.path(id, &gone), Some(own));
         assert_eq!(paths.path(id + 1, &gone), None);

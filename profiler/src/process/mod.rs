@@ -24,7 +24,7 @@ use vdso::same_vdso;
 pub use vdso::{own_vdso, OwnVdso};
 
 use capture::Lately;
-use info::CgroupPaths;
+use info::LabelPaths;
 pub use info::{comm_of, container_id, split_stat, threads_of, Announced, ProcessInfo};
 pub use maps::{parse_maps, MapsLine};
 pub use perf_map::{JitMaps, JitNames, JitSymbol, PerfMap};
@@ -215,7 +215,8 @@ pub struct Processes {
     /// Processes labelled lately (`label`), with the image they run now: a process announced
     /// for its labels on its way through `execve` and again after it is read once.
     labelled: Lately,
-    cgroups: CgroupPaths,
+    /// Paths of cgroups and executables, read once each.
+    kept: LabelPaths,
     generations: Option<Generations>,
     /// The targets' perf maps: names of their JIT code.
     jit: JitMaps,

@@ -1,8 +1,13 @@
 //! Reading `/proc`: a process's directory held open while one capture reads its files, and the
 //! read of a `/proc` text file every capture makes.
-use std::{fs::File, io, os::fd::OwnedFd};
+use std::{
+    fs::File,
+    io,
+    os::fd::{AsRawFd as _, OwnedFd},
+};
 
 use nix::{fcntl::OFlag, sys::stat::Mode};
+use profiler_common::FileId;
 
 /// A process's `/proc/PID` directory, opened once for a capture. Its files are read relative to
 /// it: each is found without looking the pid up again (the costly part of opening one, for a
@@ -35,6 +40,52 @@ impl ProcDir {
     pub fn read_link(&self, name: &str) -> io::Result<String> {
         let target = nix::fcntl::readlinkat(&self.0, name)?;
         Ok(target.to_string_lossy().into_owned())
+    }
+
+    /// The process's executable: its path, and whether it is the file the kernel names `id`
+    /// (read through one handle on the file, so both are of the same file even if the process
+    /// execs meanwhile).
+    pub fn executable(&self, id: FileId) -> io::Result<(String, bool)> {
+        let flags = OFlag::O_PATH | OFlag::O_CLOEXEC;
+        let file = nix::fcntl::openat(&self.0, "exe", flags, Mode::empty())?;
+        let stat = nix::sys::stat::fstat(&file)?;
+        let path = nix::fcntl::readlink(format!("/proc/self/fd/{}", file.as_raw_fd()).as_str())?;
+        // The kernel's `dev_t` (see `FileId`) against the encoding `stat` gives.
+        let same = stat.st_ino == id.inode
+            && nix::sys::stat::major(stat.st_dev) == u64::from(id.dev >> 20)
+            && nix::sys::stat::minor(stat.st_dev) == u64::from(id.dev & 0xf_ffff);
+        Ok((path.to_string_lossy().into_owned(), same))
+    }
+}
+
+impl From<ProcDir> for LazyDir {
+    /// A directory opened already.
+    fn from(dir: ProcDir) -> LazyDir {
+        LazyDir {
+            pid: 0,
+            dir: std::cell::OnceCell::from(Some(dir)),
+        }
+    }
+}
+
+/// A process's directory opened when first needed, if at all: what the kernel said of a process
+/// may leave nothing to read.
+pub struct LazyDir {
+    pid: u32,
+    dir: std::cell::OnceCell<Option<ProcDir>>,
+}
+
+impl LazyDir {
+    pub fn new(pid: u32) -> LazyDir {
+        LazyDir {
+            pid,
+            dir: Default::default(),
+        }
+    }
+
+    /// The directory; None if the process is gone.
+    pub fn get(&self) -> Option<&ProcDir> {
+        self.dir.get_or_init(|| ProcDir::open(self.pid).ok()).as_ref()
     }
 }
 
@@ -94,5 +145,34 @@ mod tests {
         child.wait().unwrap();
         assert!(dir.read("maps").is_err());
         assert!(dir.read_link("exe").is_err());
+        assert!(dir.executable(FileId::default()).is_err());
+        assert!(LazyDir::new(child.id()).get().is_none());
+    }
+
+    #[test]
+    fn an_executable_is_known_by_the_kernels_identity_of_its_file() {
+        use std::os::unix::fs::MetadataExt as _;
+        let dir = LazyDir::new(std::process::id());
+        let dir = dir.get().unwrap();
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        let meta = std::fs::metadata(&exe).unwrap();
+        // The kernel's dev_t: major above 20 bits of minor.
+        let dev = (nix::sys::stat::major(meta.dev()) << 20 | nix::sys::stat::minor(meta.dev())) as u32;
+        let id = FileId {
+            inode: meta.ino(),
+            dev,
+            generation: 7,
+        };
+        assert_eq!(
+            dir.executable(id).unwrap(),
+            (exe.to_string_lossy().into_owned(), true)
+        );
+        let other = FileId {
+            inode: meta.ino() + 1,
+            ..id
+        };
+        assert!(!dir.executable(other).unwrap().1);
+        let other = FileId { dev: dev + 1, ..id };
+        assert!(!dir.executable(other).unwrap().1);
     }
 }

@@ -135,6 +135,7 @@ fn a_label_takes_the_kernels_name_for_the_image_it_was_announced_in() {
         comm: Some(name.into()),
         cgroup_id: 0,
         generation,
+        executable: None,
     };
     let me = std::process::id();
     generations.lock().unwrap().insert(me, 1);
@@ -172,6 +173,65 @@ fn a_label_takes_the_kernels_name_for_the_image_it_was_announced_in() {
     procs.label(gone, &said("parent", 0));
     assert_eq!(procs.name(gone), Some("child"), "not an earlier image's");
     assert_eq!(procs.info(gone).and_then(|i| i.executable.clone()), None);
+}
+
+/// A process the kernel announced with all its labels (name, cgroup, executable file) is read
+/// from `/proc` only for an executable file not seen before: others' labels, and its capture
+/// moments later, take what the kernel said.
+#[test]
+fn a_label_the_kernel_said_whole_reads_only_an_executable_not_seen_before() {
+    use std::os::unix::fs::MetadataExt as _;
+    let me = std::process::id();
+    let exe = std::fs::read_link("/proc/self/exe").unwrap();
+    let meta = std::fs::metadata(&exe).unwrap();
+    let (major, minor) = (
+        nix::sys::stat::major(meta.dev()),
+        nix::sys::stat::minor(meta.dev()),
+    );
+    let own_file = profiler_common::FileId {
+        inode: meta.ino(),
+        dev: (major << 20 | minor) as u32,
+        generation: 3,
+    };
+    let said = |name: &str, executable| Announced {
+        comm: Some(name.into()),
+        cgroup_id: 0,
+        generation: 2,
+        executable: Some(executable),
+    };
+    let mut procs = Processes::new();
+    procs.with_generations(|_| 2);
+    procs.label(me, &said("kernel's", own_file));
+    let exe = exe.to_string_lossy().into_owned();
+    let label = |procs: &Processes, pid| procs.info(pid).map(|i| (i.comm.clone(), i.executable.clone()));
+    assert_eq!(label(&procs, me), Some(("kernel's".into(), Some(exe.clone()))));
+    // Captured now: its label is not read again (the name would be this test's).
+    procs.capture(me).unwrap();
+    assert_eq!(label(&procs, me), Some(("kernel's".into(), Some(exe.clone()))));
+
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let gone = child.id();
+    child.wait().unwrap();
+    procs.label(gone, &said("same file", own_file));
+    assert_eq!(
+        label(&procs, gone),
+        Some(("same file".into(), Some(exe))),
+        "a file seen before: its path kept"
+    );
+    let another = |generation| profiler_common::FileId {
+        generation,
+        ..own_file
+    };
+    procs.forget(&HashSet::from([gone]));
+    procs.label(gone, &said("reused inode", another(4)));
+    assert_eq!(
+        label(&procs, gone),
+        Some(("reused inode".into(), None)),
+        "another file (the inode's number reused): not known, and nothing left to read"
+    );
+    procs.forget(&HashSet::from([gone]));
+    procs.label(gone, &said("kernel thread", Default::default()));
+    assert_eq!(label(&procs, gone), Some(("kernel thread".into(), None)));
 }
 
 #[test]

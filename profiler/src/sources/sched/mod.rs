@@ -11,8 +11,8 @@ use aya::{
     Ebpf,
 };
 use profiler_common::{
-    names, offcpu_stacks, unwind::UserStack, CpuHistory, ExitedKey, OffCpuSampling, OffCpuTime, Running,
-    SampleKey, SlowEvent, TaskOffsets, TaskSched, BEGAN_EARLIER, HEAT_BUCKETS,
+    names, offcpu_stacks, unwind::UserStack, CpuHistory, ExitedKey, LabelOffsets, OffCpuSampling, OffCpuTime,
+    Running, SampleKey, SlowEvent, TaskOffsets, TaskSched, BEGAN_EARLIER, HEAT_BUCKETS,
 };
 
 mod cpus;
@@ -215,6 +215,21 @@ pub fn task_offsets() -> Result<TaskOffsets, UserError> {
         cfs_rq_rq,
         rq_clock,
         vfork_done: field("vfork_done").unwrap_or(0),
+        labels: label_offsets(&btf).unwrap_or_default(),
+    })
+}
+
+/// Where a process's name and executable file are (`LabelOffsets`), if the BTF says all of it.
+fn label_offsets(btf: &crate::btf::Btf) -> Option<LabelOffsets> {
+    Some(LabelOffsets {
+        group_leader: btf.member_offset("task_struct", "group_leader")?,
+        mm: btf.member_offset("task_struct", "mm")?,
+        exe_file: btf.member_offset("mm_struct", "exe_file")?,
+        f_inode: btf.member_offset("file", "f_inode")?,
+        i_ino: btf.member_offset("inode", "i_ino")?,
+        i_generation: btf.member_offset("inode", "i_generation")?,
+        i_sb: btf.member_offset("inode", "i_sb")?,
+        s_dev: btf.member_offset("super_block", "s_dev")?,
     })
 }
 
