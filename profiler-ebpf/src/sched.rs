@@ -535,6 +535,9 @@ fn switch_out(
         let generation = stats.exec_generation;
         let labels = |event: &mut ProcessEvent| current.write_labels(off, prev, tgid, generation, event);
         match needs {
+            // (Blocked before its exec, a child of vfork has its parent's memory and name: its
+            // labels are read by user space, after the exec if it gets there.)
+            seen::CAPTURED if current.before_exec_of_vfork(off) => crate::sampling::announce_once(tgid),
             seen::CAPTURED => crate::sampling::announce_labelled_once(tgid, labels),
             _ => crate::sampling::announce_labels_once(tgid, labels),
         }

@@ -199,8 +199,18 @@ impl Processes {
     pub fn label(&mut self, pid: u32, said: &Announced) {
         let dir = LazyDir::new(pid);
         // What the kernel said in full is of the image it said it in; what is read from `/proc`,
-        // of the image the process runs now.
-        let generation = match said.complete() {
+        // of the image the process runs now: an executable not known yet is read only while the
+        // process still runs the image announced, else all of its label is read.
+        let complete = said.complete()
+            && (self.kept.knows_executable(said) || self.current_generation(pid) == said.generation);
+        let said = &match complete {
+            true => said.clone(),
+            false => Announced {
+                executable: None,
+                ..said.clone()
+            },
+        };
+        let generation = match complete {
             true => said.generation,
             // Gone already (a process that lived a millisecond, its generation forgotten with
             // it): what the kernel said of it, in the image it said it for.
@@ -222,10 +232,12 @@ impl Processes {
         let Some(info) = ProcessInfo::read_announced(&dir, this_image, &mut self.kept) else {
             return;
         };
-        // A zombie's label (no executable left) does not replace one read while it lived; what
-        // the kernel said of a later image does.
+        // Never over a later image's label (an announcement read after a capture of the image
+        // the process exec'd into); a zombie's label (no executable left) does not replace one
+        // read while it lived.
         let replaces = match self.info.get(&pid) {
             None => true,
+            Some((known, _)) if generation < *known => false,
             Some((known, label)) => {
                 info.executable.is_some() || (label.executable.is_none() && generation >= *known)
             }
@@ -233,7 +245,7 @@ impl Processes {
         if replaces {
             self.info.insert(pid, (generation, info));
             // (Read across an exec: its image may be either; read again when announced again.)
-            if said.complete() || self.current_generation(pid) == generation {
+            if complete || self.current_generation(pid) == generation {
                 self.labelled.note(pid);
             }
         }

@@ -45,6 +45,14 @@ pub struct LabelPaths {
     exes: ExePaths,
 }
 
+impl LabelPaths {
+    /// Whether the path of the executable the kernel said is kept.
+    pub(super) fn knows_executable(&self, said: &Announced) -> bool {
+        said.executable
+            .is_some_and(|id| id == FileId::default() || self.exes.knows(id))
+    }
+}
+
 impl ProcessInfo {
     /// Read from `/proc` through the process's directory.
     pub(super) fn read_in(dir: &LazyDir) -> Option<ProcessInfo> {
@@ -126,7 +134,7 @@ impl CgroupPaths {
 /// with its labels carries: each path read once a minute, from a process found running the file,
 /// not once per process (a build machine starts the same few compilers all day). Kept only where
 /// the file read is the one the kernel named (`ProcDir::executable`: not after an exec in
-/// between, nor where the filesystem's `stat` speaks of another inode, as overlayfs may). A file
+/// between, nor where the filesystem's `stat` speaks of another inode number). A file
 /// reached by several paths (hard links, bind mounts) is named by the one read; a file renamed
 /// or deleted since, by its old path for at most `EXE_PATH_KEPT_FOR`.
 #[derive(Debug, Default)]
@@ -138,6 +146,12 @@ const EXES_KEPT: usize = 4096;
 const EXE_PATH_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl ExePaths {
+    fn knows(&self, id: FileId) -> bool {
+        self.0
+            .get(&id)
+            .is_some_and(|(_, at)| at.elapsed() < EXE_PATH_KEPT_FOR)
+    }
+
     fn path(&mut self, id: FileId, dir: &LazyDir) -> Option<String> {
         if id == FileId::default() {
             return None;

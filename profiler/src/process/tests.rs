@@ -218,6 +218,27 @@ fn a_label_the_kernel_said_whole_reads_only_an_executable_not_seen_before() {
         Some(("same file".into(), Some(exe))),
         "a file seen before: its path kept"
     );
+    // An earlier image's announcement, read after the later one's: not over it.
+    procs.label(
+        me,
+        &Announced {
+            generation: 1,
+            ..said("earlier image", own_file)
+        },
+    );
+    assert_eq!(procs.name(me), Some("kernel's"));
+    // Exec'd since it was announced, into a file not known yet: all of its label read from
+    // /proc (the name the kernel gave is the image's before).
+    let mut fresh = Processes::new();
+    fresh.with_generations(|_| 2);
+    fresh.label(
+        me,
+        &Announced {
+            generation: 1,
+            ..said("before its exec", own_file)
+        },
+    );
+    assert_eq!(fresh.name(me), comm_of(me).as_deref());
     let another = |generation| profiler_common::FileId {
         generation,
         ..own_file
