@@ -203,13 +203,6 @@ impl Processes {
         // process still runs the image announced, else all of its label is read.
         let complete = said.complete()
             && (self.kept.knows_executable(said) || self.current_generation(pid) == said.generation);
-        let said = &match complete {
-            true => said.clone(),
-            false => Announced {
-                executable: None,
-                ..said.clone()
-            },
-        };
         let generation = match complete {
             true => said.generation,
             // Gone already (a process that lived a millisecond, its generation forgotten with
@@ -220,16 +213,15 @@ impl Processes {
         if self.labelled.holds(pid) && self.knows_who(pid, generation) {
             return;
         }
-        // Exec'd since (a fork that was announced before its exec): its name is read.
-        let this_image = match said.generation == generation {
-            true => said,
-            false => &Announced {
-                comm: None,
-                executable: None,
-                ..said.clone()
-            },
+        // What of the announcement is this image's: all of it where complete; else its cgroup,
+        // and its name unless it exec'd since (a fork announced before its exec).
+        let this_image = Announced {
+            comm: said.comm.clone().filter(|_| said.generation == generation),
+            executable: said.executable.filter(|_| complete),
+            cgroup_id: said.cgroup_id,
+            generation: said.generation,
         };
-        let Some(info) = ProcessInfo::read_announced(&dir, this_image, &mut self.kept) else {
+        let Some(info) = ProcessInfo::read_announced(&dir, &this_image, &mut self.kept) else {
             return;
         };
         // Never over a later image's label (an announcement read after a capture of the image
@@ -238,9 +230,7 @@ impl Processes {
         let replaces = match self.info.get(&pid) {
             None => true,
             Some((known, _)) if generation < *known => false,
-            Some((known, label)) => {
-                info.executable.is_some() || (label.executable.is_none() && generation >= *known)
-            }
+            Some((_, label)) => info.executable.is_some() || label.executable.is_none(),
         };
         if replaces {
             self.info.insert(pid, (generation, info));

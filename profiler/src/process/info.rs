@@ -146,23 +146,30 @@ const EXES_KEPT: usize = 4096;
 const EXE_PATH_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl ExePaths {
-    fn knows(&self, id: FileId) -> bool {
+    /// The path read for the file within `EXE_PATH_KEPT_FOR`.
+    fn fresh(&self, id: FileId) -> Option<&String> {
         self.0
             .get(&id)
-            .is_some_and(|(_, at)| at.elapsed() < EXE_PATH_KEPT_FOR)
+            .filter(|(_, at)| at.elapsed() < EXE_PATH_KEPT_FOR)
+            .map(|(path, _)| path)
+    }
+
+    fn knows(&self, id: FileId) -> bool {
+        self.fresh(id).is_some()
     }
 
     fn path(&mut self, id: FileId, dir: &LazyDir) -> Option<String> {
         if id == FileId::default() {
             return None;
         }
-        match self.0.get(&id) {
-            Some((path, at)) if at.elapsed() < EXE_PATH_KEPT_FOR => return Some(path.clone()),
-            // Read again where it can be (the file renamed since?); else what was read.
-            Some((path, _)) if dir.get().is_none() => return Some(path.clone()),
-            _ => {}
+        if let Some(path) = self.fresh(id) {
+            return Some(path.clone());
         }
-        let (path, same) = dir.get()?.executable(id).ok()?;
+        // Read again where it can be (the file renamed since?); else what was read.
+        let Some(dir) = dir.get() else {
+            return self.0.get(&id).map(|(path, _)| path.clone());
+        };
+        let (path, same) = dir.executable(id).ok()?;
         if same {
             if self.0.len() >= EXES_KEPT {
                 self.0.clear();
