@@ -227,9 +227,11 @@ fn unwind_listing(files: Option<&[FileWithRows]>) -> String {
         profiler_common::unwind::ROWS
     );
     for f in files {
+        // (The device as `/proc/PID/maps` writes it.)
+        let (major, minor) = (libc::major(f.device), libc::minor(f.device));
         page += &format!(
-            "{}\t{}\t{}\t{}\t{}\n",
-            f.rows, f.processes, f.device, f.inode, f.path
+            "{}\t{}\t{major:02x}:{minor:02x}\t{}\t{}\n",
+            f.rows, f.processes, f.inode, f.path
         );
     }
     page
@@ -272,7 +274,7 @@ mod tests {
     #[test]
     fn unwind_listing_has_a_line_per_file() {
         let files = [FileWithRows {
-            device: "fe:01".into(),
+            device: libc::makedev(0xfe, 1),
             inode: 42,
             path: "/usr/bin/app".into(),
             rows: 68,

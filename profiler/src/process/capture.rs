@@ -6,8 +6,11 @@ use std::{
 };
 
 use super::{
-    find, info::Announced, maps::MapsLine, parse_maps, proc_dir::LazyDir, ProcDir, ProcessInfo, Processes,
-    Region,
+    find,
+    info::Announced,
+    maps::{exec_mappings, MapsLine},
+    proc_dir::LazyDir,
+    ProcDir, ProcessInfo, Processes, Region,
 };
 
 /// When a capture reads a process's label again.
@@ -94,10 +97,10 @@ impl Processes {
         // The generation read on both sides of the map: equal, the map belongs to it (an exec
         // in between would have changed it).
         let dir = ProcDir::open(pid)?;
-        let (mut text, mut generation) = (String::new(), 0);
+        let (mut lines, mut generation) = (Vec::new(), 0);
         for _ in 0..3 {
             let before = self.current_generation(pid);
-            text = dir.read("maps")?;
+            lines = exec_mappings(dir.open_file("maps")?)?;
             generation = self.current_generation(pid);
             if before == generation {
                 break;
@@ -105,7 +108,7 @@ impl Processes {
         }
         // A process that has exited (a zombie) has no map and no executable left: what was
         // captured while it lived stays.
-        if text.is_empty() && self.is_known(pid) {
+        if lines.is_empty() && self.is_known(pid) {
             return Err(io::Error::new(io::ErrorKind::NotFound, "exited"));
         }
         // (Labelled moments ago, the same image: what the kernel said as it announced it.)
@@ -120,7 +123,7 @@ impl Processes {
                 self.info.insert(pid, (generation, info));
             }
         }
-        Ok((generation, parse_maps(&text)))
+        Ok((generation, lines))
     }
 
     /// Whether this image of `pid` was labelled already (with its executable: a zombie's

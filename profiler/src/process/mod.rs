@@ -26,7 +26,7 @@ pub use vdso::{own_vdso, OwnVdso};
 use capture::Lately;
 use info::LabelPaths;
 pub use info::{comm_of, container_id, split_stat, threads_of, Announced, ProcessInfo};
-pub use maps::{parse_maps, MapsLine};
+pub use maps::{exec_mappings, parse_maps, MapsLine};
 pub use perf_map::{JitMaps, JitNames, JitSymbol, PerfMap};
 pub use proc_dir::{read_proc, ProcDir};
 use profiler_common::{
@@ -201,7 +201,7 @@ pub struct Processes {
     /// libraries is captured again and again, and who the process is did not change).
     info: HashMap<u32, (u32, ProcessInfo)>,
     files: HashMap<FileId, MappedFile>,
-    file_ids: HashMap<(String, u64), FileId>,
+    file_ids: HashMap<(u64, u64), FileId>,
     /// The open files by build ID, for frames the kernel resolved (see `ObjectOffset`).
     /// None: two files claim the id (one of them lies), and such frames stay unnamed.
     by_build_id: HashMap<BuildId, Option<FileId>>,
@@ -252,17 +252,17 @@ impl Processes {
         if lines.iter().any(|l| l.inode == 0 && !l.path.starts_with('[')) {
             self.jit.refresh(pid);
         }
+        self.install((pid, generation), &lines, true);
         if let Some(captured) = &mut self.captured {
-            captured.push((pid, generation, lines.clone()));
+            captured.push((pid, generation, lines));
         }
-        self.install((pid, generation), lines, true);
     }
 
     /// `lines` map what `installed` maps: the same ranges of the same files.
     fn same_map(&self, installed: &[Mapping], lines: &[MapsLine]) -> bool {
         installed.len() == lines.len()
             && installed.iter().zip(lines).all(|(m, line)| {
-                let file = self.file_ids.get(&(line.dev.clone(), line.inode)).copied();
+                let file = self.file_ids.get(&(line.dev, line.inode)).copied();
                 (m.start, m.end, m.file_offset) == (line.start, line.end, line.file_offset)
                     && match m.region {
                         Region::File(id) => file == Some(id),
@@ -296,18 +296,18 @@ impl Processes {
 
     /// Install a memory map without reading `/proc` (replay and tests).
     pub fn insert_maps(&mut self, pid: u32, lines: Vec<MapsLine>) {
-        self.install((pid, 0), lines, false);
+        self.install((pid, 0), &lines, false);
     }
 
     /// Record the mappings of `pid` in one exec generation; with `open_files`, open each new
     /// file through the process.
-    fn install(&mut self, (pid, generation): (u32, u32), lines: Vec<MapsLine>, open_files: bool) {
+    fn install(&mut self, (pid, generation): (u32, u32), lines: &[MapsLine], open_files: bool) {
         let mappings = lines
-            .into_iter()
+            .iter()
             .map(|line| {
                 let region = match open_files {
-                    true => self.region_for(pid, &line),
-                    false => self.region_for_path(&line, None),
+                    true => self.region_for(pid, line),
+                    false => self.region_for_path(line, None),
                 };
                 Mapping {
                     start: line.start,
@@ -335,7 +335,7 @@ impl Processes {
         if line.inode == 0 || !line.path.starts_with('/') {
             return Region::Anon;
         }
-        let key = (line.dev.clone(), line.inode);
+        let key = (line.dev, line.inode);
         if let Some(&id) = self.file_ids.get(&key) {
             return Region::File(id);
         }

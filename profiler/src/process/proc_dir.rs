@@ -27,8 +27,13 @@ impl ProcDir {
 
     /// A text file of the directory (`maps`, `comm`, `cgroup`).
     pub fn read(&self, name: &str) -> io::Result<String> {
+        read_text(self.open_file(name)?)
+    }
+
+    /// A file of the directory, opened to read.
+    pub fn open_file(&self, name: &str) -> io::Result<File> {
         let flags = OFlag::O_RDONLY | OFlag::O_CLOEXEC;
-        read_text(File::from(nix::fcntl::openat(
+        Ok(File::from(nix::fcntl::openat(
             &self.0,
             name,
             flags,
@@ -94,7 +99,7 @@ pub fn read_proc(path: &str) -> io::Result<String> {
     read_text(File::open(path)?)
 }
 
-fn read_text(mut file: File) -> io::Result<String> {
+pub(super) fn read_text(mut file: File) -> io::Result<String> {
     use std::io::Read as _;
     // (Not `File::read_to_end`: it asks the size and the position first.)
     let (mut text, mut len) = (vec![0; 16 << 10], 0);

@@ -20,6 +20,63 @@ fn parses_executable_mappings_only() {
     assert_eq!(lines[3].path, "[vdso]");
 }
 
+/// A `sleep 30` of a test, killed and reaped however the test ends.
+struct Child(std::process::Child);
+
+impl Child {
+    fn sleeping() -> Child {
+        Child(std::process::Command::new("sleep").arg("30").spawn().unwrap())
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The executable mappings asked of the kernel one at a time are the text's executable lines (its
+/// `[vsyscall]` page aside), of this process and of another: the same ranges, offsets, devices,
+/// inodes and paths. A kernel of 6.11 or later answers (`PROCMAP_QUERY`); an older one's text
+/// is read.
+#[test]
+fn the_kernels_answers_are_the_texts_lines() {
+    let child = Child::sleeping();
+    let release = nix::sys::utsname::uname()
+        .unwrap()
+        .release()
+        .to_string_lossy()
+        .into_owned();
+    let mut version = release.split(['.', '-']).map(|n| n.parse::<u32>().unwrap_or(0));
+    let answers = (version.next(), version.next()) >= (Some(6), Some(11));
+    for pid in [std::process::id(), child.0.id()] {
+        let maps = || File::open(format!("/proc/{pid}/maps")).unwrap();
+        let text = || -> Vec<MapsLine> {
+            let text = parse_maps(&std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap());
+            text.into_iter().filter(|l| l.path != "[vsyscall]").collect()
+        };
+        // (Read until the map holds still around the kernel's answers: the child execs, this
+        // process's other tests may map code.)
+        let (asked, read) = (0..50)
+            .find_map(|_| {
+                let before = text();
+                let asked = (
+                    maps::query::exec_mappings(&maps()),
+                    exec_mappings(maps()).unwrap(),
+                );
+                (text() == before).then_some((asked, before))
+            })
+            .expect("a map that holds still");
+        assert_eq!(asked.1, read, "pid {pid}");
+        assert!(read.iter().any(|l| l.path == "[vdso]") && read.iter().any(|l| l.dev != 0 && l.inode != 0));
+        match asked.0 {
+            Ok(lines) => assert_eq!(lines, read, "pid {pid}"),
+            Err(e) => assert!(!answers, "kernel {release} answers PROCMAP_QUERY, yet: {e}"),
+        }
+    }
+}
+
 /// A program that copied its text to anonymous memory in place (huge pages): the file on
 /// both sides at one bias makes it the file's text again; JIT code placed beside a library
 /// (one side only, or another bias) stays anonymous.
@@ -435,18 +492,11 @@ fn a_changed_map_keeps_its_images_label_and_a_capture_reads_it_anew() {
 }
 
 /// Another process's vDSO is this one's image (the same kernel's), read from its memory; the first
-/// bytes of its executable's code are not, nor is the vDSO of a process that is gone.
+/// bytes of its executable's code are not, nor is the vDSO of a process that is gone. (A 64-bit
+/// process's is taken as the same without the read.)
 #[test]
 fn another_process_maps_the_same_vdso_and_nothing_else_is_taken_for_it() {
-    /// Killed and reaped however the test ends.
-    struct Child(std::process::Child);
-    impl Drop for Child {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let child = Child(std::process::Command::new("sleep").arg("30").spawn().unwrap());
+    let child = Child::sleeping();
     let pid = child.0.id();
     // Its map once the exec is done: its executable (as /proc names it: a multi-call binary's
     // path is not "sleep") and the vDSO mapped anew after it.
@@ -471,12 +521,19 @@ fn another_process_maps_the_same_vdso_and_nothing_else_is_taken_for_it() {
             found
         })
         .expect("sleep started");
-    let answers = (vdso::same_vdso(pid, vdso), vdso::same_vdso(pid, executable));
+    let answers = (
+        vdso::reads_as_own_vdso(pid, vdso),
+        vdso::reads_as_own_vdso(pid, executable),
+    );
     drop(child);
     assert_eq!(
         answers,
         (true, false),
         "vDSO at {vdso:#x}, sleep at {executable:#x}"
     );
-    assert!(!vdso::same_vdso(pid, vdso), "gone");
+    assert!(!vdso::reads_as_own_vdso(pid, vdso), "gone");
+    assert!(
+        vdso > u64::from(u32::MAX) && vdso::same_vdso(pid, vdso),
+        "a 64-bit process's, not read"
+    );
 }

@@ -28,12 +28,19 @@ pub fn own_vdso() -> Option<&'static OwnVdso> {
     .as_ref()
 }
 
-/// Whether `pid`'s vDSO, at `start`, is the image bpfprof's own is (its ELF header): a 32-bit
-/// process maps another, whose code bpfprof's would misname; its frames stay unnamed. Read in
-/// one system call (a capture of every new process makes it: opening `/proc/PID/mem` costs
-/// three, and the open most of all); through `/proc/PID/mem` where that call fails (a kernel
-/// without it, a seccomp filter refusing it, a pid of another namespace than the caller's).
+/// Whether `pid`'s vDSO, at `start`, is the image bpfprof's own is: a 32-bit process maps
+/// another, whose code bpfprof's would misname; its frames stay unnamed. A vDSO above 4 GiB is
+/// a 64-bit process's (a 32-bit one's whole memory is below), and a kernel has one 64-bit vDSO:
+/// bpfprof's. Below, its ELF header is read and compared, in one system call (opening
+/// `/proc/PID/mem` costs three, and the open most of all); through `/proc/PID/mem` where that
+/// call fails (a kernel without it, a seccomp filter refusing it, a pid of another namespace
+/// than the caller's).
 pub(super) fn same_vdso(pid: u32, start: u64) -> bool {
+    own_vdso().is_some() && start > u64::from(u32::MAX) || reads_as_own_vdso(pid, start)
+}
+
+/// Whether the 64 bytes at `start` in `pid`'s memory are the first of bpfprof's own vDSO.
+pub(super) fn reads_as_own_vdso(pid: u32, start: u64) -> bool {
     use std::os::unix::fs::FileExt as _;
     let Some(own) = own_vdso().and_then(|own| own.image.get(..64)) else {
         return false;

@@ -95,26 +95,25 @@ impl Tables {
         let mut keys = HashSet::new();
         for line in maps {
             let key = match (line.inode, line.path.as_str()) {
-                (0, VDSO) => (VDSO.to_string(), 0),
-                (0, _) => (String::new(), 0),
-                (inode, _) => (line.dev.clone(), inode),
+                (0, VDSO) => Some(VDSO_KEY),
+                (0, _) => None,
+                (inode, _) => Some((line.dev, inode)),
             };
             // (A file this load uses already was checked at its first line.)
-            if line.inode != 0 && !keys.contains(&key) {
+            if let Some(key) = key.filter(|key| line.inode != 0 && !keys.contains(key)) {
                 let path = line.map_files_path(pid);
                 self.placed
                     .drop_if_replaced(&key, || FileIdentity::at(Path::new(&path)));
             }
-            if !self.placed.files.contains_key(&key) && !key.0.is_empty() {
+            if let Some(key) = key.filter(|key| !self.placed.files.contains_key(key)) {
                 if let Some(file) = self.read_file(pid, line, &keys) {
                     parsed += 1;
-                    self.placed.files.insert(key.clone(), file);
+                    self.placed.files.insert(key, file);
                 }
             }
-            if !key.0.is_empty() {
-                keys.insert(key.clone());
-            }
-            let placed = self.placed.files.get(&key).and_then(|file| {
+            keys.extend(key);
+            let file = key.and_then(|key| self.placed.files.get(&key));
+            let placed = file.and_then(|file| {
                 let (first_row, rows) = file.rows.clone().ok()?;
                 Some((
                     bias_of(&file.segments, line.start, line.file_offset)?,
@@ -123,7 +122,7 @@ impl Tables {
                 ))
             });
             let (bias, first_row, rows) = placed.unwrap_or((0, 0, 0));
-            if let Some(file) = self.placed.files.get(&key).filter(|_| python.is_none()) {
+            if let Some(file) = file.filter(|_| python.is_none()) {
                 python = (file.python).and_then(|found| {
                     Some((interpreter_at(pid, &found, &file.segments, line)?, found.layout))
                 });
@@ -251,6 +250,8 @@ impl Tables {
 }
 
 const VDSO: &str = "[vdso]";
+/// The vDSO's key among files (no file has inode 0).
+const VDSO_KEY: FileKey = (0, 0);
 /// `bpf_map_update_elem`'s flag: only an entry that exists.
 const BPF_EXIST: u64 = 2;
 

@@ -44,14 +44,14 @@ impl FileTable {
     }
 }
 
-/// A file by (device, inode); the vDSO and anonymous code by name.
-pub(super) type FileKey = (String, u64);
+/// A file by its device (as `stat` encodes it) and inode.
+pub(super) type FileKey = (u64, u64);
 
 /// One file's share of the row array.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FileWithRows {
-    /// As `/proc/PID/maps` gives it (`major:minor`, hex); `[vdso]` for the vDSO.
-    pub device: String,
+    /// As `stat` encodes it (0 for the vDSO).
+    pub device: u64,
     pub inode: u64,
     pub path: String,
     pub rows: u32,
@@ -173,7 +173,7 @@ impl FileRows {
             }
         }
         let mut idle: Vec<(Instant, FileKey, bool)> = (self.files.iter())
-            .filter_map(|(key, f)| Some((f.idle_since?, key.clone(), f.deleted())))
+            .filter_map(|(key, f)| Some((f.idle_since?, *key, f.deleted())))
             .collect();
         idle.sort_by_key(|&(since, ..)| std::cmp::Reverse(since));
         for (n, (since, key, deleted)) in idle.into_iter().enumerate() {
@@ -194,7 +194,7 @@ impl FileRows {
                 .filter(|(key, _)| !pinned.contains(*key))
                 .filter_map(|(key, f)| Some((f.idle_since?, key)))
                 .min()
-                .map(|(_, key)| key.clone())?;
+                .map(|(_, key)| *key)?;
             self.remove(&oldest);
         }
     }
@@ -225,7 +225,7 @@ impl FileRows {
             .filter_map(|((device, inode), file)| {
                 let &(_, rows) = file.rows.as_ref().ok()?;
                 Some(FileWithRows {
-                    device: device.clone(),
+                    device: *device,
                     inode: *inode,
                     path: file.path.clone(),
                     rows,
@@ -319,9 +319,9 @@ mod tests {
 
     fn file_with_rows(placed: &mut FileRows, name: &str, len: u32) -> FileKey {
         let at = placed.space.take(len).unwrap();
-        let key = (name.to_string(), 1);
+        let key = key_of(name);
         placed.files.insert(
-            key.clone(),
+            key,
             FileTable {
                 path: name.to_string(),
                 rows: Ok((at, len)),
@@ -334,6 +334,11 @@ mod tests {
             },
         );
         key
+    }
+
+    /// A key for a file of the tests, by its name.
+    fn key_of(name: &str) -> FileKey {
+        (name.bytes().fold(0, |key, b| key * 256 + u64::from(b)), 1)
     }
 
     fn identity(size: u64) -> FileIdentity {
@@ -351,8 +356,8 @@ mod tests {
         let mut placed = FileRows::new(1000);
         let libc = file_with_rows(&mut placed, "libc", 100);
         let app = file_with_rows(&mut placed, "app", 200);
-        placed.set_uses(10, HashSet::from([libc.clone(), app.clone()]));
-        placed.set_uses(11, HashSet::from([libc.clone(), app.clone()]));
+        placed.set_uses(10, HashSet::from([libc, app]));
+        placed.set_uses(11, HashSet::from([libc, app]));
         assert_eq!(placed.space.used(), 300);
 
         placed.forget(&HashSet::from([10]), start);
@@ -361,7 +366,7 @@ mod tests {
         // pid 11 execs something that maps libc only: app has no user left, and is kept idle
         // until IDLE_KEPT has passed.
         let other = file_with_rows(&mut placed, "other", 50);
-        placed.set_uses(11, HashSet::from([libc.clone(), other.clone()]));
+        placed.set_uses(11, HashSet::from([libc, other]));
         assert!(placed.files[&app].idle_since.is_some());
         placed.forget(&HashSet::new(), Instant::now() + IDLE_KEPT / 2);
         assert_eq!(placed.space.used(), 350, "app is kept idle");
@@ -369,11 +374,11 @@ mod tests {
         assert!(!placed.files.contains_key(&app));
         assert_eq!(placed.space.used(), 150);
         // The same pid loaded again (a map change) counts each file once.
-        placed.set_uses(11, HashSet::from([libc.clone(), other.clone()]));
+        placed.set_uses(11, HashSet::from([libc, other]));
         assert_eq!(placed.files[&libc].users, 1);
 
         // A file without rows, or one never read, is not counted and frees nothing.
-        placed.set_uses(12, HashSet::from([libc.clone(), ("unread".to_string(), 9)]));
+        placed.set_uses(12, HashSet::from([libc, key_of("unread")]));
         assert_eq!(placed.uses[&12].len(), 1);
 
         let listed: Vec<(String, u32, usize)> = placed
@@ -404,14 +409,14 @@ mod tests {
             file_with_rows(&mut placed, "a", 100),
             file_with_rows(&mut placed, "bb", 100),
         );
-        placed.set_uses(1, HashSet::from([a.clone()]));
-        placed.set_uses(2, HashSet::from([b.clone()]));
+        placed.set_uses(1, HashSet::from([a]));
+        placed.set_uses(2, HashSet::from([b]));
         placed.forget(&HashSet::from([1]), start);
         placed.forget(&HashSet::from([2]), start + Duration::from_secs(1));
 
         // Mapped again, the same file: its rows are given again, and it is in use.
         placed.drop_if_replaced(&a, || Some(identity(1)));
-        placed.set_uses(3, HashSet::from([a.clone()]));
+        placed.set_uses(3, HashSet::from([a]));
         assert_eq!((placed.files[&a].users, placed.files[&a].idle_since), (1, None));
         placed.forget(&HashSet::from([3]), start + Duration::from_secs(2));
 
@@ -419,14 +424,14 @@ mod tests {
         placed.drop_if_replaced(&b, || Some(identity(9)));
         assert!(!placed.files.contains_key(&b));
         // A file in use is never dropped, whatever is asked.
-        placed.set_uses(4, HashSet::from([c.clone()]));
+        placed.set_uses(4, HashSet::from([c]));
         placed.drop_if_replaced(&c, || None);
         assert!(placed.files.contains_key(&c));
 
         // The array full: the idle file gives its rows to a new one, the one in use keeps its;
         // and one a load in progress has given already keeps them too.
         assert_eq!(placed.space.used(), 200);
-        assert_eq!(placed.take(150, &HashSet::from([a.clone()])), None);
+        assert_eq!(placed.take(150, &HashSet::from([a])), None);
         assert!(placed.files.contains_key(&a), "pinned by the load");
         let none = HashSet::new();
         assert_eq!(
@@ -447,7 +452,7 @@ mod tests {
         std::fs::write(&path, b"x").unwrap();
         let deleted = file_with_rows(&mut placed, "deleted", 10);
         placed.files.get_mut(&deleted).unwrap().handle = Some(File::open(&path).unwrap());
-        placed.set_uses(1, HashSet::from([deleted.clone()]));
+        placed.set_uses(1, HashSet::from([deleted]));
         placed.forget(&HashSet::from([1]), start);
         assert!(placed.files.contains_key(&deleted), "kept idle while it exists");
         std::fs::remove_file(&path).unwrap();
@@ -460,7 +465,7 @@ mod tests {
         // A file without rows is read again when next mapped (there may be room by then).
         let rowless = file_with_rows(&mut placed, "rowless", 0);
         placed.files.get_mut(&rowless).unwrap().rows = Err("the unwind row array is full".into());
-        placed.set_uses(2, HashSet::from([rowless.clone()]));
+        placed.set_uses(2, HashSet::from([rowless]));
         placed.forget(&HashSet::from([2]), start);
         assert!(!placed.files.contains_key(&rowless));
 
@@ -471,6 +476,6 @@ mod tests {
             placed.forget(&HashSet::from([n]), start + Duration::from_millis(n.into()));
         }
         assert_eq!(placed.files.len(), IDLE_FILES);
-        assert!(!placed.files.contains_key(&("f0".to_string(), 1)));
+        assert!(!placed.files.contains_key(&key_of("f0")));
     }
 }

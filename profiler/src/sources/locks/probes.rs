@@ -173,7 +173,7 @@ fn unique_files(lines: &[MapsLine]) -> Vec<&MapsLine> {
     let mut seen = std::collections::HashSet::new();
     lines
         .iter()
-        .filter(|l| l.path.starts_with('/') && seen.insert((l.dev.clone(), l.inode)))
+        .filter(|l| l.path.starts_with('/') && seen.insert((l.dev, l.inode)))
         .collect()
 }
 
