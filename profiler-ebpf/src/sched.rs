@@ -344,10 +344,10 @@ pub fn sched_switch(ctx: BtfTracePointContext) -> u32 {
 
 #[inline(always)]
 fn switch(ctx: &BtfTracePointContext) {
-    bump(HealthCounter::SchedSwitches);
+    crate::health::bump_in_switch(HealthCounter::SchedSwitches);
     let off = offsets();
-    // `prev` is the task running this program.
-    let (current, next_task) = (BtfTask::current(), BtfTask::arg(ctx, 2));
+    // `prev` is the task running this program (its argument: no helper call for it).
+    let (current, next_task) = (BtfTask::arg(ctx, 1), BtfTask::arg(ctx, 2));
     let prev_task = Task(current.0);
     let prev = current.tid(&off);
     let next = next_task.tid(&off);
@@ -661,7 +661,7 @@ fn draw_number() -> u32 {
 #[inline(always)]
 fn reused_stack(kept: &StackReuse, tgid: u32, version: u64, generation: u32) -> Option<i32> {
     let id = crate::reuse::offcpu_stack(kept, tgid, version, generation)?;
-    bump(HealthCounter::StacksReused);
+    crate::health::bump_in_switch(HealthCounter::StacksReused);
     Some(id)
 }
 

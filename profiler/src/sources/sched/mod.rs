@@ -117,7 +117,7 @@ impl Spec {
     /// Its records cover the run from now on: the targets' threads of this moment are
     /// remembered (one that never switches is still part of the answer).
     pub fn attach(self, kernel: &mut Loaded, context: &AttachContext<'_>) -> anyhow::Result<Attached> {
-        let maps = SchedMaps::take(&mut kernel.ebpf)?;
+        let maps = SchedMaps::take(&mut kernel.ebpf, self.detail)?;
         let btf = crate::btf::kernel_btf()?;
         if self.walks_tables(context.unwind_tables) {
             kernel
@@ -259,7 +259,7 @@ pub struct SchedBatch {
     pub exited: Vec<TaskRecord>,
     /// Slow waits reported since the last drain.
     pub slow: Vec<SlowRecord>,
-    /// The interval's heatmap column (waits per bucket); none at the end.
+    /// The interval's heatmap column (waits per bucket); none at the end, nor without `detail`.
     pub heat: Option<Vec<u64>>,
     /// Every live thread's record so far: when asked (`Wants::current`), and at the end (then
     /// with the state each was still in, and the threads that never switched).
@@ -327,7 +327,7 @@ impl Source for SchedSource {
             offcpu,
             exited,
             slow,
-            heat: Some(heat),
+            heat,
             live: wants.current.then(|| live_tasks(&tasks)),
             ..self.batch()
         })))
@@ -375,7 +375,7 @@ struct SchedMaps {
     stacks: [StackTraceMap<MapData>; 2],
     /// Table-unwound user stacks (when the run walks tables).
     user_stacks: [BpfHashMap<MapData, u32, UserStack>; 2],
-    heat: PerCpuArray<MapData, u64>,
+    heat: Option<PerCpuArray<MapData, u64>>,
     cpus: PerCpuArray<MapData, CpuHistory>,
     /// Per CPU, the traced task on it and since when (the lean path's switch-ins).
     running: PerCpuArray<MapData, Running>,
@@ -383,7 +383,8 @@ struct SchedMaps {
 }
 
 impl SchedMaps {
-    fn take(ebpf: &mut Ebpf) -> anyhow::Result<Self> {
+    /// The maps; the heatmap only with `detail` (the kernel writes it only then).
+    fn take(ebpf: &mut Ebpf, detail: bool) -> anyhow::Result<Self> {
         let mut take = |name: &str| crate::collect::take_map(ebpf, name);
         Ok(SchedMaps {
             tasks: BpfHashMap::try_from(take(names::TASK_STATS)?)?,
@@ -400,27 +401,24 @@ impl SchedMaps {
                 BpfHashMap::try_from(take(names::OFFCPU_USER_STACKS[0])?)?,
                 BpfHashMap::try_from(take(names::OFFCPU_USER_STACKS[1])?)?,
             ],
-            heat: PerCpuArray::try_from(take(names::HEAT)?)?,
+            heat: match detail {
+                true => Some(PerCpuArray::try_from(take(names::HEAT)?)?),
+                false => None,
+            },
             cpus: PerCpuArray::try_from(take(names::CPU_HISTORY)?)?,
             running: PerCpuArray::try_from(take(names::RUNNING)?)?,
             slow: RingBuf::try_from(take(names::SLOW_EVENTS)?)?,
         })
     }
 
-    /// Once a second, after the epoch switched away from `old`: one heatmap column, and the
-    /// entries of the tasks that exited since.
-    fn drain(&mut self, old: usize) -> anyhow::Result<(Vec<u64>, Vec<TaskSched>)> {
-        let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
-        let mut column = vec![0u64; HEAT_BUCKETS];
-        for (bucket, cell) in column.iter_mut().enumerate() {
-            let index = (old * HEAT_BUCKETS + bucket) as u32;
-            let values = self.heat.get(&index, 0)?;
-            *cell = values.iter().sum();
-            if *cell > 0 {
-                self.heat
-                    .set(index, PerCpuValues::try_from(vec![0u64; cpus])?, 0)?;
-            }
-        }
+    /// Once a second, after the epoch switched away from `old`: one heatmap column (where the
+    /// heatmap is kept), and the entries of the tasks that exited since.
+    fn drain(&mut self, old: usize) -> anyhow::Result<(Option<Vec<u64>>, Vec<TaskSched>)> {
+        let column = self
+            .heat
+            .as_mut()
+            .map(|heat| heat_column(heat, old))
+            .transpose()?;
         let exited = (take_all(&self.exited).entries.into_iter())
             .map(|(_, task)| task)
             .collect();
@@ -524,6 +522,21 @@ impl SchedMaps {
 
 /// A live task's entry in the kernel's task map: its tid and its record.
 type LiveTask = (u32, TaskSched);
+
+/// The heatmap column of epoch slot `old` (waits per bucket, summed over the CPUs), its cells
+/// zeroed for the slot's next interval.
+fn heat_column(heat: &mut PerCpuArray<MapData, u64>, old: usize) -> anyhow::Result<Vec<u64>> {
+    let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow::anyhow!("{what}: {e}"))?;
+    let mut column = vec![0u64; HEAT_BUCKETS];
+    for (bucket, cell) in column.iter_mut().enumerate() {
+        let index = (old * HEAT_BUCKETS + bucket) as u32;
+        *cell = heat.get(&index, 0)?.iter().sum();
+        if *cell > 0 {
+            heat.set(index, PerCpuValues::try_from(vec![0u64; cpus])?, 0)?;
+        }
+    }
+    Ok(column)
+}
 
 /// Every live task's record so far, as read from the kernel (its current state left open):
 /// totals that only grow, as the kernel settled them.
