@@ -204,6 +204,15 @@ macro_rules! health_table {
                         "{} of {} table-unwound user stacks began in code mapped after their process's unwind tables were given (a library just loaded; the tables were read again): they come from frame pointers from there and may stop early",
                         h.unwind_stale, h.unwind_walks
                     ));
+                // CPython 3.11 and 3.12 point the thread at the evaluation loop's new C frame a
+                // few instructions before writing the Python frame into it: a sample there reads
+                // a stale word. Counted apart from `python_cut`, which stays a sign of a fault.
+                PythonEntering = 35, python_entering, common, "python_stacks_entering_total",
+                    "walked stacks whose innermost function was the evaluation loop and whose first Python frame could not be read (3.11 and 3.12 publish it a few instructions after entering the loop): the loop's own frame stands for their Python frames",
+                    |h| (h.python_entering > 0 && h.python_entering * 100 >= h.python_frames.max(1)).then(|| format!(
+                        "{} stacks were taken as the evaluation loop was entering a Python call, before it published the frame: their Python frames were not read (the loop's own frame stands there)",
+                        h.python_entering
+                    ));
             }
             user {
                 processes_not_captured, common, "processes_not_captured_total",

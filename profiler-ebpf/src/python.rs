@@ -135,10 +135,25 @@ pub fn step(walk: &mut Walk, py: Option<&PyProcess>) {
         _ => frame(walk, py),
     };
     if done.is_err() {
-        bump(HealthCounter::PythonCut);
+        bump(match entering(walk, py) {
+            true => HealthCounter::PythonEntering,
+            false => HealthCounter::PythonCut,
+        });
         walk.py_frame = NO_MORE;
         end_activation(walk);
     }
+}
+
+/// A read failed at the first Python frame of a stack whose innermost function is the
+/// evaluation loop, on an interpreter whose thread points at the loop's C frame (3.11, 3.12):
+/// that loop sets the pointer a few instructions before it writes the frame there, and a sample
+/// between them reads a stale word.
+#[inline(always)]
+fn entering(walk: &Walk, py: &PyProcess) -> bool {
+    walk.py_mode == mode::FRAMES
+        && walk.py_eval != 0
+        && walk.stack.len == 0
+        && py.offsets.cframe_frame != NO_CFRAME
 }
 
 #[inline(always)]
