@@ -209,7 +209,7 @@ macro_rules! health_table {
                 // a stale word. Counted apart from `python_cut`, which stays a sign of a fault.
                 PythonEntering = 35, python_entering, common, "python_stacks_entering_total",
                     "walked stacks whose innermost function was the evaluation loop and whose first Python frame could not be read (3.11 and 3.12 publish it a few instructions after entering the loop): the loop's own frame stands for their Python frames",
-                    |h| (h.python_entering > 0 && h.python_entering * 100 >= h.python_frames.max(1)).then(|| format!(
+                    |h| (h.python_entering > 0 && h.python_entering * 100 >= h.unwind_walks).then(|| format!(
                         "{} stacks were taken as the evaluation loop was entering a Python call, before it published the frame: their Python frames were not read (the loop's own frame stands there)",
                         h.python_entering
                     ));

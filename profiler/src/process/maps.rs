@@ -46,10 +46,18 @@ pub fn exec_mappings(maps: File) -> io::Result<Vec<MapsLine>> {
                 QUERY_UNKNOWN.store(true, Ordering::Relaxed)
             }
             // (A path too long for the buffer, or any other refusal: the text says it all.)
-            Err(_) => {}
+            Err(e) => said_once(&e),
         }
     }
     Ok(parse_maps(&super::proc_dir::read_text(maps)?))
+}
+
+/// A refusal of the kernel's answers, said once (the text is read instead).
+fn said_once(error: &io::Error) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        log::info!("asking the kernel for a process's mappings (PROCMAP_QUERY) failed: {error}; its /proc map text is read");
+    }
 }
 
 /// Parse the executable mappings out of a `/proc/<pid>/maps` text. Every line is split in place,

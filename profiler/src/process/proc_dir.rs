@@ -115,7 +115,8 @@ pub(super) fn read_text(mut file: File) -> io::Result<String> {
         }
     }
     text.truncate(len);
-    String::from_utf8(text).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    // (A path in a map, a name, need not be UTF-8: never the whole file's failure.)
+    Ok(String::from_utf8(text).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()))
 }
 
 #[cfg(test)]
@@ -137,6 +138,12 @@ mod tests {
         let file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(file.path(), &long).unwrap();
         assert_eq!(read_proc(file.path().to_str().unwrap()).unwrap(), long);
+        // A path in a map need not be UTF-8: the text is still read, that path lossily.
+        std::fs::write(file.path(), b"7f00-7f01 r-xp 0 fe:01 9 /opt/caf\xe9.so\n").unwrap();
+        assert_eq!(
+            read_proc(file.path().to_str().unwrap()).unwrap(),
+            "7f00-7f01 r-xp 0 fe:01 9 /opt/caf\u{fffd}.so\n"
+        );
     }
 
     #[test]
