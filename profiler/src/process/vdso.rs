@@ -1,7 +1,7 @@
 //! The vDSO: the image bpfprof's own process maps, read once, and whether another process's is
 //! the same.
 
-use super::parse_maps;
+use super::exec_mappings;
 
 /// The vDSO as the kernel maps it into this process: the image every 64-bit process maps (an ELF
 /// file with `.dynsym` and `.eh_frame`), where it is and its bytes. It never moves nor changes:
@@ -15,8 +15,8 @@ pub fn own_vdso() -> Option<&'static OwnVdso> {
     static OWN: std::sync::OnceLock<Option<OwnVdso>> = std::sync::OnceLock::new();
     OWN.get_or_init(|| {
         use std::os::unix::fs::FileExt as _;
-        let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-        let line = parse_maps(&maps).into_iter().find(|l| l.path == "[vdso]")?;
+        let maps = exec_mappings(std::fs::File::open("/proc/self/maps").ok()?).ok()?;
+        let line = maps.into_iter().find(|l| l.path == "[vdso]")?;
         let mut image = vec![0u8; (line.end - line.start) as usize];
         let mem = std::fs::File::open("/proc/self/mem").ok()?;
         mem.read_exact_at(&mut image, line.start).ok()?;

@@ -17,7 +17,7 @@ use profiler_common::lock::call::{self, reg};
 
 use crate::{
     error::UserError,
-    process::{parse_maps, MapsLine},
+    process::{exec_mappings, MapsLine},
     unwind::segments_of,
 };
 
@@ -105,10 +105,11 @@ impl LockLibrary {
 /// The lock functions of the file `pid` maps them from: its executable if statically linked,
 /// else the libc (or libpthread) it loaded.
 pub fn for_process(pid: u32) -> Result<LockLibrary, UserError> {
-    let maps =
-        std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|_| UserError::NoSuchProcess(pid))?;
+    let maps = std::fs::File::open(format!("/proc/{pid}/maps"))
+        .and_then(exec_mappings)
+        .map_err(|_| UserError::NoSuchProcess(pid))?;
     let mut searched = Vec::new();
-    for line in unique_files(&parse_maps(&maps)) {
+    for line in unique_files(&maps) {
         let open = PathBuf::from(line.map_files_path(pid));
         if let Some(library) = read(&open, &line.path) {
             return Ok(library);
@@ -136,9 +137,11 @@ pub fn for_command(program: &Path) -> Result<LockLibrary, UserError> {
     if !has_interpreter(program) {
         return Err(no_pthread(display.clone()));
     }
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let maps = std::fs::File::open("/proc/self/maps")
+        .and_then(exec_mappings)
+        .unwrap_or_default();
     let mut searched = vec![display.clone()];
-    for line in unique_files(&parse_maps(&maps)) {
+    for line in unique_files(&maps) {
         let name = Path::new(&line.path)
             .file_name()
             .and_then(|n| n.to_str())
@@ -431,8 +434,8 @@ mod tests {
 
     #[test]
     fn this_machines_libc_has_its_lock_functions_probed_off_the_first_instruction() {
-        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-        let libc = parse_maps(&maps)
+        let libc = exec_mappings(std::fs::File::open("/proc/self/maps").unwrap())
+            .unwrap()
             .into_iter()
             .find(|l| l.path.contains("libc.so"))
             .expect("test binary maps libc");
