@@ -213,6 +213,9 @@ macro_rules! health_table {
                         "{} stacks were taken as the evaluation loop was entering a Python call, before it published the frame: their Python frames were not read (the loop's own frame stands there)",
                         h.python_entering
                     ));
+                ProcessesLabelled = 36, processes_labelled, common, "processes_labelled_total",
+                    "processes announced for their labels alone (executable, name, cgroup), once per image: at their exec, or first preempted (a process seen only running and waiting for a CPU has no other announcement)",
+                    |_| None;
             }
             user {
                 processes_not_captured, common, "processes_not_captured_total",

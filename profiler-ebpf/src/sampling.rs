@@ -461,11 +461,17 @@ pub fn announce_labelled_once(tgid: u32, labels: impl FnOnce(&mut ProcessEvent))
 /// Announce the current task's process for its labels alone, unless it was announced already.
 #[inline(always)]
 pub fn announce_labels_once(tgid: u32, labels: impl FnOnce(&mut ProcessEvent)) {
-    // Not over a capture another CPU announced meanwhile.
-    if SEEN.get_ptr(tgid).is_some() || SEEN.insert(tgid, seen::LABELLED, BPF_NOEXIST as u64).is_err() {
-        return;
+    if mark_first(tgid, seen::LABELLED) {
+        bump(HealthCounter::ProcessesLabelled);
+        announce_with(tgid, ProcessEventKind::Labelled, labels);
     }
-    announce_with(tgid, ProcessEventKind::Labelled, labels);
+}
+
+/// Mark a process announced as far as `level`, if it was not announced at all: whether it was
+/// (not over a capture another CPU announced meanwhile).
+#[inline(always)]
+fn mark_first(tgid: u32, level: u8) -> bool {
+    SEEN.get_ptr(tgid).is_none() && SEEN.insert(tgid, level, BPF_NOEXIST as u64).is_ok()
 }
 
 /// An announcement written in place in the ring (the scheduler's programs have no stack to spare

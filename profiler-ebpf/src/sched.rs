@@ -55,6 +55,12 @@ static TASK_OFFSETS: TaskOffsets = TaskOffsets {
         s_dev: 0,
     },
 };
+/// `mm_struct.start_stack`: 0 in an exec's new memory until its image is loaded (see
+/// `BtfTask::loading_image`); 0 here: not known. Apart from `TASK_OFFSETS`, which `sched_switch`
+/// copies onto its stack whole: 8 bytes more there and 6.1's verifier refuses it (its frame and
+/// a call's may not pass 512 bytes).
+#[unsafe(no_mangle)]
+static MM_START_STACK: u32 = 0;
 /// An `offcpu_stacks` policy. A kernel stack walk costs about three times a user one (measured
 /// here: ~3 us against ~1 us), so `AUTO` walks it only where the kernel is the reason for the
 /// sleep: uninterruptible sleeps (I/O, kernel locks) and kernel threads. A voluntary wait (futex,
@@ -201,6 +207,21 @@ impl BtfTask {
     #[inline(always)]
     fn before_exec_of_vfork(self, off: &TaskOffsets) -> bool {
         off.vfork_done != 0 && self.field::<u64>(off.vfork_done) != 0
+    }
+
+    /// In the middle of an exec: in its new memory (its executable the new one), the image not
+    /// loaded yet (`MM_START_STACK`), its name possibly still the old image's. Never where the
+    /// BTF did not say where to look.
+    #[inline(always)]
+    fn loading_image(self, off: &TaskOffsets) -> bool {
+        let (mm_at, start_stack) = (off.labels.mm, unsafe {
+            core::ptr::read_volatile(&MM_START_STACK)
+        });
+        if mm_at == 0 || start_stack == 0 {
+            return false;
+        }
+        let mm = self.field::<*const u8>(mm_at);
+        !mm.is_null() && BtfTask(mm).field::<u64>(start_stack) == 0
     }
 
     /// Write who this task's process is, as it runs (see `LabelOffsets`), into its announcement:
@@ -514,7 +535,7 @@ fn switch_out(
     let tgid = current.tgid(off);
     stats.tgid = tgid;
     if stats.exec_of != tgid {
-        // Unchanged until the task execs (`rename_current`): read once, not at every sleep.
+        // Unchanged until the task execs (`exec_done`): read once, not at every sleep.
         stats.exec_generation = crate::targets::exec_generation(tgid);
         stats.exec_of = tgid;
         stats.announced = 0;
@@ -539,6 +560,9 @@ fn switch_out(
             // labels are read by user space, after the exec if it gets there.)
             seen::CAPTURED if current.before_exec_of_vfork(off) => crate::sampling::announce_once(tgid),
             seen::CAPTURED => crate::sampling::announce_labelled_once(tgid, labels),
+            // Its name may be the old image's, its generation is: the exec's tracepoint says
+            // them (announced here too, it was announced twice, the first time wrong).
+            _ if current.loading_image(off) => {}
             _ => crate::sampling::announce_labels_once(tgid, labels),
         }
     }
@@ -1083,21 +1107,35 @@ fn name_of(task: u64, tid: u32, off: &TaskOffsets) -> [u8; COMM_LEN] {
 }
 
 /// The task exec'd: its scheduling history stays, under its new name and image (its exec
-/// generation is read again at its next switch-out).
+/// generation is read again at its next switch-out), and its process is announced for its new
+/// image's labels: its waits for a CPU are its thread's, named the new image's from now on, and
+/// a process that execs and exits (or only ever waits for a CPU and runs) may have no switch-out
+/// left to say them; one preempted in the middle of its exec (a child of `vfork`, as it wakes
+/// its parent, nearly always) is announced here, not there.
 #[inline(always)]
-pub fn rename_current(tid: u32) {
-    if let Some(stats) = TASK_STATS.get_ptr_mut(tid) {
-        unsafe { (*stats).exec_of = 0 };
-        if let Ok(comm) = bpf_get_current_comm() {
-            unsafe { (*stats).comm = comm };
-        }
+pub fn exec_done(tgid: u32, tid: u32) {
+    let Some(stats) = TASK_STATS.get_ptr_mut(tid) else {
+        return;
+    };
+    unsafe {
+        (*stats).exec_of = 0;
+        (*stats).tgid = tgid;
     }
+    if let Ok(comm) = bpf_get_current_comm() {
+        unsafe { (*stats).comm = comm };
+    }
+    let off = offsets();
+    let current = BtfTask::current();
+    let generation = crate::targets::exec_generation(tgid);
+    crate::sampling::announce_labels_once(tgid, |event| {
+        current.write_labels(&off, tid, tgid, generation, event)
+    });
 }
 
 /// A task exited: its stats move to `EXITED` (the tid may be reused at once), with the time it
 /// was still running up to now.
 #[inline(always)]
-pub fn forget_task(tid: u32) {
+pub fn forget_task(tgid: u32, tid: u32) {
     let Some(stats) = TASK_STATS.get_ptr_mut(tid) else {
         return;
     };
@@ -1120,6 +1158,8 @@ pub fn forget_task(tid: u32) {
         }
         (*stats).enqueued.at_ns = 0;
         (*stats).offcpu.at_ns = 0;
+        // (A task that never left a CPU but to exit was never told its process.)
+        (*stats).tgid = tgid;
     }
     let key = ExitedKey {
         tid,

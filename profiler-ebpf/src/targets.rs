@@ -110,7 +110,7 @@ pub fn current_ids() -> (u32, u32) {
 /// process stays until the whole group is dead, because its other threads are still targets.
 fn try_forget_exit(ctx: &TracePointContext) -> Result<(), i64> {
     let (tgid, tid) = current_ids();
-    crate::sched::forget_task(tid);
+    crate::sched::forget_task(tgid, tid);
     crate::lock::forget_thread(tgid, tid);
     crate::syscalls::forget_thread(tid);
     crate::latency::forget_thread(tid);
@@ -143,7 +143,7 @@ fn try_forget_exit(ctx: &TracePointContext) -> Result<(), i64> {
 tracepoint! {
 /// After exec the old memory map is gone and the new one is not built yet (the loader has not
 /// mapped the libraries): forget the process, so its next sample announces it again. It also has
-/// a new name.
+/// a new name (and, where the scheduler is traced, its labels are announced now).
 pub fn announce_exec(ctx: TracePointContext) -> u32 {
     let pid_tgid = bpf_get_current_pid_tgid();
     let tgid = (pid_tgid >> 32) as u32;
@@ -163,7 +163,7 @@ pub fn announce_exec(ctx: TracePointContext) -> u32 {
     if is_target(tgid) {
         let _ = EXEC_GENERATIONS.insert(tgid, exec_generation(tgid) + 1, 0);
     }
-    crate::sched::rename_current(pid_tgid as u32);
+    crate::sched::exec_done(tgid, pid_tgid as u32);
     crate::PASS_ON
 }
 }

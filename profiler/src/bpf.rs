@@ -77,6 +77,9 @@ pub struct LoadOptions<'a> {
     pub unwind_tables: bool,
     /// Where the running kernel keeps the `task_struct` fields the sched programs read.
     pub task_offsets: TaskOffsets,
+    /// Where an exec's new memory says its image is not loaded yet (`mm_struct.start_stack`; 0:
+    /// not known).
+    pub mm_start_stack: u32,
     /// Waits at least this long are reported one by one.
     pub slow_threshold_ns: u64,
     /// Which stacks record where threads go to sleep (`offcpu_stacks::*`).
@@ -160,6 +163,7 @@ impl<'a> LoadOptions<'a> {
             filter,
             unwind_tables,
             task_offsets: TaskOffsets::default(),
+            mm_start_stack: 0,
             slow_threshold_ns: u64::MAX,
             sched_detail: 1,
             offcpu_sampling: OffCpuSampling::EVERY_SLEEP,
@@ -211,6 +215,7 @@ impl Loaded {
             .override_global(names::G_EXIT, &exit, true)
             .override_global(names::G_EXEC_OLD_PID, &exec_old_pid, true)
             .override_global(names::G_TASK_OFFSETS, &options.task_offsets, true)
+            .override_global(names::G_MM_START_STACK, &options.mm_start_stack, true)
             .override_global(names::G_SLOW_NS, &options.slow_threshold_ns, true)
             .override_global(names::G_OFFCPU_STACKS, &options.offcpu_stacks, true)
             .override_global(names::G_SCHED_DETAIL, &options.sched_detail, true)

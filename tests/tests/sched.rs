@@ -718,3 +718,35 @@ fn an_exited_thread_is_one_task_however_it_leaves() {
     assert!(twice.is_empty(), "a child seen as two tasks: {twice:?}");
     assert_eq!(entries.len(), children, "one task per child");
 }
+
+/// A command that starts processes (`churn`: each child `posix_spawn`ed, as shells and build
+/// tools start them): each process is announced for its labels once per image. A child of
+/// `vfork` is nearly always preempted in the middle of its exec, as it releases its parent:
+/// announced there too, each was announced twice (~1.9 a child before), the first time with the
+/// name it had before.
+#[test]
+fn each_process_is_announced_for_its_labels_once_per_image() {
+    let (stdout, report) = profile_sched(
+        "labels-once.json",
+        &[&workload("churn").to_string_lossy(), "2", "2", "2"],
+    );
+    let children = truth(&stdout)["children"] as u64;
+    let labelled = report["health"]["processes_labelled"].as_u64().unwrap();
+    println!("{children} children, {labelled} processes announced for their labels");
+    assert!(children >= 100, "too few children to tell: {children}");
+    // The children, each one image (a child of vfork is not announced before its exec), and
+    // the command itself.
+    assert!(
+        labelled <= children + 1,
+        "{labelled} announcements for {children} children"
+    );
+    // Each child was seen running before its exec (the first run of a new task is a wait for a
+    // CPU), and is announced by its exec.
+    assert!(
+        labelled >= children,
+        "{labelled} announcements for {children} children"
+    );
+    for task in report["tasks"].as_array().unwrap() {
+        assert_ne!(task["pid"], 0, "a task without its process: {task}");
+    }
+}

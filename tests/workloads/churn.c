@@ -4,6 +4,8 @@
  *                                     binary exec'd anew, spends CHILD_MS of CPU time in
  *                                     churn_hot_function() and exits
  *   churn child CHILD_MS              (what each child runs)
+ *   churn spawn N PROGRAM [ARGS...]   PROGRAM (searched in PATH) started N times, one at a
+ *                                     time, each waited for; prints "PIDS <pid> <pid> ..." first
  *
  * Built like most binaries (no frame pointers). Prints at exit:
  *   TRUTH pid=<parent pid> children=<n started> child_cpu_ns=<their CPU time, from wait4>
@@ -46,7 +48,26 @@ static int reap(long long *child_cpu_ns) {
     return 1;
 }
 
+/* `churn spawn`: each child's pid as it starts, then the TRUTH line. */
+static int spawn_each(int n, char **argv) {
+    printf("PIDS");
+    for (int i = 0; i < n; i++) {
+        pid_t pid;
+        int status, err = posix_spawnp(&pid, argv[0], NULL, NULL, argv, environ);
+        if (err != 0) {
+            fprintf(stderr, "posix_spawnp %s: %s\n", argv[0], strerror(err));
+            return 1;
+        }
+        printf(" %d", pid);
+        waitpid(pid, &status, 0);
+    }
+    printf("\nTRUTH pid=%d children=%d\n", getpid(), n);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 4 && strcmp(argv[1], "spawn") == 0)
+        return spawn_each(atoi(argv[2]), argv + 3);
     if (argc == 3 && strcmp(argv[1], "child") == 0) {
         churn_hot_function(atoll(argv[2]) * 1000000LL);
         return 0;

@@ -56,6 +56,8 @@ pub struct Spec {
     /// Where the running kernel keeps the `task_struct` fields the programs read: from its
     /// BTF, by `prepare` (before anything is loaded: missing BTF is the first thing said).
     pub offsets: Option<TaskOffsets>,
+    /// `mm_struct.start_stack` (see `LoadOptions::mm_start_stack`), with `offsets`.
+    pub mm_start_stack: u32,
     /// Which sleeps get their stacks taken (every one, unless the agent samples them).
     pub sampling: OffCpuSampling,
 }
@@ -67,6 +69,7 @@ impl Spec {
             offcpu_stacks,
             detail: true,
             offsets: None,
+            mm_start_stack: 0,
             sampling: OffCpuSampling::EVERY_SLEEP,
         }
     }
@@ -87,7 +90,8 @@ impl Spec {
     }
 
     pub fn prepare(&mut self) -> Result<(), UserError> {
-        self.offsets = Some(task_offsets()?);
+        let (offsets, mm_start_stack) = kernel_offsets()?;
+        (self.offsets, self.mm_start_stack) = (Some(offsets), mm_start_stack);
         Ok(())
     }
 
@@ -104,6 +108,7 @@ impl Spec {
             options.use_maps(&names::UNWIND_TABLES);
         }
         options.task_offsets = self.offsets.unwrap_or_default();
+        options.mm_start_stack = self.mm_start_stack;
         options.slow_threshold_ns = self.slow_threshold_ns;
         options.sched_detail = u32::from(self.detail);
         options.offcpu_sampling = self.sampling;
@@ -165,9 +170,16 @@ impl Spec {
 
 /// Where the running kernel keeps the `task_struct` fields the raw sched tracepoints read.
 pub fn task_offsets() -> Result<TaskOffsets, UserError> {
+    Ok(kernel_offsets()?.0)
+}
+
+/// The same, and `mm_struct.start_stack` (0 where the BTF does not say): the programs read it
+/// apart from `TaskOffsets`, which `sched_switch` copies onto its stack whole, at 6.1's limit.
+fn kernel_offsets() -> Result<(TaskOffsets, u32), UserError> {
     let no_btf = |reason: String| UserError::NoBtf(reason);
     let path = crate::btf::kernel_btf_path();
     let btf = crate::btf::Btf::from_file(&path).map_err(|e| no_btf(format!("{e:#}")))?;
+    let mm_start_stack = btf.member_offset("mm_struct", "start_stack").unwrap_or(0);
     let field = |name: &str| {
         btf.member_offset("task_struct", name)
             .ok_or_else(|| no_btf(format!("task_struct has no field `{name}` in {}", path.display())))
@@ -201,7 +213,7 @@ pub fn task_offsets() -> Result<TaskOffsets, UserError> {
         (Some(se_cfs_rq), Some(cfs_rq_rq), Some(rq_clock)) => (se_cfs_rq, cfs_rq_rq, rq_clock),
         _ => (0, 0, 0),
     };
-    Ok(TaskOffsets {
+    let task = TaskOffsets {
         pid: field("pid")?,
         comm: field("comm")?,
         // `state` became `__state` in 5.14.
@@ -216,7 +228,8 @@ pub fn task_offsets() -> Result<TaskOffsets, UserError> {
         rq_clock,
         vfork_done: field("vfork_done").unwrap_or(0),
         labels: label_offsets(&btf).unwrap_or_default(),
-    })
+    };
+    Ok((task, mm_start_stack))
 }
 
 /// Where a process's name and executable file are (`LabelOffsets`), if the BTF says all of it.
