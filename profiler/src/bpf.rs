@@ -460,6 +460,38 @@ pub(crate) fn map_update(
 mod tests {
     use std::collections::BTreeSet;
 
+    /// 6.1's verifier refuses a program whose frame and its calls' frames pass 512 bytes, each
+    /// rounded up to 32 (newer ones count as the host's does, and load it): a program's own frame
+    /// past 480 bytes leaves no room for the smallest call, and only the arm64 guest would say
+    /// so (`sched_switch` is at 480). Its frame: the deepest slot below r10 any of its
+    /// instructions loads or stores.
+    #[test]
+    fn every_programs_own_frame_leaves_room_for_a_call_under_6_1s_limit() {
+        use object::{Object as _, ObjectSection as _};
+        let file = object::File::parse(super::BPF_OBJECT).unwrap();
+        let mut seen = 0;
+        // A section per kind of program (`tracepoint` holds many), and `.text` their calls.
+        for section in file.sections().filter(|s| s.kind() == object::SectionKind::Text) {
+            let frame = (section.data().unwrap().chunks_exact(8))
+                .filter_map(|insn| {
+                    let (class, dst, src) = (insn[0] & 7, insn[1] & 0xf, insn[1] >> 4);
+                    let offset = i16::from_le_bytes([insn[2], insn[3]]);
+                    // ST and STX through r10, LDX from it.
+                    let on_stack = matches!((class, dst, src), (2 | 3, 10, _) | (1, _, 10));
+                    (on_stack && offset < 0).then(|| -i32::from(offset))
+                })
+                .max()
+                .unwrap_or(0);
+            assert!(
+                frame <= 480,
+                "{}: a frame of {frame} bytes",
+                section.name().unwrap()
+            );
+            seen += 1;
+        }
+        assert!(seen >= 10, "only {seen} sections of programs in the object");
+    }
+
     #[test]
     fn a_programs_recursion_misses_from_its_fdinfo_and_nothing_from_a_link() {
         let program = "pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1052\nprog_type:\t17\nprog_jited:\t1\n\

@@ -905,13 +905,9 @@ fn sampled_off_cpu_stacks_keep_each_places_time_and_the_threads_total() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The run-queue signal alone (no off-CPU stacks: the scheduler's programs run with
-/// `--offcpu-stacks none`): each wait of the workload's threads is labelled with its process's
-/// executable, which the agent has from the process's announcement at its sleeper's first sleep
-/// (a process never announced is labelled from /proc when its window is written: unit-tested).
-#[test]
-fn runqueue_alone_labels_each_wait_with_its_executable() {
-    let dir = temp_path("agent-runqueue");
+/// The agent with the run-queue signal alone, a window a second, writing into a fresh directory.
+fn runqueue_agent(name: &str) -> (PathBuf, Agent) {
+    let dir = temp_path(name);
     let _ = std::fs::remove_dir_all(&dir);
     let agent = Agent::start(&[
         "--signals",
@@ -921,6 +917,16 @@ fn runqueue_alone_labels_each_wait_with_its_executable() {
         "--output-dir",
         dir.to_str().unwrap(),
     ]);
+    (dir, agent)
+}
+
+/// The run-queue signal alone (no off-CPU stacks: the scheduler's programs run with
+/// `--offcpu-stacks none`): each wait of the workload's threads is labelled with its process's
+/// executable, which the agent has from the process's announcement at its sleeper's first sleep
+/// (a process never announced is labelled from /proc when its window is written: unit-tested).
+#[test]
+fn runqueue_alone_labels_each_wait_with_its_executable() {
+    let (dir, agent) = runqueue_agent("agent-runqueue");
     // Three busy threads on this machine's CPUs wait for one another.
     let load = start_workload("schedload", &["2", "3"]);
     let pid = load.pid() as i64;
@@ -962,16 +968,7 @@ fn runqueue_alone_labels_each_wait_with_its_executable() {
 /// announced for its first image only, and ~6% had no pid, their thread never switched out).
 #[test]
 fn runqueue_labels_each_child_with_the_image_it_ran_last() {
-    let dir = temp_path("agent-runqueue-exec");
-    let _ = std::fs::remove_dir_all(&dir);
-    let agent = Agent::start(&[
-        "--signals",
-        "runqueue",
-        "--window",
-        "1",
-        "--output-dir",
-        dir.to_str().unwrap(),
-    ]);
+    let (dir, agent) = runqueue_agent("agent-runqueue-exec");
     let spawn = start_workload("churn", &["spawn", "300", "env", "true"]);
     let stdout = spawn.finish();
     two_more_windows(&agent);

@@ -228,11 +228,13 @@ impl Processes {
             return;
         };
         // Never over a later image's label (an announcement read after a capture of the image
-        // the process exec'd into); a zombie's label (no executable left) does not replace one
-        // read while it lived.
+        // the process exec'd into); over an earlier one's always, even without its executable
+        // (its process gone before the path was read: its name is this image's); a zombie's
+        // label (no executable left) does not replace one read while the image lived.
         let replaces = match self.info.get(&pid) {
             None => true,
             Some((known, _)) if generation < *known => false,
+            Some((known, _)) if generation > *known => true,
             Some((_, label)) => info.executable.is_some() || label.executable.is_none(),
         };
         if replaces {

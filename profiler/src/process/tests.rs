@@ -275,6 +275,23 @@ fn a_label_the_kernel_said_whole_reads_only_an_executable_not_seen_before() {
         Some(("same file".into(), Some(exe))),
         "a file seen before: its path kept"
     );
+    // Its next image, in a file not known, announced after it was gone: that image's name
+    // without an executable, not the name with the image's before (`env` exec'ing `true`).
+    let next = Announced {
+        generation: 3,
+        ..said("next image", own_file)
+    };
+    procs.label(
+        gone,
+        &Announced {
+            executable: Some(profiler_common::FileId {
+                generation: 5,
+                ..own_file
+            }),
+            ..next
+        },
+    );
+    assert_eq!(label(&procs, gone), Some(("next image".into(), None)));
     // An earlier image's announcement, read after the later one's: not over it.
     procs.label(
         me,

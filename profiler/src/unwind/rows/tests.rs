@@ -320,3 +320,49 @@ fn segments_at_the_top_of_the_address_space_do_not_overflow() {
     assert_eq!(got, (true, Some(top), Some(top), Some(0)));
     assert!(!s.holds(0) && s.file_offset(0).is_none());
 }
+
+/// glibc's `clone` (as `clone3`, which `posix_spawn` and thread starts call) ends its unwind
+/// information just before its system call on x86-64; there a parent waits until its child
+/// execs or starts. Its pc after the call unwinds as the stub's entry does: on x86-64 from the
+/// row made for it (before: none, and the walk stopped at `[unknown]`), on AArch64 from the
+/// stub's own (its information covers the call).
+#[test]
+fn a_system_call_stub_past_its_unwind_information_unwinds_as_at_its_entry() {
+    // Each library, its system call instruction, and the entry's rule (CFA register and
+    // offset, where the return address is).
+    type Entry = (u8, i16, i16);
+    let libcs: [(&str, &[u8], Entry); 2] = [
+        ("/lib/x86_64-linux-gnu/libc.so.6", &[0x0f, 0x05], (cfa::SP, 8, -8)),
+        (
+            "/usr/aarch64-linux-gnu/lib/libc.so.6",
+            &[0x01, 0x00, 0x00, 0xd4],
+            (cfa::SP, 0, 0),
+        ),
+    ];
+    for (path, instruction, entry) in libcs {
+        let libc = std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}: run cargo xtask setup"));
+        let file = object::File::parse(&*libc).unwrap();
+        let clone = file
+            .dynamic_symbols()
+            .find(|s| s.name() == Ok("clone"))
+            .unwrap_or_else(|| panic!("{path} exports clone"));
+        let code = file
+            .section_by_index(clone.section_index().unwrap())
+            .unwrap()
+            .data_range(clone.address(), clone.size())
+            .unwrap()
+            .unwrap();
+        let at = code
+            .windows(instruction.len())
+            .position(|w| w == instruction)
+            .unwrap_or_else(|| panic!("{path}: no system call in clone"));
+        let after = clone.address() + (at + instruction.len()) as u64;
+        let rows = rows_of(&libc).unwrap();
+        let row = rows[rows.partition_point(|r| r.pc <= after) - 1];
+        assert_eq!(
+            (row.cfa, row.cfa_offset, row.ra_offset),
+            entry,
+            "{path}: {after:#x}: {row:?}"
+        );
+    }
+}
