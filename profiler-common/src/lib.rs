@@ -46,6 +46,7 @@ mod pod {
     unsafe impl aya::Pod for CpuHistory {}
     unsafe impl aya::Pod for OffCpuTime {}
     unsafe impl aya::Pod for TaskOffsets {}
+    unsafe impl aya::Pod for ExecOffsets {}
     unsafe impl aya::Pod for OffCpuSampling {}
     unsafe impl aya::Pod for Running {}
     unsafe impl aya::Pod for SlowEvent {}

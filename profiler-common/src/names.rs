@@ -154,7 +154,7 @@ names! {
     }
     GLOBALS {
         G_TASK_OFFSETS = "TASK_OFFSETS";
-        G_MM_START_STACK = "MM_START_STACK";
+        G_EXEC_OFFSETS = "EXEC_OFFSETS";
         G_SLOW_NS = "SLOW_THRESHOLD_NS";
         G_OFFCPU_STACKS = "OFFCPU_STACKS_ENABLED";
         /// 0: the scheduler programs keep only what the agent's profiles read (see `SCHED_DETAIL`).

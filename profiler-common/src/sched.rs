@@ -322,6 +322,20 @@ pub struct LabelOffsets {
     pub s_dev: u32,
 }
 
+/// Where the kernel says a task is in the middle of an exec, from its BTF (0: not known):
+/// `task->fs->in_exec` (set from the exec's start; cleared at its end up to 6.13, since 6.14 once
+/// the new memory is in place) and `mm->start_stack` (0 in the new memory until the image is
+/// loaded). Apart from `TaskOffsets`, which `sched_switch` copies onto its stack whole, at the
+/// 6.1 verifier's limit: read one field at a time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExecOffsets {
+    pub fs: u32,
+    pub in_exec: u32,
+    pub start_stack: u32,
+}
+const _: () = assert!(size_of::<ExecOffsets>() == 12);
+
 impl TaskOffsets {
     /// The kernel's own accounting can be read.
     pub fn kernel_accounting(&self) -> bool {

@@ -454,16 +454,15 @@ pub fn announce_once(tgid: u32) {
 pub fn announce_labelled_once(tgid: u32, labels: impl FnOnce(&mut ProcessEvent)) {
     if !captured(tgid) {
         let _ = SEEN.insert(tgid, seen::CAPTURED, 0);
-        announce_with(tgid, ProcessEventKind::FirstSample, labels);
+        let _ = announce_with(tgid, ProcessEventKind::FirstSample, labels);
     }
 }
 
 /// Announce the current task's process for its labels alone, unless it was announced already.
 #[inline(always)]
 pub fn announce_labels_once(tgid: u32, labels: impl FnOnce(&mut ProcessEvent)) {
-    if mark_first(tgid, seen::LABELLED) {
+    if mark_first(tgid, seen::LABELLED) && announce_with(tgid, ProcessEventKind::Labelled, labels) {
         bump(HealthCounter::ProcessesLabelled);
-        announce_with(tgid, ProcessEventKind::Labelled, labels);
     }
 }
 
@@ -475,12 +474,13 @@ fn mark_first(tgid: u32, level: u8) -> bool {
 }
 
 /// An announcement written in place in the ring (the scheduler's programs have no stack to spare
-/// for a copy): its kind, then what `fill` says (labels, with the current task's cgroup).
+/// for a copy): its kind, then what `fill` says (labels, with the current task's cgroup). Whether
+/// it was written.
 #[inline(always)]
-fn announce_with(tgid: u32, kind: ProcessEventKind, fill: impl FnOnce(&mut ProcessEvent)) {
+fn announce_with(tgid: u32, kind: ProcessEventKind, fill: impl FnOnce(&mut ProcessEvent)) -> bool {
     let Some(mut entry) = EVENTS.reserve::<ProcessEvent>(0) else {
         lost(tgid);
-        return;
+        return false;
     };
     let event = unsafe { &mut *entry.as_mut_ptr() };
     event.tgid = tgid;
@@ -492,6 +492,7 @@ fn announce_with(tgid: u32, kind: ProcessEventKind, fill: impl FnOnce(&mut Proce
     event.executable = FileId::default();
     fill(event);
     entry.submit(0);
+    true
 }
 
 /// Whether the process's memory map was announced (and user space keeps it).

@@ -23,7 +23,7 @@ use profiler_common::{
     lock::NO_STACK,
     offcpu_stacks, said, seen, switch_reason,
     unwind::{StackReuse, Walk},
-    CpuHistory, CpuRun, Enqueued, ExitedKey, FileId, HealthCounter, KernelTotals, LabelOffsets,
+    CpuHistory, CpuRun, Enqueued, ExecOffsets, ExitedKey, FileId, HealthCounter, KernelTotals, LabelOffsets,
     OffCpuSampling, OffCpuStart, OffCpuTime, ProcessEvent, Running, SampleKey, SchedInfoHead, SkippedSleeps,
     SlowEvent, TaskOffsets, TaskSched, BEGAN_EARLIER, COMM_LEN, CPU_HISTORY, CPU_UNKNOWN, HEAT_BUCKETS,
     OFFCPU_ENTRIES, OFFCPU_STACK_ENTRIES, SKIPPED_LONG, SLOW_CULPRITS, STACK_DRAWN, STACK_SKIPPED,
@@ -55,12 +55,15 @@ static TASK_OFFSETS: TaskOffsets = TaskOffsets {
         s_dev: 0,
     },
 };
-/// `mm_struct.start_stack`: 0 in an exec's new memory until its image is loaded (see
-/// `BtfTask::loading_image`); 0 here: not known. Apart from `TASK_OFFSETS`, which `sched_switch`
-/// copies onto its stack whole: 8 bytes more there and 6.1's verifier refuses it (its frame and
-/// a call's may not pass 512 bytes).
+/// Where the kernel says a task is in the middle of an exec (see `ExecOffsets`), read a field at
+/// a time: apart from `TASK_OFFSETS`, which `sched_switch` copies onto its stack whole, 8 bytes
+/// more there and 6.1's verifier refuses it (its frame and a call's may not pass 512 bytes).
 #[unsafe(no_mangle)]
-static MM_START_STACK: u32 = 0;
+static EXEC_OFFSETS: ExecOffsets = ExecOffsets {
+    fs: 0,
+    in_exec: 0,
+    start_stack: 0,
+};
 /// An `offcpu_stacks` policy. A kernel stack walk costs about three times a user one (measured
 /// here: ~3 us against ~1 us), so `AUTO` walks it only where the kernel is the reason for the
 /// sleep: uninterruptible sleeps (I/O, kernel locks) and kernel threads. A voluntary wait (futex,
@@ -209,14 +212,19 @@ impl BtfTask {
         off.vfork_done != 0 && self.field::<u64>(off.vfork_done) != 0
     }
 
-    /// In the middle of an exec: in its new memory (its executable the new one), the image not
-    /// loaded yet (`MM_START_STACK`), its name possibly still the old image's. Never where the
-    /// BTF did not say where to look.
+    /// In the middle of an exec (see `ExecOffsets`): its memory, name and executable may be the
+    /// old image's or the new one's, each. Never where the BTF did not say where to look.
     #[inline(always)]
-    fn loading_image(self, off: &TaskOffsets) -> bool {
-        let (mm_at, start_stack) = (off.labels.mm, unsafe {
-            core::ptr::read_volatile(&MM_START_STACK)
-        });
+    fn in_exec(self, off: &TaskOffsets) -> bool {
+        let read = |field: &u32| unsafe { core::ptr::read_volatile(field) };
+        let (fs_at, in_exec) = (read(&EXEC_OFFSETS.fs), read(&EXEC_OFFSETS.in_exec));
+        if fs_at != 0 && in_exec != 0 {
+            let fs = self.field::<*const u8>(fs_at);
+            if !fs.is_null() && BtfTask(fs).field::<i32>(in_exec) != 0 {
+                return true;
+            }
+        }
+        let (mm_at, start_stack) = (off.labels.mm, read(&EXEC_OFFSETS.start_stack));
         if mm_at == 0 || start_stack == 0 {
             return false;
         }
@@ -562,7 +570,7 @@ fn switch_out(
             seen::CAPTURED => crate::sampling::announce_labelled_once(tgid, labels),
             // Its name may be the old image's, its generation is: the exec's tracepoint says
             // them (announced here too, it was announced twice, the first time wrong).
-            _ if current.loading_image(off) => {}
+            _ if current.in_exec(off) => {}
             _ => crate::sampling::announce_labels_once(tgid, labels),
         }
     }
@@ -1111,21 +1119,26 @@ fn name_of(task: u64, tid: u32, off: &TaskOffsets) -> [u8; COMM_LEN] {
 /// image's labels: its waits for a CPU are its thread's, named the new image's from now on, and
 /// a process that execs and exits (or only ever waits for a CPU and runs) may have no switch-out
 /// left to say them; one preempted in the middle of its exec (a child of `vfork`, as it wakes
-/// its parent, nearly always) is announced here, not there.
+/// its parent, nearly always) is announced here, not there. Only a task the entry is this one's:
+/// one left under the tid by a thread that exec'd (which takes its leader's) is not.
 #[inline(always)]
 pub fn exec_done(tgid: u32, tid: u32) {
     let Some(stats) = TASK_STATS.get_ptr_mut(tid) else {
         return;
     };
-    unsafe {
+    let current = BtfTask::current();
+    let own = unsafe {
         (*stats).exec_of = 0;
         (*stats).tgid = tgid;
-    }
+        (*stats).task == current.0 as u64
+    };
     if let Ok(comm) = bpf_get_current_comm() {
         unsafe { (*stats).comm = comm };
     }
+    if !own {
+        return;
+    }
     let off = offsets();
-    let current = BtfTask::current();
     let generation = crate::targets::exec_generation(tgid);
     crate::sampling::announce_labels_once(tgid, |event| {
         current.write_labels(&off, tid, tgid, generation, event)
@@ -1143,6 +1156,9 @@ pub fn forget_task(tgid: u32, tid: u32) {
     let off = offsets();
     let totals = BtfTask::current().kernel_totals(&off);
     unsafe {
+        // (A task that never left a CPU but to exit was never told its process; a slow wait
+        // closed here names it.)
+        (*stats).tgid = tgid;
         if lean(&off) {
             arrived_late(&off, &mut *stats, tid, now, totals);
         }
@@ -1158,8 +1174,6 @@ pub fn forget_task(tgid: u32, tid: u32) {
         }
         (*stats).enqueued.at_ns = 0;
         (*stats).offcpu.at_ns = 0;
-        // (A task that never left a CPU but to exit was never told its process.)
-        (*stats).tgid = tgid;
     }
     let key = ExitedKey {
         tid,

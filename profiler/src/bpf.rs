@@ -13,7 +13,8 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use profiler_common::{
-    lock::ThreadOffsets, names, offcpu_stacks, ExitOffsets, ForkOffsets, OffCpuSampling, TaskOffsets,
+    lock::ThreadOffsets, names, offcpu_stacks, ExecOffsets, ExitOffsets, ForkOffsets, OffCpuSampling,
+    TaskOffsets,
 };
 
 use crate::{collect::take_map, preflight::tracepoint_field_offset};
@@ -77,9 +78,8 @@ pub struct LoadOptions<'a> {
     pub unwind_tables: bool,
     /// Where the running kernel keeps the `task_struct` fields the sched programs read.
     pub task_offsets: TaskOffsets,
-    /// Where an exec's new memory says its image is not loaded yet (`mm_struct.start_stack`; 0:
-    /// not known).
-    pub mm_start_stack: u32,
+    /// Where the kernel says a task is in the middle of an exec.
+    pub exec_offsets: ExecOffsets,
     /// Waits at least this long are reported one by one.
     pub slow_threshold_ns: u64,
     /// Which stacks record where threads go to sleep (`offcpu_stacks::*`).
@@ -163,7 +163,7 @@ impl<'a> LoadOptions<'a> {
             filter,
             unwind_tables,
             task_offsets: TaskOffsets::default(),
-            mm_start_stack: 0,
+            exec_offsets: ExecOffsets::default(),
             slow_threshold_ns: u64::MAX,
             sched_detail: 1,
             offcpu_sampling: OffCpuSampling::EVERY_SLEEP,
@@ -215,7 +215,7 @@ impl Loaded {
             .override_global(names::G_EXIT, &exit, true)
             .override_global(names::G_EXEC_OLD_PID, &exec_old_pid, true)
             .override_global(names::G_TASK_OFFSETS, &options.task_offsets, true)
-            .override_global(names::G_MM_START_STACK, &options.mm_start_stack, true)
+            .override_global(names::G_EXEC_OFFSETS, &options.exec_offsets, true)
             .override_global(names::G_SLOW_NS, &options.slow_threshold_ns, true)
             .override_global(names::G_OFFCPU_STACKS, &options.offcpu_stacks, true)
             .override_global(names::G_SCHED_DETAIL, &options.sched_detail, true)
@@ -464,7 +464,7 @@ mod tests {
     /// rounded up to 32 (newer ones count as the host's does, and load it): a program's own frame
     /// past 480 bytes leaves no room for the smallest call, and only the arm64 guest would say
     /// so (`sched_switch` is at 480). Its frame: the deepest slot below r10 any of its
-    /// instructions loads or stores.
+    /// instructions loads or stores, or hands a helper (`rX = r10; rX += -N`).
     #[test]
     fn every_programs_own_frame_leaves_room_for_a_call_under_6_1s_limit() {
         use object::{Object as _, ObjectSection as _};
@@ -472,14 +472,23 @@ mod tests {
         let mut seen = 0;
         // A section per kind of program (`tracepoint` holds many), and `.text` their calls.
         for section in file.sections().filter(|s| s.kind() == object::SectionKind::Text) {
-            let frame = (section.data().unwrap().chunks_exact(8))
-                .filter_map(|insn| {
-                    let (class, dst, src) = (insn[0] & 7, insn[1] & 0xf, insn[1] >> 4);
-                    let offset = i16::from_le_bytes([insn[2], insn[3]]);
-                    // ST and STX through r10, LDX from it.
-                    let on_stack = matches!((class, dst, src), (2 | 3, 10, _) | (1, _, 10));
-                    (on_stack && offset < 0).then(|| -i32::from(offset))
-                })
+            let insns: Vec<&[u8]> = section.data().unwrap().chunks_exact(8).collect();
+            let slot = |insn: &[u8]| {
+                let (class, dst, src) = (insn[0] & 7, insn[1] & 0xf, insn[1] >> 4);
+                let offset = i16::from_le_bytes([insn[2], insn[3]]);
+                // ST and STX through r10, LDX from it.
+                let on_stack = matches!((class, dst, src), (2 | 3, 10, _) | (1, _, 10));
+                (on_stack && offset < 0).then(|| -i32::from(offset))
+            };
+            // `mov64 rX, r10` then `add64 rX, imm`.
+            let handed = |pair: &[&[u8]]| {
+                let (mov, add) = (pair[0], pair[1]);
+                let imm = i32::from_le_bytes([add[4], add[5], add[6], add[7]]);
+                let copied = mov[0] == 0xbf && mov[1] >> 4 == 10;
+                (copied && add[0] == 0x07 && add[1] & 0xf == mov[1] & 0xf && imm < 0).then(|| -imm)
+            };
+            let frame = (insns.iter().filter_map(|i| slot(i)))
+                .chain(insns.windows(2).filter_map(handed))
                 .max()
                 .unwrap_or(0);
             assert!(

@@ -754,34 +754,33 @@ fn each_process_is_announced_for_its_labels_once_per_image() {
 /// A `posix_spawn` parent waits in `clone3` until its child execs (the child runs in its
 /// memory until then), and glibc's x86-64 `clone3` ends its unwind information just before its
 /// system call: that wait's user stack is walked on through the stub to `main` (before: one
-/// failed walk per child, every such stack `[unknown]` past `clone3`). The process's first
-/// sleeps, before its unwind tables are loaded, are walked by frame pointers: a few, allowed.
+/// failed walk per child, every such stack `[unknown]` past `clone3`). The waits are found by
+/// their kernel frames (`kernel_clone`: the stub itself is named only with glibc's debug
+/// symbols). The process's first sleeps, before its unwind tables are loaded, are walked by
+/// frame pointers: a few, allowed.
 #[test]
 fn a_spawning_parents_wait_is_walked_through_clone_to_main() {
     let (stdout, report) = profile_sched(
         "spawn-wait.json",
-        &[&workload("churn").to_string_lossy(), "1", "1", "2"],
+        &[&workload("churn").to_string_lossy(), "2", "1", "2"],
     );
     let parent = truth(&stdout)["pid"] as u64;
-    let functions = |stack: &Value| -> Vec<String> {
-        (stack["frames"].as_array().unwrap().iter())
-            .filter(|f| f["kernel"] == false)
-            .map(|f| f["function"].as_str().unwrap_or("").to_string())
-            .collect()
-    };
     let (mut in_clone, mut to_main) = (0, 0);
     for stack in (report["offcpu"].as_array().unwrap().iter()).filter(|s| s["pid"] == parent) {
-        let names = functions(stack);
-        if names.iter().any(|name| name.contains("clone")) {
+        let frames = stack["frames"].as_array().unwrap();
+        let named = |kernel: bool, name: &str| {
+            (frames.iter()).any(|f| f["kernel"] == kernel && f["function"].as_str() == Some(name))
+        };
+        if named(true, "kernel_clone") {
             let count = stack["count"].as_u64().unwrap();
             in_clone += count;
-            if names.iter().any(|f| f == "main") && !names.iter().any(|f| f == "[unknown]") {
+            if named(false, "main") {
                 to_main += count;
             }
         }
     }
     println!("{in_clone} waits of pid {parent} in clone, {to_main} of them walked to main");
-    assert!(in_clone >= 100, "too few waits in clone: {}", report["offcpu"]);
+    assert!(in_clone >= 50, "too few waits in clone: {}", report["offcpu"]);
     assert!(
         to_main * 100 >= in_clone * 95,
         "{to_main} of {in_clone} waits in clone walked to main"

@@ -204,14 +204,15 @@ impl Processes {
         // What the kernel said in full is of the image it said it in; what is read from `/proc`,
         // of the image the process runs now: an executable not known yet is read only while the
         // process still runs the image announced, else all of its label is read.
-        let complete = said.complete()
-            && (self.kept.knows_executable(said) || self.current_generation(pid) == said.generation);
+        let current = self.current_generation(pid);
+        let complete = said.complete() && (self.kept.knows_executable(said) || current == said.generation);
         let generation = match complete {
             true => said.generation,
             // Gone already (a process that lived a millisecond, its generation forgotten with
-            // it): what the kernel said of it, in the image it said it for.
-            false if dir.get().is_none() => said.generation,
-            false => self.current_generation(pid),
+            // it; a zombie's too, announced in a later image than its forgotten 0): what the
+            // kernel said of it, in the image it said it for.
+            false if dir.get().is_none() || said.generation > current => said.generation,
+            false => current,
         };
         if self.labelled.holds(pid) && self.knows_who(pid, generation) {
             return;

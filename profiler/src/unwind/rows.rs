@@ -219,9 +219,8 @@ fn aarch64_plt_rows(file: &object::File<'_>) -> Vec<Row> {
 
 /// A system call stub whose unwind information ends just before its system call instruction:
 /// glibc's `clone` and `clone3` on x86-64 end their FDE there ("in the child the unwind info
-/// will be wrong"), so a parent blocked in the call (every `posix_spawn`, `vfork` and thread
-/// start: the parent waits there until its child execs) had no rule at its pc, and its stack
-/// stopped at `[unknown]`. There the stub has pushed nothing since its entry: it unwinds as a
+/// will be wrong"), so a parent blocked in the call (every `posix_spawn`: the parent waits there
+/// until its child execs) had no rule at its pc, and its stack stopped at `[unknown]`. There the stub has pushed nothing since its entry: it unwinds as a
 /// function's first instruction does (x86-64: CFA = rsp + 8, the return address below it;
 /// AArch64: CFA = sp, the return address in x30), up to the next function's entry, at most
 /// `SYSCALL_STUB_TAIL` bytes on (the parent's path: a test, two branches and a return).
@@ -232,9 +231,17 @@ fn syscall_stub_rows(file: &object::File<'_>, rows: &[Row], registers: Registers
         _ => return Vec::new(),
     };
     let starts_function = |pc: u64| rows.iter().any(|r| r.pc == pc && r.cfa != cfa::NONE);
+    let code: Vec<_> = (file.sections())
+        .filter(|s| s.kind() == object::SectionKind::Text)
+        .collect();
+    let code_at = |address: u64| {
+        (code.iter())
+            .find(|s| s.address() <= address && address < s.address() + s.size())
+            .and_then(|s| s.data_range(address, instruction.len() as u64).ok().flatten())
+    };
     let mut stubs = Vec::new();
     for end in rows.iter().filter(|r| r.cfa == cfa::NONE).map(|r| r.pc) {
-        if code_at(file, end, instruction.len()) != Some(instruction) || starts_function(end) {
+        if code_at(end) != Some(instruction) || starts_function(end) {
             continue;
         }
         stubs.push(Row {
@@ -261,13 +268,6 @@ fn syscall_stub_rows(file: &object::File<'_>, rows: &[Row], registers: Registers
 
 /// How far past its system call instruction a stub's rule reaches (see `syscall_stub_rows`).
 const SYSCALL_STUB_TAIL: u64 = 32;
-
-/// The file's bytes at a virtual address, from the section that holds them.
-fn code_at<'d>(file: &object::File<'d>, address: u64, len: usize) -> Option<&'d [u8]> {
-    file.sections()
-        .find(|s| s.address() <= address && address < s.address() + s.size())
-        .and_then(|s| s.data_range(address, len as u64).ok().flatten())
-}
 
 fn collect_rows<'a, S>(
     section: &S,

@@ -11,8 +11,9 @@ use aya::{
     Ebpf,
 };
 use profiler_common::{
-    names, offcpu_stacks, unwind::UserStack, CpuHistory, ExitedKey, LabelOffsets, OffCpuSampling, OffCpuTime,
-    Running, SampleKey, SlowEvent, TaskOffsets, TaskSched, BEGAN_EARLIER, HEAT_BUCKETS,
+    names, offcpu_stacks, unwind::UserStack, CpuHistory, ExecOffsets, ExitedKey, LabelOffsets,
+    OffCpuSampling, OffCpuTime, Running, SampleKey, SlowEvent, TaskOffsets, TaskSched, BEGAN_EARLIER,
+    HEAT_BUCKETS,
 };
 
 mod cpus;
@@ -56,8 +57,8 @@ pub struct Spec {
     /// Where the running kernel keeps the `task_struct` fields the programs read: from its
     /// BTF, by `prepare` (before anything is loaded: missing BTF is the first thing said).
     pub offsets: Option<TaskOffsets>,
-    /// `mm_struct.start_stack` (see `LoadOptions::mm_start_stack`), with `offsets`.
-    pub mm_start_stack: u32,
+    /// Where the kernel says a task is in the middle of an exec, with `offsets`.
+    pub exec_offsets: ExecOffsets,
     /// Which sleeps get their stacks taken (every one, unless the agent samples them).
     pub sampling: OffCpuSampling,
 }
@@ -69,7 +70,7 @@ impl Spec {
             offcpu_stacks,
             detail: true,
             offsets: None,
-            mm_start_stack: 0,
+            exec_offsets: ExecOffsets::default(),
             sampling: OffCpuSampling::EVERY_SLEEP,
         }
     }
@@ -90,8 +91,8 @@ impl Spec {
     }
 
     pub fn prepare(&mut self) -> Result<(), UserError> {
-        let (offsets, mm_start_stack) = kernel_offsets()?;
-        (self.offsets, self.mm_start_stack) = (Some(offsets), mm_start_stack);
+        let (offsets, exec_offsets) = kernel_offsets()?;
+        (self.offsets, self.exec_offsets) = (Some(offsets), exec_offsets);
         Ok(())
     }
 
@@ -108,7 +109,7 @@ impl Spec {
             options.use_maps(&names::UNWIND_TABLES);
         }
         options.task_offsets = self.offsets.unwrap_or_default();
-        options.mm_start_stack = self.mm_start_stack;
+        options.exec_offsets = self.exec_offsets;
         options.slow_threshold_ns = self.slow_threshold_ns;
         options.sched_detail = u32::from(self.detail);
         options.offcpu_sampling = self.sampling;
@@ -173,13 +174,16 @@ pub fn task_offsets() -> Result<TaskOffsets, UserError> {
     Ok(kernel_offsets()?.0)
 }
 
-/// The same, and `mm_struct.start_stack` (0 where the BTF does not say): the programs read it
-/// apart from `TaskOffsets`, which `sched_switch` copies onto its stack whole, at 6.1's limit.
-fn kernel_offsets() -> Result<(TaskOffsets, u32), UserError> {
+/// The same, and where the kernel says a task is in the middle of an exec (`ExecOffsets`).
+fn kernel_offsets() -> Result<(TaskOffsets, ExecOffsets), UserError> {
     let no_btf = |reason: String| UserError::NoBtf(reason);
     let path = crate::btf::kernel_btf_path();
     let btf = crate::btf::Btf::from_file(&path).map_err(|e| no_btf(format!("{e:#}")))?;
-    let mm_start_stack = btf.member_offset("mm_struct", "start_stack").unwrap_or(0);
+    let exec = ExecOffsets {
+        fs: btf.member_offset("task_struct", "fs").unwrap_or(0),
+        in_exec: btf.member_offset("fs_struct", "in_exec").unwrap_or(0),
+        start_stack: btf.member_offset("mm_struct", "start_stack").unwrap_or(0),
+    };
     let field = |name: &str| {
         btf.member_offset("task_struct", name)
             .ok_or_else(|| no_btf(format!("task_struct has no field `{name}` in {}", path.display())))
@@ -229,7 +233,7 @@ fn kernel_offsets() -> Result<(TaskOffsets, u32), UserError> {
         vfork_done: field("vfork_done").unwrap_or(0),
         labels: label_offsets(&btf).unwrap_or_default(),
     };
-    Ok((task, mm_start_stack))
+    Ok((task, exec))
 }
 
 /// Where a process's name and executable file are (`LabelOffsets`), if the BTF says all of it.
