@@ -77,7 +77,7 @@ pub(super) fn rows_of_file(file: &object::File<'_>) -> Result<Vec<Row>, TableErr
         }
         Err(e) => return Err(e),
     };
-    rows.extend(aarch64_plt_rows(file));
+    rows.extend(aarch64_plt_rows(file, registers));
     let stubs = syscall_stub_rows(file, &rows, registers);
     rows.extend(stubs);
     if let Some(go) = go {
@@ -194,7 +194,7 @@ where
 /// function's first instruction does: CFA = sp, the return address in x30. (The lazy-binding
 /// stub at the head of `.plt` pushes 16 bytes before it branches to the resolver; a sample in
 /// those few instructions gets its caller right and the next CFA 16 bytes short.)
-fn aarch64_plt_rows(file: &object::File<'_>) -> Vec<Row> {
+fn aarch64_plt_rows(file: &object::File<'_>, registers: Registers) -> Vec<Row> {
     if file.architecture() != object::Architecture::Aarch64 {
         return Vec::new();
     }
@@ -202,11 +202,7 @@ fn aarch64_plt_rows(file: &object::File<'_>) -> Vec<Row> {
         .filter(|s| matches!(s.name(), Ok(".plt" | ".iplt")) && s.size() > 0)
         .flat_map(|plt| {
             [
-                Row {
-                    pc: plt.address(),
-                    cfa: cfa::SP,
-                    ..Row::default()
-                },
+                entry_row(plt.address(), registers),
                 Row {
                     pc: plt.address().saturating_add(plt.size()),
                     cfa: cfa::NONE,
@@ -220,14 +216,14 @@ fn aarch64_plt_rows(file: &object::File<'_>) -> Vec<Row> {
 /// A system call stub whose unwind information ends just before its system call instruction:
 /// glibc's `clone` and `clone3` on x86-64 end their FDE there ("in the child the unwind info
 /// will be wrong"), so a parent blocked in the call (every `posix_spawn`: the parent waits there
-/// until its child execs) had no rule at its pc, and its stack stopped at `[unknown]`. There the stub has pushed nothing since its entry: it unwinds as a
-/// function's first instruction does (x86-64: CFA = rsp + 8, the return address below it;
-/// AArch64: CFA = sp, the return address in x30), up to the next function's entry, at most
-/// `SYSCALL_STUB_TAIL` bytes on (the parent's path: a test, two branches and a return).
+/// until its child execs) had no rule at its pc, and its stack stopped at `[unknown]`. There the
+/// stub has pushed nothing since its entry: it unwinds as at its entry (`entry_row`), up to the
+/// next function's entry, at most `SYSCALL_STUB_TAIL` bytes on (the parent's path: a test, two
+/// branches and a return).
 fn syscall_stub_rows(file: &object::File<'_>, rows: &[Row], registers: Registers) -> Vec<Row> {
-    let (instruction, cfa_offset): (&[u8], i16) = match file.architecture() {
-        object::Architecture::X86_64 => (&[0x0f, 0x05], 8),
-        object::Architecture::Aarch64 => (&[0x01, 0x00, 0x00, 0xd4], 0),
+    let instruction: &[u8] = match file.architecture() {
+        object::Architecture::X86_64 => &[0x0f, 0x05],
+        object::Architecture::Aarch64 => &[0x01, 0x00, 0x00, 0xd4],
         _ => return Vec::new(),
     };
     let starts_function = |pc: u64| rows.iter().any(|r| r.pc == pc && r.cfa != cfa::NONE);
@@ -244,13 +240,7 @@ fn syscall_stub_rows(file: &object::File<'_>, rows: &[Row], registers: Registers
         if code_at(end) != Some(instruction) || starts_function(end) {
             continue;
         }
-        stubs.push(Row {
-            pc: end,
-            cfa: cfa::SP,
-            cfa_offset,
-            ra_offset: registers.ra_at.unwrap_or(0),
-            ..Row::default()
-        });
+        stubs.push(entry_row(end, registers));
         let tail = end + SYSCALL_STUB_TAIL;
         if !rows
             .iter()
@@ -268,6 +258,20 @@ fn syscall_stub_rows(file: &object::File<'_>, rows: &[Row], registers: Registers
 
 /// How far past its system call instruction a stub's rule reaches (see `syscall_stub_rows`).
 const SYSCALL_STUB_TAIL: u64 = 32;
+
+/// The rule at a function's first instruction, for code with no unwind information that is
+/// known to be there: the caller's stack pointer is the CFA, less what the call pushed (x86-64:
+/// CFA = rsp + 8, the return address below it; AArch64: CFA = sp, the return address in x30).
+fn entry_row(pc: u64, registers: Registers) -> Row {
+    let ra_offset = registers.ra_at.unwrap_or(0);
+    Row {
+        pc,
+        cfa: cfa::SP,
+        cfa_offset: -ra_offset,
+        ra_offset,
+        ..Row::default()
+    }
+}
 
 fn collect_rows<'a, S>(
     section: &S,
